@@ -1,0 +1,13 @@
+// Each subcommand group of the `tripod` program registers itself on the CLI11 app.
+// A registered callback throws tripod::Error on bad input; main() prints it and exits non-zero.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace tripod::cli {
+
+void add_train_command(CLI::App& app);    // tripod train
+void add_data_commands(CLI::App& app);    // tripod data prepare | synthetic | inspect
+void add_export_commands(CLI::App& app);  // tripod export hf
+void add_bench_commands(CLI::App& app);   // tripod bench train
+
+}  // namespace tripod::cli

@@ -1,0 +1,27 @@
+// tripod export hf --checkpoint DIR --out DIR [--dtype fp32|fp64]
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "export/hf_gpt2.h"
+
+namespace tripod::cli {
+
+void add_export_commands(CLI::App& app) {
+  auto* exp = app.add_subcommand("export", "export a checkpoint to other frameworks' formats");
+  exp->require_subcommand(1);
+  auto* hf = exp->add_subcommand("hf", "Hugging Face GPT-2 layout: model.safetensors + config.json");
+  struct Options {
+    std::string checkpoint, out, dtype = "fp32";
+  };
+  auto opts = std::make_shared<Options>();
+  hf->add_option("--checkpoint", opts->checkpoint, "Tripod checkpoint directory (tripod train --save)")->required();
+  hf->add_option("--out", opts->out, "output directory")->required();
+  hf->add_option("--dtype", opts->dtype, "fp32 or fp64")->capture_default_str();
+  hf->callback([opts]() {
+    ExportReport r = export_hf_checkpoint(opts->checkpoint, opts->out, parse_dtype(opts->dtype));
+    std::printf("wrote %s (%lld tensors, %lld parameters) and config.json\n", r.model_file.string().c_str(),
+                static_cast<long long>(r.tensors), static_cast<long long>(r.parameters));
+  });
+}
+
+}  // namespace tripod::cli

@@ -1,0 +1,27 @@
+// tripod: the command-line program. Subcommands live in their own files (see commands.h).
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
+  app.require_subcommand(1);
+  tripod::cli::add_train_command(app);
+  tripod::cli::add_data_commands(app);
+  tripod::cli::add_export_commands(app);
+  tripod::cli::add_bench_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tripod::Error& e) {
+    std::fprintf(stderr, "tripod: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tripod: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

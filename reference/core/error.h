@@ -1,0 +1,33 @@
+// Errors: every failure Tripod reports is a tripod::Error whose message names what is wrong
+// (the file, tensor, rank or step); the CLI prints it and exits non-zero.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace tripod {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+template <typename... Parts>
+std::string str_cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  throw Error(str_cat(parts...));
+}
+
+// check(condition, "message parts", ...): throws tripod::Error with the concatenated message.
+template <typename... Parts>
+void check(bool condition, const Parts&... parts) {
+  if (!condition) fail(parts...);
+}
+
+}  // namespace tripod

@@ -1,0 +1,60 @@
+#include "core/tensor.h"
+
+#include <sstream>
+
+namespace tripod {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+Storage::Storage(void* data, std::size_t bytes, Device device, std::function<void(void*)> release)
+    : data(data), bytes(bytes), device(device), release(std::move(release)) {}
+
+Storage::~Storage() {
+  if (release && data) release(data);
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape shape, DType dtype)
+    : storage_(std::move(storage)), offset_bytes_(offset_bytes), shape_(std::move(shape)), dtype_(dtype) {
+  for (int64_t d : shape_) check(d >= 0, "negative dimension in shape ", shape_str(shape_));
+  check(!storage_ || offset_bytes_ + bytes() <= storage_->bytes, "tensor of shape ", shape_str(shape_),
+        " at byte offset ", offset_bytes_, " does not fit its storage of ", storage_ ? storage_->bytes : 0,
+        " bytes");
+}
+
+int64_t Tensor::dim(int axis) const {
+  if (axis < 0) axis += rank();
+  check(axis >= 0 && axis < rank(), "axis ", axis, " out of range for shape ", shape_str(shape_));
+  return shape_[axis];
+}
+
+Tensor Tensor::view(int64_t offset, Shape shape) const {
+  check(offset >= 0 && offset + shape_numel(shape) <= numel(), "view of ", shape_str(shape), " at offset ",
+        offset, " exceeds tensor of shape ", shape_str(shape_));
+  return Tensor(storage_, offset_bytes_ + static_cast<std::size_t>(offset) * dtype_size(dtype_),
+                std::move(shape), dtype_);
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  check(shape_numel(shape) == numel(), "cannot reshape ", shape_str(shape_), " to ", shape_str(shape));
+  return Tensor(storage_, offset_bytes_, std::move(shape), dtype_);
+}
+
+Tensor Tensor::operator[](int64_t i) const {
+  check(rank() >= 1 && i >= 0 && i < shape_[0], "index ", i, " out of range for shape ", shape_str(shape_));
+  Shape rest(shape_.begin() + 1, shape_.end());
+  return view(i * shape_numel(rest), rest);
+}
+
+}  // namespace tripod

@@ -1,0 +1,38 @@
+// Export to the Hugging Face GPT-2 layout (transformers' GPT2Model / GPT2LMHeadModel): the same
+// tensor names Tripod uses, but GPT-2's Conv1D weights (c_attn, attn.c_proj, c_fc, mlp.c_proj)
+// are stored [in, out], the transpose of Tripod's [out, in]; embeddings and LayerNorms unchanged.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/safetensors.h"
+#include "model/param_set.h"
+
+namespace tripod {
+
+// True for the weights GPT-2 stores as Conv1D [in, out].
+bool is_conv1d_weight(const std::string& name);
+
+// Host copy of one parameter (or gradient) in the HF layout, named prefix + name, in dtype `out`
+// (F32 or F64).
+ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Tensor& t, const std::string& prefix,
+                              DType out);
+std::vector<ckpt::HostTensor> to_hf_tensors(Backend& backend, const ParamSet& set, const std::string& prefix,
+                                            DType out);
+
+// transformers' GPT2Config for this model.
+nlohmann::json hf_gpt2_config(const ModelConfig& config);
+
+// Reads a Tripod checkpoint directory and writes DIR/model.safetensors and DIR/config.json
+// (plus the SentencePiece tokenizer.model when the run's data directory has one).
+struct ExportReport {
+  int64_t tensors = 0, parameters = 0;
+  std::filesystem::path model_file;
+};
+ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out_dir,
+                                  DType out_dtype);
+
+}  // namespace tripod

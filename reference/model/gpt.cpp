@@ -1,0 +1,178 @@
+#include "model/gpt.h"
+
+#include "model/linear.h"
+
+namespace tripod {
+namespace {
+
+// The per-layer parameter (or gradient) tensors, looked up by name once per call.
+struct LayerTensors {
+  Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+};
+
+LayerTensors layer_tensors(const ParamSet& p, int64_t layer) {
+  const std::string h = "h." + std::to_string(layer) + ".";
+  return {p[h + "ln_1.weight"],       p[h + "ln_1.bias"],       p[h + "attn.c_attn.weight"],
+          p[h + "attn.c_attn.bias"],  p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"],
+          p[h + "ln_2.weight"],       p[h + "ln_2.bias"],       p[h + "mlp.c_fc.weight"],
+          p[h + "mlp.c_fc.bias"],     p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"]};
+}
+
+const Tensor& lm_head(const ParamSet& p, const ModelConfig& c) {
+  return c.tie_embeddings ? p["wte.weight"] : p["lm_head.weight"];
+}
+
+}  // namespace
+
+// Everything the backward pass needs, for one (B, T).
+struct Gpt::Activations {
+  int64_t batch = 0, seq_len = 0;
+  Tensor tokens, targets;  // [B,T] int32
+  Tensor encoded;          // [N,C] embedding output = input of layer 0
+  struct Layer {
+    Tensor ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
+    Tensor qkv;                      // [N,3C]
+    Tensor probs;                    // [B,H,T,T]
+    Tensor atty;                     // [N,C] attention output before c_proj
+    Tensor res2;                     // [N,C] residual after attention
+    Tensor ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
+    Tensor fc, fc_gelu;              // [N,F]
+    Tensor res3;                     // [N,C] layer output
+  };
+  std::vector<Layer> layers;
+  Tensor lnf, lnf_mean, lnf_rstd;  // [N,C], [N], [N]
+  Tensor logits;                   // [N,V]; becomes dlogits in backward
+  Tensor losses;                   // [N]
+  // Backward scratch, reused by every layer.
+  Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [N,C] x3, [N,3C], [N,F] x2
+  std::size_t bytes = 0;
+};
+
+Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype)
+    : config_(config), backend_(backend), dtype_(dtype), specs_(gpt_param_specs(config)) {
+  config_.validate();
+}
+
+Gpt::~Gpt() = default;
+
+void Gpt::ensure_activations(int64_t B, int64_t T) {
+  if (acts_ && acts_->batch == B && acts_->seq_len == T) return;
+  check(T <= config_.context, "sequence length ", T, " exceeds the model's context (position table) of ",
+        config_.context);
+  const int64_t N = B * T, C = config_.d_model, F = config_.d_ff, V = config_.vocab_size, H = config_.n_head;
+  auto a = std::make_unique<Activations>();
+  a->batch = B;
+  a->seq_len = T;
+  auto make = [&](Shape shape, DType dt) {
+    Tensor t = backend_.alloc(shape, dt);
+    a->bytes += t.bytes();
+    return t;
+  };
+  auto act = [&](Shape shape) { return make(std::move(shape), dtype_); };
+  a->tokens = make({B, T}, DType::I32);
+  a->targets = make({B, T}, DType::I32);
+  a->encoded = act({N, C});
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    a->layers.push_back({act({N, C}), act({N}), act({N}), act({B, T, 3 * C}), act({B, H, T, T}), act({B, T, C}),
+                         act({N, C}), act({N, C}), act({N}), act({N}), act({N, F}), act({N, F}), act({N, C})});
+  }
+  a->lnf = act({N, C});
+  a->lnf_mean = act({N});
+  a->lnf_rstd = act({N});
+  a->logits = act({N, V});
+  a->losses = act({N});
+  a->dres = act({N, C});
+  a->dln = act({N, C});
+  a->datty = act({B, T, C});
+  a->dqkv = act({B, T, 3 * C});
+  a->dfc = act({N, F});
+  a->dfc_gelu = act({N, F});
+  acts_ = std::move(a);
+}
+
+std::size_t Gpt::activation_bytes() const { return acts_ ? acts_->bytes : 0; }
+
+Tensor Gpt::logits() const {
+  check(acts_ != nullptr, "logits() called before forward()");
+  return acts_->logits.reshape({acts_->batch, acts_->seq_len, config_.vocab_size});
+}
+
+LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+  ensure_activations(B, T);
+  Activations& a = *acts_;
+  Backend& be = backend_;
+  const double eps = config_.layernorm_eps;
+  be.upload(tokens, a.tokens);
+  be.upload(targets, a.targets);
+
+  // encoded[N,C] = wte[tokens] + wpe[t]
+  be.embedding_forward(a.encoded, a.tokens, params["wte.weight"], params["wpe.weight"], T);
+  Tensor residual = a.encoded;
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    const LayerTensors w = layer_tensors(params, l);
+    Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
+    // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
+    be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
+    linear_forward(be, x.qkv, x.ln1, w.qkv_w, w.qkv_b);                // [N,3C]
+    be.attention_forward(x.atty, x.probs, x.qkv, config_.n_head);       // [N,C]
+    linear_forward(be, x.res2, x.atty, w.proj_w, w.proj_b);            // [N,C]
+    be.add(x.res2, x.res2, residual);
+    // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+    be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
+    linear_forward(be, x.fc, x.ln2, w.fc_w, w.fc_b);                   // [N,F]
+    be.gelu_forward(x.fc_gelu, x.fc);
+    linear_forward(be, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);     // [N,C]
+    be.add(x.res3, x.res3, x.res2);
+    residual = x.res3;
+  }
+  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, params["ln_f.weight"], params["ln_f.bias"], eps);
+  linear_forward(be, a.logits, a.lnf, lm_head(params, config_), Tensor());  // [N,V]
+  be.cross_entropy_forward(a.losses, a.logits, a.targets);
+
+  // Sum on the host in token order, in fp64, so the result does not depend on the device.
+  LossSum result;
+  std::vector<double> losses = to_host_f64(be, a.losses);
+  for (int64_t n = 0; n < B * T; ++n) {
+    if (targets[n] < 0) continue;
+    result.sum += losses[static_cast<std::size_t>(n)];
+    ++result.n_valid;
+  }
+  return result;
+}
+
+void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_scale) {
+  check(acts_ != nullptr, "backward() called before forward()");
+  Activations& a = *acts_;
+  Backend& be = backend_;
+  const int64_t T = a.seq_len;
+
+  // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
+  be.cross_entropy_backward(a.logits, a.targets, grad_scale);
+  // dlnf[N,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
+  linear_backward(be, a.dln, lm_head(grads, config_), Tensor(), a.logits, a.lnf, lm_head(params, config_), false);
+  const Tensor& last = config_.n_layer > 0 ? a.layers.back().res3 : a.encoded;
+  be.fill(a.dres, 0.0);
+  be.layernorm_backward(a.dres, grads["ln_f.weight"], grads["ln_f.bias"], a.dln, last, params["ln_f.weight"],
+                        a.lnf_mean, a.lnf_rstd);
+
+  // a.dres holds d(loss)/d(residual stream) at the current depth, walking down the layers.
+  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+    const LayerTensors w = layer_tensors(params, l);
+    const LayerTensors g = layer_tensors(grads, l);
+    Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
+    const Tensor& residual = l == 0 ? a.encoded : a.layers[static_cast<std::size_t>(l - 1)].res3;
+    // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
+    linear_backward(be, a.dfc_gelu, g.fcproj_w, g.fcproj_b, a.dres, x.fc_gelu, w.fcproj_w, false);
+    be.gelu_backward(a.dfc, x.fc, a.dfc_gelu);
+    linear_backward(be, a.dln, g.fc_w, g.fc_b, a.dfc, x.ln2, w.fc_w, false);
+    be.layernorm_backward(a.dres, g.ln2_w, g.ln2_b, a.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+    // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
+    linear_backward(be, a.datty, g.proj_w, g.proj_b, a.dres, x.atty, w.proj_w, false);
+    be.attention_backward(a.dqkv, a.datty, x.qkv, x.probs, config_.n_head);
+    linear_backward(be, a.dln, g.qkv_w, g.qkv_b, a.dqkv, x.ln1, w.qkv_w, false);
+    be.layernorm_backward(a.dres, g.ln1_w, g.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  }
+  be.embedding_backward(grads["wte.weight"], grads["wpe.weight"], a.dres, a.tokens, T);
+}
+
+}  // namespace tripod

@@ -1,0 +1,52 @@
+// GPT-2: token + learned position embeddings, L pre-LayerNorm blocks (causal multi-head attention,
+// GELU MLP), final LayerNorm, LM head (tied to wte or not). Explicit forward and backward for every
+// layer, in the style of llm.c; every operation is a Backend call, and nothing here knows about
+// parallelism. N = B*T tokens, C = d_model, F = d_ff, V = vocab, H = heads.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/param_set.h"
+
+namespace tripod {
+
+struct LossSum {
+  double sum = 0;         // sum of per-token cross-entropy over valid (non-ignored) targets
+  int64_t n_valid = 0;    // number of valid targets
+};
+
+class Gpt {
+ public:
+  Gpt(const ModelConfig& config, Backend& backend, DType dtype);
+  ~Gpt();
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+
+  // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Keeps the activations for backward.
+  LossSum forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
+                  int64_t seq_len);
+  // Accumulates d(grad_scale * loss_sum)/d(params) into grads; grad_scale is 1 / (global valid count).
+  void backward(const ParamSet& params, const ParamSet& grads, double grad_scale);
+
+  // Logits [B,T,V] of the last forward (valid until backward, which turns them into gradients).
+  Tensor logits() const;
+  // Allocates the activations for (B, T) now (forward does it on demand).
+  void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
+  // Bytes of activation memory held for the current (B, T).
+  std::size_t activation_bytes() const;
+
+ private:
+  struct Activations;
+  void ensure_activations(int64_t batch, int64_t seq_len);
+
+  ModelConfig config_;
+  Backend& backend_;
+  DType dtype_;
+  std::vector<ParamSpec> specs_;
+  std::unique_ptr<Activations> acts_;
+};
+
+}  // namespace tripod

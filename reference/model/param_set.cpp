@@ -1,0 +1,59 @@
+#include "model/param_set.h"
+
+namespace tripod {
+
+ParamSet::ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype) : specs_(std::move(specs)) {
+  const int64_t total = count_params(specs_);
+  flat_ = backend.alloc({total}, dtype);
+  int64_t offset = 0;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    check(index_.emplace(specs_[i].name, i).second, "duplicate parameter name ", specs_[i].name);
+    views_.push_back(flat_.view(offset, specs_[i].shape));
+    offsets_.push_back(offset);
+    offset += shape_numel(specs_[i].shape);
+  }
+}
+
+const Tensor& ParamSet::operator[](const std::string& name) const {
+  auto it = index_.find(name);
+  check(it != index_.end(), "no parameter tensor named '", name, "'");
+  return views_[it->second];
+}
+
+void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = params.at(i);
+    std::vector<double> values(static_cast<std::size_t>(t.numel()));
+    initial_values(params.specs()[i], seed, 0, t.numel(), values.data());
+    from_host_f64(backend, values, t);
+  }
+}
+
+std::vector<double> to_host_f64(Backend& backend, const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::F64) {
+    backend.download(t, out.data());
+  } else if (t.dtype() == DType::F32) {
+    std::vector<float> tmp(out.size());
+    backend.download(t, tmp.data());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = tmp[i];
+  } else {
+    fail("to_host_f64: unsupported dtype ", dtype_name(t.dtype()));
+  }
+  return out;
+}
+
+void from_host_f64(Backend& backend, const std::vector<double>& values, const Tensor& t) {
+  check(static_cast<int64_t>(values.size()) == t.numel(), "from_host_f64: ", values.size(), " values for ",
+        shape_str(t.shape()));
+  if (t.dtype() == DType::F64) {
+    backend.upload(values.data(), t);
+  } else if (t.dtype() == DType::F32) {
+    std::vector<float> tmp(values.begin(), values.end());
+    backend.upload(tmp.data(), t);
+  } else {
+    fail("from_host_f64: unsupported dtype ", dtype_name(t.dtype()));
+  }
+}
+
+}  // namespace tripod

@@ -1,0 +1,42 @@
+// A set of named tensors laid out in one flat allocation, in ParamSpec order: the model's
+// parameters, their gradients, or an optimizer moment. One flat buffer makes zeroing, norms and
+// (later) bucketed communication single operations over contiguous memory.
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/param_spec.h"
+
+namespace tripod {
+
+class ParamSet {
+ public:
+  ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype);  // zero-filled
+
+  const Tensor& flat() const { return flat_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  std::size_t size() const { return specs_.size(); }
+  const Tensor& at(std::size_t index) const { return views_[index]; }
+  const Tensor& operator[](const std::string& name) const;  // throws naming the missing tensor
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  int64_t offset(std::size_t index) const { return offsets_[index]; }  // element offset in flat()
+  DType dtype() const { return flat_.dtype(); }
+
+ private:
+  std::vector<ParamSpec> specs_;
+  Tensor flat_;
+  std::vector<Tensor> views_;
+  std::vector<int64_t> offsets_;
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+// Writes every tensor's layout-independent initial values (see initial_values) into `params`.
+void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed);
+
+// Host copies in fp64, for tests, checkpoints and comparisons.
+std::vector<double> to_host_f64(Backend& backend, const Tensor& t);
+void from_host_f64(Backend& backend, const std::vector<double>& values, const Tensor& t);
+
+}  // namespace tripod

@@ -1,0 +1,50 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+namespace tripod {
+
+DecayPolicy parse_decay_policy(const std::string& name) {
+  if (name == "matrices") return DecayPolicy::Matrices;
+  if (name == "matrices-except-embeddings") return DecayPolicy::MatricesExceptEmbeddings;
+  if (name == "all") return DecayPolicy::All;
+  if (name == "none") return DecayPolicy::None;
+  fail("unknown optim.decay_tensors '", name, "' (expected matrices, matrices-except-embeddings, all or none)");
+}
+
+bool decays(const ParamSpec& spec, DecayPolicy policy) {
+  switch (policy) {
+    case DecayPolicy::Matrices: return spec.decay;
+    case DecayPolicy::MatricesExceptEmbeddings:
+      return spec.decay && spec.name != "wte.weight" && spec.name != "wpe.weight";
+    case DecayPolicy::All: return true;
+    case DecayPolicy::None: return false;
+  }
+  return false;
+}
+
+AdamW::AdamW(const std::vector<ParamSpec>& specs, Backend& backend, DType dtype, AdamWConfig config)
+    : backend_(backend), config_(config), m_(specs, backend, dtype), v_(specs, backend, dtype) {}
+
+void AdamW::update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double wd = decays(params.specs()[i], config_.decay_policy) ? config_.weight_decay : 0.0;
+    backend_.adamw(params.at(i), grads.at(i), m_.at(i), v_.at(i), lr, config_.beta1, config_.beta2, config_.eps, wd,
+                   step);
+  }
+}
+
+double global_grad_norm(Backend& backend, const ParamSet& grads) {
+  return std::sqrt(backend.sum_squares(grads.flat()));
+}
+
+double clip_grad_norm(Backend& backend, const ParamSet& grads, double max_norm) {
+  const double norm = global_grad_norm(backend, grads);
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) backend.scale(grads.flat(), coef);
+  }
+  return norm;
+}
+
+}  // namespace tripod

@@ -1,0 +1,47 @@
+// AdamW with decoupled weight decay (Loshchilov & Hutter 2019), torch.optim.AdamW's arithmetic,
+// and gradient clipping by global L2 norm (torch.nn.utils.clip_grad_norm_'s semantics).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/param_set.h"
+
+namespace tripod {
+
+// Which tensors get weight decay: "matrices" (every 2-D weight including the embeddings; GPT-2 /
+// nanoGPT practice), "matrices-except-embeddings", "all" or "none".
+enum class DecayPolicy { Matrices, MatricesExceptEmbeddings, All, None };
+DecayPolicy parse_decay_policy(const std::string& name);
+bool decays(const ParamSpec& spec, DecayPolicy policy);
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  DecayPolicy decay_policy = DecayPolicy::Matrices;
+};
+
+class AdamW {
+ public:
+  AdamW(const std::vector<ParamSpec>& specs, Backend& backend, DType dtype, AdamWConfig config);
+
+  // One update of every tensor with learning rate lr; `step` counts from 1 (bias correction).
+  void update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step);
+
+  const ParamSet& m() const { return m_; }  // first moments, same layout as the parameters
+  const ParamSet& v() const { return v_; }  // second moments
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  Backend& backend_;
+  AdamWConfig config_;
+  ParamSet m_, v_;
+};
+
+// Global L2 norm of all gradients (fp64 accumulation); if it exceeds max_norm > 0, scales the
+// gradients by max_norm / (norm + 1e-6). Returns the norm before clipping.
+double global_grad_norm(Backend& backend, const ParamSet& grads);
+double clip_grad_norm(Backend& backend, const ParamSet& grads, double max_norm);
+
+}  // namespace tripod

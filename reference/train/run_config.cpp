@@ -1,0 +1,159 @@
+#include "train/run_config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tripod {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json default_config_json() {
+  return {
+      {"model", {{"n_layer", 2}, {"n_head", 4}, {"d_model", 64}, {"d_ff", 256}, {"vocab_size", 0},
+                 {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}}},
+      {"train", {{"dtype", "fp32"}, {"batch_size", 8}, {"seq_len", 64}, {"micro_batches", 1}, {"steps", 100},
+                 {"seed", 1234}, {"log_every", 1}, {"eval_every", 0}, {"eval_batches", 4}, {"peak_tflops", 0.0},
+                 {"metrics", ""}, {"save_every", 0}}},
+      {"optim", {{"lr", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 10}, {"decay", "cosine"}, {"beta1", 0.9},
+                 {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"decay_tensors", "matrices"},
+                 {"grad_clip", 1.0}}},
+      {"data", {{"dir", "data/kjv"}}},
+  };
+}
+
+std::string resolve_config_path(const std::string& name_or_path) {
+  if (fs::exists(name_or_path)) return name_or_path;
+  for (const fs::path dir : {fs::path("reference/configs"), fs::path(TRIPOD_SOURCE_DIR) / "reference/configs"}) {
+    for (const char* ext : {".json", ""}) {
+      fs::path candidate = dir / (name_or_path + ext);
+      if (fs::exists(candidate)) return candidate.string();
+    }
+  }
+  fail("config '", name_or_path, "' is neither a file nor a preset in reference/configs/");
+}
+
+namespace {
+
+bool same_kind(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) return !(a.is_number_integer() && b.is_number_float());
+  return a.type() == b.type();
+}
+
+// Overlays `update` on `base`, rejecting keys that the defaults do not have and wrong types.
+void merge_checked(json& base, const json& update, const std::string& where, const std::string& origin) {
+  check(update.is_object(), origin, ": '", where.empty() ? "<top level>" : where, "' must be an object");
+  for (auto it = update.begin(); it != update.end(); ++it) {
+    const std::string key = where.empty() ? it.key() : where + "." + it.key();
+    check(base.contains(it.key()), origin, ": unknown config key '", key, "'");
+    json& target = base[it.key()];
+    if (target.is_object()) {
+      merge_checked(target, it.value(), key, origin);
+    } else {
+      check(same_kind(target, it.value()), origin, ": config key '", key, "' should be a ", target.type_name(),
+            ", got ", it.value().type_name(), " (", it.value().dump(), ")");
+      target = it.value().is_number_integer() && target.is_number_float() ? json(it.value().get<double>())
+                                                                          : it.value();
+    }
+  }
+}
+
+// "train.steps=10" -> {"train": {"steps": 10}}; the value is JSON if it parses, else a string.
+json override_to_json(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  check(eq != std::string::npos && eq > 0, "--set expects key=value, got '", assignment, "'");
+  std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, false);
+  if (value.is_discarded()) value = text;
+  json nested = value;
+  std::size_t end = key.size();
+  while (true) {
+    std::size_t dot = key.rfind('.', end - 1);
+    std::string part = key.substr(dot == std::string::npos ? 0 : dot + 1, end - (dot == std::string::npos ? 0 : dot + 1));
+    check(!part.empty(), "--set: malformed key '", key, "'");
+    nested = json{{part, nested}};
+    if (dot == std::string::npos) break;
+    end = dot;
+  }
+  return nested;
+}
+
+}  // namespace
+
+json load_config_json(const std::string& name_or_path, const std::vector<std::string>& overrides) {
+  json resolved = default_config_json();
+  if (!name_or_path.empty()) {
+    const std::string path = resolve_config_path(name_or_path);
+    std::ifstream in(path);
+    check(in.good(), "cannot read config file ", path);
+    json file = json::parse(in, nullptr, false, /*ignore_comments=*/true);
+    check(!file.is_discarded(), "config file ", path, " is not valid JSON");
+    merge_checked(resolved, file, "", path);
+  }
+  for (const auto& assignment : overrides) merge_checked(resolved, override_to_json(assignment), "", "--set " + assignment);
+  return resolved;
+}
+
+RunConfig parse_run_config(const json& j) {
+  RunConfig c;
+  c.json = j;
+  const json& m = j.at("model");
+  c.model.n_layer = m.at("n_layer");
+  c.model.n_head = m.at("n_head");
+  c.model.d_model = m.at("d_model");
+  c.model.d_ff = m.at("d_ff");
+  c.model.vocab_size = m.at("vocab_size");
+  c.model.context = m.at("context");
+  c.model.tie_embeddings = m.at("tie_embeddings");
+  c.model.layernorm_eps = m.at("layernorm_eps");
+  if (c.model.vocab_size != 0) c.model.validate();  // 0: resolved from the data, validated then
+
+  const json& t = j.at("train");
+  c.train.dtype = parse_dtype(t.at("dtype").get<std::string>());
+  check(c.train.dtype == DType::F32 || c.train.dtype == DType::F64, "train.dtype: the CPU trainer runs fp32 or fp64");
+  c.train.batch_size = t.at("batch_size");
+  c.train.seq_len = t.at("seq_len");
+  c.train.micro_batches = t.at("micro_batches");
+  c.train.steps = t.at("steps");
+  c.train.seed = t.at("seed");
+  c.train.log_every = t.at("log_every");
+  c.train.eval_every = t.at("eval_every");
+  c.train.eval_batches = t.at("eval_batches");
+  c.train.peak_tflops = t.at("peak_tflops");
+  c.train.metrics = t.at("metrics").get<std::string>();
+  c.train.save_every = t.at("save_every");
+  check(c.train.batch_size >= 1, "train.batch_size must be >= 1");
+  check(c.train.seq_len >= 1, "train.seq_len must be >= 1");
+  check(c.train.seq_len <= c.model.context, "train.seq_len (", c.train.seq_len,
+        ") is longer than the position table model.context (", c.model.context, ")");
+  check(c.train.micro_batches >= 1 && c.train.batch_size % c.train.micro_batches == 0, "train.micro_batches (",
+        c.train.micro_batches, ") must divide train.batch_size (", c.train.batch_size, ")");
+  check(c.train.steps >= 1, "train.steps must be >= 1");
+  check(c.train.log_every >= 1, "train.log_every must be >= 1");
+  check(c.train.eval_every >= 0 && c.train.eval_batches >= 0, "train.eval_every and train.eval_batches must be >= 0");
+
+  const json& o = j.at("optim");
+  c.schedule.max_lr = o.at("lr");
+  c.schedule.min_lr = o.at("min_lr");
+  c.schedule.warmup_steps = o.at("warmup_steps");
+  c.schedule.decay = parse_lr_decay(o.at("decay").get<std::string>());
+  c.schedule.total_steps = c.train.steps;
+  c.adamw.beta1 = o.at("beta1");
+  c.adamw.beta2 = o.at("beta2");
+  c.adamw.eps = o.at("eps");
+  c.adamw.weight_decay = o.at("weight_decay");
+  c.adamw.decay_policy = parse_decay_policy(o.at("decay_tensors").get<std::string>());
+  c.grad_clip = o.at("grad_clip");
+  check(c.schedule.max_lr > 0 && c.schedule.min_lr >= 0 && c.schedule.min_lr <= c.schedule.max_lr,
+        "optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr");
+  check(c.schedule.warmup_steps >= 0, "optim.warmup_steps must be >= 0");
+  check(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
+        "optim.beta1 and optim.beta2 must be in [0, 1)");
+  check(c.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 disables clipping)");
+
+  c.data.dir = j.at("data").at("dir").get<std::string>();
+  return c;
+}
+
+}  // namespace tripod

@@ -1,0 +1,56 @@
+// The configuration of a training run: a JSON file (a named preset in reference/configs/ or a
+// path), then `--set section.key=value` overrides. Every key must exist in the defaults below:
+// an unknown key or a value of the wrong type is an error naming the key, never ignored.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace tripod {
+
+struct TrainSettings {
+  DType dtype = DType::F32;
+  int64_t batch_size = 8;    // global batch, in sequences
+  int64_t seq_len = 64;
+  int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step
+  int64_t steps = 100;
+  uint64_t seed = 1234;       // initialisation and data order
+  int64_t log_every = 1;
+  int64_t eval_every = 0;     // 0: evaluate only at the end
+  int64_t eval_batches = 4;
+  double peak_tflops = 0;     // 0: nominal peak of this CPU, estimated
+  std::string metrics;        // JSONL metrics path ("" = none)
+  int64_t save_every = 0;     // checkpoint every N steps to --save DIR (0: only at the end)
+};
+
+struct DataSettings {
+  std::string dir;  // a prepared token directory (tripod data prepare / synthetic)
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainSettings train;
+  AdamWConfig adamw;
+  LrSchedule schedule;  // total_steps = train.steps
+  double grad_clip = 1.0;
+  DataSettings data;
+  nlohmann::json json;  // the fully resolved configuration, as written to metrics and checkpoints
+};
+
+// Default configuration (every key that may appear in a config file).
+nlohmann::json default_config_json();
+// Resolves a preset name ("tiny") to reference/configs/tiny.json, or returns a path as given.
+std::string resolve_config_path(const std::string& name_or_path);
+// Loads a config file, applies overrides ("train.steps=10"), checks keys and types.
+nlohmann::json load_config_json(const std::string& name_or_path, const std::vector<std::string>& overrides);
+// Typed view; validates values (throws naming the key). model.vocab_size 0 means "from the data".
+RunConfig parse_run_config(const nlohmann::json& resolved);
+
+}  // namespace tripod

@@ -1,0 +1,27 @@
+// The training run: opens the data, builds or resumes the trainer, runs the steps with one
+// progress line each, evaluates on held-out data, writes JSONL metrics and checkpoints.
+#pragma once
+#include <string>
+
+#include "train/run_config.h"
+
+namespace tripod {
+
+struct TrainOptions {
+  std::string save_dir;    // checkpoint here at the end (and every train.save_every steps)
+  std::string resume_dir;  // continue from this checkpoint (same model, same data order)
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double first_loss = 0, final_loss = 0, final_val_loss = -1;  // -1: no held-out data
+  double tokens_per_second = 0, mfu = 0, seconds = 0;
+};
+
+// Resolves model.vocab_size 0 to the data's vocabulary; a model vocabulary smaller than the
+// tokenizer's is an error naming both.
+void resolve_vocab(RunConfig& config, int64_t data_vocab, const std::string& data_dir);
+
+TrainSummary run_training(RunConfig config, const TrainOptions& options);
+
+}  // namespace tripod

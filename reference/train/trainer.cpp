@@ -1,0 +1,78 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace tripod {
+
+Trainer::Trainer(const RunConfig& config, Backend& backend)
+    : config_(config),
+      backend_(backend),
+      model_(config.model, backend, config.train.dtype),
+      params_(model_.specs(), backend, config.train.dtype),
+      grads_(model_.specs(), backend, config.train.dtype),
+      optimizer_(model_.specs(), backend, config.train.dtype, config.adamw) {}
+
+void Trainer::initialise() {
+  initialise_params(params_, backend_, config_.train.seed);
+  backend_.fill(optimizer_.m().flat(), 0.0);
+  backend_.fill(optimizer_.v().flat(), 0.0);
+  step_ = 0;
+}
+
+LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
+  const int64_t T = batch.seq_len, micro = config_.train.micro_batches;
+  check(batch.batch % micro == 0, "batch of ", batch.batch, " sequences does not split into ", micro,
+        " micro-batches");
+  const int64_t per_micro = batch.batch / micro;
+  // The loss is normalised by the valid targets of the whole batch, known before any backward.
+  int64_t n_valid = 0;
+  for (int32_t t : batch.targets) n_valid += t >= 0;
+  check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
+  const double grad_scale = 1.0 / static_cast<double>(n_valid);
+
+  backend_.fill(grads_.flat(), 0.0);
+  LossSum total;
+  for (int64_t k = 0; k < micro; ++k) {
+    const int64_t offset = k * per_micro * T;
+    LossSum part = model_.forward(params_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T);
+    model_.backward(params_, grads_, grad_scale);
+    total.sum += part.sum;
+    total.n_valid += part.n_valid;
+  }
+  return total;
+}
+
+StepResult Trainer::train_step(const data::Batch& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step_;
+  r.tokens = batch.batch * batch.seq_len;
+  LossSum loss = accumulate_gradients(batch);
+  r.loss = loss.sum / static_cast<double>(loss.n_valid);
+  check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
+        " (training diverged); parameters were not updated with this step's gradients");
+  r.grad_norm = clip_grad_norm(backend_, grads_, config_.grad_clip);
+  check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
+        " (training diverged); parameters were not updated with this step's gradients");
+  r.lr = config_.schedule.at(step_);
+  optimizer_.update(params_, grads_, r.lr, step_ + 1);
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+double Trainer::eval_loss(const data::Batch& batch) {
+  const int64_t T = batch.seq_len, micro = config_.train.micro_batches;
+  const int64_t per_micro = batch.batch % micro == 0 ? batch.batch / micro : batch.batch;
+  LossSum total;
+  for (int64_t first = 0; first < batch.batch; first += per_micro) {
+    LossSum part = model_.forward(params_, batch.tokens.data() + first * T, batch.targets.data() + first * T,
+                                  per_micro, T);
+    total.sum += part.sum;
+    total.n_valid += part.n_valid;
+  }
+  return total.n_valid ? total.sum / static_cast<double>(total.n_valid) : 0.0;
+}
+
+}  // namespace tripod

@@ -1,0 +1,59 @@
+// One model, its parameters, gradients and optimizer, and the optimizer step on a global batch:
+// micro-batches accumulate gradients, the loss is the sum over valid targets divided by the
+// batch's count of valid targets, gradients are clipped by global norm, then AdamW updates.
+// Data loading, logging and checkpoints live in the training loop (train_loop.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "data/batch_loader.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "train/run_config.h"
+
+namespace tripod {
+
+struct StepResult {
+  int64_t step = 0;       // the step just taken, counting from 0
+  double loss = 0;        // mean cross-entropy over valid targets of the global batch
+  double grad_norm = 0;   // global L2 norm before clipping
+  double lr = 0;
+  int64_t tokens = 0;     // tokens processed (B * T)
+  double seconds = 0;     // wall time of the step
+};
+
+class Trainer {
+ public:
+  // config.model.vocab_size must be resolved (non-zero).
+  Trainer(const RunConfig& config, Backend& backend);
+
+  void initialise();  // parameters from (seed, tensor name), optimizer state zero, step 0
+  // Forward, backward and update on the global batch of step `step()`; throws on a non-finite loss
+  // or gradient norm, naming the step, before the parameters are touched.
+  StepResult train_step(const data::Batch& batch);
+  // Mean loss over valid targets of `batch`, forward only.
+  double eval_loss(const data::Batch& batch);
+
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  const RunConfig& config() const { return config_; }
+  Gpt& model() { return model_; }
+  const ParamSet& params() const { return params_; }
+  const ParamSet& grads() const { return grads_; }
+  AdamW& optimizer() { return optimizer_; }
+  Backend& backend() { return backend_; }
+
+ private:
+  // Runs forward+backward over the micro-batches of `batch`; returns the loss sum and valid count.
+  LossSum accumulate_gradients(const data::Batch& batch);
+
+  RunConfig config_;
+  Backend& backend_;
+  Gpt model_;
+  ParamSet params_, grads_;
+  AdamW optimizer_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tripod
