@@ -1,0 +1,63 @@
+// Configuration loading: presets, overrides, and clear errors for contradictory or unknown input.
+#include <gtest/gtest.h>
+
+#include "train/run_config.h"
+
+namespace tripod {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+RunConfig with(std::vector<std::string> overrides) { return parse_run_config(load_config_json("", overrides)); }
+
+TEST(RunConfig, PresetsLoadAndValidate) {
+  for (const char* preset : {"tiny", "small", "gpt2-124m"}) {
+    RunConfig c = parse_run_config(load_config_json(preset, {}));
+    EXPECT_GT(c.train.steps, 0) << preset;
+  }
+  RunConfig gpt2 = parse_run_config(load_config_json("gpt2-124m", {}));
+  EXPECT_EQ(gpt2.model.n_layer, 12);
+  EXPECT_EQ(gpt2.model.d_model, 768);
+}
+
+TEST(RunConfig, OverridesApplyWithTypes) {
+  RunConfig c = with({"train.steps=7", "optim.lr=0.5", "model.tie_embeddings=false", "train.dtype=fp64"});
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_DOUBLE_EQ(c.schedule.max_lr, 0.5);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.train.dtype, DType::F64);
+  EXPECT_EQ(c.schedule.total_steps, 7);
+}
+
+TEST(RunConfig, UnknownKeyIsNamed) {
+  EXPECT_NE(error_of([] { with({"train.stepz=3"}); }).find("unknown config key 'train.stepz'"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"modle.n_layer=3"}); }).find("'modle'"), std::string::npos);
+}
+
+TEST(RunConfig, WrongTypeIsNamed) {
+  EXPECT_NE(error_of([] { with({"train.steps=\"ten\""}); }).find("train.steps"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"train.steps=1.5"}); }).find("train.steps"), std::string::npos);
+}
+
+TEST(RunConfig, ContradictionsAreNamed) {
+  EXPECT_NE(error_of([] { with({"model.n_head=3", "model.d_model=64", "model.vocab_size=100"}); }).find("does not divide"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with({"train.seq_len=128", "model.context=64"}); }).find("model.context"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"train.micro_batches=3", "train.batch_size=8"}); }).find("train.micro_batches"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with({"optim.min_lr=1", "optim.lr=0.1"}); }).find("optim.min_lr"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"optim.decay=step"}); }).find("step"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"train.dtype=fp16"}); }).find("fp16"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config_json("no-such-preset", {}); }).find("no-such-preset"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"justakey"}); }).find("key=value"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tripod

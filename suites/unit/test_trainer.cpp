@@ -1,0 +1,117 @@
+// Trainer behaviour: determinism, thread-count independence, gradient accumulation, the
+// valid-token normalisation and the non-finite-loss guard.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model_test_util.h"
+#include "train/trainer.h"
+
+namespace tripod {
+namespace {
+
+struct RunResult {
+  std::vector<double> losses, norms, params;
+};
+
+RunResult run_steps(const RunConfig& config, int steps, int threads = 0) {
+  const int saved_threads = omp_get_max_threads();
+  if (threads > 0) omp_set_num_threads(threads);
+  auto backend = make_cpu_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  RunResult r;
+  for (int s = 0; s < steps; ++s) {
+    StepResult step = trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len,
+                                                               config.model.vocab_size, 100 + s));
+    r.losses.push_back(step.loss);
+    r.norms.push_back(step.grad_norm);
+  }
+  r.params = to_host_f64(*backend, trainer.params().flat());
+  omp_set_num_threads(saved_threads);
+  return r;
+}
+
+TEST(Trainer, SameSeedGivesBitIdenticalRuns) {
+  for (const char* dtype : {"fp32", "fp64"}) {
+    RunConfig config = testing::tiny_run_config(dtype, true);
+    RunResult a = run_steps(config, 4), b = run_steps(config, 4);
+    EXPECT_EQ(a.losses, b.losses) << dtype;
+    EXPECT_EQ(a.norms, b.norms) << dtype;
+    EXPECT_EQ(a.params, b.params) << dtype;
+  }
+}
+
+TEST(Trainer, LossFallsOnARepeatedBatch) {
+  RunConfig config = testing::tiny_run_config("fp32", true);
+  auto backend = make_cpu_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  const data::Batch batch = testing::random_batch(4, 5, 11, 3);
+  const double first = trainer.train_step(batch).loss;
+  double last = first;
+  for (int s = 0; s < 5; ++s) last = trainer.train_step(batch).loss;
+  EXPECT_LT(last, first - 0.1);
+}
+
+// The kernels reduce in an order that does not depend on the thread count.
+TEST(Trainer, ResultsDoNotDependOnThreadCount) {
+  RunConfig config = testing::tiny_run_config("fp32", false);
+  RunResult one = run_steps(config, 3, 1), two = run_steps(config, 3, 2);
+  EXPECT_EQ(one.losses, two.losses);
+  EXPECT_EQ(one.params, two.params);
+}
+
+// Micro-batching changes only the order in which per-sequence gradient contributions are added,
+// so in fp64 the results agree to rounding (~1e-15 relative), not bit for bit.
+TEST(Trainer, GradientAccumulationMatchesTheFullBatch) {
+  RunResult full = run_steps(testing::tiny_run_config("fp64", true, 1), 3);
+  RunResult micro = run_steps(testing::tiny_run_config("fp64", true, 4), 3);
+  for (std::size_t i = 0; i < full.losses.size(); ++i) {
+    EXPECT_NEAR(full.losses[i], micro.losses[i], 1e-12 * std::fabs(full.losses[i]));
+    EXPECT_NEAR(full.norms[i], micro.norms[i], 1e-12 * std::fabs(full.norms[i]));
+  }
+  for (std::size_t i = 0; i < full.params.size(); ++i) EXPECT_NEAR(full.params[i], micro.params[i], 1e-12);
+}
+
+TEST(Trainer, LossIsNormalisedByValidTargets) {
+  RunConfig config = testing::tiny_run_config("fp64", true);
+  auto backend = make_cpu_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  data::Batch batch = testing::random_batch(4, 5, 11, 5);
+  LossSum s = trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), 4, 5);
+  int64_t valid = 0;
+  for (int32_t t : batch.targets) valid += t >= 0;
+  ASSERT_LT(valid, 20);  // the batch does have ignored targets
+  EXPECT_EQ(s.n_valid, valid);
+  // Ignoring a target removes exactly its term from the sum.
+  std::vector<double> per_token = to_host_f64(*backend, trainer.model().logits());  // keep logits alive
+  const int32_t saved = batch.targets[0];
+  batch.targets[0] = -1;
+  LossSum fewer = trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), 4, 5);
+  EXPECT_EQ(fewer.n_valid, valid - (saved >= 0 ? 1 : 0));
+  EXPECT_LE(fewer.sum, s.sum);
+}
+
+TEST(Trainer, NonFiniteLossStopsWithTheStepNamed) {
+  RunConfig config = testing::tiny_run_config("fp32", true);
+  auto backend = make_cpu_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  trainer.train_step(testing::random_batch(4, 5, 11, 1));
+  trainer.params()["ln_f.weight"].data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<double> before = to_host_f64(*backend, trainer.params()["wte.weight"]);
+  try {
+    trainer.train_step(testing::random_batch(4, 5, 11, 2));
+    FAIL() << "a NaN loss must stop training";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(before, to_host_f64(*backend, trainer.params()["wte.weight"])) << "parameters must be untouched";
+}
+
+}  // namespace
+}  // namespace tripod
