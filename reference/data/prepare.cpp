@@ -1,0 +1,93 @@
+#include "data/prepare.h"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
+
+namespace tripod::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text_file(const fs::path& path) {
+  check(fs::is_regular_file(path), "input text ", path, " does not exist or is not a file");
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "input text ", path, ": cannot open for reading");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check(!in.bad(), "input text ", path, ": read failed");
+  return text;
+}
+
+// Encodes line by line, each line with its newline, so the token stream decodes back to the exact
+// text (byte fallback encodes "\n" as a byte piece, and no learned piece spans a newline, so this
+// equals encoding the whole text at once) while each SentencePiece call stays small.
+std::vector<int32_t> encode_by_lines(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int32_t> tokens;
+  tokens.reserve(text.size() / 3);
+  for (std::size_t begin = 0; begin < text.size();) {
+    std::size_t end = text.find('\n', begin);
+    end = end == std::string::npos ? text.size() : end + 1;
+    const std::vector<int32_t> line = tokenizer.encode(std::string_view(text).substr(begin, end - begin));
+    tokens.insert(tokens.end(), line.begin(), line.end());
+    begin = end;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+PrepareReport prepare_text_corpus(const PrepareOptions& options) {
+  check(!options.out_dir.empty(), "data prepare: no output directory given");
+  check(options.vocab_size >= 257, "data prepare for ", options.input, ": vocab_size ", options.vocab_size,
+        " is too small (the byte-fallback tokenizer needs 256 byte pieces, <unk> and the text's characters)");
+  check(options.val_fraction >= 0 && options.val_fraction < 1, "data prepare for ", options.input,
+        ": val_fraction must be in [0, 1) (got ", options.val_fraction, ")");
+  check(options.shard_tokens >= 1, "data prepare for ", options.input, ": shard_tokens must be positive (got ",
+        options.shard_tokens, ")");
+  const std::string text = read_text_file(options.input);
+  check(text.find_first_not_of(" \t\r\n") != std::string::npos, "input text ", options.input,
+        " is empty (no non-whitespace characters)");
+
+  invalidate_dataset(options.out_dir);
+  train_bpe_tokenizer(options.input, options.out_dir / "tokenizer", options.vocab_size);
+  const Tokenizer tokenizer = Tokenizer::load(options.out_dir / "tokenizer.model");
+  const std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
+  const auto total = static_cast<int64_t>(tokens.size());
+
+  PrepareReport report;
+  report.vocab_size = tokenizer.vocab_size();
+  report.val_tokens = std::llround(static_cast<double>(total) * options.val_fraction);
+  report.train_tokens = total - report.val_tokens;
+  report.bytes_per_token = static_cast<double>(text.size()) / static_cast<double>(total);
+
+  const std::span<const int32_t> stream(tokens);
+  const auto vocab = static_cast<uint64_t>(report.vocab_size);
+  nlohmann::json splits;
+  splits["train"] = write_split_shards(options.out_dir, "train", stream.first(report.train_tokens), vocab,
+                                       options.shard_tokens);
+  splits["val"] = write_split_shards(options.out_dir, "val", stream.last(report.val_tokens), vocab,
+                                     options.shard_tokens);
+  write_dataset_meta(options.out_dir, {{"format", kDatasetFormat},
+                                       {"version", kDatasetVersion},
+                                       {"vocab_size", report.vocab_size},
+                                       {"tokenizer", "tokenizer.model"},
+                                       {"splits", splits},
+                                       {"source", fs::absolute(options.input).string()},
+                                       {"input_bytes", text.size()},
+                                       {"bytes_per_token", report.bytes_per_token},
+                                       {"train_tokens", report.train_tokens},
+                                       {"val_tokens", report.val_tokens},
+                                       {"val_fraction", options.val_fraction}});
+  return report;
+}
+
+}  // namespace tripod::data

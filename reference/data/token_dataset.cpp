@@ -1,0 +1,109 @@
+#include "data/token_dataset.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/shard_format.h"
+
+namespace tripod::data {
+namespace fs = std::filesystem;
+
+nlohmann::json TokenDataset::read_meta(const fs::path& dir) {
+  check(fs::is_directory(dir), "data directory ", dir, " does not exist");
+  const fs::path meta_path = dir / "meta.json";
+  check(fs::exists(meta_path), "data directory ", dir,
+        " has no meta.json (not prepared, or preparation did not finish)");
+  std::ifstream in(meta_path);
+  check(in.good(), meta_path, ": cannot open for reading");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(meta_path, ": invalid JSON: ", e.what());
+  }
+  check(meta.is_object() && meta.value("format", "") == kDatasetFormat, meta_path,
+        ": \"format\" is not \"", kDatasetFormat, "\"");
+  check(meta.value("version", 0) == kDatasetVersion, meta_path, ": unsupported \"version\" (expected ",
+        kDatasetVersion, ")");
+  check(meta.contains("vocab_size") && meta["vocab_size"].is_number_integer() &&
+            meta["vocab_size"].get<int64_t>() >= 1,
+        meta_path, ": \"vocab_size\" must be a positive integer");
+  check(meta.contains("splits") && meta["splits"].is_object(), meta_path,
+        ": \"splits\" must be an object of split name -> shard file list");
+  for (const auto& [name, shards] : meta["splits"].items()) {
+    check(shards.is_array(), meta_path, ": split \"", name, "\" must be a list of shard files");
+    for (const auto& shard : shards)
+      check(shard.is_string(), meta_path, ": split \"", name, "\" lists a non-string shard");
+  }
+  return meta;
+}
+
+TokenDataset TokenDataset::open(const fs::path& dir, const std::string& split) {
+  TokenDataset data;
+  data.dir_ = dir;
+  data.split_ = split;
+  data.meta_ = read_meta(dir);
+  data.vocab_size_ = data.meta_["vocab_size"].get<int64_t>();
+  const auto& splits = data.meta_["splits"];
+  if (!splits.contains(split)) {
+    std::string available;
+    for (const auto& [name, shards] : splits.items()) available += (available.empty() ? "" : ", ") + name;
+    fail(dir / "meta.json", ": no split \"", split, "\" (available: ", available, ")");
+  }
+  for (const auto& name : splits[split]) {
+    const fs::path shard_path = dir / name.get<std::string>();
+    ShardHeader header;
+    std::vector<int32_t> shard = read_shard(shard_path, &header);
+    check(header.vocab_size == static_cast<uint64_t>(data.vocab_size_), "token shard ", shard_path,
+          " has vocab_size ", header.vocab_size, " but ", dir / "meta.json", " says ", data.vocab_size_);
+    data.tokens_.insert(data.tokens_.end(), shard.begin(), shard.end());
+  }
+  check(!data.tokens_.empty(), "split \"", split, "\" of data directory ", dir, " has no tokens");
+  return data;
+}
+
+std::string shard_file_name(const std::string& split, int64_t index) {
+  char number[32];
+  std::snprintf(number, sizeof number, "_%06lld.bin", static_cast<long long>(index));
+  return split + number;
+}
+
+std::vector<std::string> write_split_shards(const fs::path& dir, const std::string& split,
+                                            std::span<const int32_t> tokens, uint64_t vocab_size,
+                                            int64_t shard_tokens) {
+  check(shard_tokens >= 1, "shard size must be at least 1 token (got ", shard_tokens, ")");
+  std::vector<std::string> names;
+  for (std::size_t begin = 0; begin < tokens.size(); begin += static_cast<std::size_t>(shard_tokens)) {
+    const std::size_t count = std::min(tokens.size() - begin, static_cast<std::size_t>(shard_tokens));
+    names.push_back(shard_file_name(split, static_cast<int64_t>(names.size())));
+    write_shard(dir / names.back(), tokens.subspan(begin, count), vocab_size);
+  }
+  return names;
+}
+
+void write_dataset_meta(const fs::path& dir, const nlohmann::json& meta) {
+  const fs::path final_path = dir / "meta.json";
+  const fs::path temporary = dir / "meta.json.tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    check(out.good(), temporary, ": cannot open for writing");
+    out << meta.dump(2) << "\n";
+    out.close();
+    check(out.good(), temporary, ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(temporary, final_path, ec);
+  check(!ec, final_path, ": cannot rename from ", temporary, ": ", ec.message());
+}
+
+void invalidate_dataset(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, "cannot create data directory ", dir, ": ", ec.message());
+  fs::remove(dir / "meta.json", ec);
+  check(!ec, "cannot remove the old ", dir / "meta.json", ": ", ec.message());
+}
+
+}  // namespace tripod::data

@@ -1,0 +1,63 @@
+// A prepared data directory: meta.json plus the token shards of each split.
+//
+// meta.json:
+//   {"format": "tripod-tokens", "version": 1, "vocab_size": V,
+//    "tokenizer": "tokenizer.model" | null,
+//    "splits": {"train": ["train_000000.bin", ...], "val": ["val_000000.bin"]},
+//    "source": "...", "entropy_rate_nats": H (synthetic corpora only), ...}
+// meta.json is written last and atomically, so a directory with a meta.json is complete.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tripod::data {
+
+inline constexpr const char* kDatasetFormat = "tripod-tokens";
+inline constexpr int kDatasetVersion = 1;
+
+// One split of a prepared directory, loaded into a single contiguous token array.
+class TokenDataset {
+ public:
+  // Reads every shard of `split` (checking each shard's vocab_size against meta.json).
+  static TokenDataset open(const std::filesystem::path& dir, const std::string& split);
+
+  // Reads and validates dir/meta.json without loading any shard.
+  static nlohmann::json read_meta(const std::filesystem::path& dir);
+
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  const int32_t* tokens() const { return tokens_.data(); }
+  const nlohmann::json& meta() const { return meta_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  const std::string& split() const { return split_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::string split_;
+  nlohmann::json meta_;
+  int64_t vocab_size_ = 0;
+  std::vector<int32_t> tokens_;
+};
+
+// "train_000003.bin" for split "train", index 3.
+std::string shard_file_name(const std::string& split, int64_t index);
+
+// Writes `tokens` as shards of at most `shard_tokens` tokens (an empty split has no shards) and
+// returns their file names, in order, for meta.json.
+std::vector<std::string> write_split_shards(const std::filesystem::path& dir, const std::string& split,
+                                            std::span<const int32_t> tokens, uint64_t vocab_size,
+                                            int64_t shard_tokens);
+
+// Writes dir/meta.json through a temporary file and a rename.
+void write_dataset_meta(const std::filesystem::path& dir, const nlohmann::json& meta);
+
+// Removes dir/meta.json (if any) before rewriting a directory, so that an interrupted rewrite
+// leaves no meta.json pointing at a mixture of old and new shards.
+void invalidate_dataset(const std::filesystem::path& dir);
+
+}  // namespace tripod::data

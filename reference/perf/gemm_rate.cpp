@@ -1,0 +1,33 @@
+#include "perf/gemm_rate.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace tripod {
+
+GemmRate measure_square_gemm(Backend& backend, int64_t n, DType dtype, int repetitions) {
+  Tensor a = backend.alloc({n, n}, dtype), b = backend.alloc({n, n}, dtype), c = backend.alloc({n, n}, dtype);
+  backend.fill(a, 0.5);
+  backend.fill(b, 0.25);
+  backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n);  // warm-up: threads, caches, pages
+  std::vector<double> rates;
+  for (int r = 0; r < repetitions; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rates.push_back(2.0 * static_cast<double>(n) * n * n / seconds);
+  }
+  std::sort(rates.begin(), rates.end());
+  return {n, rates[rates.size() / 2], rates.back()};
+}
+
+std::size_t peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+}  // namespace tripod

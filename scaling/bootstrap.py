@@ -1,0 +1,60 @@
+"""Percentile-bootstrap confidence intervals: resample runs with replacement and refit.
+
+Approach 2 and the frontier resample within each budget, so every budget keeps its number of
+points and still has a parabola; Approach 3 resamples the whole set of runs. Refits of
+Approach 3 start from the full-data optimum plus the best few screened grid starts of the
+resample: rerunning the whole multi-start search per replicate would cost ~10x as much and
+the full-data optimum is, by construction, close to every replicate's optimum.
+"""
+
+import numpy as np
+
+from scaling.fitlib import fit_approach2, fit_approach3, fit_frontier
+
+APPROACH3_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
+APPROACH2_KEYS = ("approach2_a", "approach2_b")
+FRONTIER_KEYS = ("frontier_L_inf", "frontier_k", "frontier_gamma")
+CI_PERCENTILES = (2.5, 97.5)
+
+
+def resample_within_budgets(sweep, rng):
+    return np.concatenate([rng.choice(idx, size=len(idx), replace=True)
+                           for _, idx, _ in sweep.budgets()])
+
+
+def _approach3_values(fit):
+    law = fit.law
+    return {"E": law.E, "A": law.A, "B": law.B, "alpha": law.alpha, "beta": law.beta,
+            "a": law.a, "b": law.b}
+
+
+def _approach2_and_frontier_values(sweep):
+    approach2, frontier = fit_approach2(sweep), fit_frontier(sweep)
+    return {"approach2_a": approach2["a"], "approach2_b": approach2["b"],
+            "frontier_L_inf": frontier["L_inf"], "frontier_k": frontier["k"],
+            "frontier_gamma": frontier["gamma"]}
+
+
+def bootstrap(sweep, point_fit, n_resamples, seed=0, grid=None, starts_per_refit=2):
+    """{"ci": {key: [lo, hi] or None}, "n_ok": {key: count}, "samples": {key: [values]}}.
+
+    `point_fit` is the full-data ParametricFit (its theta seeds every Approach-3 refit).
+    A replicate whose fit is undetermined (e.g. too few interior minima) is left out of that
+    parameter's interval, and n_ok says how many remained.
+    """
+    rng = np.random.default_rng(seed)
+    samples = {key: [] for key in APPROACH3_KEYS + APPROACH2_KEYS + FRONTIER_KEYS}
+    for _ in range(n_resamples):
+        within = sweep.take(resample_within_budgets(sweep, rng))
+        for key, value in _approach2_and_frontier_values(within).items():
+            if value is not None and np.isfinite(value):
+                samples[key].append(value)
+        whole = sweep.take(rng.integers(0, len(sweep), size=len(sweep)))
+        refit = fit_approach3(whole, grid=grid, extra_starts=[point_fit.theta],
+                              max_starts=starts_per_refit)
+        for key, value in _approach3_values(refit).items():
+            samples[key].append(value)
+    ci = {key: ([float(v) for v in np.percentile(vals, CI_PERCENTILES)] if vals else None)
+          for key, vals in samples.items()}
+    return {"ci": ci, "n_ok": {key: len(vals) for key, vals in samples.items()},
+            "samples": samples}

@@ -1,0 +1,144 @@
+"""The OUT.json document (a contract other tools read) and its Markdown rendering."""
+
+import json
+import math
+
+import numpy as np
+
+from scaling.laws import (CHINCHILLA, CHINCHILLA_TOKENS_PER_PARAM, EPOCH_2024, ParametricLaw,
+                          reference_block)
+
+
+def estimate(value, ci=None):
+    return {"value": value, "ci": ci}
+
+
+def round_budgets(C_values, decades_beyond=2):
+    """Powers of ten from the smallest budget's decade to `decades_beyond` past the largest."""
+    lo = math.floor(math.log10(min(C_values)))
+    hi = math.ceil(math.log10(max(C_values))) + decades_beyond
+    return [10.0 ** k for k in range(lo, hi + 1)]
+
+
+def tokens_per_parameter_rows(law, approach2, data_budgets):
+    """D_opt/N_opt at each budget of the data and at round budgets, by each approach."""
+    def approach2_ratio(C):
+        if approach2["a"] is None:
+            return None
+        return (approach2["D_coefficient"] * C ** approach2["b"]
+                / (approach2["N_coefficient"] * C ** approach2["a"]))
+
+    rows = []
+    for source, budgets in (("data", data_budgets), ("round", round_budgets(data_budgets))):
+        for C in budgets:
+            rows.append({"C": C, "source": source,
+                         "approach3": float(law.tokens_per_param(C)),
+                         "approach2": approach2_ratio(C),
+                         "chinchilla_law": float(CHINCHILLA.tokens_per_param(C)),
+                         "epoch2024_law": float(EPOCH_2024.tokens_per_param(C)),
+                         "chinchilla_rule_of_thumb": CHINCHILLA_TOKENS_PER_PARAM})
+    return rows
+
+
+def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bootstrap_settings):
+    """Everything the fits found, as a JSON-ready dict (CIs are None without a bootstrap)."""
+    ci = boot["ci"] if boot else {}
+    law = fit3.law
+    report = {key: estimate(getattr(law, key), ci.get(key))
+              for key in ("E", "A", "B", "alpha", "beta", "a", "b")}
+    report["G"] = law.G
+    report["compute_optimal"] = "N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b"
+    report["approach2"] = {
+        "a": estimate(approach2["a"], ci.get("approach2_a")),
+        "b": estimate(approach2["b"], ci.get("approach2_b")),
+        "N_coefficient": approach2["N_coefficient"], "D_coefficient": approach2["D_coefficient"],
+        "n_budgets_used": approach2["n_budgets_used"], "minima": approach2["minima"],
+        "note": approach2.get("note", "power laws fitted to the interior minima only")}
+    report["isoflop_minima"] = approach2["minima"]
+    report["frontier"] = {
+        "model": "L(C) = L_inf + k C^-gamma through the best run of each budget",
+        "L_inf": estimate(frontier["L_inf"], ci.get("frontier_L_inf")),
+        "k": estimate(frontier["k"], ci.get("frontier_k")),
+        "gamma": estimate(frontier["gamma"], ci.get("frontier_gamma")),
+        "gamma_implied_by_approach3": law.frontier_exponent,
+        "points": frontier["points"], "note": frontier.get("note")}
+    report["tokens_per_parameter"] = tokens_per_parameter_rows(
+        law, approach2, [C for _, _, C in sweep.budgets()])
+    report["optimizer"] = fit3.optimizer_status()
+    report["bootstrap"] = dict(bootstrap_settings, ci_percentiles=[2.5, 97.5],
+                               n_ok=boot["n_ok"] if boot else None)
+    report["excluded"] = excluded
+    report["n_runs"] = len(sweep)
+    report["n_records"] = n_records
+    report["references"] = reference_block()
+    return report
+
+
+def _json_safe(value):
+    """numpy scalars to Python, NaN/inf to null (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(report, path):
+    with open(path, "w") as f:
+        json.dump(_json_safe(report), f, indent=2)
+        f.write("\n")
+
+
+def law_from_report(report):
+    return ParametricLaw(**{k: report[k]["value"] for k in ("E", "A", "B", "alpha", "beta")})
+
+
+def _fmt(x):
+    return "—" if x is None else f"{x:.4g}"
+
+
+def _ci(ci):
+    return "—" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def render_markdown(report):
+    refs = report["references"]
+    rows = [(k, report[k], refs["chinchilla"].get(k), refs["epoch2024"].get(k))
+            for k in ("E", "A", "B", "alpha", "beta", "a", "b")]
+    rows += [("a (Approach 2)", report["approach2"]["a"], refs["chinchilla"]["a"], None),
+             ("b (Approach 2)", report["approach2"]["b"], refs["chinchilla"]["b"], None)]
+    rows += [(f"frontier {k}", report["frontier"][k], None, None) for k in ("L_inf", "k", "gamma")]
+    out = ["# Scaling-law fit", "",
+           f"{report['n_runs']} runs fitted, {len(report['excluded'])} excluded; "
+           f"bootstrap: {report['bootstrap']['n_resamples']} resamples.", "",
+           "| parameter | estimate | 95% CI | Chinchilla 2022 | Epoch 2024 |",
+           "|---|---|---|---|---|"]
+    out += [f"| {name} | {_fmt(est['value'])} | {_ci(est['ci'])} | {_fmt(c)} | {_fmt(e)} |"
+            for name, est, c, e in rows]
+    out += ["", f"Kaplan et al. 2020: a = {refs['kaplan']['a']}. Frontier gamma implied by "
+            f"Approach 3: {_fmt(report['frontier']['gamma_implied_by_approach3'])}.", "",
+            "## IsoFLOP minima (Approach 2)", "",
+            "| budget | C | points | N_opt | D_opt | loss at min | interior |", "|---|---|---|---|---|---|---|"]
+    out += [f"| {m['budget']} | {_fmt(m['C'])} | {m['n_points']} | {_fmt(m['N_opt'])} | "
+            f"{_fmt(m['D_opt'])} | {_fmt(m['loss_min'])} | {'yes' if m['interior'] else '**no**'} |"
+            for m in report["isoflop_minima"]]
+    out += ["", "## Optimal tokens per parameter D_opt/N_opt", "",
+            "| C | from | Approach 3 | Approach 2 | Chinchilla law | Epoch law | rule of thumb |",
+            "|---|---|---|---|---|---|---|"]
+    out += [f"| {_fmt(r['C'])} | {r['source']} | {_fmt(r['approach3'])} | {_fmt(r['approach2'])} | "
+            f"{_fmt(r['chinchilla_law'])} | {_fmt(r['epoch2024_law'])} | {_fmt(r['chinchilla_rule_of_thumb'])} |"
+            for r in report["tokens_per_parameter"]]
+    opt = report["optimizer"]
+    out += ["", "## Approach 3 optimizer", "",
+            f"L-BFGS-B, Huber delta {opt['huber_delta']}, {opt['n_starts']} starts screened from a "
+            f"grid of {opt['grid_size']}: success={opt['success']}, {opt['iterations']} iterations, "
+            f"objective {opt['objective']:.4g}, message: {opt['message']}"]
+    if report["excluded"]:
+        out += ["", "## Excluded runs", ""]
+        out += [f"- {x['name']}" + ("" if x["name"] == f"line {x['line']}" else f" (line {x['line']})")
+                + f": {x['reason']}" for x in report["excluded"]]
+    return "\n".join(out) + "\n"
