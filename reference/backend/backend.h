@@ -76,9 +76,10 @@ class Backend {
 
   // ---- optimizer ----
   // Decoupled AdamW (Loshchilov & Hutter) on one tensor; `step` counts from 1 for bias correction.
+  // The gradient is used as grad * grad_scale (the clipping coefficient, fused to save a pass).
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      double lr, double beta1, double beta2, double eps, double weight_decay,
-                     int64_t step) = 0;
+                     int64_t step, double grad_scale) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

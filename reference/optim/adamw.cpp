@@ -26,11 +26,11 @@ bool decays(const ParamSpec& spec, DecayPolicy policy) {
 AdamW::AdamW(const std::vector<ParamSpec>& specs, Backend& backend, DType dtype, AdamWConfig config)
     : backend_(backend), config_(config), m_(specs, backend, dtype), v_(specs, backend, dtype) {}
 
-void AdamW::update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step) {
+void AdamW::update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step, double grad_scale) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const double wd = decays(params.specs()[i], config_.decay_policy) ? config_.weight_decay : 0.0;
     backend_.adamw(params.at(i), grads.at(i), m_.at(i), v_.at(i), lr, config_.beta1, config_.beta2, config_.eps, wd,
-                   step);
+                   step, grad_scale);
   }
 }
 
@@ -38,13 +38,10 @@ double global_grad_norm(Backend& backend, const ParamSet& grads) {
   return std::sqrt(backend.sum_squares(grads.flat()));
 }
 
-double clip_grad_norm(Backend& backend, const ParamSet& grads, double max_norm) {
-  const double norm = global_grad_norm(backend, grads);
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) backend.scale(grads.flat(), coef);
-  }
-  return norm;
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
 }
 
 }  // namespace tripod

@@ -26,8 +26,9 @@ class AdamW {
  public:
   AdamW(const std::vector<ParamSpec>& specs, Backend& backend, DType dtype, AdamWConfig config);
 
-  // One update of every tensor with learning rate lr; `step` counts from 1 (bias correction).
-  void update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step);
+  // One update of every tensor with learning rate lr; `step` counts from 1 (bias correction);
+  // gradients enter multiplied by grad_scale (the clipping coefficient).
+  void update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step, double grad_scale = 1.0);
 
   const ParamSet& m() const { return m_; }  // first moments, same layout as the parameters
   const ParamSet& v() const { return v_; }  // second moments
@@ -39,9 +40,10 @@ class AdamW {
   ParamSet m_, v_;
 };
 
-// Global L2 norm of all gradients (fp64 accumulation); if it exceeds max_norm > 0, scales the
-// gradients by max_norm / (norm + 1e-6). Returns the norm before clipping.
+// Global L2 norm of all gradients, accumulated in fp64.
 double global_grad_norm(Backend& backend, const ParamSet& grads);
-double clip_grad_norm(Backend& backend, const ParamSet& grads, double max_norm);
+// The factor gradients are multiplied by: max_norm / (norm + 1e-6) when that is below 1 (and
+// max_norm > 0), else 1 - torch.nn.utils.clip_grad_norm_'s rule.
+double clip_coefficient(double norm, double max_norm);
 
 }  // namespace tripod

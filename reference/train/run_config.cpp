@@ -25,7 +25,7 @@ json default_config_json() {
 
 std::string resolve_config_path(const std::string& name_or_path) {
   if (fs::exists(name_or_path)) return name_or_path;
-  for (const fs::path dir : {fs::path("reference/configs"), fs::path(TRIPOD_SOURCE_DIR) / "reference/configs"}) {
+  for (const fs::path& dir : {fs::path("reference/configs"), fs::path(TRIPOD_SOURCE_DIR) / "reference/configs"}) {
     for (const char* ext : {".json", ""}) {
       fs::path candidate = dir / (name_or_path + ext);
       if (fs::exists(candidate)) return candidate.string();

@@ -52,11 +52,11 @@ StepResult Trainer::train_step(const data::Batch& batch) {
   r.loss = loss.sum / static_cast<double>(loss.n_valid);
   check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
         " (training diverged); parameters were not updated with this step's gradients");
-  r.grad_norm = clip_grad_norm(backend_, grads_, config_.grad_clip);
+  r.grad_norm = global_grad_norm(backend_, grads_);
   check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
         " (training diverged); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
-  optimizer_.update(params_, grads_, r.lr, step_ + 1);
+  optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -206,11 +206,11 @@ class CpuBackend final : public Backend {
   }
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr, double beta1,
-             double beta2, double eps, double weight_decay, int64_t step) override {
+             double beta2, double eps, double weight_decay, int64_t step, double grad_scale) override {
     dispatch_float(param.dtype(), "adamw", [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::adamw<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.numel(), lr, beta1, beta2,
-                    eps, weight_decay, step);
+                    eps, weight_decay, step, grad_scale);
     });
   }
 };

@@ -49,7 +49,7 @@ void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int
 
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
-           double weight_decay, int64_t step);
+           double weight_decay, int64_t step, double grad_scale);
 
 // Sum of squares accumulated in fp64, in fixed-size blocks summed in order.
 template <typename T>

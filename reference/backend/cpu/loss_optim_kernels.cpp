@@ -58,16 +58,17 @@ void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int
 // Same arithmetic order as torch.optim.AdamW: decay, moments, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
-           double weight_decay, int64_t step) {
+           double weight_decay, int64_t step, double grad_scale) {
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, static_cast<double>(step)));
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T step_size = static_cast<T>(lr / bc1);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
-  const T bc2s = static_cast<T>(bc2_sqrt), e = static_cast<T>(eps);
+  const T bc2s = static_cast<T>(bc2_sqrt), e = static_cast<T>(eps), gs = static_cast<T>(grad_scale);
+  const bool scaled = grad_scale != 1.0;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
+    T g = scaled ? grad[i] * gs : grad[i];  // the same rounding as scaling the gradients first
     T mi = b1 * m[i] + (T(1) - b1) * g;
     T vi = b2 * v[i] + (T(1) - b2) * g * g;
     m[i] = mi;
@@ -82,8 +83,8 @@ template void cross_entropy_forward<double>(double*, const double*, const int32_
 template void cross_entropy_backward<float>(float*, const int32_t*, int64_t, int64_t, double);
 template void cross_entropy_backward<double>(double*, const int32_t*, int64_t, int64_t, double);
 template void adamw<float>(float*, const float*, float*, float*, int64_t, double, double, double, double, double,
-                           int64_t);
+                           int64_t, double);
 template void adamw<double>(double*, const double*, double*, double*, int64_t, double, double, double, double,
-                            double, int64_t);
+                            double, int64_t, double);
 
 }  // namespace tripod::cpu

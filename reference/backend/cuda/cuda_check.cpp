@@ -52,12 +52,12 @@ int main() {
   cuda::check_cuda(cudaMemset(dv, 0, bytes), "memset v");
 
   cuda::gelu_forward(dy, dx, n, nullptr);
-  cuda::adamw(dp, dg, dm, dv, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, nullptr);
+  cuda::adamw(dp, dg, dm, dv, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 0.5, nullptr);
   std::vector<float> y_gpu(n), p_gpu(n), y_cpu(n);
   cuda::check_cuda(cudaMemcpy(y_gpu.data(), dy, bytes, cudaMemcpyDeviceToHost), "copy y");
   cuda::check_cuda(cudaMemcpy(p_gpu.data(), dp, bytes, cudaMemcpyDeviceToHost), "copy p");
   cpu::gelu_forward<float>(y_cpu.data(), x.data(), n);
-  cpu::adamw<float>(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
+  cpu::adamw<float>(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 0.5);
 
   const double gelu_err = max_relative_error(y_gpu, y_cpu), adamw_err = max_relative_error(p_gpu, p);
   std::printf("gelu_forward max relative error vs CPU: %.3e\nadamw max relative error vs CPU: %.3e\n", gelu_err,

@@ -21,10 +21,10 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, float b1, float b2,
-                             float eps, float decay, float step_size, float bc2_sqrt) {
+                             float eps, float decay, float step_size, float bc2_sqrt, float grad_scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float g = grad[i];
+  const float g = grad_scale != 1.0f ? grad[i] * grad_scale : grad[i];
   const float mi = b1 * m[i] + (1.0f - b1) * g;
   const float vi = b2 * v[i] + (1.0f - b2) * g * g;
   m[i] = mi;
@@ -46,13 +46,14 @@ void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) 
 }
 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weight_decay, int64_t step, cudaStream_t stream) {
+           double eps, double weight_decay, int64_t step, double grad_scale, cudaStream_t stream) {
   if (n == 0) return;
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, static_cast<double>(step)));
   adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       param, grad, m, v, n, static_cast<float>(beta1), static_cast<float>(beta2), static_cast<float>(eps),
-      static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(lr / bc1), static_cast<float>(bc2_sqrt));
+      static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(lr / bc1), static_cast<float>(bc2_sqrt),
+      static_cast<float>(grad_scale));
   check_cuda(cudaGetLastError(), "adamw launch");
 }
 

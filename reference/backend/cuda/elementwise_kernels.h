@@ -10,7 +10,7 @@ namespace tripod::cuda {
 
 void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weight_decay, int64_t step, cudaStream_t stream);
+           double eps, double weight_decay, int64_t step, double grad_scale, cudaStream_t stream);
 
 // Throws tripod::Error with the CUDA error string and the call site.
 void check_cuda(cudaError_t status, const char* what);
