@@ -94,7 +94,12 @@ void run_bench_train(const BenchTrainOptions& o) {
 void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
-  auto* train = bench->add_subcommand("train", "time training steps against sgemm measured in the same run");
+  add_bench_train_command(*bench);
+  add_bench_micro_commands(*bench);
+}
+
+void add_bench_train_command(CLI::App& bench) {
+  auto* train = bench.add_subcommand("train", "time training steps against sgemm measured in the same run");
   auto o = std::make_shared<BenchTrainOptions>();
   train->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
   train->add_option("--set", o->overrides, "override a config key (repeatable)");

@@ -8,6 +8,11 @@ namespace tripod::cli {
 void add_train_command(CLI::App& app);    // tripod train
 void add_data_commands(CLI::App& app);    // tripod data prepare | synthetic | inspect
 void add_export_commands(CLI::App& app);  // tripod export hf
-void add_bench_commands(CLI::App& app);   // tripod bench train
+void add_bench_commands(CLI::App& app);   // tripod bench train | gemm | kernels | ...
+void add_scale_commands(CLI::App& app);   // tripod scale run | fit
+
+// Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
+void add_bench_train_command(CLI::App& bench);       // bench_command.cpp
+void add_bench_micro_commands(CLI::App& bench);      // bench_micro_command.cpp: gemm, kernels
 
 }  // namespace tripod::cli
