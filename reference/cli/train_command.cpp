@@ -19,6 +19,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--set", opts->overrides, "override a config key, e.g. --set train.steps=50 (repeatable)");
   cmd->add_option("--save", opts->train.save_dir, "write a checkpoint directory here at the end of the run");
   cmd->add_option("--resume", opts->train.resume_dir, "continue from this checkpoint directory");
+  cmd->add_option("--exit-after", opts->train.exit_after,
+                  "stop after N steps of this invocation (checkpointing to --save), as if interrupted");
   cmd->callback([opts]() {
     RunConfig config = parse_run_config(load_config_json(opts->config, opts->overrides));
     TrainSummary s = run_training(config, opts->train);

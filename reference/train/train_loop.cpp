@@ -1,5 +1,6 @@
 #include "train/train_loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -115,7 +116,8 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options) {
   double total_seconds = 0;
   int64_t total_tokens = 0;
   const int64_t first_step = trainer.step();
-  while (trainer.step() < t.steps) {
+  const int64_t stop_step = options.exit_after > 0 ? std::min(t.steps, first_step + options.exit_after) : t.steps;
+  while (trainer.step() < stop_step) {
     const StepResult r = trainer.train_step(loader.samples(trainer.step() * t.batch_size, t.batch_size));
     total_seconds += r.seconds;
     total_tokens += r.tokens;

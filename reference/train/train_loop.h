@@ -10,6 +10,8 @@ namespace tripod {
 struct TrainOptions {
   std::string save_dir;    // checkpoint here at the end (and every train.save_every steps)
   std::string resume_dir;  // continue from this checkpoint (same model, same data order)
+  int64_t exit_after = 0;  // stop (and checkpoint) after this many steps of this invocation, as if
+                           // interrupted; 0 runs to train.steps
 };
 
 struct TrainSummary {

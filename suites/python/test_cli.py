@@ -1,0 +1,173 @@
+"""End-to-end tests of the `tripod` command line: data preparation, training, exact resume,
+export, and clear errors with a non-zero exit (never a crash or a silent run) on bad input."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
+TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+
+# A 1-layer model small enough that every training run below takes well under a second.
+SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
+         "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
+         "--set", "train.batch_size=4", "--set", "train.eval_batches=1", "--set", "train.log_every=1",
+         "--set", "optim.warmup_steps=2"]
+
+
+def tripod(*args, check=True):
+    if not TRIPOD.exists():
+        if BINARY_DIR:
+            pytest.fail(f"{TRIPOD} is missing: build the project first")
+        pytest.skip(f"{TRIPOD} not built")
+    result = subprocess.run([str(TRIPOD), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"tripod {' '.join(map(str, args))} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def expect_error(*args, contains):
+    """The command must fail with exit code 1 (a reported error, not a crash) naming the problem."""
+    result = tripod(*args, check=False)
+    assert result.returncode == 1, f"expected exit 1, got {result.returncode}:\n{result.stdout}{result.stderr}"
+    assert "tripod: error:" in result.stderr, result.stderr
+    assert contains in result.stderr, f"'{contains}' not in: {result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus") / "markov"
+    tripod("data", "synthetic", "--out", out, "--vocab-size", 64, "--order", 1, "--tokens", 40000)
+    return out
+
+
+def train(corpus, tmp, name, *extra):
+    metrics = tmp / f"{name}.jsonl"
+    tripod("train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
+           *SMALL, *extra)
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def step_losses(records):
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def test_train_writes_metrics_and_loss_falls(corpus, tmp_path):
+    records = train(corpus, tmp_path, "run", "--set", "train.steps=60", "--set", "optim.lr=0.03",
+                    "--set", "train.batch_size=16")
+    assert records[0]["event"] == "start"
+    losses = step_losses(records)
+    assert len(losses) == 60
+    assert losses[59] < losses[0] - 0.5  # from ~log(64) = 4.16 towards the chain's entropy rate
+    assert "val_loss" in records[-1]
+    for key in ("lr", "grad_norm", "tokens_per_second", "mfu"):
+        assert key in records[-1]
+
+
+def test_same_seed_bit_identical(corpus, tmp_path):
+    a = step_losses(train(corpus, tmp_path, "a", "--set", "train.steps=5"))
+    b = step_losses(train(corpus, tmp_path, "b", "--set", "train.steps=5"))
+    assert a == b
+
+
+def test_resume_continues_exactly(corpus, tmp_path):
+    straight = step_losses(train(corpus, tmp_path, "straight", "--set", "train.steps=8"))
+    ckpt = tmp_path / "ckpt"
+    first = step_losses(train(corpus, tmp_path, "first", "--set", "train.steps=8", "--save", ckpt,
+                              "--exit-after", 3))
+    assert sorted(first) == [0, 1, 2]
+    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+    second = step_losses(train(corpus, tmp_path, "second", "--set", "train.steps=8", "--resume", ckpt))
+    assert sorted(second) == [3, 4, 5, 6, 7]
+    for step, loss in {**first, **second}.items():
+        assert loss == straight[step], f"step {step}: {loss} != {straight[step]} (resume must be exact)"
+
+
+def test_export_hf_layout(corpus, tmp_path):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
+    train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
+    tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["n_layer"] == 1 and config["vocab_size"] == 64
+    header_len = int.from_bytes((out / "model.safetensors").read_bytes()[:8], "little")
+    header = json.loads((out / "model.safetensors").read_bytes()[8:8 + header_len])
+    assert header["h.0.mlp.c_fc.weight"]["shape"] == [32, 64]  # Conv1D [in, out]
+    assert header["wte.weight"]["shape"] == [64, 32]
+    assert {"wpe.weight", "ln_f.weight", "h.0.attn.c_attn.bias"} <= set(header)
+
+
+def test_data_prepare_and_inspect(tmp_path):
+    text = tmp_path / "text.txt"
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
+    text.write_text("\n".join(" ".join(words[(i * j) % 8] for j in range(12)) for i in range(3000)))
+    tripod("data", "prepare", "--input", text, "--out", tmp_path / "prep", "--vocab-size", 300)
+    meta = json.loads((tmp_path / "prep" / "meta.json").read_text())
+    assert meta["vocab_size"] == 300
+    assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
+
+
+# ---- bad input: a clear error naming the problem, exit code 1 ----
+
+def test_unknown_config_key(corpus):
+    expect_error("train", "--config", "tiny", "--set", "train.stepz=3", contains="train.stepz")
+
+
+def test_heads_not_dividing_d_model(corpus):
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", "model.n_head=3",
+                 contains="does not divide")
+
+
+def test_context_shorter_than_sequence(corpus):
+    expect_error("train", "--config", "tiny", "--set", "model.context=8", contains="model.context")
+
+
+def test_missing_data_directory(tmp_path):
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", contains="nowhere")
+
+
+def test_vocab_mismatch(corpus):
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", "model.vocab_size=10",
+                 contains="vocabulary mismatch")
+
+
+def shard_copy(corpus, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+    return copy, copy / "train_000000.bin"
+
+
+def test_truncated_shard(corpus, tmp_path):
+    copy, shard = shard_copy(corpus, tmp_path)
+    shard.write_bytes(shard.read_bytes()[:-100])
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={copy}", contains="truncated")
+
+
+def test_shard_checksum_failure(corpus, tmp_path):
+    copy, shard = shard_copy(corpus, tmp_path)
+    data = bytearray(shard.read_bytes())
+    data[200] ^= 0x01
+    shard.write_bytes(bytes(data))
+    result = expect_error("train", "--config", "tiny", "--set", f"data.dir={copy}", contains="checksum")
+    assert "train_000000.bin" in result.stderr
+
+
+def test_corrupt_checkpoint_is_refused(corpus, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
+    data = bytearray((ckpt / "optimizer.safetensors").read_bytes())
+    data[-5] ^= 0xFF
+    (ckpt / "optimizer.safetensors").write_bytes(bytes(data))
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--resume", ckpt,
+                 contains="optimizer.safetensors")
+
+
+def test_nan_loss_stops_with_step(corpus, tmp_path):
+    result = expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                          "--set", "train.steps=20", "--set", "optim.lr=1e30", "--set", "optim.min_lr=1e30",
+                          "--set", "optim.warmup_steps=0", "--set", "optim.grad_clip=0", contains="diverged")
+    assert "step" in result.stderr
