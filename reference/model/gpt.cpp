@@ -10,17 +10,17 @@ struct LayerTensors {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
-LayerTensors layer_tensors(const ParamSet& p, int64_t layer) {
+// get(name) is ParamAccess::param or ParamAccess::grad.
+template <typename Get>
+LayerTensors layer_tensors(Get&& get, int64_t layer) {
   const std::string h = "h." + std::to_string(layer) + ".";
-  return {p[h + "ln_1.weight"],       p[h + "ln_1.bias"],       p[h + "attn.c_attn.weight"],
-          p[h + "attn.c_attn.bias"],  p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"],
-          p[h + "ln_2.weight"],       p[h + "ln_2.bias"],       p[h + "mlp.c_fc.weight"],
-          p[h + "mlp.c_fc.bias"],     p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"]};
+  return {get(h + "ln_1.weight"),       get(h + "ln_1.bias"),       get(h + "attn.c_attn.weight"),
+          get(h + "attn.c_attn.bias"),  get(h + "attn.c_proj.weight"), get(h + "attn.c_proj.bias"),
+          get(h + "ln_2.weight"),       get(h + "ln_2.bias"),       get(h + "mlp.c_fc.weight"),
+          get(h + "mlp.c_fc.bias"),     get(h + "mlp.c_proj.weight"), get(h + "mlp.c_proj.bias")};
 }
 
-const Tensor& lm_head(const ParamSet& p, const ModelConfig& c) {
-  return c.tie_embeddings ? p["wte.weight"] : p["lm_head.weight"];
-}
+const char* lm_head_name(const ModelConfig& c) { return c.tie_embeddings ? "wte.weight" : "lm_head.weight"; }
 
 }  // namespace
 
@@ -98,6 +98,16 @@ Tensor Gpt::logits() const {
 }
 
 LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+  ResidentParams access(params, nullptr);
+  return forward(access, tokens, targets, B, T);
+}
+
+void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_scale) {
+  ResidentParams access(params, &grads);
+  backward(access, grad_scale);
+}
+
+LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ensure_activations(B, T);
   Activations& a = *acts_;
   Backend& be = backend_;
@@ -105,11 +115,16 @@ LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_
   be.upload(tokens, a.tokens);
   be.upload(targets, a.targets);
 
+  const int64_t L = config_.n_layer;
+  auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
   // encoded[N,C] = wte[tokens] + wpe[t]
-  be.embedding_forward(a.encoded, a.tokens, params["wte.weight"], params["wpe.weight"], T);
+  p.acquire_params(embedding_group());
+  be.embedding_forward(a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
+  p.release_params(embedding_group());
   Tensor residual = a.encoded;
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
-    const LayerTensors w = layer_tensors(params, l);
+  for (int64_t l = 0; l < L; ++l) {
+    p.acquire_params(block_group(l));
+    const LayerTensors w = layer_tensors(param, l);
     Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
     // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
@@ -123,10 +138,15 @@ LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_
     be.gelu_forward(x.fc_gelu, x.fc);
     linear_forward(be, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);     // [N,C]
     be.add(x.res3, x.res3, x.res2);
+    p.release_params(block_group(l));
     residual = x.res3;
   }
-  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, params["ln_f.weight"], params["ln_f.bias"], eps);
-  linear_forward(be, a.logits, a.lnf, lm_head(params, config_), Tensor());  // [N,V]
+  p.acquire_params(head_group(L));
+  if (config_.tie_embeddings) p.acquire_params(embedding_group());
+  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param("ln_f.weight"), p.param("ln_f.bias"), eps);
+  linear_forward(be, a.logits, a.lnf, p.param(lm_head_name(config_)), Tensor());  // [N,V]
+  if (config_.tie_embeddings) p.release_params(embedding_group());
+  p.release_params(head_group(L));
   be.cross_entropy_forward(a.losses, a.logits, a.targets);
 
   // Sum on the host in token order, in fp64, so the result does not depend on the device.
@@ -140,25 +160,42 @@ LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_
   return result;
 }
 
-void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_scale) {
+void Gpt::backward(ParamAccess& p, double grad_scale) {
   check(acts_ != nullptr, "backward() called before forward()");
   Activations& a = *acts_;
   Backend& be = backend_;
   const int64_t T = a.seq_len;
 
+  const int64_t L = config_.n_layer;
+  const bool tied = config_.tie_embeddings;
+  auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
+  auto grad = [&](const std::string& name) -> Tensor { return p.grad(name); };
+
   // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
   be.cross_entropy_backward(a.logits, a.targets, grad_scale);
+  p.acquire_params(head_group(L));
+  p.acquire_grads(head_group(L));
+  if (tied) {  // the head writes into wte's gradient, final only after the embedding backward
+    p.acquire_params(embedding_group());
+    p.acquire_grads(embedding_group());
+  }
   // dlnf[N,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
-  linear_backward(be, a.dln, lm_head(grads, config_), Tensor(), a.logits, a.lnf, lm_head(params, config_), false);
-  const Tensor& last = config_.n_layer > 0 ? a.layers.back().res3 : a.encoded;
+  linear_backward(be, a.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf, p.param(lm_head_name(config_)),
+                  false);
+  const Tensor& last = L > 0 ? a.layers.back().res3 : a.encoded;
   be.fill(a.dres, 0.0);
-  be.layernorm_backward(a.dres, grads["ln_f.weight"], grads["ln_f.bias"], a.dln, last, params["ln_f.weight"],
+  be.layernorm_backward(a.dres, p.grad("ln_f.weight"), p.grad("ln_f.bias"), a.dln, last, p.param("ln_f.weight"),
                         a.lnf_mean, a.lnf_rstd);
+  if (tied) p.release_params(embedding_group());
+  p.release_params(head_group(L));
+  p.grads_ready(head_group(L));
 
   // a.dres holds d(loss)/d(residual stream) at the current depth, walking down the layers.
-  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
-    const LayerTensors w = layer_tensors(params, l);
-    const LayerTensors g = layer_tensors(grads, l);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    p.acquire_params(block_group(l));
+    p.acquire_grads(block_group(l));
+    const LayerTensors w = layer_tensors(param, l);
+    const LayerTensors g = layer_tensors(grad, l);
     Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
     const Tensor& residual = l == 0 ? a.encoded : a.layers[static_cast<std::size_t>(l - 1)].res3;
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
@@ -171,8 +208,13 @@ void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_sc
     be.attention_backward(a.dqkv, a.datty, x.qkv, x.probs, config_.n_head);
     linear_backward(be, a.dln, g.qkv_w, g.qkv_b, a.dqkv, x.ln1, w.qkv_w, false);
     be.layernorm_backward(a.dres, g.ln1_w, g.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+    p.release_params(block_group(l));
+    p.grads_ready(block_group(l));
   }
-  be.embedding_backward(grads["wte.weight"], grads["wpe.weight"], a.dres, a.tokens, T);
+  // The embedding backward reads no parameters, only the token ids.
+  if (!tied) p.acquire_grads(embedding_group());
+  be.embedding_backward(p.grad("wte.weight"), p.grad("wpe.weight"), a.dres, a.tokens, T);
+  p.grads_ready(embedding_group());
 }
 
 }  // namespace tripod

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/param_access.h"
 #include "model/param_set.h"
 
 namespace tripod {
@@ -26,9 +27,15 @@ class Gpt {
   const std::vector<ParamSpec>& specs() const { return specs_; }
 
   // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Keeps the activations for backward.
+  LossSum forward(ParamAccess& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
+                  int64_t seq_len);
+  // Accumulates d(grad_scale * loss_sum)/d(params) into the gradients; grad_scale is
+  // 1 / (global valid count). Reports each group's gradients ready as soon as they are final.
+  void backward(ParamAccess& params, double grad_scale);
+
+  // The same with resident parameter and gradient sets.
   LossSum forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
                   int64_t seq_len);
-  // Accumulates d(grad_scale * loss_sum)/d(params) into grads; grad_scale is 1 / (global valid count).
   void backward(const ParamSet& params, const ParamSet& grads, double grad_scale);
 
   // Logits [B,T,V] of the last forward (valid until backward, which turns them into gradients).

@@ -2,15 +2,29 @@
 
 namespace tripod {
 
-ParamSet::ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype) : specs_(std::move(specs)) {
-  const int64_t total = count_params(specs_);
-  flat_ = backend.alloc({total}, dtype);
+namespace {
+std::vector<int64_t> packed_offsets(const std::vector<ParamSpec>& specs) {
+  std::vector<int64_t> offsets;
   int64_t offset = 0;
+  for (const ParamSpec& spec : specs) {
+    offsets.push_back(offset);
+    offset += shape_numel(spec.shape);
+  }
+  return offsets;
+}
+}  // namespace
+
+ParamSet::ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype)
+    : ParamSet(specs, backend, dtype, packed_offsets(specs), count_params(specs)) {}
+
+ParamSet::ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype, const std::vector<int64_t>& offsets,
+                   int64_t total)
+    : specs_(std::move(specs)), offsets_(offsets) {
+  check(offsets_.size() == specs_.size(), "ParamSet: ", offsets_.size(), " offsets for ", specs_.size(), " tensors");
+  flat_ = backend.alloc({total}, dtype);
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     check(index_.emplace(specs_[i].name, i).second, "duplicate parameter name ", specs_[i].name);
-    views_.push_back(flat_.view(offset, specs_[i].shape));
-    offsets_.push_back(offset);
-    offset += shape_numel(specs_[i].shape);
+    views_.push_back(flat_.view(offsets_[i], specs_[i].shape));
   }
 }
 

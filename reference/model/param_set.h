@@ -13,7 +13,11 @@ namespace tripod {
 
 class ParamSet {
  public:
-  ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype);  // zero-filled
+  ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype);  // zero-filled, packed
+  // A padded layout: tensor i starts at offsets[i] of a flat buffer of `total` elements (the gaps
+  // are zero padding, e.g. to make communication buckets divide evenly among ranks).
+  ParamSet(std::vector<ParamSpec> specs, Backend& backend, DType dtype, const std::vector<int64_t>& offsets,
+           int64_t total);
 
   const Tensor& flat() const { return flat_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }

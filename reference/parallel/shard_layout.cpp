@@ -1,0 +1,76 @@
+#include "parallel/shard_layout.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tripod {
+
+ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp,
+                         int64_t bucket_elements, bool one_group_per_bucket)
+    : dp_(dp) {
+  check(dp >= 1, "data-parallel size must be >= 1 (got ", dp, ")");
+  check(bucket_elements >= 1, "gradient bucket size must be positive (got ", bucket_elements, " elements)");
+  check(groups.size() == specs.size(), "ShardLayout: a group for every tensor");
+  const int n_groups = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end()) + 1;
+  std::vector<int64_t> group_elements(static_cast<std::size_t>(n_groups), 0);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    check(i == 0 || groups[i] >= groups[i - 1], "parameter groups must be contiguous in spec order");
+    sizes_.push_back(shape_numel(specs[i].shape));
+    group_elements[static_cast<std::size_t>(groups[i])] += sizes_.back();
+  }
+
+  // Buckets in backward order: from the last group down, closing a bucket once it is big enough.
+  bucket_of_group_.assign(static_cast<std::size_t>(n_groups), -1);
+  for (int g = n_groups - 1; g >= 0; --g) {
+    if (buckets_.empty() || one_group_per_bucket || buckets_.back().used >= bucket_elements) buckets_.emplace_back();
+    buckets_.back().groups.push_back(g);
+    buckets_.back().used += group_elements[static_cast<std::size_t>(g)];
+    bucket_of_group_[static_cast<std::size_t>(g)] = static_cast<int>(buckets_.size()) - 1;
+  }
+  // Flat placement in spec order (the first group's bucket first), each bucket padded to n slices.
+  offsets_.assign(specs.size(), 0);
+  int64_t cursor = 0;
+  for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
+    b->start = cursor;
+    // Padded to n slices of a multiple of 16 elements, so every bucket and every slice starts 64-byte
+    // aligned in any buffer: kernels then see the same alignment whether a tensor lives in the full
+    // buffer or in a gathered copy (vectorised loops peel by alignment), keeping stages bit-identical.
+    const int64_t quantum = static_cast<int64_t>(dp) * kAlignElements;
+    b->size = (b->used + quantum - 1) / quantum * quantum;
+    int64_t inside = cursor;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (std::find(b->groups.begin(), b->groups.end(), groups[i]) == b->groups.end()) continue;
+      offsets_[i] = inside;
+      inside += sizes_[i];
+    }
+    cursor += b->size;
+  }
+  total_ = cursor;
+  int64_t local = 0;
+  shard_offsets_.assign(buckets_.size(), 0);
+  for (std::size_t b = buckets_.size(); b-- > 0;) {  // shard order follows flat order
+    shard_offsets_[b] = local;
+    local += buckets_[b].size / dp;
+  }
+}
+
+int64_t ShardLayout::slice_start(int bucket, int rank) const {
+  const Bucket& b = buckets_[static_cast<std::size_t>(bucket)];
+  return b.start + static_cast<int64_t>(rank) * (b.size / dp_);
+}
+
+std::vector<ShardLayout::Segment> ShardLayout::segments(int rank) const {
+  std::vector<Segment> out;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t lo = slice_start(static_cast<int>(b), rank), hi = lo + buckets_[b].size / dp_;
+    for (std::size_t i = 0; i < offsets_.size(); ++i) {
+      const int64_t begin = std::max(lo, offsets_[i]), end = std::min(hi, offsets_[i] + sizes_[i]);
+      if (begin < end) out.push_back({i, begin, shard_offsets_[b] + (begin - lo), end - begin, static_cast<int>(b)});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Segment& a, const Segment& b) { return a.flat < b.flat; });
+  return out;
+}
+
+}  // namespace tripod

@@ -1,0 +1,66 @@
+// Where every parameter, gradient and optimizer element lives under data parallelism and ZeRO.
+//
+// Parameter groups (embeddings, each block, the head; see model/param_access.h) are packed into
+// communication buckets in the order backward finishes them (head first, embeddings last), each
+// bucket at least `bucket_elements` long unless it is one group, or exactly one group when
+// `one_group_per_bucket` (ZeRO-3 gathers layer by layer). In the flat buffer a bucket's tensors
+// are contiguous and the bucket is zero-padded to n equal, 64-byte aligned slices, so every bucket
+// reduce-scatters and all-gathers in place in n equal slices, whatever the tensor sizes:
+//
+//   flat:  | bucket (group 0)  pad | bucket (groups 1-2)     pad | bucket (group 3) pad |
+//   rank r owns slice r of every bucket; its shard is those slices concatenated (shard_elements).
+//
+// A tensor may straddle slices; `segments(rank)` lists the pieces of the rank's slices that lie in
+// each tensor, which is what the sharded optimizer iterates over (weight decay is per tensor).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/param_spec.h"
+
+namespace tripod {
+
+struct Bucket {
+  int64_t start = 0;        // first element in the padded flat buffer
+  int64_t size = 0;         // padded size, a multiple of the DP size
+  int64_t used = 0;         // elements that belong to tensors (the rest is padding)
+  std::vector<int> groups;  // parameter groups it holds
+};
+
+class ShardLayout {
+ public:
+  static constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
+
+  ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp, int64_t bucket_elements,
+              bool one_group_per_bucket);
+
+  int dp() const { return dp_; }
+  const std::vector<int64_t>& offsets() const { return offsets_; }  // per tensor, in the padded buffer
+  int64_t total() const { return total_; }                          // padded flat size
+  const std::vector<Bucket>& buckets() const { return buckets_; }   // in the order backward finishes them
+  int bucket_of_group(int group) const { return bucket_of_group_[static_cast<std::size_t>(group)]; }
+  int64_t shard_elements() const { return total_ / dp_; }
+  // Where bucket b's slice sits in a rank's shard (the same for every rank).
+  int64_t shard_offset(int bucket) const { return shard_offsets_[static_cast<std::size_t>(bucket)]; }
+  // First flat element of `rank`'s slice of bucket b.
+  int64_t slice_start(int bucket, int rank) const;
+
+  struct Segment {
+    std::size_t tensor;  // index into the specs
+    int64_t flat;        // offset in the padded flat buffer
+    int64_t local;       // offset in the rank's shard
+    int64_t length;
+    int bucket;
+  };
+  std::vector<Segment> segments(int rank) const;
+
+ private:
+  int dp_;
+  std::vector<int64_t> offsets_, sizes_;
+  int64_t total_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_group_;
+  std::vector<int64_t> shard_offsets_;
+};
+
+}  // namespace tripod

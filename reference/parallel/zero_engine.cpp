@@ -1,0 +1,257 @@
+#include "parallel/zero_engine.h"
+
+#include <cmath>
+
+namespace tripod {
+
+struct ZeroEngine::Pending {
+  std::unique_ptr<CommRequest> request;
+  int bucket = 0;
+  bool done = false;
+};
+
+ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
+                       Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw)
+    : specs_(specs),
+      groups_(gpt_param_groups(specs, n_layer)),
+      stage_(stage),
+      dp_(dp),
+      backend_(backend),
+      dtype_(dtype),
+      adamw_(adamw),
+      // Every stage uses the same buckets, so stages 1-3 shard identically (and agree bit for bit).
+      layout_(specs, groups_, dp.size(), std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(dtype_size(dtype))),
+              /*one_group_per_bucket=*/false) {
+  check(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3 (got ", stage, ")");
+  check(bucket_bytes > 0, "the gradient bucket size must be positive (got ", bucket_bytes, " bytes)");
+  const std::size_t n_buckets = layout_.buckets().size();
+  bucket_tensors_.resize(n_buckets);
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    bucket_tensors_[static_cast<std::size_t>(layout_.bucket_of_group(groups_[i]))].push_back(i);
+  if (stage_ <= 2) full_params_ = std::make_unique<ParamSet>(specs_, backend_, dtype_, layout_.offsets(), layout_.total());
+  if (stage_ <= 1) full_grads_ = std::make_unique<ParamSet>(specs_, backend_, dtype_, layout_.offsets(), layout_.total());
+  if (stage_ >= 1) grad_shard_ = backend_.alloc({layout_.shard_elements()}, dtype_);
+  if (stage_ == 3) param_shard_ = backend_.alloc({layout_.shard_elements()}, dtype_);
+  const int64_t moments = stage_ == 0 ? layout_.total() : layout_.shard_elements();
+  m_ = backend_.alloc({moments}, dtype_);
+  v_ = backend_.alloc({moments}, dtype_);
+  gathered_params_.resize(n_buckets);
+  bucket_grads_.resize(n_buckets);
+  param_users_.assign(n_buckets, 0);
+  groups_ready_.assign(n_buckets, 0);
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+ZeroMemory ZeroEngine::memory() const {
+  ZeroMemory m;
+  m.params = stage_ == 3 ? param_shard_.bytes() : full_params_->flat().bytes();
+  m.grads = (full_grads_ ? full_grads_->flat().bytes() : 0) + (grad_shard_.defined() ? grad_shard_.bytes() : 0);
+  m.optimizer = m_.bytes() + v_.bytes();
+  m.peak_transient = peak_transient_bytes_;
+  return m;
+}
+
+void ZeroEngine::track_transient(std::ptrdiff_t delta) {
+  transient_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(transient_bytes_) + delta);
+  peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
+}
+
+Tensor ZeroEngine::bucket_view(const Tensor& flat, int bucket) const {
+  const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bucket)];
+  return flat.view(b.start, {b.size});
+}
+
+Tensor ZeroEngine::view_in_bucket(const Tensor& buffer, int bucket, std::size_t tensor) const {
+  const int64_t start = layout_.buckets()[static_cast<std::size_t>(bucket)].start;
+  return buffer.view(layout_.offsets()[tensor] - start, specs_[tensor].shape);
+}
+
+void ZeroEngine::initialise(uint64_t seed) {
+  if (stage_ <= 2) {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      std::vector<double> values(static_cast<std::size_t>(shape_numel(specs_[i].shape)));
+      initial_values(specs_[i], seed, 0, static_cast<int64_t>(values.size()), values.data());
+      from_host_f64(backend_, values, full_params_->at(i));
+    }
+  } else {
+    // ZeRO-3: each rank initialises only the pieces it owns (layout-independent initialisation).
+    for (const auto& seg : layout_.segments(dp_.rank())) {
+      std::vector<double> values(static_cast<std::size_t>(seg.length));
+      initial_values(specs_[seg.tensor], seed, seg.flat - layout_.offsets()[seg.tensor], seg.length, values.data());
+      from_host_f64(backend_, values, param_shard_.view(seg.local, {seg.length}));
+    }
+  }
+  backend_.fill(m_, 0.0);
+  backend_.fill(v_, 0.0);
+}
+
+void ZeroEngine::zero_grads() { backend_.fill(full_grads_ ? full_grads_->flat() : grad_shard_, 0.0); }
+
+void ZeroEngine::begin_backward(bool reduce) {
+  check(pending_.empty(), "ZeroEngine: a backward pass began with reductions still in flight");
+  reduce_ = reduce || stage_ >= 2;
+  std::fill(groups_ready_.begin(), groups_ready_.end(), 0);
+}
+
+const Tensor& ZeroEngine::transient_view(const std::string& key, const std::string& name, const char* what) const {
+  auto it = tensor_views_.find(key);
+  check(it != tensor_views_.end(), "ZeRO-", stage_, ": ", what, " of '", name, "' used outside acquire/release");
+  return it->second;
+}
+
+const Tensor& ZeroEngine::param(const std::string& name) {
+  if (full_params_) return (*full_params_)[name];
+  return transient_view("p:" + name, name, "parameter");
+}
+
+const Tensor& ZeroEngine::grad(const std::string& name) {
+  if (full_grads_) return (*full_grads_)[name];
+  return transient_view("g:" + name, name, "gradient");
+}
+
+void ZeroEngine::acquire_params(int group) {
+  if (stage_ < 3) return;
+  const int b = layout_.bucket_of_group(group);
+  if (param_users_[static_cast<std::size_t>(b)]++ > 0) return;
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  Tensor buffer = backend_.alloc({bucket.size}, dtype_);
+  track_transient(static_cast<std::ptrdiff_t>(buffer.bytes()));
+  dp_.all_gather(param_shard_.view(layout_.shard_offset(b), {bucket.size / layout_.dp()}), buffer);
+  for (std::size_t i : bucket_tensors_[static_cast<std::size_t>(b)])
+    tensor_views_["p:" + specs_[i].name] = view_in_bucket(buffer, b, i);
+  gathered_params_[static_cast<std::size_t>(b)] = buffer;
+}
+
+void ZeroEngine::release_params(int group) {
+  if (stage_ < 3) return;
+  const int b = layout_.bucket_of_group(group);
+  if (--param_users_[static_cast<std::size_t>(b)] > 0) return;
+  for (std::size_t i : bucket_tensors_[static_cast<std::size_t>(b)]) tensor_views_.erase("p:" + specs_[i].name);
+  track_transient(-static_cast<std::ptrdiff_t>(gathered_params_[static_cast<std::size_t>(b)].bytes()));
+  gathered_params_[static_cast<std::size_t>(b)] = Tensor();
+  progress();
+}
+
+void ZeroEngine::acquire_grads(int group) {
+  if (stage_ < 2) return;
+  const int b = layout_.bucket_of_group(group);
+  if (bucket_grads_[static_cast<std::size_t>(b)].defined()) return;
+  Tensor buffer = backend_.alloc({layout_.buckets()[static_cast<std::size_t>(b)].size}, dtype_);  // zeroed
+  track_transient(static_cast<std::ptrdiff_t>(buffer.bytes()));
+  for (std::size_t i : bucket_tensors_[static_cast<std::size_t>(b)])
+    tensor_views_["g:" + specs_[i].name] = view_in_bucket(buffer, b, i);
+  bucket_grads_[static_cast<std::size_t>(b)] = buffer;
+}
+
+void ZeroEngine::grads_ready(int group) {
+  const int b = layout_.bucket_of_group(group);
+  const std::size_t needed = layout_.buckets()[static_cast<std::size_t>(b)].groups.size();
+  if (static_cast<std::size_t>(++groups_ready_[static_cast<std::size_t>(b)]) == needed && reduce_) launch_reduction(b);
+  progress();
+}
+
+void ZeroEngine::launch_reduction(int b) {
+  auto pending = std::make_unique<Pending>();
+  pending->bucket = b;
+  const int64_t slice = layout_.buckets()[static_cast<std::size_t>(b)].size / layout_.dp();
+  if (stage_ == 0) {
+    const Tensor grads = bucket_view(full_grads_->flat(), b);
+    pending->request = dp_.all_reduce_async(grads, grads, ReduceOp::Sum);
+  } else if (stage_ == 1) {
+    pending->request = dp_.reduce_scatter_async(bucket_view(full_grads_->flat(), b),
+                                                grad_shard_.view(layout_.shard_offset(b), {slice}), ReduceOp::Sum);
+  } else {  // in place into this rank's block of the bucket buffer; accumulated into the shard on completion
+    const Tensor& buffer = bucket_grads_[static_cast<std::size_t>(b)];
+    pending->request = dp_.reduce_scatter_async(buffer, buffer.view(dp_.rank() * slice, {slice}), ReduceOp::Sum);
+  }
+  pending_.push_back(std::move(pending));
+}
+
+void ZeroEngine::complete(Pending& p) {
+  if (p.done) return;
+  p.done = true;
+  if (stage_ < 2) return;
+  const std::size_t b = static_cast<std::size_t>(p.bucket);
+  const int64_t slice = layout_.buckets()[b].size / layout_.dp();
+  backend_.add_inplace(grad_shard_.view(layout_.shard_offset(p.bucket), {slice}),
+                       bucket_grads_[b].view(dp_.rank() * slice, {slice}));
+  for (std::size_t i : bucket_tensors_[b]) tensor_views_.erase("g:" + specs_[i].name);
+  track_transient(-static_cast<std::ptrdiff_t>(bucket_grads_[b].bytes()));
+  bucket_grads_[b] = Tensor();
+}
+
+void ZeroEngine::progress() {
+  for (auto& p : pending_)
+    if (!p->done && p->request->test()) complete(*p);
+}
+
+void ZeroEngine::finish_backward() {
+  for (auto& p : pending_) {
+    p->request->wait();
+    complete(*p);
+  }
+  pending_.clear();
+}
+
+double ZeroEngine::grad_norm() {
+  // Every stage sums the squares of this rank's slices bucket by bucket, then across ranks, so the
+  // norm (and the clipping it drives) is bit-identical between stages given identical gradients.
+  double local = 0;
+  for (int b = static_cast<int>(layout_.buckets().size()) - 1; b >= 0; --b) {
+    const int64_t slice = layout_.buckets()[static_cast<std::size_t>(b)].size / layout_.dp();
+    const Tensor mine = full_grads_ && stage_ == 0
+                            ? full_grads_->flat().view(layout_.slice_start(b, dp_.rank()), {slice})
+                            : grad_shard_.view(layout_.shard_offset(b), {slice});
+    local += backend_.sum_squares(mine);
+  }
+  Tensor sum = backend_.alloc({1}, DType::F64);
+  sum.data<double>()[0] = local;
+  dp_.all_reduce(sum, sum, ReduceOp::Sum);
+  return std::sqrt(sum.data<double>()[0]);
+}
+
+void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
+  auto decay_of = [&](std::size_t i) { return decays(specs_[i], adamw_.decay_policy) ? adamw_.weight_decay : 0.0; };
+  if (stage_ == 0) {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      const int64_t at = layout_.offsets()[i], n = shape_numel(specs_[i].shape);
+      backend_.adamw(full_params_->at(i), full_grads_->at(i), m_.view(at, {n}), v_.view(at, {n}), lr, adamw_.beta1,
+                     adamw_.beta2, adamw_.eps, decay_of(i), step, grad_scale);
+    }
+    return;
+  }
+  for (const auto& seg : layout_.segments(dp_.rank())) {
+    const Tensor param = stage_ == 3 ? param_shard_.view(seg.local, {seg.length})
+                                     : full_params_->flat().view(seg.flat, {seg.length});
+    backend_.adamw(param, grad_shard_.view(seg.local, {seg.length}), m_.view(seg.local, {seg.length}),
+                   v_.view(seg.local, {seg.length}), lr, adamw_.beta1, adamw_.beta2, adamw_.eps, decay_of(seg.tensor),
+                   step, grad_scale);
+  }
+  if (stage_ == 3) return;
+  // Stages 1-2: every rank updated its slices; gather the whole parameters back, in place.
+  std::vector<std::unique_ptr<CommRequest>> gathers;
+  for (int b = 0; b < static_cast<int>(layout_.buckets().size()); ++b) {
+    const Tensor bucket = bucket_view(full_params_->flat(), b);
+    const int64_t slice = layout_.buckets()[static_cast<std::size_t>(b)].size / layout_.dp();
+    gathers.push_back(dp_.all_gather_async(bucket.view(dp_.rank() * slice, {slice}), bucket));
+  }
+  for (auto& g : gathers) g->wait();
+}
+
+std::vector<std::vector<double>> ZeroEngine::gather_params() {
+  std::vector<std::vector<double>> out(specs_.size());
+  for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
+    Tensor buffer;
+    if (stage_ == 3) {
+      buffer = backend_.alloc({layout_.buckets()[b].size}, dtype_);
+      dp_.all_gather(param_shard_.view(layout_.shard_offset(static_cast<int>(b)), {layout_.buckets()[b].size / layout_.dp()}),
+                     buffer);
+    }
+    for (std::size_t i : bucket_tensors_[b])
+      out[i] = to_host_f64(backend_, stage_ == 3 ? view_in_bucket(buffer, static_cast<int>(b), i) : full_params_->at(i));
+  }
+  return out;
+}
+
+}  // namespace tripod

@@ -1,0 +1,82 @@
+#include "train/distributed_trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace tripod {
+
+DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend, Communicator& dp,
+                                       DataParallelSettings settings)
+    : config_(config),
+      backend_(backend),
+      dp_(dp),
+      model_(config.model, backend, config.train.dtype),
+      engine_(model_.specs(), config.model.n_layer, settings.zero_stage, settings.bucket_bytes, dp, backend,
+              config.train.dtype, config.adamw) {
+  const int64_t B = config_.train.batch_size, n = dp_.size(), micro = config_.train.micro_batches;
+  check(B % n == 0, "train.batch_size (", B, ") does not divide among ", n, " data-parallel ranks");
+  check((B / n) % micro == 0, "the per-rank batch of ", B / n, " sequences (train.batch_size / dp) does not split into ",
+        micro, " micro-batches (train.micro_batches)");
+}
+
+int64_t DistributedTrainer::local_batch() const { return config_.train.batch_size / dp_.size(); }
+
+void DistributedTrainer::initialise() {
+  engine_.initialise(config_.train.seed);
+  step_ = 0;
+}
+
+LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool backward) {
+  const int64_t T = batch.seq_len, local = local_batch(), micro = config_.train.micro_batches;
+  check(batch.batch == config_.train.batch_size, "expected a global batch of ", config_.train.batch_size,
+        " sequences, got ", batch.batch);
+  int64_t n_valid = 0;  // of the whole global batch: every rank sees it, so no communication needed
+  for (int32_t t : batch.targets) n_valid += t >= 0;
+  check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
+  const double grad_scale = 1.0 / static_cast<double>(n_valid);
+
+  if (backward) engine_.zero_grads();
+  LossSum mine;
+  const int64_t per_micro = local / micro;
+  for (int64_t k = 0; k < micro; ++k) {
+    const int64_t offset = (dp_.rank() * local + k * per_micro) * T;
+    LossSum part = model_.forward(engine_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T);
+    mine.sum += part.sum;
+    if (backward) {
+      engine_.begin_backward(k == micro - 1);
+      model_.backward(engine_, grad_scale);
+      engine_.finish_backward();
+    }
+  }
+  Tensor total = backend_.alloc({1}, DType::F64);
+  total.data<double>()[0] = mine.sum;
+  dp_.all_reduce(total, total, ReduceOp::Sum);
+  return {total.data<double>()[0], n_valid};
+}
+
+StepResult DistributedTrainer::train_step(const data::Batch& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step_;
+  r.tokens = batch.batch * batch.seq_len;
+  const LossSum loss = forward_backward(batch, true);
+  r.loss = loss.sum / static_cast<double>(loss.n_valid);
+  // The loss and the norm are all-reduced, so every rank takes the same decision here.
+  check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
+        " (training diverged); parameters were not updated with this step's gradients");
+  r.grad_norm = engine_.grad_norm();
+  check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
+        " (training diverged); parameters were not updated with this step's gradients");
+  r.lr = config_.schedule.at(step_);
+  engine_.optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+double DistributedTrainer::eval_loss(const data::Batch& batch) {
+  const LossSum loss = forward_backward(batch, false);
+  return loss.sum / static_cast<double>(loss.n_valid);
+}
+
+}  // namespace tripod

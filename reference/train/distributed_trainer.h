@@ -1,0 +1,49 @@
+// The optimizer step under data parallelism and ZeRO 0-3: each DP rank takes its fixed slice of
+// the global batch (rows [r*B/n, (r+1)*B/n)), accumulates gradients over its micro-batches, the
+// ZeroEngine reduces them in buckets overlapped with backward, the loss is the sum over valid
+// targets of the whole global batch divided by their global count (not an average of per-rank
+// means), then clipping by the global norm and AdamW on whatever this rank owns.
+#pragma once
+#include <memory>
+
+#include "comm/communicator.h"
+#include "data/batch_loader.h"
+#include "model/gpt.h"
+#include "parallel/zero_engine.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace tripod {
+
+struct DataParallelSettings {
+  int zero_stage = 0;
+  int64_t bucket_bytes = 4 << 20;  // gradient bucket size
+};
+
+class DistributedTrainer {
+ public:
+  DistributedTrainer(const RunConfig& config, Backend& backend, Communicator& dp, DataParallelSettings settings);
+
+  void initialise();
+  StepResult train_step(const data::Batch& global_batch);  // every rank passes the same global batch
+  double eval_loss(const data::Batch& global_batch);
+  // Every parameter, full and unpadded, identical on all ranks (collective).
+  std::vector<std::vector<double>> gather_params() { return engine_.gather_params(); }
+
+  int64_t step() const { return step_; }
+  const ZeroEngine& engine() const { return engine_; }
+  Gpt& model() { return model_; }
+  int64_t local_batch() const;
+
+ private:
+  LossSum forward_backward(const data::Batch& global_batch, bool backward);
+
+  RunConfig config_;
+  Backend& backend_;
+  Communicator& dp_;
+  Gpt model_;
+  ZeroEngine engine_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tripod
