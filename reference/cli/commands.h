@@ -14,5 +14,6 @@ void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp
 void add_bench_micro_commands(CLI::App& bench);      // bench_micro_command.cpp: gemm, kernels
+void add_bench_overlap_command(CLI::App& bench);     // bench_overlap_command.cpp: DP comm/compute overlap
 
 }  // namespace tripod::cli

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tripod::Error& e) {
-    std::fprintf(stderr, "tripod: error: %s\n", e.what());
+    // An empty message means the error was already reported (with its rank) where it happened.
+    if (*e.what() != '\0') std::fprintf(stderr, "tripod: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tripod: internal error: %s\n", e.what());

@@ -1,32 +1,115 @@
 // tripod train --config PRESET_OR_FILE [--set key=value]... [--save DIR] [--resume DIR]
+//              [--tp N --pp N --dp N --zero S --bucket-mb X --grid-order tp-dp-pp]
+// Under mpirun / srun / torchrun-style launchers (or with --dp/--zero) it runs data-parallel
+// across the launched ranks; a bad layout is reported by every rank before any communication.
+#include <omp.h>
+#include <mpi.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "cli/commands.h"
+#include "comm/mpi_communicator.h"
+#include "parallel/launch.h"
+#include "parallel/process_grid.h"
 #include "train/train_loop.h"
 
 namespace tripod::cli {
+namespace {
+
+struct TrainCommandOptions {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  TrainOptions train;
+  int tp = 1, pp = 1, dp = 0, zero = 0;  // dp 0: the world size / (tp * pp)
+  double bucket_mb = 4.0;
+  std::string grid_order = "tp-dp-pp";
+};
+
+void print_summary(const TrainSummary& s) {
+  std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);
+  if (s.final_val_loss >= 0) std::printf(", val loss %.4f", s.final_val_loss);
+  std::printf(", %.0f tok/s, MFU %.2f%%, %.1f s\n", s.tokens_per_second, 100 * s.mfu, s.seconds);
+}
+
+// Several ranks on one machine share its cores: unless OMP_NUM_THREADS says otherwise, each rank
+// takes cores / local ranks threads so that the ranks' BLAS and OpenMP pools do not fight.
+void pin_threads(const LaunchInfo& launch) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr || launch.local_size <= 1) return;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(std::max(1, cores / launch.local_size));
+}
+
+void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const LaunchInfo& launch) {
+  MpiRuntime mpi;
+  auto world = mpi_world();
+  const std::string where = "rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()) + ": ";
+  // Layout checks use only what every rank has, so every rank fails alike here, before any
+  // communication, and exits 1 on its own.
+  GridShape shape{o.tp, o.pp, o.dp > 0 ? o.dp : std::max(1, world->size() / std::max(1, o.tp * o.pp))};
+  try {
+    check_launch_matches(launch, *world);
+    check_grid_layout(shape, world->size(), o.grid_order);
+    check(shape.tp == 1, "--tp ", shape.tp, ": tensor parallelism is not implemented yet (use --tp 1)");
+    check(shape.pp == 1, "--pp ", shape.pp, ": pipeline parallelism is not implemented yet (use --pp 1)");
+    check(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", o.zero, ")");
+    check(o.bucket_mb > 0, "--bucket-mb must be positive (got ", o.bucket_mb, ")");
+  } catch (const Error& e) {
+    // Every rank reports, and waits for the others to have reported before exiting: mpirun kills
+    // the remaining ranks as soon as one exits non-zero, which would cut their messages short.
+    std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
+    std::fflush(stderr);
+    world->barrier();
+    throw Error("");
+  }
+  try {
+    ProcessGrid grid(*world, shape, o.grid_order);
+    ParallelRun run;
+    run.world = world.get();
+    run.dp = &grid.dp();
+    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024)};
+    run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero);
+    const TrainSummary s = run_training(config, o.train, &run);
+    if (world->rank() == 0) print_summary(s);
+  } catch (const Error& e) {
+    // A rank that fails during the run may fail alone (a file only it reads, say) while the others
+    // wait in a collective: report here, then end every rank.
+    std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
+    std::fflush(stderr);
+    if (world->size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    throw Error("");  // one rank: already reported; main exits 1
+  }
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a GPT on a prepared token directory");
-  struct Options {
-    std::string config = "tiny";
-    std::vector<std::string> overrides;
-    TrainOptions train;
-  };
-  auto opts = std::make_shared<Options>();
-  cmd->add_option("-c,--config", opts->config, "preset name (tiny, small, gpt2-124m) or JSON config file")
+  auto o = std::make_shared<TrainCommandOptions>();
+  cmd->add_option("-c,--config", o->config, "preset name (tiny, small, gpt2-124m) or JSON config file")
       ->capture_default_str();
-  cmd->add_option("--set", opts->overrides, "override a config key, e.g. --set train.steps=50 (repeatable)");
-  cmd->add_option("--save", opts->train.save_dir, "write a checkpoint directory here at the end of the run");
-  cmd->add_option("--resume", opts->train.resume_dir, "continue from this checkpoint directory");
-  cmd->add_option("--exit-after", opts->train.exit_after,
+  cmd->add_option("--set", o->overrides, "override a config key, e.g. --set train.steps=50 (repeatable)");
+  cmd->add_option("--save", o->train.save_dir, "write a checkpoint directory here at the end of the run");
+  cmd->add_option("--resume", o->train.resume_dir, "continue from this checkpoint directory");
+  cmd->add_option("--exit-after", o->train.exit_after,
                   "stop after N steps of this invocation (checkpointing to --save), as if interrupted");
-  cmd->callback([opts]() {
-    RunConfig config = parse_run_config(load_config_json(opts->config, opts->overrides));
-    TrainSummary s = run_training(config, opts->train);
-    std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);
-    if (s.final_val_loss >= 0) std::printf(", val loss %.4f", s.final_val_loss);
-    std::printf(", %.0f tok/s, MFU %.2f%%, %.1f s\n", s.tokens_per_second, 100 * s.mfu, s.seconds);
+  cmd->add_option("--tp", o->tp, "tensor-parallel size")->capture_default_str();
+  cmd->add_option("--pp", o->pp, "pipeline-parallel size")->capture_default_str();
+  cmd->add_option("--dp", o->dp, "data-parallel size (default: ranks / (tp * pp))");
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
+  cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  cmd->add_option("--grid-order", o->grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
+  cmd->callback([o]() {
+    const RunConfig config = parse_run_config(load_config_json(o->config, o->overrides));
+    const LaunchInfo launch = detect_launch();
+    pin_threads(launch);
+    const bool parallel = launch.world_size > 1 || o->dp > 1 || o->zero != 0 || o->tp != 1 || o->pp != 1;
+    if (parallel) {
+      run_parallel(*o, config, launch);
+    } else {
+      print_summary(run_training(config, o->train));
+    }
   });
 }
 

@@ -2,10 +2,15 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "core/error.h"
 
 namespace tripod {
 
@@ -34,6 +39,88 @@ PeakFlops nominal_cpu_peak(DType dtype) {
 PeakFlops resolve_peak(double tflops, DType dtype) {
   if (tflops > 0) return {tflops * 1e12, "stated peak (--set train.peak_tflops)"};
   return nominal_cpu_peak(dtype);
+}
+
+std::string peak_precision_name(PeakPrecision p) {
+  switch (p) {
+    case PeakPrecision::BF16: return "bf16";
+    case PeakPrecision::TF32: return "tf32";
+    case PeakPrecision::FP32: return "fp32";
+    case PeakPrecision::FP64: return "fp64";
+  }
+  return "?";
+}
+
+double DevicePeakSpec::tflops(PeakPrecision p) const {
+  switch (p) {
+    case PeakPrecision::BF16: return bf16_tflops;
+    case PeakPrecision::TF32: return tf32_tflops;
+    case PeakPrecision::FP32: return fp32_tflops;
+    case PeakPrecision::FP64: return fp64_tflops;
+  }
+  return 0;
+}
+
+namespace {
+
+// Dense peaks, TFLOP/s: {match, name, bf16, tf32, fp32 (non-tensor), fp64 (matrix), datasheet}.
+// NVIDIA's tensor-core figures are printed "with sparsity"; the bf16 and tf32 columns are half
+// of those. Order matters: the first match wins, so variants precede their family name, and
+// "A100" precedes "A10", "L40S" precedes "L4".
+constexpr std::array kDevicePeaks{
+    DevicePeakSpec{"H100 PCIe", "NVIDIA H100 PCIe", 756.5, 378, 51, 51,
+                   "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,513 / TF32 756 TFLOPS with sparsity)"},
+    DevicePeakSpec{"H100 NVL", "NVIDIA H100 NVL", 835.5, 417.5, 60, 60,
+                   "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,671 / TF32 835 TFLOPS with sparsity)"},
+    DevicePeakSpec{"H100", "NVIDIA H100 SXM5", 989.5, 494.5, 67, 67,
+                   "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / TF32 989 TFLOPS with sparsity)"},
+    DevicePeakSpec{"H200 NVL", "NVIDIA H200 NVL", 835.5, 417.5, 60, 60,
+                   "NVIDIA H200 Tensor Core GPU datasheet (BF16 1,671 / TF32 835 TFLOPS with sparsity)"},
+    DevicePeakSpec{"H200", "NVIDIA H200 SXM", 989.5, 494.5, 67, 67,
+                   "NVIDIA H200 Tensor Core GPU datasheet (BF16 1,979 / TF32 989 TFLOPS with sparsity)"},
+    DevicePeakSpec{"A100", "NVIDIA A100 (SXM4 and PCIe)", 312, 156, 19.5, 19.5,
+                   "NVIDIA A100 Tensor Core GPU datasheet (BF16 312 / TF32 156 TFLOPS dense)"},
+    DevicePeakSpec{"A10", "NVIDIA A10", 125, 62.5, 31.2, 0,
+                   "NVIDIA A10 Tensor Core GPU datasheet (BF16 250 / TF32 125 TFLOPS with sparsity)"},
+    DevicePeakSpec{"L40S", "NVIDIA L40S", 362.05, 183, 91.6, 0,
+                   "NVIDIA L40S datasheet (BF16 733 / TF32 366 TFLOPS with sparsity)"},
+    DevicePeakSpec{"L4", "NVIDIA L4", 121, 60, 30.3, 0,
+                   "NVIDIA L4 Tensor Core GPU datasheet (BF16 242 / TF32 120 TFLOPS with sparsity)"},
+    DevicePeakSpec{"MI300X", "AMD Instinct MI300X", 1307.4, 653.7, 163.4, 163.4,
+                   "AMD Instinct MI300X accelerator data sheet (dense; FP32 vector, FP64 matrix)"},
+    DevicePeakSpec{"MI250X", "AMD Instinct MI250X", 383, 0, 47.9, 95.7,
+                   "AMD Instinct MI250X accelerator data sheet (dense; FP32 vector, FP64 matrix)"},
+};
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+}  // namespace
+
+std::span<const DevicePeakSpec> known_device_peaks() { return kDevicePeaks; }
+
+std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
+  const std::string name = lowercase(device_name);
+  for (const DevicePeakSpec& spec : kDevicePeaks)
+    if (name.find(lowercase(spec.match)) != std::string::npos) return spec;
+  return std::nullopt;
+}
+
+PeakFlops device_peak(std::string_view device_name, PeakPrecision precision) {
+  const std::optional<DevicePeakSpec> spec = find_device_peak(device_name);
+  check(spec.has_value(), "device \"", device_name,
+        "\" is not in the peak table (reference/perf/device_peak.cpp): state its peak with "
+        "--set train.peak_tflops=...");
+  const double tflops = spec->tflops(precision);
+  check(tflops > 0, "the datasheet of ", spec->name, " gives no dense ", peak_precision_name(precision),
+        " peak: state one with --set train.peak_tflops=...");
+  std::ostringstream source;
+  source << spec->name << " dense " << peak_precision_name(precision) << " peak " << tflops << " TFLOP/s ("
+         << spec->datasheet << ")";
+  return {tflops * 1e12, source.str()};
 }
 
 }  // namespace tripod

@@ -79,4 +79,19 @@ double DistributedTrainer::eval_loss(const data::Batch& batch) {
   return loss.sum / static_cast<double>(loss.n_valid);
 }
 
+MemoryReport DistributedTrainer::memory() const {
+  const ZeroMemory z = engine_.memory();
+  return {z.params, z.grads, z.optimizer, model_.activation_bytes(), z.peak_transient};
+}
+
+void DistributedTrainer::save(const std::string& dir) {
+  fail("cannot save ", dir, ": checkpoints of data-parallel / ZeRO runs need the sharded checkpoint format, which ",
+       "is not implemented yet (single-process runs checkpoint with --save)");
+}
+
+void DistributedTrainer::resume(const std::string& dir) {
+  fail("cannot resume from ", dir, ": data-parallel / ZeRO runs cannot load checkpoints until the sharded ",
+       "checkpoint format is implemented");
+}
+
 }  // namespace tripod

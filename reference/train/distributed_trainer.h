@@ -20,17 +20,21 @@ struct DataParallelSettings {
   int64_t bucket_bytes = 4 << 20;  // gradient bucket size
 };
 
-class DistributedTrainer {
+class DistributedTrainer final : public TrainingEngine {
  public:
   DistributedTrainer(const RunConfig& config, Backend& backend, Communicator& dp, DataParallelSettings settings);
 
-  void initialise();
-  StepResult train_step(const data::Batch& global_batch);  // every rank passes the same global batch
-  double eval_loss(const data::Batch& global_batch);
+  void initialise() override;
+  StepResult train_step(const data::Batch& global_batch) override;  // every rank passes the same global batch
+  double eval_loss(const data::Batch& global_batch) override;
+  MemoryReport memory() const override;
+  // Sharded checkpoints arrive with a later issue; these throw a clear error naming it.
+  void save(const std::string& dir) override;
+  void resume(const std::string& dir) override;
   // Every parameter, full and unpadded, identical on all ranks (collective).
   std::vector<std::vector<double>> gather_params() { return engine_.gather_params(); }
 
-  int64_t step() const { return step_; }
+  int64_t step() const override { return step_; }
   const ZeroEngine& engine() const { return engine_; }
   Gpt& model() { return model_; }
   int64_t local_batch() const;

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 
 #include "backend/backend.h"
-#include "ckpt/checkpoint.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/device_peak.h"
@@ -30,32 +30,36 @@ void resolve_vocab(RunConfig& config, int64_t data_vocab, const std::string& dat
 
 namespace {
 
-double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Mean validation loss over the first `batches` global batches of the held-out split.
-double evaluate(Trainer& trainer, const data::BatchLoader& val, int64_t batches) {
-  const int64_t B = trainer.config().train.batch_size;
+double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t batch_size, int64_t batches) {
   double sum = 0;
-  for (int64_t i = 0; i < batches; ++i) sum += trainer.eval_loss(val.samples(i * B, B));
+  for (int64_t i = 0; i < batches; ++i) sum += engine.eval_loss(val.samples(i * batch_size, batch_size));
   return batches > 0 ? sum / static_cast<double>(batches) : 0.0;
 }
 
-void check_resumable(const RunConfig& config, const ckpt::CheckpointState& state, const std::string& dir) {
-  const json& saved_model = state.config.at("model");
-  const json& model = config.json.at("model");
-  for (auto it = model.begin(); it != model.end(); ++it)
-    check(saved_model.contains(it.key()) && saved_model.at(it.key()) == it.value(), "cannot resume from ", dir,
-          ": model.", it.key(), " is ", it.value().dump(), " here but ",
-          saved_model.contains(it.key()) ? saved_model.at(it.key()).dump() : "absent", " in the checkpoint");
-  check(state.dtype == config.train.dtype, "cannot resume from ", dir, ": it holds ", dtype_name(state.dtype),
-        " tensors but train.dtype is ", dtype_name(config.train.dtype));
-  check(state.step <= config.train.steps, "cannot resume from ", dir, ": it is at step ", state.step,
-        ", beyond train.steps = ", config.train.steps);
+// Prints every rank's memory (gathered to all ranks; rank 0 prints).
+void print_memory(const MemoryReport& m, Communicator* world, bool root) {
+  const int n = world ? world->size() : 1;
+  Tensor mine = make_cpu_backend()->alloc({5}, DType::F64), all = make_cpu_backend()->alloc({5 * n}, DType::F64);
+  const double values[5] = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),
+                            double(m.transient)};
+  std::copy(values, values + 5, mine.data<double>());
+  if (world) world->all_gather(mine, all); else std::copy(values, values + 5, all.data<double>());
+  if (!root) return;
+  std::printf("  memory per rank (MiB): %6s %10s %10s %10s %11s %10s\n", "rank", "params", "grads", "optimizer",
+              "activations", "transient");
+  for (int r = 0; r < n; ++r) {
+    const double* v = all.data<double>() + 5 * r;
+    std::printf("  %22d %10.2f %10.2f %10.2f %11.2f %10.2f\n", r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]));
+  }
 }
 
 }  // namespace
 
-TrainSummary run_training(RunConfig config, const TrainOptions& options) {
+TrainSummary run_training(RunConfig config, const TrainOptions& options, const ParallelRun* parallel) {
+  const bool root = !parallel || parallel->world->rank() == 0;
   const data::TokenDataset train_data = data::TokenDataset::open(config.data.dir, "train");
   resolve_vocab(config, train_data.vocab_size(), config.data.dir);
   std::optional<data::TokenDataset> val_data;
@@ -64,76 +68,76 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options) {
     val_data.emplace(data::TokenDataset::open(config.data.dir, "val"));
 
   auto backend = make_cpu_backend();
-  Trainer trainer(config, *backend);
-  const TrainSettings& t = config.train;
-  if (!options.resume_dir.empty()) {
-    ckpt::CheckpointState state = ckpt::read_checkpoint_state(options.resume_dir);
-    check_resumable(config, state, options.resume_dir);
-    ckpt::load_checkpoint(options.resume_dir, *backend, trainer.params(), &trainer.optimizer());
-    trainer.set_step(state.step);
+  std::unique_ptr<TrainingEngine> engine;
+  if (parallel) {
+    check(options.save_dir.empty() && options.resume_dir.empty(), "--save/--resume with ", parallel->layout,
+          ": data-parallel checkpoints need the sharded checkpoint format, not implemented yet");
+    engine = std::make_unique<DistributedTrainer>(config, *backend, *parallel->dp, parallel->settings);
   } else {
-    trainer.initialise();
+    engine = std::make_unique<Trainer>(config, *backend);
   }
-  trainer.model().reserve(t.batch_size / t.micro_batches, t.seq_len);
+  const TrainSettings& t = config.train;
+  if (!options.resume_dir.empty()) engine->resume(options.resume_dir); else engine->initialise();
 
   const FlopCount flops = count_flops(config.model, t.seq_len);
   const PeakFlops peak = resolve_peak(t.peak_tflops, t.dtype);
-  const std::size_t param_bytes = trainer.params().flat().bytes();
-  std::printf("tripod train: %lld parameters (%lld in matmuls), %s, backend %s\n",
-              static_cast<long long>(flops.n_params_total), static_cast<long long>(flops.n_params_matmul),
-              dtype_name(t.dtype).c_str(), backend->name().c_str());
-  std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config.data.dir.c_str(),
-              static_cast<long long>(train_data.size()), static_cast<long long>(train_data.vocab_size()),
-              val_data ? "" : " (no held-out split: no eval loss)");
-  std::printf("  memory: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB\n",
-              mib(param_bytes), mib(trainer.grads().flat().bytes()), mib(2 * param_bytes),
-              mib(trainer.model().activation_bytes()));
-  std::printf("  %.3g model FLOPs/token; MFU against %.3f TFLOP/s (%s)\n", flops.model_flops_per_token,
-              peak.flops / 1e12, peak.source.c_str());
-  if (trainer.step() > 0) std::printf("  resuming from %s at step %lld\n", options.resume_dir.c_str(), static_cast<long long>(trainer.step()));
-  std::fflush(stdout);
+  const int ranks = parallel ? parallel->world->size() : 1;
+  if (root) {
+    std::printf("tripod train: %lld parameters (%lld in matmuls), %s, backend %s, %s\n",
+                static_cast<long long>(flops.n_params_total), static_cast<long long>(flops.n_params_matmul),
+                dtype_name(t.dtype).c_str(), backend->name().c_str(),
+                parallel ? parallel->layout.c_str() : "single process");
+    std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config.data.dir.c_str(),
+                static_cast<long long>(train_data.size()), static_cast<long long>(train_data.vocab_size()),
+                val_data ? "" : " (no held-out split: no eval loss)");
+    std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops.model_flops_per_token, ranks,
+                peak.flops / 1e12, peak.source.c_str());
+    if (engine->step() > 0)
+      std::printf("  resuming from %s at step %lld\n", options.resume_dir.c_str(), static_cast<long long>(engine->step()));
+  }
 
   std::ofstream metrics;
-  if (!t.metrics.empty()) {
+  if (root && !t.metrics.empty()) {
     if (fs::path(t.metrics).has_parent_path()) fs::create_directories(fs::path(t.metrics).parent_path());
-    metrics.open(t.metrics, trainer.step() > 0 ? std::ios::app : std::ios::trunc);
+    metrics.open(t.metrics, engine->step() > 0 ? std::ios::app : std::ios::trunc);
     check(metrics.good(), "cannot write metrics file ", t.metrics);
-    metrics << json{{"event", "start"}, {"step", trainer.step()}, {"config", config.json},
-                    {"n_params", flops.n_params_total}, {"model_flops_per_token", flops.model_flops_per_token},
-                    {"peak_flops", peak.flops}, {"peak_source", peak.source}}.dump() << "\n";
+    metrics << json{{"event", "start"}, {"step", engine->step()}, {"config", config.json}, {"ranks", ranks},
+                    {"layout", parallel ? parallel->layout : "single process"}, {"n_params", flops.n_params_total},
+                    {"model_flops_per_token", flops.model_flops_per_token}, {"peak_flops", peak.flops * ranks},
+                    {"peak_source", peak.source}}.dump() << "\n";
   }
 
   const data::BatchLoader loader(train_data, t.seq_len, t.seed);
   std::optional<data::BatchLoader> val_loader;
   if (val_data) val_loader.emplace(*val_data, t.seq_len, t.seed);
   auto save = [&]() {
-    if (options.save_dir.empty()) return;
-    ckpt::save_checkpoint(options.save_dir, *backend, trainer.params(), &trainer.optimizer(),
-                          {trainer.step(), t.dtype, config.json});
+    if (!options.save_dir.empty()) engine->save(options.save_dir);
   };
 
   TrainSummary summary;
   double total_seconds = 0;
   int64_t total_tokens = 0;
-  const int64_t first_step = trainer.step();
+  const int64_t first_step = engine->step();
   const int64_t stop_step = options.exit_after > 0 ? std::min(t.steps, first_step + options.exit_after) : t.steps;
-  while (trainer.step() < stop_step) {
-    const StepResult r = trainer.train_step(loader.samples(trainer.step() * t.batch_size, t.batch_size));
+  while (engine->step() < stop_step) {
+    const StepResult r = engine->train_step(loader.samples(engine->step() * t.batch_size, t.batch_size));
+    if (r.step == first_step) print_memory(engine->memory(), parallel ? parallel->world : nullptr, root);
     total_seconds += r.seconds;
     total_tokens += r.tokens;
     const double tok_s = r.tokens / r.seconds;
-    const double step_mfu = mfu(flops.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak.flops);
+    const double step_mfu =
+        mfu(flops.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak.flops * ranks);
     if (r.step == first_step) summary.first_loss = r.loss;
     summary.final_loss = r.loss;
     json record = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens", (r.step + 1) * r.tokens}, {"step_seconds", r.seconds}, {"tokens_per_second", tok_s},
                    {"mfu", step_mfu}};
-    const bool last = trainer.step() == t.steps;
-    if (val_loader && ((t.eval_every > 0 && trainer.step() % t.eval_every == 0) || last)) {
-      summary.final_val_loss = evaluate(trainer, *val_loader, t.eval_batches);
+    const bool last = engine->step() == t.steps;
+    if (val_loader && ((t.eval_every > 0 && engine->step() % t.eval_every == 0) || last)) {
+      summary.final_val_loss = evaluate(*engine, *val_loader, t.batch_size, t.eval_batches);
       record["val_loss"] = summary.final_val_loss;
     }
-    if (r.step % t.log_every == 0 || last) {
+    if (root && (r.step % t.log_every == 0 || last)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %8.0f tok/s | MFU %5.2f%%",
                   static_cast<long long>(r.step + 1), static_cast<long long>(t.steps), r.loss, r.lr, r.grad_norm,
                   tok_s, 100.0 * step_mfu);
@@ -142,13 +146,13 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options) {
       std::fflush(stdout);
     }
     if (metrics.is_open()) metrics << record.dump() << "\n" << std::flush;
-    if (t.save_every > 0 && trainer.step() % t.save_every == 0 && !last) save();
+    if (t.save_every > 0 && engine->step() % t.save_every == 0 && !last) save();
   }
   save();
-  summary.steps = trainer.step() - first_step;
+  summary.steps = engine->step() - first_step;
   summary.seconds = total_seconds;
   summary.tokens_per_second = total_seconds > 0 ? total_tokens / total_seconds : 0;
-  summary.mfu = mfu(flops.model_flops_per_token * static_cast<double>(total_tokens), total_seconds, peak.flops);
+  summary.mfu = mfu(flops.model_flops_per_token * static_cast<double>(total_tokens), total_seconds, peak.flops * ranks);
   return summary;
 }
 

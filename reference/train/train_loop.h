@@ -3,6 +3,8 @@
 #pragma once
 #include <string>
 
+#include "comm/communicator.h"
+#include "train/distributed_trainer.h"
 #include "train/run_config.h"
 
 namespace tripod {
@@ -24,6 +26,16 @@ struct TrainSummary {
 // tokenizer's is an error naming both.
 void resolve_vocab(RunConfig& config, int64_t data_vocab, const std::string& data_dir);
 
-TrainSummary run_training(RunConfig config, const TrainOptions& options);
+// A multi-rank run: the world (for reporting), the data-parallel group and the ZeRO settings.
+struct ParallelRun {
+  Communicator* world = nullptr;
+  Communicator* dp = nullptr;
+  DataParallelSettings settings;
+  std::string layout;  // e.g. "tp=1 pp=1 dp=4, ZeRO-2", printed at start-up
+};
+
+// Single-process when `parallel` is null. Rank 0 prints and writes metrics; every rank's memory is
+// printed at start-up.
+TrainSummary run_training(RunConfig config, const TrainOptions& options, const ParallelRun* parallel = nullptr);
 
 }  // namespace tripod

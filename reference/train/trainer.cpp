@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "ckpt/checkpoint.h"
+
 namespace tripod {
 
 Trainer::Trainer(const RunConfig& config, Backend& backend)
@@ -73,6 +75,31 @@ double Trainer::eval_loss(const data::Batch& batch) {
     total.n_valid += part.n_valid;
   }
   return total.n_valid ? total.sum / static_cast<double>(total.n_valid) : 0.0;
+}
+
+MemoryReport Trainer::memory() const {
+  return {params_.flat().bytes(), grads_.flat().bytes(), optimizer_.m().flat().bytes() + optimizer_.v().flat().bytes(),
+          model_.activation_bytes(), 0};
+}
+
+void Trainer::save(const std::string& dir) {
+  ckpt::save_checkpoint(dir, backend_, params_, &optimizer_, {step_, config_.train.dtype, config_.json});
+}
+
+void Trainer::resume(const std::string& dir) {
+  const ckpt::CheckpointState state = ckpt::read_checkpoint_state(dir);
+  const nlohmann::json& saved = state.config.at("model");
+  const nlohmann::json& model = config_.json.at("model");
+  for (auto it = model.begin(); it != model.end(); ++it)
+    check(saved.contains(it.key()) && saved.at(it.key()) == it.value(), "cannot resume from ", dir, ": model.", it.key(),
+          " is ", it.value().dump(), " here but ", saved.contains(it.key()) ? saved.at(it.key()).dump() : "absent",
+          " in the checkpoint");
+  check(state.dtype == config_.train.dtype, "cannot resume from ", dir, ": it holds ", dtype_name(state.dtype),
+        " tensors but train.dtype is ", dtype_name(config_.train.dtype));
+  check(state.step <= config_.train.steps, "cannot resume from ", dir, ": it is at step ", state.step,
+        ", beyond train.steps = ", config_.train.steps);
+  ckpt::load_checkpoint(dir, backend_, params_, &optimizer_);
+  step_ = state.step;
 }
 
 }  // namespace tripod

@@ -11,31 +11,26 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/run_config.h"
+#include "train/training_engine.h"
 
 namespace tripod {
 
-struct StepResult {
-  int64_t step = 0;       // the step just taken, counting from 0
-  double loss = 0;        // mean cross-entropy over valid targets of the global batch
-  double grad_norm = 0;   // global L2 norm before clipping
-  double lr = 0;
-  int64_t tokens = 0;     // tokens processed (B * T)
-  double seconds = 0;     // wall time of the step
-};
-
-class Trainer {
+class Trainer final : public TrainingEngine {
  public:
   // config.model.vocab_size must be resolved (non-zero).
   Trainer(const RunConfig& config, Backend& backend);
 
-  void initialise();  // parameters from (seed, tensor name), optimizer state zero, step 0
+  void initialise() override;  // parameters from (seed, tensor name), optimizer state zero, step 0
   // Forward, backward and update on the global batch of step `step()`; throws on a non-finite loss
   // or gradient norm, naming the step, before the parameters are touched.
-  StepResult train_step(const data::Batch& batch);
+  StepResult train_step(const data::Batch& batch) override;
   // Mean loss over valid targets of `batch`, forward only.
-  double eval_loss(const data::Batch& batch);
+  double eval_loss(const data::Batch& batch) override;
+  MemoryReport memory() const override;
+  void save(const std::string& dir) override;
+  void resume(const std::string& dir) override;  // checks the checkpoint's model and dtype match
 
-  int64_t step() const { return step_; }
+  int64_t step() const override { return step_; }
   void set_step(int64_t step) { step_ = step; }
   const RunConfig& config() const { return config_; }
   Gpt& model() { return model_; }

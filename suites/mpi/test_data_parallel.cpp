@@ -136,9 +136,10 @@ TEST_P(DataParallelEquivalence, EveryDpSizeAndZeroStageMatchesSingleDevice) {
         << "ZeRO-1 vs ZeRO-2 at dp=" << dp_size << ": " << first_difference(by_stage[1], by_stage[2]);
     EXPECT_TRUE(bit_identical(by_stage[1], by_stage[3]))
         << "ZeRO-1 vs ZeRO-3 at dp=" << dp_size << ": " << first_difference(by_stage[1], by_stage[3]);
-    if (dp_size <= 2)
+    if (dp_size <= 2) {
       EXPECT_TRUE(bit_identical(by_stage[0], by_stage[1]))
           << "ZeRO-0 vs ZeRO-1 at dp=" << dp_size << ": " << first_difference(by_stage[0], by_stage[1]);
+    }
     if (world->rank() == 0)
       std::printf("[  INFO    ] %s dp=%d: ZeRO-0 %s ZeRO-1; loss error vs single device %.2e\n", GetParam().c_str(),
                   dp_size, bit_identical(by_stage[0], by_stage[1]) ? "bit-identical to" : "differs in rounding from",

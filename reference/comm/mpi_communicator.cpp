@@ -1,0 +1,257 @@
+#include "comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+namespace tripod {
+
+namespace {
+
+void mpi_check(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail(what, ": MPI error: ", std::string(text, static_cast<std::size_t>(length)));
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::BF16: return MPI_UINT16_T;  // moved as raw bits; never reduced (can_reduce says no)
+  }
+  return MPI_BYTE;
+}
+
+// Avg is Sum on the wire and a division afterwards.
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+
+int mpi_count(int64_t elements, const std::string& what) {
+  check(elements <= INT_MAX, what, ": ", elements, " elements exceed MPI's int count (split the tensor)");
+  return static_cast<int>(elements);
+}
+
+template <typename T>
+void divide_all(T* p, int64_t n, int divisor) {
+  for (int64_t i = 0; i < n; ++i) p[i] /= static_cast<T>(divisor);
+}
+
+void divide_by(const Tensor& t, int divisor) {
+  if (t.dtype() == DType::F32) divide_all(t.data<float>(), t.numel(), divisor);
+  if (t.dtype() == DType::F64) divide_all(t.data<double>(), t.numel(), divisor);
+}
+
+// One started MPI operation. It holds the call (so the tensors' storage outlives the transfer)
+// and an optional finishing step run once on completion: Avg's division, moving an in-place
+// reduce_scatter result to its block, checking a received message's length.
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(std::string what, CommCall call) : what_(std::move(what)), call_(std::move(call)) {}
+  ~MpiRequest() override {
+    if (!done_ && request_ != MPI_REQUEST_NULL && MpiRuntime::initialized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  void wait() override {
+    if (done_) return;
+    MPI_Status status{};
+    const int code = MPI_Wait(&request_, &status);
+    complete(code, status);
+  }
+  bool test() override {
+    if (done_) return true;
+    MPI_Status status{};
+    int flag = 0;
+    const int code = MPI_Test(&request_, &flag, &status);
+    if (code != MPI_SUCCESS || flag) complete(code, status);
+    return done_;
+  }
+
+  const std::string& what() const { return what_; }
+  MPI_Request* handle() { return &request_; }
+  std::vector<char>& scratch() { return scratch_; }
+  void on_complete(std::function<void(const MPI_Status&)> finish) { finish_ = std::move(finish); }
+
+ private:
+  void complete(int code, const MPI_Status& status) {
+    done_ = true;
+    mpi_check(code, what_);
+    if (finish_) finish_(status);
+  }
+
+  std::string what_;
+  CommCall call_;
+  MPI_Request request_ = MPI_REQUEST_NULL;  // stays null for blocking calls: wait() returns at once
+  std::vector<char> scratch_;
+  std::function<void(const MPI_Status&)> finish_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+// ---- runtime ----
+
+MpiRuntime::MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (already) {
+    MPI_Query_thread(&thread_level_);
+  } else {
+    mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_), "MPI_Init_thread");
+    owns_ = true;
+  }
+  if (thread_level_ < MPI_THREAD_FUNNELED) {
+    if (owns_) MPI_Finalize();  // the destructor will not run after a throwing constructor
+    fail("MPI provides thread level ", thread_level_,
+         " but Tripod needs MPI_THREAD_FUNNELED (OpenMP threads run between MPI calls)");
+  }
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (owns_ && initialized()) MPI_Finalize();
+}
+
+bool MpiRuntime::initialized() {
+  int init = 0, finalized = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&finalized);
+  return init && !finalized;
+}
+
+// ---- communicator ----
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  check(MpiRuntime::initialized(), "communicator ", name_, ": MPI is not initialised (create an MpiRuntime first)");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && MpiRuntime::initialized()) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, const std::string& name) const {
+  MPI_Comm sub = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), str_cat("split of ", name_));
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(sub, name);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool blocking) {
+  auto request = std::make_unique<MpiRequest>(where(call.op), call);
+  const std::string& at = request->what();
+  MPI_Request* handle = request->handle();
+  const MPI_Datatype type = mpi_type(call.in.dtype());
+  const MPI_Op op = mpi_op(call.reduce);
+  const bool avg = call.reduce == ReduceOp::Avg;
+  void* in = call.in.defined() ? call.in.raw() : nullptr;  // a barrier has no tensors
+  void* out = call.out.defined() ? call.out.raw() : nullptr;
+  const Tensor result = call.out;  // what the finishing steps touch
+  const int group_size = size_;
+  int code = MPI_SUCCESS;
+
+  switch (call.op) {
+    case CommOp::AllReduce: {
+      const int count = mpi_count(call.out.numel(), at);
+      const void* send = call.in_place ? MPI_IN_PLACE : in;
+      code = blocking ? MPI_Allreduce(send, out, count, type, op, comm_)
+                      : MPI_Iallreduce(send, out, count, type, op, comm_, handle);
+      if (avg) request->on_complete([=](const MPI_Status&) { divide_by(result, group_size); });
+      break;
+    }
+    case CommOp::ReduceScatter: {
+      // With MPI_IN_PLACE the whole input sits in the receive buffer and the result lands at its
+      // start (block 0), so an in-place result is moved to this rank's block afterwards.
+      const int count = mpi_count(call.out.numel(), at);
+      const void* send = call.in_place ? MPI_IN_PLACE : in;
+      void* recv = call.in_place ? in : out;
+      code = blocking ? MPI_Reduce_scatter_block(send, recv, count, type, op, comm_)
+                      : MPI_Ireduce_scatter_block(send, recv, count, type, op, comm_, handle);
+      const bool move = call.in_place && rank_ != 0;
+      if (move || avg) {
+        request->on_complete([=](const MPI_Status&) {
+          if (move) std::memmove(result.raw(), recv, result.bytes());
+          if (avg) divide_by(result, group_size);
+        });
+      }
+      break;
+    }
+    case CommOp::AllGather: {
+      const int count = mpi_count(call.in.numel(), at);
+      const void* send = call.in_place ? MPI_IN_PLACE : in;
+      code = blocking ? MPI_Allgather(send, count, type, out, count, type, comm_)
+                      : MPI_Iallgather(send, count, type, out, count, type, comm_, handle);
+      break;
+    }
+    case CommOp::Broadcast: {
+      const int count = mpi_count(call.in.numel(), at);
+      code = blocking ? MPI_Bcast(in, count, type, call.peer, comm_)
+                      : MPI_Ibcast(in, count, type, call.peer, comm_, handle);
+      break;
+    }
+    case CommOp::Reduce: {
+      // MPI_IN_PLACE is legal only at the root; other ranks send `in` and receive nothing.
+      const bool root = rank_ == call.peer;
+      const int count = mpi_count(call.in.numel(), at);
+      const void* send = root && call.in_place ? MPI_IN_PLACE : in;
+      void* recv = root ? out : nullptr;
+      code = blocking ? MPI_Reduce(send, recv, count, type, op, call.peer, comm_)
+                      : MPI_Ireduce(send, recv, count, type, op, call.peer, comm_, handle);
+      if (avg && root) request->on_complete([=](const MPI_Status&) { divide_by(result, group_size); });
+      break;
+    }
+    case CommOp::AllToAll: {
+      // In place: send from a private copy of the input (what Open MPI would do internally).
+      const int count = mpi_count(call.in.numel() / size_, at);
+      const void* send = in;
+      if (call.in_place) {
+        request->scratch().assign(static_cast<const char*>(in), static_cast<const char*>(in) + call.in.bytes());
+        send = request->scratch().data();
+      }
+      code = blocking ? MPI_Alltoall(send, count, type, out, count, type, comm_)
+                      : MPI_Ialltoall(send, count, type, out, count, type, comm_, handle);
+      break;
+    }
+    case CommOp::Send:
+      // Point-to-point has no separate blocking algorithm: always Isend, the caller waits.
+      code = MPI_Isend(in, mpi_count(call.in.numel(), at), type, call.peer, call.tag, comm_, handle);
+      break;
+    case CommOp::Recv: {
+      const int count = mpi_count(call.out.numel(), at);
+      code = MPI_Irecv(out, count, type, call.peer, call.tag, comm_, handle);
+      request->on_complete([=](const MPI_Status& status) {
+        int received = 0;
+        MPI_Get_count(&status, type, &received);
+        check(received == count, at, ": expected ", count, " elements from rank ", call.peer, " (tag ", call.tag,
+              ") but the message has ", received);
+      });
+      break;
+    }
+    case CommOp::Barrier:
+      code = blocking ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, handle);
+      break;
+  }
+  mpi_check(code, at);
+  return request;
+}
+
+std::unique_ptr<Communicator> mpi_world() {
+  check(MpiRuntime::initialized(), "mpi_world: MPI is not initialised (create an MpiRuntime first)");
+  MPI_Comm dup = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi_world: MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(dup, "mpi:world");
+}
+
+}  // namespace tripod

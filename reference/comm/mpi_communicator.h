@@ -1,0 +1,78 @@
+// MPI backend of the Communicator: CPU tensors, one MPI_Comm per group.
+//
+// Async forms use MPI's non-blocking operations (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Ialltoall, MPI_Isend/Irecv, MPI_Ibarrier) with
+// MPI_IN_PLACE where in and out share memory; blocking forms use the blocking calls, because Open
+// MPI serves the two from different components (coll/libnbc schedules vs coll/tuned algorithms).
+//
+// How overlap really progresses with Open MPI (4.1, as Debian ships it): there is no asynchronous
+// progress thread. A non-blocking collective is a schedule of rounds (send, receive, reduce) and a
+// round advances only while this process is inside some MPI call. Between calls, at most the
+// messages already handed to the shared-memory or network transport move; the next round waits.
+// So `auto r = comm.all_reduce_async(...)` followed by a long compute and then `r->wait()` mostly
+// communicates inside wait(). Callers that want real overlap cut their compute into pieces and
+// call `r->test()` between them (each test() drives the progress engine once); the bucketed
+// gradient sync does exactly that between layers of the backward pass. NCCL, by contrast, runs
+// collectives on the GPU and overlaps without help.
+//
+// MPI_THREAD_FUNNELED is requested: only the thread that initialised MPI may call these methods,
+// including wait() and test(). Errors come back as tripod::Error (communicators are switched to
+// MPI_ERRORS_RETURN) with MPI's own error string.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace tripod {
+
+// Initialises MPI for the life of the object (MPI_Init_thread, FUNNELED or better) and finalises
+// it in the destructor. If MPI was already initialised by someone else, it neither initialises
+// nor finalises. All communicators must be destroyed before it.
+class MpiRuntime {
+ public:
+  MpiRuntime();                          // no command-line arguments (Open MPI does not need them)
+  MpiRuntime(int* argc, char*** argv);   // lets MPI strip its own arguments
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  static bool initialized();  // initialised and not yet finalised
+  int thread_level() const { return thread_level_; }
+
+ private:
+  bool owns_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD or MPI_COMM_SELF.
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  MPI_Comm handle() const { return comm_; }
+
+ protected:
+  bool accepts(Device device) const override { return device == Device::CPU; }
+  bool can_reduce(DType dtype) const override { return dtype != DType::BF16; }
+  std::unique_ptr<CommRequest> start(const CommCall& call, bool blocking) override;
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) const override;
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// A private duplicate of MPI_COMM_WORLD named "mpi:world" (collective over all processes), so
+// Tripod's traffic never matches messages of other code that uses MPI_COMM_WORLD.
+std::unique_ptr<Communicator> mpi_world();
+
+}  // namespace tripod

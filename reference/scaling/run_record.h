@@ -1,0 +1,49 @@
+// One finished run as a sweep record (a line of OUT/runs.jsonl, also kept as
+// OUT/runs/<name>/result.json): N, D, C, the losses read back from the run's metrics JSONL, the
+// status and the hash of the configuration it ran.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "scaling/sweep_grid.h"
+
+namespace tripod::scaling {
+
+// The losses of a run, from its train.metrics JSONL. A resumed run appends to the file, so a step
+// may appear twice (the steps after the last checkpoint were redone): the last record of a step wins.
+struct MetricsSummary {
+  int64_t steps_recorded = 0;  // distinct steps
+  int64_t last_step = -1;
+  double final_loss = NAN;     // training loss of the last step (one batch: noisy)
+  double smoothed_loss = NAN;  // mean training loss over the last 10% of steps
+  double eval_loss = NAN;      // held-out loss of the final weights (NaN: no val split)
+  double train_seconds = 0;    // sum of step times (excludes start-up, eval and checkpoints)
+};
+
+MetricsSummary summarize_metrics(const std::filesystem::path& metrics_jsonl);
+
+enum class RunStatus { Ok, Diverged, Failed };
+std::string run_status_name(RunStatus s);  // "ok" | "diverged" | "failed"
+
+// XXH64 of the configuration's canonical dump (keys sorted), as 16 hex digits.
+std::string config_hash(const nlohmann::json& config);
+
+// The last "tripod: error: ..." line of a run's log ("" if none): why a child failed.
+std::string last_error_line(const std::filesystem::path& log);
+
+struct RunOutcome {
+  RunStatus status = RunStatus::Failed;
+  std::string error;           // "" when ok
+  MetricsSummary metrics;
+  double wall_seconds = 0;     // this launch of the child (a resumed run counts its last launch)
+};
+
+// The JSONL record. `loss` is the held-out eval loss (smoothed training loss when the corpus has
+// no val split; `loss_source` says which); diverged and failed runs have loss null.
+nlohmann::json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome& outcome);
+
+}  // namespace tripod::scaling

@@ -1,0 +1,17 @@
+// The corpus of a sweep: a prepared directory, or the synthetic Markov corpus that the driver
+// generates into OUT/corpus (and reuses on a rerun only if it was made with the same settings).
+#pragma once
+#include <filesystem>
+
+#include "scaling/sweep_grid.h"
+#include "scaling/sweep_spec.h"
+
+namespace tripod::scaling {
+
+// What the grid needs, without generating anything (for --dry-run).
+CorpusInfo describe_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
+
+// Generates the synthetic corpus when it is absent; checks an existing one matches the spec.
+CorpusInfo prepare_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
+
+}  // namespace tripod::scaling

@@ -1,0 +1,247 @@
+#include "scaling/sweep_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+
+#include "core/error.h"
+
+namespace tripod::scaling {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string param_count_name(ParamCount c) { return c == ParamCount::Total ? "total" : "non_embedding"; }
+std::string flop_convention_name(FlopConvention c) { return c == FlopConvention::SixN ? "6N" : "6N+attention"; }
+
+namespace {
+
+// Typed access to one JSON object of the spec, with errors that name the file and the key path.
+class Section {
+ public:
+  Section(const json& j, std::string where, const fs::path& file) : j_(j), where_(std::move(where)), file_(file) {
+    check(j_.is_object(), file_.string(), ": '", where_.empty() ? "<top level>" : where_, "' must be an object");
+  }
+  // Every key present must be one of `allowed`.
+  void allow_only(std::initializer_list<const char*> allowed) const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      const bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* k) { return it.key() == k; });
+      check(known, file_.string(), ": unknown key '", path(it.key()), "'");
+    }
+  }
+  bool has(const char* key) const { return j_.contains(key); }
+  const json& raw(const char* key) const {
+    check(has(key), file_.string(), ": missing key '", path(key), "'");
+    return j_.at(key);
+  }
+  Section section(const char* key) const { return Section(raw(key), path(key), file_); }
+  double number(const char* key, std::optional<double> fallback = std::nullopt) const {
+    if (!has(key) && fallback) return *fallback;
+    const json& v = raw(key);
+    check(v.is_number(), file_.string(), ": '", path(key), "' must be a number, got ", v.dump());
+    return v.get<double>();
+  }
+  double positive(const char* key, std::optional<double> fallback = std::nullopt) const {
+    const double v = number(key, fallback);
+    check(std::isfinite(v) && v > 0, file_.string(), ": '", path(key), "' must be > 0, got ", v);
+    return v;
+  }
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+    if (!has(key) && fallback) return *fallback;
+    const json& v = raw(key);
+    check(v.is_number_integer(), file_.string(), ": '", path(key), "' must be an integer, got ", v.dump());
+    check(v.get<int64_t>() >= min, file_.string(), ": '", path(key), "' must be >= ", min, ", got ", v.dump());
+    return v.get<int64_t>();
+  }
+  std::string text(const char* key, std::optional<std::string> fallback = std::nullopt) const {
+    if (!has(key) && fallback) return *fallback;
+    const json& v = raw(key);
+    check(v.is_string(), file_.string(), ": '", path(key), "' must be a string, got ", v.dump());
+    return v.get<std::string>();
+  }
+  std::string path(const std::string& key) const { return where_.empty() ? key : where_ + "." + key; }
+  const fs::path& file() const { return file_; }
+
+ private:
+  const json& j_;
+  std::string where_;
+  const fs::path& file_;
+};
+
+CorpusSpec parse_corpus(const Section& s) {
+  CorpusSpec corpus;
+  s.allow_only({"dir", "synthetic"});
+  check(s.has("dir") != s.has("synthetic"), s.file().string(),
+        ": 'corpus' needs exactly one of 'dir' (a prepared directory) and 'synthetic'");
+  if (s.has("dir")) {
+    corpus.dir = s.text("dir");
+    return corpus;
+  }
+  const Section m = s.section("synthetic");
+  m.allow_only({"vocab", "order", "sharpness", "tokens", "seed"});
+  SyntheticCorpusSpec syn;
+  syn.vocab = static_cast<int>(m.integer("vocab", std::nullopt, 2));
+  syn.order = static_cast<int>(m.integer("order", 1));
+  syn.sharpness = m.number("sharpness", 2.0);
+  syn.tokens = m.integer("tokens", std::nullopt, 2);
+  syn.seed = static_cast<uint64_t>(m.integer("seed", 1, 0));
+  corpus.synthetic = syn;
+  return corpus;
+}
+
+ModelsSpec parse_models(const Section& s) {
+  ModelsSpec models;
+  s.allow_only({"rule", "shapes", "sizes_per_budget", "span", "tokens_per_param"});
+  check(s.has("rule") != s.has("shapes"), s.file().string(),
+        ": 'models' needs exactly one of 'rule' (shapes derived from target N) and 'shapes' (an explicit list)");
+  models.span = s.positive("span", 8.0);
+  check(models.span >= 1, s.file().string(), ": 'models.span' must be >= 1");
+  models.tokens_per_param = s.positive("tokens_per_param", 20.0);
+  if (s.has("rule")) {
+    const Section r = s.section("rule");
+    r.allow_only({"aspect_ratio", "aspect_tolerance", "head_dim", "d_ff_ratio", "max_layers", "max_d_model"});
+    ShapeRule rule;
+    rule.aspect_ratio = r.positive("aspect_ratio", rule.aspect_ratio);
+    rule.aspect_tolerance = r.positive("aspect_tolerance", rule.aspect_tolerance);
+    check(rule.aspect_tolerance >= 1, s.file().string(), ": 'models.rule.aspect_tolerance' must be >= 1");
+    rule.head_dim = r.integer("head_dim", rule.head_dim);
+    rule.d_ff_ratio = r.integer("d_ff_ratio", rule.d_ff_ratio);
+    rule.max_layers = r.integer("max_layers", rule.max_layers);
+    rule.max_d_model = r.integer("max_d_model", rule.max_d_model);
+    models.rule = rule;
+    models.sizes_per_budget = s.integer("sizes_per_budget");
+  } else {
+    const json& list = s.raw("shapes");
+    check(list.is_array() && !list.empty(), s.file().string(), ": 'models.shapes' must be a non-empty list");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Section e(list[i], "models.shapes[" + std::to_string(i) + "]", s.file());
+      e.allow_only({"n_layer", "d_model", "n_head", "d_ff"});
+      ExplicitShape shape;
+      shape.n_layer = e.integer("n_layer");
+      shape.d_model = e.integer("d_model");
+      shape.n_head = e.integer("n_head");
+      shape.d_ff = e.integer("d_ff", 4 * shape.d_model);
+      models.shapes.push_back(shape);
+    }
+    models.sizes_per_budget = s.integer("sizes_per_budget", 0, 0);
+  }
+  return models;
+}
+
+// "optim.lr" style keys with scalar values (checked against the config schema when runs are built).
+json parse_settings(const json& j, const std::string& where, const fs::path& file) {
+  check(j.is_object(), file.string(), ": '", where, "' must be an object of \"section.key\": value");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    check(it.key().find('.') != std::string::npos, file.string(), ": '", where, "' key '", it.key(),
+          "' must name a config key as section.key (e.g. optim.weight_decay)");
+    check(it.value().is_primitive() && !it.value().is_null(), file.string(), ": '", where, ".", it.key(),
+          "' must be a number, string or boolean");
+  }
+  return j;
+}
+
+}  // namespace
+
+SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
+  SweepSpec spec;
+  spec.file = file;
+  spec.json = j;
+  const Section top(j, "", file);
+  top.allow_only({"name", "description", "corpus", "conventions", "budgets", "models", "context", "batch_size",
+                  "lr", "warmup", "seeds", "min_steps", "eval_batches", "checkpoint_every", "settings",
+                  "overrides"});
+  spec.name = top.text("name", file.stem().string());
+  spec.corpus = parse_corpus(top.section("corpus"));
+
+  if (top.has("conventions")) {
+    const Section c = top.section("conventions");
+    c.allow_only({"param_count", "flops"});
+    const std::string count = c.text("param_count", "total"), flops = c.text("flops", "6N+attention");
+    check(count == "total" || count == "non_embedding", file.string(),
+          ": 'conventions.param_count' must be \"total\" or \"non_embedding\", got \"", count, "\"");
+    check(flops == "6N" || flops == "6N+attention", file.string(),
+          ": 'conventions.flops' must be \"6N\" or \"6N+attention\", got \"", flops, "\"");
+    spec.param_count = count == "total" ? ParamCount::Total : ParamCount::NonEmbedding;
+    spec.flops = flops == "6N" ? FlopConvention::SixN : FlopConvention::SixNPlusAttention;
+  }
+
+  const json& budgets = top.raw("budgets");
+  check(budgets.is_array() && !budgets.empty(), file.string(), ": 'budgets' must be a non-empty list of FLOPs");
+  for (const json& b : budgets) {
+    check(b.is_number() && b.get<double>() > 0 && std::isfinite(b.get<double>()), file.string(),
+          ": 'budgets' must hold positive numbers (FLOPs), got ", b.dump());
+    spec.budgets.push_back(b.get<double>());
+  }
+  std::sort(spec.budgets.begin(), spec.budgets.end());
+  check(std::adjacent_find(spec.budgets.begin(), spec.budgets.end()) == spec.budgets.end(), file.string(),
+        ": 'budgets' lists a budget twice");
+
+  spec.models = parse_models(top.section("models"));
+  spec.context = top.integer("context", spec.context);
+  spec.batch_size = top.integer("batch_size", spec.batch_size);
+  if (top.has("lr")) {
+    const Section l = top.section("lr");
+    l.allow_only({"base", "reference_d_model", "width_exponent", "min_lr_ratio"});
+    spec.lr.base = l.positive("base");
+    spec.lr.reference_d_model = l.positive("reference_d_model", spec.lr.reference_d_model);
+    spec.lr.width_exponent = l.number("width_exponent", spec.lr.width_exponent);
+    spec.lr.min_lr_ratio = l.number("min_lr_ratio", spec.lr.min_lr_ratio);
+    check(spec.lr.min_lr_ratio >= 0 && spec.lr.min_lr_ratio <= 1, file.string(), ": 'lr.min_lr_ratio' must be in [0, 1]");
+  }
+  if (top.has("warmup")) {
+    const Section w = top.section("warmup");
+    w.allow_only({"fraction", "max_steps"});
+    spec.warmup.fraction = w.number("fraction", spec.warmup.fraction);
+    check(spec.warmup.fraction >= 0 && spec.warmup.fraction < 1, file.string(), ": 'warmup.fraction' must be in [0, 1)");
+    spec.warmup.max_steps = w.integer("max_steps", spec.warmup.max_steps, 0);
+  }
+  if (top.has("seeds")) {
+    const json& seeds = top.raw("seeds");
+    check(seeds.is_array() && !seeds.empty(), file.string(), ": 'seeds' must be a non-empty list of integers");
+    spec.seeds.clear();
+    for (const json& s : seeds) {
+      check(s.is_number_unsigned(), file.string(), ": 'seeds' must hold non-negative integers, got ", s.dump());
+      spec.seeds.push_back(s.get<uint64_t>());
+    }
+  }
+  spec.min_steps = top.integer("min_steps", spec.min_steps);
+  spec.eval_batches = top.integer("eval_batches", spec.eval_batches);
+  spec.checkpoint_every = top.integer("checkpoint_every", spec.checkpoint_every);
+  if (top.has("settings")) spec.settings = parse_settings(top.raw("settings"), "settings", file);
+  if (top.has("overrides")) {
+    const json& list = top.raw("overrides");
+    check(list.is_array(), file.string(), ": 'overrides' must be a list of {\"runs\": GLOB, \"set\": {...}}");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "overrides[" + std::to_string(i) + "]";
+      const Section o(list[i], where, file);
+      o.allow_only({"runs", "set"});
+      spec.overrides.push_back({o.text("runs"), parse_settings(o.raw("set"), where + ".set", file)});
+    }
+  }
+  return spec;
+}
+
+fs::path resolve_spec_path(const std::string& name_or_path) {
+  if (fs::exists(name_or_path)) return name_or_path;
+  for (const fs::path& dir : {fs::path("scaling/specs"), fs::path(TRIPOD_SOURCE_DIR) / "scaling/specs"})
+    for (const char* ext : {".json", ""})
+      if (fs::exists(dir / (name_or_path + ext))) return dir / (name_or_path + ext);
+  fail("sweep spec '", name_or_path, "' is neither a file nor a preset in scaling/specs/");
+}
+
+SweepSpec load_sweep_spec(const std::string& name_or_path) {
+  const fs::path path = resolve_spec_path(name_or_path);
+  std::ifstream in(path);
+  check(in.good(), "cannot read sweep spec ", path.string());
+  const json j = json::parse(in, nullptr, false, /*ignore_comments=*/true);
+  check(!j.is_discarded(), "sweep spec ", path.string(), " is not valid JSON");
+  return parse_sweep_spec(j, path);
+}
+
+fs::path resolve_data_dir(const fs::path& dir) {
+  if (dir.is_absolute() || fs::exists(dir)) return fs::absolute(dir);
+  const fs::path in_source = fs::path(TRIPOD_SOURCE_DIR) / dir;
+  return fs::exists(in_source) ? in_source : fs::absolute(dir);
+}
+
+}  // namespace tripod::scaling

@@ -1,0 +1,38 @@
+// What the training loop drives: the single-device Trainer or the DistributedTrainer. Both take
+// the *global* batch of a step (every rank loads the same one; a DP rank uses its slice).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "data/batch_loader.h"
+
+namespace tripod {
+
+struct StepResult {
+  int64_t step = 0;       // the step just taken, counting from 0
+  double loss = 0;        // mean cross-entropy over valid targets of the global batch
+  double grad_norm = 0;   // global L2 norm before clipping
+  double lr = 0;
+  int64_t tokens = 0;     // tokens processed (B * T of the global batch)
+  double seconds = 0;     // wall time of the step
+};
+
+struct MemoryReport {  // bytes held by this rank
+  std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  std::size_t transient = 0;  // peak of gathered parameters and in-flight gradient buckets (ZeRO)
+};
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+  virtual void initialise() = 0;
+  virtual StepResult train_step(const data::Batch& global_batch) = 0;
+  virtual double eval_loss(const data::Batch& global_batch) = 0;
+  virtual int64_t step() const = 0;
+  virtual MemoryReport memory() const = 0;
+  // Checkpoints: a directory written by save() is continued exactly by resume().
+  virtual void save(const std::string& dir) = 0;
+  virtual void resume(const std::string& dir) = 0;
+};
+
+}  // namespace tripod

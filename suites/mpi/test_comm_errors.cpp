@@ -1,0 +1,77 @@
+// Argument errors are found locally, before MPI is called, with messages that name the operation,
+// the group, the rank and the sizes. Every rank makes the same bad call, so every rank throws and a
+// barrier afterwards proves nobody was left inside a collective.
+#include <gtest/gtest.h>
+
+#include "mpi_test_util.h"
+
+namespace tripod::testing {
+namespace {
+
+// Runs `call`, expecting a tripod::Error whose message contains every one of `parts`.
+template <typename Call>
+void expect_error(Call call, const std::vector<std::string>& parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts.front() << "'";
+  } catch (const Error& e) {
+    for (const std::string& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
+  }
+}
+
+class CommErrors : public ::testing::Test {
+ protected:
+  void TearDown() override { world->barrier(); }
+  std::unique_ptr<Communicator> world = mpi_world();
+  int n = world->size();
+  int r = world->rank();
+  std::string where(const std::string& op) const { return str_cat(op, " on mpi:world (rank ", r, " of ", n, ")"); }
+};
+
+TEST_F(CommErrors, SizeMismatchesNameOpRankAndSizes) {
+  expect_error([&] { world->all_reduce(host_tensor(7, DType::F32), host_tensor(8, DType::F32), ReduceOp::Sum); },
+               {where("all_reduce"), "in has 7 fp32 elements but out has 8"});
+  expect_error([&] { world->reduce_scatter(host_tensor(n * 3 + 1, DType::F64), host_tensor(3, DType::F64), ReduceOp::Sum); },
+               {where("reduce_scatter"), str_cat("in has ", n * 3 + 1, " fp64 elements but needs size ", n)});
+  expect_error([&] { world->all_gather_async(host_tensor(2, DType::I32), host_tensor(2 * n + 1, DType::I32)); },
+               {where("all_gather"), str_cat("out has ", 2 * n + 1, " int32 elements")});
+  if (n > 1) {  // any count splits into one block
+    expect_error([&] { world->all_to_all(host_tensor(n * 2 + 1, DType::F32), host_tensor(n * 2 + 1, DType::F32)); },
+                 {where("all_to_all"), str_cat("do not split into ", n, " equal blocks")});
+  }
+}
+
+TEST_F(CommErrors, DtypeProblems) {
+  expect_error([&] { world->all_reduce(host_tensor(4, DType::F32), host_tensor(4, DType::F64), ReduceOp::Sum); },
+               {where("all_reduce"), "in has dtype fp32 but out has fp64"});
+  expect_error([&] { world->all_reduce_async(host_tensor(4, DType::BF16), host_tensor(4, DType::BF16), ReduceOp::Sum); },
+               {where("all_reduce"), "cannot reduce bf16"});
+  expect_error([&] { world->reduce(host_tensor(4, DType::I32), host_tensor(4, DType::I32), ReduceOp::Avg, 0); },
+               {where("reduce"), "avg needs a floating dtype, got int32"});
+}
+
+TEST_F(CommErrors, RanksTagsAndOverlap) {
+  Tensor t = host_tensor(2 * n + 8, DType::F32);
+  expect_error([&] { world->broadcast(t, n); }, {where("broadcast"), str_cat("root ", n, " is not a rank")});
+  expect_error([&] { world->send_async(t, -1, 0); }, {where("send"), "peer -1"});
+  expect_error([&] { world->recv_async(t, 0, 40000); }, {where("recv"), "tag 40000"});
+  expect_error([&] { world->all_reduce(t.view(0, {4}), t.view(2, {4}), ReduceOp::Sum); },
+               {where("all_reduce"), "partly overlap"});
+  // all_gather's input may be out's own block only, not straddle two blocks.
+  expect_error([&] { world->all_gather(t.view(2 * r + 1, {2}), t.view(0, {2 * n})); },
+               {where("all_gather"), str_cat("is not out's block ", r)});
+  expect_error([&] { world->all_reduce(Tensor(), Tensor(), ReduceOp::Sum); }, {where("all_reduce"), "undefined"});
+}
+
+TEST_F(CommErrors, DeviceTensorsAreRefused) {
+  // Storage that claims to be on a GPU: the MPI backend must refuse it without touching it.
+  static char fake[64];
+  Tensor gpu(std::make_shared<Storage>(fake, sizeof fake, Device::CUDA, nullptr), 0, Shape{4}, DType::F32);
+  expect_error([&] { world->all_reduce(gpu, gpu, ReduceOp::Sum); }, {where("all_reduce"), "cannot move CUDA tensors"});
+  SelfCommunicator self;
+  expect_error([&] { self.broadcast(gpu, 0); }, {"broadcast on self (rank 0 of 1)", "cannot move CUDA tensors"});
+}
+
+}  // namespace
+}  // namespace tripod::testing

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""End-to-end tests of the sweep driver, `tripod scale run` and `tripod scale fit`.
+
+A small spec (2 budgets x 3 tiny models on a synthetic Markov corpus, a second or two per run) is
+written by the test and checked through: the dry-run grid arithmetic, the runs.jsonl records, a
+rerun that trains nothing, a run whose result was lost (it resumes from its checkpoint), a sweep
+killed mid-run (its runs resume and end exactly where uninterrupted ones do), a diverged run that
+the fitter excludes by name, and errors for bad specs.
+
+Run: TRIPOD_BINARY_DIR=build/release /usr/bin/python3 -m pytest -q suites/python/test_scaling_sweep.py
+(about a minute on 2 cores; CTest sets TRIPOD_BINARY_DIR).
+"""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+BATCH, CONTEXT = 8, 32
+TOKENS_PER_STEP = BATCH * CONTEXT
+REQUIRED_KEYS = {"name", "status", "N", "D", "C", "budget", "loss", "eval_loss", "final_loss", "smoothed_loss",
+                 "n_layer", "d_model", "wall_seconds", "config_hash", "steps", "tokens_per_param"}
+
+
+@pytest.fixture(scope="module")
+def tripod():
+    """The tripod binary; skips when not run by CTest, fails when CTest's build lacks it."""
+    binary_dir = os.environ.get("TRIPOD_BINARY_DIR")
+    if not binary_dir:
+        pytest.skip("TRIPOD_BINARY_DIR is not set: run through ctest, or export it to a build directory")
+    program = pathlib.Path(binary_dir) / "reference" / "tripod"
+    assert program.is_file(), f"TRIPOD_BINARY_DIR={binary_dir} has no reference/tripod: build the `tripod` target"
+    return str(program)
+
+
+def small_spec(**changes):
+    spec = {
+        "name": "test",
+        "corpus": {"synthetic": {"vocab": 32, "order": 1, "sharpness": 2.0, "tokens": 600000, "seed": 3}},
+        "conventions": {"param_count": "total", "flops": "6N"},
+        "budgets": [4e9, 1.2e10],
+        "models": {"rule": {"aspect_ratio": 16, "head_dim": 8, "d_ff_ratio": 4}, "sizes_per_budget": 3,
+                   "span": 4, "tokens_per_param": 30},
+        "context": CONTEXT, "batch_size": BATCH,
+        "lr": {"base": 0.02, "reference_d_model": 32, "width_exponent": 0.5, "min_lr_ratio": 0.1},
+        "warmup": {"fraction": 0.05, "max_steps": 20},
+        "min_steps": 10, "eval_batches": 8, "checkpoint_every": 40,
+    }
+    spec.update(changes)
+    return spec
+
+
+def write_spec(path, spec):
+    path.write_text(json.dumps(spec, indent=2))
+    return str(path)
+
+
+def run(cmd, check=True, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kwargs)
+    if check:
+        assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def dry_run_grid(tripod, spec_path):
+    """{name: row} from the dry-run table: budget, N, D, C, steps, tokens/param."""
+    out = run([tripod, "scale", "run", spec_path, "--dry-run", "--out", "/nonexistent/unused"]).stdout
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 14 and parts[1].startswith("C") and parts[0][0].isdigit():
+            rows[parts[1]] = {"budget": float(parts[0]), "N": int(parts[6]), "D": int(parts[7]),
+                              "C": float(parts[8]), "steps": int(parts[9]), "tokens_per_param": float(parts[10])}
+    return rows
+
+
+def read_records(out):
+    return [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def sweep(tripod, tmp_path_factory):
+    """The small sweep, run once with one run forced to diverge (lr = 1e3)."""
+    work = tmp_path_factory.mktemp("sweep")
+    names = sorted(dry_run_grid(tripod, write_spec(work / "probe.json", small_spec())))
+    diverging = names[0]
+    spec = small_spec(overrides=[{"runs": diverging, "set": {"optim.lr": 1000.0}}])
+    spec_path = write_spec(work / "spec.json", spec)
+    out = work / "out"
+    started = time.time()
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--jobs", "2"])
+    return {"tripod": tripod, "work": work, "spec": spec, "spec_path": spec_path, "out": out,
+            "diverging": diverging, "stdout": result.stdout, "seconds": time.time() - started}
+
+
+def test_dry_run_grid_arithmetic(tripod, tmp_path):
+    grid = dry_run_grid(tripod, write_spec(tmp_path / "spec.json", small_spec()))
+    assert len(grid) == 6
+    for name, row in grid.items():
+        wanted_d = row["budget"] / (6 * row["N"])           # the 6N convention: C = 6 N D
+        assert abs(row["D"] - wanted_d) <= TOKENS_PER_STEP / 2, name   # rounded to whole steps
+        assert row["D"] == row["steps"] * TOKENS_PER_STEP, name
+        assert math.isclose(row["C"], 6 * row["N"] * row["D"], rel_tol=2e-3), name  # table shows 3 digits
+        assert math.isclose(row["tokens_per_param"], row["D"] / row["N"], abs_tol=0.06), name
+    for budget in (4e9, 1.2e10):   # three distinct sizes per budget, spanning the IsoFLOP centre
+        sizes = sorted(r["N"] for r in grid.values() if r["budget"] == budget)
+        assert len(set(sizes)) == 3
+        centre = math.sqrt(budget / (6 * 30))
+        assert sizes[0] < centre < sizes[-1]
+
+
+def test_records(sweep):
+    records = read_records(sweep["out"])
+    assert len(records) == 6
+    by_name = {r["name"]: r for r in records}
+    for r in records:
+        assert REQUIRED_KEYS <= r.keys(), r["name"]
+        assert r["D"] == r["steps"] * TOKENS_PER_STEP
+        assert math.isclose(r["C"], 6 * r["N"] * r["D"], rel_tol=1e-12)
+        config = json.loads((sweep["out"] / "runs" / r["name"] / "config.json").read_text())
+        assert config["train"]["steps"] == r["steps"] and config["model"]["d_model"] == r["d_model"]
+        if r["name"] == sweep["diverging"]:
+            continue
+        assert r["status"] == "ok", r
+        assert r["loss"] == r["eval_loss"] and r["loss_source"] == "eval"
+        assert 0 < r["loss"] < math.log(32) + 0.2      # below (or near) a uniform guess over 32 tokens
+    diverged = by_name[sweep["diverging"]]
+    assert diverged["status"] == "diverged" and diverged["loss"] is None
+    assert "training diverged" in diverged["error"]
+    assert "diverged" in sweep["stdout"]
+
+
+def test_rerun_trains_nothing(sweep):
+    out = sweep["out"]
+    logs = {p: p.stat().st_size for p in out.glob("runs/*/train.log")}
+    before = (out / "runs.jsonl").read_text()
+    result = run([sweep["tripod"], "scale", "run", sweep["spec_path"], "--out", str(out)])
+    assert "nothing to train" in result.stdout
+    assert " start " not in result.stdout
+    assert {p: p.stat().st_size for p in logs} == logs
+    assert (out / "runs.jsonl").read_text() == before
+
+
+def test_lost_result_resumes_from_checkpoint(sweep):
+    out = sweep["out"]
+    name = sorted(r["name"] for r in read_records(out) if r["status"] == "ok")[-1]
+    original = json.loads((out / "runs" / name / "result.json").read_text())
+    (out / "runs" / name / "result.json").unlink()
+    result = run([sweep["tripod"], "scale", "run", sweep["spec_path"], "--out", str(out)])
+    assert "resuming at step" in result.stdout
+    log = (out / "runs" / name / "train.log").read_text()
+    assert f"resuming {name} from its checkpoint at step {original['steps']}" in log
+    assert "resuming from" in log                      # the trainer's own line
+    redone = [r for r in read_records(out) if r["name"] == name]
+    assert len(redone) == 1                            # runs.jsonl holds each run once
+    assert redone[0]["loss"] == original["loss"]       # same final weights, same held-out tokens
+
+
+def test_killed_sweep_resumes_exactly(sweep):
+    """SIGTERM to the driver mid-run: its runs stop, a rerun resumes them from their checkpoints."""
+    out = sweep["work"] / "killed"
+    spec_path = write_spec(sweep["work"] / "killed.json", small_spec(budgets=[1.2e10]))
+    cmd = [sweep["tripod"], "scale", "run", spec_path, "--out", str(out), "--jobs", "2"]
+    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(out.glob("runs/*/ckpt/state.json")):
+        time.sleep(0.01)
+    driver.send_signal(signal.SIGTERM)
+    stdout, stderr = driver.communicate(timeout=60)
+    assert driver.returncode != 0 and "interrupted" in stderr, stdout + stderr
+
+    result = run(cmd)
+    resumed = [p.parent.name for p in out.glob("runs/*/train.log") if "from its checkpoint at step" in p.read_text()]
+    assert resumed, result.stdout
+    uninterrupted = {r["name"]: r for r in read_records(sweep["out"])}
+    for r in read_records(out):
+        assert r["status"] == "ok"
+        if r["name"] != sweep["diverging"]:   # that one ran with lr = 1e3 in the first sweep
+            # Same run, same thread count: resuming reproduces the uninterrupted loss bit for bit.
+            assert r["loss"] == uninterrupted[r["name"]]["loss"], r["name"]
+
+
+def test_fit_excludes_the_diverged_run(sweep):
+    out = sweep["out"]
+    result = run([sweep["tripod"], "scale", "fit", str(out), "--bootstrap", "0", "--small-grid"])
+    assert f"excluding run '{sweep['diverging']}'" in result.stderr
+    fit = json.loads((out / "fit.json").read_text())
+    assert [x["name"] for x in fit["excluded"]] == [sweep["diverging"]]
+    assert fit["n_runs"] == 5
+    assert "corpus entropy rate H" in (out / "fit.md").read_text()
+
+
+def test_bad_specs_are_errors(tripod, tmp_path):
+    too_small = small_spec(budgets=[1e6, 4e9])
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "small.json", too_small), "--dry-run"], check=False)
+    assert result.returncode != 0
+    assert "budget 1e6 gives model C1e6-" in result.stderr and "less than one batch" in result.stderr
+
+    typo = small_spec()
+    typo["budget"] = typo.pop("budgets")
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "typo.json", typo), "--dry-run"], check=False)
+    assert result.returncode != 0 and "unknown key 'budget'" in result.stderr and "typo.json" in result.stderr
+
+    bad_override = small_spec(overrides=[{"runs": "C9e99-*", "set": {"optim.lr": 1.0}}])
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "ov.json", bad_override), "--dry-run"], check=False)
+    assert result.returncode != 0 and "matches no run" in result.stderr

@@ -1,0 +1,81 @@
+// The peak table: lookups by the names drivers report, the most specific row winning, and the
+// dense figures the MFU is measured against.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "perf/device_peak.h"
+
+namespace tripod {
+namespace {
+
+double table_tflops(std::string_view device, PeakPrecision p) { return device_peak(device, p).flops / 1e12; }
+
+TEST(DevicePeak, NamesAsDriversReportThem) {
+  // nvidia-smi / cudaGetDeviceProperties names.
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 80GB HBM3", PeakPrecision::BF16), 989.5);  // SXM
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 80GB HBM3", PeakPrecision::FP32), 67);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H200", PeakPrecision::BF16), 989.5);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H200", PeakPrecision::FP32), 67);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A100-SXM4-80GB", PeakPrecision::BF16), 312);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A100-SXM4-80GB", PeakPrecision::TF32), 156);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A100 80GB PCIe", PeakPrecision::FP32), 19.5);
+  EXPECT_DOUBLE_EQ(table_tflops("AMD Instinct MI300X", PeakPrecision::BF16), 1307.4);
+}
+
+TEST(DevicePeak, MostSpecificRowWins) {
+  // "H100 PCIe" also contains "H100"; "L40S" also contains "L4"; "A100" also contains "A10".
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 PCIe", PeakPrecision::BF16), 756.5);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 NVL", PeakPrecision::BF16), 835.5);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40S", PeakPrecision::BF16), 362.05);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L4", PeakPrecision::BF16), 121);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A10", PeakPrecision::BF16), 125);
+  EXPECT_EQ(find_device_peak("NVIDIA A100-PCIE-40GB")->name, "NVIDIA A100 (SXM4 and PCIe)");
+}
+
+TEST(DevicePeak, MatchIsCaseInsensitive) {
+  ASSERT_TRUE(find_device_peak("nvidia h200 nvl").has_value());
+  EXPECT_DOUBLE_EQ(find_device_peak("nvidia h200 nvl")->bf16_tflops, 835.5);
+}
+
+TEST(DevicePeak, EveryRowIsDenseAndConsistent) {
+  for (const DevicePeakSpec& s : known_device_peaks()) {
+    EXPECT_GT(s.bf16_tflops, 0) << s.name;
+    EXPECT_GT(s.fp32_tflops, 0) << s.name;
+    // Tensor-core bf16 is about twice tf32 (L40S's datasheet: 362.05 vs 183, not quite 2x) and
+    // well above the plain fp32 pipeline: a swapped column would fail here.
+    if (s.tf32_tflops > 0) EXPECT_NEAR(s.bf16_tflops / s.tf32_tflops, 2.0, 0.05) << s.name;
+    EXPECT_GT(s.bf16_tflops, s.fp32_tflops) << s.name;
+    EXPECT_FALSE(s.datasheet.empty()) << s.name;
+    // Each row is found by its own match string (no earlier row shadows it entirely).
+    EXPECT_EQ(find_device_peak(s.match)->name, s.name);
+  }
+}
+
+TEST(DevicePeak, UnknownDeviceOrMissingFigureIsAnErrorNamingIt) {
+  EXPECT_FALSE(find_device_peak("Some Future Accelerator").has_value());
+  try {
+    device_peak("Some Future Accelerator", PeakPrecision::BF16);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Some Future Accelerator"), std::string::npos);
+  }
+  EXPECT_THROW(device_peak("NVIDIA L40S", PeakPrecision::FP64), Error);  // no fp64 figure
+}
+
+TEST(DevicePeak, SourceSaysWhereTheFigureCameFrom) {
+  const PeakFlops p = device_peak("NVIDIA H100 80GB HBM3", PeakPrecision::BF16);
+  EXPECT_NE(p.source.find("datasheet"), std::string::npos);
+  EXPECT_NE(p.source.find("bf16"), std::string::npos);
+}
+
+TEST(DevicePeak, CpuPeakKeepsItsBehaviour) {
+  const PeakFlops f32 = nominal_cpu_peak(DType::F32), f64 = nominal_cpu_peak(DType::F64);
+  EXPECT_GT(f32.flops, 0);
+  EXPECT_DOUBLE_EQ(f64.flops * 2, f32.flops);  // half the FLOPs per cycle in fp64
+  EXPECT_NE(f32.source.find("nominal CPU peak"), std::string::npos);
+  EXPECT_DOUBLE_EQ(resolve_peak(12.5, DType::F32).flops, 12.5e12);
+  EXPECT_DOUBLE_EQ(resolve_peak(0, DType::F32).flops, f32.flops);
+}
+
+}  // namespace
+}  // namespace tripod
