@@ -15,5 +15,6 @@ void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp
 void add_bench_micro_commands(CLI::App& bench);      // bench_micro_command.cpp: gemm, kernels
 void add_bench_overlap_command(CLI::App& bench);     // bench_overlap_command.cpp: DP comm/compute overlap
+void add_bench_comm_command(CLI::App& bench);        // bench_comm_command.cpp: nccl-tests-style collectives
 
 }  // namespace tripod::cli
