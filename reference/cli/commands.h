@@ -10,6 +10,7 @@ void add_data_commands(CLI::App& app);    // tripod data prepare | synthetic | i
 void add_export_commands(CLI::App& app);  // tripod export hf
 void add_bench_commands(CLI::App& app);   // tripod bench train | gemm | kernels | ...
 void add_scale_commands(CLI::App& app);   // tripod scale run | fit
+void add_conform_command(CLI::App& app);  // tripod conform
 
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp

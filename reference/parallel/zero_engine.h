@@ -49,6 +49,8 @@ class ZeroEngine final : public ParamAccess {
   void finish_backward();  // waits for every reduction of this backward
   double grad_norm();      // global L2 norm of the reduced gradients
   void optimizer_step(double lr, int64_t step, double grad_scale);
+  // Fault injection (conformance self-test): use this bucket's gradients without reducing them.
+  void skip_reduction_of_bucket(int bucket) { skip_bucket_ = bucket; }
   // Every parameter, full and unpadded, identical on all ranks (a collective for stage 3).
   std::vector<std::vector<double>> gather_params();
 
@@ -88,6 +90,7 @@ class ZeroEngine final : public ParamAccess {
   std::map<std::string, Tensor> tensor_views_;            // views into transient buffers
   std::vector<std::unique_ptr<Pending>> pending_;
   bool reduce_ = false;
+  int skip_bucket_ = -1;
   std::size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
 };
 

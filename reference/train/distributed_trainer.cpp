@@ -13,6 +13,7 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
       model_(config.model, backend, config.train.dtype),
       engine_(model_.specs(), config.model.n_layer, settings.zero_stage, settings.bucket_bytes, dp, backend,
               config.train.dtype, config.adamw) {
+  engine_.skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
   const int64_t B = config_.train.batch_size, n = dp_.size(), micro = config_.train.micro_batches;
   check(B % n == 0, "train.batch_size (", B, ") does not divide among ", n, " data-parallel ranks");
   check((B / n) % micro == 0, "the per-rank batch of ", B / n, " sequences (train.batch_size / dp) does not split into ",

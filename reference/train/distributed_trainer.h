@@ -18,6 +18,9 @@ namespace tripod {
 struct DataParallelSettings {
   int zero_stage = 0;
   int64_t bucket_bytes = 4 << 20;  // gradient bucket size
+  // Fault injection for proving that conformance checks can fail: this bucket's gradients are
+  // used unreduced (as if its reduction were forgotten). -1: none.
+  int skip_reduction_of_bucket = -1;
 };
 
 class DistributedTrainer final : public TrainingEngine {

@@ -1,0 +1,184 @@
+#include "conform/conformance.h"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "core/counter_rng.h"
+#include "model/param_spec.h"
+#include "train/distributed_trainer.h"
+#include "train/trainer.h"
+
+namespace tripod::conform {
+
+std::string Layout::name() const {
+  std::ostringstream out;
+  out << "tp" << tp << "-pp" << pp << "-dp" << dp << "-z" << zero << "-mb" << micro_batches;
+  if (sequence_parallel) out << "-sp";
+  if (schedule != "none") out << "-" << schedule;
+  return out.str();
+}
+
+Layout parse_layout(const std::string& name) {
+  Layout l;
+  std::istringstream in(name);
+  std::string part;
+  while (std::getline(in, part, '-')) {
+    auto number = [&](std::size_t prefix) {
+      try {
+        return std::stoi(part.substr(prefix));
+      } catch (const std::exception&) {
+        fail("layout '", name, "': cannot read a number in '", part, "'");
+      }
+    };
+    if (part.rfind("tp", 0) == 0) l.tp = number(2);
+    else if (part.rfind("pp", 0) == 0) l.pp = number(2);
+    else if (part.rfind("dp", 0) == 0) l.dp = number(2);
+    else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
+    else if (part.rfind("z", 0) == 0) l.zero = number(1);
+    else if (part == "sp") l.sequence_parallel = true;
+    else fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp1-dp2-z1-mb2)");
+  }
+  check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
+  check(l.zero >= 0 && l.zero <= 3, "layout '", name, "': ZeRO stage must be 0-3");
+  check(l.tp == 1 && l.pp == 1 && !l.sequence_parallel, "layout '", name,
+        "': tensor, pipeline and sequence parallelism are not implemented yet");
+  return l;
+}
+
+std::vector<Layout> enumerate_layouts(int world_size, int64_t batch_size) {
+  std::vector<Layout> layouts;
+  for (int dp = 1; dp <= world_size; ++dp) {
+    if (world_size % dp != 0 || batch_size % dp != 0) continue;
+    for (int zero = 0; zero <= 3; ++zero)
+      for (int micro : {1, 2})
+        if ((batch_size / dp) % micro == 0) layouts.push_back({1, 1, dp, zero, micro});
+  }
+  return layouts;
+}
+
+RunConfig default_conformance_config(const std::string& dtype) {
+  nlohmann::json j = default_config_json();
+  j["model"] = {{"n_layer", 2}, {"n_head", 4}, {"d_model", 32}, {"d_ff", 64}, {"vocab_size", 96},
+                {"context", 16}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}};
+  j["train"]["dtype"] = dtype;
+  j["train"]["batch_size"] = 8;
+  j["train"]["seq_len"] = 16;
+  j["train"]["steps"] = 5;
+  j["optim"]["lr"] = 1e-2;
+  j["optim"]["warmup_steps"] = 2;
+  j["optim"]["grad_clip"] = 0.5;  // active, so the sharded norm computation matters
+  return parse_run_config(j);
+}
+
+data::Batch conformance_batch(const RunConfig& c, int step) {
+  const int64_t B = c.train.batch_size, T = c.train.seq_len, V = c.model.vocab_size;
+  const CounterRng rng(static_cast<uint64_t>(step), "conform.batch");
+  data::Batch b;
+  b.batch = B;
+  b.seq_len = T;
+  for (int64_t i = 0; i < B * T; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * V));
+    const double u = rng.uniform(2 * i + 1);
+    b.targets.push_back(u < 0.125 ? -1 : static_cast<int32_t>((u - 0.125) / 0.875 * V));
+  }
+  return b;
+}
+
+namespace {
+template <typename Engine>
+void run_steps(Engine& engine, const RunConfig& config, int steps, Trajectory& t) {
+  double seconds = 0;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult r = engine.train_step(conformance_batch(config, s));
+    t.losses.push_back(r.loss);
+    t.norms.push_back(r.grad_norm);
+    seconds += r.seconds;
+  }
+  t.seconds_per_step = steps > 0 ? seconds / steps : 0;
+}
+}  // namespace
+
+Trajectory run_single_device(const RunConfig& config, int steps) {
+  auto backend = make_cpu_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  Trajectory t;
+  run_steps(trainer, config, steps, t);
+  for (std::size_t i = 0; i < trainer.params().size(); ++i) t.params.push_back(to_host_f64(*backend, trainer.params().at(i)));
+  return t;
+}
+
+Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, int skip_bucket) {
+  check(group.size() == layout.ranks(), "layout ", layout.name(), " needs ", layout.ranks(), " ranks, the group has ",
+        group.size());
+  nlohmann::json j = base.json;
+  j["train"]["micro_batches"] = layout.micro_batches;
+  const RunConfig config = parse_run_config(j);
+  auto backend = make_cpu_backend();
+  DistributedTrainer trainer(config, *backend, group, {layout.zero, /*bucket_bytes=*/4096, skip_bucket});
+  trainer.initialise();
+  Trajectory t;
+  run_steps(trainer, config, steps, t);
+  t.params = trainer.gather_params();
+  return t;
+}
+
+Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& config) {
+  Errors e;
+  const bool fp64 = config.train.dtype == DType::F64;
+  const double rtol = fp64 ? 1e-10 : 1e-5;
+  const double steps = static_cast<double>(ref.losses.size());
+  const double adam_slack = fp64 ? 0.0 : config.schedule.max_lr * steps * 1e-3;
+  auto violate = [&](const std::string& what) {
+    if (e.pass) e.failure = what;
+    e.pass = false;
+  };
+  check(got.losses.size() == ref.losses.size() && got.params.size() == ref.params.size(),
+        "conformance: trajectories of different length");
+  for (std::size_t s = 0; s < ref.losses.size(); ++s) {
+    const double dl = std::fabs(got.losses[s] - ref.losses[s]), dn = std::fabs(got.norms[s] - ref.norms[s]);
+    e.loss_abs = std::max(e.loss_abs, dl);
+    e.loss_rel = std::max(e.loss_rel, dl / std::fabs(ref.losses[s]));
+    e.norm_abs = std::max(e.norm_abs, dn);
+    e.norm_rel = std::max(e.norm_rel, dn / std::fabs(ref.norms[s]));
+    if (!(dl <= rtol * std::fabs(ref.losses[s]))) violate("loss at step " + std::to_string(s));
+    if (!(dn <= rtol * std::fabs(ref.norms[s]))) violate("gradient norm at step " + std::to_string(s));
+  }
+  std::vector<std::string> names;
+  for (const ParamSpec& spec : gpt_param_specs(config.model)) names.push_back(spec.name);
+  check(names.size() == ref.params.size(), "conformance: ", ref.params.size(), " parameter tensors for a model of ",
+        names.size());
+  for (std::size_t i = 0; i < ref.params.size(); ++i) {
+    double scale = 1e-300, worst = 0;
+    for (std::size_t k = 0; k < ref.params[i].size(); ++k) {
+      scale = std::max(scale, std::fabs(ref.params[i][k]));
+      worst = std::max(worst, std::fabs(got.params[i][k] - ref.params[i][k]));
+    }
+    e.param_abs = std::max(e.param_abs, worst);
+    if (worst / scale > e.param_rel) {
+      e.param_rel = worst / scale;
+      e.worst_param = names[i];
+    }
+    if (!(worst <= rtol * scale + adam_slack)) violate("parameter " + names[i]);
+  }
+  return e;
+}
+
+bool bit_identical(const Trajectory& a, const Trajectory& b) {
+  return a.losses == b.losses && a.norms == b.norms && a.params == b.params;
+}
+
+std::string first_difference(const Trajectory& a, const Trajectory& b) {
+  for (std::size_t s = 0; s < a.losses.size(); ++s) {
+    if (a.losses[s] != b.losses[s]) return "loss at step " + std::to_string(s);
+    if (a.norms[s] != b.norms[s]) return "grad norm at step " + std::to_string(s);
+  }
+  for (std::size_t i = 0; i < a.params.size(); ++i)
+    for (std::size_t k = 0; k < a.params[i].size(); ++k)
+      if (a.params[i][k] != b.params[i][k]) return "parameter tensor " + std::to_string(i) + " element " + std::to_string(k);
+  return "none";
+}
+
+}  // namespace tripod::conform

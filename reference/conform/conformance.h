@@ -1,0 +1,61 @@
+// Conformance of parallel layouts: run K training steps of one layout and of the single-device
+// reference from the same initialisation on the same global batches, in the same precision, and
+// compare losses, gradient norms and every final parameter (gathered to its logical shape).
+//
+// Tolerances (per comparison; DP and ZeRO only reorder sums of the same products):
+//   fp64: 1e-10 relative for losses, norms and each parameter tensor (relative to its largest
+//         element) - a reduction-order change moves results by ~1e-16, a bug by far more.
+//   fp32: losses and norms 1e-5 relative; parameters 1e-5 relative plus lr*K*1e-3 absolute,
+//         because AdamW divides by sqrt(v)+eps: an element whose gradient is ~0 (the key bias's
+//         gradient vanishes exactly in exact arithmetic) turns rounding noise into an update of up
+//         to lr per step; 1e-3 of that is still 100x below one step of a real bug.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "data/batch_loader.h"
+#include "train/run_config.h"
+
+namespace tripod::conform {
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int zero = 0;
+  int micro_batches = 1;
+  std::string schedule = "none";  // pipeline schedule (with pp > 1)
+  bool sequence_parallel = false;
+  std::string name() const;       // "tp1-pp1-dp2-z1-mb2"
+  int ranks() const { return tp * pp * dp; }
+};
+Layout parse_layout(const std::string& name);  // inverse of name(); throws naming the bad part
+// Every layout the implemented parallelism supports on `world_size` ranks for this batch size.
+std::vector<Layout> enumerate_layouts(int world_size, int64_t batch_size);
+
+struct Trajectory {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<double>> params;  // per tensor, logical order and shape
+  double seconds_per_step = 0;
+};
+
+struct Errors {
+  double loss_abs = 0, loss_rel = 0, norm_abs = 0, norm_rel = 0, param_abs = 0, param_rel = 0;
+  std::string worst_param;  // tensor with the largest relative error
+  bool pass = true;
+  std::string failure;      // first violated bound, for reports
+};
+
+// The conformance model: small, but with every feature (tied LM head, ignored targets, clipping).
+RunConfig default_conformance_config(const std::string& dtype);
+// Global batch of step s: random tokens with about one target in eight ignored.
+data::Batch conformance_batch(const RunConfig& config, int step);
+
+Trajectory run_single_device(const RunConfig& config, int steps);
+// `group` holds exactly layout.ranks() ranks. skip_bucket >= 0 injects a forgotten reduction.
+Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps,
+                      int skip_bucket = -1);
+Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config);
+bool bit_identical(const Trajectory& a, const Trajectory& b);
+std::string first_difference(const Trajectory& a, const Trajectory& b);
+
+}  // namespace tripod::conform

@@ -1,0 +1,62 @@
+"""`tripod conform` under mpirun: every layout of 8 ranks passes against the single-device reference,
+the JSON and JUnit outputs carry one record per layout, and a deliberately broken layout (a skipped
+gradient reduction) is reported as failing with a non-zero exit - the suite can fail."""
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
+TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+MPIRUN = shutil.which("mpirun")
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def conform(ranks, *args):
+    if not TRIPOD.exists():
+        if BINARY_DIR:
+            pytest.fail(f"{TRIPOD} is missing: build the project first")
+        pytest.skip(f"{TRIPOD} not built")
+    assert MPIRUN, "mpirun not found (install openmpi-bin)"
+    cmd = [MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "200", "-np", str(ranks),
+           str(TRIPOD), "conform", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=ENV)
+
+
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
+    result = conform(8, "--dtype", dtype, "--json", tmp_path / "c.json", "--junit", tmp_path / "c.xml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    assert {r["dp"] for r in records} == {1, 2, 4, 8}
+    assert {r["zero"] for r in records} == {0, 1, 2, 3}
+    for r in records:
+        assert r["pass"] and r["dtype"] == dtype
+        assert {"tp", "pp", "schedule", "loss_rel_error", "param_rel_error", "seconds_per_step"} <= set(r)
+        if dtype == "fp64":
+            assert r["loss_rel_error"] < 1e-12 and r["param_rel_error"] < 1e-10
+    suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
+    assert int(suite.get("tests")) == len(records) and int(suite.get("failures")) == 0
+
+
+def test_a_skipped_gradient_reduction_fails(tmp_path):
+    layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z3-mb1"]
+    result = conform(2, "--layouts", *layouts, "--inject-fault", "skip-grad-reduction", "--junit", tmp_path / "c.xml")
+    assert result.returncode != 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("tp")}
+    assert rows["tp1-pp1-dp1-z0-mb1"].endswith("PASS")  # nothing to reduce with one rank
+    for name in layouts[1:]:
+        assert "FAIL" in rows[name], result.stdout
+    failures = ET.parse(tmp_path / "c.xml").getroot().find("testsuite").get("failures")
+    assert int(failures) == 3
+
+
+def test_unknown_layout_is_an_error():
+    result = conform(2, "--layouts", "tp1-pp1-dq2")
+    assert result.returncode != 0
+    assert "unknown part 'dq2'" in result.stderr
