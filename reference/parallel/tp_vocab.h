@@ -1,0 +1,72 @@
+// Vocabulary-parallel embedding and cross-entropy (Megatron): rank r holds rows [start, start+rows)
+// of the token embedding wte (tied: the same shard is the LM head's column-parallel weight), so the
+// logits of a token are split across ranks by vocabulary and the full [N, V] logits never exist on
+// one rank.
+//
+// Padding. V rows do not split evenly in general; the table is padded to V_padded = tp*ceil(V/tp)
+// rows, rows = ceil(V/tp) per rank. Rows >= V are padding: no token selects them, their logits are
+// excluded from the max and the sum of exponentials (never read), their logit gradients are exactly
+// 0 (so the LM head gives them a zero weight gradient) and the embedding backward never touches
+// them. With V small and tp large a rank may hold only padding (V=11, tp=8: ranks 6 and 7).
+//
+// CPU only for now: the masked lookup and the sharded softmax are plain loops over CPU tensors
+// (fp32 or fp64), in the same arithmetic order as the CPU backend's kernels, because the Backend
+// interface has no masked or sharded forms of them. A CUDA backend will need kernels for these.
+//
+// Token and target ids are checked on every rank before any communication (the same ids give the
+// same error everywhere).
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "parallel/tp_group.h"
+
+namespace tripod::tp {
+
+struct VocabShard {
+  int64_t vocab = 0;  // V, the real vocabulary size
+  int64_t rows = 0;   // ceil(V/tp): table rows (and logit columns) on every rank
+  int64_t start = 0;  // first vocabulary id of this rank: rank * rows
+  // Rows that are real tokens, [start, start + valid()); the rest of the shard is padding.
+  int64_t valid() const;
+};
+
+int64_t padded_vocab(int64_t vocab, int tp_size);  // tp * ceil(V/tp)
+VocabShard vocab_shard(int64_t vocab, int tp_size, int tp_rank);
+
+// out[N,C] (no SP) or [Ns,C] (SP) = wte[tokens] + wpe[n % seq_len]:
+//   partial[n] = wte_shard[tokens[n] - start] if this rank holds the token, else 0   [N,C]
+//   out = all_reduce(partial) (in out itself) | SP: reduce_scatter(partial in out_partial) [Ns,C]
+//   out[i] += wpe[(first token of out + i) % seq_len]         (once, after the reduction)
+// The reduction adds one non-zero row and zeros, so it is exact: out equals the unsplit
+// embedding bit for bit. tokens: int32 [N]; wte: [rows, C]; wpe: [context, C]; out_partial: SP only.
+void vocab_parallel_embedding_forward(Backend& be, const TpGroup& tp, const VocabShard& shard, const Tensor& out,
+                                      const Tensor& out_partial, const Tensor& tokens, const Tensor& wte,
+                                      const Tensor& wpe, int64_t seq_len);
+
+// Accumulates dwte[rows,C] (rows of this rank's tokens) and dwpe[context,C] from the full output
+// gradient g[N,C] = dout (no SP) or all_gather(dout[Ns,C]) into dout_gathered (SP). Both come out
+// complete on every rank and in the unsplit kernel's order over tokens, so they equal the unsplit
+// gradients bit for bit; in particular wpe needs no TP all-reduce even under SP.
+void vocab_parallel_embedding_backward(Backend& be, const TpGroup& tp, const VocabShard& shard, const Tensor& dwte,
+                                       const Tensor& dwpe, const Tensor& dout, const Tensor& dout_gathered,
+                                       const Tensor& tokens, int64_t seq_len);
+
+// Softmax cross-entropy over vocab-sharded logits[N, rows] (this rank's columns; padding columns
+// are ignored whatever they hold). Three reductions over the group, of N values each:
+//   m[n] = all_reduce MAX of the row maxima over valid columns (-inf on an all-padding shard)
+//   s[n] = all_reduce SUM of sum_j exp(logits[n,j] - m[n])      } one all-reduce of [2, N]
+//   z[n] = all_reduce SUM of logits[n, target - start] (held by one rank; 0 elsewhere) }
+//   logsumexp[n] = m + log(s);  losses[n] = logsumexp[n] - z[n], 0 where targets[n] < 0.
+// losses and logsumexp are [N], replicated on every rank; logsumexp is kept for backward.
+// targets: int32 [N], each < V (or < 0: ignored).
+void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const VocabShard& shard, const Tensor& losses,
+                                          const Tensor& logsumexp, const Tensor& logits, const Tensor& targets);
+
+// In place, no communication: logits[N, rows] become
+// grad_scale * (exp(logits - logsumexp) - onehot(target, if this rank holds it)); padding columns
+// and ignored rows become 0.
+void vocab_parallel_cross_entropy_backward(Backend& be, const VocabShard& shard, const Tensor& logits,
+                                           const Tensor& logsumexp, const Tensor& targets, double grad_scale);
+
+}  // namespace tripod::tp
