@@ -39,7 +39,8 @@ void add_bench_micro_commands(CLI::App& bench) {
   for (const char* name : {"gemm", "kernels"}) {
     auto* command = bench.add_subcommand(name, "(not built: configure with -DTRIPOD_BUILD_BENCH=ON)");
     command->allow_extras();
-    command->callback([name] { fail("tripod bench ", name, ": this build has no microbenchmarks (TRIPOD_BUILD_BENCH=OFF)"); });
+    command->callback(
+        [name] { fail("tripod bench ", name, ": this build has no microbenchmarks (TRIPOD_BUILD_BENCH=OFF)"); });
   }
 }
 

@@ -1,0 +1,160 @@
+#include "cli/bench_comm_options.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "cli/bench_comm_collectives.h"
+
+namespace tripod::cli {
+
+void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
+  cmd.add_option("collective", o.collective,
+                 "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv or all")
+      ->capture_default_str();
+  cmd.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
+  cmd.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
+  cmd.add_option("-i,--stepbytes", o.step_bytes, "fixed increment between sizes")->capture_default_str();
+  cmd.add_option("-f,--stepfactor", o.step_factor, "multiplication factor between sizes (wins if > 1)")
+      ->capture_default_str();
+  cmd.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  cmd.add_option("-w,--warmup_iters", o.warmup_iters, "untimed iterations before them")->capture_default_str();
+  cmd.add_option("-c,--check", o.check_iters, "checked calls per size (0: no check)")->capture_default_str();
+  cmd.add_option("-o,--op", o.op, "sum, min, max, avg or all (prod is not supported)")->capture_default_str();
+  cmd.add_option("-d,--datatype", o.datatype, "float, double, int32 or all")->capture_default_str();
+  cmd.add_option("-r,--root", o.root, "root rank of broadcast/reduce within the group, or all")->capture_default_str();
+  cmd.add_option("-a,--average", o.average, "time reported: 0 rank 0's, 1 mean, 2 min, 3 max over all ranks")
+      ->capture_default_str();
+  cmd.add_option("--tp", o.tp, "tensor-parallel size of a 3D layout over the launched ranks");
+  cmd.add_option("--pp", o.pp, "pipeline-parallel size");
+  cmd.add_option("--dp", o.dp, "data-parallel size");
+  cmd.add_option("--group", o.group, "with a layout: benchmark every tp, dp or pp group at once")
+      ->capture_default_str();
+  cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
+  cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");
+  cmd.add_flag("--inject-error", o.inject_error, "debug: corrupt one received element to prove the check fails")
+      ->group("");  // hidden from --help
+}
+
+int64_t parse_byte_size(const std::string& text) {
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  check(end != text.c_str() && number >= 0, "bad size '", text, "' (expected e.g. 8, 64K, 128M, 1G)");
+  double unit = 1;
+  const std::string suffix(end);
+  if (suffix == "K" || suffix == "k") unit = 1024.0;
+  else if (suffix == "M" || suffix == "m") unit = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") unit = 1024.0 * 1024 * 1024;
+  else check(suffix.empty(), "bad size '", text, "' (the suffix must be K, M or G)");
+  return static_cast<int64_t>(number * unit);
+}
+
+namespace {
+
+std::vector<ReduceOp> parse_ops(const std::string& name) {
+  if (name == "all") return {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg};  // nccl-tests' order
+  check(name != "prod", "-o prod is not supported: the Communicator reduces with sum, avg, max and min only");
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    if (reduce_op_name(op) == name) return {op};
+  fail("unknown reduction op '", name, "' (expected sum, min, max, avg or all)");
+}
+
+std::vector<DType> parse_types(const std::string& name) {
+  if (name == "all") return {DType::I32, DType::F32, DType::F64};  // nccl-tests' order
+  return {parse_nccl_type(name)};
+}
+
+std::vector<int64_t> size_steps(const CommBenchSettings& s) {
+  check(s.min_bytes <= s.max_bytes, "-b ", s.min_bytes, " is larger than -e ", s.max_bytes);
+  check(s.step_factor > 1 || s.step_bytes > 0, "-i must be positive (or give -f > 1)");
+  check(s.step_factor <= 1 || s.min_bytes > 0, "-b must be positive with -f (0 times a factor stays 0)");
+  std::vector<int64_t> sizes;
+  for (int64_t size = s.min_bytes; size <= s.max_bytes; size = s.step_factor > 1 ? size * s.step_factor : size + s.step_bytes)
+    sizes.push_back(size);
+  return sizes;
+}
+
+}  // namespace
+
+std::vector<ReduceOp> CommBenchPlan::ops_for(DType dtype) const {
+  if (!is_reduction(collective)) return {ReduceOp::Sum};
+  std::vector<ReduceOp> out;
+  for (ReduceOp op : ops)
+    if (!(op == ReduceOp::Avg && dtype == DType::I32)) out.push_back(op);
+  return out;
+}
+
+std::vector<int> CommBenchPlan::roots_for(int group_size) const {
+  if (!has_root(collective)) return {-1};
+  if (!all_roots) return {root};
+  std::vector<int> roots;
+  for (int r = 0; r < group_size; ++r) roots.push_back(r);
+  return roots;
+}
+
+std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
+  CommBenchPlan base;
+  CommBenchSettings& s = base.settings;
+  s.min_bytes = parse_byte_size(o.min_bytes);
+  s.max_bytes = parse_byte_size(o.max_bytes);
+  s.step_bytes = parse_byte_size(o.step_bytes);
+  s.step_factor = o.step_factor;
+  s.warmup_iters = o.warmup_iters;
+  s.iters = o.iters;
+  s.check_iters = o.check_iters;
+  check(o.iters >= 1, "-n must be at least 1");
+  check(o.warmup_iters >= 0 && o.check_iters >= 0, "-w and -c must not be negative");
+  check(o.average >= 0 && o.average <= 3, "-a must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
+  base.sizes = size_steps(s);
+  base.types = parse_types(o.datatype);
+  base.ops = parse_ops(o.op);
+  check(!(base.ops == std::vector<ReduceOp>{ReduceOp::Avg} && base.types == std::vector<DType>{DType::I32}),
+        "-o avg needs a floating datatype (float or double), not int32");
+  base.all_roots = o.root == "all";
+  if (!base.all_roots) {
+    char* end = nullptr;
+    const long root = std::strtol(o.root.c_str(), &end, 10);
+    check(!o.root.empty() && *end == '\0' && root >= 0, "bad root '", o.root, "' (expected a rank or all)");
+    base.root = static_cast<int>(root);
+  }
+  base.average = o.average;
+  base.async = o.async;
+  base.inject_error = o.inject_error;
+  base.use_grid = o.tp > 0 || o.pp > 0 || o.dp > 0;
+  base.grid = GridShape{std::max(o.tp, 1), std::max(o.pp, 1), std::max(o.dp, 1)};
+  check(o.group == "tp" || o.group == "dp" || o.group == "pp", "--group must be tp, dp or pp, not '", o.group, "'");
+  check(base.use_grid || o.group == "tp", "--group needs a layout (--tp, --pp and/or --dp)");
+  base.group_axis = o.group;
+  base.notes.push_back(str_cat("tripod bench comm: MPI backend, CPU buffers, ",
+                               o.async ? "_async forms + wait()" : "blocking collectives",
+                               "; time per iteration = ", o.average == 0 ? "rank 0's"
+                                                          : o.average == 1 ? "mean over ranks"
+                                                          : o.average == 2 ? "min over ranks"
+                                                                           : "max over ranks",
+                               " (-a ", o.average, ")"));
+  if (o.inject_error) base.notes.push_back("DEBUG --inject-error: one received element is corrupted per check");
+
+  std::vector<CommBenchPlan> plans;
+  if (o.collective == "all") {
+    for (Collective c : all_collectives()) plans.push_back(base), plans.back().collective = c;
+  } else {
+    plans.push_back(base);
+    plans.back().collective = parse_collective(o.collective);
+  }
+  return plans;
+}
+
+void check_plan_for_group(const CommBenchPlan& plan, int group_size) {
+  if (!has_root(plan.collective) || plan.all_roots) return;
+  check(plan.root < group_size, "-r ", plan.root, " is not a rank of a group of ", group_size);
+}
+
+nlohmann::json settings_json(const CommBenchOptions& o) {
+  return {{"collective", o.collective}, {"minbytes", parse_byte_size(o.min_bytes)},
+          {"maxbytes", parse_byte_size(o.max_bytes)}, {"stepbytes", parse_byte_size(o.step_bytes)},
+          {"stepfactor", o.step_factor}, {"iters", o.iters}, {"warmup_iters", o.warmup_iters},
+          {"check", o.check_iters}, {"op", o.op}, {"datatype", o.datatype}, {"root", o.root},
+          {"average", o.average}, {"tp", o.tp}, {"pp", o.pp}, {"dp", o.dp}, {"group", o.group},
+          {"async", o.async}, {"inject_error", o.inject_error}};
+}
+
+}  // namespace tripod::cli

@@ -1,0 +1,110 @@
+// tripod bench layouts (under mpirun -np N): end-to-end training throughput and MFU of a model for
+// several data-parallel layouts (ZeRO stages) on the launched ranks, on random tokens. MFU counts
+// model FLOPs (perf/flops.h) against N x the per-rank peak (the nominal CPU peak of the threads a
+// rank uses, or --peak-tflops per rank).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "comm/mpi_communicator.h"
+#include "core/counter_rng.h"
+#include "perf/device_peak.h"
+#include "perf/flops.h"
+#include "train/distributed_trainer.h"
+
+namespace tripod::cli {
+namespace {
+
+struct LayoutsOptions {
+  std::string config = "small";
+  std::vector<std::string> overrides;
+  std::vector<int> zero = {0, 1, 2, 3};
+  int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
+  double peak_tflops = 0;
+  std::string json_out;
+};
+
+data::Batch random_batch(int64_t B, int64_t T, int64_t vocab, int64_t step) {
+  const CounterRng rng(static_cast<uint64_t>(step), "bench.layouts");
+  data::Batch b;
+  b.batch = B;
+  b.seq_len = T;
+  for (int64_t i = 0; i < B * T; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * vocab));
+    b.targets.push_back(static_cast<int32_t>(rng.uniform(2 * i + 1) * vocab));
+  }
+  return b;
+}
+
+void run_layouts(const LayoutsOptions& o) {
+  MpiRuntime mpi;
+  auto world = mpi_world();
+  const int n = world->size();
+  std::vector<std::string> overrides = o.overrides;
+  for (const std::string& s : {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),
+                               "train.batch_size=" + std::to_string(o.batch_per_rank * n), std::string("train.micro_batches=1")})
+    overrides.push_back(s);
+  const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
+  const FlopCount flops = count_flops(config.model, o.seq_len);
+  const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
+  auto backend = make_cpu_backend();
+  nlohmann::json records = nlohmann::json::array();
+  if (world->rank() == 0)
+    std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
+                "  peak per rank: %.3f TFLOP/s (%s)\n  %-14s %10s %12s %8s\n", o.config.c_str(),
+                static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
+                static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
+                peak.source.c_str(), "layout", "step (s)", "tokens/s", "MFU");
+  for (int zero : o.zero) {
+    DistributedTrainer trainer(config, *backend, *world, {zero, 4 << 20});
+    trainer.initialise();
+    trainer.train_step(random_batch(config.train.batch_size, o.seq_len, o.vocab, 0));  // warm-up
+    std::vector<double> seconds;
+    for (int64_t s = 1; s <= o.steps; ++s) {
+      const StepResult r = trainer.train_step(random_batch(config.train.batch_size, o.seq_len, o.vocab, s));
+      Tensor t = backend->alloc({1}, DType::F64);
+      t.data<double>()[0] = r.seconds;
+      world->all_reduce(t, t, ReduceOp::Max);
+      seconds.push_back(t.data<double>()[0]);
+    }
+    std::sort(seconds.begin(), seconds.end());
+    const double step = seconds[seconds.size() / 2];
+    const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
+    const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
+    const std::string layout = "dp" + std::to_string(n) + "-z" + std::to_string(zero);
+    if (world->rank() == 0) {
+      std::printf("  %-14s %10.3f %12.0f %7.2f%%\n", layout.c_str(), step, tokens / step, 100 * m);
+      std::fflush(stdout);
+    }
+    records.push_back({{"layout", layout}, {"tp", 1}, {"pp", 1}, {"dp", n}, {"zero", zero}, {"step_seconds", step},
+                       {"tokens_per_second", tokens / step}, {"mfu", m}});
+  }
+  if (world->rank() == 0 && !o.json_out.empty())
+    std::ofstream(o.json_out) << nlohmann::json{{"model", o.config}, {"n_params", flops.n_params_total},
+                                                {"ranks", n}, {"threads_per_rank", omp_get_max_threads()},
+                                                {"peak_flops_per_rank", peak.flops}, {"peak_source", peak.source},
+                                                {"model_flops_per_token", flops.model_flops_per_token},
+                                                {"layouts", records}}.dump(2) << "\n";
+}
+
+}  // namespace
+
+void add_bench_layouts_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("layouts", "end-to-end training MFU per data-parallel layout (under mpirun)");
+  auto o = std::make_shared<LayoutsOptions>();
+  cmd->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
+  cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
+  cmd->add_option("--zero", o->zero, "ZeRO stages to time")->capture_default_str();
+  cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str();
+  cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
+  cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str();
+  cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)");
+  cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  cmd->callback([o]() { run_layouts(*o); });
+}
+
+}  // namespace tripod::cli
