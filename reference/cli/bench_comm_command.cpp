@@ -29,10 +29,12 @@ struct BenchGroup {
   std::string description;
 };
 
+std::string ranks_text(int n) { return str_cat(n, n == 1 ? " rank" : " ranks"); }
+
 BenchGroup make_group(const CommBenchPlan& plan, Communicator& world) {
   BenchGroup g;
   g.comm = &world;
-  g.description = str_cat("1 group of ", world.size(), " ranks (the world)");
+  g.description = str_cat("1 group of ", ranks_text(world.size()), " (the world)");
   if (!plan.use_grid) return g;
   g.grid = std::make_unique<ProcessGrid>(world, plan.grid);
   const GridShape& s = plan.grid;
@@ -49,8 +51,8 @@ BenchGroup make_group(const CommBenchPlan& plan, Communicator& world) {
     g.index = c.tp + c.dp * s.tp;
   }
   g.count = world.size() / g.comm->size();
-  g.description = str_cat(g.count, " ", plan.group_axis, " group", g.count > 1 ? "s" : "", " of ", g.comm->size(),
-                          " ranks (layout ", describe(s), ", order ", g.grid->order(), "), all running concurrently");
+  g.description = str_cat(g.count, " ", plan.group_axis, " group", g.count > 1 ? "s" : "", " of ",
+                          ranks_text(g.comm->size()), " (layout ", describe(s), ", order ", g.grid->order(), "), all running concurrently");
   return g;
 }
 
@@ -128,9 +130,11 @@ void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBench
   outcome.busbw_sum += bw.busbw;
   outcome.rows += 1;
   row += row_result(seconds, bw, wrong);
-  record[call.in_place ? "in_place" : "out_of_place"] = {
-      {"time_us", seconds * 1e6}, {"algbw", bw.algbw}, {"busbw", bw.busbw},
-      {"wrong", wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong)}};
+  record["in_place"] = call.in_place;
+  record["time_us"] = seconds * 1e6;
+  record["algbw"] = bw.algbw;
+  record["busbw"] = bw.busbw;
+  record["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);  // null: unchecked
 }
 
 // Every size, type, op and root of one collective: one nccl-tests output block.
@@ -153,17 +157,19 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
           const CollectiveCounts& counts = bench.counts();
           const std::string op_name = is_reduction(plan.collective) ? reduce_op_name(op) : "none";
           std::string row = row_prefix(counts.bytes, counts.printed, nccl_type_name(dtype), op_name, root);
-          nlohmann::json record = {{"collective", collective_name(plan.collective)}, {"size", counts.bytes},
-                                   {"count", counts.printed}, {"type", nccl_type_name(dtype)},
-                                   {"redop", op_name}, {"root", root}, {"group_size", comm.size()}};
+          const nlohmann::json key = {{"collective", collective_name(plan.collective)}, {"size", counts.bytes},
+                                      {"count", counts.printed}, {"type", nccl_type_name(dtype)},
+                                      {"redop", op_name}, {"root", root}, {"group_size", comm.size()}};
           // --inject-error: one rank of group 0 that holds a result (reduce: the root) corrupts it.
           const int holder = plan.collective == Collective::Reduce ? root : comm.size() - 1;
           const bool corrupts = plan.inject_error && group.index == 0 && comm.rank() == holder;
-          for (bool in_place : {false, true})
+          for (bool in_place : {false, true}) {
+            nlohmann::json record = key;
             measure(bench, CollectiveCall{op, std::max(root, 0), in_place}, plan, comm.size(), corrupts, world,
                     outcome, row, record);
+            results.push_back(std::move(record));
+          }
           print_on_rank0(world, row + "\n");
-          results.push_back(record);
         }
       }
     }
@@ -211,8 +217,14 @@ void run_bench_comm(const CommBenchOptions& options) {
                                                       {"summaries", summaries}, {"results", results}}
                                            .dump(2)
                                     << "\n";
-  if (failures > 0)  // every rank exits non-zero; rank 0 says why
-    throw Error(world->rank() == 0 ? str_cat("bench comm: ", failures, " results had wrong values (see #wrong)") : "");
+  if (failures > 0) {  // every rank exits non-zero; rank 0 says why, before any rank exits
+    if (world->rank() == 0)
+      std::fprintf(stderr, "tripod: error: bench comm: %lld results had wrong values (see #wrong)\n",
+                   static_cast<long long>(failures));
+    std::fflush(stderr);
+    world->barrier();
+    throw Error("");
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "cli/bench_comm_options.h"
 
-#include <cctype>
+#include <algorithm>
 #include <cstdlib>
 
 #include "cli/bench_comm_collectives.h"
@@ -137,6 +137,11 @@ std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   if (o.collective == "all") {
     for (Collective c : all_collectives()) plans.push_back(base), plans.back().collective = c;
   } else {
+    std::string known;
+    for (Collective c : all_collectives()) known += collective_name(c) + ", ";
+    check(std::find_if(all_collectives().begin(), all_collectives().end(),
+                       [&](Collective c) { return collective_name(c) == o.collective; }) != all_collectives().end(),
+          "unknown collective '", o.collective, "' (expected ", known, "or all)");
     plans.push_back(base);
     plans.back().collective = parse_collective(o.collective);
   }

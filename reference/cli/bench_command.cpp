@@ -92,8 +92,9 @@ void run_bench_train(const BenchTrainOptions& o) {
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks");
-  bench->require_subcommand(1);
+  auto* bench = app.add_subcommand("bench", "benchmarks: with no subcommand, every sweep (see bench_suite_command.cpp)");
+  bench->require_subcommand(0, 1);
+  add_bench_suite(*bench);
   add_bench_train_command(*bench);
   add_bench_micro_commands(*bench);
   add_bench_overlap_command(*bench);

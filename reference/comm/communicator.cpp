@@ -52,23 +52,25 @@ bool is_reduction(CommOp op) {
 }  // namespace
 
 std::string Communicator::where(CommOp op) const {
-  return str_cat(comm_op_name(op), " on ", name(), " (rank ", rank(), " of ", size(), ")");
+  // Plain concatenation, not a stream: the MPI backend labels every request with this.
+  return comm_op_name(op) + " on " + name() + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";
 }
 
 void Communicator::validate(CommCall& call) const {
-  const std::string at = where(call.op);
+  // The message is built only on failure: a check costs nothing on the hot path.
+  auto at = [&] { return where(call.op); };
   if (call.op == CommOp::Barrier) return;
-  check(call.in.defined() && call.out.defined(), at, ": a tensor argument is undefined");
+  if (!(call.in.defined() && call.out.defined())) fail(at(), ": a tensor argument is undefined");
   for (const Tensor* t : {&call.in, &call.out})
-    check(accepts(t->device()), at, ": this communicator cannot move ",
+    if (!(accepts(t->device()))) fail(at(), ": this communicator cannot move ",
           t->device() == Device::CPU ? "CPU" : "CUDA", " tensors");
-  check(call.in.device() == call.out.device(), at, ": in and out live on different devices");
-  check(call.in.dtype() == call.out.dtype(), at, ": in has dtype ", dtype_name(call.in.dtype()),
+  if (!(call.in.device() == call.out.device())) fail(at(), ": in and out live on different devices");
+  if (!(call.in.dtype() == call.out.dtype())) fail(at(), ": in has dtype ", dtype_name(call.in.dtype()),
         " but out has ", dtype_name(call.out.dtype()));
   if (is_reduction(call.op)) {
     const DType dt = call.in.dtype();
-    check(can_reduce(dt), at, ": cannot reduce ", dtype_name(dt), " tensors on this communicator");
-    check(call.reduce != ReduceOp::Avg || dt != DType::I32, at, ": avg needs a floating dtype, got ",
+    if (!(can_reduce(dt))) fail(at(), ": cannot reduce ", dtype_name(dt), " tensors on this communicator");
+    if (!(call.reduce != ReduceOp::Avg || dt != DType::I32)) fail(at(), ": avg needs a floating dtype, got ",
           dtype_name(dt));
   }
   const int64_t n = size();
@@ -77,36 +79,36 @@ void Communicator::validate(CommCall& call) const {
   switch (call.op) {
     case CommOp::AllReduce:
     case CommOp::Reduce:
-      check(in.numel() == out.numel(), at, ": in has ", elements(in), " but out has ", elements(out));
+      if (!(in.numel() == out.numel())) fail(at(), ": in has ", elements(in), " but out has ", elements(out));
       call.in_place = in.bytes() > 0 && in.raw() == out.raw();
-      check(call.in_place || !overlap(in, out), at, ": in and out partly overlap");
+      if (!(call.in_place || !overlap(in, out))) fail(at(), ": in and out partly overlap");
       break;
     case CommOp::ReduceScatter:
-      check(in.numel() == n * out.numel(), at, ": in has ", elements(in), " but needs size ", n, " x out's ",
+      if (!(in.numel() == n * out.numel())) fail(at(), ": in has ", elements(in), " but needs size ", n, " x out's ",
             out.numel(), " = ", n * out.numel());
       call.in_place = is_block(out, in, rank());
-      check(call.in_place || !overlap(in, out), at, ": out overlaps in but is not in's block ", rank());
+      if (!(call.in_place || !overlap(in, out))) fail(at(), ": out overlaps in but is not in's block ", rank());
       break;
     case CommOp::AllGather:
-      check(out.numel() == n * in.numel(), at, ": out has ", elements(out), " but needs size ", n, " x in's ",
+      if (!(out.numel() == n * in.numel())) fail(at(), ": out has ", elements(out), " but needs size ", n, " x in's ",
             in.numel(), " = ", n * in.numel());
       call.in_place = is_block(in, out, rank());
-      check(call.in_place || !overlap(in, out), at, ": in overlaps out but is not out's block ", rank());
+      if (!(call.in_place || !overlap(in, out))) fail(at(), ": in overlaps out but is not out's block ", rank());
       break;
     case CommOp::AllToAll:
-      check(in.numel() == out.numel(), at, ": in has ", elements(in), " but out has ", elements(out));
-      check(in.numel() % n == 0, at, ": ", elements(in), " do not split into ", n, " equal blocks");
+      if (!(in.numel() == out.numel())) fail(at(), ": in has ", elements(in), " but out has ", elements(out));
+      if (!(in.numel() % n == 0)) fail(at(), ": ", elements(in), " do not split into ", n, " equal blocks");
       call.in_place = in.bytes() > 0 && in.raw() == out.raw();
-      check(call.in_place || !overlap(in, out), at, ": in and out partly overlap");
+      if (!(call.in_place || !overlap(in, out))) fail(at(), ": in and out partly overlap");
       break;
     default:  // broadcast, send, recv: one tensor
       break;
   }
   if (call.op == CommOp::Broadcast || call.op == CommOp::Reduce)
-    check(call.peer >= 0 && call.peer < n, at, ": root ", call.peer, " is not a rank of a group of ", n);
+    if (!(call.peer >= 0 && call.peer < n)) fail(at(), ": root ", call.peer, " is not a rank of a group of ", n);
   if (call.op == CommOp::Send || call.op == CommOp::Recv) {
-    check(call.peer >= 0 && call.peer < n, at, ": peer ", call.peer, " is not a rank of a group of ", n);
-    check(call.tag >= 0 && call.tag <= 32767, at, ": tag ", call.tag, " is outside 0..32767");
+    if (!(call.peer >= 0 && call.peer < n)) fail(at(), ": peer ", call.peer, " is not a rank of a group of ", n);
+    if (!(call.tag >= 0 && call.tag <= 32767)) fail(at(), ": tag ", call.tag, " is outside 0..32767");
   }
 }
 

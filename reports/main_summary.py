@@ -1,0 +1,40 @@
+#!/usr/bin/python3
+"""The closing summary of the README's main job (ci/main.sh): layouts passed (tripod conform),
+best bus bandwidth, GEMM % of peak and MFU (tripod bench), and where everything was written.
+
+Usage: /usr/bin/python3 reports/main_summary.py RESULTS_DIR   (holding conform.json and bench/)"""
+import json
+import sys
+from pathlib import Path
+
+
+def main(results):
+    results = Path(results)
+    conform = json.loads((results / "conform.json").read_text())
+    bench = json.loads((results / "bench" / "bench.json").read_text())
+    layouts = conform["layouts"]
+    passed = sum(r["pass"] for r in layouts)
+    print("\n== Tripod on this node ==")
+    print(f"conformance: {passed}/{len(layouts)} layouts of {conform['ranks']} ranks match the single-device "
+          f"reference ({conform['dtype']}, {conform['steps']} steps; worst loss error "
+          f"{max(r['loss_rel_error'] for r in layouts):.1e}, worst parameter error "
+          f"{max(r['param_rel_error'] for r in layouts):.1e})")
+    comm = bench.get("comm", {}).get("results", [])
+    if comm:
+        best = max((r for r in comm if r["collective"] == "all_reduce"), key=lambda r: r["busbw"], default=None)
+        if best:
+            print(f"all_reduce:  best bus bandwidth {best['busbw']:.2f} GB/s at {best['size']} bytes "
+                  f"({bench['comm'].get('group_size')} ranks)")
+    gemm = bench.get("gemm", {}).get("sgemm_best")
+    if gemm:
+        print(f"sgemm:       {gemm['tflops'] * 1e3:.1f} GFLOP/s at n={gemm['size']}, {gemm['pct_of_peak']:.0f}% of "
+              f"the nominal peak")
+    for r in bench.get("layouts", {}).get("layouts", []):
+        print(f"training:    {r['layout']}: MFU {100 * r['mfu']:.1f}%, {r['tokens_per_second']:.0f} tokens/s")
+    print(f"full results: {results}/conform.json, conform.xml, bench/bench.json, bench/*.log")
+    print(f"plots:        {results}/bench/plots/index.html")
+    return 0 if passed == len(layouts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "runs/main"))

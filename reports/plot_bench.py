@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Plots and an HTML page from the JSON that `tripod bench` writes (bench.json):
+
+  busbw.png         bus bandwidth vs message size, one line per collective (out-of-place)
+  gemm.png          sgemm/dgemm TFLOP/s vs square size, with the device's peak as a line
+  gemm_layers.png   TFLOP/s of a transformer layer's GEMM shapes, as % of peak
+  mfu.png           end-to-end MFU and tokens/s per training layout
+  index.html        the summary tables and the figures
+
+Usage: /usr/bin/python3 reports/plot_bench.py RESULTS/bench.json --out RESULTS/plots
+Any section missing from the JSON (e.g. no collectives) is skipped with a note.
+"""
+import argparse
+import html
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def human_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} TiB"
+
+
+def plot_busbw(comm, out):
+    rows = [r for r in comm.get("results", []) if not r.get("in_place") and r.get("size", 0) > 0]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in sorted({r["collective"] for r in rows}):
+        pts = sorted((r["size"], r["busbw"]) for r in rows if r["collective"] == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(f"Collectives, {comm.get('group_size', '?')} ranks per group ({comm.get('group', '')})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "busbw.png", dpi=120)
+    plt.close(fig)
+    return "busbw.png"
+
+
+def plot_gemm(gemm, out):
+    peak = gemm.get("peak", {})
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drew = False
+    for key, label, peak_key in (("sgemm", "sgemm (fp32)", "fp32_flops"), ("dgemm", "dgemm (fp64)", "fp64_flops")):
+        rows = sorted(gemm.get(key, []), key=lambda r: r["size"])
+        if not rows:
+            continue
+        line, = ax.plot([r["size"] for r in rows], [r["tflops"] for r in rows], marker="o", label=label)
+        if peak.get(peak_key):
+            ax.axhline(peak[peak_key] / 1e12, ls="--", color=line.get_color(), alpha=0.7,
+                       label=f"{label} peak ({peak[peak_key] / 1e12:.3g} TFLOP/s)")
+        drew = True
+    if not drew:
+        plt.close(fig)
+        return None
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("matrix size n (n x n x n)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("Square GEMM throughput vs the device's peak")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "gemm.png", dpi=120)
+    plt.close(fig)
+    return "gemm.png"
+
+
+def plot_layer_gemms(gemm, out):
+    rows = gemm.get("layer_gemms", [])
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.5))
+    names = [r["name"].split("/", 1)[-1] for r in rows]
+    ax.barh(names, [r["pct_of_peak"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("% of peak")
+    setup = gemm.get("setup", {})
+    ax.set_title(f"GEMMs of one layer: {setup.get('model', '')}, tp={setup.get('tp', 1)}, "
+                 f"{setup.get('tokens', '?')} tokens")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "gemm_layers.png", dpi=120)
+    plt.close(fig)
+    return "gemm_layers.png"
+
+
+def plot_mfu(layouts, out):
+    rows = layouts.get("layouts", [])
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar([r["layout"] for r in rows], [100 * r["mfu"] for r in rows])
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['tokens_per_second']:.0f} tok/s", (i, 100 * r["mfu"]), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("MFU (%)")
+    ax.set_title(f"End-to-end training, {layouts.get('model', '')} ({layouts.get('n_params', 0) / 1e6:.1f} M params)")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "mfu.png", dpi=120)
+    plt.close(fig)
+    return "mfu.png"
+
+
+def summary_rows(bench):
+    """(what, value) pairs: the same headline figures `tripod bench` prints."""
+    rows = []
+    comm = bench.get("comm", {})
+    for name in sorted({r["collective"] for r in comm.get("results", [])}):
+        best = max((r for r in comm["results"] if r["collective"] == name), key=lambda r: r["busbw"])
+        rows.append((f"best busbw {name}", f"{best['busbw']:.2f} GB/s at {human_bytes(best['size'])}"))
+    gemm = bench.get("gemm", {})
+    if gemm.get("sgemm_best"):
+        b = gemm["sgemm_best"]
+        rows.append(("best sgemm", f"{b['tflops']:.3f} TFLOP/s at n={b['size']} ({b['pct_of_peak']:.0f}% of peak)"))
+    for r in bench.get("layouts", {}).get("layouts", []):
+        rows.append((f"MFU {r['layout']}", f"{100 * r['mfu']:.2f}% ({r['tokens_per_second']:.0f} tokens/s)"))
+    return rows
+
+
+def write_html(bench, figures, out):
+    system = bench.get("system", {})
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Tripod bench</title>",
+             "<style>body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px}</style></head><body>",
+             "<h1>Tripod bench</h1>",
+             f"<p>{html.escape(str(system.get('device', '')))} &middot; {system.get('ranks', '?')} ranks"
+             f"{' &middot; quick' if system.get('quick') else ''}</p>",
+             "<table><tr><th>measure</th><th>value</th></tr>"]
+    parts += [f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in summary_rows(bench)]
+    parts.append("</table>")
+    parts += [f"<h2>{html.escape(f)}</h2><img src='{html.escape(f)}' style='max-width:100%'>" for f in figures]
+    parts.append("</body></html>")
+    (out / "index.html").write_text("\n".join(parts))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bench_json", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    bench = json.loads(args.bench_json.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    figures = []
+    for section, plot in (("comm", plot_busbw), ("gemm", plot_gemm), ("gemm", plot_layer_gemms), ("layouts", plot_mfu)):
+        name = plot(bench.get(section, {}), args.out)
+        if name:
+            figures.append(name)
+        else:
+            print(f"plot_bench: no '{section}' results for {plot.__name__}, skipped", file=sys.stderr)
+    write_html(bench, figures, args.out)
+    print(f"wrote {len(figures)} figures and index.html to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
