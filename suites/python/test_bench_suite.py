@@ -1,0 +1,45 @@
+"""`tripod bench --quick`, the one command for a new node: every sweep runs, bench.json holds each
+section, the summary names best bus bandwidth, sgemm % of peak and MFU per layout, and the
+plotting script turns the JSON into PNG files and an HTML page."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
+TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+
+
+def test_quick_bench_writes_results_and_plots(tmp_path):
+    if not TRIPOD.exists():
+        if BINARY_DIR:
+            pytest.fail(f"{TRIPOD} is missing: build the project first")
+        pytest.skip(f"{TRIPOD} not built")
+    out = tmp_path / "bench"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "PMIX_"))}
+    result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(out)], capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("best busbw all_reduce", "best sgemm", "MFU dp"):
+        assert line in result.stdout
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["gemm"]["sgemm_best"]["tflops"] > 0
+    assert {r["collective"] for r in bench["comm"]["results"]} >= {"all_reduce", "all_gather", "reduce_scatter",
+                                                                     "broadcast", "reduce", "alltoall", "sendrecv"}
+    assert all(r["wrong"] == 0 for r in bench["comm"]["results"])
+    assert all(0 < r["mfu"] < 1 for r in bench["layouts"]["layouts"])
+    for png in ("busbw.png", "gemm.png", "gemm_layers.png", "mfu.png"):
+        data = (out / "plots" / png).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 1000, png
+    assert "busbw.png" in (out / "plots" / "index.html").read_text()
+
+
+def test_refuses_to_run_under_mpirun(tmp_path):
+    if not TRIPOD.exists():
+        pytest.skip(f"{TRIPOD} not built")
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+    result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(tmp_path)], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert result.returncode == 1 and "not under mpirun" in result.stderr
