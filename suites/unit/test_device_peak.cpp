@@ -70,7 +70,8 @@ TEST(DevicePeak, SourceSaysWhereTheFigureCameFrom) {
 
 TEST(DevicePeak, CpuPeakKeepsItsBehaviour) {
   const PeakFlops f32 = nominal_cpu_peak(DType::F32), f64 = nominal_cpu_peak(DType::F64);
-  EXPECT_GT(f32.flops, 0);
+  // (0 where /proc/cpuinfo gives no clock, e.g. on some ARM kernels; the relations still hold.)
+  EXPECT_GE(f32.flops, 0);
   EXPECT_DOUBLE_EQ(f64.flops * 2, f32.flops);  // half the FLOPs per cycle in fp64
   EXPECT_NE(f32.source.find("nominal CPU peak"), std::string::npos);
   EXPECT_DOUBLE_EQ(resolve_peak(12.5, DType::F32).flops, 12.5e12);
