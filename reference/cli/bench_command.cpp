@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "core/counter_rng.h"
+#include "data/random_batch.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
 #include "train/trainer.h"
@@ -22,18 +22,6 @@ struct BenchTrainOptions {
   int64_t batch = 4, seq_len = 64, steps = 5, gemm_size = 2048;
   std::string json_out;
 };
-
-data::Batch random_tokens(int64_t B, int64_t T, int64_t vocab, int64_t step) {
-  const CounterRng rng(step, "bench.tokens");
-  data::Batch b;
-  b.batch = B;
-  b.seq_len = T;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * vocab));
-    b.targets.push_back(static_cast<int32_t>(rng.uniform(2 * i + 1) * vocab));
-  }
-  return b;
-}
 
 void run_bench_train(const BenchTrainOptions& o) {
   std::vector<std::string> overrides = o.overrides;
@@ -51,10 +39,10 @@ void run_bench_train(const BenchTrainOptions& o) {
 
   Trainer trainer(config, *backend);
   trainer.initialise();
-  trainer.train_step(random_tokens(o.batch, o.seq_len, config.model.vocab_size, 0));  // warm-up step
+  trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, 0, "bench.train"));  // warm-up step
   std::vector<double> step_seconds;
   for (int64_t s = 1; s <= o.steps; ++s) {
-    const StepResult r = trainer.train_step(random_tokens(o.batch, o.seq_len, config.model.vocab_size, s));
+    const StepResult r = trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, s, "bench.train"));
     step_seconds.push_back(r.seconds);
     std::printf("  step %lld: %.3f s, loss %.4f\n", static_cast<long long>(s), r.seconds, r.loss);
     std::fflush(stdout);

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
-#include "core/counter_rng.h"
+#include "data/random_batch.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
 #include "train/distributed_trainer.h"
@@ -26,18 +26,6 @@ struct LayoutsOptions {
   double peak_tflops = 0;
   std::string json_out;
 };
-
-data::Batch random_batch(int64_t B, int64_t T, int64_t vocab, int64_t step) {
-  const CounterRng rng(static_cast<uint64_t>(step), "bench.layouts");
-  data::Batch b;
-  b.batch = B;
-  b.seq_len = T;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * vocab));
-    b.targets.push_back(static_cast<int32_t>(rng.uniform(2 * i + 1) * vocab));
-  }
-  return b;
-}
 
 void run_layouts(const LayoutsOptions& o) {
   MpiRuntime mpi;
@@ -61,10 +49,10 @@ void run_layouts(const LayoutsOptions& o) {
   for (int zero : o.zero) {
     DistributedTrainer trainer(config, *backend, *world, {zero, 4 << 20});
     trainer.initialise();
-    trainer.train_step(random_batch(config.train.batch_size, o.seq_len, o.vocab, 0));  // warm-up
+    trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, 0, "bench.layouts"));  // warm-up
     std::vector<double> seconds;
     for (int64_t s = 1; s <= o.steps; ++s) {
-      const StepResult r = trainer.train_step(random_batch(config.train.batch_size, o.seq_len, o.vocab, s));
+      const StepResult r = trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, s, "bench.layouts"));
       Tensor t = backend->alloc({1}, DType::F64);
       t.data<double>()[0] = r.seconds;
       world->all_reduce(t, t, ReduceOp::Max);

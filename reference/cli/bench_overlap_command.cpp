@@ -15,7 +15,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
-#include "core/counter_rng.h"
+#include "data/random_batch.h"
 #include "model/gpt.h"
 #include "parallel/zero_engine.h"
 #include "train/run_config.h"
@@ -44,17 +44,12 @@ void run_overlap(const OverlapOptions& o) {
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   auto backend = make_cpu_backend();
   Gpt model(config.model, *backend, config.train.dtype);
-  const CounterRng rng(world->rank(), "bench.overlap");
-  std::vector<int32_t> tokens, targets;
-  for (int64_t i = 0; i < o.batch * o.seq_len; ++i) {
-    tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * o.vocab));
-    targets.push_back(static_cast<int32_t>(rng.uniform(2 * i + 1) * o.vocab));
-  }
+  const data::Batch batch = data::random_token_batch(o.batch, o.seq_len, o.vocab, world->rank(), "bench.overlap");
   const double scale = 1.0 / static_cast<double>(o.batch * o.seq_len * world->size());
 
   // Seconds of one backward (after an untimed forward), reductions included when `reduce`.
   auto time_backward = [&](ZeroEngine& engine, bool reduce) {
-    model.forward(engine, tokens.data(), targets.data(), o.batch, o.seq_len);
+    model.forward(engine, batch.tokens.data(), batch.targets.data(), o.batch, o.seq_len);
     engine.zero_grads();
     world->barrier();
     const auto start = std::chrono::steady_clock::now();

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "core/counter_rng.h"
+#include "data/random_batch.h"
 #include "model/param_spec.h"
 #include "train/distributed_trainer.h"
 #include "train/trainer.h"
@@ -73,17 +73,8 @@ RunConfig default_conformance_config(const std::string& dtype) {
 }
 
 data::Batch conformance_batch(const RunConfig& c, int step) {
-  const int64_t B = c.train.batch_size, T = c.train.seq_len, V = c.model.vocab_size;
-  const CounterRng rng(static_cast<uint64_t>(step), "conform.batch");
-  data::Batch b;
-  b.batch = B;
-  b.seq_len = T;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * V));
-    const double u = rng.uniform(2 * i + 1);
-    b.targets.push_back(u < 0.125 ? -1 : static_cast<int32_t>((u - 0.125) / 0.875 * V));
-  }
-  return b;
+  return data::random_token_batch(c.train.batch_size, c.train.seq_len, c.model.vocab_size, static_cast<uint64_t>(step),
+                                  "conform.batch", 0.125);
 }
 
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "ckpt/safetensors.h"
-#include "core/counter_rng.h"
+#include "data/random_batch.h"
 #include "export/hf_gpt2.h"
 #include "train/trainer.h"
 
@@ -19,21 +19,6 @@ using namespace tripod;
 using nlohmann::json;
 
 namespace {
-
-// K batches of random tokens; about one target in eight is ignored (-1) to exercise the
-// valid-token normalisation.
-data::Batch make_batch(int64_t step, int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
-  const CounterRng rng(seed, "reference_dump.batch." + std::to_string(step));
-  data::Batch b;
-  b.batch = B;
-  b.seq_len = T;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * vocab));
-    const double u = rng.uniform(2 * i + 1);
-    b.targets.push_back(u < 0.125 ? -1 : static_cast<int32_t>(u * vocab) % static_cast<int32_t>(vocab));
-  }
-  return b;
-}
 
 int run(const std::string& dtype_name_arg, int64_t steps, bool tied, uint64_t seed, const fs::path& out) {
   json cfg = default_config_json();
@@ -71,7 +56,8 @@ int run(const std::string& dtype_name_arg, int64_t steps, bool tied, uint64_t se
   std::vector<data::Batch> batches;
   std::vector<int32_t> all_tokens, all_targets;
   for (int64_t k = 0; k < steps; ++k) {
-    batches.push_back(make_batch(k, B, T, V, seed));
+    // about one target in eight ignored, to exercise the valid-token normalisation
+    batches.push_back(data::random_token_batch(B, T, V, seed, "reference_dump.batch." + std::to_string(k), 0.125));
     all_tokens.insert(all_tokens.end(), batches.back().tokens.begin(), batches.back().tokens.end());
     all_targets.insert(all_targets.end(), batches.back().targets.begin(), batches.back().targets.end());
   }

@@ -2,8 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/counter_rng.h"
-#include "data/batch_loader.h"
+#include "data/random_batch.h"
 #include "train/run_config.h"
 
 namespace tripod::testing {
@@ -25,16 +24,7 @@ inline RunConfig tiny_run_config(const std::string& dtype, bool tied, int64_t mi
 
 // Random tokens; roughly one target in six ignored (-1).
 inline data::Batch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
-  const CounterRng rng(seed, "test.batch");
-  data::Batch b;
-  b.batch = B;
-  b.seq_len = T;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.uniform(2 * i) * vocab));
-    const double u = rng.uniform(2 * i + 1);
-    b.targets.push_back(u < 1.0 / 6 ? -1 : static_cast<int32_t>(u * vocab * 7) % static_cast<int32_t>(vocab));
-  }
-  return b;
+  return data::random_token_batch(B, T, vocab, seed, "test.batch", 1.0 / 6);
 }
 
 }  // namespace tripod::testing

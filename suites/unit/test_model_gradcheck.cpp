@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/counter_rng.h"
 #include "model_test_util.h"
 #include "train/trainer.h"
 
