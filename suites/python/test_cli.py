@@ -69,6 +69,17 @@ def test_train_writes_metrics_and_loss_falls(corpus, tmp_path):
         assert key in records[-1]
 
 
+def test_printed_mfu_is_flops_per_step_over_time_over_peak(corpus, tmp_path):
+    records = train(corpus, tmp_path, "mfu", "--set", "train.steps=3", "--set", "train.peak_tflops=0.5")
+    start = records[0]
+    assert start["peak_flops"] == 0.5e12
+    for r in records[1:]:
+        tokens_per_step = 4 * 16  # SMALL: batch 4 x seq_len 16
+        expected = start["model_flops_per_token"] * tokens_per_step / r["step_seconds"] / start["peak_flops"]
+        assert abs(r["mfu"] - expected) <= 1e-9 * expected
+        assert abs(r["tokens_per_second"] - tokens_per_step / r["step_seconds"]) <= 1e-9 * r["tokens_per_second"]
+
+
 def test_same_seed_bit_identical(corpus, tmp_path):
     a = step_losses(train(corpus, tmp_path, "a", "--set", "train.steps=5"))
     b = step_losses(train(corpus, tmp_path, "b", "--set", "train.steps=5"))
