@@ -111,6 +111,7 @@ const Tensor& ZeroEngine::grad(const std::string& name) {
 }
 
 void ZeroEngine::acquire_params(int group) {
+  progress();  // each hook is a chance for MPI to move the buckets in flight
   if (stage_ < 3) return;
   const int b = layout_.bucket_of_group(group);
   if (param_users_[static_cast<std::size_t>(b)]++ > 0) return;
@@ -134,6 +135,7 @@ void ZeroEngine::release_params(int group) {
 }
 
 void ZeroEngine::acquire_grads(int group) {
+  progress();
   if (stage_ < 2) return;
   const int b = layout_.bucket_of_group(group);
   if (bucket_grads_[static_cast<std::size_t>(b)].defined()) return;
