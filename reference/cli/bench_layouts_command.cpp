@@ -1,7 +1,8 @@
 // tripod bench layouts (under mpirun -np N): end-to-end training throughput and MFU of a model for
 // several data-parallel layouts (ZeRO stages) on the launched ranks, on random tokens. MFU counts
 // model FLOPs (perf/flops.h) against N x the per-rank peak (the nominal CPU peak of the threads a
-// rank uses, or --peak-tflops per rank).
+// rank uses, or --peak-tflops per rank) and, clearly labelled beside it, against the sgemm rate
+// measured on each rank's threads at the start (all ranks at once, as they will train).
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
+#include "perf/gemm_rate.h"
 #include "train/distributed_trainer.h"
 
 namespace tripod::cli {
@@ -39,13 +41,19 @@ void run_layouts(const LayoutsOptions& o) {
   const FlopCount flops = count_flops(config.model, o.seq_len);
   const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
   auto backend = make_cpu_backend();
+  Tensor measured = backend->alloc({1}, DType::F64);  // the sum of every rank's sgemm rate
+  measured.data<double>()[0] = measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops;
+  world->all_reduce(measured, measured, ReduceOp::Sum);
+  const double measured_flops = measured.data<double>()[0];
   nlohmann::json records = nlohmann::json::array();
   if (world->rank() == 0)
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
-                "  peak per rank: %.3f TFLOP/s (%s)\n  %-14s %10s %12s %8s\n", o.config.c_str(),
+                "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
+                "  %-14s %10s %12s %8s %14s\n", o.config.c_str(),
                 static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
-                peak.source.c_str(), "layout", "step (s)", "tokens/s", "MFU");
+                peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
+                "vs sgemm rate");
   for (int zero : o.zero) {
     DistributedTrainer trainer(config, *backend, *world, {zero, 4 << 20});
     trainer.initialise();
@@ -62,18 +70,21 @@ void run_layouts(const LayoutsOptions& o) {
     const double step = seconds[seconds.size() / 2];
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
+    const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
     const std::string layout = "dp" + std::to_string(n) + "-z" + std::to_string(zero);
     if (world->rank() == 0) {
-      std::printf("  %-14s %10.3f %12.0f %7.2f%%\n", layout.c_str(), step, tokens / step, 100 * m);
+      std::printf("  %-14s %10.3f %12.0f %7.2f%% %13.2f%%\n", layout.c_str(), step, tokens / step, 100 * m,
+                  100 * m_sgemm);
       std::fflush(stdout);
     }
     records.push_back({{"layout", layout}, {"tp", 1}, {"pp", 1}, {"dp", n}, {"zero", zero}, {"step_seconds", step},
-                       {"tokens_per_second", tokens / step}, {"mfu", m}});
+                       {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }
   if (world->rank() == 0 && !o.json_out.empty())
     std::ofstream(o.json_out) << nlohmann::json{{"model", o.config}, {"n_params", flops.n_params_total},
                                                 {"ranks", n}, {"threads_per_rank", omp_get_max_threads()},
                                                 {"peak_flops_per_rank", peak.flops}, {"peak_source", peak.source},
+                                                {"measured_sgemm_flops_all_ranks", measured_flops},
                                                 {"model_flops_per_token", flops.model_flops_per_token},
                                                 {"layouts", records}}.dump(2) << "\n";
 }
