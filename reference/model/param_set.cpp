@@ -1,5 +1,7 @@
 #include "model/param_set.h"
 
+#include <algorithm>
+
 namespace tripod {
 
 namespace {
@@ -34,13 +36,20 @@ const Tensor& ParamSet::operator[](const std::string& name) const {
   return views_[it->second];
 }
 
-void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const Tensor& t = params.at(i);
-    std::vector<double> values(static_cast<std::size_t>(t.numel()));
-    initial_values(params.specs()[i], seed, 0, t.numel(), values.data());
-    from_host_f64(backend, values, t);
+void fill_initial_values(Backend& backend, const ParamSpec& spec, uint64_t seed, int64_t first, const Tensor& dst) {
+  constexpr int64_t kChunk = 1 << 20;
+  const Tensor flat = dst.reshape({dst.numel()});
+  std::vector<double> values;
+  for (int64_t done = 0; done < flat.numel(); done += kChunk) {
+    const int64_t count = std::min(kChunk, flat.numel() - done);
+    values.resize(static_cast<std::size_t>(count));
+    initial_values(spec, seed, first + done, count, values.data());
+    from_host_f64(backend, values, flat.view(done, {count}));
   }
+}
+
+void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed) {
+  for (std::size_t i = 0; i < params.size(); ++i) fill_initial_values(backend, params.specs()[i], seed, 0, params.at(i));
 }
 
 std::vector<double> to_host_f64(Backend& backend, const Tensor& t) {

@@ -69,18 +69,12 @@ Tensor ZeroEngine::view_in_bucket(const Tensor& buffer, int bucket, std::size_t 
 
 void ZeroEngine::initialise(uint64_t seed) {
   if (stage_ <= 2) {
-    for (std::size_t i = 0; i < specs_.size(); ++i) {
-      std::vector<double> values(static_cast<std::size_t>(shape_numel(specs_[i].shape)));
-      initial_values(specs_[i], seed, 0, static_cast<int64_t>(values.size()), values.data());
-      from_host_f64(backend_, values, full_params_->at(i));
-    }
+    for (std::size_t i = 0; i < specs_.size(); ++i) fill_initial_values(backend_, specs_[i], seed, 0, full_params_->at(i));
   } else {
     // ZeRO-3: each rank initialises only the pieces it owns (layout-independent initialisation).
-    for (const auto& seg : layout_.segments(dp_.rank())) {
-      std::vector<double> values(static_cast<std::size_t>(seg.length));
-      initial_values(specs_[seg.tensor], seed, seg.flat - layout_.offsets()[seg.tensor], seg.length, values.data());
-      from_host_f64(backend_, values, param_shard_.view(seg.local, {seg.length}));
-    }
+    for (const auto& seg : layout_.segments(dp_.rank()))
+      fill_initial_values(backend_, specs_[seg.tensor], seed, seg.flat - layout_.offsets()[seg.tensor],
+                          param_shard_.view(seg.local, {seg.length}));
   }
   backend_.fill(m_, 0.0);
   backend_.fill(v_, 0.0);
