@@ -31,6 +31,9 @@ class DistributedTrainer final : public TrainingEngine {
   StepResult train_step(const data::Batch& global_batch) override;  // every rank passes the same global batch
   double eval_loss(const data::Batch& global_batch) override;
   MemoryReport memory() const override;
+  void reserve_activations() override {
+    model_.reserve(local_batch() / config_.train.micro_batches, config_.train.seq_len);
+  }
   // Sharded checkpoints arrive with a later issue; these throw a clear error naming it.
   void save(const std::string& dir) override;
   void resume(const std::string& dir) override;

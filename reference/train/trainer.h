@@ -27,6 +27,9 @@ class Trainer final : public TrainingEngine {
   // Mean loss over valid targets of `batch`, forward only.
   double eval_loss(const data::Batch& batch) override;
   MemoryReport memory() const override;
+  void reserve_activations() override {
+    model_.reserve(config_.train.batch_size / config_.train.micro_batches, config_.train.seq_len);
+  }
   void save(const std::string& dir) override;
   void resume(const std::string& dir) override;  // checks the checkpoint's model and dtype match
 

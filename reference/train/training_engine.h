@@ -29,6 +29,8 @@ class TrainingEngine {
   virtual StepResult train_step(const data::Batch& global_batch) = 0;
   virtual double eval_loss(const data::Batch& global_batch) = 0;
   virtual int64_t step() const = 0;
+  // Allocates the activations of one micro-batch now, so memory() can be reported before step 1.
+  virtual void reserve_activations() = 0;
   virtual MemoryReport memory() const = 0;
   // Checkpoints: a directory written by save() is continued exactly by resume().
   virtual void save(const std::string& dir) = 0;
