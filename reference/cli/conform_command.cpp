@@ -95,7 +95,7 @@ void run_conform(const ConformOptions& o) {
         o.inject_fault, "' (known: skip-grad-reduction)");
   std::vector<conform::Layout> layouts;
   for (const auto& name : o.layouts) layouts.push_back(conform::parse_layout(name));
-  if (layouts.empty()) layouts = conform::enumerate_layouts(world->size(), config.train.batch_size);
+  if (layouts.empty()) layouts = conform::enumerate_layouts(world->size(), config);
 
   const conform::Trajectory reference = conform::run_single_device(config, o.steps);
   auto backend = make_cpu_backend();

@@ -13,6 +13,7 @@
 #include "comm/mpi_communicator.h"
 #include "parallel/launch.h"
 #include "parallel/process_grid.h"
+#include "parallel/tp_group.h"
 #include "train/train_loop.h"
 
 namespace tripod::cli {
@@ -51,8 +52,8 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
   try {
     check_launch_matches(launch, *world);
     check_grid_layout(shape, world->size(), o.grid_order);
-    check(shape.tp == 1, "--tp ", shape.tp, ": tensor parallelism is not implemented yet (use --tp 1)");
     check(shape.pp == 1, "--pp ", shape.pp, ": pipeline parallelism is not implemented yet (use --pp 1)");
+    tp::validate_tensor_parallel(config.model, shape.tp);  // heads / d_ff divisible, tp <= heads
     check(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", o.zero, ")");
     check(o.bucket_mb > 0, "--bucket-mb must be positive (got ", o.bucket_mb, ")");
   } catch (const Error& e) {
@@ -68,7 +69,7 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     ParallelRun run;
     run.world = world.get();
     run.dp = &grid.dp();
-    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024)};
+    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp()};
     run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero);
     const TrainSummary s = run_training(config, o.train, &run);
     if (world->rank() == 0) print_summary(s);

@@ -7,6 +7,7 @@
 
 #include "data/random_batch.h"
 #include "model/param_spec.h"
+#include "parallel/process_grid.h"
 #include "train/distributed_trainer.h"
 #include "train/trainer.h"
 
@@ -42,18 +43,22 @@ Layout parse_layout(const std::string& name) {
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
   check(l.zero >= 0 && l.zero <= 3, "layout '", name, "': ZeRO stage must be 0-3");
-  check(l.tp == 1 && l.pp == 1 && !l.sequence_parallel, "layout '", name,
-        "': tensor, pipeline and sequence parallelism are not implemented yet");
+  check(l.pp == 1 && !l.sequence_parallel, "layout '", name,
+        "': pipeline and sequence parallelism are not implemented yet");
   return l;
 }
 
-std::vector<Layout> enumerate_layouts(int world_size, int64_t batch_size) {
+std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config) {
+  const int64_t batch_size = config.train.batch_size;
   std::vector<Layout> layouts;
-  for (int dp = 1; dp <= world_size; ++dp) {
-    if (world_size % dp != 0 || batch_size % dp != 0) continue;
-    for (int zero = 0; zero <= 3; ++zero)
-      for (int micro : {1, 2})
-        if ((batch_size / dp) % micro == 0) layouts.push_back({1, 1, dp, zero, micro});
+  for (int tp = 1; tp <= world_size; ++tp) {
+    if (world_size % tp != 0 || config.model.n_head % tp != 0 || config.model.d_ff % tp != 0) continue;
+    for (int dp = 1; tp * dp <= world_size; ++dp) {
+      if (world_size % (tp * dp) != 0 || batch_size % dp != 0) continue;
+      for (int zero = 0; zero <= 3; ++zero)
+        for (int micro : {1, 2})
+          if ((batch_size / dp) % micro == 0) layouts.push_back({tp, 1, dp, zero, micro});
+    }
   }
   return layouts;
 }
@@ -108,7 +113,8 @@ Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator&
   j["train"]["micro_batches"] = layout.micro_batches;
   const RunConfig config = parse_run_config(j);
   auto backend = make_cpu_backend();
-  DistributedTrainer trainer(config, *backend, group, {layout.zero, /*bucket_bytes=*/4096, skip_bucket});
+  ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
+  DistributedTrainer trainer(config, *backend, grid.dp(), {layout.zero, /*bucket_bytes=*/4096, skip_bucket, &grid.tp()});
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);

@@ -29,8 +29,8 @@ struct Layout {
   int ranks() const { return tp * pp * dp; }
 };
 Layout parse_layout(const std::string& name);  // inverse of name(); throws naming the bad part
-// Every layout the implemented parallelism supports on `world_size` ranks for this batch size.
-std::vector<Layout> enumerate_layouts(int world_size, int64_t batch_size);
+// Every layout the implemented parallelism supports on `world_size` ranks for this model and batch.
+std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config);
 
 struct Trajectory {
   std::vector<double> losses, norms;

@@ -1,6 +1,5 @@
 #include "model/gpt.h"
 
-#include "model/linear.h"
 
 namespace tripod {
 namespace {
@@ -48,9 +47,18 @@ struct Gpt::Activations {
   std::size_t bytes = 0;
 };
 
-Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype)
-    : config_(config), backend_(backend), dtype_(dtype), specs_(gpt_param_specs(config)) {
+Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers)
+    : config_(config),
+      backend_(backend),
+      dtype_(dtype),
+      specs_(gpt_param_specs(config)),
+      own_layers_(layers ? nullptr : std::make_unique<SingleDeviceLayers>()),
+      layers_(layers ? layers : own_layers_.get()) {
   config_.validate();
+}
+
+int64_t Gpt::local_heads() const {
+  return config_.n_head * layers_->local_width(LinearRole::AttnOut, config_.d_model) / config_.d_model;
 }
 
 Gpt::~Gpt() = default;
@@ -59,7 +67,10 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   if (acts_ && acts_->batch == B && acts_->seq_len == T) return;
   check(T <= config_.context, "sequence length ", T, " exceeds the model's context (position table) of ",
         config_.context);
-  const int64_t N = B * T, C = config_.d_model, F = config_.d_ff, V = config_.vocab_size, H = config_.n_head;
+  // Split layers produce only this rank's share of some activations (see LayerOps::local_width).
+  const int64_t N = B * T, C = config_.d_model, F = layers_->local_width(LinearRole::Fc, config_.d_ff),
+                V = layers_->local_width(LinearRole::LmHead, config_.vocab_size), H = local_heads();
+  const int64_t A = layers_->local_width(LinearRole::AttnOut, C);  // attention width: H heads of C / n_head
   auto a = std::make_unique<Activations>();
   a->batch = B;
   a->seq_len = T;
@@ -73,7 +84,7 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   a->targets = make({B, T}, DType::I32);
   a->encoded = act({N, C});
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    a->layers.push_back({act({N, C}), act({N}), act({N}), act({B, T, 3 * C}), act({B, H, T, T}), act({B, T, C}),
+    a->layers.push_back({act({N, C}), act({N}), act({N}), act({B, T, 3 * A}), act({B, H, T, T}), act({B, T, A}),
                          act({N, C}), act({N, C}), act({N}), act({N}), act({N, F}), act({N, F}), act({N, C})});
   }
   a->lnf = act({N, C});
@@ -83,8 +94,8 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   a->losses = act({N});
   a->dres = act({N, C});
   a->dln = act({N, C});
-  a->datty = act({B, T, C});
-  a->dqkv = act({B, T, 3 * C});
+  a->datty = act({B, T, A});
+  a->dqkv = act({B, T, 3 * A});
   a->dfc = act({N, F});
   a->dfc_gelu = act({N, F});
   acts_ = std::move(a);
@@ -119,7 +130,7 @@ LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targe
   auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
   // encoded[N,C] = wte[tokens] + wpe[t]
   p.acquire_params(embedding_group());
-  be.embedding_forward(a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
+  layers_->embedding_forward(be, a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
   p.release_params(embedding_group());
   Tensor residual = a.encoded;
   for (int64_t l = 0; l < L; ++l) {
@@ -128,15 +139,15 @@ LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targe
     Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
     // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
-    linear_forward(be, x.qkv, x.ln1, w.qkv_w, w.qkv_b);                // [N,3C]
-    be.attention_forward(x.atty, x.probs, x.qkv, config_.n_head);       // [N,C]
-    linear_forward(be, x.res2, x.atty, w.proj_w, w.proj_b);            // [N,C]
+    layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3C]
+    be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,C]
+    layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [N,C]
     be.add(x.res2, x.res2, residual);
     // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
-    linear_forward(be, x.fc, x.ln2, w.fc_w, w.fc_b);                   // [N,F]
+    layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b);              // [N,F]
     be.gelu_forward(x.fc_gelu, x.fc);
-    linear_forward(be, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);     // [N,C]
+    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [N,C]
     be.add(x.res3, x.res3, x.res2);
     p.release_params(block_group(l));
     residual = x.res3;
@@ -144,10 +155,10 @@ LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targe
   p.acquire_params(head_group(L));
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
   be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param("ln_f.weight"), p.param("ln_f.bias"), eps);
-  linear_forward(be, a.logits, a.lnf, p.param(lm_head_name(config_)), Tensor());  // [N,V]
+  layers_->linear_forward(be, LinearRole::LmHead, a.logits, a.lnf, p.param(lm_head_name(config_)), Tensor());  // [N,V]
   if (config_.tie_embeddings) p.release_params(embedding_group());
   p.release_params(head_group(L));
-  be.cross_entropy_forward(a.losses, a.logits, a.targets);
+  layers_->loss_forward(be, a.losses, a.logits, a.targets);
 
   // Sum on the host in token order, in fp64, so the result does not depend on the device.
   LossSum result;
@@ -172,7 +183,7 @@ void Gpt::backward(ParamAccess& p, double grad_scale) {
   auto grad = [&](const std::string& name) -> Tensor { return p.grad(name); };
 
   // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
-  be.cross_entropy_backward(a.logits, a.targets, grad_scale);
+  layers_->loss_backward(be, a.logits, a.targets, grad_scale);
   p.acquire_params(head_group(L));
   p.acquire_grads(head_group(L));
   if (tied) {  // the head writes into wte's gradient, final only after the embedding backward
@@ -180,8 +191,8 @@ void Gpt::backward(ParamAccess& p, double grad_scale) {
     p.acquire_grads(embedding_group());
   }
   // dlnf[N,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
-  linear_backward(be, a.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf, p.param(lm_head_name(config_)),
-                  false);
+  layers_->linear_backward(be, LinearRole::LmHead, a.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf,
+                           p.param(lm_head_name(config_)));
   const Tensor& last = L > 0 ? a.layers.back().res3 : a.encoded;
   be.fill(a.dres, 0.0);
   be.layernorm_backward(a.dres, p.grad("ln_f.weight"), p.grad("ln_f.bias"), a.dln, last, p.param("ln_f.weight"),
@@ -199,21 +210,21 @@ void Gpt::backward(ParamAccess& p, double grad_scale) {
     Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
     const Tensor& residual = l == 0 ? a.encoded : a.layers[static_cast<std::size_t>(l - 1)].res3;
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
-    linear_backward(be, a.dfc_gelu, g.fcproj_w, g.fcproj_b, a.dres, x.fc_gelu, w.fcproj_w, false);
+    layers_->linear_backward(be, LinearRole::FcOut, a.dfc_gelu, g.fcproj_w, g.fcproj_b, a.dres, x.fc_gelu, w.fcproj_w);
     be.gelu_backward(a.dfc, x.fc, a.dfc_gelu);
-    linear_backward(be, a.dln, g.fc_w, g.fc_b, a.dfc, x.ln2, w.fc_w, false);
+    layers_->linear_backward(be, LinearRole::Fc, a.dln, g.fc_w, g.fc_b, a.dfc, x.ln2, w.fc_w);
     be.layernorm_backward(a.dres, g.ln2_w, g.ln2_b, a.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
-    linear_backward(be, a.datty, g.proj_w, g.proj_b, a.dres, x.atty, w.proj_w, false);
-    be.attention_backward(a.dqkv, a.datty, x.qkv, x.probs, config_.n_head);
-    linear_backward(be, a.dln, g.qkv_w, g.qkv_b, a.dqkv, x.ln1, w.qkv_w, false);
+    layers_->linear_backward(be, LinearRole::AttnOut, a.datty, g.proj_w, g.proj_b, a.dres, x.atty, w.proj_w);
+    be.attention_backward(a.dqkv, a.datty, x.qkv, x.probs, local_heads());
+    layers_->linear_backward(be, LinearRole::Qkv, a.dln, g.qkv_w, g.qkv_b, a.dqkv, x.ln1, w.qkv_w);
     be.layernorm_backward(a.dres, g.ln1_w, g.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
     p.release_params(block_group(l));
     p.grads_ready(block_group(l));
   }
   // The embedding backward reads no parameters, only the token ids.
   if (!tied) p.acquire_grads(embedding_group());
-  be.embedding_backward(p.grad("wte.weight"), p.grad("wpe.weight"), a.dres, a.tokens, T);
+  layers_->embedding_backward(be, p.grad("wte.weight"), p.grad("wpe.weight"), a.dres, a.tokens, T);
   p.grads_ready(embedding_group());
 }
 

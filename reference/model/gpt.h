@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/layer_ops.h"
 #include "model/param_access.h"
 #include "model/param_set.h"
 
@@ -20,7 +21,9 @@ struct LossSum {
 
 class Gpt {
  public:
-  Gpt(const ModelConfig& config, Backend& backend, DType dtype);
+  // `layers` (optional, not owned) says how the layers are computed - split across ranks, say;
+  // by default they are computed whole on this device.
+  Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers = nullptr);
   ~Gpt();
 
   const ModelConfig& config() const { return config_; }
@@ -48,12 +51,15 @@ class Gpt {
  private:
   struct Activations;
   void ensure_activations(int64_t batch, int64_t seq_len);
+  int64_t local_heads() const;  // attention heads computed on this rank
 
   ModelConfig config_;
   Backend& backend_;
   DType dtype_;
   std::vector<ParamSpec> specs_;
   std::unique_ptr<Activations> acts_;
+  std::unique_ptr<LayerOps> own_layers_;
+  LayerOps* layers_;
 };
 
 }  // namespace tripod

@@ -11,7 +11,8 @@ struct ZeroEngine::Pending {
 };
 
 ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
-                       Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw)
+                       Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
+                       const TensorParallelShards* tp)
     : specs_(specs),
       groups_(gpt_param_groups(specs, n_layer)),
       stage_(stage),
@@ -23,6 +24,7 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
       layout_(specs, groups_, dp.size(), std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(dtype_size(dtype))),
               /*one_group_per_bucket=*/false) {
   check(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3 (got ", stage, ")");
+  if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
   check(bucket_bytes > 0, "the gradient bucket size must be positive (got ", bucket_bytes, " bytes)");
   const std::size_t n_buckets = layout_.buckets().size();
   bucket_tensors_.resize(n_buckets);
@@ -67,14 +69,31 @@ Tensor ZeroEngine::view_in_bucket(const Tensor& buffer, int bucket, std::size_t 
   return buffer.view(layout_.offsets()[tensor] - start, specs_[tensor].shape);
 }
 
+// This rank's shard of tensor i under tensor parallelism, from the logical initial values.
+std::vector<double> ZeroEngine::local_initial(std::size_t i, uint64_t seed) const {
+  std::vector<double> local(static_cast<std::size_t>(shape_numel(specs_[i].shape)));
+  tp::init_local_shard(tp_->logical[i], tp_->shards[i], seed, local.data());
+  return local;
+}
+
 void ZeroEngine::initialise(uint64_t seed) {
   if (stage_ <= 2) {
-    for (std::size_t i = 0; i < specs_.size(); ++i) fill_initial_values(backend_, specs_[i], seed, 0, full_params_->at(i));
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      if (tp_) from_host_f64(backend_, local_initial(i, seed), full_params_->at(i));
+      else fill_initial_values(backend_, specs_[i], seed, 0, full_params_->at(i));
+    }
   } else {
     // ZeRO-3: each rank initialises only the pieces it owns (layout-independent initialisation).
-    for (const auto& seg : layout_.segments(dp_.rank()))
-      fill_initial_values(backend_, specs_[seg.tensor], seed, seg.flat - layout_.offsets()[seg.tensor],
-                          param_shard_.view(seg.local, {seg.length}));
+    for (const auto& seg : layout_.segments(dp_.rank())) {
+      const Tensor dst = param_shard_.view(seg.local, {seg.length});
+      const int64_t first = seg.flat - layout_.offsets()[seg.tensor];
+      if (tp_) {
+        const std::vector<double> local = local_initial(seg.tensor, seed);
+        from_host_f64(backend_, std::vector<double>(local.begin() + first, local.begin() + first + seg.length), dst);
+      } else {
+        fill_initial_values(backend_, specs_[seg.tensor], seed, first, dst);
+      }
+    }
   }
   backend_.fill(m_, 0.0);
   backend_.fill(v_, 0.0);
@@ -196,19 +215,21 @@ void ZeroEngine::finish_backward() {
 }
 
 double ZeroEngine::grad_norm() {
-  // Every stage sums the squares of this rank's slices bucket by bucket, then across ranks, so the
-  // norm (and the clipping it drives) is bit-identical between stages given identical gradients.
+  // Every stage sums the squares of this rank's pieces of its slices (in flat order), then across
+  // the DP ranks, so the norm (and the clipping it drives) is bit-identical between stages given
+  // identical gradients. Under TP the sums of the TP ranks are added too, with the tensors that
+  // every TP rank holds whole (LayerNorms, row-parallel biases, wpe) counted on TP rank 0 only.
   double local = 0;
-  for (int b = static_cast<int>(layout_.buckets().size()) - 1; b >= 0; --b) {
-    const int64_t slice = layout_.buckets()[static_cast<std::size_t>(b)].size / layout_.dp();
-    const Tensor mine = full_grads_ && stage_ == 0
-                            ? full_grads_->flat().view(layout_.slice_start(b, dp_.rank()), {slice})
-                            : grad_shard_.view(layout_.shard_offset(b), {slice});
+  for (const auto& seg : layout_.segments(dp_.rank())) {
+    if (tp_ && tp_->comm->rank() != 0 && tp::tp_replicated(specs_[seg.tensor].name)) continue;
+    const Tensor mine = full_grads_ && stage_ == 0 ? full_grads_->flat().view(seg.flat, {seg.length})
+                                                   : grad_shard_.view(seg.local, {seg.length});
     local += backend_.sum_squares(mine);
   }
   Tensor sum = backend_.alloc({1}, DType::F64);
   sum.data<double>()[0] = local;
   dp_.all_reduce(sum, sum, ReduceOp::Sum);
+  if (tp_) tp_->comm->all_reduce(sum, sum, ReduceOp::Sum);
   return std::sqrt(sum.data<double>()[0]);
 }
 
@@ -252,6 +273,8 @@ std::vector<std::vector<double>> ZeroEngine::gather_params() {
     for (std::size_t i : bucket_tensors_[b])
       out[i] = to_host_f64(backend_, stage_ == 3 ? view_in_bucket(buffer, static_cast<int>(b), i) : full_params_->at(i));
   }
+  if (tp_)  // assemble the logical tensors from the TP shards, in spec order on every rank
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = tp::assemble_full(*tp_->comm, tp_->shards[i], out[i]);
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include "model/param_access.h"
 #include "optim/adamw.h"
 #include "parallel/shard_layout.h"
+#include "parallel/tp_shard.h"
 
 namespace tripod {
 
@@ -32,10 +33,20 @@ struct ZeroMemory {  // bytes held by this rank
   std::size_t peak_transient = 0;                    // gathered parameters and in-flight gradient buckets
 };
 
+// Tensor parallelism around the engine: the specs it is given are this TP rank's shards; these
+// say how they map to the logical tensors (initialisation, gathering) and which are replicated
+// across the TP group (counted once in the gradient norm).
+struct TensorParallelShards {
+  Communicator* comm = nullptr;
+  std::vector<ParamSpec> logical;  // the unsplit specs, same order
+  std::vector<tp::TpShard> shards;
+};
+
 class ZeroEngine final : public ParamAccess {
  public:
   ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
-             Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw);
+             Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
+             const TensorParallelShards* tp = nullptr);
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -51,7 +62,8 @@ class ZeroEngine final : public ParamAccess {
   void optimizer_step(double lr, int64_t step, double grad_scale);
   // Fault injection (conformance self-test): use this bucket's gradients without reducing them.
   void skip_reduction_of_bucket(int bucket) { skip_bucket_ = bucket; }
-  // Every parameter, full and unpadded, identical on all ranks (a collective for stage 3).
+  // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
+  // and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();
 
   // ParamAccess
@@ -90,6 +102,8 @@ class ZeroEngine final : public ParamAccess {
   std::map<std::string, Tensor> tensor_views_;            // views into transient buffers
   std::vector<std::unique_ptr<Pending>> pending_;
   bool reduce_ = false;
+  std::unique_ptr<TensorParallelShards> tp_;
+  std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
   int skip_bucket_ = -1;
   std::size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
 };

@@ -4,15 +4,43 @@
 #include <cmath>
 
 namespace tripod {
+namespace {
+
+bool tensor_parallel(const DataParallelSettings& s) { return s.tp != nullptr && s.tp->size() > 1; }
+
+std::unique_ptr<tp::TensorParallelLayers> make_tp_layers(const RunConfig& config, const DataParallelSettings& s) {
+  return tensor_parallel(s) ? std::make_unique<tp::TensorParallelLayers>(config.model, *s.tp) : nullptr;
+}
+
+// This TP rank's shards as parameter specs (local shapes, same names, init and decay).
+TensorParallelShards make_tp_shards(const RunConfig& config, const DataParallelSettings& s) {
+  TensorParallelShards t;
+  if (!tensor_parallel(s)) return t;
+  t.comm = s.tp;
+  t.logical = gpt_param_specs(config.model);
+  t.shards = tp::tp_shards(config.model, s.tp->size(), s.tp->rank());
+  return t;
+}
+
+std::vector<ParamSpec> local_specs(const std::vector<ParamSpec>& specs, const TensorParallelShards& t) {
+  if (t.shards.empty()) return specs;
+  std::vector<ParamSpec> local = t.logical;
+  for (std::size_t i = 0; i < local.size(); ++i) local[i].shape = t.shards[i].local;
+  return local;
+}
+
+}  // namespace
 
 DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend, Communicator& dp,
                                        DataParallelSettings settings)
     : config_(config),
       backend_(backend),
       dp_(dp),
-      model_(config.model, backend, config.train.dtype),
-      engine_(model_.specs(), config.model.n_layer, settings.zero_stage, settings.bucket_bytes, dp, backend,
-              config.train.dtype, config.adamw) {
+      tp_layers_(make_tp_layers(config, settings)),
+      tp_shards_(make_tp_shards(config, settings)),
+      model_(config.model, backend, config.train.dtype, tp_layers_.get()),
+      engine_(local_specs(model_.specs(), tp_shards_), config.model.n_layer, settings.zero_stage, settings.bucket_bytes,
+              dp, backend, config.train.dtype, config.adamw, &tp_shards_) {
   engine_.skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
   const int64_t B = config_.train.batch_size, n = dp_.size(), micro = config_.train.micro_batches;
   check(B % n == 0, "train.batch_size (", B, ") does not divide among ", n, " data-parallel ranks");

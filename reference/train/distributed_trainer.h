@@ -9,6 +9,7 @@
 #include "comm/communicator.h"
 #include "data/batch_loader.h"
 #include "model/gpt.h"
+#include "parallel/tp_layers.h"
 #include "parallel/zero_engine.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
@@ -21,6 +22,9 @@ struct DataParallelSettings {
   // Fault injection for proving that conformance checks can fail: this bucket's gradients are
   // used unreduced (as if its reduction were forgotten). -1: none.
   int skip_reduction_of_bucket = -1;
+  // Tensor parallelism: the TP group of this rank (nullptr or size 1: none). Every rank of a DP
+  // group holds the same TP rank's shards.
+  Communicator* tp = nullptr;
 };
 
 class DistributedTrainer final : public TrainingEngine {
@@ -51,6 +55,8 @@ class DistributedTrainer final : public TrainingEngine {
   RunConfig config_;
   Backend& backend_;
   Communicator& dp_;
+  std::unique_ptr<tp::TensorParallelLayers> tp_layers_;  // null without tensor parallelism
+  TensorParallelShards tp_shards_;
   Gpt model_;
   ZeroEngine engine_;
   int64_t step_ = 0;

@@ -68,13 +68,33 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
     (["--dp", "4"], "needs 4 ranks but the world has 2"),
     (["--zero", "5"], "--zero must be 0, 1, 2 or 3"),
     (["--bucket-mb", "0"], "--bucket-mb must be positive"),
-    (["--tp", "2"], "tensor parallelism is not implemented yet"),
+    (["--pp", "2"], "pipeline parallelism is not implemented yet"),
 ])
 def test_bad_layout_fails_on_every_rank(corpus, args, message):
     result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, *args)
     assert result.returncode != 0
     assert result.stderr.count(message) == 2, result.stderr  # both ranks say why
     assert "rank 0 of 2" in result.stderr and "rank 1 of 2" in result.stderr
+
+
+def test_tensor_parallel_matches_single_process(corpus, tmp_path):
+    reference = tmp_path / "single.jsonl"
+    assert run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}",
+                "--set", f"train.metrics={reference}", *SMALL]).returncode == 0
+    metrics = tmp_path / "tp2.jsonl"
+    result = mpirun(4, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
+                    *SMALL, "--tp", 2, "--zero", 1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tp=2 pp=1 dp=2, ZeRO-1" in result.stdout
+    for got, want in zip(losses(metrics), losses(reference)):
+        assert abs(got - want) <= 1e-10 * abs(want)
+
+
+def test_heads_not_dividing_by_tp_fails_on_every_rank(corpus):
+    # SMALL has 2 heads: tp=4 is more than the heads
+    result = mpirun(4, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--tp", 4)
+    assert result.returncode != 0
+    assert result.stderr.count("rank ") >= 4 and "head" in result.stderr, result.stderr
 
 
 def test_batch_not_dividing_among_ranks(corpus):

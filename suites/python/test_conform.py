@@ -34,6 +34,7 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     assert result.returncode == 0, result.stdout + result.stderr
     records = json.loads((tmp_path / "c.json").read_text())["layouts"]
     assert {r["dp"] for r in records} == {1, 2, 4, 8}
+    assert {r["tp"] for r in records} == {1, 2, 4}  # the conformance model has 4 heads
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
     for r in records:
         assert r["pass"] and r["dtype"] == dtype

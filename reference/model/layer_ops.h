@@ -1,0 +1,51 @@
+// The layers the GPT is written in, as one replaceable strategy: embedding, the five linear
+// layers (named by their role in the block, not by how they are split) and the loss. The model
+// calls these and nothing else for them; SingleDeviceLayers does the plain computation, and a
+// parallel strategy (parallel/tp_layers.h) declares from outside how each role is split — the
+// model never learns. Activation widths come from the strategy too, since a split layer produces
+// only its share of the outputs.
+#pragma once
+#include "backend/backend.h"
+
+namespace tripod {
+
+enum class LinearRole { Qkv, AttnOut, Fc, FcOut, LmHead };
+
+class LayerOps {
+ public:
+  virtual ~LayerOps() = default;
+  // The width of the activation a role works on, on this rank: the output width of Qkv, Fc and
+  // LmHead, the input width of AttnOut and FcOut. `full` is the unsplit width.
+  virtual int64_t local_width(LinearRole role, int64_t full) const = 0;
+
+  virtual void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                 const Tensor& wpe, int64_t seq_len) = 0;
+  virtual void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                  const Tensor& tokens, int64_t seq_len) = 0;
+  // out = inp @ weight^T + bias (bias may be undefined).
+  virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
+                              const Tensor& weight, const Tensor& bias) = 0;
+  // dinp is overwritten; dweight and dbias accumulate.
+  virtual void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
+                               const Tensor& dbias, const Tensor& dout, const Tensor& inp, const Tensor& weight) = 0;
+  // losses[N] per token (0 where ignored); then, in place, logits become the loss gradient.
+  virtual void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) = 0;
+  virtual void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) = 0;
+};
+
+class SingleDeviceLayers final : public LayerOps {
+ public:
+  int64_t local_width(LinearRole, int64_t full) const override { return full; }
+  void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         int64_t seq_len) override;
+  void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens, int64_t seq_len) override;
+  void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor& bias) override;
+  void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                       const Tensor& dout, const Tensor& inp, const Tensor& weight) override;
+  void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
+  void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
+};
+
+}  // namespace tripod
