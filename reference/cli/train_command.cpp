@@ -24,6 +24,7 @@ struct TrainCommandOptions {
   std::vector<std::string> overrides;
   TrainOptions train;
   int tp = 1, pp = 1, dp = 0, zero = 0;  // dp 0: the world size / (tp * pp)
+  bool sequence_parallel = false;
   double bucket_mb = 4.0;
   std::string grid_order = "tp-dp-pp";
 };
@@ -56,6 +57,10 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     tp::validate_tensor_parallel(config.model, shape.tp);  // heads / d_ff divisible, tp <= heads
     check(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", o.zero, ")");
     check(o.bucket_mb > 0, "--bucket-mb must be positive (got ", o.bucket_mb, ")");
+    check(!o.sequence_parallel || shape.tp > 1, "--sequence-parallel needs --tp > 1");
+    if (o.sequence_parallel)
+      tp::sequence_shard_rows(config.train.batch_size / shape.dp / config.train.micro_batches * config.train.seq_len,
+                              shape.tp);  // the micro-batch's tokens must split evenly
   } catch (const Error& e) {
     // Every rank reports, and waits for the others to have reported before exiting: mpirun kills
     // the remaining ranks as soon as one exits non-zero, which would cut their messages short.
@@ -69,8 +74,8 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     ParallelRun run;
     run.world = world.get();
     run.dp = &grid.dp();
-    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp()};
-    run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero);
+    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp(), o.sequence_parallel};
+    run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero) + (o.sequence_parallel ? ", sequence parallel" : "");
     const TrainSummary s = run_training(config, o.train, &run);
     if (world->rank() == 0) print_summary(s);
   } catch (const Error& e) {
@@ -99,6 +104,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--pp", o->pp, "pipeline-parallel size")->capture_default_str();
   cmd->add_option("--dp", o->dp, "data-parallel size (default: ranks / (tp * pp))");
   cmd->add_option("--zero", o->zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel, "with --tp: split LayerNorm regions along the sequence");
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--grid-order", o->grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
   cmd->callback([o]() {

@@ -43,8 +43,8 @@ Layout parse_layout(const std::string& name) {
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
   check(l.zero >= 0 && l.zero <= 3, "layout '", name, "': ZeRO stage must be 0-3");
-  check(l.pp == 1 && !l.sequence_parallel, "layout '", name,
-        "': pipeline and sequence parallelism are not implemented yet");
+  check(l.pp == 1, "layout '", name, "': pipeline parallelism is not implemented yet");
+  check(!l.sequence_parallel || l.tp > 1, "layout '", name, "': sequence parallelism needs tp > 1");
   return l;
 }
 
@@ -57,7 +57,11 @@ std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config) {
       if (world_size % (tp * dp) != 0 || batch_size % dp != 0) continue;
       for (int zero = 0; zero <= 3; ++zero)
         for (int micro : {1, 2})
-          if ((batch_size / dp) % micro == 0) layouts.push_back({tp, 1, dp, zero, micro});
+          for (bool sp : {false, true}) {
+            const int64_t tokens = batch_size / dp / micro * config.train.seq_len;  // of one micro-batch
+            if ((batch_size / dp) % micro != 0 || (sp && (tp == 1 || tokens % tp != 0))) continue;
+            layouts.push_back({tp, 1, dp, zero, micro, "none", sp});
+          }
     }
   }
   return layouts;
@@ -114,7 +118,8 @@ Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator&
   const RunConfig config = parse_run_config(j);
   auto backend = make_cpu_backend();
   ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
-  DistributedTrainer trainer(config, *backend, grid.dp(), {layout.zero, /*bucket_bytes=*/4096, skip_bucket, &grid.tp()});
+  DistributedTrainer trainer(config, *backend, grid.dp(),
+                             {layout.zero, /*bucket_bytes=*/4096, skip_bucket, &grid.tp(), layout.sequence_parallel});
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);

@@ -71,6 +71,7 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   const int64_t N = B * T, C = config_.d_model, F = layers_->local_width(LinearRole::Fc, config_.d_ff),
                 V = layers_->local_width(LinearRole::LmHead, config_.vocab_size), H = local_heads();
   const int64_t A = layers_->local_width(LinearRole::AttnOut, C);  // attention width: H heads of C / n_head
+  const int64_t R = layers_->local_tokens(N);  // residual-stream rows on this rank
   auto a = std::make_unique<Activations>();
   a->batch = B;
   a->seq_len = T;
@@ -82,18 +83,18 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   auto act = [&](Shape shape) { return make(std::move(shape), dtype_); };
   a->tokens = make({B, T}, DType::I32);
   a->targets = make({B, T}, DType::I32);
-  a->encoded = act({N, C});
+  a->encoded = act({R, C});
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    a->layers.push_back({act({N, C}), act({N}), act({N}), act({B, T, 3 * A}), act({B, H, T, T}), act({B, T, A}),
-                         act({N, C}), act({N, C}), act({N}), act({N}), act({N, F}), act({N, F}), act({N, C})});
+    a->layers.push_back({act({R, C}), act({R}), act({R}), act({B, T, 3 * A}), act({B, H, T, T}), act({B, T, A}),
+                         act({R, C}), act({R, C}), act({R}), act({R}), act({N, F}), act({N, F}), act({R, C})});
   }
-  a->lnf = act({N, C});
-  a->lnf_mean = act({N});
-  a->lnf_rstd = act({N});
+  a->lnf = act({R, C});
+  a->lnf_mean = act({R});
+  a->lnf_rstd = act({R});
   a->logits = act({N, V});
   a->losses = act({N});
-  a->dres = act({N, C});
-  a->dln = act({N, C});
+  a->dres = act({R, C});
+  a->dln = act({R, C});
   a->datty = act({B, T, A});
   a->dqkv = act({B, T, 3 * A});
   a->dfc = act({N, F});

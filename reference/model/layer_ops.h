@@ -17,6 +17,9 @@ class LayerOps {
   // The width of the activation a role works on, on this rank: the output width of Qkv, Fc and
   // LmHead, the input width of AttnOut and FcOut. `full` is the unsplit width.
   virtual int64_t local_width(LinearRole role, int64_t full) const = 0;
+  // Rows of the residual stream (embedding output, LayerNorms, residual adds) on this rank, of
+  // n_tokens = B*T: all of them unless the strategy splits the sequence.
+  virtual int64_t local_tokens(int64_t n_tokens) const { return n_tokens; }
 
   virtual void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                  const Tensor& wpe, int64_t seq_len) = 0;

@@ -4,9 +4,27 @@
 
 namespace tripod::tp {
 
-TensorParallelLayers::TensorParallelLayers(const ModelConfig& config, Communicator& tp)
-    : group_{tp, false}, vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank())) {
+TensorParallelLayers::TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel)
+    : group_{tp, sequence_parallel}, vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank())) {
   validate_tensor_parallel(config, tp.size());
+}
+
+int64_t TensorParallelLayers::local_tokens(int64_t n_tokens) const {
+  return group_.sequence_parallel ? sequence_shard_rows(n_tokens, group_.size()) : n_tokens;
+}
+
+Tensor TensorParallelLayers::scratch(Backend& be, int64_t rows, int64_t cols, DType dtype) {
+  if (!scratch_.defined() || scratch_.numel() < rows * cols || scratch_.dtype() != dtype)
+    scratch_ = be.alloc({rows * cols}, dtype);
+  return scratch_.view(0, {rows, cols});
+}
+
+const Tensor& TensorParallelLayers::gathered(Backend& be, const Tensor& local) {
+  Tensor& full = gathered_[local.raw()];
+  const int64_t rows = local.dim(0) * group_.size(), cols = local.dim(-1);
+  if (!full.defined() || full.numel() != rows * cols || full.dtype() != local.dtype())
+    full = be.alloc({rows, cols}, local.dtype());
+  return full;
 }
 
 int64_t TensorParallelLayers::local_width(LinearRole role, int64_t full) const {
@@ -16,13 +34,15 @@ int64_t TensorParallelLayers::local_width(LinearRole role, int64_t full) const {
 
 void TensorParallelLayers::embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                              const Tensor& wpe, int64_t seq_len) {
-  vocab_parallel_embedding_forward(be, group_, vocab_, out, Tensor(), tokens.reshape({tokens.numel()}), wte, wpe,
+  const Tensor partial = group_.sequence_parallel ? scratch(be, tokens.numel(), out.dim(-1), out.dtype()) : Tensor();
+  vocab_parallel_embedding_forward(be, group_, vocab_, out, partial, tokens.reshape({tokens.numel()}), wte, wpe,
                                    seq_len);
 }
 
 void TensorParallelLayers::embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                               const Tensor& tokens, int64_t seq_len) {
-  vocab_parallel_embedding_backward(be, group_, vocab_, dwte, dwpe, dout, Tensor(), tokens.reshape({tokens.numel()}),
+  const Tensor gathered = group_.sequence_parallel ? scratch(be, tokens.numel(), dout.dim(-1), dout.dtype()) : Tensor();
+  vocab_parallel_embedding_backward(be, group_, vocab_, dwte, dwpe, dout, gathered, tokens.reshape({tokens.numel()}),
                                     seq_len);
 }
 
@@ -30,10 +50,12 @@ void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Te
                                           const Tensor& weight, const Tensor& bias) {
   const Tensor in2 = inp.reshape({inp.numel() / inp.dim(-1), inp.dim(-1)});
   const Tensor out2 = out.reshape({out.numel() / out.dim(-1), out.dim(-1)});
-  if (row_parallel(role)) {
-    row_parallel_linear_forward(be, group_, out2, Tensor(), in2, weight, bias);
-  } else {
-    column_parallel_linear_forward(be, group_, out2, in2, Tensor(), weight, bias);
+  const bool sp = group_.sequence_parallel;
+  if (row_parallel(role)) {  // SP: out is this rank's token block, the partial products go through scratch
+    const Tensor partial = sp ? scratch(be, in2.dim(0), out2.dim(-1), out.dtype()) : Tensor();
+    row_parallel_linear_forward(be, group_, out2, partial, in2, weight, bias);
+  } else {  // SP: inp is this rank's token block, gathered (and kept for backward) here
+    column_parallel_linear_forward(be, group_, out2, in2, sp ? gathered(be, in2) : Tensor(), weight, bias);
   }
 }
 
@@ -41,10 +63,17 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
                                            const Tensor& dbias, const Tensor& dout, const Tensor& inp,
                                            const Tensor& weight) {
   auto flat2 = [](const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); };
+  const bool sp = group_.sequence_parallel;
   if (row_parallel(role)) {
-    row_parallel_linear_backward(be, group_, flat2(dinp), dweight, dbias, flat2(dout), Tensor(), flat2(inp), weight);
+    const Tensor in2 = flat2(inp);
+    const Tensor g = sp ? scratch(be, in2.dim(0), dout.dim(-1), dout.dtype()) : Tensor();
+    row_parallel_linear_backward(be, group_, flat2(dinp), dweight, dbias, flat2(dout), g, in2, weight);
   } else {
-    column_parallel_linear_backward(be, group_, flat2(dinp), Tensor(), dweight, dbias, flat2(dout), flat2(inp), weight);
+    const Tensor in2 = flat2(inp);
+    const Tensor full = sp ? gathered(be, in2) : Tensor();
+    const Tensor dfull = sp ? scratch(be, full.dim(0), full.dim(1), dinp.dtype()) : Tensor();
+    column_parallel_linear_backward(be, group_, flat2(dinp), dfull, dweight, dbias, flat2(dout), sp ? full : in2,
+                                    weight);
   }
 }
 

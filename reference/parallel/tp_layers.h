@@ -4,20 +4,27 @@
 //   LmHead       column-parallel over the (padded) vocabulary, no bias; the loss is the
 //                vocab-parallel cross-entropy (max / sum-exp / target-logit all-reduces)
 //   embedding    vocab-parallel: rows outside this rank's range masked, then all-reduced
-// Sequence parallelism is not wired in yet (the parallel/tp_* building blocks support it).
+// With sequence parallelism the residual stream (embedding output, LayerNorms, residual adds) is
+// split into contiguous token blocks of N/tp rows: "f" becomes an all-gather of the block before a
+// column-parallel layer (the gathered input is kept here for backward, keyed by the model's
+// activation it came from), "g" a reduce-scatter after a row-parallel one. The LayerNorm and
+// row-parallel bias gradients are then partial per rank: the trainer all-reduces them over TP.
 #pragma once
 #include "model/config.h"
 #include "model/layer_ops.h"
 #include "parallel/tp_group.h"
 #include "parallel/tp_vocab.h"
 
+#include <map>
+
 namespace tripod::tp {
 
 class TensorParallelLayers final : public LayerOps {
  public:
-  TensorParallelLayers(const ModelConfig& config, Communicator& tp);  // validates the split
+  TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel);  // validates
 
   int64_t local_width(LinearRole role, int64_t full) const override;
+  int64_t local_tokens(int64_t n_tokens) const override;
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
@@ -31,9 +38,14 @@ class TensorParallelLayers final : public LayerOps {
 
  private:
   static bool row_parallel(LinearRole role) { return role == LinearRole::AttnOut || role == LinearRole::FcOut; }
+  Tensor scratch(Backend& be, int64_t rows, int64_t cols, DType dtype);  // a reused [rows,cols] buffer, SP only
+  const Tensor& gathered(Backend& be, const Tensor& local);  // SP: the kept full-sequence input
+
   TpGroup group_;
   VocabShard vocab_;
   Tensor logsumexp_;  // [N] of the last loss_forward, for loss_backward
+  Tensor scratch_;
+  std::map<const void*, Tensor> gathered_;  // by the model's (persistent) local activation
 };
 
 }  // namespace tripod::tp

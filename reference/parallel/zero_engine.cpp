@@ -233,6 +233,21 @@ double ZeroEngine::grad_norm() {
   return std::sqrt(sum.data<double>()[0]);
 }
 
+void ZeroEngine::all_reduce_partial_tp_grads() {
+  if (!tp_) return;
+  auto partial = [&](std::size_t i) { return tp::tp_grad_needs_allreduce(specs_[i].name, /*sequence_parallel=*/true); };
+  if (full_grads_ && stage_ == 0) {
+    for (std::size_t i = 0; i < specs_.size(); ++i)
+      if (partial(i)) tp_->comm->all_reduce(full_grads_->at(i), full_grads_->at(i), ReduceOp::Sum);
+    return;
+  }
+  for (const auto& seg : layout_.segments(dp_.rank())) {
+    if (!partial(seg.tensor)) continue;
+    const Tensor mine = grad_shard_.view(seg.local, {seg.length});
+    tp_->comm->all_reduce(mine, mine, ReduceOp::Sum);
+  }
+}
+
 void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
   auto decay_of = [&](std::size_t i) { return decays(specs_[i], adamw_.decay_policy) ? adamw_.weight_decay : 0.0; };
   if (stage_ == 0) {

@@ -59,6 +59,9 @@ class ZeroEngine final : public ParamAccess {
   void begin_backward(bool reduce);
   void finish_backward();  // waits for every reduction of this backward
   double grad_norm();      // global L2 norm of the reduced gradients
+  // Sequence parallelism: sums over the TP group the gradients each TP rank holds only partially
+  // (tp_grad_needs_allreduce), after the DP reduction - the layouts are equal on every TP rank.
+  void all_reduce_partial_tp_grads();
   void optimizer_step(double lr, int64_t step, double grad_scale);
   // Fault injection (conformance self-test): use this bucket's gradients without reducing them.
   void skip_reduction_of_bucket(int bucket) { skip_bucket_ = bucket; }

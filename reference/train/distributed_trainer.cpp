@@ -9,7 +9,9 @@ namespace {
 bool tensor_parallel(const DataParallelSettings& s) { return s.tp != nullptr && s.tp->size() > 1; }
 
 std::unique_ptr<tp::TensorParallelLayers> make_tp_layers(const RunConfig& config, const DataParallelSettings& s) {
-  return tensor_parallel(s) ? std::make_unique<tp::TensorParallelLayers>(config.model, *s.tp) : nullptr;
+  check(!s.sequence_parallel || tensor_parallel(s), "sequence parallelism needs tensor parallelism (tp > 1)");
+  return tensor_parallel(s) ? std::make_unique<tp::TensorParallelLayers>(config.model, *s.tp, s.sequence_parallel)
+                            : nullptr;
 }
 
 // This TP rank's shards as parameter specs (local shapes, same names, init and decay).
@@ -40,7 +42,8 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
       tp_shards_(make_tp_shards(config, settings)),
       model_(config.model, backend, config.train.dtype, tp_layers_.get()),
       engine_(local_specs(model_.specs(), tp_shards_), config.model.n_layer, settings.zero_stage, settings.bucket_bytes,
-              dp, backend, config.train.dtype, config.adamw, &tp_shards_) {
+              dp, backend, config.train.dtype, config.adamw, &tp_shards_),
+      sequence_parallel_(settings.sequence_parallel) {
   engine_.skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
   const int64_t B = config_.train.batch_size, n = dp_.size(), micro = config_.train.micro_batches;
   check(B % n == 0, "train.batch_size (", B, ") does not divide among ", n, " data-parallel ranks");
@@ -77,6 +80,8 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
       engine_.finish_backward();
     }
   }
+  // Sequence parallelism leaves the LayerNorm and row-parallel bias gradients partial per TP rank.
+  if (backward && sequence_parallel_) engine_.all_reduce_partial_tp_grads();
   Tensor total = backend_.alloc({1}, DType::F64);
   total.data<double>()[0] = mine.sum;
   dp_.all_reduce(total, total, ReduceOp::Sum);

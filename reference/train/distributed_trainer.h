@@ -25,6 +25,7 @@ struct DataParallelSettings {
   // Tensor parallelism: the TP group of this rank (nullptr or size 1: none). Every rank of a DP
   // group holds the same TP rank's shards.
   Communicator* tp = nullptr;
+  bool sequence_parallel = false;  // with tp: split the residual stream along the sequence
 };
 
 class DistributedTrainer final : public TrainingEngine {
@@ -59,6 +60,7 @@ class DistributedTrainer final : public TrainingEngine {
   TensorParallelShards tp_shards_;
   Gpt model_;
   ZeroEngine engine_;
+  bool sequence_parallel_ = false;
   int64_t step_ = 0;
 };
 

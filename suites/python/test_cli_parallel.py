@@ -81,13 +81,14 @@ def test_tensor_parallel_matches_single_process(corpus, tmp_path):
     reference = tmp_path / "single.jsonl"
     assert run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}",
                 "--set", f"train.metrics={reference}", *SMALL]).returncode == 0
-    metrics = tmp_path / "tp2.jsonl"
-    result = mpirun(4, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
-                    *SMALL, "--tp", 2, "--zero", 1)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "tp=2 pp=1 dp=2, ZeRO-1" in result.stdout
-    for got, want in zip(losses(metrics), losses(reference)):
-        assert abs(got - want) <= 1e-10 * abs(want)
+    for extra, layout in (([], "tp=2 pp=1 dp=2, ZeRO-1"), (["--sequence-parallel"], "ZeRO-1, sequence parallel")):
+        metrics = tmp_path / "tp2.jsonl"
+        result = mpirun(4, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
+                        f"train.metrics={metrics}", *SMALL, "--tp", 2, "--zero", 1, *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert layout in result.stdout
+        for got, want in zip(losses(metrics), losses(reference)):
+            assert abs(got - want) <= 1e-10 * abs(want)
 
 
 def test_heads_not_dividing_by_tp_fails_on_every_rank(corpus):

@@ -35,6 +35,7 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     records = json.loads((tmp_path / "c.json").read_text())["layouts"]
     assert {r["dp"] for r in records} == {1, 2, 4, 8}
     assert {r["tp"] for r in records} == {1, 2, 4}  # the conformance model has 4 heads
+    assert {r["sequence_parallel"] for r in records} == {False, True}
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
     for r in records:
         assert r["pass"] and r["dtype"] == dtype
@@ -43,6 +44,16 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
             assert r["loss_rel_error"] < 1e-12 and r["param_rel_error"] < 1e-10
     suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
     assert int(suite.get("tests")) == len(records) and int(suite.get("failures")) == 0
+
+
+def test_untied_head_and_a_vocabulary_not_dividing_by_tp(tmp_path):
+    # 97 tokens over 4 TP ranks: the vocabulary is padded to 100 and the padding never reaches the loss
+    model = ["--set", "model.tie_embeddings=false", "--set", "model.vocab_size=97"]
+    layouts = ["tp4-pp1-dp1-z1-mb1", "tp4-pp1-dp1-z3-mb2-sp", "tp2-pp1-dp2-z2-mb1-sp", "tp2-pp1-dp2-z0-mb2"]
+    result = conform(4, *model, "--layouts", *layouts, "--json", tmp_path / "c.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(r["pass"] and r["param_rel_error"] < 1e-10
+               for r in json.loads((tmp_path / "c.json").read_text())["layouts"])
 
 
 def test_a_skipped_gradient_reduction_fails(tmp_path):
