@@ -1,0 +1,64 @@
+// Pipeline schedules checked on their action lists alone, for p in 1..4, m in 1..8, v in {1, 2}:
+// every micro-batch has exactly one forward and one backward per chunk, dependencies hold, every
+// receive is matched, nothing deadlocks (validate_schedule simulates it), the in-flight bound is
+// the schedule's promise, and the simulated bubble is the theory's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace tripod {
+namespace {
+
+TEST(PipelineSchedule, AllFourPromisesHoldForEverySmallShape) {
+  for (int p = 1; p <= 4; ++p)
+    for (int m = 1; m <= 8; ++m)
+      for (int v : {1, 2})
+        for (ScheduleKind kind : {ScheduleKind::AllForwardAllBackward, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+          if (v > 1 && kind != ScheduleKind::Interleaved) continue;
+          if (kind == ScheduleKind::Interleaved && m % p != 0) continue;
+          const PipelineSchedule s = make_schedule(kind, p, m, v);
+          const std::string what = describe(s);
+          ScheduleStats stats;
+          ASSERT_NO_THROW(stats = validate_schedule(s)) << what;
+          for (int r = 0; r < p; ++r) {
+            int bound = m * v;  // AFAB: everything in flight
+            if (kind == ScheduleKind::OneFOneB) bound = std::min(p - r, m);
+            if (kind == ScheduleKind::Interleaved)
+              bound = std::min(v == 1 ? p - r : (p - r - 1) * 2 + (v - 1) * p + 1, m * v);
+            EXPECT_EQ(stats.max_in_flight[r], bound) << what << " rank " << r;
+          }
+          if (kind != ScheduleKind::Interleaved || v == 1)
+            EXPECT_NEAR(stats.bubble_fraction, theoretical_bubble_fraction(s), 1e-9) << what;
+          else  // interleaving: within 20% of (p-1)/(v*m+p-1)
+            EXPECT_NEAR(stats.bubble_fraction, theoretical_bubble_fraction(s), 0.2 * theoretical_bubble_fraction(s) + 1e-9)
+                << what;
+        }
+}
+
+TEST(PipelineSchedule, OneFOneBHoldsFewerMicroBatchesThanAfab) {
+  const ScheduleStats afab = validate_schedule(make_schedule(ScheduleKind::AllForwardAllBackward, 4, 8));
+  const ScheduleStats one = validate_schedule(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+  EXPECT_EQ(afab.max_in_flight[0], 8);
+  EXPECT_EQ(one.max_in_flight[0], 4);
+  EXPECT_EQ(afab.makespan, one.makespan);  // same bubble, less memory
+}
+
+TEST(PipelineSchedule, ImpossibleSettingsAreRefused) {
+  EXPECT_THROW(make_schedule(ScheduleKind::Interleaved, 4, 6, 2), Error);  // m not a multiple of p
+  EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 2, 4, 2), Error);     // v > 1 needs interleaving
+  EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 0, 4), Error);
+  EXPECT_THROW(parse_schedule_kind("zero-bubble"), Error);
+}
+
+TEST(PipelineSchedule, ADeadlockIsFound) {
+  PipelineSchedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  std::reverse(s.ranks[1].begin(), s.ranks[1].end());  // the last stage now waits for what it must send
+  EXPECT_THROW(validate_schedule(s), Error);
+}
+
+}  // namespace
+}  // namespace tripod
