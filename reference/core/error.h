@@ -25,6 +25,9 @@ template <typename... Parts>
 }
 
 // check(condition, "message parts", ...): throws tripod::Error with the concatenated message.
+// The parts are evaluated before the call: on hot paths whose message parts build strings
+// (shape_str, dtype_name, ...) write `if (!condition) fail(...)` so the message costs nothing
+// until it is needed.
 template <typename... Parts>
 void check(bool condition, const Parts&... parts) {
   if (!condition) fail(parts...);

@@ -27,32 +27,34 @@ Storage::~Storage() {
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape shape, DType dtype)
     : storage_(std::move(storage)), offset_bytes_(offset_bytes), shape_(std::move(shape)), dtype_(dtype) {
-  for (int64_t d : shape_) check(d >= 0, "negative dimension in shape ", shape_str(shape_));
-  check(!storage_ || offset_bytes_ + bytes() <= storage_->bytes, "tensor of shape ", shape_str(shape_),
+  // Tensors and views are made on every layer call: these checks build their messages only on failure.
+  for (int64_t d : shape_)
+    if (d < 0) fail("negative dimension in shape ", shape_str(shape_));
+  if (storage_ && offset_bytes_ + bytes() > storage_->bytes) fail("tensor of shape ", shape_str(shape_),
         " at byte offset ", offset_bytes_, " does not fit its storage of ", storage_ ? storage_->bytes : 0,
         " bytes");
 }
 
 int64_t Tensor::dim(int axis) const {
   if (axis < 0) axis += rank();
-  check(axis >= 0 && axis < rank(), "axis ", axis, " out of range for shape ", shape_str(shape_));
+  if (axis < 0 || axis >= rank()) fail("axis ", axis, " out of range for shape ", shape_str(shape_));
   return shape_[axis];
 }
 
 Tensor Tensor::view(int64_t offset, Shape shape) const {
-  check(offset >= 0 && offset + shape_numel(shape) <= numel(), "view of ", shape_str(shape), " at offset ",
+  if (offset < 0 || offset + shape_numel(shape) > numel()) fail("view of ", shape_str(shape), " at offset ",
         offset, " exceeds tensor of shape ", shape_str(shape_));
   return Tensor(storage_, offset_bytes_ + static_cast<std::size_t>(offset) * dtype_size(dtype_),
                 std::move(shape), dtype_);
 }
 
 Tensor Tensor::reshape(Shape shape) const {
-  check(shape_numel(shape) == numel(), "cannot reshape ", shape_str(shape_), " to ", shape_str(shape));
+  if (shape_numel(shape) != numel()) fail("cannot reshape ", shape_str(shape_), " to ", shape_str(shape));
   return Tensor(storage_, offset_bytes_, std::move(shape), dtype_);
 }
 
 Tensor Tensor::operator[](int64_t i) const {
-  check(rank() >= 1 && i >= 0 && i < shape_[0], "index ", i, " out of range for shape ", shape_str(shape_));
+  if (rank() < 1 || i < 0 || i >= shape_[0]) fail("index ", i, " out of range for shape ", shape_str(shape_));
   Shape rest(shape_.begin() + 1, shape_.end());
   return view(i * shape_numel(rest), rest);
 }

@@ -50,8 +50,8 @@ class Tensor {
   void* raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
   template <typename T>
   T* data() const {
-    check(dtype_ == dtype_of<T>(), "tensor of dtype ", dtype_name(dtype_), " read as ",
-          dtype_name(dtype_of<T>()));
+    // Every kernel call reads its tensors through here: build the message only on failure.
+    if (dtype_ != dtype_of<T>()) fail("tensor of dtype ", dtype_name(dtype_), " read as ", dtype_name(dtype_of<T>()));
     return static_cast<T*>(raw());
   }
 

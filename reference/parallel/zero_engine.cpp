@@ -26,6 +26,7 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
   check(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3 (got ", stage, ")");
   if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
   check(bucket_bytes > 0, "the gradient bucket size must be positive (got ", bucket_bytes, " bytes)");
+  segments_ = layout_.segments(dp_.rank());
   const std::size_t n_buckets = layout_.buckets().size();
   bucket_tensors_.resize(n_buckets);
   for (std::size_t i = 0; i < specs_.size(); ++i)
@@ -84,7 +85,7 @@ void ZeroEngine::initialise(uint64_t seed) {
     }
   } else {
     // ZeRO-3: each rank initialises only the pieces it owns (layout-independent initialisation).
-    for (const auto& seg : layout_.segments(dp_.rank())) {
+    for (const auto& seg : segments_) {
       const Tensor dst = param_shard_.view(seg.local, {seg.length});
       const int64_t first = seg.flat - layout_.offsets()[seg.tensor];
       if (tp_) {
@@ -220,7 +221,7 @@ double ZeroEngine::grad_norm() {
   // identical gradients. Under TP the sums of the TP ranks are added too, with the tensors that
   // every TP rank holds whole (LayerNorms, row-parallel biases, wpe) counted on TP rank 0 only.
   double local = 0;
-  for (const auto& seg : layout_.segments(dp_.rank())) {
+  for (const auto& seg : segments_) {
     if (tp_ && tp_->comm->rank() != 0 && tp::tp_replicated(specs_[seg.tensor].name)) continue;
     const Tensor mine = full_grads_ && stage_ == 0 ? full_grads_->flat().view(seg.flat, {seg.length})
                                                    : grad_shard_.view(seg.local, {seg.length});
@@ -241,7 +242,7 @@ void ZeroEngine::all_reduce_partial_tp_grads() {
       if (partial(i)) tp_->comm->all_reduce(full_grads_->at(i), full_grads_->at(i), ReduceOp::Sum);
     return;
   }
-  for (const auto& seg : layout_.segments(dp_.rank())) {
+  for (const auto& seg : segments_) {
     if (!partial(seg.tensor)) continue;
     const Tensor mine = grad_shard_.view(seg.local, {seg.length});
     tp_->comm->all_reduce(mine, mine, ReduceOp::Sum);
@@ -258,7 +259,7 @@ void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
     }
     return;
   }
-  for (const auto& seg : layout_.segments(dp_.rank())) {
+  for (const auto& seg : segments_) {
     const Tensor param = stage_ == 3 ? param_shard_.view(seg.local, {seg.length})
                                      : full_params_->flat().view(seg.flat, {seg.length});
     backend_.adamw(param, grad_shard_.view(seg.local, {seg.length}), m_.view(seg.local, {seg.length}),

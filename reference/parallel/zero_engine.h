@@ -96,6 +96,7 @@ class ZeroEngine final : public ParamAccess {
   DType dtype_;
   AdamWConfig adamw_;
   ShardLayout layout_;
+  std::vector<ShardLayout::Segment> segments_;  // this DP rank's pieces of its slices (fixed)
 
   std::unique_ptr<ParamSet> full_params_, full_grads_;  // stages 0-2 / 0-1, padded layout
   Tensor param_shard_, grad_shard_, m_, v_;              // shard-sized (m, v full-sized at stage 0)

@@ -4,19 +4,14 @@ plotting script turns the JSON into PNG files and an HTML page."""
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+from tripod_cli import TRIPOD, require_tripod
 
 
 def test_quick_bench_writes_results_and_plots(tmp_path):
-    if not TRIPOD.exists():
-        if BINARY_DIR:
-            pytest.fail(f"{TRIPOD} is missing: build the project first")
-        pytest.skip(f"{TRIPOD} not built")
+    require_tripod()
     out = tmp_path / "bench"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "PMIX_"))}
     result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(out)], capture_output=True, text=True,

@@ -1,15 +1,12 @@
 """End-to-end tests of the `tripod` command line: data preparation, training, exact resume,
 export, and clear errors with a non-zero exit (never a crash or a silent run) on bad input."""
 import json
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+from tripod_cli import TRIPOD, require_tripod
 
 # A 1-layer model small enough that every training run below takes well under a second.
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
@@ -19,10 +16,7 @@ SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "mode
 
 
 def tripod(*args, check=True):
-    if not TRIPOD.exists():
-        if BINARY_DIR:
-            pytest.fail(f"{TRIPOD} is missing: build the project first")
-        pytest.skip(f"{TRIPOD} not built")
+    require_tripod()
     result = subprocess.run([str(TRIPOD), *map(str, args)], capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"tripod {' '.join(map(str, args))} failed ({result.returncode}):\n"

@@ -1,18 +1,12 @@
 """`tripod train` under mpirun: data-parallel runs with every ZeRO stage give the single-process
 losses, and bad layouts fail on every rank with a clear message and a non-zero exit, never a hang."""
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
-MPIRUN = shutil.which("mpirun")
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
          "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
          "--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set", "train.steps=4",
@@ -20,18 +14,12 @@ SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "mode
 
 
 def run(cmd, timeout=120):
-    if not TRIPOD.exists():
-        if BINARY_DIR:
-            pytest.fail(f"{TRIPOD} is missing: build the project first")
-        pytest.skip(f"{TRIPOD} not built")
-    if MPIRUN is None:
-        pytest.fail("mpirun not found (install openmpi-bin)")
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    require_tripod()
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
 
 
 def mpirun(ranks, *args):
-    return run([MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "100", "-np", str(ranks),
-                str(TRIPOD), *map(str, args)])
+    return run(mpirun_command(ranks, *args))
 
 
 @pytest.fixture(scope="module")

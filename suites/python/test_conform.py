@@ -2,30 +2,18 @@
 the JSON and JUnit outputs carry one record per layout, and a deliberately broken layout (a skipped
 gradient reduction) is reported as failing with a non-zero exit - the suite can fail."""
 import json
-import os
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
-MPIRUN = shutil.which("mpirun")
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+from tripod_cli import MPI_ENV, mpirun_command, require_tripod
 
 
 def conform(ranks, *args):
-    if not TRIPOD.exists():
-        if BINARY_DIR:
-            pytest.fail(f"{TRIPOD} is missing: build the project first")
-        pytest.skip(f"{TRIPOD} not built")
-    assert MPIRUN, "mpirun not found (install openmpi-bin)"
-    cmd = [MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "200", "-np", str(ranks),
-           str(TRIPOD), "conform", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=ENV)
+    require_tripod()
+    return subprocess.run(mpirun_command(ranks, "conform", *args, timeout=200), capture_output=True, text=True,
+                          timeout=240, env=MPI_ENV)
 
 
 @pytest.mark.parametrize("dtype", ["fp64", "fp32"])

@@ -5,21 +5,14 @@ above H: no model this small reaches H in these budgets, and E absorbs that rema
 wide because the chain is easy and all losses lie within ~0.2 nats.) Deterministic: training is
 bit-reproducible and the bootstrap is seeded. About 2-4 minutes on 2 cores."""
 import json
-import os
 import subprocess
-from pathlib import Path
 
-import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+from tripod_cli import TRIPOD, require_tripod
 
 
 def test_quick_sweep_recovers_the_entropy_rate(tmp_path):
-    if not TRIPOD.exists():
-        if BINARY_DIR:
-            pytest.fail(f"{TRIPOD} is missing: build the project first")
-        pytest.skip(f"{TRIPOD} not built")
+    require_tripod()
     out = tmp_path / "quick"
     for cmd in (["scale", "run", "quick", "--out", out, "--jobs", "2"], ["scale", "fit", out, "--bootstrap", "200"]):
         result = subprocess.run([str(TRIPOD), *map(str, cmd)], capture_output=True, text=True, timeout=1200)

@@ -1,0 +1,28 @@
+"""Shared by the command-line suites: where the `tripod` binary is, and how to launch it under
+mpirun here (as root, oversubscribed, shared memory only, one passive thread per rank)."""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
+TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+MPIRUN = shutil.which("mpirun")
+MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def require_tripod():
+    """Skip when run by hand before a build; fail under CTest (which sets TRIPOD_BINARY_DIR)."""
+    if not TRIPOD.exists():
+        if BINARY_DIR:
+            pytest.fail(f"{TRIPOD} is missing: build the project first")
+        pytest.skip(f"{TRIPOD} not built")
+
+
+def mpirun_command(ranks, *args, timeout=100):
+    """mpirun ... tripod ARGS, with mpirun's own timeout so a hang kills every rank."""
+    assert MPIRUN, "mpirun not found (install openmpi-bin)"
+    return [MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", str(timeout), "-np", str(ranks),
+            str(TRIPOD), *map(str, args)]
