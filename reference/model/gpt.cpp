@@ -1,5 +1,7 @@
 #include "model/gpt.h"
 
+#include <algorithm>
+
 
 namespace tripod {
 namespace {
@@ -23,38 +25,65 @@ const char* lm_head_name(const ModelConfig& c) { return c.tie_embeddings ? "wte.
 
 }  // namespace
 
-// Everything the backward pass needs, for one (B, T).
+std::vector<ParamSpec> span_param_specs(const ModelConfig& config, const StageSpan& span) {
+  const int64_t end_layer = span.end_layer < 0 ? config.n_layer : span.end_layer;
+  check(span.first_layer >= 0 && span.first_layer <= end_layer && end_layer <= config.n_layer,
+        "stage span of layers [", span.first_layer, ", ", end_layer, ") is outside the model's ", config.n_layer,
+        " layers");
+  std::vector<ParamSpec> out;
+  for (const ParamSpec& spec : gpt_param_specs(config)) {
+    const std::string& n = spec.name;
+    bool keep = false;
+    if (n == "wte.weight") keep = span.embedding || (span.head && config.tie_embeddings);  // tied: the LM head
+    else if (n == "wpe.weight") keep = span.embedding;
+    else if (n.rfind("h.", 0) == 0) {
+      const int64_t layer = std::stoll(n.substr(2, n.find('.', 2) - 2));
+      keep = layer >= span.first_layer && layer < end_layer;
+    } else {
+      keep = span.head;  // ln_f, lm_head
+    }
+    if (keep) out.push_back(spec);
+  }
+  return out;
+}
+
+// Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
 struct Gpt::Activations {
-  int64_t batch = 0, seq_len = 0;
   Tensor tokens, targets;  // [B,T] int32
-  Tensor encoded;          // [N,C] embedding output = input of layer 0
+  Tensor encoded;          // [R,C] residual stream entering the span (embedding output on the first)
   struct Layer {
-    Tensor ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
-    Tensor qkv;                      // [N,3C]
+    Tensor ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R]
+    Tensor qkv;                      // [N,3A]
     Tensor probs;                    // [B,H,T,T]
-    Tensor atty;                     // [N,C] attention output before c_proj
-    Tensor res2;                     // [N,C] residual after attention
-    Tensor ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
+    Tensor atty;                     // [N,A] attention output before c_proj
+    Tensor res2;                     // [R,C] residual after attention
+    Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
     Tensor fc, fc_gelu;              // [N,F]
-    Tensor res3;                     // [N,C] layer output
+    Tensor res3;                     // [R,C] layer output
   };
-  std::vector<Layer> layers;
-  Tensor lnf, lnf_mean, lnf_rstd;  // [N,C], [N], [N]
-  Tensor logits;                   // [N,V]; becomes dlogits in backward
-  Tensor losses;                   // [N]
-  // Backward scratch, reused by every layer.
-  Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [N,C] x3, [N,3C], [N,F] x2
+  std::vector<Layer> layers;       // the span's, first_layer first
+  Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only)
+  Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
+  Tensor losses;                   // [N] (head only)
   std::size_t bytes = 0;
 };
 
-Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers)
+// Backward scratch, shared by every layer and micro-batch (one backward runs at a time).
+struct Gpt::Scratch {
+  Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [R,C] x2, [N,A], [N,3A], [N,F] x2
+  std::size_t bytes = 0;
+};
+
+Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers, StageSpan span)
     : config_(config),
       backend_(backend),
       dtype_(dtype),
-      specs_(gpt_param_specs(config)),
+      span_(span),
       own_layers_(layers ? nullptr : std::make_unique<SingleDeviceLayers>()),
       layers_(layers ? layers : own_layers_.get()) {
   config_.validate();
+  if (span_.end_layer < 0) span_.end_layer = config_.n_layer;
+  specs_ = span_param_specs(config_, span_);
 }
 
 int64_t Gpt::local_heads() const {
@@ -63,18 +92,14 @@ int64_t Gpt::local_heads() const {
 
 Gpt::~Gpt() = default;
 
-void Gpt::ensure_activations(int64_t B, int64_t T) {
-  if (acts_ && acts_->batch == B && acts_->seq_len == T) return;
-  check(T <= config_.context, "sequence length ", T, " exceeds the model's context (position table) of ",
-        config_.context);
+std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
+  const int64_t B = batch_, T = seq_len_;
   // Split layers produce only this rank's share of some activations (see LayerOps::local_width).
   const int64_t N = B * T, C = config_.d_model, F = layers_->local_width(LinearRole::Fc, config_.d_ff),
                 V = layers_->local_width(LinearRole::LmHead, config_.vocab_size), H = local_heads();
   const int64_t A = layers_->local_width(LinearRole::AttnOut, C);  // attention width: H heads of C / n_head
   const int64_t R = layers_->local_tokens(N);  // residual-stream rows on this rank
   auto a = std::make_unique<Activations>();
-  a->batch = B;
-  a->seq_len = T;
   auto make = [&](Shape shape, DType dt) {
     Tensor t = backend_.alloc(shape, dt);
     a->bytes += t.bytes();
@@ -84,29 +109,100 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   a->tokens = make({B, T}, DType::I32);
   a->targets = make({B, T}, DType::I32);
   a->encoded = act({R, C});
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+  for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     a->layers.push_back({act({R, C}), act({R}), act({R}), act({B, T, 3 * A}), act({B, H, T, T}), act({B, T, A}),
                          act({R, C}), act({R, C}), act({R}), act({R}), act({N, F}), act({N, F}), act({R, C})});
   }
-  a->lnf = act({R, C});
-  a->lnf_mean = act({R});
-  a->lnf_rstd = act({R});
-  a->logits = act({N, V});
-  a->losses = act({N});
-  a->dres = act({R, C});
-  a->dln = act({R, C});
-  a->datty = act({B, T, A});
-  a->dqkv = act({B, T, 3 * A});
-  a->dfc = act({N, F});
-  a->dfc_gelu = act({N, F});
-  acts_ = std::move(a);
+  if (span_.head) {
+    a->lnf = act({R, C});
+    a->lnf_mean = act({R});
+    a->lnf_rstd = act({R});
+    a->logits = act({N, V});
+    a->losses = act({N});
+  }
+  return a;
 }
 
-std::size_t Gpt::activation_bytes() const { return acts_ ? acts_->bytes : 0; }
+void Gpt::ensure_activations(int64_t B, int64_t T) {
+  if (scratch_ && batch_ == B && seq_len_ == T) {
+    if (slots_.empty()) {
+      slots_.push_back(make_slot());
+      slot_used_.push_back(false);
+    }
+    return;
+  }
+  check(T <= config_.context, "sequence length ", T, " exceeds the model's context (position table) of ",
+        config_.context);
+  check(std::find(slot_used_.begin(), slot_used_.end(), true) == slot_used_.end(),
+        "the micro-batch shape changed from [", batch_, ",", seq_len_, "] to [", B, ",", T,
+        "] while micro-batches are in flight");
+  batch_ = B;
+  seq_len_ = T;
+  slots_.clear();
+  slot_used_.clear();
+  const int64_t N = B * T, C = config_.d_model, F = layers_->local_width(LinearRole::Fc, config_.d_ff);
+  const int64_t A = layers_->local_width(LinearRole::AttnOut, C), R = layers_->local_tokens(N);
+  auto s = std::make_unique<Scratch>();
+  auto act = [&](Shape shape) {
+    Tensor t = backend_.alloc(shape, dtype_);
+    s->bytes += t.bytes();
+    return t;
+  };
+  s->dres = act({R, C});
+  s->dln = act({R, C});
+  s->datty = act({B, T, A});
+  s->dqkv = act({B, T, 3 * A});
+  s->dfc = act({N, F});
+  s->dfc_gelu = act({N, F});
+  scratch_ = std::move(s);
+  slots_.push_back(make_slot());
+  slot_used_.push_back(false);
+}
+
+int Gpt::claim_slot(int64_t B, int64_t T) {
+  ensure_activations(B, T);
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (!slot_used_[i]) {
+      slot_used_[i] = true;
+      return static_cast<int>(i);
+    }
+  slots_.push_back(make_slot());  // one more micro-batch in flight than ever before
+  slot_used_.push_back(true);
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+void Gpt::release_slot(int index) {
+  check(index >= 0 && static_cast<std::size_t>(index) < slots_.size() && slot_used_[static_cast<std::size_t>(index)],
+        "release_slot(", index, "): not a claimed activation slot");
+  slot_used_[static_cast<std::size_t>(index)] = false;
+}
+
+Gpt::Activations& Gpt::slot(int index) const {
+  check(index >= 0 && static_cast<std::size_t>(index) < slots_.size(),
+        "activation slot ", index, " does not exist (forward must run first)");
+  return *slots_[static_cast<std::size_t>(index)];
+}
+
+Tensor Gpt::input(int index) const { return slot(index).encoded; }
+Tensor Gpt::output(int index) const {
+  const Activations& a = slot(index);
+  return a.layers.empty() ? a.encoded : a.layers.back().res3;
+}
+Tensor Gpt::output_grad() const {
+  check(scratch_ != nullptr, "output_grad() called before any forward");
+  return scratch_->dres;
+}
+Tensor Gpt::input_grad() const { return output_grad(); }  // backward leaves d(input) where d(output) was
+
+std::size_t Gpt::activation_bytes() const {
+  std::size_t bytes = scratch_ ? scratch_->bytes : 0;
+  for (const auto& s : slots_) bytes += s->bytes;
+  return bytes;
+}
 
 Tensor Gpt::logits() const {
-  check(acts_ != nullptr, "logits() called before forward()");
-  return acts_->logits.reshape({acts_->batch, acts_->seq_len, config_.vocab_size});
+  check(!slots_.empty() && span_.head, "logits() called before forward() (or on a stage without the LM head)");
+  return slots_[0]->logits.reshape({batch_, seq_len_, config_.vocab_size});
 }
 
 LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -121,38 +217,51 @@ void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_sc
 
 LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ensure_activations(B, T);
-  Activations& a = *acts_;
+  return forward_slot(p, 0, tokens, targets);
+}
+
+void Gpt::backward(ParamAccess& p, double grad_scale) {
+  check(!slots_.empty(), "backward() called before forward()");
+  backward_slot(p, 0, grad_scale);
+}
+
+LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, const int32_t* targets) {
+  Activations& a = slot(index);
   Backend& be = backend_;
   const double eps = config_.layernorm_eps;
-  be.upload(tokens, a.tokens);
-  be.upload(targets, a.targets);
+  const int64_t B = batch_, T = seq_len_;
+  if (span_.embedding) be.upload(tokens, a.tokens);
+  if (span_.head) be.upload(targets, a.targets);
 
   const int64_t L = config_.n_layer;
   auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
-  // encoded[N,C] = wte[tokens] + wpe[t]
-  p.acquire_params(embedding_group());
-  layers_->embedding_forward(be, a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
-  p.release_params(embedding_group());
+  if (span_.embedding) {  // encoded[R,C] = wte[tokens] + wpe[t]; otherwise it was received
+    p.acquire_params(embedding_group());
+    layers_->embedding_forward(be, a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
+    p.release_params(embedding_group());
+  }
   Tensor residual = a.encoded;
-  for (int64_t l = 0; l < L; ++l) {
+  for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     p.acquire_params(block_group(l));
     const LayerTensors w = layer_tensors(param, l);
-    Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
+    Activations::Layer& x = a.layers[static_cast<std::size_t>(l - span_.first_layer)];
     // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
-    layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3C]
-    be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,C]
-    layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [N,C]
+    layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3A]
+    be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,A]
+    layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [R,C]
     be.add(x.res2, x.res2, residual);
     // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
     layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b);              // [N,F]
     be.gelu_forward(x.fc_gelu, x.fc);
-    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [N,C]
+    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [R,C]
     be.add(x.res3, x.res3, x.res2);
     p.release_params(block_group(l));
     residual = x.res3;
   }
+  LossSum result;
+  if (!span_.head) return result;
   p.acquire_params(head_group(L));
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
   be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param("ln_f.weight"), p.param("ln_f.bias"), eps);
@@ -162,7 +271,6 @@ LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targe
   layers_->loss_forward(be, a.losses, a.logits, a.targets);
 
   // Sum on the host in token order, in fp64, so the result does not depend on the device.
-  LossSum result;
   std::vector<double> losses = to_host_f64(be, a.losses);
   for (int64_t n = 0; n < B * T; ++n) {
     if (targets[n] < 0) continue;
@@ -172,60 +280,65 @@ LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targe
   return result;
 }
 
-void Gpt::backward(ParamAccess& p, double grad_scale) {
-  check(acts_ != nullptr, "backward() called before forward()");
-  Activations& a = *acts_;
+void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
+  Activations& a = slot(index);
+  Scratch& s = *scratch_;
   Backend& be = backend_;
-  const int64_t T = a.seq_len;
+  const int64_t T = seq_len_;
 
   const int64_t L = config_.n_layer;
   const bool tied = config_.tie_embeddings;
   auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
   auto grad = [&](const std::string& name) -> Tensor { return p.grad(name); };
 
-  // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
-  layers_->loss_backward(be, a.logits, a.targets, grad_scale);
-  p.acquire_params(head_group(L));
-  p.acquire_grads(head_group(L));
-  if (tied) {  // the head writes into wte's gradient, final only after the embedding backward
-    p.acquire_params(embedding_group());
-    p.acquire_grads(embedding_group());
-  }
-  // dlnf[N,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
-  layers_->linear_backward(be, LinearRole::LmHead, a.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf,
-                           p.param(lm_head_name(config_)));
-  const Tensor& last = L > 0 ? a.layers.back().res3 : a.encoded;
-  be.fill(a.dres, 0.0);
-  be.layernorm_backward(a.dres, p.grad("ln_f.weight"), p.grad("ln_f.bias"), a.dln, last, p.param("ln_f.weight"),
-                        a.lnf_mean, a.lnf_rstd);
-  if (tied) p.release_params(embedding_group());
-  p.release_params(head_group(L));
-  p.grads_ready(head_group(L));
+  if (span_.head) {
+    // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
+    layers_->loss_backward(be, a.logits, a.targets, grad_scale);
+    p.acquire_params(head_group(L));
+    p.acquire_grads(head_group(L));
+    if (tied) {  // the head writes into wte's gradient, final only after the embedding backward
+      p.acquire_params(embedding_group());
+      p.acquire_grads(embedding_group());
+    }
+    // dlnf[R,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
+    layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf,
+                             p.param(lm_head_name(config_)));
+    be.fill(s.dres, 0.0);
+    be.layernorm_backward(s.dres, p.grad("ln_f.weight"), p.grad("ln_f.bias"), s.dln, output(index),
+                          p.param("ln_f.weight"), a.lnf_mean, a.lnf_rstd);
+    if (tied) p.release_params(embedding_group());
+    p.release_params(head_group(L));
+    p.grads_ready(head_group(L));
+    // A pipeline stage holding the tied wte only for the head has its gradient final now.
+    if (tied && !span_.embedding) p.grads_ready(embedding_group());
+  }  // otherwise s.dres holds the received d(output)
 
-  // a.dres holds d(loss)/d(residual stream) at the current depth, walking down the layers.
-  for (int64_t l = L - 1; l >= 0; --l) {
+  // s.dres holds d(loss)/d(residual stream) at the current depth, walking down the layers.
+  for (int64_t l = span_.end_layer - 1; l >= span_.first_layer; --l) {
     p.acquire_params(block_group(l));
     p.acquire_grads(block_group(l));
     const LayerTensors w = layer_tensors(param, l);
     const LayerTensors g = layer_tensors(grad, l);
-    Activations::Layer& x = a.layers[static_cast<std::size_t>(l)];
-    const Tensor& residual = l == 0 ? a.encoded : a.layers[static_cast<std::size_t>(l - 1)].res3;
+    const std::size_t k = static_cast<std::size_t>(l - span_.first_layer);
+    Activations::Layer& x = a.layers[k];
+    const Tensor& residual = k == 0 ? a.encoded : a.layers[k - 1].res3;
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
-    layers_->linear_backward(be, LinearRole::FcOut, a.dfc_gelu, g.fcproj_w, g.fcproj_b, a.dres, x.fc_gelu, w.fcproj_w);
-    be.gelu_backward(a.dfc, x.fc, a.dfc_gelu);
-    layers_->linear_backward(be, LinearRole::Fc, a.dln, g.fc_w, g.fc_b, a.dfc, x.ln2, w.fc_w);
-    be.layernorm_backward(a.dres, g.ln2_w, g.ln2_b, a.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+    layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w);
+    be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);
+    layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w);
+    be.layernorm_backward(s.dres, g.ln2_w, g.ln2_b, s.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
-    layers_->linear_backward(be, LinearRole::AttnOut, a.datty, g.proj_w, g.proj_b, a.dres, x.atty, w.proj_w);
-    be.attention_backward(a.dqkv, a.datty, x.qkv, x.probs, local_heads());
-    layers_->linear_backward(be, LinearRole::Qkv, a.dln, g.qkv_w, g.qkv_b, a.dqkv, x.ln1, w.qkv_w);
-    be.layernorm_backward(a.dres, g.ln1_w, g.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+    layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w);
+    be.attention_backward(s.dqkv, s.datty, x.qkv, x.probs, local_heads());
+    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w);
+    be.layernorm_backward(s.dres, g.ln1_w, g.ln1_b, s.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
     p.release_params(block_group(l));
     p.grads_ready(block_group(l));
   }
+  if (!span_.embedding) return;  // s.dres is d(input), for the previous stage
   // The embedding backward reads no parameters, only the token ids.
-  if (!tied) p.acquire_grads(embedding_group());
-  layers_->embedding_backward(be, p.grad("wte.weight"), p.grad("wpe.weight"), a.dres, a.tokens, T);
+  if (!tied || !span_.head) p.acquire_grads(embedding_group());
+  layers_->embedding_backward(be, p.grad("wte.weight"), p.grad("wpe.weight"), s.dres, a.tokens, T);
   p.grads_ready(embedding_group());
 }
 

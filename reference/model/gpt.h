@@ -19,15 +19,43 @@ struct LossSum {
   int64_t n_valid = 0;    // number of valid targets
 };
 
+// The part of the model this instance computes: blocks [first_layer, end_layer), plus the
+// embeddings and/or the final LayerNorm and LM head. A pipeline stage is one span; the whole model
+// is the default. A span without the embedding takes its input residual stream from input(slot),
+// one without the head leaves its output in output(slot) and takes d(output) in output_grad().
+struct StageSpan {
+  int64_t first_layer = 0, end_layer = -1;  // -1: up to n_layer
+  bool embedding = true, head = true;
+  static StageSpan whole(int64_t n_layer) { return {0, n_layer, true, true}; }
+};
+
+// The parameter specs a span uses, in spec order: wte and wpe with the embedding, the span's blocks,
+// ln_f and the LM head with the head (wte again when it is tied and the span lacks the embedding).
+std::vector<ParamSpec> span_param_specs(const ModelConfig& config, const StageSpan& span);
+
 class Gpt {
  public:
   // `layers` (optional, not owned) says how the layers are computed - split across ranks, say;
   // by default they are computed whole on this device.
-  Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers = nullptr);
+  Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers = nullptr,
+      StageSpan span = StageSpan{});
   ~Gpt();
 
   const ModelConfig& config() const { return config_; }
-  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const StageSpan& span() const { return span_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }  // of the span
+
+  // Pipelined use: every micro-batch in flight holds its own activations ("slot"), from claim_slot
+  // to release_slot; backward scratch is shared. forward/backward below use slot 0 only.
+  int claim_slot(int64_t batch, int64_t seq_len);
+  void release_slot(int slot);
+  Tensor input(int slot) const;   // [R,C] residual stream entering the span (write it when !embedding)
+  Tensor output(int slot) const;  // [R,C] residual stream leaving the span (valid after forward)
+  Tensor output_grad() const;     // [R,C] d(output): write it before backward when !head
+  Tensor input_grad() const;      // [R,C] d(input), valid after backward until the next one
+  // Loss of the span's micro-batch (zero unless the span has the head).
+  LossSum forward_slot(ParamAccess& params, int slot, const int32_t* tokens, const int32_t* targets);
+  void backward_slot(ParamAccess& params, int slot, double grad_scale);
 
   // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Keeps the activations for backward.
   LossSum forward(ParamAccess& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
@@ -45,19 +73,28 @@ class Gpt {
   Tensor logits() const;
   // Allocates the activations for (B, T) now (forward does it on demand).
   void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
-  // Bytes of activation memory held for the current (B, T).
+  // Bytes of activation memory held: every slot allocated so far (the peak number of micro-batches
+  // in flight) plus the shared backward scratch.
   std::size_t activation_bytes() const;
+  int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
  private:
   struct Activations;
+  struct Scratch;
   void ensure_activations(int64_t batch, int64_t seq_len);
+  std::unique_ptr<Activations> make_slot() const;
+  Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
 
   ModelConfig config_;
   Backend& backend_;
   DType dtype_;
+  StageSpan span_;
   std::vector<ParamSpec> specs_;
-  std::unique_ptr<Activations> acts_;
+  int64_t batch_ = 0, seq_len_ = 0;                  // shape of every slot
+  std::vector<std::unique_ptr<Activations>> slots_;  // per micro-batch in flight
+  std::vector<bool> slot_used_;
+  std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<LayerOps> own_layers_;
   LayerOps* layers_;
 };

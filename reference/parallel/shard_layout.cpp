@@ -14,7 +14,9 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
   check(groups.size() == specs.size(), "ShardLayout: a group for every tensor");
   const int n_groups = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end()) + 1;
   std::vector<int64_t> group_elements(static_cast<std::size_t>(n_groups), 0);
+  std::vector<bool> present(static_cast<std::size_t>(n_groups), false);
   for (std::size_t i = 0; i < specs.size(); ++i) {
+    present[static_cast<std::size_t>(groups[i])] = true;
     check(i == 0 || groups[i] >= groups[i - 1], "parameter groups must be contiguous in spec order");
     sizes_.push_back(shape_numel(specs[i].shape));
     group_elements[static_cast<std::size_t>(groups[i])] += sizes_.back();
@@ -22,7 +24,10 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
 
   // Buckets in backward order: from the last group down, closing a bucket once it is big enough.
   bucket_of_group_.assign(static_cast<std::size_t>(n_groups), -1);
+  // A pipeline stage holds only some groups (its blocks; the embeddings and head on the first and
+  // last stage): the others get no bucket (bucket_of_group is -1).
   for (int g = n_groups - 1; g >= 0; --g) {
+    if (!present[static_cast<std::size_t>(g)]) continue;
     if (buckets_.empty() || one_group_per_bucket || buckets_.back().used >= bucket_elements) buckets_.emplace_back();
     buckets_.back().groups.push_back(g);
     buckets_.back().used += group_elements[static_cast<std::size_t>(g)];
@@ -53,6 +58,14 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
     shard_offsets_[b] = local;
     local += buckets_[b].size / dp;
   }
+}
+
+int ShardLayout::bucket_of_group(int group) const {
+  const int b = group >= 0 && static_cast<std::size_t>(group) < bucket_of_group_.size()
+                    ? bucket_of_group_[static_cast<std::size_t>(group)]
+                    : -1;
+  check(b >= 0, "parameter group ", group, " is not held by this shard layout (another pipeline stage's)");
+  return b;
 }
 
 int64_t ShardLayout::slice_start(int bucket, int rank) const {

@@ -38,7 +38,11 @@ class ShardLayout {
   const std::vector<int64_t>& offsets() const { return offsets_; }  // per tensor, in the padded buffer
   int64_t total() const { return total_; }                          // padded flat size
   const std::vector<Bucket>& buckets() const { return buckets_; }   // in the order backward finishes them
-  int bucket_of_group(int group) const { return bucket_of_group_[static_cast<std::size_t>(group)]; }
+  bool holds_group(int group) const {
+    return group >= 0 && static_cast<std::size_t>(group) < bucket_of_group_.size() &&
+           bucket_of_group_[static_cast<std::size_t>(group)] >= 0;
+  }
+  int bucket_of_group(int group) const;  // throws for a group this layout does not hold
   int64_t shard_elements() const { return total_ / dp_; }
   // Where bucket b's slice sits in a rank's shard (the same for every rank).
   int64_t shard_offset(int bucket) const { return shard_offsets_[static_cast<std::size_t>(bucket)]; }

@@ -78,14 +78,17 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
 }
 
 void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
-  if (!logsumexp_.defined() || logsumexp_.numel() != losses.numel() || logsumexp_.dtype() != losses.dtype())
-    logsumexp_ = be.alloc({losses.numel()}, losses.dtype());
-  vocab_parallel_cross_entropy_forward(be, group_.comm, vocab_, losses, logsumexp_, logits,
+  Tensor& lse = logsumexp_[logits.raw()];
+  if (!lse.defined() || lse.numel() != losses.numel() || lse.dtype() != losses.dtype())
+    lse = be.alloc({losses.numel()}, losses.dtype());
+  vocab_parallel_cross_entropy_forward(be, group_.comm, vocab_, losses, lse, logits,
                                        targets.reshape({targets.numel()}));
 }
 
 void TensorParallelLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
-  vocab_parallel_cross_entropy_backward(be, vocab_, logits, logsumexp_, targets.reshape({targets.numel()}), grad_scale);
+  auto lse = logsumexp_.find(logits.raw());
+  check(lse != logsumexp_.end(), "vocab-parallel loss backward without its forward");
+  vocab_parallel_cross_entropy_backward(be, vocab_, logits, lse->second, targets.reshape({targets.numel()}), grad_scale);
 }
 
 }  // namespace tripod::tp

@@ -43,7 +43,8 @@ class TensorParallelLayers final : public LayerOps {
 
   TpGroup group_;
   VocabShard vocab_;
-  Tensor logsumexp_;  // [N] of the last loss_forward, for loss_backward
+  // [N] per logits buffer (one per micro-batch in flight under pipelining), for loss_backward
+  std::map<const void*, Tensor> logsumexp_;
   Tensor scratch_;
   std::map<const void*, Tensor> gathered_;  // by the model's (persistent) local activation
 };

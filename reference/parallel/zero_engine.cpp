@@ -42,6 +42,22 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
   bucket_grads_.resize(n_buckets);
   param_users_.assign(n_buckets, 0);
   groups_ready_.assign(n_buckets, 0);
+  deferred_.assign(n_buckets, false);
+}
+
+void ZeroEngine::defer_reduction_of_group(int group) {
+  deferred_[static_cast<std::size_t>(layout_.bucket_of_group(group))] = true;
+}
+
+void ZeroEngine::reduce_deferred() {
+  check(pending_.empty(), "ZeroEngine: deferred reductions started with others still in flight");
+  for (std::size_t b = 0; b < deferred_.size(); ++b) {
+    if (!deferred_[b]) continue;
+    // Stages 2-3 kept the bucket's buffer across the micro-batches (it always exists after a backward).
+    if (stage_ >= 2 && !bucket_grads_[b].defined()) acquire_grads(layout_.buckets()[b].groups.front());
+    launch_reduction(static_cast<int>(b));
+  }
+  finish_backward();
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -163,7 +179,9 @@ void ZeroEngine::acquire_grads(int group) {
 void ZeroEngine::grads_ready(int group) {
   const int b = layout_.bucket_of_group(group);
   const std::size_t needed = layout_.buckets()[static_cast<std::size_t>(b)].groups.size();
-  if (static_cast<std::size_t>(++groups_ready_[static_cast<std::size_t>(b)]) == needed && reduce_) launch_reduction(b);
+  if (static_cast<std::size_t>(++groups_ready_[static_cast<std::size_t>(b)]) == needed && reduce_ &&
+      !deferred_[static_cast<std::size_t>(b)])
+    launch_reduction(b);
   progress();
 }
 
@@ -215,7 +233,7 @@ void ZeroEngine::finish_backward() {
   pending_.clear();
 }
 
-double ZeroEngine::grad_norm() {
+double ZeroEngine::grad_sum_squares(const std::set<std::string>& excluded) {
   // Every stage sums the squares of this rank's pieces of its slices (in flat order), then across
   // the DP ranks, so the norm (and the clipping it drives) is bit-identical between stages given
   // identical gradients. Under TP the sums of the TP ranks are added too, with the tensors that
@@ -223,6 +241,7 @@ double ZeroEngine::grad_norm() {
   double local = 0;
   for (const auto& seg : segments_) {
     if (tp_ && tp_->comm->rank() != 0 && tp::tp_replicated(specs_[seg.tensor].name)) continue;
+    if (excluded.count(specs_[seg.tensor].name)) continue;
     const Tensor mine = full_grads_ && stage_ == 0 ? full_grads_->flat().view(seg.flat, {seg.length})
                                                    : grad_shard_.view(seg.local, {seg.length});
     local += backend_.sum_squares(mine);
@@ -231,7 +250,7 @@ double ZeroEngine::grad_norm() {
   sum.data<double>()[0] = local;
   dp_.all_reduce(sum, sum, ReduceOp::Sum);
   if (tp_) tp_->comm->all_reduce(sum, sum, ReduceOp::Sum);
-  return std::sqrt(sum.data<double>()[0]);
+  return sum.data<double>()[0];
 }
 
 void ZeroEngine::all_reduce_partial_tp_grads() {

@@ -16,7 +16,10 @@
 // Stages 0 and 1 reduce once per optimizer step (after the last micro-batch, on the accumulated
 // gradients); stages 2 and 3 reduce every micro-batch and accumulate into the gradient shard.
 #pragma once
+#include <cmath>
 #include <map>
+#include <set>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -58,7 +61,15 @@ class ZeroEngine final : public ParamAccess {
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
   void begin_backward(bool reduce);
   void finish_backward();  // waits for every reduction of this backward
-  double grad_norm();      // global L2 norm of the reduced gradients
+  double grad_norm() { return std::sqrt(grad_sum_squares()); }  // global L2 norm of the reduced gradients
+  // Sum of squares of the reduced gradients over this engine's tensors, summed over DP (and TP);
+  // tensors named in `excluded` are left out (a pipeline's second copy of a tied embedding).
+  double grad_sum_squares(const std::set<std::string>& excluded = {});
+  // Pipeline parallelism with tied embeddings: the bucket holding `group` is not reduced during
+  // backward; the caller first sums the tied copies' gradients across stages (through grad()),
+  // then reduce_deferred() launches and waits for those buckets' reductions.
+  void defer_reduction_of_group(int group);
+  void reduce_deferred();
   // Sequence parallelism: sums over the TP group the gradients each TP rank holds only partially
   // (tp_grad_needs_allreduce), after the DP reduction - the layouts are equal on every TP rank.
   void all_reduce_partial_tp_grads();
@@ -103,6 +114,7 @@ class ZeroEngine final : public ParamAccess {
   std::vector<Tensor> gathered_params_, bucket_grads_;   // stage 3 / stages 2-3, per bucket
   std::vector<int> param_users_;                          // acquire counts per bucket (stage 3)
   std::vector<int> groups_ready_;                         // per bucket, this backward
+  std::vector<bool> deferred_;                            // per bucket: reduced by reduce_deferred
   std::map<std::string, Tensor> tensor_views_;            // views into transient buffers
   std::vector<std::unique_ptr<Pending>> pending_;
   bool reduce_ = false;
