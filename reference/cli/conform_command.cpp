@@ -91,8 +91,7 @@ void run_conform(const ConformOptions& o) {
     config = parse_run_config(load_config_json(o.config, overrides));
     check(config.model.vocab_size > 0, "conform needs model.vocab_size set (it trains on random tokens)");
   }
-  check(o.inject_fault.empty() || o.inject_fault == "skip-grad-reduction", "unknown --inject-fault '",
-        o.inject_fault, "' (known: skip-grad-reduction)");
+  const conform::Fault fault = conform::parse_fault(o.inject_fault);
   std::vector<conform::Layout> layouts;
   for (const auto& name : o.layouts) layouts.push_back(conform::parse_layout(name));
   if (layouts.empty()) layouts = conform::enumerate_layouts(world->size(), config);
@@ -103,7 +102,7 @@ void run_conform(const ConformOptions& o) {
   if (root) {
     std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, against the single-device reference%s\n",
                 world->size(), o.dtype.c_str(), o.steps, layouts.size(),
-                o.inject_fault.empty() ? "" : " (fault injected: skip-grad-reduction)");
+                o.inject_fault.empty() ? "" : (" (fault injected: " + o.inject_fault + ")").c_str());
     std::printf("%-24s %10s %10s %10s  %-28s %10s  %s\n", "layout", "loss rel", "norm rel", "param rel",
                 "worst parameter", "ms/step", "result");
   }
@@ -113,7 +112,7 @@ void run_conform(const ConformOptions& o) {
     // Independent replicas of the layout on consecutive blocks of ranks.
     auto group = world->split(world->rank() / layout.ranks(), world->rank(), layout.name());
     Outcome out{layout, {}, 0};
-    const conform::Trajectory got = conform::run_layout(config, layout, *group, o.steps, o.inject_fault.empty() ? -1 : 0);
+    const conform::Trajectory got = conform::run_layout(config, layout, *group, o.steps, fault);
     out.errors = conform::compare(got, reference, config);
     out.seconds_per_step = got.seconds_per_step;
     agree(*world, out, *backend);
@@ -153,7 +152,7 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
   cmd->add_option("--json", o->json_out, "write one JSON record per layout here");
   cmd->add_option("--junit", o->junit_out, "write JUnit XML here");
-  cmd->add_option("--inject-fault", o->inject_fault, "skip-grad-reduction: prove the suite can fail");
+  cmd->add_option("--inject-fault", o->inject_fault, "skip-grad-reduction or skip-tied-embedding-reduction: prove the suite can fail");
   cmd->callback([o]() { run_conform(*o); });
 }
 

@@ -1,5 +1,7 @@
 // tripod train --config PRESET_OR_FILE [--set key=value]... [--save DIR] [--resume DIR]
 //              [--tp N --pp N --dp N --zero S --bucket-mb X --grid-order tp-dp-pp]
+//              [--schedule afab|1f1b|interleaved --microbatches M --virtual-stages V
+//               --pipeline-split 2,1,1 --pipeline-trace FILE]
 // Under mpirun / srun / torchrun-style launchers (or with --dp/--zero) it runs data-parallel
 // across the launched ranks; a bad layout is reported by every rank before any communication.
 #include <omp.h>
@@ -12,6 +14,8 @@
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "parallel/launch.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 #include "parallel/process_grid.h"
 #include "parallel/tp_group.h"
 #include "train/train_loop.h"
@@ -27,6 +31,9 @@ struct TrainCommandOptions {
   bool sequence_parallel = false;
   double bucket_mb = 4.0;
   std::string grid_order = "tp-dp-pp";
+  std::string schedule = "1f1b", pipeline_split, pipeline_trace;
+  int microbatches = 0;  // 0: train.micro_batches from the config
+  int virtual_stages = 1;
 };
 
 void print_summary(const TrainSummary& s) {
@@ -53,7 +60,14 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
   try {
     check_launch_matches(launch, *world);
     check_grid_layout(shape, world->size(), o.grid_order);
-    check(shape.pp == 1, "--pp ", shape.pp, ": pipeline parallelism is not implemented yet (use --pp 1)");
+    // Pipeline: enough layers for the chunks, a split that adds up, a schedule the micro-batches allow.
+    const PipelineSplit split(config.model.n_layer, shape.pp, o.virtual_stages, parse_pipeline_split(o.pipeline_split));
+    check(o.virtual_stages == 1 || shape.pp > 1, "--virtual-stages ", o.virtual_stages, " needs --pp > 1");
+    const int64_t micro = config.train.micro_batches;
+    check((config.train.batch_size / shape.dp) % micro == 0, "train.batch_size ", config.train.batch_size, " over dp=",
+          shape.dp, " gives ", config.train.batch_size / shape.dp, " sequences per rank, which do not split into ",
+          micro, " micro-batches (--microbatches)");
+    make_schedule(parse_schedule_kind(o.schedule), shape.pp, static_cast<int>(micro), o.virtual_stages);
     tp::validate_tensor_parallel(config.model, shape.tp);  // heads / d_ff divisible, tp <= heads
     check(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", o.zero, ")");
     check(o.bucket_mb > 0, "--bucket-mb must be positive (got ", o.bucket_mb, ")");
@@ -74,8 +88,15 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     ParallelRun run;
     run.world = world.get();
     run.dp = &grid.dp();
-    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp(), o.sequence_parallel};
+    run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp(), o.sequence_parallel, {}};
     run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero) + (o.sequence_parallel ? ", sequence parallel" : "");
+    if (shape.pp > 1) {
+      run.settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(o.schedule), o.virtual_stages,
+                               parse_pipeline_split(o.pipeline_split)};
+      run.layout += ", " + o.schedule + " m=" + std::to_string(config.train.micro_batches) +
+                    (o.virtual_stages > 1 ? " v=" + std::to_string(o.virtual_stages) : "");
+    }
+    run.pipeline_trace = o.pipeline_trace;
     const TrainSummary s = run_training(config, o.train, &run);
     if (world->rank() == 0) print_summary(s);
   } catch (const Error& e) {
@@ -107,8 +128,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o->sequence_parallel, "with --tp: split LayerNorm regions along the sequence");
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--grid-order", o->grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
+  cmd->add_option("--schedule", o->schedule, "pipeline schedule: afab (GPipe), 1f1b or interleaved")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", o->microbatches, "micro-batches per step (default: train.micro_batches)");
+  cmd->add_option("--virtual-stages", o->virtual_stages, "model chunks per pipeline rank (interleaved schedule)")
+      ->capture_default_str();
+  cmd->add_option("--pipeline-split", o->pipeline_split, "layers per chunk, e.g. 2,1,1 (default: even)");
+  cmd->add_option("--pipeline-trace", o->pipeline_trace,
+                  "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   cmd->callback([o]() {
-    const RunConfig config = parse_run_config(load_config_json(o->config, o->overrides));
+    std::vector<std::string> overrides = o->overrides;
+    if (o->microbatches != 0) overrides.push_back("train.micro_batches=" + std::to_string(o->microbatches));
+    const RunConfig config = parse_run_config(load_config_json(o->config, overrides));
     const LaunchInfo launch = detect_launch();
     pin_threads(launch);
     const bool parallel = launch.world_size > 1 || o->dp > 1 || o->zero != 0 || o->tp != 1 || o->pp != 1;

@@ -18,6 +18,7 @@ std::string Layout::name() const {
   out << "tp" << tp << "-pp" << pp << "-dp" << dp << "-z" << zero << "-mb" << micro_batches;
   if (sequence_parallel) out << "-sp";
   if (schedule != "none") out << "-" << schedule;
+  if (virtual_stages > 1) out << "-v" << virtual_stages;
   return out.str();
 }
 
@@ -38,30 +39,45 @@ Layout parse_layout(const std::string& name) {
     else if (part.rfind("dp", 0) == 0) l.dp = number(2);
     else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
     else if (part.rfind("z", 0) == 0) l.zero = number(1);
+    else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
-    else fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp1-dp2-z1-mb2)");
+    else if (part == "afab" || part == "1f1b" || part == "interleaved") l.schedule = part;
+    else fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b)");
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
   check(l.zero >= 0 && l.zero <= 3, "layout '", name, "': ZeRO stage must be 0-3");
-  check(l.pp == 1, "layout '", name, "': pipeline parallelism is not implemented yet");
+  if (l.pp > 1 && l.schedule == "none") l.schedule = "1f1b";
+  check(l.pp > 1 || l.schedule == "none", "layout '", name, "': a pipeline schedule needs pp > 1");
+  check(l.virtual_stages >= 1, "layout '", name, "': virtual stages must be >= 1");
+  check(l.virtual_stages == 1 || l.schedule == "interleaved", "layout '", name,
+        "': virtual stages need the interleaved schedule");
   check(!l.sequence_parallel || l.tp > 1, "layout '", name, "': sequence parallelism needs tp > 1");
   return l;
 }
 
 std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config) {
-  const int64_t batch_size = config.train.batch_size;
+  const int64_t batch_size = config.train.batch_size, n_layer = config.model.n_layer;
   std::vector<Layout> layouts;
   for (int tp = 1; tp <= world_size; ++tp) {
     if (world_size % tp != 0 || config.model.n_head % tp != 0 || config.model.d_ff % tp != 0) continue;
-    for (int dp = 1; tp * dp <= world_size; ++dp) {
-      if (world_size % (tp * dp) != 0 || batch_size % dp != 0) continue;
-      for (int zero = 0; zero <= 3; ++zero)
-        for (int micro : {1, 2})
-          for (bool sp : {false, true}) {
-            const int64_t tokens = batch_size / dp / micro * config.train.seq_len;  // of one micro-batch
-            if ((batch_size / dp) % micro != 0 || (sp && (tp == 1 || tokens % tp != 0))) continue;
-            layouts.push_back({tp, 1, dp, zero, micro, "none", sp});
-          }
+    for (int pp = 1; tp * pp <= world_size && pp <= n_layer; ++pp) {
+      if (world_size % (tp * pp) != 0) continue;
+      for (int dp = 1; tp * pp * dp <= world_size; ++dp) {
+        if (world_size % (tp * pp * dp) != 0 || batch_size % dp != 0) continue;
+        // Pipelines get their own micro-batch counts (m = p and 2p fill them) and every schedule.
+        std::vector<int> micros = pp == 1 ? std::vector<int>{1, 2} : std::vector<int>{pp, 2 * pp};
+        std::vector<std::pair<std::string, int>> schedules{{"none", 1}};
+        if (pp > 1) schedules = {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}};
+        for (int zero = 0; zero <= 3; ++zero)
+          for (int micro : micros)
+            for (const auto& [schedule, v] : schedules)
+              for (bool sp : {false, true}) {
+                const int64_t tokens = batch_size / dp / micro * config.train.seq_len;  // of one micro-batch
+                if ((batch_size / dp) % micro != 0 || (sp && (tp == 1 || tokens % tp != 0))) continue;
+                if (pp * v > n_layer || (schedule == "interleaved" && micro % pp != 0)) continue;
+                layouts.push_back({tp, pp, dp, zero, micro, schedule, v, sp});
+              }
+      }
     }
   }
   return layouts;
@@ -69,7 +85,7 @@ std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config) {
 
 RunConfig default_conformance_config(const std::string& dtype) {
   nlohmann::json j = default_config_json();
-  j["model"] = {{"n_layer", 2}, {"n_head", 4}, {"d_model", 32}, {"d_ff", 64}, {"vocab_size", 96},
+  j["model"] = {{"n_layer", 4}, {"n_head", 4}, {"d_model", 32}, {"d_ff", 64}, {"vocab_size", 96},
                 {"context", 16}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}};
   j["train"]["dtype"] = dtype;
   j["train"]["batch_size"] = 8;
@@ -110,7 +126,14 @@ Trajectory run_single_device(const RunConfig& config, int steps) {
   return t;
 }
 
-Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, int skip_bucket) {
+Fault parse_fault(const std::string& name) {
+  if (name.empty()) return Fault::None;
+  if (name == "skip-grad-reduction") return Fault::SkipGradReduction;
+  if (name == "skip-tied-embedding-reduction") return Fault::SkipTiedEmbeddingReduction;
+  fail("unknown fault '", name, "' (known: skip-grad-reduction, skip-tied-embedding-reduction)");
+}
+
+Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, Fault fault) {
   check(group.size() == layout.ranks(), "layout ", layout.name(), " needs ", layout.ranks(), " ranks, the group has ",
         group.size());
   nlohmann::json j = base.json;
@@ -118,8 +141,12 @@ Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator&
   const RunConfig config = parse_run_config(j);
   auto backend = make_cpu_backend();
   ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
-  DistributedTrainer trainer(config, *backend, grid.dp(),
-                             {layout.zero, /*bucket_bytes=*/4096, skip_bucket, &grid.tp(), layout.sequence_parallel});
+  DataParallelSettings settings{layout.zero, /*bucket_bytes=*/4096, fault == Fault::SkipGradReduction ? 0 : -1,
+                                &grid.tp(), layout.sequence_parallel, {}};
+  if (layout.pp > 1)
+    settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(layout.schedule), layout.virtual_stages, {},
+                         fault == Fault::SkipTiedEmbeddingReduction};
+  DistributedTrainer trainer(config, *backend, grid.dp(), settings);
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);

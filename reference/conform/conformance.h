@@ -3,6 +3,9 @@
 // compare losses, gradient norms and every final parameter (gathered to its logical shape).
 //
 // Tolerances (per comparison; DP and ZeRO only reorder sums of the same products):
+// Pipelining changes no arithmetic inside a micro-batch; it only splits the gradient-norm sum by
+// stage and, with tied embeddings, adds the LM head's and the embedding's wte gradients as two
+// sums instead of one interleaved sum - reorderings again.
 //   fp64: 1e-10 relative for losses, norms and each parameter tensor (relative to its largest
 //         element) - a reduction-order change moves results by ~1e-16, a bug by far more.
 //   fp32: losses and norms 1e-5 relative; parameters 1e-5 relative plus lr*K*1e-3 absolute,
@@ -23,9 +26,10 @@ struct Layout {
   int tp = 1, pp = 1, dp = 1;
   int zero = 0;
   int micro_batches = 1;
-  std::string schedule = "none";  // pipeline schedule (with pp > 1)
+  std::string schedule = "none";  // pipeline schedule with pp > 1: afab, 1f1b, interleaved
+  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;
-  std::string name() const;       // "tp1-pp1-dp2-z1-mb2"
+  std::string name() const;       // "tp1-pp1-dp2-z1-mb2", "tp2-pp2-dp2-z1-mb4-interleaved-v2"
   int ranks() const { return tp * pp * dp; }
 };
 Layout parse_layout(const std::string& name);  // inverse of name(); throws naming the bad part
@@ -51,9 +55,17 @@ RunConfig default_conformance_config(const std::string& dtype);
 data::Batch conformance_batch(const RunConfig& config, int step);
 
 Trajectory run_single_device(const RunConfig& config, int steps);
-// `group` holds exactly layout.ranks() ranks. skip_bucket >= 0 injects a forgotten reduction.
+// Deliberate bugs that prove the suite can fail.
+enum class Fault {
+  None,
+  SkipGradReduction,          // bucket 0's DP reduction is skipped (its gradients used unreduced)
+  SkipTiedEmbeddingReduction  // a pipeline's two wte copies are not summed across stages
+};
+Fault parse_fault(const std::string& name);  // "", "skip-grad-reduction", "skip-tied-embedding-reduction"
+
+// `group` holds exactly layout.ranks() ranks.
 Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps,
-                      int skip_bucket = -1);
+                      Fault fault = Fault::None);
 Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config);
 bool bit_identical(const Trajectory& a, const Trajectory& b);
 std::string first_difference(const Trajectory& a, const Trajectory& b);

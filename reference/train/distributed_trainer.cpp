@@ -2,11 +2,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+
+#include "comm/self_communicator.h"
 
 namespace tripod {
 namespace {
 
 bool tensor_parallel(const DataParallelSettings& s) { return s.tp != nullptr && s.tp->size() > 1; }
+int pipeline_size(const DataParallelSettings& s) { return s.pipeline.pp ? s.pipeline.pp->size() : 1; }
 
 std::unique_ptr<tp::TensorParallelLayers> make_tp_layers(const RunConfig& config, const DataParallelSettings& s) {
   check(!s.sequence_parallel || tensor_parallel(s), "sequence parallelism needs tensor parallelism (tp > 1)");
@@ -14,13 +18,29 @@ std::unique_ptr<tp::TensorParallelLayers> make_tp_layers(const RunConfig& config
                             : nullptr;
 }
 
-// This TP rank's shards as parameter specs (local shapes, same names, init and decay).
-TensorParallelShards make_tp_shards(const RunConfig& config, const DataParallelSettings& s) {
-  TensorParallelShards t;
+PipelineSchedule make_checked_schedule(const RunConfig& config, const DataParallelSettings& s) {
+  const int p = pipeline_size(s), v = s.pipeline.virtual_stages;
+  check(v == 1 || p > 1, "virtual stages (", v, ") need pipeline parallelism (pp > 1)");
+  const int64_t m = config.train.micro_batches;
+  check(m >= 1 && m <= 1 << 20, "train.micro_batches must be >= 1 (got ", m, ")");
+  return make_schedule(s.pipeline.schedule, p, static_cast<int>(m), v);
+}
+
+// This TP rank's shards of a chunk's tensors as parameter specs (local shapes, same names, init
+// and decay), and how they map to the logical tensors.
+std::unique_ptr<TensorParallelShards> chunk_tp_shards(const RunConfig& config, const DataParallelSettings& s,
+                                                      const std::vector<ParamSpec>& span_specs) {
+  auto t = std::make_unique<TensorParallelShards>();
   if (!tensor_parallel(s)) return t;
-  t.comm = s.tp;
-  t.logical = gpt_param_specs(config.model);
-  t.shards = tp::tp_shards(config.model, s.tp->size(), s.tp->rank());
+  t->comm = s.tp;
+  const std::vector<ParamSpec> all = gpt_param_specs(config.model);
+  const std::vector<tp::TpShard> shards = tp::tp_shards(config.model, s.tp->size(), s.tp->rank());
+  for (const ParamSpec& spec : span_specs)
+    for (std::size_t i = 0; i < all.size(); ++i)
+      if (all[i].name == spec.name) {
+        t->logical.push_back(all[i]);
+        t->shards.push_back(shards[i]);
+      }
   return t;
 }
 
@@ -38,23 +58,69 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
     : config_(config),
       backend_(backend),
       dp_(dp),
+      own_pp_(settings.pipeline.pp ? nullptr : std::make_unique<SelfCommunicator>("pp")),
+      pp_(settings.pipeline.pp ? settings.pipeline.pp : own_pp_.get()),
+      embedding_(settings.pipeline.embedding),
       tp_layers_(make_tp_layers(config, settings)),
-      tp_shards_(make_tp_shards(config, settings)),
-      model_(config.model, backend, config.train.dtype, tp_layers_.get()),
-      engine_(local_specs(model_.specs(), tp_shards_), config.model.n_layer, settings.zero_stage, settings.bucket_bytes,
-              dp, backend, config.train.dtype, config.adamw, &tp_shards_),
-      sequence_parallel_(settings.sequence_parallel) {
-  engine_.skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
+      split_(config.model.n_layer, pipeline_size(settings), settings.pipeline.virtual_stages,
+             settings.pipeline.layers_per_chunk),
+      schedule_(make_checked_schedule(config, settings)),
+      sequence_parallel_(settings.sequence_parallel),
+      skip_tied_reduction_(settings.pipeline.skip_tied_embedding_reduction) {
   const int64_t B = config_.train.batch_size, n = dp_.size(), micro = config_.train.micro_batches;
   check(B % n == 0, "train.batch_size (", B, ") does not divide among ", n, " data-parallel ranks");
   check((B / n) % micro == 0, "the per-rank batch of ", B / n, " sequences (train.batch_size / dp) does not split into ",
         micro, " micro-batches (train.micro_batches)");
+  const bool pipelined = pp_->size() > 1, tied = config_.model.tie_embeddings;
+  check(!pipelined || !tied || embedding_ != nullptr || (!split_.span(split_.chunks_of_rank(pp_->rank()).front()).embedding &&
+                                                         !split_.span(split_.chunks_of_rank(pp_->rank()).back()).head),
+        "pipeline parallelism with tied embeddings needs the embedding group (ProcessGrid::embedding)");
+  for (int index : split_.chunks_of_rank(pp_->rank())) {
+    Chunk c;
+    c.index = index;
+    const StageSpan span = split_.span(index);
+    c.model = std::make_unique<Gpt>(config_.model, backend_, config_.train.dtype, tp_layers_.get(), span);
+    c.tp_shards = chunk_tp_shards(config_, settings, c.model->specs());
+    c.engine = std::make_unique<ZeroEngine>(local_specs(c.model->specs(), *c.tp_shards), config_.model.n_layer,
+                                            settings.zero_stage, settings.bucket_bytes, dp_, backend_,
+                                            config_.train.dtype, config_.adamw, c.tp_shards.get());
+    c.engine->skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
+    c.tied_primary = pipelined && tied && span.embedding;
+    c.tied_copy = pipelined && tied && span.head && !span.embedding;
+    // The two copies of a tied wte are summed across stages before their DP reduction.
+    if (c.tied_primary || c.tied_copy) c.engine->defer_reduction_of_group(embedding_group());
+    chunks_.push_back(std::move(c));
+  }
 }
+
+DistributedTrainer::~DistributedTrainer() = default;
 
 int64_t DistributedTrainer::local_batch() const { return config_.train.batch_size / dp_.size(); }
 
+std::vector<int> DistributedTrainer::chunk_indices() const {
+  std::vector<int> out;
+  for (const Chunk& c : chunks_) out.push_back(c.index);
+  return out;
+}
+
+DistributedTrainer::Chunk& DistributedTrainer::chunk(int index) {
+  for (Chunk& c : chunks_)
+    if (c.index == index) return c;
+  fail("pipeline rank ", pp_->rank(), " does not hold chunk ", index);
+}
+
+int DistributedTrainer::max_microbatches_in_flight() const {
+  int most = 0;
+  for (const Chunk& c : chunks_) most = std::max(most, c.model->slots_allocated());
+  return most;
+}
+
+void DistributedTrainer::reserve_activations() {
+  for (Chunk& c : chunks_) c.model->reserve(local_batch() / config_.train.micro_batches, config_.train.seq_len);
+}
+
 void DistributedTrainer::initialise() {
-  engine_.initialise(config_.train.seed);
+  for (Chunk& c : chunks_) c.engine->initialise(config_.train.seed);
   step_ = 0;
 }
 
@@ -66,24 +132,74 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
   for (int32_t t : batch.targets) n_valid += t >= 0;
   check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
   const double grad_scale = 1.0 / static_cast<double>(n_valid);
-
-  if (backward) engine_.zero_grads();
-  LossSum mine;
   const int64_t per_micro = local / micro;
-  for (int64_t k = 0; k < micro; ++k) {
-    const int64_t offset = (dp_.rank() * local + k * per_micro) * T;
-    LossSum part = model_.forward(engine_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T);
-    mine.sum += part.sum;
-    if (backward) {
-      engine_.begin_backward(k == micro - 1);
-      model_.backward(engine_, grad_scale);
-      engine_.finish_backward();
-    }
+
+  if (backward)
+    for (Chunk& c : chunks_) c.engine->zero_grads();
+  std::vector<double> loss_parts(static_cast<std::size_t>(micro), 0.0);  // on the last stage
+  std::map<std::pair<int, int>, int> slots;                             // (micro-batch, chunk) -> activation slot
+  std::map<int, int> eval_slot;  // forward only: a chunk's previous slot, free once its output was sent
+  auto slot_of = [&](int mb, int chunk) {
+    auto it = slots.find({mb, chunk});
+    check(it != slots.end(), "micro-batch ", mb, " of chunk ", chunk, " has no activations (schedule out of order)");
+    return it->second;
+  };
+
+  PipelineWork work;
+  work.boundary_buffer = [&] {
+    const int64_t rows = tp_layers_ ? tp_layers_->local_tokens(per_micro * T) : per_micro * T;
+    return backend_.alloc({rows, config_.model.d_model}, config_.train.dtype);
+  };
+  work.forward = [&](int mb, int index, const Tensor* input) {
+    Chunk& c = chunk(index);
+    if (!backward && eval_slot.count(index)) c.model->release_slot(eval_slot[index]);
+    const int slot = c.model->claim_slot(per_micro, T);
+    slots[{mb, index}] = slot;
+    if (!backward) eval_slot[index] = slot;
+    if (input) backend_.copy(*input, c.model->input(slot));
+    const int64_t offset = (dp_.rank() * local + mb * per_micro) * T;
+    const LossSum part = c.model->forward_slot(*c.engine, slot, batch.tokens.data() + offset,
+                                               batch.targets.data() + offset);
+    if (c.model->span().head) loss_parts[static_cast<std::size_t>(mb)] = part.sum;
+  };
+  work.backward = [&](int mb, int index, const Tensor* output_grad) {
+    Chunk& c = chunk(index);
+    const int slot = slot_of(mb, index);
+    if (output_grad) backend_.copy(*output_grad, c.model->output_grad());
+    // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one.
+    c.engine->begin_backward(mb == micro - 1);
+    c.model->backward_slot(*c.engine, slot, grad_scale);
+    c.engine->finish_backward();
+    c.model->release_slot(slot);
+    slots.erase({mb, index});
+  };
+  work.output = [&](int mb, int index) { return chunk(index).model->output(slot_of(mb, index)); };
+  work.input_grad = [&](int, int index) { return chunk(index).model->input_grad(); };
+
+  std::vector<ActionTiming> timings = run_pipeline(schedule_, *pp_, backend_, work, /*forward_only=*/!backward);
+  if (backward) {
+    timings_ = std::move(timings);
+  } else {
+    for (const auto& [index, slot] : eval_slot) chunk(index).model->release_slot(slot);
   }
-  // Sequence parallelism leaves the LayerNorm and row-parallel bias gradients partial per TP rank.
-  if (backward && sequence_parallel_) engine_.all_reduce_partial_tp_grads();
+
+  if (backward) {
+    // Tied embeddings: sum the first stage's and the last stage's wte gradients, then reduce over DP.
+    for (Chunk& c : chunks_) {
+      if (!c.tied_primary && !c.tied_copy) continue;
+      const Tensor& g = c.engine->grad("wte.weight");
+      if (!skip_tied_reduction_) embedding_->all_reduce(g, g, ReduceOp::Sum);
+      c.engine->reduce_deferred();
+    }
+    // Sequence parallelism leaves the LayerNorm and row-parallel bias gradients partial per TP rank.
+    if (sequence_parallel_)
+      for (Chunk& c : chunks_) c.engine->all_reduce_partial_tp_grads();
+  }
+  double mine = 0;
+  for (double part : loss_parts) mine += part;  // in micro-batch order
   Tensor total = backend_.alloc({1}, DType::F64);
-  total.data<double>()[0] = mine.sum;
+  total.data<double>()[0] = mine;
+  if (pp_->size() > 1) pp_->all_reduce(total, total, ReduceOp::Sum);  // only the last stage's is non-zero
   dp_.all_reduce(total, total, ReduceOp::Sum);
   return {total.data<double>()[0], n_valid};
 }
@@ -98,11 +214,20 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch) {
   // The loss and the norm are all-reduced, so every rank takes the same decision here.
   check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
         " (training diverged); parameters were not updated with this step's gradients");
-  r.grad_norm = engine_.grad_norm();
+  double squares = 0;
+  for (Chunk& c : chunks_) squares += c.engine->grad_sum_squares(c.tied_copy ? std::set<std::string>{"wte.weight"}
+                                                                              : std::set<std::string>{});
+  if (pp_->size() > 1) {
+    Tensor sum = backend_.alloc({1}, DType::F64);
+    sum.data<double>()[0] = squares;
+    pp_->all_reduce(sum, sum, ReduceOp::Sum);
+    squares = sum.data<double>()[0];
+  }
+  r.grad_norm = std::sqrt(squares);
   check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
         " (training diverged); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
-  engine_.optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+  for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -113,18 +238,44 @@ double DistributedTrainer::eval_loss(const data::Batch& batch) {
   return loss.sum / static_cast<double>(loss.n_valid);
 }
 
+std::vector<std::vector<double>> DistributedTrainer::gather_params() {
+  std::map<std::string, std::vector<double>> held;
+  for (Chunk& c : chunks_) {
+    std::vector<std::vector<double>> values = c.engine->gather_params();
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (!c.tied_copy || c.model->specs()[i].name != "wte.weight") held[c.model->specs()[i].name] = std::move(values[i]);
+  }
+  std::vector<std::vector<double>> out;
+  for (const ParamSpec& spec : gpt_param_specs(config_.model)) {
+    const int owner = split_.owner_rank(spec.name);
+    Tensor t = backend_.alloc({shape_numel(spec.shape)}, DType::F64);
+    if (owner == pp_->rank()) {
+      const std::vector<double>& mine = held.at(spec.name);
+      std::copy(mine.begin(), mine.end(), t.data<double>());
+    }
+    if (pp_->size() > 1) pp_->broadcast(t, owner);
+    out.emplace_back(t.data<double>(), t.data<double>() + t.numel());
+  }
+  return out;
+}
+
 MemoryReport DistributedTrainer::memory() const {
-  const ZeroMemory z = engine_.memory();
-  return {z.params, z.grads, z.optimizer, model_.activation_bytes(), z.peak_transient};
+  MemoryReport report{0, 0, 0, 0, 0};
+  for (const Chunk& c : chunks_) {
+    const ZeroMemory z = c.engine->memory();
+    report = {report.params + z.params, report.grads + z.grads, report.optimizer + z.optimizer,
+              report.activations + c.model->activation_bytes(), report.transient + z.peak_transient};
+  }
+  return report;
 }
 
 void DistributedTrainer::save(const std::string& dir) {
-  fail("cannot save ", dir, ": checkpoints of data-parallel / ZeRO runs need the sharded checkpoint format, which ",
-       "is not implemented yet (single-process runs checkpoint with --save)");
+  fail("cannot save ", dir, ": checkpoints of data-parallel / ZeRO / pipeline runs need the sharded checkpoint format, ",
+       "which is not implemented yet (single-process runs checkpoint with --save)");
 }
 
 void DistributedTrainer::resume(const std::string& dir) {
-  fail("cannot resume from ", dir, ": data-parallel / ZeRO runs cannot load checkpoints until the sharded ",
+  fail("cannot resume from ", dir, ": data-parallel / ZeRO / pipeline runs cannot load checkpoints until the sharded ",
        "checkpoint format is implemented");
 }
 

@@ -13,6 +13,7 @@
 #include "data/token_dataset.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
+#include "train/pipeline_report.h"
 #include "train/trainer.h"
 
 namespace tripod {
@@ -152,6 +153,10 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options, const P
     if (t.save_every > 0 && engine->step() % t.save_every == 0 && !last) save();
   }
   save();
+  if (parallel && engine->step() > first_step) {
+    auto& trainer = static_cast<DistributedTrainer&>(*engine);
+    if (trainer.schedule().stages > 1) report_pipeline(trainer, *backend, root, parallel->pipeline_trace);
+  }
   summary.steps = engine->step() - first_step;
   summary.seconds = total_seconds;
   summary.tokens_per_second = total_seconds > 0 ? total_tokens / total_seconds : 0;

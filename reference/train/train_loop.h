@@ -32,6 +32,7 @@ struct ParallelRun {
   Communicator* dp = nullptr;
   DataParallelSettings settings;
   std::string layout;  // e.g. "tp=1 pp=1 dp=4, ZeRO-2", printed at start-up
+  std::string pipeline_trace;  // write the last step's pipeline timeline here (JSON), if set
 };
 
 // Single-process when `parallel` is null. Rank 0 prints and writes metrics; every rank's memory is

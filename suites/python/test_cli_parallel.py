@@ -31,8 +31,8 @@ def corpus(tmp_path_factory):
     return out
 
 
-def losses(metrics):
-    return [json.loads(line)["loss"] for line in Path(metrics).read_text().splitlines()[1:]]
+def losses(metrics, key="loss"):
+    return [json.loads(line)[key] for line in Path(metrics).read_text().splitlines()[1:] if key in line]
 
 
 def test_every_zero_stage_matches_single_process(corpus, tmp_path):
@@ -56,13 +56,67 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
     (["--dp", "4"], "needs 4 ranks but the world has 2"),
     (["--zero", "5"], "--zero must be 0, 1, 2 or 3"),
     (["--bucket-mb", "0"], "--bucket-mb must be positive"),
-    (["--pp", "2"], "pipeline parallelism is not implemented yet"),
+    (["--pp", "2"], "the model has only 1 layers"),
+    (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "interleaved", "--virtual-stages", "2"],
+     "needs 4 chunks of at least one layer each, but the model has only 2 layers"),
+    (["--pp", "2", "--set", "model.n_layer=4", "--schedule", "interleaved", "--virtual-stages", "2",
+      "--microbatches", "1"], "to be a multiple of the pipeline stages"),
+    (["--microbatches", "8"], "which do not split into 8 micro-batches"),
+    (["--pp", "2", "--set", "model.n_layer=2", "--pipeline-split", "1,2"], "pipeline split sums to 3 layers"),
+    (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "zigzag"], "unknown pipeline schedule 'zigzag'"),
 ])
 def test_bad_layout_fails_on_every_rank(corpus, args, message):
     result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, *args)
     assert result.returncode != 0
     assert result.stderr.count(message) == 2, result.stderr  # both ranks say why
     assert "rank 0 of 2" in result.stderr and "rank 1 of 2" in result.stderr
+
+
+@pytest.mark.parametrize("schedule, extra", [("afab", []), ("1f1b", ["--pipeline-split", "3,1"]),
+                                             ("interleaved", ["--virtual-stages", "2"])])
+def test_pipeline_matches_single_process(corpus, tmp_path, schedule, extra):
+    deep = [*SMALL, "--set", "model.n_layer=4"]
+    reference = tmp_path / "single.jsonl"
+    assert run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}",
+                "--set", f"train.metrics={reference}", *deep]).returncode == 0
+    metrics, trace = tmp_path / "pp2.jsonl", tmp_path / "timeline.json"
+    result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
+                    *deep, "--pp", 2, "--schedule", schedule, "--microbatches", 4, "--pipeline-trace", trace, *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"tp=1 pp=2 dp=1, ZeRO-0, {schedule} m=4" in result.stdout
+    assert f"pipeline {schedule} p=2 m=4" in result.stdout and "bubble" in result.stdout
+    for key in ("loss", "val_loss"):  # held-out loss: forward-only pipeline
+        assert len(losses(metrics, key)) == len(losses(reference, key)) > 0
+        for got, want in zip(losses(metrics, key), losses(reference, key)):
+            assert abs(got - want) <= 1e-10 * abs(want)  # fp64: pipelining only reorders the norm's and wte's sums
+    timeline = json.loads(trace.read_text())
+    assert timeline["schedule"] == schedule and len(timeline["ranks"]) == 2
+    v = 2 if schedule == "interleaved" else 1
+    for rank in timeline["ranks"]:
+        computes = [a for a in rank if a["action"] in ("F", "B")]
+        assert len(computes) == 2 * 4 * v  # every micro-batch forward and backward on each chunk
+        assert all(a["end"] >= a["start"] >= 0 for a in rank)
+    assert 0 <= timeline["measured_bubble"] < 1 and timeline["theoretical_bubble"] == pytest.approx(1 / (4 * v + 1))
+    # peak activation memory: AFAB keeps all m micro-batches in flight, 1F1B at most p - rank
+    if schedule == "afab":
+        assert timeline["in_flight"] == [4, 4]
+    if schedule == "1f1b":
+        assert timeline["in_flight"] == [2, 1]
+        assert timeline["activation_bytes"][0] > timeline["activation_bytes"][1]
+
+
+def test_three_dimensional_layout_matches_single_process(corpus, tmp_path):
+    deep = [*SMALL, "--set", "model.n_layer=2"]
+    reference = tmp_path / "single.jsonl"
+    assert run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}",
+                "--set", f"train.metrics={reference}", *deep]).returncode == 0
+    metrics = tmp_path / "3d.jsonl"
+    result = mpirun(8, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
+                    *deep, "--tp", 2, "--pp", 2, "--dp", 2, "--zero", 1, "--microbatches", 2, "--sequence-parallel")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tp=2 pp=2 dp=2, ZeRO-1, sequence parallel, 1f1b m=2" in result.stdout
+    for got, want in zip(losses(metrics), losses(reference)):
+        assert abs(got - want) <= 1e-10 * abs(want)
 
 
 def test_tensor_parallel_matches_single_process(corpus, tmp_path):

@@ -22,6 +22,12 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     assert result.returncode == 0, result.stdout + result.stderr
     records = json.loads((tmp_path / "c.json").read_text())["layouts"]
     assert {r["dp"] for r in records} == {1, 2, 4, 8}
+    assert {r["pp"] for r in records} == {1, 2, 4}  # the conformance model has 4 layers
+    assert {r["schedule"] for r in records} == {"none", "afab", "1f1b", "interleaved"}
+    for named in ("tp2-pp2-dp2-z0-mb2-1f1b", "tp2-pp2-dp2-z1-mb2-1f1b", "tp1-pp4-dp2-z0-mb4-1f1b",
+                  "tp2-pp4-dp1-z0-mb4-afab", "tp4-pp2-dp1-z0-mb2-1f1b", "tp1-pp2-dp4-z0-mb2-1f1b",
+                  "tp2-pp2-dp2-z1-mb4-sp-interleaved-v2"):
+        assert named in {r["layout"] for r in records}
     assert {r["tp"] for r in records} == {1, 2, 4}  # the conformance model has 4 heads
     assert {r["sequence_parallel"] for r in records} == {False, True}
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
@@ -45,15 +51,26 @@ def test_untied_head_and_a_vocabulary_not_dividing_by_tp(tmp_path):
 
 
 def test_a_skipped_gradient_reduction_fails(tmp_path):
-    layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z3-mb1"]
-    result = conform(2, "--layouts", *layouts, "--inject-fault", "skip-grad-reduction", "--junit", tmp_path / "c.xml")
+    layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z3-mb1",
+               "tp1-pp2-dp2-z1-mb2-1f1b"]
+    result = conform(4, "--layouts", *layouts, "--inject-fault", "skip-grad-reduction", "--junit", tmp_path / "c.xml")
     assert result.returncode != 0
     rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("tp")}
     assert rows["tp1-pp1-dp1-z0-mb1"].endswith("PASS")  # nothing to reduce with one rank
     for name in layouts[1:]:
         assert "FAIL" in rows[name], result.stdout
     failures = ET.parse(tmp_path / "c.xml").getroot().find("testsuite").get("failures")
-    assert int(failures) == 3
+    assert int(failures) == 4
+
+
+def test_unsummed_tied_embedding_gradients_fail():
+    # the pipeline's two wte copies must add their gradients; without that only pipelines break
+    layouts = ["tp1-pp1-dp2-z0-mb1", "tp1-pp2-dp1-z0-mb2-afab", "tp1-pp2-dp1-z2-mb2-interleaved-v2"]
+    result = conform(2, "--layouts", *layouts, "--inject-fault", "skip-tied-embedding-reduction")
+    assert result.returncode != 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("tp")}
+    assert rows["tp1-pp1-dp2-z0-mb1"].endswith("PASS")
+    assert "FAIL" in rows["tp1-pp2-dp1-z0-mb2-afab"] and "FAIL" in rows["tp1-pp2-dp1-z2-mb2-interleaved-v2"]
 
 
 def test_unknown_layout_is_an_error():

@@ -1,0 +1,181 @@
+#include "parallel/pipeline_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tripod {
+namespace {
+
+// Tag of the message leaving `sender_chunk` for micro-batch mb: activations and gradients of every
+// (micro-batch, chunk) pair are distinct, so a receive can only match the message it expects.
+int message_tag(const PipelineSchedule& s, int microbatch, int sender_chunk, bool gradient) {
+  const int64_t tag = (static_cast<int64_t>(microbatch) * s.stages * s.virtual_stages + sender_chunk) * 2 + (gradient ? 1 : 0);
+  check(tag < 32768, "pipeline: ", s.microbatches, " micro-batches x ", s.stages * s.virtual_stages,
+        " chunks exceed the 32768 message tags MPI guarantees");
+  return static_cast<int>(tag);
+}
+
+const char* action_code(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "F";
+    case ActionKind::Backward: return "B";
+    case ActionKind::SendActivation: return "send-act";
+    case ActionKind::RecvActivation: return "recv-act";
+    case ActionKind::SendGradient: return "send-grad";
+    case ActionKind::RecvGradient: return "recv-grad";
+  }
+  return "?";
+}
+
+bool is_gradient_action(ActionKind k) {
+  return k == ActionKind::Backward || k == ActionKind::SendGradient || k == ActionKind::RecvGradient;
+}
+
+}  // namespace
+
+std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,
+                                       const PipelineWork& work, bool forward_only) {
+  // Neighbouring chunks on one rank (p = 1 with v > 1) would hand over without messages: not supported.
+  check(schedule.stages > 1 || schedule.virtual_stages == 1, "pipeline: virtual stages need more than one stage");
+  check(pp.size() == schedule.stages, "pipeline schedule for ", schedule.stages, " stages run on ", pp.name(),
+        " of ", pp.size(), " ranks");
+  const int chunks = schedule.stages * schedule.virtual_stages;
+  const auto& actions = schedule.ranks[static_cast<std::size_t>(pp.rank())];
+  std::map<std::pair<int, int>, Tensor> activations, gradients;  // received, by (micro-batch, chunk)
+  struct Sending {
+    Tensor copy;
+    std::unique_ptr<CommRequest> request;
+  };
+  std::vector<Sending> sends;
+  auto received = [&](std::map<std::pair<int, int>, Tensor>& from, int mb, int chunk) -> Tensor {
+    auto it = from.find({mb, chunk});
+    check(it != from.end(), "pipeline rank ", pp.rank(), ": micro-batch ", mb, " of chunk ", chunk,
+          " computed before its input arrived (schedule out of order)");
+    Tensor t = it->second;
+    from.erase(it);
+    return t;
+  };
+
+  std::vector<ActionTiming> timings;
+  pp.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  for (const PipelineAction& a : actions) {
+    if (forward_only && is_gradient_action(a.kind)) continue;
+    ActionTiming timing{a, now(), 0};
+    switch (a.kind) {
+      case ActionKind::Forward: {
+        // Chunk 0 reads tokens; every other chunk's input arrived from the previous rank.
+        if (a.chunk == 0) {
+          work.forward(a.microbatch, a.chunk, nullptr);
+        } else {
+          const Tensor input = received(activations, a.microbatch, a.chunk);
+          work.forward(a.microbatch, a.chunk, &input);
+        }
+        break;
+      }
+      case ActionKind::Backward: {
+        if (a.chunk == chunks - 1) {
+          work.backward(a.microbatch, a.chunk, nullptr);
+        } else {
+          const Tensor grad = received(gradients, a.microbatch, a.chunk);
+          work.backward(a.microbatch, a.chunk, &grad);
+        }
+        break;
+      }
+      case ActionKind::SendActivation:
+      case ActionKind::SendGradient: {
+        const bool gradient = a.kind == ActionKind::SendGradient;
+        Sending s{work.boundary_buffer(), nullptr};
+        backend.copy(gradient ? work.input_grad(a.microbatch, a.chunk) : work.output(a.microbatch, a.chunk), s.copy);
+        s.request = pp.send_async(s.copy, a.peer, message_tag(schedule, a.microbatch, a.chunk, gradient));
+        sends.push_back(std::move(s));
+        break;
+      }
+      case ActionKind::RecvActivation:
+      case ActionKind::RecvGradient: {
+        const bool gradient = a.kind == ActionKind::RecvGradient;
+        Tensor buffer = work.boundary_buffer();
+        pp.recv(buffer, a.peer, message_tag(schedule, a.microbatch, gradient ? a.chunk + 1 : a.chunk - 1, gradient));
+        (gradient ? gradients : activations)[{a.microbatch, a.chunk}] = buffer;
+        break;
+      }
+    }
+    // Sends complete while this rank computes only if MPI gets a chance to progress them.
+    for (auto& s : sends)
+      if (s.request) s.request->test();
+    timing.end = now();
+    timings.push_back(timing);
+  }
+  for (auto& s : sends) s.request->wait();
+  return timings;
+}
+
+std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend& backend,
+                                                      const std::vector<ActionTiming>& mine) {
+  // Each rank fills its row of a zeroed [p, longest, 5] table; a sum over ranks assembles it.
+  Tensor count = backend.alloc({1}, DType::F64);
+  count.data<double>()[0] = static_cast<double>(mine.size());
+  pp.all_reduce(count, count, ReduceOp::Max);
+  const int64_t longest = static_cast<int64_t>(count.data<double>()[0]), p = pp.size();
+  Tensor table = backend.alloc({p, std::max<int64_t>(longest, 1), 6}, DType::F64);
+  double* row = table.data<double>() + static_cast<int64_t>(pp.rank()) * std::max<int64_t>(longest, 1) * 6;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const ActionTiming& t = mine[i];
+    double* r = row + i * 6;
+    r[0] = 1;  // present
+    r[1] = static_cast<double>(t.action.kind);
+    r[2] = t.action.microbatch;
+    r[3] = t.action.chunk;
+    r[4] = t.start;
+    r[5] = t.end;
+  }
+  pp.all_reduce(table, table, ReduceOp::Sum);
+  std::vector<std::vector<ActionTiming>> out(static_cast<std::size_t>(p));
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < longest; ++i) {
+      const double* r = table.data<double>() + (q * longest + i) * 6;
+      if (r[0] == 0) continue;
+      PipelineAction a{static_cast<ActionKind>(static_cast<int>(r[1])), static_cast<int>(r[2]), static_cast<int>(r[3]), -1};
+      out[static_cast<std::size_t>(q)].push_back({a, r[4], r[5]});
+    }
+  return out;
+}
+
+double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ranks) {
+  double first = 1e300, last = -1e300, busy = 0;
+  for (const auto& rank : ranks)
+    for (const ActionTiming& t : rank) {
+      first = std::min(first, t.start);
+      last = std::max(last, t.end);
+      if (t.action.kind == ActionKind::Forward || t.action.kind == ActionKind::Backward) busy += t.end - t.start;
+    }
+  if (ranks.empty() || last <= first) return 0;
+  return 1.0 - busy / (static_cast<double>(ranks.size()) * (last - first));
+}
+
+std::string timeline_json(const PipelineSchedule& s, const std::vector<std::vector<ActionTiming>>& ranks) {
+  nlohmann::json j;
+  j["schedule"] = schedule_kind_name(s.kind);
+  j["stages"] = s.stages;
+  j["microbatches"] = s.microbatches;
+  j["virtual_stages"] = s.virtual_stages;
+  j["theoretical_bubble"] = theoretical_bubble_fraction(s);
+  j["measured_bubble"] = measured_bubble_fraction(ranks);
+  j["ranks"] = nlohmann::json::array();
+  for (const auto& rank : ranks) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const ActionTiming& t : rank)
+      list.push_back({{"action", action_code(t.action.kind)}, {"microbatch", t.action.microbatch},
+                      {"chunk", t.action.chunk}, {"start", t.start}, {"end", t.end}});
+    j["ranks"].push_back(list);
+  }
+  return j.dump(1);
+}
+
+}  // namespace tripod

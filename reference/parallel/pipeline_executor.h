@@ -1,0 +1,56 @@
+// Runs one rank's actions of a pipeline schedule (parallel/pipeline_schedule.h): forwards and
+// backwards through callbacks, activations and their gradients moved between neighbouring ranks
+// with point-to-point messages on the pipeline communicator.
+//
+// Sends are non-blocking, of a copy of the tensor (the stage may reuse its buffer at once), and are
+// all waited for at the end - the buffered semantics the schedule simulator assumes, so a schedule
+// that validates cannot deadlock here. Receives block. Each message's tag names its micro-batch
+// and sending chunk, so a mismatched pair fails loudly instead of swapping micro-batches.
+//
+// The executor knows nothing of the model: what runs is in PipelineWork. It records the start and
+// end of every action (seconds from a common start), for timelines and the measured bubble.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace tripod {
+
+struct PipelineWork {
+  // A fresh tensor of the shape and dtype of the boundary (the residual stream between chunks).
+  std::function<Tensor()> boundary_buffer;
+  // Forward of (micro-batch, chunk); `input` is the received activation, or nullptr on chunk 0.
+  std::function<void(int microbatch, int chunk, const Tensor* input)> forward;
+  // Backward; `output_grad` is the received gradient, or nullptr on the last chunk.
+  std::function<void(int microbatch, int chunk, const Tensor* output_grad)> backward;
+  // What to send after a forward (the chunk's output) and after a backward (d input); only read
+  // until the next action.
+  std::function<Tensor(int microbatch, int chunk)> output;
+  std::function<Tensor(int microbatch, int chunk)> input_grad;
+};
+
+struct ActionTiming {
+  PipelineAction action;
+  double start = 0, end = 0;  // seconds since run_pipeline began (all ranks start after a barrier)
+};
+
+// Executes schedule.ranks[pp.rank()]. forward_only (evaluation): only forwards and activation
+// messages. Returns the timing of every action, in order.
+std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,
+                                       const PipelineWork& work, bool forward_only = false);
+
+// Every rank's timings on every rank (collective over pp).
+std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend& backend,
+                                                      const std::vector<ActionTiming>& mine);
+
+// Measured bubble: 1 - (time in forwards and backwards, all ranks) / (ranks x the step's span).
+double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ranks);
+
+// A JSON timeline: {"schedule":..., "ranks":[[{"action":"F","microbatch":0,"chunk":0,"start":..,"end":..},...],...]}
+std::string timeline_json(const PipelineSchedule& schedule, const std::vector<std::vector<ActionTiming>>& ranks);
+
+}  // namespace tripod

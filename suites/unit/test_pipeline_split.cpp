@@ -1,0 +1,73 @@
+// The pipeline's layer split: even by default (earlier chunks take the remainder), explicit when
+// given, chunk c on rank c % p, owners of every tensor; the spans' parameter specs partition the
+// model (plus the tied wte copy on the last stage); shard layouts of a span skip absent groups.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "model/param_access.h"
+#include "parallel/pipeline_split.h"
+#include "parallel/shard_layout.h"
+#include "train/run_config.h"
+
+namespace tripod {
+namespace {
+
+TEST(PipelineSplit, EvenSplitGivesEarlierChunksTheRemainder) {
+  const PipelineSplit s(7, 2, 2);
+  EXPECT_EQ(s.layers_per_chunk(), (std::vector<int64_t>{2, 2, 2, 1}));
+  EXPECT_EQ(s.chunks_of_rank(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(s.chunks_of_rank(1), (std::vector<int>{1, 3}));
+  const StageSpan first = s.span(0), last = s.span(3);
+  EXPECT_TRUE(first.embedding && !first.head);
+  EXPECT_EQ(first.first_layer, 0);
+  EXPECT_EQ(first.end_layer, 2);
+  EXPECT_TRUE(!last.embedding && last.head);
+  EXPECT_EQ(last.first_layer, 6);
+  EXPECT_EQ(last.end_layer, 7);
+  EXPECT_EQ(s.owner_rank("wte.weight"), 0);
+  EXPECT_EQ(s.owner_rank("h.4.attn.c_attn.weight"), 0);  // chunk 2 lives on rank 0
+  EXPECT_EQ(s.owner_rank("h.6.ln_1.weight"), 1);
+  EXPECT_EQ(s.owner_rank("ln_f.weight"), 1);
+  EXPECT_EQ(s.describe(), "[2,2,2,1]");
+}
+
+TEST(PipelineSplit, ExplicitSplitIsChecked) {
+  EXPECT_EQ(PipelineSplit(4, 2, 1, {3, 1}).span(1).first_layer, 3);
+  EXPECT_THROW(PipelineSplit(4, 2, 1, {2, 1}), Error);     // sums to 3
+  EXPECT_THROW(PipelineSplit(4, 2, 1, {4, 0}), Error);     // an empty chunk
+  EXPECT_THROW(PipelineSplit(4, 2, 1, {1, 1, 2}), Error);  // three counts for two chunks
+  EXPECT_THROW(PipelineSplit(3, 4, 1), Error);             // more stages than layers
+  EXPECT_THROW(PipelineSplit(3, 2, 2), Error);             // 4 chunks, 3 layers
+  EXPECT_EQ(parse_pipeline_split("2,1,1"), (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_TRUE(parse_pipeline_split("").empty());
+  EXPECT_THROW(parse_pipeline_split("2,x"), Error);
+  EXPECT_THROW(parse_pipeline_split("2,,1"), Error);
+}
+
+TEST(PipelineSplit, SpansPartitionTheParametersWithOneTiedCopy) {
+  for (bool tied : {true, false}) {
+    nlohmann::json j = default_config_json();
+    j["model"] = {{"n_layer", 5}, {"n_head", 2}, {"d_model", 16}, {"d_ff", 32}, {"vocab_size", 50},
+                  {"context", 64}, {"tie_embeddings", tied}, {"layernorm_eps", 1e-5}};
+    const ModelConfig config = parse_run_config(j).model;
+    const PipelineSplit split(5, 3, 1);
+    std::map<std::string, int> seen;
+    for (int c = 0; c < split.chunks(); ++c) {
+      const std::vector<ParamSpec> specs = span_param_specs(config, split.span(c));
+      for (const ParamSpec& spec : specs) ++seen[spec.name];
+      // Groups in spec order and a layout that holds only the span's groups.
+      const std::vector<int> groups = gpt_param_groups(specs, config.n_layer);
+      const ShardLayout layout(specs, groups, 2, 64, false);
+      for (int g : groups) EXPECT_TRUE(layout.holds_group(g));
+      EXPECT_EQ(layout.holds_group(embedding_group()), c == 0 || (tied && c == split.chunks() - 1));
+      EXPECT_FALSE(layout.holds_group(head_group(config.n_layer)) && c != split.chunks() - 1);
+    }
+    for (const ParamSpec& spec : gpt_param_specs(config))
+      EXPECT_EQ(seen[spec.name], tied && spec.name == "wte.weight" ? 2 : 1) << spec.name;
+  }
+}
+
+}  // namespace
+}  // namespace tripod
