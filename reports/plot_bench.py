@@ -5,6 +5,8 @@
   gemm.png          sgemm/dgemm TFLOP/s vs square size, with the device's peak as a line
   gemm_layers.png   TFLOP/s of a transformer layer's GEMM shapes, as % of peak
   mfu.png           end-to-end MFU and tokens/s per training layout
+  bubble.png        pipeline bubble per schedule and micro-batch count, measured vs theory
+  timeline.png      the 1F1B pipeline timeline (a Gantt chart, drawn by plot_pipeline.py)
   index.html        the summary tables and the figures
 
 Usage: /usr/bin/python3 reports/plot_bench.py RESULTS/bench.json --out RESULTS/plots
@@ -20,6 +22,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plot_pipeline import draw_timeline, figure_size  # noqa: E402
 
 
 def human_bytes(n):
@@ -114,6 +119,38 @@ def plot_mfu(layouts, out):
     return "mfu.png"
 
 
+def plot_bubble(pipeline, out):
+    rows = pipeline.get("results", [])
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["measured_bubble"] for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [r["theoretical_bubble"] for r in rows], 0.4, label="theory (p-1)/(vm+p-1)")
+    labels = [f"{r['schedule']}\nm={r['microbatches']}" + (f" v={r['virtual_stages']}" if r.get("virtual_stages", 1) > 1
+                                                             else "") for r in rows]
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel("bubble (idle fraction of the step)")
+    ax.set_title(f"Pipeline bubble, p={pipeline.get('stages', '?')} stages")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "bubble.png", dpi=120)
+    plt.close(fig)
+    return "bubble.png"
+
+
+def plot_timeline(timeline, out):
+    fig, ax = plt.subplots(figsize=figure_size(timeline))
+    if not draw_timeline(timeline, ax):
+        plt.close(fig)
+        return None
+    fig.tight_layout()
+    fig.savefig(out / "timeline.png", dpi=120)
+    plt.close(fig)
+    return "timeline.png"
+
+
 def summary_rows(bench):
     """(what, value) pairs: the same headline figures `tripod bench` prints."""
     rows = []
@@ -127,6 +164,9 @@ def summary_rows(bench):
         rows.append(("best sgemm", f"{b['tflops']:.3f} TFLOP/s at n={b['size']} ({b['pct_of_peak']:.0f}% of peak)"))
     for r in bench.get("layouts", {}).get("layouts", []):
         rows.append((f"MFU {r['layout']}", f"{100 * r['mfu']:.2f}% ({r['tokens_per_second']:.0f} tokens/s)"))
+    for r in bench.get("pipeline", {}).get("results", []):
+        rows.append((f"bubble {r['schedule']} p={r['stages']} m={r['microbatches']}",
+                     f"{r['measured_bubble']:.3f} measured, {r['theoretical_bubble']:.3f} theory"))
     return rows
 
 
@@ -153,7 +193,8 @@ def main(argv=None):
     bench = json.loads(args.bench_json.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     figures = []
-    for section, plot in (("comm", plot_busbw), ("gemm", plot_gemm), ("gemm", plot_layer_gemms), ("layouts", plot_mfu)):
+    for section, plot in (("comm", plot_busbw), ("gemm", plot_gemm), ("gemm", plot_layer_gemms), ("layouts", plot_mfu),
+                          ("pipeline", plot_bubble), ("pipeline_timeline", plot_timeline)):
         name = plot(bench.get(section, {}), args.out)
         if name:
             figures.append(name)

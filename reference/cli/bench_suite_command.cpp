@@ -4,6 +4,7 @@
 //   2. the kernel sweep       tripod bench kernels  (with STREAM copy/triad in the same run)
 //   3. the collective sweep   mpirun -np R tripod bench comm all   (nccl-tests format)
 //   4. end-to-end training    mpirun -np R tripod bench layouts    (MFU per ZeRO stage)
+//   5. pipeline bubble        mpirun -np R tripod bench pipeline   (measured vs theory, timeline)
 // then merges the results into OUT/bench.json, prints a summary (best busbw per collective,
 // GEMM TFLOP/s and % of peak, MFU per layout) and draws OUT/plots/ with reports/plot_bench.py.
 // Each step's full output is in OUT/<step>.log. Exit 1 if any step failed.
@@ -81,6 +82,10 @@ void print_summary(const json& bench) {
   for (const auto& r : bench.value("layouts", json::object()).value("layouts", json::array()))
     std::printf("  MFU %-23s %8.2f%%  (%.0f tokens/s)\n", r["layout"].get<std::string>().c_str(),
                 100 * r["mfu"].get<double>(), r["tokens_per_second"].get<double>());
+  for (const auto& r : bench.value("pipeline", json::object()).value("results", json::array()))
+    std::printf("  bubble %-11s p=%d m=%-3d %6.3f measured, %6.3f theory\n", r["schedule"].get<std::string>().c_str(),
+                r["stages"].get<int>(), r["microbatches"].get<int>(), r["measured_bubble"].get<double>(),
+                r["theoretical_bubble"].get<double>());
 }
 
 void run_suite(const SuiteOptions& o) {
@@ -128,6 +133,11 @@ void run_suite(const SuiteOptions& o) {
                          : std::vector<std::string>{"bench", "layouts", "--config", "small", "--json",
                                                     (out / "layouts.json").string()}),
        mpi_env},
+      {"pipeline bubble", "pipeline.log", mpirun,
+       with(mpi, {"bench", "pipeline", "--microbatches", o.quick ? "4" : "4,8,16", "--forward-ms", o.quick ? "5" : "20",
+                  "--repeats", o.quick ? "1" : "3", "--json", (out / "pipeline.json").string(), "--trace",
+                  (out / "pipeline_timeline.json").string()}),
+       mpi_env},
   };
   if (o.quick) {
     steps[0].args.push_back("--quick");
@@ -151,6 +161,8 @@ void run_suite(const SuiteOptions& o) {
   json bench = read_json(out / "bench.json");
   bench["comm"] = read_json(out / "comm.json");
   bench["layouts"] = read_json(out / "layouts.json");
+  bench["pipeline"] = read_json(out / "pipeline.json");
+  bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
   bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick}};
   std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
   print_summary(bench);

@@ -18,6 +18,7 @@ void add_bench_micro_commands(CLI::App& bench);      // bench_micro_command.cpp:
 void add_bench_overlap_command(CLI::App& bench);     // bench_overlap_command.cpp: DP comm/compute overlap
 void add_bench_comm_command(CLI::App& bench);        // bench_comm_command.cpp: nccl-tests-style collectives
 void add_bench_layouts_command(CLI::App& bench);     // bench_layouts_command.cpp: end-to-end MFU per layout
+void add_bench_pipeline_command(CLI::App& bench);    // bench_pipeline_command.cpp: measured vs theoretical bubble
 void add_bench_suite(CLI::App& bench);               // bench_suite_command.cpp: `tripod bench` runs them all
 
 }  // namespace tripod::cli

@@ -1,0 +1,95 @@
+"""`tripod bench pipeline` under mpirun (2 ranks): every schedule is measured for every micro-batch
+count it supports, the theoretical bubble is (p-1)/(v*m+p-1), the 1F1B timeline holds each
+micro-batch's forward and backward once per rank with its sends and receives, and the plotting
+scripts turn the timeline and a bench.json holding only the pipeline sections into figures.
+No timing thresholds: only what the output must say, however fast the machine is."""
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tripod_cli import MPI_ENV, mpirun_command, require_tripod
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
+P, MICROBATCHES = 2, [2, 4]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    require_tripod()
+    out = tmp_path_factory.mktemp("pipeline")
+    result = subprocess.run(mpirun_command(P, "bench", "pipeline", "--microbatches", ",".join(map(str, MICROBATCHES)),
+                                           "--forward-ms", 2, "--repeats", 1, "--json", out / "pipeline.json",
+                                           "--trace", out / "timeline.json"),
+                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, result.stdout, json.loads((out / "pipeline.json").read_text()), \
+        json.loads((out / "timeline.json").read_text())
+
+
+def test_every_schedule_is_measured_against_theory(bench):
+    _, stdout, results, _ = bench
+    assert results["benchmark"] == "pipeline" and results["stages"] == P
+    rows = results["results"]
+    # interleaved (v=2) needs m to be a multiple of p: both 2 and 4 are
+    assert [(r["schedule"], r["microbatches"], r["virtual_stages"]) for r in rows] == [
+        (s, m, 2 if s == "interleaved" else 1) for m in MICROBATCHES for s in ("afab", "1f1b", "interleaved")]
+    for r in rows:
+        v, m = r["virtual_stages"], r["microbatches"]
+        assert r["stages"] == P and r["forward_ms"] == 2
+        assert r["theoretical_bubble"] == pytest.approx((P - 1) / (v * m + P - 1))
+        assert 0 <= r["measured_bubble"] < 1
+        assert r["ratio"] == pytest.approx(r["measured_bubble"] / r["theoretical_bubble"])
+        assert r["step_seconds"] > 0
+    assert stdout.count("interleaved ") == len(MICROBATCHES), "only rank 0 prints the table"
+
+
+def test_timeline_is_the_1f1b_step_of_the_largest_m(bench):
+    _, _, results, timeline = bench
+    m = max(MICROBATCHES)
+    assert (timeline["schedule"], timeline["stages"], timeline["microbatches"], timeline["virtual_stages"]) == \
+        ("1f1b", P, m, 1)
+    assert timeline["theoretical_bubble"] == pytest.approx((P - 1) / (m + P - 1))
+    (row,) = [r for r in results["results"] if (r["schedule"], r["microbatches"]) == ("1f1b", m)]
+    assert timeline["measured_bubble"] == pytest.approx(row["measured_bubble"])  # --repeats 1: the same run
+    assert len(timeline["ranks"]) == P
+    for rank, actions in enumerate(timeline["ranks"]):
+        assert all(a["end"] >= a["start"] >= 0 for a in actions)
+        computes = [a for a in actions if a["action"] in ("F", "B")]
+        assert len(computes) == 2 * m
+        assert sorted((a["action"], a["microbatch"]) for a in computes) == \
+            sorted((k, i) for k in "BF" for i in range(m))
+        assert {a["chunk"] for a in computes} == {rank}  # v = 1: rank r holds stage r
+        for i in range(m):  # a micro-batch's backward follows its forward
+            (f,) = [a for a in computes if (a["action"], a["microbatch"]) == ("F", i)]
+            (b,) = [a for a in computes if (a["action"], a["microbatch"]) == ("B", i)]
+            assert b["start"] >= f["end"]
+        comms = Counter(a["action"] for a in actions if a["action"] not in ("F", "B"))
+        want = Counter()
+        if rank > 0:
+            want.update({"recv-act": m, "send-grad": m})
+        if rank < P - 1:
+            want.update({"send-act": m, "recv-grad": m})
+        assert comms == want
+
+
+def test_plots_of_the_timeline_and_of_a_pipeline_only_bench_json(bench, tmp_path):
+    out, _, results, timeline = bench
+    png = tmp_path / "timeline.png"
+    result = subprocess.run([sys.executable, str(REPORTS / "plot_pipeline.py"), str(out / "timeline.json"),
+                             "--out", str(png)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 1000
+    bench_json = tmp_path / "bench.json"
+    bench_json.write_text(json.dumps({"pipeline": results, "pipeline_timeline": timeline}))
+    result = subprocess.run([sys.executable, str(REPORTS / "plot_bench.py"), str(bench_json), "--out",
+                             str(tmp_path / "plots")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("bubble.png", "timeline.png"):
+        assert (tmp_path / "plots" / name).read_bytes().startswith(b"\x89PNG"), name
+    html = (tmp_path / "plots" / "index.html").read_text()
+    assert "bubble.png" in html and "timeline.png" in html and "bubble 1f1b p=2 m=4" in html
+    assert "no 'comm' results" in result.stderr  # the missing sections are skipped, not fatal
