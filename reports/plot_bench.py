@@ -35,6 +35,14 @@ def human_bytes(n):
     return f"{n:g} TiB"
 
 
+def save(fig, out, name):
+    """Lays out, writes out/name and closes the figure; returns the name for the report."""
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=120)
+    plt.close(fig)
+    return name
+
+
 def plot_busbw(comm, out):
     rows = [r for r in comm.get("results", []) if not r.get("in_place") and r.get("size", 0) > 0]
     if not rows:
@@ -49,10 +57,7 @@ def plot_busbw(comm, out):
     ax.set_title(f"Collectives, {comm.get('group_size', '?')} ranks per group ({comm.get('group', '')})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "busbw.png", dpi=120)
-    plt.close(fig)
-    return "busbw.png"
+    return save(fig, out, "busbw.png")
 
 
 def plot_gemm(gemm, out):
@@ -77,10 +82,7 @@ def plot_gemm(gemm, out):
     ax.set_title("Square GEMM throughput vs the device's peak")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "gemm.png", dpi=120)
-    plt.close(fig)
-    return "gemm.png"
+    return save(fig, out, "gemm.png")
 
 
 def plot_layer_gemms(gemm, out):
@@ -96,10 +98,7 @@ def plot_layer_gemms(gemm, out):
     ax.set_title(f"GEMMs of one layer: {setup.get('model', '')}, tp={setup.get('tp', 1)}, "
                  f"{setup.get('tokens', '?')} tokens")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "gemm_layers.png", dpi=120)
-    plt.close(fig)
-    return "gemm_layers.png"
+    return save(fig, out, "gemm_layers.png")
 
 
 def plot_mfu(layouts, out):
@@ -113,10 +112,7 @@ def plot_mfu(layouts, out):
     ax.set_ylabel("MFU (%)")
     ax.set_title(f"End-to-end training, {layouts.get('model', '')} ({layouts.get('n_params', 0) / 1e6:.1f} M params)")
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "mfu.png", dpi=120)
-    plt.close(fig)
-    return "mfu.png"
+    return save(fig, out, "mfu.png")
 
 
 def plot_bubble(pipeline, out):
@@ -134,10 +130,7 @@ def plot_bubble(pipeline, out):
     ax.set_title(f"Pipeline bubble, p={pipeline.get('stages', '?')} stages")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "bubble.png", dpi=120)
-    plt.close(fig)
-    return "bubble.png"
+    return save(fig, out, "bubble.png")
 
 
 def plot_timeline(timeline, out):
@@ -145,10 +138,7 @@ def plot_timeline(timeline, out):
     if not draw_timeline(timeline, ax):
         plt.close(fig)
         return None
-    fig.tight_layout()
-    fig.savefig(out / "timeline.png", dpi=120)
-    plt.close(fig)
-    return "timeline.png"
+    return save(fig, out, "timeline.png")
 
 
 def summary_rows(bench):
