@@ -72,9 +72,6 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
   check((B / n) % micro == 0, "the per-rank batch of ", B / n, " sequences (train.batch_size / dp) does not split into ",
         micro, " micro-batches (train.micro_batches)");
   const bool pipelined = pp_->size() > 1, tied = config_.model.tie_embeddings;
-  check(!pipelined || !tied || embedding_ != nullptr || (!split_.span(split_.chunks_of_rank(pp_->rank()).front()).embedding &&
-                                                         !split_.span(split_.chunks_of_rank(pp_->rank()).back()).head),
-        "pipeline parallelism with tied embeddings needs the embedding group (ProcessGrid::embedding)");
   for (int index : split_.chunks_of_rank(pp_->rank())) {
     Chunk c;
     c.index = index;
@@ -88,7 +85,11 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
     c.tied_primary = pipelined && tied && span.embedding;
     c.tied_copy = pipelined && tied && span.head && !span.embedding;
     // The two copies of a tied wte are summed across stages before their DP reduction.
-    if (c.tied_primary || c.tied_copy) c.engine->defer_reduction_of_group(embedding_group());
+    if (c.tied_primary || c.tied_copy) {
+      check(embedding_ != nullptr && embedding_->size() == 2, "pipeline stage ", pp_->rank(),
+            " holds a tied wte but has no embedding group of the first and last stage (ProcessGrid::embedding)");
+      c.engine->defer_reduction_of_group(embedding_group());
+    }
     chunks_.push_back(std::move(c));
   }
 }
