@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The closing summary of the README's main job (ci/main.sh): layouts passed (tripod conform),
-best bus bandwidth, GEMM % of peak and MFU (tripod bench), and where everything was written.
+best bus bandwidth, GEMM % of peak, MFU and pipeline bubbles (tripod bench), and where everything
+was written.
 
 Usage: /usr/bin/python3 reports/main_summary.py RESULTS_DIR   (holding conform.json and bench/)"""
 import json
@@ -31,6 +32,9 @@ def main(results):
               f"the nominal peak")
     for r in bench.get("layouts", {}).get("layouts", []):
         print(f"training:    {r['layout']}: MFU {100 * r['mfu']:.1f}%, {r['tokens_per_second']:.0f} tokens/s")
+    for r in bench.get("pipeline", {}).get("results", []):
+        print(f"pipeline:    {r['schedule']} p={r['stages']} m={r['microbatches']}: bubble {r['measured_bubble']:.3f} "
+              f"measured, {r['theoretical_bubble']:.3f} theory (synthetic balanced stages)")
     print(f"full results: {results}/conform.json, conform.xml, bench/bench.json, bench/*.log")
     print(f"plots:        {results}/bench/plots/index.html")
     return 0 if passed == len(layouts) else 1

@@ -103,7 +103,7 @@ void run_conform(const ConformOptions& o) {
     std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, against the single-device reference%s\n",
                 world->size(), o.dtype.c_str(), o.steps, layouts.size(),
                 o.inject_fault.empty() ? "" : (" (fault injected: " + o.inject_fault + ")").c_str());
-    std::printf("%-24s %10s %10s %10s  %-28s %10s  %s\n", "layout", "loss rel", "norm rel", "param rel",
+    std::printf("%-38s %10s %10s %10s  %-28s %10s  %s\n", "layout", "loss rel", "norm rel", "param rel",
                 "worst parameter", "ms/step", "result");
   }
   for (const auto& layout : layouts) {
@@ -117,7 +117,7 @@ void run_conform(const ConformOptions& o) {
     out.seconds_per_step = got.seconds_per_step;
     agree(*world, out, *backend);
     if (root) {
-      std::printf("%-24s %10.2e %10.2e %10.2e  %-28s %10.2f  %s\n", layout.name().c_str(), out.errors.loss_rel,
+      std::printf("%-38s %10.2e %10.2e %10.2e  %-28s %10.2f  %s\n", layout.name().c_str(), out.errors.loss_rel,
                   out.errors.norm_rel, out.errors.param_rel, out.errors.worst_param.c_str(),
                   1e3 * out.seconds_per_step, out.errors.pass ? "PASS" : ("FAIL: " + out.errors.failure).c_str());
       std::fflush(stdout);
