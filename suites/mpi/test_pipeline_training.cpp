@@ -79,14 +79,17 @@ TEST(PipelineTraining, ClippedFp64PipelinesMatchSingleDevice) {
     }
 }
 
-// Both stages' copies of the tied wte take the same update: after training they are equal.
+// Both stages' copies of the tied wte take the same update: after training they are equal (pp=2
+// with dp = world / 2: 2 at 4 ranks, 4 at 8 - beyond 2 this relies on Open MPI reducing equal
+// inputs in equal order within buckets of different sizes, which it does here but does not promise).
 TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
   auto world = mpi_world();
   if (world->size() % 4 != 0) GTEST_SKIP() << "needs pp=2 x dp=2";
   const RunConfig config = pipeline_config("fp32", true, 0.5);
-  auto group = world->split(world->rank() / 4, world->rank(), "pp2dp2");
+  const int dp = world->size() / 2;
+  auto group = world->split(0, world->rank(), "pp2");
   for (int zero : {0, 1, 2, 3}) {
-    ProcessGrid grid(*group, {1, 2, 2});
+    ProcessGrid grid(*group, {1, 2, dp});
     auto backend = make_cpu_backend();
     DataParallelSettings settings{zero, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), ScheduleKind::OneFOneB, 1, {}}};
     nlohmann::json j = config.json;
@@ -105,7 +108,7 @@ TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
     embedding.recv(other, 1 - embedding.rank(), 7);
     sent->wait();
     for (int64_t k = 0; k < own.numel(); ++k)
-      ASSERT_EQ(own.data<double>()[k], other.data<double>()[k]) << "ZeRO-" << zero << ": wte element " << k;
+      ASSERT_EQ(own.data<double>()[k], other.data<double>()[k]) << "dp=" << dp << " ZeRO-" << zero << ": wte element " << k;
   }
 }
 
