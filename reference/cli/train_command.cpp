@@ -61,7 +61,7 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     check_launch_matches(launch, *world);
     check_grid_layout(shape, world->size(), o.grid_order);
     // Pipeline: enough layers for the chunks, a split that adds up, a schedule the micro-batches allow.
-    const PipelineSplit split(config.model.n_layer, shape.pp, o.virtual_stages, parse_pipeline_split(o.pipeline_split));
+    const PipelineSplit split(config.model.n_layer, shape.pp, o.virtual_stages, config.train.pipeline_split);
     check(o.virtual_stages == 1 || shape.pp > 1, "--virtual-stages ", o.virtual_stages, " needs --pp > 1");
     const int64_t micro = config.train.micro_batches;
     check((config.train.batch_size / shape.dp) % micro == 0, "train.batch_size ", config.train.batch_size, " over dp=",
@@ -91,8 +91,7 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     run.settings = {o.zero, static_cast<int64_t>(o.bucket_mb * 1024 * 1024), -1, &grid.tp(), o.sequence_parallel, {}};
     run.layout = describe(shape) + ", ZeRO-" + std::to_string(o.zero) + (o.sequence_parallel ? ", sequence parallel" : "");
     if (shape.pp > 1) {
-      run.settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(o.schedule), o.virtual_stages,
-                               parse_pipeline_split(o.pipeline_split)};
+      run.settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(o.schedule), o.virtual_stages, {}};
       run.layout += ", " + o.schedule + " m=" + std::to_string(config.train.micro_batches) +
                     (o.virtual_stages > 1 ? " v=" + std::to_string(o.virtual_stages) : "");
     }
@@ -133,12 +132,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--microbatches", o->microbatches, "micro-batches per step (default: train.micro_batches)");
   cmd->add_option("--virtual-stages", o->virtual_stages, "model chunks per pipeline rank (interleaved schedule)")
       ->capture_default_str();
-  cmd->add_option("--pipeline-split", o->pipeline_split, "layers per chunk, e.g. 2,1,1 (default: even)");
+  cmd->add_option("--pipeline-split", o->pipeline_split,
+                  "layers per chunk, e.g. 2,1,1 (sets train.pipeline_split; default: even)");
   cmd->add_option("--pipeline-trace", o->pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   cmd->callback([o]() {
     std::vector<std::string> overrides = o->overrides;
     if (o->microbatches != 0) overrides.push_back("train.micro_batches=" + std::to_string(o->microbatches));
+    if (!o->pipeline_split.empty()) {  // "3,1" -> train.pipeline_split=[3,1]
+      std::string list;
+      for (int64_t n : parse_pipeline_split(o->pipeline_split)) list += (list.empty() ? "" : ",") + std::to_string(n);
+      overrides.push_back("train.pipeline_split=[" + list + "]");
+    }
     const RunConfig config = parse_run_config(load_config_json(o->config, overrides));
     const LaunchInfo launch = detect_launch();
     pin_threads(launch);

@@ -63,7 +63,8 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
       embedding_(settings.pipeline.embedding),
       tp_layers_(make_tp_layers(config, settings)),
       split_(config.model.n_layer, pipeline_size(settings), settings.pipeline.virtual_stages,
-             settings.pipeline.layers_per_chunk),
+             settings.pipeline.layers_per_chunk.empty() ? config.train.pipeline_split
+                                                        : settings.pipeline.layers_per_chunk),
       schedule_(make_checked_schedule(config, settings)),
       sequence_parallel_(settings.sequence_parallel),
       skip_tied_reduction_(settings.pipeline.skip_tied_embedding_reduction) {

@@ -34,7 +34,7 @@ struct PipelineSettings {
   Communicator* embedding = nullptr;  // ProcessGrid::embedding(): first and last stage (tied wte)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
-  std::vector<int64_t> layers_per_chunk;  // empty: even split
+  std::vector<int64_t> layers_per_chunk;  // empty: train.pipeline_split, else even
   // Fault injection (conformance self-test): the tied wte gradients are not summed across stages.
   bool skip_tied_embedding_reduction = false;
 };

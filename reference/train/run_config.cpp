@@ -15,7 +15,7 @@ json default_config_json() {
                  {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}}},
       {"train", {{"dtype", "fp32"}, {"batch_size", 8}, {"seq_len", 64}, {"micro_batches", 1}, {"steps", 100},
                  {"seed", 1234}, {"log_every", 1}, {"eval_every", 0}, {"eval_batches", 4}, {"peak_tflops", 0.0},
-                 {"metrics", ""}, {"save_every", 0}}},
+                 {"metrics", ""}, {"save_every", 0}, {"pipeline_split", json::array()}}},
       {"optim", {{"lr", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 10}, {"decay", "cosine"}, {"beta1", 0.9},
                  {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"decay_tensors", "matrices"},
                  {"grad_clip", 1.0}}},
@@ -123,6 +123,12 @@ RunConfig parse_run_config(const json& j) {
   c.train.peak_tflops = t.at("peak_tflops");
   c.train.metrics = t.at("metrics").get<std::string>();
   c.train.save_every = t.at("save_every");
+  check(t.at("pipeline_split").is_array(), "train.pipeline_split must be a list of layer counts, e.g. [3, 1]");
+  for (const json& n : t.at("pipeline_split")) {
+    check(n.is_number_integer() && n.get<int64_t>() >= 1, "train.pipeline_split: ", n.dump(),
+          " is not a positive layer count");
+    c.train.pipeline_split.push_back(n.get<int64_t>());
+  }
   check(c.train.batch_size >= 1, "train.batch_size must be >= 1");
   check(c.train.seq_len >= 1, "train.seq_len must be >= 1");
   check(c.train.seq_len <= c.model.context, "train.seq_len (", c.train.seq_len,

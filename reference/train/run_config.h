@@ -28,6 +28,7 @@ struct TrainSettings {
   double peak_tflops = 0;     // 0: nominal peak of this CPU, estimated
   std::string metrics;        // JSONL metrics path ("" = none)
   int64_t save_every = 0;     // checkpoint every N steps to --save DIR (0: only at the end)
+  std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)
 };
 
 struct DataSettings {

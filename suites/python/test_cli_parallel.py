@@ -72,7 +72,7 @@ def test_bad_layout_fails_on_every_rank(corpus, args, message):
     assert "rank 0 of 2" in result.stderr and "rank 1 of 2" in result.stderr
 
 
-@pytest.mark.parametrize("schedule, extra", [("afab", []), ("1f1b", ["--pipeline-split", "3,1"]),
+@pytest.mark.parametrize("schedule, extra", [("afab", []), ("1f1b", ["--set", "train.pipeline_split=[3,1]"]),
                                              ("interleaved", ["--virtual-stages", "2"])])
 def test_pipeline_matches_single_process(corpus, tmp_path, schedule, extra):
     deep = [*SMALL, "--set", "model.n_layer=4"]
