@@ -1,5 +1,6 @@
 // tripod bench layouts (under mpirun -np N): end-to-end training throughput and MFU of a model for
-// several data-parallel layouts (ZeRO stages) on the launched ranks, on random tokens. MFU counts
+// several layouts on the launched ranks, on random tokens: data-parallel ZeRO stages (--zero), or
+// any tp x pp x dp layouts named as `tripod conform` names them (--layouts tp1-pp2-dp1-z0-mb8-1f1b). MFU counts
 // model FLOPs (perf/flops.h) against N x the per-rank peak (the nominal CPU peak of the threads a
 // rank uses, or --peak-tflops per rank) and, clearly labelled beside it, against the sgemm rate
 // measured on each rank's threads at the start (all ranks at once, as they will train).
@@ -11,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "conform/conformance.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
@@ -24,6 +26,7 @@ struct LayoutsOptions {
   std::string config = "small";
   std::vector<std::string> overrides;
   std::vector<int> zero = {0, 1, 2, 3};
+  std::vector<std::string> layouts;  // conform names; replaces --zero
   int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
   double peak_tflops = 0;
   std::string json_out;
@@ -49,13 +52,25 @@ void run_layouts(const LayoutsOptions& o) {
   if (world->rank() == 0)
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
                 "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
-                "  %-14s %10s %12s %8s %14s\n", o.config.c_str(),
+                "  %-36s %10s %12s %8s %14s\n", o.config.c_str(),
                 static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate");
-  for (int zero : o.zero) {
-    DistributedTrainer trainer(config, *backend, *world, {zero, 4 << 20});
+  std::vector<std::pair<std::string, conform::Layout>> layouts;  // (reported name, layout)
+  for (int zero : o.zero) layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), {1, 1, n, zero, 1}});
+  if (!o.layouts.empty()) layouts.clear();
+  for (const std::string& name : o.layouts) {
+    const conform::Layout l = conform::parse_layout(name);
+    check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
+    layouts.push_back({l.name(), l});
+  }
+  for (const auto& [layout, shape] : layouts) {
+    nlohmann::json j = config.json;
+    j["train"]["micro_batches"] = shape.micro_batches;
+    const RunConfig run = parse_run_config(j);
+    ProcessGrid grid(*world, {shape.tp, shape.pp, shape.dp});
+    DistributedTrainer trainer(run, *backend, grid.dp(), conform::layout_settings(shape, grid, 4 << 20));
     trainer.initialise();
     trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, 0, "bench.layouts"));  // warm-up
     std::vector<double> seconds;
@@ -71,13 +86,13 @@ void run_layouts(const LayoutsOptions& o) {
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
     const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
-    const std::string layout = "dp" + std::to_string(n) + "-z" + std::to_string(zero);
     if (world->rank() == 0) {
-      std::printf("  %-14s %10.3f %12.0f %7.2f%% %13.2f%%\n", layout.c_str(), step, tokens / step, 100 * m,
+      std::printf("  %-36s %10.3f %12.0f %7.2f%% %13.2f%%\n", layout.c_str(), step, tokens / step, 100 * m,
                   100 * m_sgemm);
       std::fflush(stdout);
     }
-    records.push_back({{"layout", layout}, {"tp", 1}, {"pp", 1}, {"dp", n}, {"zero", zero}, {"step_seconds", step},
+    records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
+                       {"micro_batches", shape.micro_batches}, {"schedule", shape.schedule}, {"step_seconds", step},
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }
   if (world->rank() == 0 && !o.json_out.empty())
@@ -92,11 +107,13 @@ void run_layouts(const LayoutsOptions& o) {
 }  // namespace
 
 void add_bench_layouts_command(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("layouts", "end-to-end training MFU per data-parallel layout (under mpirun)");
+  auto* cmd = bench.add_subcommand("layouts", "end-to-end training MFU per parallel layout (under mpirun)");
   auto o = std::make_shared<LayoutsOptions>();
   cmd->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
-  cmd->add_option("--zero", o->zero, "ZeRO stages to time")->capture_default_str();
+  cmd->add_option("--zero", o->zero, "ZeRO stages to time (data parallelism over every rank)")->capture_default_str();
+  cmd->add_option("--layouts", o->layouts, "layouts to time instead, named as tripod conform names them "
+                                           "(e.g. tp1-pp2-dp1-z0-mb8-1f1b)");
   cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str();
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens")->capture_default_str();

@@ -133,6 +133,15 @@ Fault parse_fault(const std::string& name) {
   fail("unknown fault '", name, "' (known: skip-grad-reduction, skip-tied-embedding-reduction)");
 }
 
+DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& grid, int64_t bucket_bytes, Fault fault) {
+  DataParallelSettings settings{layout.zero, bucket_bytes, fault == Fault::SkipGradReduction ? 0 : -1, &grid.tp(),
+                                layout.sequence_parallel, {}};
+  if (layout.pp > 1)
+    settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(layout.schedule), layout.virtual_stages, {},
+                         fault == Fault::SkipTiedEmbeddingReduction};
+  return settings;
+}
+
 Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, Fault fault) {
   check(group.size() == layout.ranks(), "layout ", layout.name(), " needs ", layout.ranks(), " ranks, the group has ",
         group.size());
@@ -141,12 +150,7 @@ Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator&
   const RunConfig config = parse_run_config(j);
   auto backend = make_cpu_backend();
   ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
-  DataParallelSettings settings{layout.zero, /*bucket_bytes=*/4096, fault == Fault::SkipGradReduction ? 0 : -1,
-                                &grid.tp(), layout.sequence_parallel, {}};
-  if (layout.pp > 1)
-    settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(layout.schedule), layout.virtual_stages, {},
-                         fault == Fault::SkipTiedEmbeddingReduction};
-  DistributedTrainer trainer(config, *backend, grid.dp(), settings);
+  DistributedTrainer trainer(config, *backend, grid.dp(), layout_settings(layout, grid, /*bucket_bytes=*/4096, fault));
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);

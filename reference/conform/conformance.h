@@ -18,6 +18,8 @@
 
 #include "comm/communicator.h"
 #include "data/batch_loader.h"
+#include "parallel/process_grid.h"
+#include "train/distributed_trainer.h"
 #include "train/run_config.h"
 
 namespace tripod::conform {
@@ -62,6 +64,10 @@ enum class Fault {
   SkipTiedEmbeddingReduction  // a pipeline's two wte copies are not summed across stages
 };
 Fault parse_fault(const std::string& name);  // "", "skip-grad-reduction", "skip-tied-embedding-reduction"
+
+// The trainer settings of a layout on a grid of its shape (bucket size, schedule, fault).
+DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& grid, int64_t bucket_bytes,
+                                     Fault fault = Fault::None);
 
 // `group` holds exactly layout.ranks() ranks.
 Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps,

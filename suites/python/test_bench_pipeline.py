@@ -93,3 +93,22 @@ def test_plots_of_the_timeline_and_of_a_pipeline_only_bench_json(bench, tmp_path
     html = (tmp_path / "plots" / "index.html").read_text()
     assert "bubble.png" in html and "timeline.png" in html and "bubble 1f1b p=2 m=4" in html
     assert "no 'comm' results" in result.stderr  # the missing sections are skipped, not fatal
+
+
+def test_bench_layouts_times_pipelined_layouts(tmp_path):
+    # end-to-end MFU of named layouts, pipelined ones included; a layout of the wrong size is refused
+    require_tripod()
+    small = ["--config", "tiny", "--set", "model.n_layer=2", "--seq-len", 16, "--batch", 4, "--vocab", 64,
+             "--steps", 1]
+    layouts = ["tp1-pp2-dp1-z0-mb4-1f1b", "tp1-pp2-dp1-z1-mb2-afab", "tp1-pp1-dp2-z0-mb1"]
+    result = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", *layouts,
+                                           "--json", tmp_path / "l.json"),
+                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "l.json").read_text())["layouts"]
+    assert [r["layout"] for r in records] == layouts
+    assert [r["pp"] for r in records] == [2, 2, 1] and records[0]["schedule"] == "1f1b"
+    assert all(0 < r["mfu"] < 1 and r["tokens_per_second"] > 0 for r in records)
+    wrong = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", "tp1-pp4-dp1-z0-mb4-1f1b"),
+                           capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert wrong.returncode != 0 and "needs 4 ranks, launched with 2" in wrong.stderr
