@@ -27,21 +27,25 @@ COMMS = {"send-act": "tab:green", "recv-act": "tab:olive", "send-grad": "tab:red
 def title(timeline):
     return (f"{timeline.get('schedule', '?')}: p={timeline.get('stages', '?')}, m={timeline.get('microbatches', '?')}, "
             f"v={timeline.get('virtual_stages', 1)}; bubble {timeline.get('measured_bubble', float('nan')):.3f} "
-            f"measured, {timeline.get('theoretical_bubble', float('nan')):.3f} theory")
+            f"{'measured' if timeline.get('time_unit', 's') == 's' else 'simulated'}, "
+            f"{timeline.get('theoretical_bubble', float('nan')):.3f} theory")
 
 
 def draw_timeline(timeline, ax):
-    """Draw timeline["ranks"] on ax (times in ms); returns False when there is nothing to draw."""
+    """Draw timeline["ranks"] on ax (measured seconds shown in ms, or the simulator's units as given by
+    timeline["time_unit"]); returns False when there is nothing to draw."""
+    unit = timeline.get("time_unit", "s")
+    scale = 1e3 if unit == "s" else 1.0
     ranks = timeline.get("ranks", [])
     if not any(ranks):
         return False
     m = max(1, timeline.get("microbatches") or 1 + max(e["microbatch"] for r in ranks for e in r))
     chunks = timeline.get("virtual_stages", 1) > 1
-    span = max(e["end"] for r in ranks for e in r) * 1e3
+    span = max(e["end"] for r in ranks for e in r) * scale
     used = set()
     for row, events in enumerate(ranks):
         for e in events:
-            start, width = 1e3 * e["start"], 1e3 * (e["end"] - e["start"])
+            start, width = scale * e["start"], scale * (e["end"] - e["start"])
             action = e["action"]
             if action in COMPUTE:
                 shade = (e["microbatch"] % m) / max(1, m - 1)
@@ -58,7 +62,7 @@ def draw_timeline(timeline, ax):
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in range(len(ranks))])
     ax.set_ylim(len(ranks) - 0.4, -0.6)
     ax.set_xlim(0, span * 1.01)
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel("time (ms)" if unit == "s" else f"time ({unit})")
     ax.set_title(title(timeline), fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     handles = [Patch(color=plt.get_cmap(COMPUTE[a])(0.6), label={"F": "forward", "B": "backward"}[a])

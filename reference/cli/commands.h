@@ -11,6 +11,7 @@ void add_export_commands(CLI::App& app);  // tripod export hf
 void add_bench_commands(CLI::App& app);   // tripod bench train | gemm | kernels | ...
 void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 void add_conform_command(CLI::App& app);  // tripod conform
+void add_schedule_command(CLI::App& app);  // tripod schedule: print and simulate a pipeline schedule
 
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp

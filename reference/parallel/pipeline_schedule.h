@@ -11,6 +11,7 @@
 //               (p-1)/(v*m) of the ideal time instead of (p-1)/m.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tripod {
@@ -52,6 +53,9 @@ struct ScheduleStats {
   std::vector<int> max_in_flight;  // per rank: most micro-batch chunks forwarded but not backwarded
   int makespan = 0;                // simulated time with unit-time forward and backward (2 for backward)
   double bubble_fraction = 0;      // 1 - busy / (ranks * makespan)
+  // Per rank, per action in order: simulated (start, end) in units of one stage's forward (a
+  // forward of one of its v chunks takes 1/v, a backward 2/v; messages take no time).
+  std::vector<std::vector<std::pair<double, double>>> action_times;
 };
 ScheduleStats validate_schedule(const PipelineSchedule& schedule);
 

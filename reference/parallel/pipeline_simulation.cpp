@@ -33,6 +33,7 @@ ScheduleStats validate_schedule(const PipelineSchedule& s) {
 
   ScheduleStats stats;
   stats.max_in_flight.assign(static_cast<std::size_t>(p), 0);
+  stats.action_times.resize(static_cast<std::size_t>(p));
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
   std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
   std::vector<int> in_flight(static_cast<std::size_t>(p), 0);
@@ -46,6 +47,7 @@ ScheduleStats validate_schedule(const PipelineSchedule& s) {
       auto& t = clock[static_cast<std::size_t>(r)];
       while (i < s.ranks[static_cast<std::size_t>(r)].size()) {
         const PipelineAction& a = s.ranks[static_cast<std::size_t>(r)][i];
+        const double reached = t;  // a blocked action is retried later with the clock unchanged
         const bool fwd = a.kind == ActionKind::Forward, bwd = a.kind == ActionKind::Backward;
         if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
           mailbox[{a.peer, a.kind == ActionKind::SendActivation ? 0 : 1, a.microbatch, a.chunk}] = t;
@@ -72,6 +74,7 @@ ScheduleStats validate_schedule(const PipelineSchedule& s) {
           }
           if (!ready) break;
           const double duration = (fwd ? 1.0 : 2.0) * unit;
+          stats.action_times[static_cast<std::size_t>(r)].push_back({t, t + duration});
           t += duration;
           busy += duration;
           done[{fwd ? 0 : 1, a.microbatch, a.chunk}] = t;
@@ -79,6 +82,7 @@ ScheduleStats validate_schedule(const PipelineSchedule& s) {
           stats.max_in_flight[static_cast<std::size_t>(r)] =
               std::max(stats.max_in_flight[static_cast<std::size_t>(r)], in_flight[static_cast<std::size_t>(r)]);
         }
+        if (!fwd && !bwd) stats.action_times[static_cast<std::size_t>(r)].push_back({reached, t});
         ++i;
         progressed = true;
       }

@@ -1,4 +1,5 @@
-"""`tripod bench pipeline` under mpirun (2 ranks): every schedule is measured for every micro-batch
+"""`tripod bench pipeline` under mpirun (2 ranks), `tripod bench layouts` with pipelined layouts and
+`tripod schedule` (the simulator). Bench pipeline: every schedule is measured for every micro-batch
 count it supports, the theoretical bubble is (p-1)/(v*m+p-1), the 1F1B timeline holds each
 micro-batch's forward and backward once per rank with its sends and receives, and the plotting
 scripts turn the timeline and a bench.json holding only the pipeline sections into figures.
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import MPI_ENV, mpirun_command, require_tripod
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 P, MICROBATCHES = 2, [2, 4]
@@ -112,3 +113,22 @@ def test_bench_layouts_times_pipelined_layouts(tmp_path):
     wrong = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", "tp1-pp4-dp1-z0-mb4-1f1b"),
                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
     assert wrong.returncode != 0 and "needs 4 ranks, launched with 2" in wrong.stderr
+
+
+def test_schedule_command_prints_checks_and_draws(tmp_path):
+    # `tripod schedule`: the schedule as data, the simulator's verdict, and a drawable simulated timeline
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "8", "--json",
+                             str(tmp_path / "s.json")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "rank 0: F0.c0 F1.c0 F2.c0 F3.c0 B0.c0 F4.c0" in result.stdout  # warm-up of p-1 forwards, then 1F1B
+    assert "micro-batches in flight per rank: 4 3 2 1" in result.stdout
+    assert "simulated bubble 0.2727 (theory 0.2727)" in result.stdout
+    timeline = json.loads((tmp_path / "s.json").read_text())
+    assert timeline["time_unit"] == "stage forwards" and timeline["measured_bubble"] == pytest.approx(3 / 11)
+    drawn = subprocess.run([sys.executable, str(REPORTS / "plot_pipeline.py"), str(tmp_path / "s.json"), "--out",
+                            str(tmp_path / "s.png")], capture_output=True, text=True, timeout=120)
+    assert drawn.returncode == 0 and (tmp_path / "s.png").stat().st_size > 1000, drawn.stderr
+    bad = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "6", "--schedule", "interleaved",
+                          "--virtual-stages", "2"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "multiple of the pipeline stages" in bad.stderr

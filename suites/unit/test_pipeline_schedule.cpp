@@ -30,6 +30,18 @@ TEST(PipelineSchedule, AllFourPromisesHoldForEverySmallShape) {
             if (kind == ScheduleKind::Interleaved)
               bound = std::min(v == 1 ? p - r : (p - r - 1) * 2 + (v - 1) * p + 1, m * v);
             EXPECT_EQ(stats.max_in_flight[r], bound) << what << " rank " << r;
+            // The simulated timeline: every action timed, in order, computes as long as they cost,
+            // sends instant, receives as long as they wait.
+            const auto& times = stats.action_times[static_cast<std::size_t>(r)];
+            ASSERT_EQ(times.size(), s.ranks[static_cast<std::size_t>(r)].size()) << what;
+            for (std::size_t i = 0; i < times.size(); ++i) {
+              const ActionKind k = s.ranks[static_cast<std::size_t>(r)][i].kind;
+              const double cost = k == ActionKind::Forward ? 1.0 / v : k == ActionKind::Backward ? 2.0 / v : 0.0;
+              const bool receive = k == ActionKind::RecvActivation || k == ActionKind::RecvGradient;
+              if (receive) EXPECT_GE(times[i].second, times[i].first) << what;
+              else EXPECT_NEAR(times[i].second - times[i].first, cost, 1e-12) << what;
+              if (i > 0) EXPECT_LE(times[i - 1].second, times[i].first + 1e-12) << what;
+            }
           }
           if (kind != ScheduleKind::Interleaved || v == 1)
             EXPECT_NEAR(stats.bubble_fraction, theoretical_bubble_fraction(s), 1e-9) << what;
