@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "data/token_dataset.h"
 #include "parallel/launch.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_split.h"
@@ -133,18 +134,25 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--virtual-stages", o->virtual_stages, "model chunks per pipeline rank (interleaved schedule)")
       ->capture_default_str();
   cmd->add_option("--pipeline-split", o->pipeline_split,
-                  "layers per chunk, e.g. 2,1,1 (sets train.pipeline_split; default: even)");
+                  "layers per chunk, e.g. 2,1,1 (sets train.pipeline_split; default: even), or auto: balanced by "
+                  "FLOPs with the LM head counted");
   cmd->add_option("--pipeline-trace", o->pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   cmd->callback([o]() {
     std::vector<std::string> overrides = o->overrides;
     if (o->microbatches != 0) overrides.push_back("train.micro_batches=" + std::to_string(o->microbatches));
-    if (!o->pipeline_split.empty()) {  // "3,1" -> train.pipeline_split=[3,1]
+    if (!o->pipeline_split.empty() && o->pipeline_split != "auto") {  // "3,1" -> train.pipeline_split=[3,1]
       std::string list;
       for (int64_t n : parse_pipeline_split(o->pipeline_split)) list += (list.empty() ? "" : ",") + std::to_string(n);
       overrides.push_back("train.pipeline_split=[" + list + "]");
     }
-    const RunConfig config = parse_run_config(load_config_json(o->config, overrides));
+    RunConfig config = parse_run_config(load_config_json(o->config, overrides));
+    if (o->pipeline_split == "auto") {  // balanced by FLOPs, once the vocabulary is known
+      if (config.model.vocab_size == 0) resolve_vocab(config, data::TokenDataset::open(config.data.dir, "train").vocab_size(),
+                                                      config.data.dir);
+      config.train.pipeline_split = balanced_pipeline_split(config.model, config.train.seq_len, o->pp * o->virtual_stages);
+      config.json["train"]["pipeline_split"] = config.train.pipeline_split;
+    }
     const LaunchInfo launch = detect_launch();
     pin_threads(launch);
     const bool parallel = launch.world_size > 1 || o->dp > 1 || o->zero != 0 || o->tp != 1 || o->pp != 1;

@@ -1,5 +1,7 @@
 #include "parallel/pipeline_split.h"
 
+#include <algorithm>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -81,6 +83,36 @@ std::vector<int64_t> parse_pipeline_split(const std::string& text) {
     out.push_back(n);
   }
   return out;
+}
+
+std::vector<int64_t> balanced_pipeline_split(const ModelConfig& c, int64_t seq_len, int chunks) {
+  const int64_t L = c.n_layer;
+  check(chunks >= 1 && chunks <= L, "pipeline of ", chunks, " chunks needs at least that many layers; the model has ",
+        L, " (model.n_layer)");
+  const double d = static_cast<double>(c.d_model), block = 6 * (4 * d * d + 2 * d * c.d_ff) + 12 * d * seq_len;
+  const double head = 6 * d * c.vocab_size;
+  // best[k][l]: the smallest possible largest cost when the first k chunks hold layers [0, l).
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(chunks) + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int64_t>> cut(best.size(), std::vector<int64_t>(L + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= chunks; ++k)
+    for (int64_t l = k; l <= L; ++l)
+      for (int64_t from = k - 1; from < l; ++from) {
+        const double cost = block * static_cast<double>(l - from) + (k == chunks ? head : 0.0);
+        const double worst = std::max(best[static_cast<std::size_t>(k - 1)][from], cost);
+        if (worst < best[static_cast<std::size_t>(k)][l]) {
+          best[static_cast<std::size_t>(k)][l] = worst;
+          cut[static_cast<std::size_t>(k)][l] = from;
+        }
+      }
+  std::vector<int64_t> layers(static_cast<std::size_t>(chunks));
+  for (int64_t k = chunks, l = L; k >= 1; --k) {
+    const int64_t from = cut[static_cast<std::size_t>(k)][l];
+    layers[static_cast<std::size_t>(k - 1)] = l - from;
+    l = from;
+  }
+  return layers;
 }
 
 }  // namespace tripod

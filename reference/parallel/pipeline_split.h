@@ -40,4 +40,9 @@ class PipelineSplit {
 // "2,1,1" -> {2,1,1}; empty -> {}. Throws naming the bad item.
 std::vector<int64_t> parse_pipeline_split(const std::string& text);
 
+// Layers per chunk that minimise the most expensive chunk, counting model FLOPs per token
+// (perf/flops.h): a block 6*(4d^2 + 2dF) + 12dT, the LM head 6dV on the last chunk. The even split
+// ignores the head, which on small models costs more than a block. Throws as PipelineSplit does.
+std::vector<int64_t> balanced_pipeline_split(const ModelConfig& config, int64_t seq_len, int chunks);
+
 }  // namespace tripod

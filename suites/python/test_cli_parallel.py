@@ -73,6 +73,7 @@ def test_bad_layout_fails_on_every_rank(corpus, args, message):
 
 
 @pytest.mark.parametrize("schedule, extra", [("afab", []), ("1f1b", ["--set", "train.pipeline_split=[3,1]"]),
+                                             ("1f1b", ["--pipeline-split", "auto"]),
                                              ("interleaved", ["--virtual-stages", "2"])])
 def test_pipeline_matches_single_process(corpus, tmp_path, schedule, extra):
     deep = [*SMALL, "--set", "model.n_layer=4"]
@@ -85,6 +86,10 @@ def test_pipeline_matches_single_process(corpus, tmp_path, schedule, extra):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"tp=1 pp=2 dp=1, ZeRO-0, {schedule} m=4" in result.stdout
     assert f"pipeline {schedule} p=2 m=4" in result.stdout and "bubble" in result.stdout
+    if "train.pipeline_split=[3,1]" in extra:
+        assert "split [3,1]" in result.stdout
+    if "auto" in extra:  # this model's head (6*32*64 FLOPs/token) is a fraction of a block: even
+        assert "split [2,2]" in result.stdout
     for key in ("loss", "val_loss"):  # held-out loss: forward-only pipeline
         assert len(losses(metrics, key)) == len(losses(reference, key)) > 0
         for got, want in zip(losses(metrics, key), losses(reference, key)):

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <numeric>
 
 #include "core/error.h"
 #include "model/param_access.h"
@@ -67,6 +68,25 @@ TEST(PipelineSplit, SpansPartitionTheParametersWithOneTiedCopy) {
     for (const ParamSpec& spec : gpt_param_specs(config))
       EXPECT_EQ(seen[spec.name], tied && spec.name == "wte.weight" ? 2 : 1) << spec.name;
   }
+}
+
+TEST(PipelineSplit, BalancedSplitCountsTheHead) {
+  nlohmann::json j = default_config_json();
+  j["model"] = {{"n_layer", 4}, {"n_head", 4}, {"d_model", 128}, {"d_ff", 512}, {"vocab_size", 2048},
+                {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}};
+  ModelConfig config = parse_run_config(j).model;
+  // the `tiny` preset on KJV: a block costs 1.28 MFLOP/token, the head 1.57: [3,1] beats [2,2]
+  EXPECT_EQ(balanced_pipeline_split(config, 64, 2), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(balanced_pipeline_split(config, 64, 4), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(balanced_pipeline_split(config, 64, 1), (std::vector<int64_t>{4}));
+  config.vocab_size = 16;  // a negligible head: the even split
+  EXPECT_EQ(balanced_pipeline_split(config, 64, 2), (std::vector<int64_t>{2, 2}));
+  config.n_layer = 12;
+  config.vocab_size = 50257;  // GPT-2's head is worth ~4.5 of these blocks
+  const std::vector<int64_t> gpt2 = balanced_pipeline_split(config, 64, 4);
+  EXPECT_EQ(std::accumulate(gpt2.begin(), gpt2.end(), int64_t{0}), 12);
+  EXPECT_LT(gpt2.back(), gpt2.front());
+  EXPECT_THROW(balanced_pipeline_split(config, 64, 13), Error);
 }
 
 }  // namespace
