@@ -26,7 +26,6 @@ struct LossSum {
 struct StageSpan {
   int64_t first_layer = 0, end_layer = -1;  // -1: up to n_layer
   bool embedding = true, head = true;
-  static StageSpan whole(int64_t n_layer) { return {0, n_layer, true, true}; }
 };
 
 // The parameter specs a span uses, in spec order: wte and wpe with the embedding, the span's blocks,
@@ -45,8 +44,9 @@ class Gpt {
   const StageSpan& span() const { return span_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }  // of the span
 
-  // Pipelined use: every micro-batch in flight holds its own activations ("slot"), from claim_slot
-  // to release_slot; backward scratch is shared. forward/backward below use slot 0 only.
+  // Several micro-batches in flight (a pipeline schedule, say): each holds its own activations (a
+  // "slot") from claim_slot to release_slot; backward scratch is shared, one backward at a time.
+  // forward/backward below use slot 0 only.
   int claim_slot(int64_t batch, int64_t seq_len);
   void release_slot(int slot);
   Tensor input(int slot) const;   // [R,C] residual stream entering the span (write it when !embedding)
