@@ -168,10 +168,12 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
     Chunk& c = chunk(index);
     const int slot = slot_of(mb, index);
     if (output_grad) backend_.copy(*output_grad, c.model->output_grad());
-    // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one.
+    // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one. The last
+    // one's reductions are waited for after the schedule, so they overlap the rest of the pipeline
+    // (other chunks' backwards, sends) instead of delaying the gradient the previous stage waits for.
     c.engine->begin_backward(mb == micro - 1);
     c.model->backward_slot(*c.engine, slot, grad_scale);
-    c.engine->finish_backward();
+    if (mb < micro - 1) c.engine->finish_backward();
     c.model->release_slot(slot);
     slots.erase({mb, index});
   };
@@ -186,6 +188,7 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
   }
 
   if (backward) {
+    for (Chunk& c : chunks_) c.engine->finish_backward();
     // Tied embeddings: sum the first stage's and the last stage's wte gradients, then reduce over DP.
     for (Chunk& c : chunks_) {
       if (!c.tied_primary && !c.tied_copy) continue;
