@@ -15,6 +15,7 @@
 #include "comm/mpi_communicator.h"
 #include "data/token_dataset.h"
 #include "parallel/launch.h"
+#include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_split.h"
 #include "parallel/process_grid.h"
@@ -68,7 +69,7 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
     check((config.train.batch_size / shape.dp) % micro == 0, "train.batch_size ", config.train.batch_size, " over dp=",
           shape.dp, " gives ", config.train.batch_size / shape.dp, " sequences per rank, which do not split into ",
           micro, " micro-batches (--microbatches)");
-    make_schedule(parse_schedule_kind(o.schedule), shape.pp, static_cast<int>(micro), o.virtual_stages);
+    check_message_tags(make_schedule(parse_schedule_kind(o.schedule), shape.pp, static_cast<int>(micro), o.virtual_stages));
     tp::validate_tensor_parallel(config.model, shape.tp);  // heads / d_ff divisible, tp <= heads
     check(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", o.zero, ")");
     check(o.bucket_mb > 0, "--bucket-mb must be positive (got ", o.bucket_mb, ")");

@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -58,7 +59,15 @@ class MpiRequest final : public CommRequest {
  public:
   MpiRequest(std::string what, CommCall call) : what_(std::move(what)), call_(std::move(call)) {}
   ~MpiRequest() override {
-    if (!done_ && request_ != MPI_REQUEST_NULL && MpiRuntime::initialized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (done_ || request_ == MPI_REQUEST_NULL || !MpiRuntime::initialized()) return;
+    if (std::uncaught_exceptions() > 0) {
+      // Unwinding from an error: the peer this operation waits for may itself wait for us, so a
+      // wait here could hang the job before the error is reported and the ranks aborted. Leave the
+      // operation to MPI and keep its buffers alive (a deliberate leak: the process is failing).
+      new CommCall(std::move(call_));
+      return;
+    }
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
 
   void wait() override {

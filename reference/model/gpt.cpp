@@ -217,6 +217,7 @@ void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_sc
 
 LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ensure_activations(B, T);
+  check(!slot_used_[0], "forward(): activation slot 0 holds a micro-batch in flight (use forward_slot)");
   return forward_slot(p, 0, tokens, targets);
 }
 

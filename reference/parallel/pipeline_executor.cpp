@@ -13,11 +13,9 @@ namespace {
 
 // Tag of the message leaving `sender_chunk` for micro-batch mb: activations and gradients of every
 // (micro-batch, chunk) pair are distinct, so a receive can only match the message it expects.
+// check_message_tags has checked that they all fit.
 int message_tag(const PipelineSchedule& s, int microbatch, int sender_chunk, bool gradient) {
-  const int64_t tag = (static_cast<int64_t>(microbatch) * s.stages * s.virtual_stages + sender_chunk) * 2 + (gradient ? 1 : 0);
-  check(tag < 32768, "pipeline: ", s.microbatches, " micro-batches x ", s.stages * s.virtual_stages,
-        " chunks exceed the 32768 message tags MPI guarantees");
-  return static_cast<int>(tag);
+  return (microbatch * s.stages * s.virtual_stages + sender_chunk) * 2 + (gradient ? 1 : 0);
 }
 
 const char* action_code(ActionKind kind) {
@@ -38,12 +36,38 @@ bool is_gradient_action(ActionKind k) {
 
 }  // namespace
 
+void check_message_tags(const PipelineSchedule& s) {
+  const int64_t tags = static_cast<int64_t>(s.microbatches) * s.stages * s.virtual_stages * 2;
+  check(tags <= 32768, "pipeline: ", s.microbatches, " micro-batches x ", s.stages * s.virtual_stages,
+        " chunks need ", tags, " message tags, more than the 32768 every MPI guarantees (use fewer micro-batches)");
+}
+
+// The executor hands a send the stage's buffer as it is when the send action runs, and stages reuse
+// their buffers (the backward scratch holds d input until the next backward): so a send must
+// directly follow the compute that produced its tensor. make_schedule's schedules do.
+void check_executable(const PipelineSchedule& s) {
+  check_message_tags(s);
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const auto& actions = s.ranks[r];
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const ActionKind k = actions[i].kind;
+      if (k != ActionKind::SendActivation && k != ActionKind::SendGradient) continue;
+      const ActionKind producer = k == ActionKind::SendActivation ? ActionKind::Forward : ActionKind::Backward;
+      check(i > 0 && actions[i - 1].kind == producer && actions[i - 1].microbatch == actions[i].microbatch &&
+                actions[i - 1].chunk == actions[i].chunk,
+            "pipeline schedule: rank ", r, "'s ", describe(actions[i]), " does not directly follow the compute that ",
+            "produces its tensor");
+    }
+  }
+}
+
 std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,
                                        const PipelineWork& work, bool forward_only) {
   // Neighbouring chunks on one rank (p = 1 with v > 1) would hand over without messages: not supported.
   check(schedule.stages > 1 || schedule.virtual_stages == 1, "pipeline: virtual stages need more than one stage");
   check(pp.size() == schedule.stages, "pipeline schedule for ", schedule.stages, " stages run on ", pp.name(),
         " of ", pp.size(), " ranks");
+  check_executable(schedule);
   const int chunks = schedule.stages * schedule.virtual_stages;
   const auto& actions = schedule.ranks[static_cast<std::size_t>(pp.rank())];
   std::map<std::pair<int, int>, Tensor> activations, gradients;  // received, by (micro-batch, chunk)
@@ -106,9 +130,9 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
         break;
       }
     }
-    // Sends complete while this rank computes only if MPI gets a chance to progress them.
-    for (auto& s : sends)
-      if (s.request) s.request->test();
+    // Sends complete while this rank computes only if MPI gets a chance to progress them; the
+    // finished ones free their copies (1F1B's memory bound holds for the messages too).
+    sends.erase(std::remove_if(sends.begin(), sends.end(), [](Sending& s) { return s.request->test(); }), sends.end());
     timing.end = now();
     timings.push_back(timing);
   }

@@ -38,6 +38,13 @@ struct ActionTiming {
   double start = 0, end = 0;  // seconds since run_pipeline began (all ranks start after a barrier)
 };
 
+// Throws unless every message of the schedule gets a distinct tag below MPI's guaranteed 32768
+// (m * chunks * 2 of them): checked by the trainer before any communication, and by run_pipeline.
+void check_message_tags(const PipelineSchedule& schedule);
+// check_message_tags, and every send directly follows the compute that produced its tensor (the
+// executor sends the stage's buffer as it is then; stages reuse their buffers). run_pipeline checks.
+void check_executable(const PipelineSchedule& schedule);
+
 // Executes schedule.ranks[pp.rank()]. forward_only (evaluation): only forwards and activation
 // messages. Returns the timing of every action, in order.
 std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,

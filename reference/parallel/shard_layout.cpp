@@ -7,7 +7,7 @@
 namespace tripod {
 
 ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp,
-                         int64_t bucket_elements, bool one_group_per_bucket)
+                         int64_t bucket_elements, bool one_group_per_bucket, const std::vector<int>& own_bucket_groups)
     : dp_(dp) {
   check(dp >= 1, "data-parallel size must be >= 1 (got ", dp, ")");
   check(bucket_elements >= 1, "gradient bucket size must be positive (got ", bucket_elements, " elements)");
@@ -26,9 +26,14 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
   bucket_of_group_.assign(static_cast<std::size_t>(n_groups), -1);
   // A pipeline stage holds only some groups (its blocks; the embeddings and head on the first and
   // last stage): the others get no bucket (bucket_of_group is -1).
+  auto alone = [&](int g) {
+    return std::find(own_bucket_groups.begin(), own_bucket_groups.end(), g) != own_bucket_groups.end();
+  };
   for (int g = n_groups - 1; g >= 0; --g) {
     if (!present[static_cast<std::size_t>(g)]) continue;
-    if (buckets_.empty() || one_group_per_bucket || buckets_.back().used >= bucket_elements) buckets_.emplace_back();
+    if (buckets_.empty() || one_group_per_bucket || buckets_.back().used >= bucket_elements || alone(g) ||
+        alone(buckets_.back().groups.back()))
+      buckets_.emplace_back();
     buckets_.back().groups.push_back(g);
     buckets_.back().used += group_elements[static_cast<std::size_t>(g)];
     bucket_of_group_[static_cast<std::size_t>(g)] = static_cast<int>(buckets_.size()) - 1;

@@ -31,8 +31,10 @@ class ShardLayout {
  public:
   static constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
 
+  // own_bucket_groups: groups that share their bucket with no other (a pipeline's tied embedding,
+  // whose reduction waits for the other stage).
   ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp, int64_t bucket_elements,
-              bool one_group_per_bucket);
+              bool one_group_per_bucket, const std::vector<int>& own_bucket_groups = {});
 
   int dp() const { return dp_; }
   const std::vector<int64_t>& offsets() const { return offsets_; }  // per tensor, in the padded buffer

@@ -12,7 +12,7 @@ struct ZeroEngine::Pending {
 
 ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
                        Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
-                       const TensorParallelShards* tp)
+                       const TensorParallelShards* tp, const std::vector<int>& deferred_groups)
     : specs_(specs),
       groups_(gpt_param_groups(specs, n_layer)),
       stage_(stage),
@@ -22,7 +22,7 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
       adamw_(adamw),
       // Every stage uses the same buckets, so stages 1-3 shard identically (and agree bit for bit).
       layout_(specs, groups_, dp.size(), std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(dtype_size(dtype))),
-              /*one_group_per_bucket=*/false) {
+              /*one_group_per_bucket=*/false, deferred_groups) {
   check(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3 (got ", stage, ")");
   if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
   check(bucket_bytes > 0, "the gradient bucket size must be positive (got ", bucket_bytes, " bytes)");
@@ -43,10 +43,7 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
   param_users_.assign(n_buckets, 0);
   groups_ready_.assign(n_buckets, 0);
   deferred_.assign(n_buckets, false);
-}
-
-void ZeroEngine::defer_reduction_of_group(int group) {
-  deferred_[static_cast<std::size_t>(layout_.bucket_of_group(group))] = true;
+  for (int group : deferred_groups) deferred_[static_cast<std::size_t>(layout_.bucket_of_group(group))] = true;
 }
 
 void ZeroEngine::reduce_deferred() {

@@ -47,9 +47,11 @@ struct TensorParallelShards {
 
 class ZeroEngine final : public ParamAccess {
  public:
+  // deferred_groups: see reduce_deferred; each gets a bucket of its own, so nothing else
+  // waits with it.
   ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
              Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
-             const TensorParallelShards* tp = nullptr);
+             const TensorParallelShards* tp = nullptr, const std::vector<int>& deferred_groups = {});
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -65,10 +67,9 @@ class ZeroEngine final : public ParamAccess {
   // Sum of squares of the reduced gradients over this engine's tensors, summed over DP (and TP);
   // tensors named in `excluded` are left out (a pipeline's second copy of a tied embedding).
   double grad_sum_squares(const std::set<std::string>& excluded = {});
-  // Pipeline parallelism with tied embeddings: the bucket holding `group` is not reduced during
-  // backward; the caller first sums the tied copies' gradients across stages (through grad()),
-  // then reduce_deferred() launches and waits for those buckets' reductions.
-  void defer_reduction_of_group(int group);
+  // Pipeline parallelism with tied embeddings: the buckets of the deferred groups (given at
+  // construction) are not reduced during backward; the caller first sums the tied copies'
+  // gradients across stages (through grad()), then reduce_deferred() launches and waits for them.
   void reduce_deferred();
   // Sequence parallelism: sums over the TP group the gradients each TP rank holds only partially
   // (tp_grad_needs_allreduce), after the DP reduction - the layouts are equal on every TP rank.

@@ -23,7 +23,9 @@ PipelineSchedule make_checked_schedule(const RunConfig& config, const DataParall
   check(v == 1 || p > 1, "virtual stages (", v, ") need pipeline parallelism (pp > 1)");
   const int64_t m = config.train.micro_batches;
   check(m >= 1 && m <= 1 << 20, "train.micro_batches must be >= 1 (got ", m, ")");
-  return make_schedule(s.pipeline.schedule, p, static_cast<int>(m), v);
+  PipelineSchedule schedule = make_schedule(s.pipeline.schedule, p, static_cast<int>(m), v);
+  check_message_tags(schedule);
+  return schedule;
 }
 
 // This TP rank's shards of a chunk's tensors as parameter specs (local shapes, same names, init
@@ -79,18 +81,17 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
     const StageSpan span = split_.span(index);
     c.model = std::make_unique<Gpt>(config_.model, backend_, config_.train.dtype, tp_layers_.get(), span);
     c.tp_shards = chunk_tp_shards(config_, settings, c.model->specs());
-    c.engine = std::make_unique<ZeroEngine>(local_specs(c.model->specs(), *c.tp_shards), config_.model.n_layer,
-                                            settings.zero_stage, settings.bucket_bytes, dp_, backend_,
-                                            config_.train.dtype, config_.adamw, c.tp_shards.get());
-    c.engine->skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
     c.tied_primary = pipelined && tied && span.embedding;
     c.tied_copy = pipelined && tied && span.head && !span.embedding;
     // The two copies of a tied wte are summed across stages before their DP reduction.
-    if (c.tied_primary || c.tied_copy) {
-      check(embedding_ != nullptr && embedding_->size() == 2, "pipeline stage ", pp_->rank(),
-            " holds a tied wte but has no embedding group of the first and last stage (ProcessGrid::embedding)");
-      c.engine->defer_reduction_of_group(embedding_group());
-    }
+    const bool defer = c.tied_primary || c.tied_copy;
+    check(!defer || (embedding_ != nullptr && embedding_->size() == 2), "pipeline stage ", pp_->rank(),
+          " holds a tied wte but has no embedding group of the first and last stage (ProcessGrid::embedding)");
+    c.engine = std::make_unique<ZeroEngine>(local_specs(c.model->specs(), *c.tp_shards), config_.model.n_layer,
+                                            settings.zero_stage, settings.bucket_bytes, dp_, backend_,
+                                            config_.train.dtype, config_.adamw, c.tp_shards.get(),
+                                            defer ? std::vector<int>{embedding_group()} : std::vector<int>{});
+    c.engine->skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
     chunks_.push_back(std::move(c));
   }
 }
@@ -118,7 +119,19 @@ int DistributedTrainer::max_microbatches_in_flight() const {
 }
 
 void DistributedTrainer::reserve_activations() {
-  for (Chunk& c : chunks_) c.model->reserve(local_batch() / config_.train.micro_batches, config_.train.seq_len);
+  // As many activation slots per chunk as the schedule keeps its micro-batches in flight, so the
+  // memory printed at start-up is the step's peak (1F1B: up to p - rank; AFAB: m).
+  std::map<int, int> in_flight, most;
+  for (const PipelineAction& a : schedule_.ranks[static_cast<std::size_t>(pp_->rank())]) {
+    if (a.kind == ActionKind::Forward) most[a.chunk] = std::max(most[a.chunk], ++in_flight[a.chunk]);
+    if (a.kind == ActionKind::Backward) --in_flight[a.chunk];
+  }
+  for (Chunk& c : chunks_) {
+    std::vector<int> claimed;
+    for (int i = 0; i < most[c.index]; ++i)
+      claimed.push_back(c.model->claim_slot(local_batch() / config_.train.micro_batches, config_.train.seq_len));
+    for (int slot : claimed) c.model->release_slot(slot);
+  }
 }
 
 void DistributedTrainer::initialise() {
@@ -168,12 +181,13 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
     Chunk& c = chunk(index);
     const int slot = slot_of(mb, index);
     if (output_grad) backend_.copy(*output_grad, c.model->output_grad());
-    // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one. The last
-    // one's reductions are waited for after the schedule, so they overlap the rest of the pipeline
-    // (other chunks' backwards, sends) instead of delaying the gradient the previous stage waits for.
+    // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one, 2/3 after
+    // each. A backward's reductions are waited for only when the chunk's next backward begins (or
+    // after the schedule), so they overlap the rest of the pipeline instead of delaying the
+    // gradient the previous stage waits for.
+    c.engine->finish_backward();
     c.engine->begin_backward(mb == micro - 1);
     c.model->backward_slot(*c.engine, slot, grad_scale);
-    if (mb < micro - 1) c.engine->finish_backward();
     c.model->release_slot(slot);
     slots.erase({mb, index});
   };

@@ -127,7 +127,12 @@ TEST(PipelineTraining, MicroBatchesInFlightFollowTheSchedule) {
     DistributedTrainer trainer(parse_run_config(j), *backend, grid.dp(),
                                {0, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), kind, 1, {}}});
     trainer.initialise();
+    trainer.reserve_activations();  // as many slots as the step will hold: start-up memory is the peak
+    const int reserved = trainer.max_microbatches_in_flight();
+    const std::size_t reserved_bytes = trainer.memory().activations;
     trainer.train_step(conform::conformance_batch(base, 0));
+    EXPECT_EQ(trainer.max_microbatches_in_flight(), reserved);
+    EXPECT_EQ(trainer.memory().activations, reserved_bytes);
     const ScheduleStats stats = validate_schedule(trainer.schedule());
     const int r = grid.pp_rank();
     EXPECT_EQ(trainer.max_microbatches_in_flight(), stats.max_in_flight[static_cast<std::size_t>(r)]);

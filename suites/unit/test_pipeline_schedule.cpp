@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace tripod {
@@ -64,6 +65,21 @@ TEST(PipelineSchedule, ImpossibleSettingsAreRefused) {
   EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 2, 4, 2), Error);     // v > 1 needs interleaving
   EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 0, 4), Error);
   EXPECT_THROW(parse_schedule_kind("zero-bubble"), Error);
+}
+
+TEST(PipelineSchedule, TheExecutorRefusesWhatItCannotRun) {
+  for (ScheduleKind kind : {ScheduleKind::AllForwardAllBackward, ScheduleKind::OneFOneB})
+    EXPECT_NO_THROW(check_executable(make_schedule(kind, 4, 8)));
+  EXPECT_NO_THROW(check_executable(make_schedule(ScheduleKind::Interleaved, 4, 8, 2)));
+  // 4096 micro-batches x 8 stages x 2 directions need 65536 distinct tags; MPI guarantees 32768
+  EXPECT_THROW(check_executable(make_schedule(ScheduleKind::OneFOneB, 8, 4096)), Error);
+  EXPECT_NO_THROW(check_executable(make_schedule(ScheduleKind::OneFOneB, 8, 2048)));
+  // a send moved away from the compute that produced its tensor would send a reused buffer
+  PipelineSchedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  auto& rank0 = s.ranks[0];
+  ASSERT_EQ(rank0[1].kind, ActionKind::SendActivation);
+  std::swap(rank0[1], rank0[2]);  // F0 F1 send(0) ...
+  EXPECT_THROW(check_executable(s), Error);
 }
 
 TEST(PipelineSchedule, ADeadlockIsFound) {

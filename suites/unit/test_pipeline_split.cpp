@@ -70,6 +70,24 @@ TEST(PipelineSplit, SpansPartitionTheParametersWithOneTiedCopy) {
   }
 }
 
+TEST(PipelineSplit, ATiedEmbeddingGroupGetsABucketOfItsOwn) {
+  nlohmann::json j = default_config_json();
+  j["model"] = {{"n_layer", 4}, {"n_head", 2}, {"d_model", 16}, {"d_ff", 32}, {"vocab_size", 50},
+                {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}};
+  const ModelConfig config = parse_run_config(j).model;
+  const PipelineSplit split(4, 2, 1);
+  for (int c : {0, 1}) {  // the first stage (wte, wpe, 2 blocks) and the last (wte copy, 2 blocks, head)
+    const std::vector<ParamSpec> specs = span_param_specs(config, split.span(c));
+    const std::vector<int> groups = gpt_param_groups(specs, config.n_layer);
+    const ShardLayout merged(specs, groups, 2, 1 << 20, false);  // one bucket would hold everything
+    EXPECT_EQ(merged.buckets().size(), 1u);
+    const ShardLayout alone(specs, groups, 2, 1 << 20, false, {embedding_group()});
+    ASSERT_EQ(alone.buckets().size(), 2u);
+    EXPECT_EQ(alone.buckets()[static_cast<std::size_t>(alone.bucket_of_group(embedding_group()))].groups,
+              std::vector<int>{embedding_group()});
+  }
+}
+
 TEST(PipelineSplit, BalancedSplitCountsTheHead) {
   nlohmann::json j = default_config_json();
   j["model"] = {{"n_layer", 4}, {"n_head", 4}, {"d_model", 128}, {"d_ff", 512}, {"vocab_size", 2048},
