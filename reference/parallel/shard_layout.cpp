@@ -7,7 +7,8 @@
 namespace tripod {
 
 ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp,
-                         int64_t bucket_elements, bool one_group_per_bucket, const std::vector<int>& own_bucket_groups)
+                         int64_t bucket_elements, bool one_group_per_bucket, const std::vector<int>& own_bucket_groups,
+                         int64_t own_bucket_min_elements)
     : dp_(dp) {
   check(dp >= 1, "data-parallel size must be >= 1 (got ", dp, ")");
   check(bucket_elements >= 1, "gradient bucket size must be positive (got ", bucket_elements, " elements)");
@@ -47,7 +48,8 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
     // aligned in any buffer: kernels then see the same alignment whether a tensor lives in the full
     // buffer or in a gathered copy (vectorised loops peel by alignment), keeping stages bit-identical.
     const int64_t quantum = static_cast<int64_t>(dp) * kAlignElements;
-    b->size = (b->used + quantum - 1) / quantum * quantum;
+    const int64_t least = alone(b->groups.front()) ? std::max(b->used, own_bucket_min_elements) : b->used;
+    b->size = (least + quantum - 1) / quantum * quantum;
     int64_t inside = cursor;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       if (std::find(b->groups.begin(), b->groups.end(), groups[i]) == b->groups.end()) continue;

@@ -32,9 +32,11 @@ class ShardLayout {
   static constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
 
   // own_bucket_groups: groups that share their bucket with no other (a pipeline's tied embedding,
-  // whose reduction waits for the other stage).
+  // whose reduction waits for the other stage), each bucket padded to at least
+  // own_bucket_min_elements (so two stages' buckets of one tied tensor can be made the same size).
   ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp, int64_t bucket_elements,
-              bool one_group_per_bucket, const std::vector<int>& own_bucket_groups = {});
+              bool one_group_per_bucket, const std::vector<int>& own_bucket_groups = {},
+              int64_t own_bucket_min_elements = 0);
 
   int dp() const { return dp_; }
   const std::vector<int64_t>& offsets() const { return offsets_; }  // per tensor, in the padded buffer

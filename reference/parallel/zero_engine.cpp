@@ -12,7 +12,8 @@ struct ZeroEngine::Pending {
 
 ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
                        Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
-                       const TensorParallelShards* tp, const std::vector<int>& deferred_groups)
+                       const TensorParallelShards* tp, const std::vector<int>& deferred_groups,
+                       int64_t deferred_bucket_min_elements)
     : specs_(specs),
       groups_(gpt_param_groups(specs, n_layer)),
       stage_(stage),
@@ -22,7 +23,7 @@ ZeroEngine::ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int
       adamw_(adamw),
       // Every stage uses the same buckets, so stages 1-3 shard identically (and agree bit for bit).
       layout_(specs, groups_, dp.size(), std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(dtype_size(dtype))),
-              /*one_group_per_bucket=*/false, deferred_groups) {
+              /*one_group_per_bucket=*/false, deferred_groups, deferred_bucket_min_elements) {
   check(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3 (got ", stage, ")");
   if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
   check(bucket_bytes > 0, "the gradient bucket size must be positive (got ", bucket_bytes, " bytes)");

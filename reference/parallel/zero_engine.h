@@ -47,11 +47,12 @@ struct TensorParallelShards {
 
 class ZeroEngine final : public ParamAccess {
  public:
-  // deferred_groups: see reduce_deferred; each gets a bucket of its own, so nothing else
-  // waits with it.
+  // deferred_groups: see reduce_deferred; each gets a bucket of its own, so nothing else waits
+  // with it, of at least deferred_bucket_min_elements (ShardLayout's own_bucket_min_elements).
   ZeroEngine(const std::vector<ParamSpec>& specs, int64_t n_layer, int stage, int64_t bucket_bytes,
              Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
-             const TensorParallelShards* tp = nullptr, const std::vector<int>& deferred_groups = {});
+             const TensorParallelShards* tp = nullptr, const std::vector<int>& deferred_groups = {},
+             int64_t deferred_bucket_min_elements = 0);
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }

@@ -75,6 +75,15 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
   check((B / n) % micro == 0, "the per-rank batch of ", B / n, " sequences (train.batch_size / dp) does not split into ",
         micro, " micro-batches (train.micro_batches)");
   const bool pipelined = pp_->size() > 1, tied = config_.model.tie_embeddings;
+  // The tied wte's bucket is made the same size on both stages (the first stage's holds wpe too),
+  // so the two stages reduce it over DP with the same calls on the same data: equal bits, not
+  // merely equal values, whatever the DP size.
+  int64_t embedding_bucket = 0;
+  if (pipelined && tied) {
+    const std::vector<ParamSpec> first = span_param_specs(config_.model, split_.span(0));
+    for (const ParamSpec& spec : local_specs(first, *chunk_tp_shards(config_, settings, first)))
+      if (spec.name == "wte.weight" || spec.name == "wpe.weight") embedding_bucket += shape_numel(spec.shape);
+  }
   for (int index : split_.chunks_of_rank(pp_->rank())) {
     Chunk c;
     c.index = index;
@@ -90,7 +99,8 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
     c.engine = std::make_unique<ZeroEngine>(local_specs(c.model->specs(), *c.tp_shards), config_.model.n_layer,
                                             settings.zero_stage, settings.bucket_bytes, dp_, backend_,
                                             config_.train.dtype, config_.adamw, c.tp_shards.get(),
-                                            defer ? std::vector<int>{embedding_group()} : std::vector<int>{});
+                                            defer ? std::vector<int>{embedding_group()} : std::vector<int>{},
+                                            embedding_bucket);
     c.engine->skip_reduction_of_bucket(settings.skip_reduction_of_bucket);
     chunks_.push_back(std::move(c));
   }

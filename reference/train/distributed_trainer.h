@@ -10,9 +10,10 @@
 // rank owns.
 //
 // Tied embeddings under pipelining: the first stage holds wte for the embedding, the last stage a
-// copy for the LM head. Their gradient buckets are held back during backward; after the flush the
-// two local gradients are summed over the embedding group, then reduced over DP as usual, so both
-// copies take the same update (one logical weight). The norm counts the first stage's copy only.
+// copy for the LM head. Their gradient buckets (of equal size on both stages) are held back during
+// backward; after the flush the two local gradients are summed over the embedding group, then
+// reduced over DP as usual, so both copies take the same update, bit for bit (one logical weight).
+// The norm counts the first stage's copy only.
 #pragma once
 #include <memory>
 

@@ -80,8 +80,8 @@ TEST(PipelineTraining, ClippedFp64PipelinesMatchSingleDevice) {
 }
 
 // Both stages' copies of the tied wte take the same update: after training they are equal (pp=2
-// with dp = world / 2: 2 at 4 ranks, 4 at 8 - beyond 2 this relies on Open MPI reducing equal
-// inputs in equal order within buckets of different sizes, which it does here but does not promise).
+// with dp = world / 2: 2 at 4 ranks, 4 at 8, where a sum of more than two could round differently
+// if the two stages' buckets were reduced differently - they are the same size, wte first).
 TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
   auto world = mpi_world();
   if (world->size() % 4 != 0) GTEST_SKIP() << "needs pp=2 x dp=2";

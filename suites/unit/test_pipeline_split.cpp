@@ -85,6 +85,14 @@ TEST(PipelineSplit, ATiedEmbeddingGroupGetsABucketOfItsOwn) {
     ASSERT_EQ(alone.buckets().size(), 2u);
     EXPECT_EQ(alone.buckets()[static_cast<std::size_t>(alone.bucket_of_group(embedding_group()))].groups,
               std::vector<int>{embedding_group()});
+    // Padded to the first stage's wte + wpe, the two stages' embedding buckets are the same size,
+    // with wte first: their DP reductions are the same calls on the same data.
+    const int64_t first_stage = 50 * 16 + 64 * 16;
+    const ShardLayout padded(specs, groups, 4, 1 << 20, false, {embedding_group()}, first_stage);
+    const Bucket& b = padded.buckets()[static_cast<std::size_t>(padded.bucket_of_group(embedding_group()))];
+    EXPECT_EQ(b.size, (first_stage + 63) / 64 * 64);
+    EXPECT_EQ(b.used, c == 0 ? first_stage : 50 * 16);
+    EXPECT_EQ(padded.offsets()[0], b.start);  // wte leads its bucket on both stages
   }
 }
 
