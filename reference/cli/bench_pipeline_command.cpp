@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -24,7 +23,8 @@ namespace tripod::cli {
 namespace {
 
 struct PipelineBenchOptions {
-  std::string microbatches = "4,8", json_out, trace_out;
+  std::vector<int> microbatches = {4, 8};
+  std::string json_out, trace_out;
   double forward_ms = 10;
   int repeats = 3;
 };
@@ -35,12 +35,6 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
   const int p = world->size();
   const bool root = world->rank() == 0;
   check(o.forward_ms > 0 && o.repeats >= 1, "--forward-ms must be positive and --repeats at least 1");
-  std::vector<int> micros;
-  {
-    std::istringstream in(o.microbatches);
-    std::string item;
-    while (std::getline(in, item, ',')) micros.push_back(std::stoi(item));
-  }
   auto backend = make_cpu_backend();
   PipelineWork work;
   double unit_ms = o.forward_ms;
@@ -59,8 +53,8 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
     std::printf("%-12s %4s %4s %4s %10s %10s %8s %10s  %s\n", "schedule", "p", "m", "v", "theory", "measured", "ratio",
                 "step ms", "within 20%");
   }
-  std::string trace;
-  for (int m : micros)
+  nlohmann::json trace;
+  for (int m : o.microbatches)
     for (ScheduleKind kind : {ScheduleKind::AllForwardAllBackward, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
       const int v = kind == ScheduleKind::Interleaved ? 2 : 1;
       if (kind == ScheduleKind::Interleaved && (p == 1 || m % p != 0)) continue;
@@ -102,7 +96,7 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
   if (!o.trace_out.empty()) {
     std::ofstream out(o.trace_out);
     check(out.good(), "cannot write ", o.trace_out);
-    out << trace << "\n";
+    out << trace.dump(1) << "\n";
   }
 }
 
@@ -111,7 +105,9 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
 void add_bench_pipeline_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("pipeline", "measured vs theoretical pipeline bubble on a synthetic workload (mpirun)");
   auto o = std::make_shared<PipelineBenchOptions>();
-  cmd->add_option("--microbatches", o->microbatches, "comma-separated micro-batch counts")->capture_default_str();
+  cmd->add_option("--microbatches", o->microbatches, "comma-separated micro-batch counts")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--forward-ms", o->forward_ms, "forward time per stage (backward: twice)")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "runs per schedule; the median is reported")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the results as JSON here");

@@ -44,7 +44,7 @@ void run_schedule(const ScheduleOptions& o) {
       ranks[r].push_back({s.ranks[r][i], stats.action_times[r][i].first, stats.action_times[r][i].second});
   std::ofstream out(o.json_out);
   check(out.good(), "cannot write ", o.json_out);
-  nlohmann::json timeline = nlohmann::json::parse(timeline_json(s, ranks));
+  nlohmann::json timeline = timeline_json(s, ranks);
   timeline["time_unit"] = "stage forwards";  // simulated, not measured: read by reports/plot_pipeline.py
   out << timeline.dump(1) << "\n";
 }

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -142,7 +141,8 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
 
 std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend& backend,
                                                       const std::vector<ActionTiming>& mine) {
-  // Each rank fills its row of a zeroed [p, longest, 5] table; a sum over ranks assembles it.
+  // Each rank fills its row of a zeroed [p, longest, 6] table (present, kind, micro-batch, chunk,
+  // start, end); a sum over ranks assembles it.
   Tensor count = backend.alloc({1}, DType::F64);
   count.data<double>()[0] = static_cast<double>(mine.size());
   pp.all_reduce(count, count, ReduceOp::Max);
@@ -183,7 +183,7 @@ double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ra
   return 1.0 - busy / (static_cast<double>(ranks.size()) * (last - first));
 }
 
-std::string timeline_json(const PipelineSchedule& s, const std::vector<std::vector<ActionTiming>>& ranks) {
+nlohmann::json timeline_json(const PipelineSchedule& s, const std::vector<std::vector<ActionTiming>>& ranks) {
   nlohmann::json j;
   j["schedule"] = schedule_kind_name(s.kind);
   j["stages"] = s.stages;
@@ -199,7 +199,7 @@ std::string timeline_json(const PipelineSchedule& s, const std::vector<std::vect
                       {"chunk", t.action.chunk}, {"start", t.start}, {"end", t.end}});
     j["ranks"].push_back(list);
   }
-  return j.dump(1);
+  return j;
 }
 
 }  // namespace tripod

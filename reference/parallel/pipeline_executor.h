@@ -11,6 +11,7 @@
 // end of every action (seconds from a common start), for timelines and the measured bubble.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,6 @@ std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend&
 double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ranks);
 
 // A JSON timeline: {"schedule":..., "ranks":[[{"action":"F","microbatch":0,"chunk":0,"start":..,"end":..},...],...]}
-std::string timeline_json(const PipelineSchedule& schedule, const std::vector<std::vector<ActionTiming>>& ranks);
+nlohmann::json timeline_json(const PipelineSchedule& schedule, const std::vector<std::vector<ActionTiming>>& ranks);
 
 }  // namespace tripod

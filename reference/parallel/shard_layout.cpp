@@ -68,11 +68,8 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
 }
 
 int ShardLayout::bucket_of_group(int group) const {
-  const int b = group >= 0 && static_cast<std::size_t>(group) < bucket_of_group_.size()
-                    ? bucket_of_group_[static_cast<std::size_t>(group)]
-                    : -1;
-  check(b >= 0, "parameter group ", group, " is not held by this shard layout (another pipeline stage's)");
-  return b;
+  check(holds_group(group), "parameter group ", group, " is not held by this shard layout (another pipeline stage's)");
+  return bucket_of_group_[static_cast<std::size_t>(group)];
 }
 
 int64_t ShardLayout::slice_start(int bucket, int rank) const {

@@ -22,7 +22,7 @@ PipelineSchedule make_checked_schedule(const RunConfig& config, const DataParall
   const int p = pipeline_size(s), v = s.pipeline.virtual_stages;
   check(v == 1 || p > 1, "virtual stages (", v, ") need pipeline parallelism (pp > 1)");
   const int64_t m = config.train.micro_batches;
-  check(m >= 1 && m <= 1 << 20, "train.micro_batches must be >= 1 (got ", m, ")");
+  check(m >= 1 && m <= 1 << 20, "train.micro_batches must be in [1, 2^20] (got ", m, ")");
   PipelineSchedule schedule = make_schedule(s.pipeline.schedule, p, static_cast<int>(m), v);
   check_message_tags(schedule);
   return schedule;
@@ -109,12 +109,6 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
 DistributedTrainer::~DistributedTrainer() = default;
 
 int64_t DistributedTrainer::local_batch() const { return config_.train.batch_size / dp_.size(); }
-
-std::vector<int> DistributedTrainer::chunk_indices() const {
-  std::vector<int> out;
-  for (const Chunk& c : chunks_) out.push_back(c.index);
-  return out;
-}
 
 DistributedTrainer::Chunk& DistributedTrainer::chunk(int index) {
   for (Chunk& c : chunks_)

@@ -78,7 +78,6 @@ class DistributedTrainer final : public TrainingEngine {
   // of the last train_step on this rank.
   const PipelineSchedule& schedule() const { return schedule_; }
   const PipelineSplit& split() const { return split_; }
-  std::vector<int> chunk_indices() const;
   ZeroEngine& chunk_engine(int local) { return *chunks_[static_cast<std::size_t>(local)].engine; }
   Gpt& chunk_model(int local) { return *chunks_[static_cast<std::size_t>(local)].model; }
   const std::vector<ActionTiming>& last_timings() const { return timings_; }

@@ -16,7 +16,7 @@ void report_pipeline(DistributedTrainer& trainer, Backend& backend, bool print, 
   pp.all_reduce(table, table, ReduceOp::Sum);
   if (!print) return;
   const PipelineSchedule& s = trainer.schedule();
-  nlohmann::json j = nlohmann::json::parse(timeline_json(s, timings));
+  nlohmann::json j = timeline_json(s, timings);
   j["in_flight"] = nlohmann::json::array();
   j["activation_bytes"] = nlohmann::json::array();
   std::string in_flight, memory;
