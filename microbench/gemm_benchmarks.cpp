@@ -23,10 +23,15 @@ void run_gemm(benchmark::State& state, Backend& backend, const GemmShape& s, DTy
   Tensor c = backend.alloc({s.m, s.n}, dtype);
   backend.fill(a, 0.5);
   backend.fill(b, 0.25);
-  auto once = [&] { backend.gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a, a_cols, b, b_cols, s.beta, c, s.n); };
+  const DType accumulate = gemm_accumulate_dtype(dtype);
+  auto once = [&] {
+    backend.gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a, a_cols, b, b_cols, s.beta, c, s.n, accumulate);
+  };
   once();  // untimed warm-up: BLAS threads started, pages touched, caches primed
+  backend.synchronize();
   for (auto _ : state) {
     once();
+    backend.synchronize();  // a device's GEMM is asynchronous: each iteration ends when it is done
     benchmark::ClobberMemory();
   }
   state.counters[kFlopsCounter] = benchmark::Counter(s.flops(), benchmark::Counter::kIsIterationInvariantRate);

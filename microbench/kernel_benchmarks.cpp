@@ -36,11 +36,14 @@ void fill_pattern(Backend& backend, const Tensor& t, double amplitude) {
 using Op = std::function<void()>;
 
 // Times the op that `prepare` returns (prepare allocates and fills outside the timing).
-void time_kernel(benchmark::State& state, double bytes, double flops, const std::function<Op()>& prepare) {
+void time_kernel(benchmark::State& state, Backend& backend, double bytes, double flops,
+                 const std::function<Op()>& prepare) {
   const Op op = prepare();
   op();  // untimed warm-up: threads started, pages touched
+  backend.synchronize();
   for (auto _ : state) {
     op();
+    backend.synchronize();  // a device's kernels are asynchronous: each iteration ends when it is done
     benchmark::ClobberMemory();
   }
   state.counters[kBytesCounter] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
@@ -50,6 +53,7 @@ void time_kernel(benchmark::State& state, double bytes, double flops, const std:
 
 struct KernelRegistrar {
   const BenchSetup& setup;
+  Backend& backend;
   BenchCatalog& catalog;
   void add(const std::string& kernel, const std::string& shape, double bytes, double flops,
            std::function<Op()> prepare) {
@@ -59,8 +63,9 @@ struct KernelRegistrar {
     info.shape = shape;
     info.bytes_per_iteration = bytes;
     info.flops_per_iteration = flops;
-    register_timed(catalog, "kernel/" + kernel + "/" + shape, info, [bytes, flops, prepare](benchmark::State& state) {
-      time_kernel(state, bytes, flops, prepare);
+    Backend& be = backend;
+    register_timed(catalog, "kernel/" + kernel + "/" + shape, info, [&be, bytes, flops, prepare](benchmark::State& state) {
+      time_kernel(state, be, bytes, flops, prepare);
     })->Unit(benchmark::kMicrosecond);
   }
 };
@@ -85,7 +90,7 @@ void register_kernel_benchmarks(const BenchSetup& setup, Backend& be, BenchCatal
   const double dN = static_cast<double>(N), dC = static_cast<double>(C), dF = static_cast<double>(F);
   const double dV = static_cast<double>(Vr), dCa = static_cast<double>(Ca);
   const double dT = static_cast<double>(T), dB = static_cast<double>(B), dH = static_cast<double>(H);
-  KernelRegistrar reg{setup, catalog};
+  KernelRegistrar reg{setup, be, catalog};
 
   // LayerNorm forward [N,C]: read inp[N,C], weight[C], bias[C]; write out[N,C], mean[N], rstd[N].
   reg.add(

@@ -24,6 +24,7 @@ struct MicrobenchOptions {
   std::string json_out;                     // our summary JSON (merged into the file under the suite's key)
   std::vector<std::string> benchmark_args;  // --benchmark_* flags, passed to Google Benchmark
   std::string program;                      // how Google Benchmark's messages name us
+  std::string backend = "cpu";              // backend/backend_factory.h's names
 };
 
 // Adds the options above to a CLI11 command (which must allow extras: they become benchmark_args).

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "microbench/bench_setup.h"
 #include "microbench/derived_counters_reporter.h"
@@ -86,6 +87,8 @@ void add_microbench_options(CLI::App& command, MicrobenchOptions& o) {
   command.add_option("--seq-len", o.seq_len, "context length (default: the preset's train.seq_len)");
   command.add_option("--dtype", o.dtype, "kernels and layer GEMMs: fp32 or fp64")->capture_default_str();
   command.add_option("--stream-mib", o.stream_mib, "STREAM array size in MiB (default: from the L3 size)");
+  command.add_option("--backend", o.backend, "where tensors live and compute: " + backend_names_text())
+      ->capture_default_str();
   command.add_flag("--quick", o.quick, "fewer sizes and --benchmark_min_time=0.05 (about 20 s)");
   command.add_option("--json", o.json_out, "write the summary here (merged with other suites' summaries)");
   command.footer(
@@ -96,7 +99,7 @@ void add_microbench_options(CLI::App& command, MicrobenchOptions& o) {
 int run_microbench(Suite suite, MicrobenchOptions o) {
   const BenchSetup setup = resolve_setup(o);
   const bool gemm = suite == Suite::Gemm;
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(o.backend);
   const Peaks peaks{nominal_cpu_peak(DType::F32), nominal_cpu_peak(DType::F64)};
 
   // Google Benchmark parses its flags from an argv; --quick's minimum time comes first so that an

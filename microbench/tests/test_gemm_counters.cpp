@@ -3,6 +3,7 @@
 // summary are computed from that counter, not from a second stopwatch.
 #include <gtest/gtest.h>
 
+#include "support/test_backend.h"
 #include "microbench/bench_setup.h"
 #include "microbench/derived_counters_reporter.h"
 #include "microbench/summary.h"
@@ -24,7 +25,7 @@ class CapturingReporter final : public benchmark::BenchmarkReporter {
 const Peaks kTestPeaks{{1e11, "test fp32 peak"}, {5e10, "test fp64 peak"}};
 
 TEST(GemmCounters, RateIsFlopsOverGoogleBenchmarksRealTime) {
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   BenchCatalog catalog;
   const int64_t n = 64;
   register_square_gemm(*backend, n, DType::F32, catalog)->MinTime(0.02);

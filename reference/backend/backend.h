@@ -1,11 +1,22 @@
-// Backend: the tensor operations the model is written in, for one device. The model calls only
-// these; a backend knows nothing of the model (no layer names, no parameters) and nothing of
-// parallelism. The CPU backend (OpenBLAS + OpenMP) implements them for fp32 and fp64; a CUDA
-// backend implements the same interface with cuBLAS and kernels.
+// Backend: the tensor operations the model and the parallel layers are written in, for one device.
+// Code above this interface never touches tensor memory that is not host memory: it calls these
+// operations, moves bytes with upload/download, and reads scalars back when it needs them on the
+// host. A backend knows nothing of the model (no layer names, no parameters) and nothing of
+// parallelism: the vocabulary-sharded forms below take a window of the vocabulary, not a group.
+//
+// Backends (backend/backend_factory.h makes them by name):
+//   cpu       host memory, OpenBLAS + OpenMP, fp32/fp64 kernels, bf16 emulated bit for bit
+//   emulated  the CPU arithmetic on memory tagged as a device's: a host read outside a backend
+//             fails, so every path a GPU needs (uploads, downloads, staged collectives) is run
+//   cuda      (a later issue) cuBLASLt + kernels
+// What a new backend implements: every pure virtual below, for fp32 and fp64 (bf16 where stated),
+// with results equal to the CPU backend's up to the reduction order it documents.
 //
 // Conventions: tensors are row-major and contiguous unless a leading dimension is given.
-// "Accumulate" ops add into their output (gradients accumulate over micro-batches);
-// the others overwrite it.
+// "Accumulate" ops add into their output (gradients accumulate over micro-batches); the others
+// overwrite it. Operations may run asynchronously on a device: a host read (download) waits for
+// them, and timers call synchronize(). Scalars produced on the device (sums of squares, loss sums,
+// counts) are fp64 tensors of one element, read back only when the host needs them.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,6 +24,20 @@
 #include "core/tensor.h"
 
 namespace tripod {
+
+// The accumulation type a GEMM with A/B of `ab` uses by default: fp64 for fp64, else fp32.
+constexpr DType gemm_accumulate_dtype(DType ab) { return ab == DType::F64 ? DType::F64 : DType::F32; }
+
+// A window of the vocabulary held by a tensor's rows (an embedding table) or columns (logits):
+// row/column j holds vocabulary id start + j for j < valid; rows/columns from `valid` on are
+// padding (never selected, never in a softmax, zero gradient). The whole vocabulary is {0, V, V}.
+// Backends that can check ids against V do so (the CPU backends, naming the position); the model
+// checks every id on the host before upload, so no backend ever indexes with a bad one.
+struct VocabWindow {
+  int64_t start = 0;
+  int64_t valid = 0;
+  int64_t vocab = 0;  // V: ids must be < V (token ids >= 0; targets < 0 are ignored)
+};
 
 class Backend {
  public:
@@ -25,20 +50,35 @@ class Backend {
   virtual void fill(const Tensor& t, double value) = 0;
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;      // equal numel and dtype
   virtual void upload(const void* host, const Tensor& dst) = 0;     // host bytes -> dst
-  virtual void download(const Tensor& src, void* host) = 0;         // src -> host bytes
+  virtual void download(const Tensor& src, void* host) = 0;         // src -> host bytes (waits for it)
+  // Returns once every operation issued so far has finished.
+  virtual void synchronize() = 0;
+  // dst = src in dst's dtype, equal numel: fp32/fp64 -> bf16 round to nearest even (core/bf16.h),
+  // fp64 -> fp32 round to nearest, widening exactly; the same dtype copies.
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
 
   // ---- dense linear algebra ----
-  // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C, with op(X) = X or X^T and leading dims.
+  // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C, with op(X) = X or X^T and leading dims;
+  // products summed in `accumulate`, C rounded once to its dtype. Combinations (A and B alike):
+  //   A, B   C      accumulate
+  //   fp32   fp32   fp32
+  //   fp64   fp64   fp64
+  //   bf16   fp32   fp32
+  //   bf16   bf16   fp32
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                     const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
-                    const Tensor& c, int64_t ldc) = 0;
+                    const Tensor& c, int64_t ldc, DType accumulate) = 0;
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
   virtual void add_inplace(const Tensor& acc, const Tensor& x) = 0;           // acc += x
   virtual void scale(const Tensor& t, double factor) = 0;                    // t *= factor
-  virtual double sum_squares(const Tensor& t) = 0;  // sum of t^2, accumulated in fp64
-  virtual bool all_finite(const Tensor& t) = 0;
+  // acc[0] (fp64) += sum of t^2 accumulated in fp64, in blocks summed in a fixed order.
+  virtual void sum_squares(const Tensor& acc, const Tensor& t) = 0;
+  // acc[0] (fp64) += the number of elements of t that are infinite or NaN.
+  virtual void count_nonfinite(const Tensor& acc, const Tensor& t) = 0;
+  // out[0] (fp64) = sum over n with targets[n] >= 0 of losses[n], in fp64 and token order.
+  virtual void sum_valid_losses(const Tensor& out, const Tensor& losses, const Tensor& targets) = 0;
 
   // ---- transformer kernels ----
   // out[N,C] = wte[tokens[N], :] + wpe[n % T, :] for N = B*T tokens.
@@ -74,6 +114,33 @@ class Backend {
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       double grad_scale) = 0;
 
+  // ---- the same over a window of the vocabulary (rows of wte, columns of the logits) ----
+  // out[N,C] = wte[tokens[n] - window.start] where the window holds the token, else 0.
+  virtual void embedding_lookup_window(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                       VocabWindow window) = 0;
+  // out[R,C] += wpe[(first_token + i) % seq_len] for row i: position embeddings of a run of tokens.
+  virtual void position_add(const Tensor& out, const Tensor& wpe, int64_t first_token, int64_t seq_len) = 0;
+  // Accumulate: dwte[tokens[n] - start] += dout[n] where the window holds the token, dwpe[n % T] +=
+  // dout[n] for every n; each element sums its tokens in token order.
+  virtual void embedding_backward_window(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                         const Tensor& tokens, VocabWindow window, int64_t seq_len) = 0;
+  // row_max[N] = max of logits[n, :valid] (-inf when valid = 0); the targets are checked here,
+  // before the caller's first reduction.
+  virtual void logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& targets,
+                              VocabWindow window) = 0;
+  // sums[2,N]: sums[0,n] = sum_j<valid exp(logits[n,j] - row_max[n]);
+  //            sums[1,n] = logits[n, targets[n] - start] if the window holds the target, else 0.
+  virtual void logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                               const Tensor& targets, VocabWindow window) = 0;
+  // logsumexp[n] = row_max[n] + log(sums[0,n]); losses[n] = logsumexp[n] - sums[1,n] (0 if ignored).
+  virtual void cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
+                                       const Tensor& sums, const Tensor& targets) = 0;
+  // In place: logits[N, cols] become grad_scale * (exp(logits - logsumexp) - onehot(target in the
+  // window)); padding columns and ignored rows become 0.
+  virtual void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp,
+                                             const Tensor& targets, VocabWindow window,
+                                             double grad_scale) = 0;
+
   // ---- optimizer ----
   // Decoupled AdamW (Loshchilov & Hutter) on one tensor; `step` counts from 1 for bias correction.
   // The gradient is used as grad * grad_scale (the clipping coefficient, fused to save a pass).
@@ -81,7 +148,5 @@ class Backend {
                      double lr, double beta1, double beta2, double eps, double weight_decay,
                      int64_t step, double grad_scale) = 0;
 };
-
-std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace tripod

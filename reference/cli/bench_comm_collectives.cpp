@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace tripod::cli {
 
@@ -53,48 +54,58 @@ bool matches(T got, T want, bool approximate) {
   return std::abs(static_cast<double>(got) - static_cast<double>(want)) <= tolerance * std::abs(static_cast<double>(want));
 }
 
+// The buffers live on the bench's backend (a device, perhaps): written and read through host copies.
 template <typename T>
-void fill_typed(const Tensor& t, int rank, int64_t first_index, int seed) {
-  T* p = t.data<T>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(input_value(rank, first_index + i, seed));
+void fill_typed(Backend& backend, const Tensor& t, int rank, int64_t first_index, int seed) {
+  std::vector<T> host(static_cast<std::size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) host[static_cast<std::size_t>(i)] = static_cast<T>(input_value(rank, first_index + i, seed));
+  backend.upload(host.data(), t);
 }
 
 template <typename T>
-void fill_sentinel(const Tensor& t) {
-  std::fill_n(t.data<T>(), t.numel(), static_cast<T>(-1));
+void fill_sentinel(Backend& backend, const Tensor& t) {
+  const std::vector<T> host(static_cast<std::size_t>(t.numel()), static_cast<T>(-1));
+  backend.upload(host.data(), t);
+}
+
+template <typename T>
+std::vector<T> download(Backend& backend, const Tensor& t) {
+  std::vector<T> host(static_cast<std::size_t>(t.numel()));
+  backend.download(t, host.data());
+  return host;
 }
 
 // Counts elements of `result` that differ from expected(j), j = 0..numel-1.
 template <typename T, typename Expected>
-int64_t count_mismatches(const Tensor& result, bool approximate, Expected expected) {
-  const T* p = result.data<T>();
+int64_t count_mismatches(Backend& backend, const Tensor& result, bool approximate, Expected expected) {
+  const std::vector<T> p = download<T>(backend, result);
   int64_t wrong = 0;
-  for (int64_t j = 0; j < result.numel(); ++j) wrong += !matches<T>(p[j], expected(j), approximate);
+  for (int64_t j = 0; j < result.numel(); ++j) wrong += !matches<T>(p[static_cast<std::size_t>(j)], expected(j), approximate);
   return wrong;
 }
 
 template <typename T>
-int64_t count_wrong_typed(Collective c, const Tensor& result, const CollectiveCall& call, int rank, int n,
-                          int64_t block, int seed) {
+int64_t count_wrong_typed(Backend& backend, Collective c, const Tensor& result, const CollectiveCall& call, int rank,
+                          int n, int64_t block, int seed) {
   const bool approximate = call.op == ReduceOp::Avg && is_reduction(c);
   auto own = [&](int from, int64_t index) { return static_cast<T>(input_value(from, index, seed)); };
   switch (c) {
     case Collective::AllReduce:
     case Collective::Reduce:
-      return count_mismatches<T>(result, approximate, [&](int64_t j) { return reduced_value<T>(call.op, n, j, seed); });
+      return count_mismatches<T>(backend, result, approximate, [&](int64_t j) { return reduced_value<T>(call.op, n, j, seed); });
     case Collective::ReduceScatter:
-      return count_mismatches<T>(result, approximate,
+      return count_mismatches<T>(backend, result, approximate,
                                  [&](int64_t j) { return reduced_value<T>(call.op, n, rank * block + j, seed); });
     case Collective::AllGather:  // block s came from rank s, which indexed it from s*block
-      return count_mismatches<T>(result, false, [&](int64_t j) { return own(static_cast<int>(j / block), j); });
+      return count_mismatches<T>(backend, result, false, [&](int64_t j) { return own(static_cast<int>(j / block), j); });
     case Collective::AllToAll:  // block s came from rank s's block `rank`
-      return count_mismatches<T>(result, false, [&](int64_t j) {
+      return count_mismatches<T>(backend, result, false, [&](int64_t j) {
         return own(static_cast<int>(j / block), rank * block + j % block);
       });
     case Collective::Broadcast:
-      return count_mismatches<T>(result, false, [&](int64_t j) { return own(call.root, j); });
+      return count_mismatches<T>(backend, result, false, [&](int64_t j) { return own(call.root, j); });
     case Collective::SendRecv:
-      return count_mismatches<T>(result, false, [&](int64_t j) { return own((rank - 1 + n) % n, j); });
+      return count_mismatches<T>(backend, result, false, [&](int64_t j) { return own((rank - 1 + n) % n, j); });
   }
   return 0;
 }
@@ -112,7 +123,7 @@ auto by_dtype(DType dtype, F&& f) {
 
 CollectiveBench::CollectiveBench(Communicator& group, Backend& backend, Collective collective, DType dtype,
                                  int64_t max_bytes, bool blocking)
-    : group_(group), collective_(collective), dtype_(dtype), blocking_(blocking),
+    : group_(group), backend_(backend), collective_(collective), dtype_(dtype), blocking_(blocking),
       rank_(group.rank()), size_(group.size()) {
   const CollectiveCounts most = collective_counts(collective, max_bytes, static_cast<int>(dtype_size(dtype)), size_);
   send_buffer_ = backend.alloc({most.send}, dtype);
@@ -184,7 +195,7 @@ void CollectiveBench::run(const CollectiveCall& call) {
       auto received = g.recv_async(into, (rank_ - 1 + size_) % size_, 0);
       sent->wait();
       received->wait();
-      if (call.in_place && into.bytes() > 0) std::memcpy(recv_.raw(), into.raw(), into.bytes());
+      if (call.in_place && into.bytes() > 0) backend_.copy(into, recv_);
       break;
     }
   }
@@ -193,11 +204,11 @@ void CollectiveBench::run(const CollectiveCall& call) {
 void CollectiveBench::fill(const CollectiveCall& call, int seed) {
   by_dtype(dtype_, [&](auto zero) {
     using T = decltype(zero);
-    for (const Tensor& t : {send_, whole_, scratch_}) fill_sentinel<T>(t);
+    for (const Tensor& t : {send_, whole_, scratch_}) fill_sentinel<T>(backend_, t);
     const Tensor in = input(call);
     if (collective_ == Collective::Broadcast && rank_ != call.root) return 0;  // only the root has data
     const int64_t first = collective_ == Collective::AllGather ? rank_ * counts_.printed : 0;
-    fill_typed<T>(in, rank_, first, seed);
+    fill_typed<T>(backend_, in, rank_, first, seed);
     return 0;
   });
 }
@@ -206,7 +217,7 @@ int64_t CollectiveBench::count_wrong(const CollectiveCall& call, int seed) const
   const Tensor checked = result(call);
   if (!checked.defined()) return 0;
   return by_dtype(dtype_, [&](auto zero) {
-    return count_wrong_typed<decltype(zero)>(collective_, checked, call, rank_, size_, counts_.printed, seed);
+    return count_wrong_typed<decltype(zero)>(backend_, collective_, checked, call, rank_, size_, counts_.printed, seed);
   });
 }
 
@@ -215,7 +226,9 @@ bool CollectiveBench::corrupt_result(const CollectiveCall& call) {
   if (!checked.defined() || checked.numel() == 0) return false;
   by_dtype(dtype_, [&](auto zero) {
     using T = decltype(zero);
-    checked.data<T>()[0] += static_cast<T>(1000);
+    std::vector<T> host = download<T>(backend_, checked);
+    host[0] += static_cast<T>(1000);
+    backend_.upload(host.data(), checked);
     return 0;
   });
   return true;

@@ -59,6 +59,7 @@ class CollectiveBench {
   Tensor result(const CollectiveCall& call) const;  // what this rank checks (undefined: nothing)
 
   Communicator& group_;
+  Backend& backend_;  // where the buffers live; filled and checked through upload/download
   Collective collective_;
   DType dtype_;
   bool blocking_;

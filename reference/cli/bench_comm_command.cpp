@@ -13,7 +13,10 @@
 #include "cli/bench_comm_options.h"
 #include "cli/bench_comm_report.h"
 #include "cli/commands.h"
+#include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
 #include "parallel/launch.h"
 #include "parallel/process_grid.h"
 
@@ -59,7 +62,7 @@ BenchGroup make_group(const CommBenchPlan& plan, Communicator& world) {
 // This rank's value combined over the world as -a asks: 0 rank 0's own, 1 mean, 2 min, 3 max.
 double across_ranks(double value, int average, Communicator& world) {
   if (average == 0) return value;
-  Tensor t = make_cpu_backend()->alloc({1}, DType::F64);
+  Tensor t = host_alloc({1}, DType::F64);
   t.data<double>()[0] = value;
   world.all_reduce(t, t, average == 2 ? ReduceOp::Min : average == 3 ? ReduceOp::Max : ReduceOp::Sum);
   return average == 1 ? t.data<double>()[0] / world.size() : t.data<double>()[0];
@@ -67,7 +70,7 @@ double across_ranks(double value, int average, Communicator& world) {
 
 // Sum over the world of each entry (wrong element counts, exact in fp64 up to 2^53).
 std::pair<int64_t, int64_t> sum_over_ranks(int64_t a, int64_t b, Communicator& world) {
-  Tensor t = make_cpu_backend()->alloc({2}, DType::F64);
+  Tensor t = host_alloc({2}, DType::F64);
   t.data<double>()[0] = static_cast<double>(a);
   t.data<double>()[1] = static_cast<double>(b);
   world.all_reduce(t, t, ReduceOp::Sum);
@@ -86,8 +89,7 @@ void print_device_lines(Communicator& world, const BenchGroup& group) {
   const LaunchInfo launch = detect_launch();
   std::string line = device_line(world.rank(), group.index, launch.local_rank);
   line.resize(kLineInts * 4 - 1);
-  auto backend = make_cpu_backend();
-  Tensor mine = backend->alloc({kLineInts}, DType::I32), all = backend->alloc({kLineInts * world.size()}, DType::I32);
+  Tensor mine = host_alloc({kLineInts}, DType::I32), all = host_alloc({kLineInts * world.size()}, DType::I32);
   std::memcpy(mine.raw(), line.data(), line.size());
   world.all_gather(mine, all);
   std::string text;
@@ -138,7 +140,7 @@ void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBench
 }
 
 // Every size, type, op and root of one collective: one nccl-tests output block.
-Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const BenchGroup& group,
+Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const BenchGroup& group, Backend& backend,
                        nlohmann::json& results) {
   Communicator& comm = *group.comm;
   std::vector<std::string> notes = plan.notes;
@@ -146,10 +148,9 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
   print_on_rank0(world, header_text(plan.collective, plan.settings, notes));
   print_device_lines(world, group);
   print_on_rank0(world, column_header_text());
-  auto backend = make_cpu_backend();
   Outcome outcome;
   for (DType dtype : plan.types) {
-    CollectiveBench bench(comm, *backend, plan.collective, dtype, plan.settings.max_bytes, !plan.async);
+    CollectiveBench bench(comm, backend, plan.collective, dtype, plan.settings.max_bytes, !plan.async);
     for (ReduceOp op : plan.ops_for(dtype)) {
       for (int root : plan.roots_for(comm.size())) {
         for (int64_t size : plan.sizes) {
@@ -181,8 +182,9 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
 
 void run_bench_comm(const CommBenchOptions& options) {
   std::vector<CommBenchPlan> plans = make_plans(options);  // checked before MPI: same error on every rank
+  auto backend = make_backend(options.backend);
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto world = communicator_for(mpi_world(), *backend);  // a device's buffers are staged through the host
   const std::string where = str_cat("rank ", world->rank(), " of ", world->size(), ": ");
   BenchGroup group;
   try {  // the layout and the root depend only on the flags: every rank fails alike, and reports
@@ -198,7 +200,7 @@ void run_bench_comm(const CommBenchOptions& options) {
   int64_t failures = 0;
   try {
     for (const CommBenchPlan& plan : plans) {
-      const Outcome outcome = run_collective(plan, *world, group, results);
+      const Outcome outcome = run_collective(plan, *world, group, *backend, results);
       failures += outcome.out_of_bounds;
       summaries.push_back({{"collective", collective_name(plan.collective)}, {"out_of_bounds", outcome.out_of_bounds},
                            {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0}});

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cli/bench_comm_collectives.h"
+#include "cli/commands.h"
 
 namespace tripod::cli {
 
@@ -30,6 +31,7 @@ void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
   cmd.add_option("--group", o.group, "with a layout: benchmark every tp, dp or pp group at once")
       ->capture_default_str();
   cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
+  add_backend_option(cmd, o.backend);
   cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");
   cmd.add_flag("--inject-error", o.inject_error, "debug: corrupt one received element to prove the check fails")
       ->group("");  // hidden from --help
@@ -159,7 +161,7 @@ nlohmann::json settings_json(const CommBenchOptions& o) {
           {"stepfactor", o.step_factor}, {"iters", o.iters}, {"warmup_iters", o.warmup_iters},
           {"check", o.check_iters}, {"op", o.op}, {"datatype", o.datatype}, {"root", o.root},
           {"average", o.average}, {"tp", o.tp}, {"pp", o.pp}, {"dp", o.dp}, {"group", o.group},
-          {"async", o.async}, {"inject_error", o.inject_error}};
+          {"async", o.async}, {"inject_error", o.inject_error}, {"backend", o.backend}};
 }
 
 }  // namespace tripod::cli

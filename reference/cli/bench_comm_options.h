@@ -29,6 +29,7 @@ struct CommBenchOptions {
   std::string json_out;
   bool async = false;
   bool inject_error = false;  // debug: corrupt one received element per check on one rank
+  std::string backend = "cpu";  // where the buffers live (a device's are staged through host memory)
 };
 
 void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& options);

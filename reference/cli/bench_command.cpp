@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "data/random_batch.h"
 #include "perf/flops.h"
@@ -20,7 +21,7 @@ struct BenchTrainOptions {
   std::string config = "gpt2-124m";
   std::vector<std::string> overrides;
   int64_t batch = 4, seq_len = 64, steps = 5, gemm_size = 2048;
-  std::string json_out;
+  std::string json_out, backend = "cpu";
 };
 
 void run_bench_train(const BenchTrainOptions& o) {
@@ -30,11 +31,12 @@ void run_bench_train(const BenchTrainOptions& o) {
   overrides.push_back("train.micro_batches=1");
   RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   check(config.model.vocab_size > 0, "bench train needs model.vocab_size set (the preset has 0: use --set)");
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(o.backend);
   const FlopCount flops = count_flops(config.model, o.seq_len);
-  std::printf("tripod bench train: %s, %lld parameters, batch %lld x context %lld, %s, %d threads\n",
+  std::printf("tripod bench train: %s, %lld parameters, batch %lld x context %lld, %s, %d threads, backend %s\n",
               o.config.c_str(), static_cast<long long>(flops.n_params_total), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq_len), dtype_name(config.train.dtype).c_str(), omp_get_max_threads());
+              static_cast<long long>(o.seq_len), dtype_name(config.train.dtype).c_str(), omp_get_max_threads(),
+              backend->name().c_str());
   std::fflush(stdout);
 
   // The sgemm baseline first, so its matrices are freed before the model exists and the peak RSS
@@ -79,7 +81,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}};
+                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend}};
     std::ofstream(o.json_out) << j.dump(2) << "\n";
   }
 }
@@ -108,6 +110,7 @@ void add_bench_train_command(CLI::App& bench) {
   train->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str();
   train->add_option("--gemm-size", o->gemm_size, "size of the square sgemm baseline")->capture_default_str();
   train->add_option("--json", o->json_out, "write the results as JSON here");
+  add_backend_option(*train, o->backend);
   train->callback([o]() { run_bench_train(*o); });
 }
 

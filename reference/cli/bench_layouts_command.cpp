@@ -11,7 +11,10 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
 #include "conform/conformance.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
@@ -29,12 +32,13 @@ struct LayoutsOptions {
   std::vector<std::string> layouts;  // conform names; replaces --zero
   int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
   double peak_tflops = 0;
-  std::string json_out;
+  std::string json_out, backend = "cpu";
 };
 
 void run_layouts(const LayoutsOptions& o) {
+  auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto world = communicator_for(mpi_world(), *backend);
   const int n = world->size();
   std::vector<std::string> overrides = o.overrides;
   for (const std::string& s : {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),
@@ -43,8 +47,7 @@ void run_layouts(const LayoutsOptions& o) {
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   const FlopCount flops = count_flops(config.model, o.seq_len);
   const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
-  auto backend = make_cpu_backend();
-  Tensor measured = backend->alloc({1}, DType::F64);  // the sum of every rank's sgemm rate
+  Tensor measured = host_alloc({1}, DType::F64);  // the sum of every rank's sgemm rate
   measured.data<double>()[0] = measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops;
   world->all_reduce(measured, measured, ReduceOp::Sum);
   const double measured_flops = measured.data<double>()[0];
@@ -76,7 +79,7 @@ void run_layouts(const LayoutsOptions& o) {
     std::vector<double> seconds;
     for (int64_t s = 1; s <= o.steps; ++s) {
       const StepResult r = trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, s, "bench.layouts"));
-      Tensor t = backend->alloc({1}, DType::F64);
+      Tensor t = host_alloc({1}, DType::F64);
       t.data<double>()[0] = r.seconds;
       world->all_reduce(t, t, ReduceOp::Max);
       seconds.push_back(t.data<double>()[0]);
@@ -120,6 +123,7 @@ void add_bench_layouts_command(CLI::App& bench) {
   cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str();
   cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)");
   cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o]() { run_layouts(*o); });
 }
 

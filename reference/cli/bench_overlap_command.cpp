@@ -14,7 +14,10 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
 #include "parallel/zero_engine.h"
@@ -28,7 +31,7 @@ struct OverlapOptions {
   std::vector<std::string> overrides;
   int64_t batch = 4, seq_len = 128, vocab = 8192, repeats = 7;
   double bucket_mb = 1.0;
-  std::string json_out;
+  std::string json_out, backend = "cpu";
 };
 
 double median(std::vector<double> v) {
@@ -37,12 +40,12 @@ double median(std::vector<double> v) {
 }
 
 void run_overlap(const OverlapOptions& o) {
+  auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto world = communicator_for(mpi_world(), *backend);
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("model.vocab_size=" + std::to_string(o.vocab));
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
-  auto backend = make_cpu_backend();
   Gpt model(config.model, *backend, config.train.dtype);
   const data::Batch batch = data::random_token_batch(o.batch, o.seq_len, o.vocab, world->rank(), "bench.overlap");
   const double scale = 1.0 / static_cast<double>(o.batch * o.seq_len * world->size());
@@ -56,8 +59,9 @@ void run_overlap(const OverlapOptions& o) {
     engine.begin_backward(reduce);
     model.backward(engine, scale);
     engine.finish_backward();
+    backend->synchronize();
     const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Tensor t = backend->alloc({1}, DType::F64);
+    Tensor t = host_alloc({1}, DType::F64);
     t.data<double>()[0] = local;
     world->all_reduce(t, t, ReduceOp::Max);  // the step is as slow as its slowest rank
     return t.data<double>()[0];
@@ -111,6 +115,7 @@ void add_bench_overlap_command(CLI::App& bench) {
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed repetitions of each mode")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o]() { run_overlap(*o); });
 }
 

@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
 #include "parallel/pipeline_executor.h"
 
 namespace tripod::cli {
@@ -24,18 +26,18 @@ namespace {
 
 struct PipelineBenchOptions {
   std::vector<int> microbatches = {4, 8};
-  std::string json_out, trace_out;
+  std::string json_out, trace_out, backend = "cpu";
   double forward_ms = 10;
   int repeats = 3;
 };
 
 void run_pipeline_bench(const PipelineBenchOptions& o) {
+  auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto world = communicator_for(mpi_world(), *backend);  // the boundary buffers live on the backend
   const int p = world->size();
   const bool root = world->rank() == 0;
   check(o.forward_ms > 0 && o.repeats >= 1, "--forward-ms must be positive and --repeats at least 1");
-  auto backend = make_cpu_backend();
   PipelineWork work;
   double unit_ms = o.forward_ms;
   auto sleep_ms = [](double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };
@@ -66,7 +68,7 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
       };
       std::vector<Run> runs;
       for (int r = 0; r < o.repeats; ++r) {
-        auto timings = gather_timings(*world, *backend, run_pipeline(schedule, *world, *backend, work));
+        auto timings = gather_timings(*world, run_pipeline(schedule, *world, *backend, work));
         double span = 0;
         for (const auto& rank : timings)
           for (const auto& t : rank) span = std::max(span, t.end);
@@ -112,6 +114,7 @@ void add_bench_pipeline_command(CLI::App& bench) {
   cmd->add_option("--repeats", o->repeats, "runs per schedule; the median is reported")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the results as JSON here");
   cmd->add_option("--trace", o->trace_out, "write the 1F1B timeline (largest m) as JSON here");
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o]() { run_pipeline_bench(*o); });
 }
 

@@ -13,6 +13,10 @@ void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 void add_conform_command(CLI::App& app);  // tripod conform
 void add_schedule_command(CLI::App& app);  // tripod schedule: print and simulate a pipeline schedule
 
+// --backend NAME (default cpu), listing the backends built into this binary; the command makes
+// it with backend/backend_factory.h's make_backend.
+void add_backend_option(CLI::App& command, std::string& name);
+
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp
 void add_bench_micro_commands(CLI::App& bench);      // bench_micro_command.cpp: gemm, kernels

@@ -9,14 +9,17 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
 #include "conform/conformance.h"
 
 namespace tripod::cli {
 namespace {
 
 struct ConformOptions {
-  std::string dtype = "fp64", config, json_out, junit_out, inject_fault;
+  std::string dtype = "fp64", config, json_out, junit_out, inject_fault, backend = "cpu";
   std::vector<std::string> layouts, overrides;
   int steps = 5;
 };
@@ -25,6 +28,7 @@ struct Outcome {
   conform::Layout layout;
   conform::Errors errors;
   double seconds_per_step = 0;
+  std::string fingerprint;  // of this rank's trajectory (every rank of a layout gathers the same one)
 };
 
 std::string xml_escape(const std::string& s) {
@@ -66,12 +70,12 @@ nlohmann::json to_json(const Outcome& o, const std::string& dtype) {
           {"dtype", dtype}, {"loss_abs_error", e.loss_abs}, {"loss_rel_error", e.loss_rel},
           {"grad_norm_abs_error", e.norm_abs}, {"grad_norm_rel_error", e.norm_rel}, {"param_abs_error", e.param_abs},
           {"param_rel_error", e.param_rel}, {"worst_param", e.worst_param}, {"pass", e.pass},
-          {"failure", e.failure}, {"seconds_per_step", o.seconds_per_step}};
+          {"failure", e.failure}, {"seconds_per_step", o.seconds_per_step}, {"fingerprint", o.fingerprint}};
 }
 
 // All ranks agree on the outcome: a layout passes only if it passed on every rank.
-void agree(Communicator& world, Outcome& o, Backend& backend) {
-  Tensor t = backend.alloc({2}, DType::F64);
+void agree(Communicator& world, Outcome& o) {
+  Tensor t = host_alloc({2}, DType::F64);
   t.data<double>()[0] = o.errors.pass ? 0.0 : 1.0;
   t.data<double>()[1] = o.seconds_per_step;
   world.all_reduce(t, t, ReduceOp::Max);
@@ -82,7 +86,8 @@ void agree(Communicator& world, Outcome& o, Backend& backend) {
 
 void run_conform(const ConformOptions& o) {
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto backend = make_backend(o.backend);
+  auto world = communicator_for(mpi_world(), *backend);
   const bool root = world->rank() == 0;
   RunConfig config = conform::default_conformance_config(o.dtype);
   if (!o.config.empty() || !o.overrides.empty()) {
@@ -96,12 +101,13 @@ void run_conform(const ConformOptions& o) {
   for (const auto& name : o.layouts) layouts.push_back(conform::parse_layout(name));
   if (layouts.empty()) layouts = conform::enumerate_layouts(world->size(), config);
 
-  const conform::Trajectory reference = conform::run_single_device(config, o.steps);
-  auto backend = make_cpu_backend();
+  const conform::Trajectory reference = conform::run_single_device(config, o.steps, *backend);
   std::vector<Outcome> outcomes;
   if (root) {
-    std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, against the single-device reference%s\n",
-                world->size(), o.dtype.c_str(), o.steps, layouts.size(),
+    std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, backend %s, against the single-device "
+                "reference (fingerprint %s)%s\n",
+                world->size(), o.dtype.c_str(), o.steps, layouts.size(), backend->name().c_str(),
+                conform::fingerprint(reference).c_str(),
                 o.inject_fault.empty() ? "" : (" (fault injected: " + o.inject_fault + ")").c_str());
     std::printf("%-38s %10s %10s %10s  %-28s %10s  %s\n", "layout", "loss rel", "norm rel", "param rel",
                 "worst parameter", "ms/step", "result");
@@ -111,11 +117,12 @@ void run_conform(const ConformOptions& o) {
           " ranks, launched with ", world->size());
     // Independent replicas of the layout on consecutive blocks of ranks.
     auto group = world->split(world->rank() / layout.ranks(), world->rank(), layout.name());
-    Outcome out{layout, {}, 0};
-    const conform::Trajectory got = conform::run_layout(config, layout, *group, o.steps, fault);
+    Outcome out{layout, {}, 0, ""};
+    const conform::Trajectory got = conform::run_layout(config, layout, *group, o.steps, *backend, fault);
     out.errors = conform::compare(got, reference, config);
     out.seconds_per_step = got.seconds_per_step;
-    agree(*world, out, *backend);
+    out.fingerprint = conform::fingerprint(got);
+    agree(*world, out);
     if (root) {
       std::printf("%-38s %10.2e %10.2e %10.2e  %-28s %10.2f  %s\n", layout.name().c_str(), out.errors.loss_rel,
                   out.errors.norm_rel, out.errors.param_rel, out.errors.worst_param.c_str(),
@@ -133,7 +140,9 @@ void run_conform(const ConformOptions& o) {
       nlohmann::json records = nlohmann::json::array();
       for (const auto& out : outcomes) records.push_back(to_json(out, o.dtype));
       std::ofstream(o.json_out) << nlohmann::json{{"ranks", world->size()}, {"steps", o.steps},
-                                                  {"dtype", o.dtype}, {"layouts", records}}.dump(2) << "\n";
+                                                  {"dtype", o.dtype}, {"backend", o.backend},
+                                                  {"reference_fingerprint", conform::fingerprint(reference)},
+                                                  {"layouts", records}}.dump(2) << "\n";
     }
     if (!o.junit_out.empty()) write_junit(o.junit_out, outcomes, o.dtype);
   }
@@ -152,6 +161,7 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
   cmd->add_option("--json", o->json_out, "write one JSON record per layout here");
   cmd->add_option("--junit", o->junit_out, "write JUnit XML here");
+  add_backend_option(*cmd, o->backend);
   cmd->add_option("--inject-fault", o->inject_fault, "skip-grad-reduction or skip-tied-embedding-reduction: prove the suite can fail");
   cmd->callback([o]() { run_conform(*o); });
 }

@@ -1,6 +1,7 @@
 // tripod export hf --checkpoint DIR --out DIR [--dtype fp32|fp64]
 #include <cstdio>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "export/hf_gpt2.h"
 
@@ -18,7 +19,8 @@ void add_export_commands(CLI::App& app) {
   hf->add_option("--out", opts->out, "output directory")->required();
   hf->add_option("--dtype", opts->dtype, "fp32 or fp64")->capture_default_str();
   hf->callback([opts]() {
-    ExportReport r = export_hf_checkpoint(opts->checkpoint, opts->out, parse_dtype(opts->dtype));
+    auto backend = make_backend("cpu");  // a host job: the tensors are transposed and written from host memory
+    ExportReport r = export_hf_checkpoint(opts->checkpoint, opts->out, parse_dtype(opts->dtype), *backend);
     std::printf("wrote %s (%lld tensors, %lld parameters) and config.json\n", r.model_file.string().c_str(),
                 static_cast<long long>(r.tensors), static_cast<long long>(r.parameters));
   });

@@ -2,8 +2,19 @@
 #include <cstdio>
 #include <exception>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+
+namespace tripod::cli {
+
+void add_backend_option(CLI::App& command, std::string& name) {
+  command.add_option("--backend", name, "where tensors live and compute: " + backend_names_text() +
+                                            " (emulated: CPU arithmetic on device-tagged memory, staged collectives)")
+      ->capture_default_str();
+}
+
+}  // namespace tripod::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};

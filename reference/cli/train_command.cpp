@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
 #include "data/token_dataset.h"
 #include "parallel/launch.h"
 #include "parallel/pipeline_executor.h"
@@ -36,6 +38,7 @@ struct TrainCommandOptions {
   std::string schedule = "1f1b", pipeline_split, pipeline_trace;
   int microbatches = 0;  // 0: train.micro_batches from the config
   int virtual_stages = 1;
+  std::string backend = "cpu";
 };
 
 void print_summary(const TrainSummary& s) {
@@ -52,9 +55,9 @@ void pin_threads(const LaunchInfo& launch) {
   omp_set_num_threads(std::max(1, cores / launch.local_size));
 }
 
-void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const LaunchInfo& launch) {
+void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const LaunchInfo& launch, Backend& backend) {
   MpiRuntime mpi;
-  auto world = mpi_world();
+  auto world = communicator_for(mpi_world(), backend);  // device tensors reach MPI through host copies
   const std::string where = "rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()) + ": ";
   // Layout checks use only what every rank has, so every rank fails alike here, before any
   // communication, and exits 1 on its own.
@@ -98,7 +101,7 @@ void run_parallel(const TrainCommandOptions& o, const RunConfig& config, const L
                     (o.virtual_stages > 1 ? " v=" + std::to_string(o.virtual_stages) : "");
     }
     run.pipeline_trace = o.pipeline_trace;
-    const TrainSummary s = run_training(config, o.train, &run);
+    const TrainSummary s = run_training(config, o.train, backend, &run);
     if (world->rank() == 0) print_summary(s);
   } catch (const Error& e) {
     // A rank that fails during the run may fail alone (a file only it reads, say) while the others
@@ -139,6 +142,7 @@ void add_train_command(CLI::App& app) {
                   "FLOPs with the LM head counted");
   cmd->add_option("--pipeline-trace", o->pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o]() {
     std::vector<std::string> overrides = o->overrides;
     if (o->microbatches != 0) overrides.push_back("train.micro_batches=" + std::to_string(o->microbatches));
@@ -156,11 +160,12 @@ void add_train_command(CLI::App& app) {
     }
     const LaunchInfo launch = detect_launch();
     pin_threads(launch);
+    auto backend = make_backend(o->backend);
     const bool parallel = launch.world_size > 1 || o->dp > 1 || o->zero != 0 || o->tp != 1 || o->pp != 1;
     if (parallel) {
-      run_parallel(*o, config, launch);
+      run_parallel(*o, config, launch, *backend);
     } else {
-      print_summary(run_training(config, o->train));
+      print_summary(run_training(config, o->train, *backend));
     }
   });
 }

@@ -31,7 +31,7 @@ std::string comm_op_name(CommOp op) {
 
 namespace {
 
-const char* begin_of(const Tensor& t) { return static_cast<const char*>(t.raw()); }
+const char* begin_of(const Tensor& t) { return static_cast<const char*>(t.address()); }
 
 bool overlap(const Tensor& a, const Tensor& b) {
   if (a.bytes() == 0 || b.bytes() == 0) return false;
@@ -62,8 +62,8 @@ void Communicator::validate(CommCall& call) const {
   if (call.op == CommOp::Barrier) return;
   if (!(call.in.defined() && call.out.defined())) fail(at(), ": a tensor argument is undefined");
   for (const Tensor* t : {&call.in, &call.out})
-    if (!(accepts(t->device()))) fail(at(), ": this communicator cannot move ",
-          t->device() == Device::CPU ? "CPU" : "CUDA", " tensors");
+    if (!(accepts(t->device()))) fail(at(), ": this communicator cannot move a ", t->describe(),
+          " tensor (stage device memory through the host, see comm/staged_communicator.h)");
   if (!(call.in.device() == call.out.device())) fail(at(), ": in and out live on different devices");
   if (!(call.in.dtype() == call.out.dtype())) fail(at(), ": in has dtype ", dtype_name(call.in.dtype()),
         " but out has ", dtype_name(call.out.dtype()));
@@ -80,7 +80,7 @@ void Communicator::validate(CommCall& call) const {
     case CommOp::AllReduce:
     case CommOp::Reduce:
       if (!(in.numel() == out.numel())) fail(at(), ": in has ", elements(in), " but out has ", elements(out));
-      call.in_place = in.bytes() > 0 && in.raw() == out.raw();
+      call.in_place = in.bytes() > 0 && in.address() == out.address();
       if (!(call.in_place || !overlap(in, out))) fail(at(), ": in and out partly overlap");
       break;
     case CommOp::ReduceScatter:
@@ -98,7 +98,7 @@ void Communicator::validate(CommCall& call) const {
     case CommOp::AllToAll:
       if (!(in.numel() == out.numel())) fail(at(), ": in has ", elements(in), " but out has ", elements(out));
       if (!(in.numel() % n == 0)) fail(at(), ": ", elements(in), " do not split into ", n, " equal blocks");
-      call.in_place = in.bytes() > 0 && in.raw() == out.raw();
+      call.in_place = in.bytes() > 0 && in.address() == out.address();
       if (!(call.in_place || !overlap(in, out))) fail(at(), ": in and out partly overlap");
       break;
     default:  // broadcast, send, recv: one tensor

@@ -1,6 +1,11 @@
 // Communicator: the one door through which every collective passes (DESIGN.md, invariant 5).
 // Parallel code calls these operations on Tensors and never learns which library moves the bytes:
-// MpiCommunicator (CPU buffers), SelfCommunicator (one process, no MPI), later NCCL (GPU buffers).
+// MpiCommunicator (host buffers), SelfCommunicator (one process, no MPI), StagedCommunicator (a
+// device's buffers through host copies, for an MPI that cannot read device memory), later NCCL.
+//
+// Which memory a collective gets: each communicator says which devices' tensors it moves
+// (accepts); anything else is refused with the tensor named. Host tensors (core/host_memory.h)
+// are accepted by every communicator, so reports and timings need no device round trip.
 //
 // Every operation has a blocking form and an `_async` form that returns a CommRequest; the
 // blocking form is the async one followed by wait(). Requests keep their tensors' storage alive
@@ -23,6 +28,7 @@
 //   all_to_all      in: n*k          out: n*k        block j of rank i goes to block i of rank j
 //   send / recv     t: k, equal on both sides; tags 0..32767 (the least MPI promises)
 // k may be 0 everywhere. ReduceOp::Avg is Sum followed by division by size(), floating dtypes only.
+// bf16 reduces in fp32 (each contribution widened exactly, the result rounded once to nearest even).
 #pragma once
 #include <memory>
 #include <string>

@@ -1,5 +1,7 @@
 #include "comm/mpi_communicator.h"
 
+#include "core/bf16.h"
+
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -23,7 +25,7 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::F32: return MPI_FLOAT;
     case DType::F64: return MPI_DOUBLE;
     case DType::I32: return MPI_INT32_T;
-    case DType::BF16: return MPI_UINT16_T;  // moved as raw bits; never reduced (can_reduce says no)
+    case DType::BF16: return MPI_UINT16_T;  // moved as raw bits; reduced through fp32 (start_bf16_reduction)
   }
   return MPI_BYTE;
 }
@@ -159,6 +161,8 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, cons
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool blocking) {
+  const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
+  if (reduction && call.in.dtype() == DType::BF16) return start_bf16_reduction(call, blocking);
   auto request = std::make_unique<MpiRequest>(where(call.op), call);
   const std::string& at = request->what();
   MPI_Request* handle = request->handle();
@@ -253,6 +257,51 @@ std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool b
       break;
   }
   mpi_check(code, at);
+  return request;
+}
+
+// bf16 has no MPI type that reduces: every rank widens its contribution to fp32 (exactly), MPI
+// reduces fp32, and the result is rounded once to bf16 (nearest even) when the operation completes
+// (after Avg's division). In-place calls need nothing special: the fp32 copies are separate.
+std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCall& call, bool blocking) {
+  auto request = std::make_unique<MpiRequest>(where(call.op), call);
+  const std::string& at = request->what();
+  const int64_t n_in = call.in.numel(), n_out = call.out.numel();
+  std::vector<char>& scratch = request->scratch();
+  scratch.resize(static_cast<std::size_t>(n_in + n_out) * sizeof(float));
+  float* wide_in = reinterpret_cast<float*>(scratch.data());
+  float* wide_out = wide_in + n_in;
+  const bf16* in = call.in.data<bf16>();
+  for (int64_t i = 0; i < n_in; ++i) wide_in[i] = bf16_to_float(in[i]);
+  const MPI_Op op = mpi_op(call.reduce);
+  MPI_Request* handle = request->handle();
+  const bool writes_out = call.op != CommOp::Reduce || rank_ == call.peer;
+  int code = MPI_SUCCESS;
+  const int count = mpi_count(n_out, at);
+  switch (call.op) {
+    case CommOp::AllReduce:
+      code = blocking ? MPI_Allreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm_)
+                      : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm_, handle);
+      break;
+    case CommOp::ReduceScatter:
+      code = blocking ? MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm_)
+                      : MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm_, handle);
+      break;
+    default:  // Reduce
+      code = blocking ? MPI_Reduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm_)
+                      : MPI_Ireduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm_,
+                                    handle);
+      break;
+  }
+  mpi_check(code, at);
+  if (writes_out) {
+    const Tensor result = call.out;
+    const float divisor = call.reduce == ReduceOp::Avg ? static_cast<float>(size_) : 1.0f;
+    request->on_complete([=](const MPI_Status&) {
+      bf16* out = result.data<bf16>();
+      for (int64_t i = 0; i < n_out; ++i) out[i] = float_to_bf16(divisor == 1.0f ? wide_out[i] : wide_out[i] / divisor);
+    });
+  }
   return request;
 }
 

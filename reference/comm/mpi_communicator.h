@@ -1,4 +1,5 @@
-// MPI backend of the Communicator: CPU tensors, one MPI_Comm per group.
+// MPI backend of the Communicator: host tensors, one MPI_Comm per group. Debian's Open MPI is not
+// CUDA-aware: device tensors reach it through comm/staged_communicator.h.
 //
 // Async forms use MPI's non-blocking operations (MPI_Iallreduce, MPI_Ireduce_scatter_block,
 // MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Ialltoall, MPI_Isend/Irecv, MPI_Ibarrier) with
@@ -59,12 +60,13 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  protected:
-  bool accepts(Device device) const override { return device == Device::CPU; }
-  bool can_reduce(DType dtype) const override { return dtype != DType::BF16; }
+  bool accepts(Device device) const override { return device == Device::Host; }
+  bool can_reduce(DType) const override { return true; }  // bf16 through fp32 (start_bf16_reduction)
   std::unique_ptr<CommRequest> start(const CommCall& call, bool blocking) override;
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) const override;
 
  private:
+  std::unique_ptr<CommRequest> start_bf16_reduction(const CommCall& call, bool blocking);
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0;

@@ -65,15 +65,15 @@ SelfCommunicator::SelfCommunicator(std::string name, Backend* device_backend)
 SelfCommunicator::~SelfCommunicator() = default;
 
 bool SelfCommunicator::accepts(Device device) const {
-  return device == Device::CPU || (backend_ != nullptr && backend_->device() == device);
+  return device == Device::Host || (backend_ != nullptr && backend_->device() == device);
 }
 
 // A reduction over one member is a copy, so any dtype will do.
 bool SelfCommunicator::can_reduce(DType) const { return true; }
 
 void SelfCommunicator::copy(const Tensor& src, const Tensor& dst) const {
-  if (src.bytes() == 0 || src.raw() == dst.raw()) return;
-  if (src.device() == Device::CPU) {
+  if (src.bytes() == 0 || src.address() == dst.address()) return;
+  if (src.device() == Device::Host) {
     std::memmove(dst.raw(), src.raw(), src.bytes());
   } else {
     backend_->copy(src, dst);
@@ -100,7 +100,7 @@ std::unique_ptr<CommRequest> SelfCommunicator::start(const CommCall& call, bool)
       break;
     case CommOp::Send: {
       detail::Message message{call.tag, call.in.numel(), std::vector<char>(call.in.bytes())};
-      if (call.in.device() == Device::CPU) {
+      if (call.in.device() == Device::Host) {
         if (call.in.bytes()) std::memcpy(message.bytes.data(), call.in.raw(), call.in.bytes());
       } else {
         backend_->download(call.in, message.bytes.data());
@@ -115,7 +115,7 @@ std::unique_ptr<CommRequest> SelfCommunicator::start(const CommCall& call, bool)
       waiting.erase(match);
       if (recv->dst.numel() != message.numel) {
         recv->error = str_cat("the matching send has ", message.numel, " elements, not ", recv->dst.numel());
-      } else if (recv->dst.device() == Device::CPU) {
+      } else if (recv->dst.device() == Device::Host) {
         if (!message.bytes.empty()) std::memcpy(recv->dst.raw(), message.bytes.data(), message.bytes.size());
       } else {
         backend_->upload(message.bytes.data(), recv->dst);
@@ -134,7 +134,7 @@ std::unique_ptr<CommRequest> SelfCommunicator::start(const CommCall& call, bool)
       } else {
         check(match->numel == call.out.numel(), at, ": the matching send has ", match->numel, " elements, not ",
               call.out.numel());
-        if (call.out.device() == Device::CPU) {
+        if (call.out.device() == Device::Host) {
           if (!match->bytes.empty()) std::memcpy(call.out.raw(), match->bytes.data(), match->bytes.size());
         } else {
           backend_->upload(match->bytes.data(), call.out);

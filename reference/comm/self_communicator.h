@@ -4,7 +4,7 @@
 // buffered until a recv with the same tag takes it (either may come first, as with MPI), and
 // waiting on a recv that no send can match throws instead of hanging.
 //
-// CPU tensors are copied with memmove. Given a Backend, tensors on that backend's device are
+// Host tensors are copied with memmove. Given a Backend, tensors on that backend's device are
 // copied with it (so a single-GPU run needs no NCCL either).
 #pragma once
 #include <memory>
@@ -38,7 +38,7 @@ class SelfCommunicator final : public Communicator {
   void copy(const Tensor& src, const Tensor& dst) const;
 
   std::string name_;
-  Backend* backend_;  // not owned; may be null (CPU only)
+  Backend* backend_;  // not owned; may be null (host tensors only)
   std::shared_ptr<detail::SelfMailbox> mailbox_;
 };
 

@@ -3,7 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <cstdio>
 #include <sstream>
+
+#include <xxhash.h>
 
 #include "data/random_batch.h"
 #include "model/param_spec.h"
@@ -116,13 +119,12 @@ void run_steps(Engine& engine, const RunConfig& config, int steps, Trajectory& t
 }
 }  // namespace
 
-Trajectory run_single_device(const RunConfig& config, int steps) {
-  auto backend = make_cpu_backend();
-  Trainer trainer(config, *backend);
+Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend) {
+  Trainer trainer(config, backend);
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);
-  for (std::size_t i = 0; i < trainer.params().size(); ++i) t.params.push_back(to_host_f64(*backend, trainer.params().at(i)));
+  for (std::size_t i = 0; i < trainer.params().size(); ++i) t.params.push_back(to_host_f64(backend, trainer.params().at(i)));
   return t;
 }
 
@@ -142,15 +144,15 @@ DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& gr
   return settings;
 }
 
-Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, Fault fault) {
+Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, Backend& backend,
+                      Fault fault) {
   check(group.size() == layout.ranks(), "layout ", layout.name(), " needs ", layout.ranks(), " ranks, the group has ",
         group.size());
   nlohmann::json j = base.json;
   j["train"]["micro_batches"] = layout.micro_batches;
   const RunConfig config = parse_run_config(j);
-  auto backend = make_cpu_backend();
   ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
-  DistributedTrainer trainer(config, *backend, grid.dp(), layout_settings(layout, grid, /*bucket_bytes=*/4096, fault));
+  DistributedTrainer trainer(config, backend, grid.dp(), layout_settings(layout, grid, /*bucket_bytes=*/4096, fault));
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);
@@ -201,6 +203,20 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
 
 bool bit_identical(const Trajectory& a, const Trajectory& b) {
   return a.losses == b.losses && a.norms == b.norms && a.params == b.params;
+}
+
+std::string fingerprint(const Trajectory& t) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  auto add = [&](const std::vector<double>& v) { XXH64_update(state, v.data(), v.size() * sizeof(double)); };
+  add(t.losses);
+  add(t.norms);
+  for (const auto& p : t.params) add(p);
+  const unsigned long long hash = XXH64_digest(state);
+  XXH64_freeState(state);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", hash);
+  return hex;
 }
 
 std::string first_difference(const Trajectory& a, const Trajectory& b) {

@@ -56,7 +56,8 @@ RunConfig default_conformance_config(const std::string& dtype);
 // Global batch of step s: random tokens with about one target in eight ignored.
 data::Batch conformance_batch(const RunConfig& config, int step);
 
-Trajectory run_single_device(const RunConfig& config, int steps);
+// Every run computes on `backend` (its tensors on the backend's device; the group must accept them).
+Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend);
 // Deliberate bugs that prove the suite can fail.
 enum class Fault {
   None,
@@ -70,10 +71,13 @@ DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& gr
                                      Fault fault = Fault::None);
 
 // `group` holds exactly layout.ranks() ranks.
-Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps,
+Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps, Backend& backend,
                       Fault fault = Fault::None);
 Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config);
 bool bit_identical(const Trajectory& a, const Trajectory& b);
+// A 64-bit hash (xxHash, hex) of every loss, norm and parameter bit: equal fingerprints mean
+// bit-identical trajectories, across layouts, backends or machines.
+std::string fingerprint(const Trajectory& t);
 std::string first_difference(const Trajectory& a, const Trajectory& b);
 
 }  // namespace tripod::conform

@@ -21,4 +21,13 @@ DType parse_dtype(const std::string& name) {
   fail("unknown dtype '", name, "' (expected fp32, fp64 or bf16)");
 }
 
+std::string device_name(Device device) {
+  switch (device) {
+    case Device::Host: return "host";
+    case Device::Emulated: return "emulated device";
+    case Device::Cuda: return "cuda";
+  }
+  return "?";
+}
+
 }  // namespace tripod

@@ -35,6 +35,20 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape
         " bytes");
 }
 
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return str_cat(dtype_name(dtype_), " ", shape_str(shape_), " on the ", device_name(device()));
+}
+
+void Tensor::refuse_host_access() const {
+  fail("host access to a ", describe(), " tensor: its memory is not host memory. Read it through the backend ",
+       "(download, to_host_f64) or compute on it with a backend operation");
+}
+
+void Tensor::wrong_dtype(DType asked) const {
+  fail("tensor of dtype ", dtype_name(dtype_), " ", shape_str(shape_), " read as ", dtype_name(asked));
+}
+
 int64_t Tensor::dim(int axis) const {
   if (axis < 0) axis += rank();
   if (axis < 0 || axis >= rank()) fail("axis ", axis, " out of range for shape ", shape_str(shape_));

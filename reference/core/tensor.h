@@ -1,7 +1,13 @@
 // Tensor: a typed, shaped view into reference-counted storage that lives on one device.
-// Tensors never allocate by themselves; a Backend allocates storage on its device
-// (host memory for the CPU backend, device memory for CUDA). Views share storage, so one
-// flat parameter allocation can be cut into per-tensor views (as llm.c does).
+// Tensors never allocate by themselves; a Backend allocates storage on its device (host memory for
+// the CPU backend, "device" memory for the emulated-device and CUDA backends), and
+// core/host_memory.h makes plain host tensors. Views share storage, so one flat parameter
+// allocation can be cut into per-tensor views (as llm.c does).
+//
+// Who may touch the bytes: data<T>() and raw() give host code a pointer and refuse any tensor that
+// does not live in host memory, naming it. Backends (and communicators that move a device's memory
+// themselves) reach their own device's memory through device_data<T>() / device_raw(), which only
+// check the dtype. address() is for identity and overlap tests, never for dereferencing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,17 +21,16 @@
 
 namespace tripod {
 
-enum class Device { CPU, CUDA };
-
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[4, 64, 768]"
 
-// Owns one allocation; `release` is supplied by the backend that made it.
+// Owns one allocation; `release` is supplied by whoever made it (null: not owned, a view of memory
+// that someone else keeps alive).
 struct Storage {
   void* data = nullptr;
   std::size_t bytes = 0;
-  Device device = Device::CPU;
+  Device device = Device::Host;
   std::function<void(void*)> release;
   Storage(void* data, std::size_t bytes, Device device, std::function<void(void*)> release);
   Storage(const Storage&) = delete;
@@ -40,20 +45,39 @@ class Tensor {
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
-  Device device() const { return storage_ ? storage_->device : Device::CPU; }
+  Device device() const { return storage_ ? storage_->device : Device::Host; }
+  bool on_host() const { return device() == Device::Host; }
   const Shape& shape() const { return shape_; }
   int64_t dim(int axis) const;
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  // "fp32 [4, 64] on the emulated device", for error messages.
+  std::string describe() const;
 
-  void* raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
+  // ---- host access (host memory only) ----
+  void* raw() const {
+    if (!on_host()) refuse_host_access();
+    return device_raw();
+  }
   template <typename T>
   T* data() const {
-    // Every kernel call reads its tensors through here: build the message only on failure.
-    if (dtype_ != dtype_of<T>()) fail("tensor of dtype ", dtype_name(dtype_), " read as ", dtype_name(dtype_of<T>()));
-    return static_cast<T*>(raw());
+    // Host loops read their tensors through here: build the messages only on failure.
+    if (dtype_ != dtype_of<T>()) wrong_dtype(dtype_of<T>());
+    if (!on_host()) refuse_host_access();
+    return static_cast<T*>(device_raw());
   }
+
+  // ---- backend access (the tensor's own memory space, wherever it is) ----
+  void* device_raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
+  template <typename T>
+  T* device_data() const {
+    if (dtype_ != dtype_of<T>()) wrong_dtype(dtype_of<T>());
+    return static_cast<T*>(device_raw());
+  }
+
+  // Where the first element is, to compare tensors (same memory? overlapping?); not to dereference.
+  const void* address() const { return storage_ ? device_raw() : nullptr; }
 
   // A view of `shape` starting `offset` elements into this tensor's (contiguous) data.
   Tensor view(int64_t offset, Shape shape) const;
@@ -63,6 +87,9 @@ class Tensor {
   Tensor operator[](int64_t i) const;
 
  private:
+  [[noreturn]] void refuse_host_access() const;
+  [[noreturn]] void wrong_dtype(DType asked) const;
+
   std::shared_ptr<Storage> storage_;
   std::size_t offset_bytes_ = 0;
   Shape shape_;

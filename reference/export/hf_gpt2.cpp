@@ -63,18 +63,18 @@ nlohmann::json hf_gpt2_config(const ModelConfig& c) {
           {"eos_token_id", nullptr}};
 }
 
-ExportReport export_hf_checkpoint(const fs::path& checkpoint_dir, const fs::path& out_dir, DType out_dtype) {
+ExportReport export_hf_checkpoint(const fs::path& checkpoint_dir, const fs::path& out_dir, DType out_dtype,
+                                  Backend& backend) {
   ckpt::CheckpointState state = ckpt::read_checkpoint_state(checkpoint_dir);
   RunConfig run = parse_run_config(state.config);
   check(run.model.vocab_size > 0, checkpoint_dir.string(), ": checkpoint config has no resolved vocab_size");
-  auto backend = make_cpu_backend();
-  ParamSet params(gpt_param_specs(run.model), *backend, state.dtype);
-  ckpt::load_checkpoint(checkpoint_dir, *backend, params, nullptr);
+  ParamSet params(gpt_param_specs(run.model), backend, state.dtype);
+  ckpt::load_checkpoint(checkpoint_dir, backend, params, nullptr);
 
   fs::create_directories(out_dir);
   ExportReport report;
   report.model_file = out_dir / "model.safetensors";
-  auto tensors = to_hf_tensors(*backend, params, "", out_dtype);
+  auto tensors = to_hf_tensors(backend, params, "", out_dtype);
   report.tensors = static_cast<int64_t>(tensors.size());
   report.parameters = count_params(params.specs());
   ckpt::write_safetensors(report.model_file, tensors, {{"format", "pt"}, {"source", "tripod"}});

@@ -33,6 +33,6 @@ struct ExportReport {
   std::filesystem::path model_file;
 };
 ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out_dir,
-                                  DType out_dtype);
+                                  DType out_dtype, Backend& backend);
 
 }  // namespace tripod

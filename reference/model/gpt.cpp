@@ -65,6 +65,7 @@ struct Gpt::Activations {
   Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only)
   Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
   Tensor losses;                   // [N] (head only)
+  Tensor loss_sum;                 // fp64 [1]: sum of losses over valid targets (head only)
   std::size_t bytes = 0;
 };
 
@@ -119,6 +120,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     a->lnf_rstd = act({R});
     a->logits = act({N, V});
     a->losses = act({N});
+    a->loss_sum = make({1}, DType::F64);
   }
   return a;
 }
@@ -226,13 +228,29 @@ void Gpt::backward(ParamAccess& p, double grad_scale) {
   backward_slot(p, 0, grad_scale);
 }
 
+namespace {
+// Ids are checked here, on the host, so that no backend ever indexes a table with a bad one (a GPU
+// kernel could not say which); every rank sees the same batch, so every rank fails alike.
+void check_ids(const char* kind, const int32_t* ids, int64_t n, int64_t vocab, bool allow_ignored) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(ids[i] < vocab && (allow_ignored || ids[i] >= 0)))
+      fail(kind, " id ", ids[i], " at position ", i, " is outside the model's vocabulary of ", vocab);
+}
+}  // namespace
+
 LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, const int32_t* targets) {
   Activations& a = slot(index);
   Backend& be = backend_;
   const double eps = config_.layernorm_eps;
   const int64_t B = batch_, T = seq_len_;
-  if (span_.embedding) be.upload(tokens, a.tokens);
-  if (span_.head) be.upload(targets, a.targets);
+  if (span_.embedding) {
+    check_ids("token", tokens, B * T, config_.vocab_size, false);
+    be.upload(tokens, a.tokens);
+  }
+  if (span_.head) {
+    check_ids("target", targets, B * T, config_.vocab_size, true);
+    be.upload(targets, a.targets);
+  }
 
   const int64_t L = config_.n_layer;
   auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
@@ -271,13 +289,10 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   p.release_params(head_group(L));
   layers_->loss_forward(be, a.losses, a.logits, a.targets);
 
-  // Sum on the host in token order, in fp64, so the result does not depend on the device.
-  std::vector<double> losses = to_host_f64(be, a.losses);
-  for (int64_t n = 0; n < B * T; ++n) {
-    if (targets[n] < 0) continue;
-    result.sum += losses[static_cast<std::size_t>(n)];
-    ++result.n_valid;
-  }
+  // Summed on the device in token order, in fp64, so the result does not depend on the device.
+  be.sum_valid_losses(a.loss_sum, a.losses, a.targets);
+  result.sum = a.loss_sum;
+  for (int64_t n = 0; n < B * T; ++n) result.n_valid += targets[n] >= 0;
   return result;
 }
 

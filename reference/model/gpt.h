@@ -14,9 +14,12 @@
 
 namespace tripod {
 
+// The loss of a forward pass, left on the device: the training step reads it back once, with the
+// gradient norm, instead of once per micro-batch.
 struct LossSum {
-  double sum = 0;         // sum of per-token cross-entropy over valid (non-ignored) targets
-  int64_t n_valid = 0;    // number of valid targets
+  Tensor sum;           // fp64 [1] on the backend's device: sum of per-token cross-entropy over valid
+                        // (non-ignored) targets, in token order (undefined on a span without the head)
+  int64_t n_valid = 0;  // number of valid targets, counted on the host
 };
 
 // The part of the model this instance computes: blocks [first_layer, end_layer), plus the
@@ -57,7 +60,9 @@ class Gpt {
   LossSum forward_slot(ParamAccess& params, int slot, const int32_t* tokens, const int32_t* targets);
   void backward_slot(ParamAccess& params, int slot, double grad_scale);
 
-  // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Keeps the activations for backward.
+  // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Every id is checked against the
+  // vocabulary on the host, before upload. Keeps the activations for backward. The returned sum
+  // lives in the slot: it is overwritten by the slot's next forward.
   LossSum forward(ParamAccess& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
                   int64_t seq_len);
   // Accumulates d(grad_scale * loss_sum)/d(params) into the gradients; grad_scale is

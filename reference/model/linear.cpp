@@ -4,15 +4,16 @@ namespace tripod {
 
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
-  be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, O);
+  be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, O, gemm_accumulate_dtype(inp.dtype()));
   if (bias.defined()) be.bias_add(out, bias);
 }
 
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
-  if (dinp.defined()) be.gemm(false, false, N, I, O, 1.0, dout, O, weight, I, accumulate_dinp ? 1.0 : 0.0, dinp, I);
-  be.gemm(true, false, O, I, N, 1.0, dout, O, inp, I, 1.0, dweight, I);
+  const DType acc = gemm_accumulate_dtype(dout.dtype());
+  if (dinp.defined()) be.gemm(false, false, N, I, O, 1.0, dout, O, weight, I, accumulate_dinp ? 1.0 : 0.0, dinp, I, acc);
+  be.gemm(true, false, O, I, N, 1.0, dout, O, inp, I, 1.0, dweight, I, acc);
   if (dbias.defined()) be.bias_grad(dbias, dout);
 }
 

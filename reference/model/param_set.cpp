@@ -52,31 +52,4 @@ void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed) 
   for (std::size_t i = 0; i < params.size(); ++i) fill_initial_values(backend, params.specs()[i], seed, 0, params.at(i));
 }
 
-std::vector<double> to_host_f64(Backend& backend, const Tensor& t) {
-  std::vector<double> out(static_cast<std::size_t>(t.numel()));
-  if (t.dtype() == DType::F64) {
-    backend.download(t, out.data());
-  } else if (t.dtype() == DType::F32) {
-    std::vector<float> tmp(out.size());
-    backend.download(t, tmp.data());
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = tmp[i];
-  } else {
-    fail("to_host_f64: unsupported dtype ", dtype_name(t.dtype()));
-  }
-  return out;
-}
-
-void from_host_f64(Backend& backend, const std::vector<double>& values, const Tensor& t) {
-  check(static_cast<int64_t>(values.size()) == t.numel(), "from_host_f64: ", values.size(), " values for ",
-        shape_str(t.shape()));
-  if (t.dtype() == DType::F64) {
-    backend.upload(values.data(), t);
-  } else if (t.dtype() == DType::F32) {
-    std::vector<float> tmp(values.begin(), values.end());
-    backend.upload(tmp.data(), t);
-  } else {
-    fail("from_host_f64: unsupported dtype ", dtype_name(t.dtype()));
-  }
-}
-
 }  // namespace tripod

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/transfer.h"
 #include "model/param_spec.h"
 
 namespace tripod {
@@ -41,9 +42,5 @@ void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed);
 // Writes elements [first, first + dst.numel()) of `spec`'s initial values into `dst`, in chunks, so
 // the host buffer stays small whatever the tensor's size.
 void fill_initial_values(Backend& backend, const ParamSpec& spec, uint64_t seed, int64_t first, const Tensor& dst);
-
-// Host copies in fp64, for tests, checkpoints and comparisons.
-std::vector<double> to_host_f64(Backend& backend, const Tensor& t);
-void from_host_f64(Backend& backend, const std::vector<double>& values, const Tensor& t);
 
 }  // namespace tripod

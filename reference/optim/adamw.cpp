@@ -34,8 +34,14 @@ void AdamW::update(const ParamSet& params, const ParamSet& grads, double lr, int
   }
 }
 
-double global_grad_norm(Backend& backend, const ParamSet& grads) {
-  return std::sqrt(backend.sum_squares(grads.flat()));
+std::string nonfinite_tensors(Backend& backend, const ParamSet& set) {
+  const Tensor counts = backend.alloc({static_cast<int64_t>(set.size())}, DType::F64);
+  for (std::size_t i = 0; i < set.size(); ++i) backend.count_nonfinite(counts.view(static_cast<int64_t>(i), {1}), set.at(i));
+  const std::vector<double> host = to_host_f64(backend, counts);
+  std::string names;
+  for (std::size_t i = 0; i < set.size(); ++i)
+    if (host[i] > 0) names += (names.empty() ? "" : ", ") + set.specs()[i].name;
+  return names.empty() ? "none" : names;
 }
 
 double clip_coefficient(double norm, double max_norm) {

@@ -40,8 +40,8 @@ class AdamW {
   ParamSet m_, v_;
 };
 
-// Global L2 norm of all gradients, accumulated in fp64.
-double global_grad_norm(Backend& backend, const ParamSet& grads);
+// "h.0.attn.c_attn.weight, wte.weight": the tensors of `set` holding an infinite or NaN value.
+std::string nonfinite_tensors(Backend& backend, const ParamSet& set);
 // The factor gradients are multiplied by: max_norm / (norm + 1e-6) when that is below 1 (and
 // max_norm > 0), else 1 - torch.nn.utils.clip_grad_norm_'s rule.
 double clip_coefficient(double norm, double max_norm);

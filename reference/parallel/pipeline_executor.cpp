@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace tripod {
 namespace {
@@ -132,6 +133,7 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
     // Sends complete while this rank computes only if MPI gets a chance to progress them; the
     // finished ones free their copies (1F1B's memory bound holds for the messages too).
     sends.erase(std::remove_if(sends.begin(), sends.end(), [](Sending& s) { return s.request->test(); }), sends.end());
+    backend.synchronize();  // a device computes asynchronously: the action ends when its work is done
     timing.end = now();
     timings.push_back(timing);
   }
@@ -139,15 +141,14 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
   return timings;
 }
 
-std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend& backend,
-                                                      const std::vector<ActionTiming>& mine) {
-  // Each rank fills its row of a zeroed [p, longest, 6] table (present, kind, micro-batch, chunk,
-  // start, end); a sum over ranks assembles it.
-  Tensor count = backend.alloc({1}, DType::F64);
+std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, const std::vector<ActionTiming>& mine) {
+  // Each rank fills its row of a zeroed [p, longest, 6] host table (present, kind, micro-batch,
+  // chunk, start, end); a sum over ranks assembles it.
+  Tensor count = host_alloc({1}, DType::F64);
   count.data<double>()[0] = static_cast<double>(mine.size());
   pp.all_reduce(count, count, ReduceOp::Max);
   const int64_t longest = static_cast<int64_t>(count.data<double>()[0]), p = pp.size();
-  Tensor table = backend.alloc({p, std::max<int64_t>(longest, 1), 6}, DType::F64);
+  Tensor table = host_alloc({p, std::max<int64_t>(longest, 1), 6}, DType::F64);
   double* row = table.data<double>() + static_cast<int64_t>(pp.rank()) * std::max<int64_t>(longest, 1) * 6;
   for (std::size_t i = 0; i < mine.size(); ++i) {
     const ActionTiming& t = mine[i];

@@ -8,7 +8,8 @@
 // and sending chunk, so a mismatched pair fails loudly instead of swapping micro-batches.
 //
 // The executor knows nothing of the model: what runs is in PipelineWork. It records the start and
-// end of every action (seconds from a common start), for timelines and the measured bubble.
+// end of every action (seconds from a common start, after synchronizing the backend), for
+// timelines and the measured bubble.
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -52,8 +53,7 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
                                        const PipelineWork& work, bool forward_only = false);
 
 // Every rank's timings on every rank (collective over pp).
-std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, Backend& backend,
-                                                      const std::vector<ActionTiming>& mine);
+std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, const std::vector<ActionTiming>& mine);
 
 // Measured bubble: 1 - (time in forwards and backwards, all ranks) / (ranks x the step's span).
 double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ranks);

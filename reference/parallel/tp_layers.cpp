@@ -20,7 +20,7 @@ Tensor TensorParallelLayers::scratch(Backend& be, int64_t rows, int64_t cols, DT
 }
 
 const Tensor& TensorParallelLayers::gathered(Backend& be, const Tensor& local) {
-  Tensor& full = gathered_[local.raw()];
+  Tensor& full = gathered_[local.address()];
   const int64_t rows = local.dim(0) * group_.size(), cols = local.dim(-1);
   if (!full.defined() || full.numel() != rows * cols || full.dtype() != local.dtype())
     full = be.alloc({rows, cols}, local.dtype());
@@ -78,7 +78,7 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
 }
 
 void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
-  Tensor& lse = logsumexp_[logits.raw()];
+  Tensor& lse = logsumexp_[logits.address()];
   if (!lse.defined() || lse.numel() != losses.numel() || lse.dtype() != losses.dtype())
     lse = be.alloc({losses.numel()}, losses.dtype());
   vocab_parallel_cross_entropy_forward(be, group_.comm, vocab_, losses, lse, logits,
@@ -86,7 +86,7 @@ void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const
 }
 
 void TensorParallelLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
-  auto lse = logsumexp_.find(logits.raw());
+  auto lse = logsumexp_.find(logits.address());
   check(lse != logsumexp_.end(), "vocab-parallel loss backward without its forward");
   vocab_parallel_cross_entropy_backward(be, vocab_, logits, lse->second, targets.reshape({targets.numel()}), grad_scale);
 }

@@ -59,7 +59,7 @@ void column_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tenso
   if (dbias.defined()) check_numel(what, "dbias", dbias, Ol, "[out/tp]");
 
   // dx[N,I] = dout[N,Ol] @ W[Ol,I]: the contribution of this rank's output features only.
-  be.gemm(false, false, N, I, Ol, 1.0, dout, Ol, weight, I, 0.0, dx, I);
+  be.gemm(false, false, N, I, Ol, 1.0, dout, Ol, weight, I, 0.0, dx, I, gemm_accumulate_dtype(dout.dtype()));
   // Complete it across the group (f's or ḡ's backward) while the weight gradient is computed.
   auto pending = tp.sequence_parallel ? gather_from_sequence_region_backward_async(tp.comm, dinp_full, dinp)
                                       : copy_to_tp_region_backward_async(tp.comm, dinp);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "parallel/tp_group.h"
 
 namespace tripod::tp {
@@ -41,12 +42,6 @@ TpShard with_rank(const TpShard& shard, int rank) {
   TpShard other = shard;
   other.rank = rank;
   return other;
-}
-
-Tensor host_view(const std::vector<double>& v) {
-  const std::size_t bytes = v.size() * sizeof(double);
-  auto storage = std::make_shared<Storage>(const_cast<double*>(v.data()), bytes, Device::CPU, nullptr);
-  return Tensor(storage, 0, Shape{static_cast<int64_t>(v.size())}, DType::F64);
 }
 
 }  // namespace

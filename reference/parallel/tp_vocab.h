@@ -9,12 +9,11 @@
 // 0 (so the LM head gives them a zero weight gradient) and the embedding backward never touches
 // them. With V small and tp large a rank may hold only padding (V=11, tp=8: ranks 6 and 7).
 //
-// CPU only for now: the masked lookup and the sharded softmax are plain loops over CPU tensors
-// (fp32 or fp64), in the same arithmetic order as the CPU backend's kernels, because the Backend
-// interface has no masked or sharded forms of them. A CUDA backend will need kernels for these.
+// The per-rank arithmetic is the backend's (its vocabulary-window operations, in the unsplit
+// kernels' order); the reductions between them are here, so the backend knows nothing of groups.
 //
-// Token and target ids are checked on every rank before any communication (the same ids give the
-// same error everywhere).
+// Token and target ids are checked on every rank before any communication, where the backend can
+// check them (the same ids give the same error everywhere); the model checks them on the host.
 #pragma once
 #include <cstdint>
 
@@ -29,6 +28,7 @@ struct VocabShard {
   int64_t start = 0;  // first vocabulary id of this rank: rank * rows
   // Rows that are real tokens, [start, start + valid()); the rest of the shard is padding.
   int64_t valid() const;
+  VocabWindow window() const;  // what the backend's vocabulary-window operations take
 };
 
 int64_t padded_vocab(int64_t vocab, int tp_size);  // tp * ceil(V/tp)

@@ -231,24 +231,35 @@ void ZeroEngine::finish_backward() {
   pending_.clear();
 }
 
-double ZeroEngine::grad_sum_squares(const std::set<std::string>& excluded) {
+Tensor ZeroEngine::grad_sum_squares(const std::set<std::string>& excluded) {
   // Every stage sums the squares of this rank's pieces of its slices (in flat order), then across
   // the DP ranks, so the norm (and the clipping it drives) is bit-identical between stages given
   // identical gradients. Under TP the sums of the TP ranks are added too, with the tensors that
   // every TP rank holds whole (LayerNorms, row-parallel biases, wpe) counted on TP rank 0 only.
-  double local = 0;
+  Tensor sum = alloc_scalar(backend_);  // stays on the device; the step reads it back once
   for (const auto& seg : segments_) {
     if (tp_ && tp_->comm->rank() != 0 && tp::tp_replicated(specs_[seg.tensor].name)) continue;
     if (excluded.count(specs_[seg.tensor].name)) continue;
-    const Tensor mine = full_grads_ && stage_ == 0 ? full_grads_->flat().view(seg.flat, {seg.length})
-                                                   : grad_shard_.view(seg.local, {seg.length});
-    local += backend_.sum_squares(mine);
+    backend_.sum_squares(sum, grad_piece(seg));
   }
-  Tensor sum = backend_.alloc({1}, DType::F64);
-  sum.data<double>()[0] = local;
   dp_.all_reduce(sum, sum, ReduceOp::Sum);
   if (tp_) tp_->comm->all_reduce(sum, sum, ReduceOp::Sum);
-  return sum.data<double>()[0];
+  return sum;
+}
+
+Tensor ZeroEngine::grad_piece(const ShardLayout::Segment& seg) const {
+  return full_grads_ && stage_ == 0 ? full_grads_->flat().view(seg.flat, {seg.length})
+                                    : grad_shard_.view(seg.local, {seg.length});
+}
+
+std::vector<std::string> ZeroEngine::nonfinite_grads() {
+  Tensor counts = backend_.alloc({static_cast<int64_t>(specs_.size())}, DType::F64);
+  for (const auto& seg : segments_) backend_.count_nonfinite(counts.view(static_cast<int64_t>(seg.tensor), {1}), grad_piece(seg));
+  const std::vector<double> host = to_host_f64(backend_, counts);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    if (host[i] > 0) names.push_back(specs_[i].name);
+  return names;
 }
 
 void ZeroEngine::all_reduce_partial_tp_grads() {

@@ -64,10 +64,13 @@ class ZeroEngine final : public ParamAccess {
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
   void begin_backward(bool reduce);
   void finish_backward();  // waits for every reduction of this backward
-  double grad_norm() { return std::sqrt(grad_sum_squares()); }  // global L2 norm of the reduced gradients
-  // Sum of squares of the reduced gradients over this engine's tensors, summed over DP (and TP);
-  // tensors named in `excluded` are left out (a pipeline's second copy of a tied embedding).
-  double grad_sum_squares(const std::set<std::string>& excluded = {});
+  // Sum of squares of the reduced gradients over this engine's tensors, summed over DP (and TP):
+  // an fp64 [1] tensor on the backend's device (collective). Tensors named in `excluded` are left
+  // out (a pipeline's second copy of a tied embedding).
+  Tensor grad_sum_squares(const std::set<std::string>& excluded = {});
+  // The tensors whose gradient pieces on this rank hold an infinite or NaN value (for the error
+  // that stops a diverged step; local, no communication).
+  std::vector<std::string> nonfinite_grads();
   // Pipeline parallelism with tied embeddings: the buckets of the deferred groups (given at
   // construction) are not reduced during backward; the caller first sums the tied copies'
   // gradients across stages (through grad()), then reduce_deferred() launches and waits for them.
@@ -122,6 +125,7 @@ class ZeroEngine final : public ParamAccess {
   bool reduce_ = false;
   std::unique_ptr<TensorParallelShards> tp_;
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
+  Tensor grad_piece(const ShardLayout::Segment& seg) const;  // this rank's reduced gradient of a segment
   int skip_bucket_ = -1;
   std::size_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
 };

@@ -12,11 +12,14 @@ GemmRate measure_square_gemm(Backend& backend, int64_t n, DType dtype, int repet
   Tensor a = backend.alloc({n, n}, dtype), b = backend.alloc({n, n}, dtype), c = backend.alloc({n, n}, dtype);
   backend.fill(a, 0.5);
   backend.fill(b, 0.25);
-  backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n);  // warm-up: threads, caches, pages
+  const DType accumulate = gemm_accumulate_dtype(dtype);
+  backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n, accumulate);  // warm-up: threads, caches, pages
   std::vector<double> rates;
   for (int r = 0; r < repetitions; ++r) {
+    backend.synchronize();  // a device runs the GEMM asynchronously: time it from idle to done
     const auto start = std::chrono::steady_clock::now();
-    backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n);
+    backend.gemm(false, false, n, n, n, 1.0, a, n, b, n, 0.0, c, n, accumulate);
+    backend.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     rates.push_back(2.0 * static_cast<double>(n) * n * n / seconds);
   }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "comm/self_communicator.h"
+#include "core/host_memory.h"
 
 namespace tripod {
 namespace {
@@ -60,7 +61,7 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
     : config_(config),
       backend_(backend),
       dp_(dp),
-      own_pp_(settings.pipeline.pp ? nullptr : std::make_unique<SelfCommunicator>("pp")),
+      own_pp_(settings.pipeline.pp ? nullptr : std::make_unique<SelfCommunicator>("pp", &backend)),
       pp_(settings.pipeline.pp ? settings.pipeline.pp : own_pp_.get()),
       embedding_(settings.pipeline.embedding),
       tp_layers_(make_tp_layers(config, settings)),
@@ -155,7 +156,8 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
 
   if (backward)
     for (Chunk& c : chunks_) c.engine->zero_grads();
-  std::vector<double> loss_parts(static_cast<std::size_t>(micro), 0.0);  // on the last stage
+  // Per micro-batch loss sums, on the device (non-zero on the last stage only).
+  const Tensor loss_parts = backend_.alloc({micro}, DType::F64);
   std::map<std::pair<int, int>, int> slots;                             // (micro-batch, chunk) -> activation slot
   std::map<int, int> eval_slot;  // forward only: a chunk's previous slot, free once its output was sent
   auto slot_of = [&](int mb, int chunk) {
@@ -179,7 +181,7 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
     const int64_t offset = (dp_.rank() * local + mb * per_micro) * T;
     const LossSum part = c.model->forward_slot(*c.engine, slot, batch.tokens.data() + offset,
                                                batch.targets.data() + offset);
-    if (c.model->span().head) loss_parts[static_cast<std::size_t>(mb)] = part.sum;
+    if (c.model->span().head) backend_.copy(part.sum, loss_parts.view(mb, {1}));
   };
   work.backward = [&](int mb, int index, const Tensor* output_grad) {
     Chunk& c = chunk(index);
@@ -218,13 +220,11 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
     if (sequence_parallel_)
       for (Chunk& c : chunks_) c.engine->all_reduce_partial_tp_grads();
   }
-  double mine = 0;
-  for (double part : loss_parts) mine += part;  // in micro-batch order
-  Tensor total = backend_.alloc({1}, DType::F64);
-  total.data<double>()[0] = mine;
+  Tensor total = alloc_scalar(backend_);
+  for (int64_t mb = 0; mb < micro; ++mb) backend_.add_inplace(total, loss_parts.view(mb, {1}));  // in micro-batch order
   if (pp_->size() > 1) pp_->all_reduce(total, total, ReduceOp::Sum);  // only the last stage's is non-zero
   dp_.all_reduce(total, total, ReduceOp::Sum);
-  return {total.data<double>()[0], n_valid};
+  return {total, n_valid};
 }
 
 StepResult DistributedTrainer::train_step(const data::Batch& batch) {
@@ -233,32 +233,39 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch) {
   r.step = step_;
   r.tokens = batch.batch * batch.seq_len;
   const LossSum loss = forward_backward(batch, true);
-  r.loss = loss.sum / static_cast<double>(loss.n_valid);
+  Tensor squares = alloc_scalar(backend_);
+  for (Chunk& c : chunks_)
+    backend_.add_inplace(squares, c.engine->grad_sum_squares(c.tied_copy ? std::set<std::string>{"wte.weight"}
+                                                                          : std::set<std::string>{}));
+  if (pp_->size() > 1) pp_->all_reduce(squares, squares, ReduceOp::Sum);
+  // The one read-back of the step: the loss and the squared norm, together.
+  const Tensor scalars = backend_.alloc({2}, DType::F64);
+  backend_.copy(loss.sum, scalars.view(0, {1}));
+  backend_.copy(squares, scalars.view(1, {1}));
+  const std::vector<double> host = to_host_f64(backend_, scalars);
+  r.loss = host[0] / static_cast<double>(loss.n_valid);
+  r.grad_norm = std::sqrt(host[1]);
   // The loss and the norm are all-reduced, so every rank takes the same decision here.
   check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
         " (training diverged); parameters were not updated with this step's gradients");
-  double squares = 0;
-  for (Chunk& c : chunks_) squares += c.engine->grad_sum_squares(c.tied_copy ? std::set<std::string>{"wte.weight"}
-                                                                              : std::set<std::string>{});
-  if (pp_->size() > 1) {
-    Tensor sum = backend_.alloc({1}, DType::F64);
-    sum.data<double>()[0] = squares;
-    pp_->all_reduce(sum, sum, ReduceOp::Sum);
-    squares = sum.data<double>()[0];
+  if (!std::isfinite(r.grad_norm)) {
+    std::string names;
+    for (Chunk& c : chunks_)
+      for (const std::string& name : c.engine->nonfinite_grads()) names += (names.empty() ? "" : ", ") + name;
+    fail("step ", step_, ": the gradient norm is ", r.grad_norm, " (training diverged; non-finite gradients on this rank: ",
+         names.empty() ? "none, another rank holds them" : names, "); parameters were not updated with this step's gradients");
   }
-  r.grad_norm = std::sqrt(squares);
-  check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
-        " (training diverged); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
   for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
   ++step_;
+  backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
 double DistributedTrainer::eval_loss(const data::Batch& batch) {
   const LossSum loss = forward_backward(batch, false);
-  return loss.sum / static_cast<double>(loss.n_valid);
+  return read_scalar(backend_, loss.sum) / static_cast<double>(loss.n_valid);
 }
 
 std::vector<std::vector<double>> DistributedTrainer::gather_params() {
@@ -271,13 +278,10 @@ std::vector<std::vector<double>> DistributedTrainer::gather_params() {
   std::vector<std::vector<double>> out;
   for (const ParamSpec& spec : gpt_param_specs(config_.model)) {
     const int owner = split_.owner_rank(spec.name);
-    Tensor t = backend_.alloc({shape_numel(spec.shape)}, DType::F64);
-    if (owner == pp_->rank()) {
-      const std::vector<double>& mine = held.at(spec.name);
-      std::copy(mine.begin(), mine.end(), t.data<double>());
-    }
-    if (pp_->size() > 1) pp_->broadcast(t, owner);
-    out.emplace_back(t.data<double>(), t.data<double>() + t.numel());
+    std::vector<double> values(static_cast<std::size_t>(shape_numel(spec.shape)));
+    if (owner == pp_->rank()) values = held.at(spec.name);
+    if (pp_->size() > 1) pp_->broadcast(host_view(values), owner);  // host values: no device round trip
+    out.push_back(std::move(values));
   }
   return out;
 }

@@ -4,13 +4,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/host_memory.h"
+
 namespace tripod {
 
-void report_pipeline(DistributedTrainer& trainer, Backend& backend, bool print, const std::string& trace_path) {
+void report_pipeline(DistributedTrainer& trainer, bool print, const std::string& trace_path) {
   Communicator& pp = trainer.pipeline();
-  const auto timings = gather_timings(pp, backend, trainer.last_timings());
+  const auto timings = gather_timings(pp, trainer.last_timings());
   // Per rank: micro-batches in flight at most (activation slots) and activation bytes.
-  Tensor table = backend.alloc({pp.size(), 2}, DType::F64);
+  Tensor table = host_alloc({pp.size(), 2}, DType::F64);
   table.data<double>()[pp.rank() * 2] = trainer.max_microbatches_in_flight();
   table.data<double>()[pp.rank() * 2 + 1] = static_cast<double>(trainer.memory().activations);
   pp.all_reduce(table, table, ReduceOp::Sum);

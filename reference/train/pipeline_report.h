@@ -9,6 +9,6 @@
 
 namespace tripod {
 
-void report_pipeline(DistributedTrainer& trainer, Backend& backend, bool print, const std::string& trace_path);
+void report_pipeline(DistributedTrainer& trainer, bool print, const std::string& trace_path);
 
 }  // namespace tripod

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "core/host_memory.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/device_peak.h"
@@ -44,7 +45,7 @@ double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t ba
 // peak so far, so at start-up it is 0: `tripod bench layouts` and the suites measure it in use.
 void print_memory(const MemoryReport& m, Communicator* world, bool root) {
   const int n = world ? world->size() : 1;
-  Tensor mine = make_cpu_backend()->alloc({5}, DType::F64), all = make_cpu_backend()->alloc({5 * n}, DType::F64);
+  Tensor mine = host_alloc({5}, DType::F64), all = host_alloc({5 * n}, DType::F64);
   const double values[5] = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),
                             double(m.transient)};
   std::copy(values, values + 5, mine.data<double>());
@@ -60,7 +61,7 @@ void print_memory(const MemoryReport& m, Communicator* world, bool root) {
 
 }  // namespace
 
-TrainSummary run_training(RunConfig config, const TrainOptions& options, const ParallelRun* parallel) {
+TrainSummary run_training(RunConfig config, const TrainOptions& options, Backend& backend, const ParallelRun* parallel) {
   const bool root = !parallel || parallel->world->rank() == 0;
   const data::TokenDataset train_data = data::TokenDataset::open(config.data.dir, "train");
   resolve_vocab(config, train_data.vocab_size(), config.data.dir);
@@ -69,14 +70,13 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options, const P
   if (meta.contains("splits") && meta["splits"].contains("val") && !meta["splits"]["val"].empty())
     val_data.emplace(data::TokenDataset::open(config.data.dir, "val"));
 
-  auto backend = make_cpu_backend();
   std::unique_ptr<TrainingEngine> engine;
   if (parallel) {
     check(options.save_dir.empty() && options.resume_dir.empty(), "--save/--resume with ", parallel->layout,
           ": data-parallel checkpoints need the sharded checkpoint format, not implemented yet");
-    engine = std::make_unique<DistributedTrainer>(config, *backend, *parallel->dp, parallel->settings);
+    engine = std::make_unique<DistributedTrainer>(config, backend, *parallel->dp, parallel->settings);
   } else {
-    engine = std::make_unique<Trainer>(config, *backend);
+    engine = std::make_unique<Trainer>(config, backend);
   }
   const TrainSettings& t = config.train;
   if (!options.resume_dir.empty()) engine->resume(options.resume_dir); else engine->initialise();
@@ -87,7 +87,7 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options, const P
   if (root) {
     std::printf("tripod train: %lld parameters (%lld in matmuls), %s, backend %s, %s\n",
                 static_cast<long long>(flops.n_params_total), static_cast<long long>(flops.n_params_matmul),
-                dtype_name(t.dtype).c_str(), backend->name().c_str(),
+                dtype_name(t.dtype).c_str(), backend.name().c_str(),
                 parallel ? parallel->layout.c_str() : "single process");
     std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config.data.dir.c_str(),
                 static_cast<long long>(train_data.size()), static_cast<long long>(train_data.vocab_size()),
@@ -155,7 +155,7 @@ TrainSummary run_training(RunConfig config, const TrainOptions& options, const P
   save();
   if (parallel && engine->step() > first_step) {
     auto& trainer = static_cast<DistributedTrainer&>(*engine);
-    if (trainer.schedule().stages > 1) report_pipeline(trainer, *backend, root, parallel->pipeline_trace);
+    if (trainer.schedule().stages > 1) report_pipeline(trainer, root, parallel->pipeline_trace);
   }
   summary.steps = engine->step() - first_step;
   summary.seconds = total_seconds;

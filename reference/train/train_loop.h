@@ -36,7 +36,9 @@ struct ParallelRun {
 };
 
 // Single-process when `parallel` is null. Rank 0 prints and writes metrics; every rank's memory is
-// printed at start-up.
-TrainSummary run_training(RunConfig config, const TrainOptions& options, const ParallelRun* parallel = nullptr);
+// printed at start-up. Every tensor lives on `backend` (the communicators of `parallel` must accept
+// its tensors: comm/staged_communicator.h's communicator_for).
+TrainSummary run_training(RunConfig config, const TrainOptions& options, Backend& backend,
+                          const ParallelRun* parallel = nullptr);
 
 }  // namespace tripod

@@ -34,13 +34,13 @@ LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
   const double grad_scale = 1.0 / static_cast<double>(n_valid);
 
   backend_.fill(grads_.flat(), 0.0);
-  LossSum total;
+  LossSum total{alloc_scalar(backend_), 0};  // summed on the device, in micro-batch order
   for (int64_t k = 0; k < micro; ++k) {
     const int64_t offset = k * per_micro * T;
     LossSum part = model_.forward(params_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T);
-    model_.backward(params_, grads_, grad_scale);
-    total.sum += part.sum;
+    backend_.add_inplace(total.sum, part.sum);  // before the next forward overwrites the slot's sum
     total.n_valid += part.n_valid;
+    model_.backward(params_, grads_, grad_scale);
   }
   return total;
 }
@@ -51,15 +51,22 @@ StepResult Trainer::train_step(const data::Batch& batch) {
   r.step = step_;
   r.tokens = batch.batch * batch.seq_len;
   LossSum loss = accumulate_gradients(batch);
-  r.loss = loss.sum / static_cast<double>(loss.n_valid);
+  // The one read-back of the step: the loss sum and the squared gradient norm, together.
+  const Tensor scalars = backend_.alloc({2}, DType::F64);
+  backend_.copy(loss.sum, scalars.view(0, {1}));
+  backend_.sum_squares(scalars.view(1, {1}), grads_.flat());
+  const std::vector<double> host = to_host_f64(backend_, scalars);
+  r.loss = host[0] / static_cast<double>(loss.n_valid);
+  r.grad_norm = std::sqrt(host[1]);
   check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
         " (training diverged); parameters were not updated with this step's gradients");
-  r.grad_norm = global_grad_norm(backend_, grads_);
-  check(std::isfinite(r.grad_norm), "step ", step_, ": the gradient norm is ", r.grad_norm,
-        " (training diverged); parameters were not updated with this step's gradients");
+  if (!std::isfinite(r.grad_norm))
+    fail("step ", step_, ": the gradient norm is ", r.grad_norm, " (training diverged; non-finite gradients: ",
+         nonfinite_tensors(backend_, grads_), "); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
   optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
   ++step_;
+  backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -67,14 +74,14 @@ StepResult Trainer::train_step(const data::Batch& batch) {
 double Trainer::eval_loss(const data::Batch& batch) {
   const int64_t T = batch.seq_len, micro = config_.train.micro_batches;
   const int64_t per_micro = batch.batch % micro == 0 ? batch.batch / micro : batch.batch;
-  LossSum total;
+  LossSum total{alloc_scalar(backend_), 0};
   for (int64_t first = 0; first < batch.batch; first += per_micro) {
     LossSum part = model_.forward(params_, batch.tokens.data() + first * T, batch.targets.data() + first * T,
                                   per_micro, T);
-    total.sum += part.sum;
+    backend_.add_inplace(total.sum, part.sum);
     total.n_valid += part.n_valid;
   }
-  return total.n_valid ? total.sum / static_cast<double>(total.n_valid) : 0.0;
+  return total.n_valid ? read_scalar(backend_, total.sum) / static_cast<double>(total.n_valid) : 0.0;
 }
 
 MemoryReport Trainer::memory() const {

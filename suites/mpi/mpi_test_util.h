@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_backend.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "parallel/process_grid.h"
@@ -19,7 +20,7 @@ namespace tripod::testing {
 inline Tensor host_tensor(int64_t n, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   void* data = bytes ? std::calloc(bytes, 1) : nullptr;
-  return Tensor(std::make_shared<Storage>(data, bytes, Device::CPU, [](void* p) { std::free(p); }), 0, Shape{n},
+  return Tensor(std::make_shared<Storage>(data, bytes, Device::Host, [](void* p) { std::free(p); }), 0, Shape{n},
                 dtype);
 }
 
@@ -78,7 +79,7 @@ struct TestGroups {
   std::unique_ptr<ProcessGrid> strided_grid;
   std::vector<std::pair<std::string, Communicator*>> list;
 
-  TestGroups() : world(mpi_world()) {
+  TestGroups() : world(test_world()) {
     const int n = world->size(), r = world->rank();
     list.emplace_back("world", world.get());
     add("self", std::make_unique<SelfCommunicator>());

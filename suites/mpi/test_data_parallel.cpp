@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "support/test_backend.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
 #include "train/distributed_trainer.h"
@@ -31,7 +32,7 @@ RunConfig config_for(const std::string& dtype) { return conform::default_conform
 
 Trajectory data_parallel(const RunConfig& config, Communicator& dp, int stage) {
   const int micro = static_cast<int>(config.train.micro_batches);
-  return conform::run_layout(config, {1, 1, dp.size(), stage, micro}, dp, kSteps);
+  return conform::run_layout(config, {1, 1, dp.size(), stage, micro}, dp, kSteps, testing::shared_test_backend());
 }
 
 void expect_close(const Trajectory& got, const Trajectory& ref, const RunConfig& config, const std::string& what) {
@@ -43,9 +44,9 @@ void expect_close(const Trajectory& got, const Trajectory& ref, const RunConfig&
 class DataParallelEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DataParallelEquivalence, EveryDpSizeAndZeroStageMatchesSingleDevice) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   const RunConfig config = config_for(GetParam());
-  const Trajectory reference = conform::run_single_device(config, kSteps);
+  const Trajectory reference = conform::run_single_device(config, kSteps, testing::shared_test_backend());
   for (int dp_size : {1, 2, 4}) {
     if (world->size() % dp_size != 0) continue;
     auto dp = world->split(world->rank() / dp_size, world->rank(), "dp" + std::to_string(dp_size));
@@ -75,13 +76,13 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, DataParallelEquivalence, ::testing::Values("fp6
 
 // Gradient accumulation over micro-batches under DP gives the same result as the full batch.
 TEST(DataParallel, MicroBatchesMatchSingleDevice) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 2 != 0) GTEST_SKIP() << "needs an even world";
   auto dp = world->split(world->rank() / 2, world->rank(), "dp2");
   nlohmann::json j = config_for("fp64").json;
   j["train"]["micro_batches"] = 2;
   const RunConfig micro = parse_run_config(j);
-  const Trajectory reference = conform::run_single_device(config_for("fp64"), kSteps);
+  const Trajectory reference = conform::run_single_device(config_for("fp64"), kSteps, testing::shared_test_backend());
   for (int stage = 0; stage <= 3; ++stage)
     expect_close(data_parallel(micro, *dp, stage), reference, micro, "micro=2 zero=" + std::to_string(stage));
 }
@@ -89,12 +90,12 @@ TEST(DataParallel, MicroBatchesMatchSingleDevice) {
 // Per-rank bytes shrink as ZeRO promises: optimizer state by 1/dp from stage 1, gradients from
 // stage 2, parameters at stage 3 (padding adds less than 16*dp elements per bucket).
 TEST(DataParallel, MemoryShrinksByTheZeroFactors) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   const int n = world->size();
   nlohmann::json j = config_for("fp64").json;
   j["train"]["batch_size"] = 2 * n;
   const RunConfig config = parse_run_config(j);
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   const int64_t N = count_params(gpt_param_specs(config.model));
   for (int stage = 0; stage <= 3; ++stage) {
     DistributedTrainer trainer(config, *backend, *world, {stage, 2048});
@@ -112,8 +113,8 @@ TEST(DataParallel, MemoryShrinksByTheZeroFactors) {
 }
 
 TEST(DataParallel, BadSettingsFailOnEveryRankWithoutHanging) {
-  auto world = mpi_world();
-  auto backend = make_cpu_backend();
+  auto world = testing::test_world();
+  auto backend = testing::make_test_backend();
   RunConfig config = config_for("fp32");
   EXPECT_THROW(DistributedTrainer(config, *backend, *world, {4, 2048}), Error);   // no ZeRO-4
   EXPECT_THROW(DistributedTrainer(config, *backend, *world, {1, 0}), Error);      // zero-size buckets

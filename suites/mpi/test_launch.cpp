@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "support/test_backend.h"
 #include "mpi_test_util.h"
 #include "parallel/launch.h"
 
@@ -72,7 +73,7 @@ TEST(Launch, BadValuesNameTheVariable) {
 }
 
 TEST(Launch, RealEnvironmentAgreesWithMpi) {
-  std::unique_ptr<Communicator> world = mpi_world();
+  std::unique_ptr<Communicator> world = testing::test_world();
   const LaunchInfo launch = detect_launch();
   EXPECT_EQ(launch.launcher, "openmpi") << "these suites run under Open MPI's mpirun";
   EXPECT_EQ(launch.rank, world->rank());

@@ -6,7 +6,9 @@
 
 #include <map>
 
+#include "support/test_backend.h"
 #include "comm/mpi_communicator.h"
+#include "backend/transfer.h"
 #include "parallel/pipeline_executor.h"
 
 namespace tripod {
@@ -16,8 +18,8 @@ namespace {
 double stamp(int mb, int chunk, int kind) { return 1000.0 * mb + 10.0 * chunk + kind; }
 
 TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
-  auto world = mpi_world();
-  auto backend = make_cpu_backend();
+  auto world = testing::test_world();
+  auto backend = testing::make_test_backend();
   for (int p : {2, 4}) {
     if (world->size() % p != 0) continue;
     auto pp = world->split(world->rank() / p, world->rank(), "pp");
@@ -35,7 +37,7 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
           ++forwards[{mb, chunk}];
           EXPECT_EQ(input == nullptr, chunk == 0);
           if (input) {
-            EXPECT_EQ(input->data<double>()[7], stamp(mb, chunk - 1, 1)) << describe(schedule);
+            EXPECT_EQ(to_host_f64(*backend, *input)[7], stamp(mb, chunk - 1, 1)) << describe(schedule);
           }
           backend->fill(out, stamp(mb, chunk, 1));
         };
@@ -44,7 +46,7 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
           EXPECT_EQ((forwards[{mb, chunk}]), 1) << "backward before forward";
           EXPECT_EQ(grad == nullptr, chunk == chunks - 1);
           if (grad) {
-            EXPECT_EQ(grad->data<double>()[14], stamp(mb, chunk + 1, 2)) << describe(schedule);
+            EXPECT_EQ(to_host_f64(*backend, *grad)[14], stamp(mb, chunk + 1, 2)) << describe(schedule);
           }
           backend->fill(out, stamp(mb, chunk, 2));
         };
@@ -66,7 +68,7 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
             EXPECT_EQ((backwards[{mb, c}]), 1);
           }
         // Every rank sees every rank's timings; the measured bubble is a fraction.
-        const auto all = gather_timings(*pp, *backend, timings);
+        const auto all = gather_timings(*pp, timings);
         ASSERT_EQ(all.size(), static_cast<std::size_t>(p));
         for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r].size(), schedule.ranks[r].size());
         const double bubble = measured_bubble_fraction(all);

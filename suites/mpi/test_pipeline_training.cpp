@@ -12,6 +12,8 @@
 
 #include <cmath>
 
+#include "support/test_backend.h"
+#include "core/host_memory.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
 #include "parallel/process_grid.h"
@@ -48,33 +50,33 @@ std::vector<PipelineCase> schedules_for(int p, int m, int64_t n_layer) {
 }
 
 TEST(PipelineTraining, BitIdenticalToOneStageWithTheSameMicroBatchesFp32) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   auto self = world->split(world->rank(), 0, "self");
   const RunConfig config = pipeline_config("fp32", /*tied=*/false, /*grad_clip=*/0.0);
   for (int m : {1, 4, 8}) {
-    const conform::Trajectory ref = conform::run_layout(config, {1, 1, 1, 0, m}, *self, 3);
+    const conform::Trajectory ref = conform::run_layout(config, {1, 1, 1, 0, m}, *self, 3, testing::shared_test_backend());
     for (int p : {2, 4}) {
       if (world->size() % p != 0) continue;
       auto group = world->split(world->rank() / p, world->rank(), "pp");
       for (const PipelineCase& c : schedules_for(p, m, config.model.n_layer)) {
         const conform::Layout layout{1, p, 1, 0, m, c.schedule, c.v};
-        expect_same_arithmetic(conform::run_layout(config, layout, *group, 3), ref, layout.name());
+        expect_same_arithmetic(conform::run_layout(config, layout, *group, 3, testing::shared_test_backend()), ref, layout.name());
       }
     }
   }
 }
 
 TEST(PipelineTraining, ClippedFp64PipelinesMatchSingleDevice) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 2 != 0) GTEST_SKIP() << "needs 2 ranks per pipeline";
   const RunConfig config = conform::default_conformance_config("fp64");  // tied, clipping active
-  const conform::Trajectory ref = conform::run_single_device(config, 4);
+  const conform::Trajectory ref = conform::run_single_device(config, 4, testing::shared_test_backend());
   const int p = world->size() % 4 == 0 ? 4 : 2;
   auto group = world->split(world->rank() / p, world->rank(), "pp");
   for (const PipelineCase& c : schedules_for(p, 8, config.model.n_layer))
     for (int zero : {0, 3}) {
       const conform::Layout layout{1, p, 1, zero, 8, c.schedule, c.v};
-      const conform::Errors e = conform::compare(conform::run_layout(config, layout, *group, 4), ref, config);
+      const conform::Errors e = conform::compare(conform::run_layout(config, layout, *group, 4, testing::shared_test_backend()), ref, config);
       EXPECT_TRUE(e.pass) << layout.name() << ": " << e.failure << " (parameter rel " << e.param_rel << ")";
     }
 }
@@ -83,14 +85,14 @@ TEST(PipelineTraining, ClippedFp64PipelinesMatchSingleDevice) {
 // with dp = world / 2: 2 at 4 ranks, 4 at 8, where a sum of more than two could round differently
 // if the two stages' buckets were reduced differently - they are the same size, wte first).
 TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 4 != 0) GTEST_SKIP() << "needs pp=2 x dp=2";
   const RunConfig config = pipeline_config("fp32", true, 0.5);
   const int dp = world->size() / 2;
   auto group = world->split(0, world->rank(), "pp2");
   for (int zero : {0, 1, 2, 3}) {
     ProcessGrid grid(*group, {1, 2, dp});
-    auto backend = make_cpu_backend();
+    auto backend = testing::make_test_backend();
     DataParallelSettings settings{zero, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), ScheduleKind::OneFOneB, 1, {}}};
     nlohmann::json j = config.json;
     j["train"]["micro_batches"] = 2;
@@ -100,8 +102,8 @@ TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
     const std::vector<std::vector<double>> mine = trainer.chunk_engine(0).gather_params();
     const std::size_t wte = 0;  // first in spec order on both stages
     ASSERT_EQ(trainer.chunk_model(0).specs()[wte].name, "wte.weight");
-    Tensor other = backend->alloc({static_cast<int64_t>(mine[wte].size())}, DType::F64);
-    Tensor own = backend->alloc({static_cast<int64_t>(mine[wte].size())}, DType::F64);
+    Tensor other = host_alloc({static_cast<int64_t>(mine[wte].size())}, DType::F64);
+    Tensor own = host_alloc({static_cast<int64_t>(mine[wte].size())}, DType::F64);
     std::copy(mine[wte].begin(), mine[wte].end(), own.data<double>());
     Communicator& embedding = *grid.embedding();
     auto sent = embedding.send_async(own, 1 - embedding.rank(), 7);
@@ -115,13 +117,13 @@ TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
 // Activation slots held at once match the schedule's promise: 1F1B at most p - rank micro-batches
 // in flight, AFAB all m.
 TEST(PipelineTraining, MicroBatchesInFlightFollowTheSchedule) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 4 != 0) GTEST_SKIP() << "needs pp=4";
   const RunConfig base = pipeline_config("fp32", true, 0.5);
   auto group = world->split(world->rank() / 4, world->rank(), "pp4");
   for (ScheduleKind kind : {ScheduleKind::OneFOneB, ScheduleKind::AllForwardAllBackward}) {
     ProcessGrid grid(*group, {1, 4, 1});
-    auto backend = make_cpu_backend();
+    auto backend = testing::make_test_backend();
     nlohmann::json j = base.json;
     j["train"]["micro_batches"] = 8;
     DistributedTrainer trainer(parse_run_config(j), *backend, grid.dp(),
@@ -143,11 +145,11 @@ TEST(PipelineTraining, MicroBatchesInFlightFollowTheSchedule) {
 
 // Bad pipeline settings fail on every rank with a clear error, before any communication.
 TEST(PipelineTraining, BadSettingsFailOnEveryRank) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 2 != 0) GTEST_SKIP();
   auto group = world->split(world->rank() / 2, world->rank(), "pp2");
   ProcessGrid grid(*group, {1, 2, 1});
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   auto make = [&](int n_layer, int micro, ScheduleKind kind, int v) {
     nlohmann::json j = conform::default_conformance_config("fp64").json;
     j["model"]["n_layer"] = n_layer;

@@ -2,6 +2,7 @@
 // the world, and layout errors that every rank throws identically without communicating.
 #include <gtest/gtest.h>
 
+#include "support/test_backend.h"
 #include "mpi_test_util.h"
 
 namespace tripod::testing {
@@ -39,7 +40,7 @@ std::vector<int> members(Communicator& group, int world_rank) {
 }
 
 TEST(ProcessGrid, EveryLayoutAndOrder) {
-  std::unique_ptr<Communicator> world = mpi_world();
+  std::unique_ptr<Communicator> world = testing::test_world();
   const int me = world->rank();
   for (const GridShape& s : layouts_of(world->size()))
     for (const std::string& order : kOrders) {
@@ -79,7 +80,7 @@ TEST(ProcessGrid, EveryLayoutAndOrder) {
 }
 
 TEST(ProcessGrid, DefaultOrderIsTensorFastestThenDataThenPipeline) {
-  std::unique_ptr<Communicator> world = mpi_world();
+  std::unique_ptr<Communicator> world = testing::test_world();
   const int n = world->size();
   GridShape s;
   s.tp = n % 2 == 0 ? 2 : 1;
@@ -91,7 +92,7 @@ TEST(ProcessGrid, DefaultOrderIsTensorFastestThenDataThenPipeline) {
 }
 
 TEST(ProcessGrid, BadLayoutsThrowTheSameErrorEverywhereWithoutHanging) {
-  std::unique_ptr<Communicator> world = mpi_world();
+  std::unique_ptr<Communicator> world = testing::test_world();
   const int n = world->size();
   auto message_of = [&](GridShape s, const std::string& order) -> std::string {
     try {

@@ -4,6 +4,7 @@
 // (`tripod conform` on 8 ranks runs every TP x DP x ZeRO x micro-batch layout; see test_conform.py.)
 #include <gtest/gtest.h>
 
+#include "support/test_backend.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
 #include "parallel/tp_shard.h"
@@ -14,14 +15,14 @@ namespace tripod {
 namespace {
 
 TEST(TensorParallelTraining, ParameterBytesShrinkByTpForSplitLayers) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   const RunConfig config = conform::default_conformance_config("fp64");
   const int64_t V = config.model.vocab_size, C = config.model.d_model;
   for (int t : {2, 4}) {
     if (world->size() % t != 0) continue;
     auto tp = world->split(world->rank() / t, world->rank(), "tp");
     auto dp = world->split(world->rank(), 0, "dp");  // one rank: only TP shards the parameters here
-    auto backend = make_cpu_backend();
+    auto backend = testing::make_test_backend();
     DistributedTrainer trainer(config, *backend, *dp, {0, 4096, -1, tp.get()});
     int64_t expected = 0, logical = 0;
     for (const ParamSpec& spec : gpt_param_specs(config.model)) {
@@ -40,25 +41,25 @@ TEST(TensorParallelTraining, ParameterBytesShrinkByTpForSplitLayers) {
 }
 
 TEST(TensorParallelTraining, TpDpZeroMatchSingleDevice) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() % 4 != 0) GTEST_SKIP() << "needs 4 ranks per replica";
   const RunConfig config = conform::default_conformance_config("fp64");
-  const conform::Trajectory reference = conform::run_single_device(config, 5);
+  const conform::Trajectory reference = conform::run_single_device(config, 5, testing::shared_test_backend());
   auto group = world->split(world->rank() / 4, world->rank(), "tp2dp2");
   for (int zero : {0, 1}) {
-    const conform::Trajectory got = conform::run_layout(config, {2, 1, 2, zero, 1}, *group, 5);
+    const conform::Trajectory got = conform::run_layout(config, {2, 1, 2, zero, 1}, *group, 5, testing::shared_test_backend());
     const conform::Errors e = conform::compare(got, reference, config);
     EXPECT_TRUE(e.pass) << "tp2 dp2 zero" << zero << ": " << e.failure << " (parameter rel " << e.param_rel << ")";
   }
 }
 
 TEST(TensorParallelTraining, HeadsNotDividingFailOnEveryRank) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   if (world->size() < 3) GTEST_SKIP();
   auto tp = world->split(world->rank() < 3 ? 0 : -1, world->rank(), "tp3");
   if (tp) {
     const RunConfig config = conform::default_conformance_config("fp64");  // 4 heads
-    auto backend = make_cpu_backend();
+    auto backend = testing::make_test_backend();
     auto dp = tp->split(tp->rank(), 0, "dp");
     EXPECT_THROW(DistributedTrainer(config, *backend, *dp, {0, 4096, -1, tp.get()}), Error);
   }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <map>
 
+#include "support/test_backend.h"
 #include "model/config.h"
 #include "model/linear.h"
 #include "mpi_test_util.h"
@@ -173,8 +174,8 @@ void expect_head_split_exact(Backend& be, DType dt, const Outcome& ref, int r, i
 }
 
 void check_half(const Half& h, DType dt, bool sp) {
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   Values full;
   uint64_t seed = 100;
   for (const ParamSpec& spec : gpt_param_specs(block_config())) {

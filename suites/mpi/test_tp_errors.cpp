@@ -1,6 +1,7 @@
 // Bad tensor-parallel layouts and inputs throw the same tripod::Error on every rank, before any
 // communication, so nothing hangs: expect_same_error_everywhere compares the messages across the
 // world and ends with a barrier that a rank which went on communicating would never reach.
+#include "support/test_backend.h"
 #include "model/config.h"
 #include "mpi_test_util.h"
 #include "parallel/tp_group.h"
@@ -19,7 +20,7 @@ ModelConfig config_with(int64_t n_head, int64_t d_model, int64_t d_ff) {
 }
 
 TEST(TpErrors, ModelDoesNotSplit) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   const ModelConfig four_heads = config_with(4, 16, 32);
   expect_same_error_everywhere(*world, "does not divide model.n_head = 4",
                                [&] { tp::validate_tensor_parallel(four_heads, 3); });
@@ -36,8 +37,8 @@ TEST(TpErrors, ModelDoesNotSplit) {
 }
 
 TEST(TpErrors, SequenceParallelNeedsDivisibleTokens) {
-  auto world = mpi_world();
-  auto be = make_cpu_backend();
+  auto world = testing::test_world();
+  auto be = testing::make_test_backend();
   for (int t : tp_sizes(world->size())) {
     if (t == 1) continue;
     SCOPED_TRACE("tp=" + std::to_string(t));
@@ -58,8 +59,8 @@ TEST(TpErrors, SequenceParallelNeedsDivisibleTokens) {
 }
 
 TEST(TpErrors, BadShapesAndIds) {
-  auto world = mpi_world();
-  auto be = make_cpu_backend();
+  auto world = testing::test_world();
+  auto be = testing::make_test_backend();
   for (int t : tp_sizes(world->size())) {
     SCOPED_TRACE("tp=" + std::to_string(t));
     auto comm = tp_group(*world, t);
@@ -90,7 +91,7 @@ TEST(TpErrors, BadShapesAndIds) {
 // A replicated parameter whose copies differ between TP ranks is named by assemble_full, on every
 // rank (the values depend only on the TP rank, so every group throws the same message).
 TEST(TpErrors, DivergedReplicaIsNamed) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   for (int t : tp_sizes(world->size())) {
     if (t == 1) continue;
     SCOPED_TRACE("tp=" + std::to_string(t));

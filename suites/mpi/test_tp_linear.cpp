@@ -27,6 +27,7 @@
 //    gradient: over token blocks) the same bound holds, since it covers every summation order.
 // The bound: two evaluations of a K-term dot product x.y in any orders differ by at most
 // 2 gamma_K |x|.|y| (tp_test_util.h); a bias add counts as one more term.
+#include "support/test_backend.h"
 #include "model/linear.h"
 #include "mpi_test_util.h"
 #include "parallel/tp_linear.h"
@@ -88,8 +89,8 @@ class TpLinear : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TpLinear, ColumnParallel) {
   const auto [dt, sp] = GetParam();
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   const Unsplit u = unsplit(*be, dt);
   for (int t : tp_sizes(world->size())) {
     SCOPED_TRACE("tp=" + std::to_string(t) + (sp ? " SP" : ""));
@@ -125,8 +126,8 @@ TEST_P(TpLinear, ColumnParallel) {
 
 TEST_P(TpLinear, RowParallel) {
   const auto [dt, sp] = GetParam();
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   const Unsplit u = unsplit(*be, dt);
   for (int t : tp_sizes(world->size())) {
     SCOPED_TRACE("tp=" + std::to_string(t) + (sp ? " SP" : ""));

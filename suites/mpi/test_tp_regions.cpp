@@ -2,6 +2,7 @@
 // and async, on TP groups of every size in {1, 2, 3, 4, 8} that divides the world. Inputs are
 // small integers (mpi_test_util.h: reduce_input), so every sum is exact in fp32 and fp64 whatever
 // order the library adds in, and every result is compared bit for bit.
+#include "support/test_backend.h"
 #include "mpi_test_util.h"
 #include "parallel/tp_regions.h"
 #include "tp_test_util.h"
@@ -26,7 +27,7 @@ class TpRegions : public ::testing::TestWithParam<DType> {};
 
 TEST_P(TpRegions, CopyToAndReduceFromRegion) {
   const DType dt = GetParam();
-  auto world = mpi_world();
+  auto world = testing::test_world();
   for (int t : tp_sizes(world->size(), kRegionSizes)) {
     SCOPED_TRACE("tp=" + std::to_string(t));
     auto tp = tp_group(*world, t);
@@ -58,7 +59,7 @@ TEST_P(TpRegions, CopyToAndReduceFromRegion) {
 
 TEST_P(TpRegions, SequenceGatherAndReduceScatter) {
   const DType dt = GetParam();
-  auto world = mpi_world();
+  auto world = testing::test_world();
   for (int t : tp_sizes(world->size(), kRegionSizes)) {
     SCOPED_TRACE("tp=" + std::to_string(t));
     auto tp = tp_group(*world, t);
@@ -113,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, TpRegions, ::testing::Values(DType::F32, DType:
 // N not divisible by tp, or a local block of the wrong size: the same error on every rank, thrown
 // before any communication (the barrier inside expect_same_error_everywhere would hang otherwise).
 TEST(TpRegionErrors, SequenceSplitNeedsDivisibleTokens) {
-  auto world = mpi_world();
+  auto world = testing::test_world();
   for (int t : tp_sizes(world->size(), kRegionSizes)) {
     if (t == 1) continue;
     SCOPED_TRACE("tp=" + std::to_string(t));

@@ -4,6 +4,7 @@
 // trip extract -> assemble_full == identity; every logical element owned by exactly one rank.
 // TP sizes {1, 2, 4} that divide the world, tied and untied embeddings, a vocabulary (11) that
 // no TP size > 1 divides.
+#include "support/test_backend.h"
 #include "model/config.h"
 #include "mpi_test_util.h"
 #include "parallel/tp_group.h"
@@ -74,7 +75,7 @@ class TpShardMaps : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TpShardMaps, MapsInitExtractAssemble) {
   const ModelConfig config = shard_config(GetParam());
-  auto world = mpi_world();
+  auto world = testing::test_world();
   for (int t : tp_sizes(world->size())) {
     SCOPED_TRACE("tp=" + std::to_string(t));
     auto comm = tp_group(*world, t);

@@ -22,6 +22,7 @@
 // exp(x - lse)*g moves by g*(that + u*|x - lse|). The maximum and the target logit are exact.
 #include <limits>
 
+#include "support/test_backend.h"
 #include "model/linear.h"
 #include "mpi_test_util.h"
 #include "parallel/tp_linear.h"
@@ -65,8 +66,8 @@ class TpVocab : public ::testing::TestWithParam<VocabCase> {};
 
 TEST_P(TpVocab, EmbeddingForwardBackward) {
   const auto [dt, V] = GetParam();
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   Tensor wte = random_tensor(*be, {V, kC}, dt, 21), wpe = random_tensor(*be, {kContext, kC}, dt, 22);
   Tensor tokens = ids_tensor(*be, random_ids(kN, V, 23, false));
   Tensor out = be->alloc({kN, kC}, dt), dout = random_tensor(*be, {kN, kC}, dt, 24);
@@ -99,8 +100,8 @@ TEST_P(TpVocab, EmbeddingForwardBackward) {
 
 TEST_P(TpVocab, CrossEntropyForwardBackward) {
   const auto [dt, V] = GetParam();
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   const std::vector<int32_t> target_ids = random_ids(kN, V, 31, true);
   Tensor logits = random_tensor(*be, {kN, V}, dt, 32, 3.0), targets = ids_tensor(*be, target_ids);
   Tensor losses = be->alloc({kN}, dt), dlogits = be->alloc({kN, V}, dt);
@@ -154,8 +155,8 @@ TEST_P(TpVocab, CrossEntropyForwardBackward) {
 
 TEST_P(TpVocab, TiedHeadAndEmbedding) {
   const auto [dt, V] = GetParam();
-  auto be = make_cpu_backend();
-  auto world = mpi_world();
+  auto be = testing::make_test_backend();
+  auto world = testing::test_world();
   const std::vector<int32_t> target_ids = random_ids(kN, V, 41, true);
   Tensor tokens = ids_tensor(*be, random_ids(kN, V, 42, false)), targets = ids_tensor(*be, target_ids);
   Tensor wte = random_tensor(*be, {V, kC}, dt, 43), lnf = random_tensor(*be, {kN, kC}, dt, 44);

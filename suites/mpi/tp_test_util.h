@@ -120,7 +120,7 @@ inline void expect_replicated(Communicator& group, const std::vector<double>& va
   std::vector<double> all(values.size() * static_cast<std::size_t>(group.size()));
   const auto view = [](const std::vector<double>& v) {
     return Tensor(
-        std::make_shared<Storage>(const_cast<double*>(v.data()), v.size() * sizeof(double), Device::CPU, nullptr), 0,
+        std::make_shared<Storage>(const_cast<double*>(v.data()), v.size() * sizeof(double), Device::Host, nullptr), 0,
         Shape{static_cast<int64_t>(v.size())}, DType::F64);
   };
   group.all_gather(view(values), view(all));
@@ -198,8 +198,8 @@ void expect_same_error_everywhere(Communicator& world, const std::string& expect
       << "message: " << message << "\nexpected to contain: " << expected;
   int32_t mine = static_cast<int32_t>(std::hash<std::string>{}(message)&0x7fffffff);
   std::vector<int32_t> all(static_cast<std::size_t>(world.size()));
-  Tensor in(std::make_shared<Storage>(&mine, 4, Device::CPU, nullptr), 0, Shape{1}, DType::I32);
-  Tensor out(std::make_shared<Storage>(all.data(), all.size() * 4, Device::CPU, nullptr), 0,
+  Tensor in(std::make_shared<Storage>(&mine, 4, Device::Host, nullptr), 0, Shape{1}, DType::I32);
+  Tensor out(std::make_shared<Storage>(all.data(), all.size() * 4, Device::Host, nullptr), 0,
              Shape{static_cast<int64_t>(all.size())}, DType::I32);
   world.all_gather(in, out);
   for (int32_t h : all) EXPECT_EQ(h, all[0]) << "the error message differs between ranks; here: " << message;

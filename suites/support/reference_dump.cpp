@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/test_backend.h"
 #include "ckpt/safetensors.h"
 #include "data/random_batch.h"
 #include "export/hf_gpt2.h"
@@ -37,7 +38,7 @@ int run(const std::string& dtype_name_arg, int64_t steps, bool tied, uint64_t se
   const DType dtype = config.train.dtype;
   const int64_t B = config.train.batch_size, T = config.train.seq_len, V = config.model.vocab_size;
 
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
   trainer.initialise();
   fs::create_directories(out);
@@ -72,7 +73,7 @@ int run(const std::string& dtype_name_arg, int64_t steps, bool tied, uint64_t se
   backend->fill(trainer.grads().flat(), 0.0);
   trainer.model().backward(trainer.params(), trainer.grads(), 1.0 / static_cast<double>(first.n_valid));
   results.push_back(ckpt::make_host_tensor<double>("logits", {B, T, V}, logits));
-  results.push_back(ckpt::make_host_tensor<double>("loss", {1}, std::vector<double>{first.sum / first.n_valid}));
+  results.push_back(ckpt::make_host_tensor<double>("loss", {1}, std::vector<double>{read_scalar(*backend, first.sum) / first.n_valid}));
   for (auto& t : to_hf_tensors(*backend, trainer.grads(), "grad.", DType::F64)) results.push_back(std::move(t));
 
   // K full optimizer steps (clip + AdamW), recording losses and pre-clip gradient norms.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/test_backend.h"
 #include "ckpt/checkpoint.h"
 #include "export/hf_gpt2.h"
 #include "model_test_util.h"
@@ -26,7 +27,7 @@ data::Batch batch_for(const RunConfig& c, int64_t step) {
 // Resuming from a checkpoint continues bit for bit as if the run had not stopped.
 TEST(Checkpoint, ResumeIsBitIdentical) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   Trainer straight(config, *backend);
   straight.initialise();
   std::vector<double> straight_losses;
@@ -49,7 +50,7 @@ TEST(Checkpoint, ResumeIsBitIdentical) {
 
 TEST(Checkpoint, CorruptFileIsDetectedAndNamed) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
   trainer.initialise();
   const fs::path dir = temp_dir("corrupt");
@@ -72,7 +73,7 @@ TEST(Checkpoint, CorruptFileIsDetectedAndNamed) {
 
 TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
   const fs::path dir = temp_dir("shape");
   ckpt::save_checkpoint(dir, *backend, trainer.params(), nullptr, {0, DType::F32, config.json});
@@ -90,17 +91,17 @@ TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
 
 TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   const RunConfig config = testing::tiny_run_config("fp64", false);
-  auto backend = make_cpu_backend();
+  auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
   trainer.initialise();
   const fs::path ckpt_dir = temp_dir("export_ckpt"), out = temp_dir("export_out");
   ckpt::save_checkpoint(ckpt_dir, *backend, trainer.params(), nullptr, {0, DType::F64, config.json});
-  ExportReport report = export_hf_checkpoint(ckpt_dir, out, DType::F64);
+  ExportReport report = export_hf_checkpoint(ckpt_dir, out, DType::F64, *backend);
   EXPECT_EQ(report.tensors, static_cast<int64_t>(trainer.params().size()));
   ckpt::SafetensorsFile file = ckpt::SafetensorsFile::read(out / "model.safetensors");
   const ckpt::HostTensor& c_fc = file.get("h.1.mlp.c_fc.weight");
   EXPECT_EQ(c_fc.shape, (Shape{8, 16}));  // [in, out]
-  const double* ours = trainer.params()["h.1.mlp.c_fc.weight"].data<double>();  // [16, 8]
+  const std::vector<double> ours = to_host_f64(*backend, trainer.params()["h.1.mlp.c_fc.weight"]);  // [16, 8]
   EXPECT_EQ(c_fc.as<double>()[3 * 16 + 5], ours[5 * 8 + 3]);
   EXPECT_EQ(file.get("wte.weight").shape, (Shape{11, 8}));
   EXPECT_TRUE(file.contains("lm_head.weight"));

@@ -1,5 +1,8 @@
 #include <cblas.h>
 
+#include <type_traits>
+#include <vector>
+
 #include "backend/cpu/kernels.h"
 
 namespace tripod::cpu {
@@ -21,5 +24,45 @@ void gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda),
               b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
+
+}  // namespace tripod::cpu
+
+namespace tripod::cpu {
+namespace {
+
+// The elements a row-major matrix of `rows` x `cols` with leading dimension `ld` spans.
+int64_t span(int64_t rows, int64_t cols, int64_t ld) { return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols; }
+
+std::vector<float> widen(const bf16* x, int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  convert<bf16, float>(x, out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+template <typename TC>
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+               const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // bf16 -> fp32 is exact, so this is the bf16 product with fp32 accumulation (what tensor cores
+  // compute, up to the order of the sums).
+  const std::vector<float> a32 = widen(a, trans_a ? span(k, m, lda) : span(m, k, lda));
+  const std::vector<float> b32 = widen(b, trans_b ? span(n, k, ldb) : span(k, n, ldb));
+  if constexpr (std::is_same_v<TC, float>) {
+    gemm<float>(trans_a, trans_b, m, n, k, alpha, a32.data(), lda, b32.data(), ldb, beta, c, ldc);
+  } else {
+    // bf16 C: read it in fp32, compute in fp32, round once.
+    const int64_t extent = span(m, n, ldc);
+    std::vector<float> c32 = widen(c, extent);
+    gemm<float>(trans_a, trans_b, m, n, k, alpha, a32.data(), lda, b32.data(), ldb, beta, c32.data(), ldc);
+    for (int64_t i = 0; i < m; ++i) convert<float, bf16>(c32.data() + i * ldc, c + i * ldc, n);  // rows only: gaps keep their bits
+  }
+}
+
+template void gemm_bf16<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,
+                               float, float*, int64_t);
+template void gemm_bf16<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t, const bf16*, int64_t,
+                              float, bf16*, int64_t);
 
 }  // namespace tripod::cpu

@@ -1,8 +1,10 @@
-// CPU kernels, templated on the element type (float or double). Every reduction runs in an
-// order that does not depend on the number of OpenMP threads, so a run is bit-reproducible and
-// its results do not change when the thread count does.
+// CPU kernels, templated on the element type (float or double; bf16 where stated). Every reduction
+// runs in an order that does not depend on the number of OpenMP threads, so a run is
+// bit-reproducible and its results do not change when the thread count does.
 #pragma once
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace tripod::cpu {
 
@@ -10,6 +12,20 @@ namespace tripod::cpu {
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+// bf16 A and B, fp32 accumulation (sgemm on the exactly widened inputs); C fp32, or bf16 read and
+// rounded once at the end (TC = float or bf16).
+template <typename TC>
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+               const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc);
+
+// fp32 <-> fp64 <-> bf16, round to nearest even (core/bf16.h).
+template <typename From, typename To>
+void convert(const From* src, To* dst, int64_t n);
+template <typename T>
+int64_t count_nonfinite(const T* x, int64_t n);
+// Sum of losses[i] over targets[i] >= 0, in fp64 and index order.
+template <typename T>
+double sum_valid_losses(const T* losses, const int32_t* targets, int64_t n);
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t n_tokens,
@@ -46,6 +62,29 @@ template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab);
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale);
+
+// Over a window [start, start + valid) of a vocabulary of `vocab` ids (vocab_window_kernels.cpp):
+// ids are checked against `vocab` (token ids >= 0; targets may be < 0, ignored).
+template <typename T>
+void embedding_lookup_window(T* out, const int32_t* tokens, const T* wte, int64_t n_tokens, int64_t channels,
+                             int64_t start, int64_t valid, int64_t vocab);
+template <typename T>
+void position_add(T* out, const T* wpe, int64_t rows, int64_t channels, int64_t first_token, int64_t seq_len);
+template <typename T>
+void embedding_backward_window(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t n_tokens,
+                               int64_t channels, int64_t start, int64_t valid, int64_t vocab, int64_t seq_len);
+template <typename T>
+void logits_row_max(T* row_max, const T* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
+                    int64_t vocab);
+template <typename T>
+void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+                     int64_t start, int64_t valid);
+template <typename T>
+void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
+                             int64_t rows);
+template <typename T>
+void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
+                                   int64_t start, int64_t valid, int64_t vocab, double grad_scale);
 
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,

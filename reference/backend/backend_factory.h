@@ -1,0 +1,24 @@
+// The one place that makes a backend from its name (`--backend` on train, conform and bench).
+// Nothing else constructs a backend by name: commands and tests ask here.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tripod {
+
+// The backends built into this binary, in the order they are listed: "cpu", "emulated" (and
+// "cuda" where it is built).
+std::vector<std::string> backend_names();
+// "cpu, emulated"
+std::string backend_names_text();
+// Throws naming the backends that are built when `name` is not one of them.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+// The constructors behind the names (backend/cpu/cpu_backend.cpp).
+std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_emulated_backend();
+
+}  // namespace tripod

@@ -1,0 +1,222 @@
+// The CPU backend's transformer operations: argument checks, dtype dispatch, the kernel call.
+#include <algorithm>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
+
+namespace tripod::cpu {
+
+void CpuBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                   int64_t seq_len) {
+  const char* op = "embedding_forward";
+  dispatch_float(wte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::embedding_forward<T>(ptr<T>(out, op), ptr<int32_t>(tokens, op), ptr<T>(wte, op), ptr<T>(wpe, op),
+                              tokens.numel(), seq_len, wte.dim(1), wte.dim(0));
+  });
+}
+
+void CpuBackend::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                    int64_t seq_len) {
+  const char* op = "embedding_backward";
+  dispatch_float(dwte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::embedding_backward<T>(ptr<T>(dwte, op), ptr<T>(dwpe, op), ptr<T>(dout, op), ptr<int32_t>(tokens, op),
+                               tokens.numel(), seq_len, dwte.dim(1));
+  });
+}
+
+void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layernorm_forward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = weight.numel();
+    cpu::layernorm_forward<T>(ptr<T>(out, op), ptr<T>(mean, op), ptr<T>(rstd, op), ptr<T>(inp, op),
+                              ptr<T>(weight, op), ptr<T>(bias, op), inp.numel() / c, c, eps);
+  });
+}
+
+void CpuBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                    const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = weight.numel();
+    cpu::layernorm_backward<T>(ptr<T>(dinp, op), ptr<T>(dweight, op), ptr<T>(dbias, op), ptr<T>(dout, op),
+                               ptr<T>(inp, op), ptr<T>(weight, op), ptr<T>(mean, op), ptr<T>(rstd, op),
+                               inp.numel() / c, c);
+  });
+}
+
+void CpuBackend::bias_add(const Tensor& out, const Tensor& bias) {
+  dispatch_float(out.dtype(), "bias_add", [&](auto zero) {
+    using T = decltype(zero);
+    cpu::bias_add<T>(ptr<T>(out, "bias_add"), ptr<T>(bias, "bias_add"), out.numel() / bias.numel(), bias.numel());
+  });
+}
+
+void CpuBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
+  dispatch_float(dout.dtype(), "bias_grad", [&](auto zero) {
+    using T = decltype(zero);
+    cpu::bias_grad<T>(ptr<T>(dbias, "bias_grad"), ptr<T>(dout, "bias_grad"), dout.numel() / dbias.numel(),
+                      dbias.numel());
+  });
+}
+
+void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
+  dispatch_float(inp.dtype(), "gelu_forward", [&](auto zero) {
+    using T = decltype(zero);
+    cpu::gelu_forward<T>(ptr<T>(out, "gelu_forward"), ptr<T>(inp, "gelu_forward"), inp.numel());
+  });
+}
+
+void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  const char* op = "gelu_backward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::gelu_backward<T>(ptr<T>(dinp, op), ptr<T>(inp, op), ptr<T>(dout, op), inp.numel());
+  });
+}
+
+void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
+  const char* op = "attention_forward";
+  dispatch_float(qkv.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
+                              qkv.dim(2) / 3, n_head);
+  });
+}
+
+void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                                    int64_t n_head) {
+  const char* op = "attention_backward";
+  dispatch_float(qkv.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::attention_backward<T>(ptr<T>(dqkv, op), ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), qkv.dim(0),
+                               qkv.dim(1), qkv.dim(2) / 3, n_head);
+  });
+}
+
+void CpuBackend::cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  const char* op = "cross_entropy_forward";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::cross_entropy_forward<T>(ptr<T>(losses, op), ptr<T>(logits, op), ptr<int32_t>(targets, op), targets.numel(),
+                                  logits.dim(-1));
+  });
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double grad_scale) {
+  const char* op = "cross_entropy_backward";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::cross_entropy_backward<T>(ptr<T>(logits, op), ptr<int32_t>(targets, op), targets.numel(), logits.dim(-1),
+                                   grad_scale);
+  });
+}
+
+// ---- vocabulary windows: kernel errors (bad ids) are prefixed with the operation ----
+
+namespace {
+template <typename Fn>
+void named(const char* op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    throw Error(str_cat(op, ": ", e.what()));
+  }
+}
+}  // namespace
+
+void CpuBackend::embedding_lookup_window(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                         VocabWindow w) {
+  const char* op = "embedding_lookup_window";
+  dispatch_float(wte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    named(op, [&] {
+      cpu::embedding_lookup_window<T>(ptr<T>(out, op), ptr<int32_t>(tokens, op), ptr<T>(wte, op), tokens.numel(),
+                                      wte.dim(-1), w.start, w.valid, w.vocab);
+    });
+  });
+}
+
+void CpuBackend::position_add(const Tensor& out, const Tensor& wpe, int64_t first_token, int64_t seq_len) {
+  const char* op = "position_add";
+  dispatch_float(out.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = wpe.dim(-1);
+    cpu::position_add<T>(ptr<T>(out, op), ptr<T>(wpe, op), C ? out.numel() / C : 0, C, first_token, seq_len);
+  });
+}
+
+void CpuBackend::embedding_backward_window(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                           const Tensor& tokens, VocabWindow w, int64_t seq_len) {
+  const char* op = "embedding_backward_window";
+  dispatch_float(dwte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    named(op, [&] {
+      cpu::embedding_backward_window<T>(ptr<T>(dwte, op), ptr<T>(dwpe, op), ptr<T>(dout, op),
+                                        ptr<int32_t>(tokens, op), tokens.numel(), dwte.dim(-1), w.start, w.valid,
+                                        w.vocab, seq_len);
+    });
+  });
+}
+
+void CpuBackend::logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& targets, VocabWindow w) {
+  const char* op = "logits_row_max";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    named(op, [&] {
+      cpu::logits_row_max<T>(ptr<T>(row_max, op), ptr<T>(logits, op), ptr<int32_t>(targets, op), row_max.numel(),
+                             logits.numel() / std::max<int64_t>(row_max.numel(), 1), w.valid, w.vocab);
+    });
+  });
+}
+
+void CpuBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                 const Tensor& targets, VocabWindow w) {
+  const char* op = "logits_exp_sums";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = row_max.numel();
+    cpu::logits_exp_sums<T>(ptr<T>(sums, op), ptr<T>(logits, op), ptr<T>(row_max, op), ptr<int32_t>(targets, op),
+                            rows, logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid);
+  });
+}
+
+void CpuBackend::cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
+                                         const Tensor& sums, const Tensor& targets) {
+  const char* op = "cross_entropy_from_sums";
+  dispatch_float(losses.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::cross_entropy_from_sums<T>(ptr<T>(losses, op), ptr<T>(logsumexp, op), ptr<T>(row_max, op), ptr<T>(sums, op),
+                                    ptr<int32_t>(targets, op), losses.numel());
+  });
+}
+
+void CpuBackend::cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                               VocabWindow w, double grad_scale) {
+  const char* op = "cross_entropy_backward_window";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = targets.numel();
+    named(op, [&] {
+      cpu::cross_entropy_backward_window<T>(ptr<T>(logits, op), ptr<T>(logsumexp, op), ptr<int32_t>(targets, op), rows,
+                                            logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, w.vocab,
+                                            grad_scale);
+    });
+  });
+}
+
+void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
+                       double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale) {
+  const char* op = "adamw";
+  dispatch_float(param.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cpu::adamw<T>(ptr<T>(param, op), ptr<T>(grad, op), ptr<T>(m, op), ptr<T>(v, op), param.numel(), lr, beta1, beta2,
+                  eps, weight_decay, step, grad_scale);
+  });
+}
+
+}  // namespace tripod::cpu

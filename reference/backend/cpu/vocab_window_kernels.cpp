@@ -1,0 +1,136 @@
+// Embedding and softmax cross-entropy over a window of the vocabulary (a vocab-parallel rank's
+// rows of wte, or its columns of the logits). The arithmetic is the unsplit kernels', element by
+// element and in the same order, so a split computation reassembles the unsplit result exactly
+// wherever its sums do not change order.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+
+namespace tripod::cpu {
+namespace {
+constexpr int64_t kColumnBlock = 64;  // embedding backward: columns per OpenMP task, as the unsplit kernel
+
+void check_ids(const char* kind, const int32_t* ids, int64_t n, int64_t vocab, bool allow_ignored) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(ids[i] < vocab && (allow_ignored || ids[i] >= 0)))
+      fail(kind, " id ", ids[i], " at position ", i, " is outside the vocabulary of ", vocab);
+}
+}  // namespace
+
+template <typename T>
+void embedding_lookup_window(T* out, const int32_t* tokens, const T* wte, int64_t n_tokens, int64_t channels,
+                             int64_t start, int64_t valid, int64_t vocab) {
+  check_ids("token", tokens, n_tokens, vocab, false);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    const int64_t row = tokens[n] - start;
+    T* o = out + n * channels;
+    if (row >= 0 && row < valid)
+      std::copy(wte + row * channels, wte + (row + 1) * channels, o);
+    else
+      std::fill(o, o + channels, T(0));  // another window's token
+  }
+}
+
+template <typename T>
+void position_add(T* out, const T* wpe, int64_t rows, int64_t channels, int64_t first_token, int64_t seq_len) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* pe = wpe + ((first_token + i) % seq_len) * channels;
+    for (int64_t c = 0; c < channels; ++c) out[i * channels + c] += pe[c];  // wte + wpe, as the unsplit kernel
+  }
+}
+
+template <typename T>
+void embedding_backward_window(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t n_tokens,
+                               int64_t channels, int64_t start, int64_t valid, int64_t vocab, int64_t seq_len) {
+  check_ids("token", tokens, n_tokens, vocab, false);
+  // Parallel over column blocks, tokens in order inside each: every element accumulates its tokens
+  // in the unsplit kernel's order, whatever the thread count.
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < channels; c0 += kColumnBlock) {
+    const int64_t c1 = std::min(channels, c0 + kColumnBlock);
+    for (int64_t n = 0; n < n_tokens; ++n) {
+      const T* dn = dout + n * channels;
+      const int64_t row = tokens[n] - start;
+      T* pn = dwpe + (n % seq_len) * channels;
+      if (row >= 0 && row < valid) {
+        T* wn = dwte + row * channels;
+        for (int64_t c = c0; c < c1; ++c) wn[c] += dn[c];
+      }
+      for (int64_t c = c0; c < c1; ++c) pn[c] += dn[c];
+    }
+  }
+}
+
+template <typename T>
+void logits_row_max(T* row_max, const T* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
+                    int64_t vocab) {
+  check_ids("target", targets, rows, vocab, true);  // before the caller's first reduction
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < rows; ++n)
+    row_max[n] = valid ? *std::max_element(logits + n * cols, logits + n * cols + valid)
+                       : -std::numeric_limits<T>::infinity();
+}
+
+template <typename T>
+void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+                     int64_t start, int64_t valid) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < rows; ++n) {
+    const T* xn = logits + n * cols;
+    T sum = 0;
+    for (int64_t j = 0; j < valid; ++j) sum += std::exp(xn[j] - row_max[n]);
+    sums[n] = sum;
+    const int64_t j = static_cast<int64_t>(targets[n]) - start;
+    sums[rows + n] = targets[n] >= 0 && j >= 0 && j < valid ? xn[j] : T(0);  // one window holds it
+  }
+}
+
+template <typename T>
+void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
+                             int64_t rows) {
+  for (int64_t n = 0; n < rows; ++n) {
+    logsumexp[n] = row_max[n] + std::log(sums[n]);  // as the unsplit kernel: row_max + log(sum)
+    losses[n] = targets[n] < 0 ? T(0) : logsumexp[n] - sums[rows + n];
+  }
+}
+
+template <typename T>
+void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
+                                   int64_t start, int64_t valid, int64_t vocab, double grad_scale) {
+  check_ids("target", targets, rows, vocab, true);
+  const T g = static_cast<T>(grad_scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < rows; ++n) {
+    T* xn = logits + n * cols;
+    if (targets[n] < 0) {
+      std::fill(xn, xn + cols, T(0));
+      continue;
+    }
+    for (int64_t j = 0; j < valid; ++j) xn[j] = std::exp(xn[j] - logsumexp[n]) * g;
+    std::fill(xn + valid, xn + cols, T(0));  // padding: no logit, no gradient
+    const int64_t j = static_cast<int64_t>(targets[n]) - start;
+    if (j >= 0 && j < valid) xn[j] -= g;
+  }
+}
+
+#define TRIPOD_INSTANTIATE(T)                                                                                      \
+  template void embedding_lookup_window<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t,      \
+                                           int64_t);                                                               \
+  template void position_add<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                                 \
+  template void embedding_backward_window<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
+                                             int64_t, int64_t);                                                    \
+  template void logits_row_max<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);              \
+  template void logits_exp_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);   \
+  template void cross_entropy_from_sums<T>(T*, T*, const T*, const T*, const int32_t*, int64_t);                  \
+  template void cross_entropy_backward_window<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
+                                                 int64_t, double);
+TRIPOD_INSTANTIATE(float)
+TRIPOD_INSTANTIATE(double)
+#undef TRIPOD_INSTANTIATE
+
+}  // namespace tripod::cpu
