@@ -36,6 +36,7 @@ struct SuiteOptions {
   std::string out = "runs/bench";
   int ranks = 0;  // 0: the cores this process may use, at least 2
   std::string mpirun = "mpirun";
+  std::string backend = "cpu";  // passed to every step
 };
 
 std::string cpu_model() {
@@ -98,8 +99,8 @@ void run_suite(const SuiteOptions& o) {
   fs::remove(out / "bench.json");
   const fs::path self = scaling::self_executable();
   const fs::path mpirun = find_program(o.mpirun);
-  std::printf("tripod bench%s: %s, %d cores, no GPU backend in this build; %d MPI ranks -> %s\n",
-              o.quick ? " --quick" : "", cpu_model().c_str(), cores, ranks, out.string().c_str());
+  std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
+              cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
 
   std::map<std::string, std::string> mpi_env = {{"OMP_NUM_THREADS", std::to_string(std::max(1, cores / ranks))},
                                                 {"OMP_WAIT_POLICY", "PASSIVE"}};
@@ -143,6 +144,10 @@ void run_suite(const SuiteOptions& o) {
     steps[0].args.push_back("--quick");
     steps[1].args.push_back("--quick");
   }
+  for (Step& step : steps) {
+    step.args.push_back("--backend");
+    step.args.push_back(o.backend);
+  }
   int failed = 0;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
@@ -163,7 +168,8 @@ void run_suite(const SuiteOptions& o) {
   bench["layouts"] = read_json(out / "layouts.json");
   bench["pipeline"] = read_json(out / "pipeline.json");
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
-  bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick}};
+  bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
+                     {"backend", o.backend}};
   std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
   print_summary(bench);
   const fs::path plot = fs::path(TRIPOD_SOURCE_DIR) / "reports" / "plot_bench.py";
@@ -183,6 +189,7 @@ void add_bench_suite(CLI::App& bench) {
   bench.add_option("--out", o->out, "results directory")->capture_default_str();
   bench.add_option("--ranks", o->ranks, "MPI ranks for the collective and training steps (default: cores, >= 2)");
   bench.add_option("--mpirun", o->mpirun, "the MPI launcher")->capture_default_str();
+  add_backend_option(bench, o->backend);
   bench.callback([o, &bench]() {
     if (bench.get_subcommands().empty()) run_suite(*o);
   });

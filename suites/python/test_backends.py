@@ -1,0 +1,98 @@
+"""`--backend`: the emulated-device backend (CPU arithmetic on memory tagged as a device's, every
+collective staged through host memory) gives exactly the CPU backend's results through the
+command line - conform's fingerprints of every trajectory bit, training losses, collective checks -
+and a backend that is not built, or does not exist, is a clear error listing those that are."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+
+SMALL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=2",
+         "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
+         "--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set", "train.steps=4",
+         "--set", "optim.warmup_steps=1", "--set", "train.eval_every=2"]
+
+# One of every kind: plain DP, each ZeRO stage, TP with and without SP, every pipeline schedule, 3D.
+LAYOUTS = ["tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp4-z3-mb2", "tp2-pp1-dp4-z2-mb1-sp", "tp4-pp1-dp2-z1-mb2",
+           "tp1-pp2-dp4-z0-mb2-afab", "tp2-pp2-dp2-z1-mb4-1f1b", "tp2-pp2-dp2-z3-mb4-sp-interleaved-v2",
+           "tp1-pp4-dp2-z2-mb4-1f1b"]
+
+
+def run(cmd, timeout=200):
+    require_tripod()
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus") / "markov"
+    result = run([TRIPOD, "data", "synthetic", "--out", out, "--vocab-size", "64", "--order", "1", "--tokens", "20000"])
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+def test_conform_on_the_emulated_device_is_bit_identical_to_cpu(tmp_path, dtype):
+    records = {}
+    for backend in ("cpu", "emulated"):
+        out = tmp_path / f"{backend}.json"
+        result = run(mpirun_command(8, "conform", "--dtype", dtype, "--backend", backend, "--layouts", *LAYOUTS,
+                                    "--json", out, timeout=180))
+        assert result.returncode == 0, result.stdout + result.stderr
+        records[backend] = json.loads(out.read_text())
+    cpu, emulated = records["cpu"], records["emulated"]
+    assert emulated["backend"] == "emulated" and "emulated" in run(
+        [TRIPOD, "conform", "--help"]).stdout
+    assert cpu["reference_fingerprint"] == emulated["reference_fingerprint"]
+    for a, b in zip(cpu["layouts"], emulated["layouts"], strict=True):
+        assert a["layout"] == b["layout"] and a["pass"] and b["pass"]
+        assert a["fingerprint"] == b["fingerprint"], a["layout"]
+        assert len(a["fingerprint"]) == 16
+
+
+def metrics_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()[1:]]
+
+
+@pytest.mark.parametrize("ranks,layout", [(1, []), (2, ["--zero", "1"]), (4, ["--tp", "2", "--pp", "2",
+                                                                               "--microbatches", "2"])])
+def test_training_on_the_emulated_device_gives_the_cpu_losses_exactly(corpus, tmp_path, ranks, layout):
+    runs = {}
+    for backend in ("cpu", "emulated"):
+        metrics = tmp_path / f"{backend}.jsonl"
+        args = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", f"train.metrics={metrics}",
+                *SMALL, *layout, "--backend", backend]
+        result = run(mpirun_command(ranks, *args) if ranks > 1 else [TRIPOD, *args])
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"backend {'emulated' if backend == 'emulated' else 'cpu'}" in result.stdout
+        runs[backend] = metrics_of(metrics)
+    for key in ("loss", "grad_norm", "val_loss"):
+        assert [r.get(key) for r in runs["cpu"]] == [r.get(key) for r in runs["emulated"]], key
+
+
+def test_collective_benchmark_on_emulated_device_buffers_checks_clean(tmp_path):
+    out = tmp_path / "comm.json"
+    result = run(mpirun_command(4, "bench", "comm", "all", "-b", "8", "-e", "64K", "-f", "8", "-n", "2",
+                                "--backend", "emulated", "-J", out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads(out.read_text())
+    assert records["settings"]["backend"] == "emulated"
+    assert records["results"] and all(r["wrong"] == 0 for r in records["results"])
+    assert "Out of bounds values : 0 OK" in result.stdout
+
+
+@pytest.mark.parametrize("backend,message", [
+    ("cuda", "backend 'cuda' is not built into this binary"),
+    ("tpu", "unknown backend 'tpu' (built into this binary: cpu, emulated)"),
+])
+def test_an_unavailable_backend_is_a_clear_error(corpus, backend, message):
+    for args in (["train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL],
+                 ["bench", "train", "--config", "tiny", "--set", "model.vocab_size=64", "--steps", "1"]):
+        result = run([TRIPOD, *args, "--backend", backend])
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert message in result.stderr
+    result = run(mpirun_command(2, "conform", "--backend", backend))
+    assert result.returncode != 0 and message in result.stderr

@@ -1,0 +1,146 @@
+// The device boundary: host code cannot read an emulated device's memory, backends refuse tensors
+// of another device, and the factory makes backends by name only. Then the emulated-device backend
+// against the CPU backend: the same training steps give the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backend/backend_factory.h"
+#include "backend/transfer.h"
+#include "core/host_memory.h"
+#include "model_test_util.h"
+#include "optim/adamw.h"
+#include "train/trainer.h"
+
+namespace tripod {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeviceGuard, HostReadsOfEmulatedDeviceMemoryFailNamingTheTensor) {
+  auto device = make_emulated_backend();
+  Tensor t = device->alloc({3, 4}, DType::F32);
+  EXPECT_EQ(t.device(), Device::Emulated);
+  for (const std::string& message :
+       {error_of([&] { (void)t.data<float>(); }), error_of([&] { (void)t.raw(); }),
+        error_of([&] { (void)t.view(4, {4}).data<float>(); })}) {
+    EXPECT_NE(message.find("host access"), std::string::npos) << message;
+    EXPECT_NE(message.find("on the emulated device"), std::string::npos) << message;
+    EXPECT_NE(message.find("fp32"), std::string::npos) << message;
+  }
+  EXPECT_NE(error_of([&] { (void)t.data<float>(); }).find("[3, 4]"), std::string::npos);
+  // The way in and out is the backend's.
+  const std::vector<double> values = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  from_host_f64(*device, values, t);
+  EXPECT_EQ(to_host_f64(*device, t), values);
+  // Host tensors stay readable; a CPU backend's tensors are host memory.
+  EXPECT_NO_THROW((void)host_alloc({2}, DType::F64).data<double>());
+  EXPECT_NO_THROW((void)make_cpu_backend()->alloc({2}, DType::F64).data<double>());
+}
+
+TEST(DeviceGuard, BackendsRefuseTensorsOfAnotherDevice) {
+  auto device = make_emulated_backend();
+  auto cpu = make_cpu_backend();
+  const Tensor host = host_alloc({4}, DType::F32), on_device = device->alloc({4}, DType::F32);
+  std::string m = error_of([&] { device->scale(host, 2.0); });
+  EXPECT_NE(m.find("scale"), std::string::npos) << m;
+  EXPECT_NE(m.find("fp32 [4] on the host"), std::string::npos) << m;
+  m = error_of([&] { cpu->add(on_device, on_device, on_device); });
+  EXPECT_NE(m.find("on the emulated device"), std::string::npos) << m;
+  m = error_of([&] { device->copy(host, on_device); });
+  EXPECT_NE(m.find("copy"), std::string::npos) << m;
+}
+
+TEST(BackendFactory, MakesBuiltBackendsByNameAndNamesThemOnError) {
+  EXPECT_EQ(make_backend("cpu")->device(), Device::Host);
+  EXPECT_EQ(make_backend("emulated")->device(), Device::Emulated);
+  std::string m = error_of([] { make_backend("tpu"); });
+  EXPECT_NE(m.find("unknown backend 'tpu'"), std::string::npos) << m;
+  EXPECT_NE(m.find("cpu, emulated"), std::string::npos) << m;
+  m = error_of([] { make_backend("cuda"); });
+  EXPECT_NE(m.find("not built into this binary"), std::string::npos) << m;
+}
+
+TEST(DeviceScalars, SumsOfSquaresCountsAndLossSumsStayOnTheDevice) {
+  for (const std::string& name : {"cpu", "emulated"}) {
+    auto be = make_backend(name);
+    Tensor x = be->alloc({5}, DType::F32), acc = alloc_scalar(*be);
+    from_host_f64(*be, {1, -2, 3, 0.5, 0}, x);
+    be->sum_squares(acc, x);
+    be->sum_squares(acc, x);  // accumulates
+    EXPECT_EQ(read_scalar(*be, acc), 2 * (1 + 4 + 9 + 0.25));
+    Tensor count = alloc_scalar(*be);
+    from_host_f64(*be, {1, std::numeric_limits<double>::infinity(), 3, std::nan(""), 0}, x);
+    be->count_nonfinite(count, x);
+    EXPECT_EQ(read_scalar(*be, count), 2);
+    Tensor targets = be->alloc({5}, DType::I32), sum = alloc_scalar(*be);
+    const int32_t ids[5] = {3, -1, 0, -1, 7};
+    be->upload(ids, targets);
+    from_host_f64(*be, {0.25, 100, 0.5, 100, 2}, x);
+    be->sum_valid_losses(sum, x, targets);
+    EXPECT_EQ(read_scalar(*be, sum), 2.75);
+  }
+}
+
+TEST(DeviceScalars, ANonFiniteGradientIsNamed) {
+  const RunConfig config = testing::tiny_run_config("fp32", true);
+  auto be = make_emulated_backend();
+  Trainer trainer(config, *be);
+  trainer.initialise();
+  EXPECT_EQ(nonfinite_tensors(*be, trainer.grads()), "none");
+  from_host_f64(*be, {std::numeric_limits<double>::infinity()}, trainer.grads()["h.1.mlp.c_fc.bias"].view(3, {1}));
+  EXPECT_EQ(nonfinite_tensors(*be, trainer.grads()), "h.1.mlp.c_fc.bias");
+}
+
+// Every training step of the emulated device equals the CPU's, bit for bit: the same kernels on
+// the same bytes, reached only through uploads and downloads.
+TEST(EmulatedBackend, TrainsBitIdenticallyToTheCpuBackend) {
+  for (const char* dtype : {"fp32", "fp64"})
+    for (bool tied : {true, false}) {
+      const RunConfig config = testing::tiny_run_config(dtype, tied, /*micro_batches=*/2);
+      std::vector<std::vector<double>> results;
+      for (const std::string& name : {"cpu", "emulated"}) {
+        auto be = make_backend(name);
+        Trainer trainer(config, *be);
+        trainer.initialise();
+        std::vector<double> trace;
+        for (int s = 0; s < 4; ++s) {
+          const StepResult r = trainer.train_step(testing::random_batch(4, 5, config.model.vocab_size, s));
+          trace.push_back(r.loss);
+          trace.push_back(r.grad_norm);
+        }
+        trace.push_back(trainer.eval_loss(testing::random_batch(4, 5, config.model.vocab_size, 99)));
+        const std::vector<double> params = to_host_f64(*be, trainer.params().flat());
+        trace.insert(trace.end(), params.begin(), params.end());
+        results.push_back(trace);
+      }
+      EXPECT_EQ(results[0], results[1]) << dtype << (tied ? " tied" : " untied");
+    }
+}
+
+// A bad token id is refused on the host, before anything is uploaded, on any backend.
+TEST(EmulatedBackend, BadTokenIdsAreRefusedBeforeUpload) {
+  const RunConfig config = testing::tiny_run_config("fp32", true);
+  auto be = make_emulated_backend();
+  Trainer trainer(config, *be);
+  trainer.initialise();
+  data::Batch batch = testing::random_batch(4, 5, config.model.vocab_size, 1);
+  batch.tokens[7] = 11;
+  std::string m = error_of([&] { trainer.train_step(batch); });
+  EXPECT_NE(m.find("token id 11 at position 7 is outside the model's vocabulary of 11"), std::string::npos) << m;
+  batch = testing::random_batch(4, 5, config.model.vocab_size, 1);
+  batch.targets[2] = 40;
+  m = error_of([&] { trainer.train_step(batch); });
+  EXPECT_NE(m.find("target id 40 at position 2"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace tripod
