@@ -116,6 +116,13 @@ struct TestGroups {
 };
 
 inline const std::vector<int64_t> kSizes = {0, 1, 7, 1001};
+
+// How a collective is called: in place or not, blocking or async.
+struct Mode {
+  bool in_place;
+  bool async;
+};
+constexpr Mode kModes[] = {{false, false}, {false, true}, {true, false}, {true, true}};
 inline const std::vector<DType> kReducibleTypes = {DType::F32, DType::F64, DType::I32};
 inline const std::vector<DType> kAllTypes = {DType::F32, DType::F64, DType::I32, DType::BF16};
 

@@ -7,12 +7,6 @@
 namespace tripod::testing {
 namespace {
 
-struct Mode {
-  bool in_place;
-  bool async;
-};
-constexpr Mode kModes[] = {{false, false}, {false, true}, {true, false}, {true, true}};
-
 template <typename Body>
 void for_each_case(Body body) {
   TestGroups groups;

@@ -8,11 +8,6 @@
 namespace tripod::testing {
 namespace {
 
-struct Mode {
-  bool in_place;
-  bool async;
-};
-constexpr Mode kModes[] = {{false, false}, {false, true}, {true, false}, {true, true}};
 constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
 
 // The reduction over ranks 0..n-1 of value(rank), rounded as the communicator rounds it: exact

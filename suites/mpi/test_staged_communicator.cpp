@@ -15,12 +15,6 @@
 namespace tripod::testing {
 namespace {
 
-struct Mode {
-  bool in_place;
-  bool async;
-};
-constexpr Mode kModes[] = {{false, false}, {false, true}, {true, false}, {true, true}};
-
 Backend& emulated() {
   static const std::unique_ptr<Backend> backend = make_emulated_backend();
   return *backend;
@@ -75,7 +69,7 @@ void for_each_case(const std::vector<DType>& dtypes, Body body) {
   StagedGroups groups;
   for (auto& [label, comm] : groups.list)
     for (DType dtype : dtypes)
-      for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}})
+      for (int64_t k : kSizes)
         for (Mode mode : kModes) {
           SCOPED_TRACE(str_cat(label, " (rank ", comm->rank(), " of ", comm->size(), ") ", dtype_name(dtype), " k=", k,
                                mode.in_place ? " in-place" : " out-of-place", mode.async ? " async" : " blocking"));
