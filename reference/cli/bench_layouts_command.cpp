@@ -15,7 +15,6 @@
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
 #include "core/host_memory.h"
-#include "conform/conformance.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
@@ -60,11 +59,16 @@ void run_layouts(const LayoutsOptions& o) {
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate");
-  std::vector<std::pair<std::string, conform::Layout>> layouts;  // (reported name, layout)
-  for (int zero : o.zero) layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), {1, 1, n, zero, 1}});
+  std::vector<std::pair<std::string, ParallelLayout>> layouts;  // (reported name, layout)
+  for (int zero : o.zero) {
+    ParallelLayout l;
+    l.dp = n;
+    l.zero = zero;
+    layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), l});
+  }
   if (!o.layouts.empty()) layouts.clear();
   for (const std::string& name : o.layouts) {
-    const conform::Layout l = conform::parse_layout(name);
+    const ParallelLayout l = ParallelLayout::parse(name);
     check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
     layouts.push_back({l.name(), l});
   }
@@ -72,8 +76,8 @@ void run_layouts(const LayoutsOptions& o) {
     nlohmann::json j = config.json;
     j["train"]["micro_batches"] = shape.micro_batches;
     const RunConfig run = parse_run_config(j);
-    ProcessGrid grid(*world, {shape.tp, shape.pp, shape.dp});
-    DistributedTrainer trainer(run, *backend, grid.dp(), conform::layout_settings(shape, grid, 4 << 20));
+    ProcessGrid grid(*world, shape.grid(), shape.grid_order);
+    DistributedTrainer trainer(run, *backend, grid, shape);
     trainer.initialise();
     trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, 0, "bench.layouts"));  // warm-up
     std::vector<double> seconds;
@@ -95,7 +99,8 @@ void run_layouts(const LayoutsOptions& o) {
       std::fflush(stdout);
     }
     records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
-                       {"micro_batches", shape.micro_batches}, {"schedule", shape.schedule}, {"step_seconds", step},
+                       {"micro_batches", shape.micro_batches},
+                       {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }
   if (world->rank() == 0 && !o.json_out.empty())

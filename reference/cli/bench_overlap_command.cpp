@@ -67,10 +67,10 @@ void run_overlap(const OverlapOptions& o) {
     return t.data<double>()[0];
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
-  ZeroEngine bucketed(model.specs(), config.model.n_layer, 0, bucket_bytes, *world, *backend, config.train.dtype,
-                      config.adamw);
-  ZeroEngine at_end(model.specs(), config.model.n_layer, 0, int64_t{1} << 40, *world, *backend, config.train.dtype,
-                    config.adamw);
+  ZeroEngine bucketed(model.specs(), ZeroSettings{0, bucket_bytes, config.train.dtype, config.adamw, {}, 0}, *world,
+                      *backend);
+  ZeroEngine at_end(model.specs(), ZeroSettings{0, int64_t{1} << 40, config.train.dtype, config.adamw, {}, 0}, *world,
+                    *backend);
   bucketed.initialise(config.train.seed);
   at_end.initialise(config.train.seed);
   std::vector<double> compute, with_buckets, single;

@@ -16,76 +16,6 @@
 
 namespace tripod::conform {
 
-std::string Layout::name() const {
-  std::ostringstream out;
-  out << "tp" << tp << "-pp" << pp << "-dp" << dp << "-z" << zero << "-mb" << micro_batches;
-  if (sequence_parallel) out << "-sp";
-  if (schedule != "none") out << "-" << schedule;
-  if (virtual_stages > 1) out << "-v" << virtual_stages;
-  return out.str();
-}
-
-Layout parse_layout(const std::string& name) {
-  Layout l;
-  std::istringstream in(name);
-  std::string part;
-  while (std::getline(in, part, '-')) {
-    auto number = [&](std::size_t prefix) {
-      try {
-        return std::stoi(part.substr(prefix));
-      } catch (const std::exception&) {
-        fail("layout '", name, "': cannot read a number in '", part, "'");
-      }
-    };
-    if (part.rfind("tp", 0) == 0) l.tp = number(2);
-    else if (part.rfind("pp", 0) == 0) l.pp = number(2);
-    else if (part.rfind("dp", 0) == 0) l.dp = number(2);
-    else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
-    else if (part.rfind("z", 0) == 0) l.zero = number(1);
-    else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
-    else if (part == "sp") l.sequence_parallel = true;
-    else if (part == "afab" || part == "1f1b" || part == "interleaved") l.schedule = part;
-    else fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b)");
-  }
-  check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
-  check(l.zero >= 0 && l.zero <= 3, "layout '", name, "': ZeRO stage must be 0-3");
-  if (l.pp > 1 && l.schedule == "none") l.schedule = "1f1b";
-  check(l.pp > 1 || l.schedule == "none", "layout '", name, "': a pipeline schedule needs pp > 1");
-  check(l.virtual_stages >= 1, "layout '", name, "': virtual stages must be >= 1");
-  check(l.virtual_stages == 1 || l.schedule == "interleaved", "layout '", name,
-        "': virtual stages need the interleaved schedule");
-  check(!l.sequence_parallel || l.tp > 1, "layout '", name, "': sequence parallelism needs tp > 1");
-  return l;
-}
-
-std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config) {
-  const int64_t batch_size = config.train.batch_size, n_layer = config.model.n_layer;
-  std::vector<Layout> layouts;
-  for (int tp = 1; tp <= world_size; ++tp) {
-    if (world_size % tp != 0 || config.model.n_head % tp != 0 || config.model.d_ff % tp != 0) continue;
-    for (int pp = 1; tp * pp <= world_size && pp <= n_layer; ++pp) {
-      if (world_size % (tp * pp) != 0) continue;
-      for (int dp = 1; tp * pp * dp <= world_size; ++dp) {
-        if (world_size % (tp * pp * dp) != 0 || batch_size % dp != 0) continue;
-        // Pipelines get their own micro-batch counts (m = p and 2p fill them) and every schedule.
-        std::vector<int> micros = pp == 1 ? std::vector<int>{1, 2} : std::vector<int>{pp, 2 * pp};
-        std::vector<std::pair<std::string, int>> schedules{{"none", 1}};
-        if (pp > 1) schedules = {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}};
-        for (int zero = 0; zero <= 3; ++zero)
-          for (int micro : micros)
-            for (const auto& [schedule, v] : schedules)
-              for (bool sp : {false, true}) {
-                const int64_t tokens = batch_size / dp / micro * config.train.seq_len;  // of one micro-batch
-                if ((batch_size / dp) % micro != 0 || (sp && (tp == 1 || tokens % tp != 0))) continue;
-                if (pp * v > n_layer || (schedule == "interleaved" && micro % pp != 0)) continue;
-                layouts.push_back({tp, pp, dp, zero, micro, schedule, v, sp});
-              }
-      }
-    }
-  }
-  return layouts;
-}
-
 RunConfig default_conformance_config(const std::string& dtype) {
   nlohmann::json j = default_config_json();
   j["model"] = {{"n_layer", 4}, {"n_head", 4}, {"d_model", 32}, {"d_ff", 64}, {"vocab_size", 96},
@@ -128,31 +58,21 @@ Trajectory run_single_device(const RunConfig& config, int steps, Backend& backen
   return t;
 }
 
-Fault parse_fault(const std::string& name) {
-  if (name.empty()) return Fault::None;
-  if (name == "skip-grad-reduction") return Fault::SkipGradReduction;
-  if (name == "skip-tied-embedding-reduction") return Fault::SkipTiedEmbeddingReduction;
-  fail("unknown fault '", name, "' (known: skip-grad-reduction, skip-tied-embedding-reduction)");
+StepShape conformance_step(const RunConfig& config) {
+  return {config.train.batch_size, config.train.seq_len, config.train.pipeline_split};
 }
 
-DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& grid, int64_t bucket_bytes, Fault fault) {
-  DataParallelSettings settings{layout.zero, bucket_bytes, fault == Fault::SkipGradReduction ? 0 : -1, &grid.tp(),
-                                layout.sequence_parallel, {}};
-  if (layout.pp > 1)
-    settings.pipeline = {&grid.pp(), grid.embedding(), parse_schedule_kind(layout.schedule), layout.virtual_stages, {},
-                         fault == Fault::SkipTiedEmbeddingReduction};
-  return settings;
-}
-
-Trajectory run_layout(const RunConfig& base, const Layout& layout, Communicator& group, int steps, Backend& backend,
-                      Fault fault) {
-  check(group.size() == layout.ranks(), "layout ", layout.name(), " needs ", layout.ranks(), " ranks, the group has ",
+Trajectory run_layout(const RunConfig& base, const Layout& given, Communicator& group, int steps, Backend& backend,
+                      const FaultPlan& faults) {
+  check(group.size() == given.ranks(), "layout ", given.name(), " needs ", given.ranks(), " ranks, the group has ",
         group.size());
   nlohmann::json j = base.json;
-  j["train"]["micro_batches"] = layout.micro_batches;
+  j["train"]["micro_batches"] = given.micro_batches;
   const RunConfig config = parse_run_config(j);
-  ProcessGrid grid(group, {layout.tp, layout.pp, layout.dp});
-  DistributedTrainer trainer(config, backend, grid.dp(), layout_settings(layout, grid, /*bucket_bytes=*/4096, fault));
+  Layout layout = given;
+  layout.bucket_bytes = 4096;  // several buckets even for the small model
+  ProcessGrid grid(group, layout.grid(), layout.grid_order);
+  DistributedTrainer trainer(config, backend, grid, layout, faults);
   trainer.initialise();
   Trajectory t;
   run_steps(trainer, config, steps, t);

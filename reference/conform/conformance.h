@@ -19,24 +19,14 @@
 #include "comm/communicator.h"
 #include "data/batch_loader.h"
 #include "parallel/process_grid.h"
+#include "parallel/fault_plan.h"
+#include "parallel/parallel_layout.h"
 #include "train/distributed_trainer.h"
 #include "train/run_config.h"
 
 namespace tripod::conform {
 
-struct Layout {
-  int tp = 1, pp = 1, dp = 1;
-  int zero = 0;
-  int micro_batches = 1;
-  std::string schedule = "none";  // pipeline schedule with pp > 1: afab, 1f1b, interleaved
-  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
-  bool sequence_parallel = false;
-  std::string name() const;       // "tp1-pp1-dp2-z1-mb2", "tp2-pp2-dp2-z1-mb4-interleaved-v2"
-  int ranks() const { return tp * pp * dp; }
-};
-Layout parse_layout(const std::string& name);  // inverse of name(); throws naming the bad part
-// Every layout the implemented parallelism supports on `world_size` ranks for this model and batch.
-std::vector<Layout> enumerate_layouts(int world_size, const RunConfig& config);
+using Layout = ParallelLayout;  // conform's layouts are the trainer's (parallel/parallel_layout.h)
 
 struct Trajectory {
   std::vector<double> losses, norms;
@@ -58,21 +48,12 @@ data::Batch conformance_batch(const RunConfig& config, int step);
 
 // Every run computes on `backend` (its tensors on the backend's device; the group must accept them).
 Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend);
-// Deliberate bugs that prove the suite can fail.
-enum class Fault {
-  None,
-  SkipGradReduction,          // bucket 0's DP reduction is skipped (its gradients used unreduced)
-  SkipTiedEmbeddingReduction  // a pipeline's two wte copies are not summed across stages
-};
-Fault parse_fault(const std::string& name);  // "", "skip-grad-reduction", "skip-tied-embedding-reduction"
-
-// The trainer settings of a layout on a grid of its shape (bucket size, schedule, fault).
-DataParallelSettings layout_settings(const Layout& layout, const ProcessGrid& grid, int64_t bucket_bytes,
-                                     Fault fault = Fault::None);
-
-// `group` holds exactly layout.ranks() ranks.
+// `group` holds exactly layout.ranks() ranks. Deliberate bugs (parallel/fault_plan.h) prove the
+// suite can fail. Conform runs use 4 KiB gradient buckets, so the small model has several.
 Trajectory run_layout(const RunConfig& config, const Layout& layout, Communicator& group, int steps, Backend& backend,
-                      Fault fault = Fault::None);
+                      const FaultPlan& faults = FaultPlan());
+// The step shape conform's layouts must divide.
+StepShape conformance_step(const RunConfig& config);
 Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config);
 bool bit_identical(const Trajectory& a, const Trajectory& b);
 // A 64-bit hash (xxHash, hex) of every loss, norm and parameter bit: equal fingerprints mean

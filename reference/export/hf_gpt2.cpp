@@ -9,19 +9,16 @@
 namespace tripod {
 namespace fs = std::filesystem;
 
-bool is_conv1d_weight(const std::string& name) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return name.rfind("h.", 0) == 0 && (ends_with("attn.c_attn.weight") || ends_with("attn.c_proj.weight") ||
-                                      ends_with("mlp.c_fc.weight") || ends_with("mlp.c_proj.weight"));
+bool is_conv1d_weight(ParamRole role) {
+  return role == ParamRole::QkvWeight || role == ParamRole::AttnProjWeight || role == ParamRole::FcWeight ||
+         role == ParamRole::FcProjWeight;
 }
 
 ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Tensor& t, const std::string& prefix,
                               DType out) {
   std::vector<double> values = to_host_f64(backend, t);
   Shape shape = spec.shape;
-  if (is_conv1d_weight(spec.name)) {
+  if (is_conv1d_weight(spec.role)) {
     // [out, in] -> [in, out]
     const int64_t rows = shape[0], cols = shape[1];
     std::vector<double> transposed(values.size());

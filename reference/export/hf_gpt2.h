@@ -14,7 +14,7 @@
 namespace tripod {
 
 // True for the weights GPT-2 stores as Conv1D [in, out].
-bool is_conv1d_weight(const std::string& name);
+bool is_conv1d_weight(ParamRole role);
 
 // Host copy of one parameter (or gradient) in the HF layout, named prefix + name, in dtype `out`
 // (F32 or F64).

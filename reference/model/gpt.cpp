@@ -1,27 +1,23 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <array>
 
 
 namespace tripod {
 namespace {
 
-// The per-layer parameter (or gradient) tensors, looked up by name once per call.
+// The per-layer parameter (or gradient) tensors, by their positions in the span's specs.
 struct LayerTensors {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
-// get(name) is ParamAccess::param or ParamAccess::grad.
+// get(index) is ParamAccess::param or ParamAccess::grad; `at` the block's 12 indices in role order.
 template <typename Get>
-LayerTensors layer_tensors(Get&& get, int64_t layer) {
-  const std::string h = "h." + std::to_string(layer) + ".";
-  return {get(h + "ln_1.weight"),       get(h + "ln_1.bias"),       get(h + "attn.c_attn.weight"),
-          get(h + "attn.c_attn.bias"),  get(h + "attn.c_proj.weight"), get(h + "attn.c_proj.bias"),
-          get(h + "ln_2.weight"),       get(h + "ln_2.bias"),       get(h + "mlp.c_fc.weight"),
-          get(h + "mlp.c_fc.bias"),     get(h + "mlp.c_proj.weight"), get(h + "mlp.c_proj.bias")};
+LayerTensors layer_tensors(Get&& get, const std::array<std::size_t, kBlockRoles>& at) {
+  return {get(at[0]), get(at[1]), get(at[2]), get(at[3]), get(at[4]),  get(at[5]),
+          get(at[6]), get(at[7]), get(at[8]), get(at[9]), get(at[10]), get(at[11])};
 }
-
-const char* lm_head_name(const ModelConfig& c) { return c.tie_embeddings ? "wte.weight" : "lm_head.weight"; }
 
 }  // namespace
 
@@ -32,19 +28,33 @@ std::vector<ParamSpec> span_param_specs(const ModelConfig& config, const StageSp
         " layers");
   std::vector<ParamSpec> out;
   for (const ParamSpec& spec : gpt_param_specs(config)) {
-    const std::string& n = spec.name;
     bool keep = false;
-    if (n == "wte.weight") keep = span.embedding || (span.head && config.tie_embeddings);  // tied: the LM head
-    else if (n == "wpe.weight") keep = span.embedding;
-    else if (n.rfind("h.", 0) == 0) {
-      const int64_t layer = std::stoll(n.substr(2, n.find('.', 2) - 2));
-      keep = layer >= span.first_layer && layer < end_layer;
-    } else {
-      keep = span.head;  // ln_f, lm_head
+    switch (spec.role) {
+      case ParamRole::TokenEmbedding: keep = span.embedding || (span.head && config.tie_embeddings); break;  // tied: the LM head
+      case ParamRole::PositionEmbedding: keep = span.embedding; break;
+      case ParamRole::LnFWeight:
+      case ParamRole::LnFBias:
+      case ParamRole::LmHead: keep = span.head; break;
+      default: keep = spec.layer >= span.first_layer && spec.layer < end_layer; break;  // a block's
     }
     if (keep) out.push_back(spec);
   }
   return out;
+}
+
+Gpt::ParamIndex::ParamIndex(const std::vector<ParamSpec>& specs, const StageSpan& span, bool tied) {
+  std::array<std::size_t, kParamRoles> of_role{};  // by role, for the roles outside the blocks
+  blocks.assign(static_cast<std::size_t>(span.end_layer - span.first_layer), {});
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& s = specs[i];
+    if (is_block_role(s.role)) blocks[static_cast<std::size_t>(s.layer - span.first_layer)][static_cast<std::size_t>(block_position(s.role))] = i;
+    else of_role[static_cast<std::size_t>(s.role)] = i;
+  }
+  wte = of_role[static_cast<std::size_t>(ParamRole::TokenEmbedding)];
+  wpe = of_role[static_cast<std::size_t>(ParamRole::PositionEmbedding)];
+  lnf_w = of_role[static_cast<std::size_t>(ParamRole::LnFWeight)];
+  lnf_b = of_role[static_cast<std::size_t>(ParamRole::LnFBias)];
+  head = tied ? wte : of_role[static_cast<std::size_t>(ParamRole::LmHead)];
 }
 
 // Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
@@ -85,6 +95,7 @@ Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* lay
   config_.validate();
   if (span_.end_layer < 0) span_.end_layer = config_.n_layer;
   specs_ = span_param_specs(config_, span_);
+  index_ = ParamIndex(specs_, span_, config_.tie_embeddings);
 }
 
 int64_t Gpt::local_heads() const {
@@ -253,17 +264,19 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   }
 
   const int64_t L = config_.n_layer;
-  auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
+  auto param = [&](std::size_t i) -> Tensor { return p.param(i); };
+  const ParamIndex& at = index_;
   if (span_.embedding) {  // encoded[R,C] = wte[tokens] + wpe[t]; otherwise it was received
     p.acquire_params(embedding_group());
-    layers_->embedding_forward(be, a.encoded, a.tokens, p.param("wte.weight"), p.param("wpe.weight"), T);
+    layers_->embedding_forward(be, a.encoded, a.tokens, p.param(at.wte), p.param(at.wpe), T);
     p.release_params(embedding_group());
   }
   Tensor residual = a.encoded;
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     p.acquire_params(block_group(l));
-    const LayerTensors w = layer_tensors(param, l);
-    Activations::Layer& x = a.layers[static_cast<std::size_t>(l - span_.first_layer)];
+    const std::size_t k = static_cast<std::size_t>(l - span_.first_layer);
+    const LayerTensors w = layer_tensors(param, at.blocks[k]);
+    Activations::Layer& x = a.layers[k];
     // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
     layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3A]
@@ -283,8 +296,8 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   if (!span_.head) return result;
   p.acquire_params(head_group(L));
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
-  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param("ln_f.weight"), p.param("ln_f.bias"), eps);
-  layers_->linear_forward(be, LinearRole::LmHead, a.logits, a.lnf, p.param(lm_head_name(config_)), Tensor());  // [N,V]
+  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps);
+  layers_->linear_forward(be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor());  // [N,V]
   if (config_.tie_embeddings) p.release_params(embedding_group());
   p.release_params(head_group(L));
   layers_->loss_forward(be, a.losses, a.logits, a.targets);
@@ -304,8 +317,9 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
 
   const int64_t L = config_.n_layer;
   const bool tied = config_.tie_embeddings;
-  auto param = [&](const std::string& name) -> Tensor { return p.param(name); };
-  auto grad = [&](const std::string& name) -> Tensor { return p.grad(name); };
+  auto param = [&](std::size_t i) -> Tensor { return p.param(i); };
+  auto grad = [&](std::size_t i) -> Tensor { return p.grad(i); };
+  const ParamIndex& at = index_;
 
   if (span_.head) {
     // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
@@ -317,11 +331,11 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
       p.acquire_grads(embedding_group());
     }
     // dlnf[R,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
-    layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(lm_head_name(config_)), Tensor(), a.logits, a.lnf,
-                             p.param(lm_head_name(config_)));
+    layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
+                             p.param(at.head));
     be.fill(s.dres, 0.0);
-    be.layernorm_backward(s.dres, p.grad("ln_f.weight"), p.grad("ln_f.bias"), s.dln, output(index),
-                          p.param("ln_f.weight"), a.lnf_mean, a.lnf_rstd);
+    be.layernorm_backward(s.dres, p.grad(at.lnf_w), p.grad(at.lnf_b), s.dln, output(index), p.param(at.lnf_w),
+                          a.lnf_mean, a.lnf_rstd);
     if (tied) p.release_params(embedding_group());
     p.release_params(head_group(L));
     p.grads_ready(head_group(L));
@@ -333,9 +347,9 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
   for (int64_t l = span_.end_layer - 1; l >= span_.first_layer; --l) {
     p.acquire_params(block_group(l));
     p.acquire_grads(block_group(l));
-    const LayerTensors w = layer_tensors(param, l);
-    const LayerTensors g = layer_tensors(grad, l);
     const std::size_t k = static_cast<std::size_t>(l - span_.first_layer);
+    const LayerTensors w = layer_tensors(param, at.blocks[k]);
+    const LayerTensors g = layer_tensors(grad, at.blocks[k]);
     Activations::Layer& x = a.layers[k];
     const Tensor& residual = k == 0 ? a.encoded : a.layers[k - 1].res3;
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
@@ -354,7 +368,7 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
   if (!span_.embedding) return;  // s.dres is d(input), for the previous stage
   // The embedding backward reads no parameters, only the token ids.
   if (!tied || !span_.head) p.acquire_grads(embedding_group());
-  layers_->embedding_backward(be, p.grad("wte.weight"), p.grad("wpe.weight"), s.dres, a.tokens, T);
+  layers_->embedding_backward(be, p.grad(at.wte), p.grad(at.wpe), s.dres, a.tokens, T);
   p.grads_ready(embedding_group());
 }
 

@@ -3,6 +3,7 @@
 // layer, in the style of llm.c; every operation is a Backend call, and nothing here knows about
 // parallelism. N = B*T tokens, C = d_model, F = d_ff, V = vocab, H = heads.
 #pragma once
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -91,11 +92,20 @@ class Gpt {
   Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
 
+  // Where each tensor the span uses sits in specs_ (found once by role, never by name).
+  struct ParamIndex {
+    ParamIndex() = default;
+    ParamIndex(const std::vector<ParamSpec>& specs, const StageSpan& span, bool tied);
+    std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head = 0;  // head: wte when tied
+    std::vector<std::array<std::size_t, kBlockRoles>> blocks;       // per layer of the span, in role order
+  };
+
   ModelConfig config_;
   Backend& backend_;
   DType dtype_;
   StageSpan span_;
   std::vector<ParamSpec> specs_;
+  ParamIndex index_;
   int64_t batch_ = 0, seq_len_ = 0;                  // shape of every slot
   std::vector<std::unique_ptr<Activations>> slots_;  // per micro-batch in flight
   std::vector<bool> slot_used_;

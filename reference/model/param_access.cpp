@@ -2,23 +2,15 @@
 
 namespace tripod {
 
-const Tensor& ResidentParams::grad(const std::string& name) {
-  check(grads_ != nullptr, "no gradient buffers were given for '", name, "' (forward-only access)");
-  return (*grads_)[name];
+const Tensor& ResidentParams::grad(std::size_t index) {
+  check(grads_ != nullptr, "no gradient buffers were given for '", params_.specs().at(index).name,
+        "' (forward-only access)");
+  return grads_->at(index);
 }
 
-std::vector<int> gpt_param_groups(const std::vector<ParamSpec>& specs, int64_t n_layer) {
+std::vector<int> param_groups(const std::vector<ParamSpec>& specs) {
   std::vector<int> groups;
-  for (const ParamSpec& spec : specs) {
-    const std::string& n = spec.name;
-    if (n == "wte.weight" || n == "wpe.weight") {
-      groups.push_back(embedding_group());
-    } else if (n.rfind("h.", 0) == 0) {
-      groups.push_back(block_group(std::stoll(n.substr(2, n.find('.', 2) - 2))));
-    } else {
-      groups.push_back(head_group(n_layer));
-    }
-  }
+  for (const ParamSpec& spec : specs) groups.push_back(spec.group);
   return groups;
 }
 

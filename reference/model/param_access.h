@@ -4,7 +4,7 @@
 // and gradients) does nothing; a data-parallel owner launches a bucket's gradient reduction when
 // its groups are ready; a ZeRO-3 owner gathers a layer's parameter shards on acquire and frees
 // them on release. Groups: 0 = embeddings (wte, wpe), 1..L = blocks, L+1 = final LayerNorm and
-// untied LM head (gpt_param_groups).
+// untied LM head (ParamSpec::group, model/param_spec.h).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,13 +13,15 @@
 
 namespace tripod {
 
+// Tensors are named by their index in the owner's specs, which are the model's (span's) specs in
+// order, possibly with other local shapes (a tensor-parallel shard).
 class ParamAccess {
  public:
   virtual ~ParamAccess() = default;
   // Valid between acquire_params(group) and release_params(group) of the tensor's group.
-  virtual const Tensor& param(const std::string& name) = 0;
+  virtual const Tensor& param(std::size_t index) = 0;
   // Valid between acquire_grads(group) and grads_ready(group) of the tensor's group.
-  virtual const Tensor& grad(const std::string& name) = 0;
+  virtual const Tensor& grad(std::size_t index) = 0;
   virtual void acquire_params(int /*group*/) {}
   virtual void release_params(int /*group*/) {}
   virtual void acquire_grads(int /*group*/) {}
@@ -31,18 +33,15 @@ class ParamAccess {
 class ResidentParams final : public ParamAccess {
  public:
   ResidentParams(const ParamSet& params, const ParamSet* grads) : params_(params), grads_(grads) {}
-  const Tensor& param(const std::string& name) override { return params_[name]; }
-  const Tensor& grad(const std::string& name) override;
+  const Tensor& param(std::size_t index) override { return params_.at(index); }
+  const Tensor& grad(std::size_t index) override;
 
  private:
   const ParamSet& params_;
   const ParamSet* grads_;
 };
 
-// The group of each ParamSpec (by index), in spec order: contiguous runs of equal group ids.
-std::vector<int> gpt_param_groups(const std::vector<ParamSpec>& specs, int64_t n_layer);
-inline int embedding_group() { return 0; }
-inline int block_group(int64_t layer) { return static_cast<int>(layer) + 1; }
-inline int head_group(int64_t n_layer) { return static_cast<int>(n_layer) + 1; }
+// The group of each ParamSpec, in spec order: contiguous runs of equal group ids.
+std::vector<int> param_groups(const std::vector<ParamSpec>& specs);
 
 }  // namespace tripod

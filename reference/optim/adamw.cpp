@@ -16,7 +16,7 @@ bool decays(const ParamSpec& spec, DecayPolicy policy) {
   switch (policy) {
     case DecayPolicy::Matrices: return spec.decay;
     case DecayPolicy::MatricesExceptEmbeddings:
-      return spec.decay && spec.name != "wte.weight" && spec.name != "wpe.weight";
+      return spec.decay && spec.group != embedding_group();
     case DecayPolicy::All: return true;
     case DecayPolicy::None: return false;
   }

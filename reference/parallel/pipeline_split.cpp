@@ -45,16 +45,16 @@ StageSpan PipelineSplit::span(int chunk) const {
   return {first_[c], first_[c] + layers_[c], chunk == 0, chunk == chunks() - 1};
 }
 
-int PipelineSplit::owner_rank(const std::string& name) const {
-  if (name == "wte.weight" || name == "wpe.weight") return rank_of_chunk(0);
-  if (name.rfind("h.", 0) == 0) {
-    const int64_t layer = std::stoll(name.substr(2, name.find('.', 2) - 2));
+int PipelineSplit::owner_rank(const ParamSpec& spec) const {
+  if (spec.group == embedding_group()) return rank_of_chunk(0);
+  if (spec.layer >= 0) {
     for (int c = 0; c < chunks(); ++c)
-      if (layer >= first_[static_cast<std::size_t>(c)] && layer < first_[static_cast<std::size_t>(c)] + layers_[static_cast<std::size_t>(c)])
+      if (spec.layer >= first_[static_cast<std::size_t>(c)] &&
+          spec.layer < first_[static_cast<std::size_t>(c)] + layers_[static_cast<std::size_t>(c)])
         return rank_of_chunk(c);
-    fail("parameter ", name, ": layer ", layer, " is outside the model's ", n_layer_, " layers");
+    fail("parameter ", spec.name, ": layer ", spec.layer, " is outside the model's ", n_layer_, " layers");
   }
-  return rank_of_chunk(chunks() - 1);
+  return rank_of_chunk(chunks() - 1);  // the final LayerNorm and the LM head
 }
 
 std::string PipelineSplit::describe() const {

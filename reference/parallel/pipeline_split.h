@@ -28,7 +28,7 @@ class PipelineSplit {
   StageSpan span(int chunk) const;
   const std::vector<int64_t>& layers_per_chunk() const { return layers_; }
   // The pipeline rank that holds the primary copy of a parameter (wte: the first stage's).
-  int owner_rank(const std::string& param_name) const;
+  int owner_rank(const ParamSpec& spec) const;
   std::string describe() const;  // "[2,1,1]"
 
  private:

@@ -55,6 +55,7 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
       if (std::find(b->groups.begin(), b->groups.end(), groups[i]) == b->groups.end()) continue;
       offsets_[i] = inside;
       inside += sizes_[i];
+      b->tensors.push_back(i);
     }
     cursor += b->size;
   }

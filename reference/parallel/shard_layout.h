@@ -25,6 +25,7 @@ struct Bucket {
   int64_t size = 0;         // padded size, a multiple of the DP size
   int64_t used = 0;         // elements that belong to tensors (the rest is padding)
   std::vector<int> groups;  // parameter groups it holds
+  std::vector<std::size_t> tensors;  // the specs it holds (indices), in spec order
 };
 
 class ShardLayout {

@@ -10,32 +10,6 @@
 namespace tripod::tp {
 namespace {
 
-// Block parameters by their name inside "h.<layer>."; the others by their full name.
-const std::map<std::string, TpSplit>& split_table() {
-  static const std::map<std::string, TpSplit> table = {
-      {"wte.weight", TpSplit::VocabRows},        {"lm_head.weight", TpSplit::VocabRows},
-      {"wpe.weight", TpSplit::Replicated},       {"ln_f.weight", TpSplit::Replicated},
-      {"ln_f.bias", TpSplit::Replicated},        {"ln_1.weight", TpSplit::Replicated},
-      {"ln_1.bias", TpSplit::Replicated},        {"ln_2.weight", TpSplit::Replicated},
-      {"ln_2.bias", TpSplit::Replicated},        {"attn.c_attn.weight", TpSplit::QkvRows},
-      {"attn.c_attn.bias", TpSplit::QkvRows},    {"attn.c_proj.weight", TpSplit::Columns},
-      {"attn.c_proj.bias", TpSplit::Replicated}, {"mlp.c_fc.weight", TpSplit::Rows},
-      {"mlp.c_fc.bias", TpSplit::Rows},          {"mlp.c_proj.weight", TpSplit::Columns},
-      {"mlp.c_proj.bias", TpSplit::Replicated},
-  };
-  return table;
-}
-
-// "h.12.attn.c_attn.weight" -> "attn.c_attn.weight"; other names unchanged.
-std::string name_in_block(const std::string& name) {
-  if (name.rfind("h.", 0) != 0) return name;
-  const std::size_t dot = name.find('.', 2);
-  const bool digits = dot != std::string::npos && dot > 2 &&
-                      std::all_of(name.begin() + 2, name.begin() + static_cast<std::ptrdiff_t>(dot),
-                                  [](char c) { return c >= '0' && c <= '9'; });
-  return digits ? name.substr(dot + 1) : name;
-}
-
 int64_t row_width(const Shape& shape) { return shape.size() >= 2 ? shape_numel(shape) / shape[0] : 1; }
 
 TpShard with_rank(const TpShard& shard, int rank) {
@@ -57,15 +31,23 @@ std::string tp_split_name(TpSplit split) {
   return "?";
 }
 
-TpSplit tp_split_of(const std::string& name) {
-  const auto it = split_table().find(name_in_block(name));
-  check(it != split_table().end(), "no tensor-parallel split is defined for parameter ", name);
-  return it->second;
+TpSplit tp_split_of(ParamRole role) {
+  switch (role) {
+    case ParamRole::TokenEmbedding:
+    case ParamRole::LmHead: return TpSplit::VocabRows;
+    case ParamRole::QkvWeight:
+    case ParamRole::QkvBias: return TpSplit::QkvRows;
+    case ParamRole::FcWeight:
+    case ParamRole::FcBias: return TpSplit::Rows;  // column-parallel: output features
+    case ParamRole::AttnProjWeight:
+    case ParamRole::FcProjWeight: return TpSplit::Columns;  // row-parallel: input features
+    default: return TpSplit::Replicated;  // wpe, LayerNorms, row-parallel biases (added once, after the sum)
+  }
 }
 
 TpShard tp_shard(const ParamSpec& spec, int size, int rank) {
   check(size >= 1 && rank >= 0 && rank < size, "tensor parallel rank ", rank, " of size ", size, " is invalid");
-  TpShard s{spec.name, tp_split_of(spec.name), spec.shape, spec.shape, size, rank};
+  TpShard s{spec.name, tp_split_of(spec.role), spec.shape, spec.shape, size, rank};
   const auto divide = [&](std::size_t axis, int64_t parts, const char* how) {
     check(s.logical.size() > axis && s.logical[axis] % parts == 0, "cannot split ", spec.name, " ",
           shape_str(s.logical), " ", how, " over tensor parallel size ", size, ": dimension ", axis,
@@ -129,10 +111,10 @@ int64_t logical_index(const TpShard& shard, int64_t local_index) {
   return -1;
 }
 
-bool tp_replicated(const std::string& name) { return tp_split_of(name) == TpSplit::Replicated; }
+bool tp_replicated(const ParamSpec& spec) { return tp_split_of(spec.role) == TpSplit::Replicated; }
 
-bool tp_grad_needs_allreduce(const std::string& name, bool sequence_parallel) {
-  return sequence_parallel && tp_replicated(name) && name != "wpe.weight";
+bool tp_grad_needs_allreduce(const ParamSpec& spec, bool sequence_parallel) {
+  return sequence_parallel && tp_replicated(spec) && spec.role != ParamRole::PositionEmbedding;
 }
 
 void init_local_shard(const ParamSpec& spec, const TpShard& shard, uint64_t seed, double* out) {

@@ -27,8 +27,8 @@ namespace tripod::tp {
 enum class TpSplit { Replicated, Rows, Columns, QkvRows, VocabRows };
 std::string tp_split_name(TpSplit split);  // "replicated", "rows", ...
 
-// Which split a logical parameter has, by its GPT-2 name; throws for a name it does not know.
-TpSplit tp_split_of(const std::string& name);
+// Which split a logical parameter has, by its role.
+TpSplit tp_split_of(ParamRole role);
 
 struct TpShard {
   std::string name;
@@ -58,14 +58,14 @@ int64_t logical_index(const TpShard& shard, int64_t local_index);
 
 // Replicated across TP: every rank holds (and updates) the whole tensor. Gradient-norm accounting
 // counts these once per TP group, not once per rank.
-bool tp_replicated(const std::string& name);
+bool tp_replicated(const ParamSpec& spec);
 // Whether the accumulated gradient must be summed over the TP group before the optimizer step.
 // Without SP every replicated gradient is computed from replicated activations and is complete
 // (and identical) on every rank. With SP the LayerNorms and row-parallel biases see only this
 // rank's tokens, so their gradients are partial sums; wpe is the exception, because the
 // vocab-parallel embedding backward computes its gradient from the gathered output gradient
 // (tp_vocab.h). Sharded parameters never need it.
-bool tp_grad_needs_allreduce(const std::string& name, bool sequence_parallel);
+bool tp_grad_needs_allreduce(const ParamSpec& spec, bool sequence_parallel);
 
 // Writes the local shard's initial values (local numel elements; padding 0): equal, bit for bit,
 // to the matching elements of initial_values over the full tensor, with no communication.

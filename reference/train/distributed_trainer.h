@@ -1,4 +1,5 @@
-// The optimizer step under data, tensor and pipeline parallelism and ZeRO 0-3.
+// The optimizer step under data, tensor and pipeline parallelism and ZeRO 0-3, as a
+// ParallelLayout says (parallel/parallel_layout.h).
 //
 // Data: each DP rank takes its fixed slice of the global batch (rows [r*B/n, (r+1)*B/n)), split
 // into m micro-batches; the ZeroEngine of each model chunk reduces gradients in buckets overlapped
@@ -7,7 +8,8 @@
 // pp = 1 the schedule is 1F1B on one stage, i.e. forward then backward of each micro-batch in turn.
 // The loss is the sum over valid targets of the whole global batch divided by their global count
 // (not an average of per-rank means), then clipping by the global norm and AdamW on whatever this
-// rank owns.
+// rank owns. Tensor parallelism: the gradients each TP rank holds partially under sequence
+// parallelism are summed over TP here, and the norm counts replicated tensors once.
 //
 // Tied embeddings under pipelining: the first stage holds wte for the embedding, the last stage a
 // copy for the LM head. Their gradient buckets (of equal size on both stages) are held back during
@@ -20,9 +22,12 @@
 #include "comm/communicator.h"
 #include "data/batch_loader.h"
 #include "model/gpt.h"
+#include "parallel/fault_plan.h"
+#include "parallel/parallel_layout.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_split.h"
+#include "parallel/process_grid.h"
 #include "parallel/tp_layers.h"
 #include "parallel/zero_engine.h"
 #include "train/run_config.h"
@@ -30,32 +35,12 @@
 
 namespace tripod {
 
-struct PipelineSettings {
-  Communicator* pp = nullptr;         // the pipeline group of this rank (nullptr or size 1: none)
-  Communicator* embedding = nullptr;  // ProcessGrid::embedding(): first and last stage (tied wte)
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int virtual_stages = 1;
-  std::vector<int64_t> layers_per_chunk;  // empty: train.pipeline_split, else even
-  // Fault injection (conformance self-test): the tied wte gradients are not summed across stages.
-  bool skip_tied_embedding_reduction = false;
-};
-
-struct DataParallelSettings {
-  int zero_stage = 0;
-  int64_t bucket_bytes = 4 << 20;  // gradient bucket size
-  // Fault injection for proving that conformance checks can fail: this bucket's gradients are
-  // used unreduced (as if its reduction were forgotten). -1: none.
-  int skip_reduction_of_bucket = -1;
-  // Tensor parallelism: the TP group of this rank (nullptr or size 1: none). Every rank of a DP
-  // group holds the same TP rank's shards.
-  Communicator* tp = nullptr;
-  bool sequence_parallel = false;  // with tp: split the residual stream along the sequence
-  PipelineSettings pipeline = {};
-};
-
 class DistributedTrainer final : public TrainingEngine {
  public:
-  DistributedTrainer(const RunConfig& config, Backend& backend, Communicator& dp, DataParallelSettings settings);
+  // `grid` has the layout's shape; it, the backend and `faults` must outlive the trainer. The
+  // layout is validated here (ProcessGrid has checked the world size).
+  DistributedTrainer(const RunConfig& config, Backend& backend, const ProcessGrid& grid, const ParallelLayout& layout,
+                     const FaultPlan& faults = FaultPlan());
   ~DistributedTrainer() override;
 
   void initialise() override;
@@ -70,6 +55,7 @@ class DistributedTrainer final : public TrainingEngine {
   std::vector<std::vector<double>> gather_params();
 
   int64_t step() const override { return step_; }
+  const ParallelLayout& layout() const { return layout_; }
   const ZeroEngine& engine() const { return *chunks_.front().engine; }  // of this rank's first chunk
   Gpt& model() { return *chunks_.front().model; }
   int64_t local_batch() const;
@@ -81,7 +67,7 @@ class DistributedTrainer final : public TrainingEngine {
   ZeroEngine& chunk_engine(int local) { return *chunks_[static_cast<std::size_t>(local)].engine; }
   Gpt& chunk_model(int local) { return *chunks_[static_cast<std::size_t>(local)].model; }
   const std::vector<ActionTiming>& last_timings() const { return timings_; }
-  Communicator& pipeline() { return *pp_; }
+  Communicator& pipeline() { return pp_; }
   int max_microbatches_in_flight() const;  // activation slots allocated, most over this rank's chunks
 
  private:
@@ -90,24 +76,30 @@ class DistributedTrainer final : public TrainingEngine {
     std::unique_ptr<TensorParallelShards> tp_shards;
     std::unique_ptr<Gpt> model;
     std::unique_ptr<ZeroEngine> engine;
-    bool tied_copy = false;  // holds the LM head's copy of a tied wte (last stage, pp > 1)
+    bool tied_copy = false;     // holds the LM head's copy of a tied wte (last stage, pp > 1)
     bool tied_primary = false;  // holds the embedding's wte, tied to a copy on the last stage
+    std::size_t wte = 0;        // index of wte in the chunk's specs, when it holds one
   };
+  struct StepRun;  // the bookkeeping of one forward(-backward) over the schedule
+  Chunk make_chunk(int index, int64_t embedding_bucket);
+  Shape local_shape(const ParamSpec& spec) const;  // this TP rank's shard of the tensor
   Chunk& chunk(int index);
   LossSum forward_backward(const data::Batch& global_batch, bool backward);
+  void reduce_after_backward();  // tied embeddings across stages, then SP's partial gradients over TP
+  Tensor grad_sum_squares();     // over every chunk, TP and PP: fp64 [1] on the device
+  std::string nonfinite_grads();
 
   RunConfig config_;
   Backend& backend_;
+  const ProcessGrid& grid_;
+  ParallelLayout layout_;
+  const FaultPlan& faults_;
   Communicator& dp_;
-  std::unique_ptr<Communicator> own_pp_;  // size-1 group when not pipelining
-  Communicator* pp_ = nullptr;
-  Communicator* embedding_ = nullptr;
+  Communicator& pp_;
   std::unique_ptr<tp::TensorParallelLayers> tp_layers_;  // null without tensor parallelism
   PipelineSplit split_;
   PipelineSchedule schedule_;
   std::vector<Chunk> chunks_;
-  bool sequence_parallel_ = false;
-  bool skip_tied_reduction_ = false;
   int64_t step_ = 0;
   std::vector<ActionTiming> timings_;
 };

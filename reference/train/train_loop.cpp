@@ -34,6 +34,20 @@ namespace {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+struct Datasets {
+  data::TokenDataset train;
+  std::optional<data::TokenDataset> val;  // absent: the data has no held-out split
+};
+
+Datasets open_datasets(RunConfig& config) {
+  Datasets d{data::TokenDataset::open(config.data.dir, "train"), std::nullopt};
+  resolve_vocab(config, d.train.vocab_size(), config.data.dir);
+  const json meta = d.train.meta();
+  if (meta.contains("splits") && meta["splits"].contains("val") && !meta["splits"]["val"].empty())
+    d.val.emplace(data::TokenDataset::open(config.data.dir, "val"));
+  return d;
+}
+
 // Mean validation loss over the first `batches` global batches of the held-out split.
 double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t batch_size, int64_t batches) {
   double sum = 0;
@@ -59,109 +73,138 @@ void print_memory(const MemoryReport& m, Communicator* world, bool root) {
   }
 }
 
-}  // namespace
-
-TrainSummary run_training(RunConfig config, const TrainOptions& options, Backend& backend, const ParallelRun* parallel) {
-  const bool root = !parallel || parallel->world->rank() == 0;
-  const data::TokenDataset train_data = data::TokenDataset::open(config.data.dir, "train");
-  resolve_vocab(config, train_data.vocab_size(), config.data.dir);
-  std::optional<data::TokenDataset> val_data;
-  const json meta = train_data.meta();
-  if (meta.contains("splits") && meta["splits"].contains("val") && !meta["splits"]["val"].empty())
-    val_data.emplace(data::TokenDataset::open(config.data.dir, "val"));
-
-  std::unique_ptr<TrainingEngine> engine;
-  if (parallel) {
-    check(options.save_dir.empty() && options.resume_dir.empty(), "--save/--resume with ", parallel->layout,
-          ": data-parallel checkpoints need the sharded checkpoint format, not implemented yet");
-    engine = std::make_unique<DistributedTrainer>(config, backend, *parallel->dp, parallel->settings);
-  } else {
-    engine = std::make_unique<Trainer>(config, backend);
+// One training run as the loop sees it: the engine, the data, the FLOP accounting and the outputs.
+class TrainingRun {
+ public:
+  TrainingRun(RunConfig config, const TrainOptions& options, Backend& backend, const ParallelRun* parallel)
+      : config_(std::move(config)), options_(options), backend_(backend), parallel_(parallel),
+        root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
+        data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
+        peak_(resolve_peak(config_.train.peak_tflops, config_.train.dtype)) {
+    make_engine();
+    if (!options_.resume_dir.empty()) engine_->resume(options_.resume_dir); else engine_->initialise();
   }
-  const TrainSettings& t = config.train;
-  if (!options.resume_dir.empty()) engine->resume(options.resume_dir); else engine->initialise();
 
-  const FlopCount flops = count_flops(config.model, t.seq_len);
-  const PeakFlops peak = resolve_peak(t.peak_tflops, t.dtype);
-  const int ranks = parallel ? parallel->world->size() : 1;
-  if (root) {
+  TrainSummary run() {
+    print_start();
+    engine_->reserve_activations();
+    print_memory(engine_->memory(), parallel_ ? parallel_->world : nullptr, root_);
+    open_metrics();
+    const TrainSettings& t = config_.train;
+    const data::BatchLoader loader(data_.train, t.seq_len, t.seed);
+    if (data_.val) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
+    const int64_t first_step = engine_->step();
+    const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
+    while (engine_->step() < stop) {
+      const StepResult r = engine_->train_step(loader.samples(engine_->step() * t.batch_size, t.batch_size));
+      record_step(r, first_step);
+      if (t.save_every > 0 && engine_->step() % t.save_every == 0 && engine_->step() != t.steps) save();
+    }
+    save();
+    if (distributed_ && engine_->step() > first_step && distributed_->schedule().stages > 1)
+      report_pipeline(*distributed_, root_, parallel_->pipeline_trace);
+    summary_.steps = engine_->step() - first_step;
+    summary_.seconds = seconds_;
+    summary_.tokens_per_second = seconds_ > 0 ? static_cast<double>(tokens_) / seconds_ : 0;
+    summary_.mfu = mfu(flops_.model_flops_per_token * static_cast<double>(tokens_), seconds_, peak_.flops * ranks_);
+    return summary_;
+  }
+
+ private:
+  void make_engine() {
+    if (!parallel_) {
+      engine_ = std::make_unique<Trainer>(config_, backend_);
+      return;
+    }
+    check(options_.save_dir.empty() && options_.resume_dir.empty(), "--save/--resume with ",
+          parallel_->layout.describe(), ": data-parallel checkpoints need the sharded checkpoint format, not implemented yet");
+    auto trainer = std::make_unique<DistributedTrainer>(config_, backend_, *parallel_->grid, parallel_->layout);
+    distributed_ = trainer.get();
+    engine_ = std::move(trainer);
+  }
+
+  std::string layout_text() const { return parallel_ ? parallel_->layout.describe() : "single process"; }
+
+  void print_start() const {
+    if (!root_) return;
+    const TrainSettings& t = config_.train;
     std::printf("tripod train: %lld parameters (%lld in matmuls), %s, backend %s, %s\n",
-                static_cast<long long>(flops.n_params_total), static_cast<long long>(flops.n_params_matmul),
-                dtype_name(t.dtype).c_str(), backend.name().c_str(),
-                parallel ? parallel->layout.c_str() : "single process");
-    std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config.data.dir.c_str(),
-                static_cast<long long>(train_data.size()), static_cast<long long>(train_data.vocab_size()),
-                val_data ? "" : " (no held-out split: no eval loss)");
-    std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops.model_flops_per_token, ranks,
-                peak.flops / 1e12, peak.source.c_str());
-    if (engine->step() > 0)
-      std::printf("  resuming from %s at step %lld\n", options.resume_dir.c_str(), static_cast<long long>(engine->step()));
+                static_cast<long long>(flops_.n_params_total), static_cast<long long>(flops_.n_params_matmul),
+                dtype_name(t.dtype).c_str(), backend_.name().c_str(), layout_text().c_str());
+    std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config_.data.dir.c_str(),
+                static_cast<long long>(data_.train.size()), static_cast<long long>(data_.train.vocab_size()),
+                data_.val ? "" : " (no held-out split: no eval loss)");
+    std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
+                peak_.flops / 1e12, peak_.source.c_str());
+    if (engine_->step() > 0)
+      std::printf("  resuming from %s at step %lld\n", options_.resume_dir.c_str(), static_cast<long long>(engine_->step()));
   }
 
-  engine->reserve_activations();
-  print_memory(engine->memory(), parallel ? parallel->world : nullptr, root);
-
-  std::ofstream metrics;
-  if (root && !t.metrics.empty()) {
-    if (fs::path(t.metrics).has_parent_path()) fs::create_directories(fs::path(t.metrics).parent_path());
-    metrics.open(t.metrics, engine->step() > 0 ? std::ios::app : std::ios::trunc);
-    check(metrics.good(), "cannot write metrics file ", t.metrics);
-    metrics << json{{"event", "start"}, {"step", engine->step()}, {"config", config.json}, {"ranks", ranks},
-                    {"layout", parallel ? parallel->layout : "single process"}, {"n_params", flops.n_params_total},
-                    {"model_flops_per_token", flops.model_flops_per_token}, {"peak_flops", peak.flops * ranks},
-                    {"peak_source", peak.source}}.dump() << "\n";
+  void open_metrics() {
+    const std::string& path = config_.train.metrics;
+    if (!root_ || path.empty()) return;
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
+    check(metrics_.good(), "cannot write metrics file ", path);
+    metrics_ << json{{"event", "start"}, {"step", engine_->step()}, {"config", config_.json}, {"ranks", ranks_},
+                     {"layout", layout_text()}, {"n_params", flops_.n_params_total},
+                     {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},
+                     {"peak_source", peak_.source}}.dump() << "\n";
   }
 
-  const data::BatchLoader loader(train_data, t.seq_len, t.seed);
-  std::optional<data::BatchLoader> val_loader;
-  if (val_data) val_loader.emplace(*val_data, t.seq_len, t.seed);
-  auto save = [&]() {
-    if (!options.save_dir.empty()) engine->save(options.save_dir);
-  };
-
-  TrainSummary summary;
-  double total_seconds = 0;
-  int64_t total_tokens = 0;
-  const int64_t first_step = engine->step();
-  const int64_t stop_step = options.exit_after > 0 ? std::min(t.steps, first_step + options.exit_after) : t.steps;
-  while (engine->step() < stop_step) {
-    const StepResult r = engine->train_step(loader.samples(engine->step() * t.batch_size, t.batch_size));
-    total_seconds += r.seconds;
-    total_tokens += r.tokens;
-    const double tok_s = r.tokens / r.seconds;
-    const double step_mfu =
-        mfu(flops.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak.flops * ranks);
-    if (r.step == first_step) summary.first_loss = r.loss;
-    summary.final_loss = r.loss;
+  void record_step(const StepResult& r, int64_t first_step) {
+    const TrainSettings& t = config_.train;
+    seconds_ += r.seconds;
+    tokens_ += r.tokens;
+    const double tok_s = static_cast<double>(r.tokens) / r.seconds;
+    const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak_.flops * ranks_);
+    if (r.step == first_step) summary_.first_loss = r.loss;
+    summary_.final_loss = r.loss;
     json record = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens", (r.step + 1) * r.tokens}, {"step_seconds", r.seconds}, {"tokens_per_second", tok_s},
                    {"mfu", step_mfu}};
-    const bool last = engine->step() == t.steps;
-    if (val_loader && ((t.eval_every > 0 && engine->step() % t.eval_every == 0) || last)) {
-      summary.final_val_loss = evaluate(*engine, *val_loader, t.batch_size, t.eval_batches);
-      record["val_loss"] = summary.final_val_loss;
+    const bool last = engine_->step() == t.steps;
+    if (val_loader_ && ((t.eval_every > 0 && engine_->step() % t.eval_every == 0) || last)) {
+      summary_.final_val_loss = evaluate(*engine_, *val_loader_, t.batch_size, t.eval_batches);
+      record["val_loss"] = summary_.final_val_loss;
     }
-    if (root && (r.step % t.log_every == 0 || last)) {
+    if (root_ && (r.step % t.log_every == 0 || last)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %8.0f tok/s | MFU %5.2f%%",
                   static_cast<long long>(r.step + 1), static_cast<long long>(t.steps), r.loss, r.lr, r.grad_norm,
                   tok_s, 100.0 * step_mfu);
-      if (record.contains("val_loss")) std::printf(" | val loss %.4f", summary.final_val_loss);
+      if (record.contains("val_loss")) std::printf(" | val loss %.4f", summary_.final_val_loss);
       std::printf("\n");
       std::fflush(stdout);
     }
-    if (metrics.is_open()) metrics << record.dump() << "\n" << std::flush;
-    if (t.save_every > 0 && engine->step() % t.save_every == 0 && !last) save();
+    if (metrics_.is_open()) metrics_ << record.dump() << "\n" << std::flush;
   }
-  save();
-  if (parallel && engine->step() > first_step) {
-    auto& trainer = static_cast<DistributedTrainer&>(*engine);
-    if (trainer.schedule().stages > 1) report_pipeline(trainer, root, parallel->pipeline_trace);
+
+  void save() {
+    if (!options_.save_dir.empty()) engine_->save(options_.save_dir);
   }
-  summary.steps = engine->step() - first_step;
-  summary.seconds = total_seconds;
-  summary.tokens_per_second = total_seconds > 0 ? total_tokens / total_seconds : 0;
-  summary.mfu = mfu(flops.model_flops_per_token * static_cast<double>(total_tokens), total_seconds, peak.flops * ranks);
-  return summary;
+
+  RunConfig config_;
+  const TrainOptions& options_;
+  Backend& backend_;
+  const ParallelRun* parallel_;
+  bool root_;
+  int ranks_;
+  Datasets data_;
+  FlopCount flops_;
+  PeakFlops peak_;
+  std::unique_ptr<TrainingEngine> engine_;
+  DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
+  std::optional<data::BatchLoader> val_loader_;
+  std::ofstream metrics_;
+  TrainSummary summary_;
+  double seconds_ = 0;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace
+
+TrainSummary run_training(RunConfig config, const TrainOptions& options, Backend& backend, const ParallelRun* parallel) {
+  return TrainingRun(std::move(config), options, backend, parallel).run();
 }
 
 }  // namespace tripod

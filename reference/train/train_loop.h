@@ -26,12 +26,11 @@ struct TrainSummary {
 // tokenizer's is an error naming both.
 void resolve_vocab(RunConfig& config, int64_t data_vocab, const std::string& data_dir);
 
-// A multi-rank run: the world (for reporting), the data-parallel group and the ZeRO settings.
+// A multi-rank run: the world (for reporting), its process grid and the layout.
 struct ParallelRun {
   Communicator* world = nullptr;
-  Communicator* dp = nullptr;
-  DataParallelSettings settings;
-  std::string layout;  // e.g. "tp=1 pp=1 dp=4, ZeRO-2", printed at start-up
+  const ProcessGrid* grid = nullptr;
+  ParallelLayout layout;
   std::string pipeline_trace;  // write the last step's pipeline timeline here (JSON), if set
 };
 

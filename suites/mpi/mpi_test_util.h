@@ -12,6 +12,7 @@
 #include "support/test_backend.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
+#include "parallel/parallel_layout.h"
 #include "parallel/process_grid.h"
 
 namespace tripod::testing {
@@ -116,6 +117,16 @@ struct TestGroups {
 };
 
 inline const std::vector<int64_t> kSizes = {0, 1, 7, 1001};
+
+// A layout as the trainer takes it (small buckets, so even the test models have several).
+inline ParallelLayout make_layout(int tp, int pp, int dp, int zero, int micro_batches = 1,
+                                  ScheduleKind schedule = ScheduleKind::OneFOneB, int virtual_stages = 1) {
+  ParallelLayout l;
+  l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batches = micro_batches;
+  l.schedule = schedule, l.virtual_stages = virtual_stages;
+  l.bucket_bytes = 4096;
+  return l;
+}
 
 // How a collective is called: in place or not, blocking or async.
 struct Mode {

@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "support/test_backend.h"
+#include "mpi_test_util.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
 #include "train/distributed_trainer.h"
@@ -97,8 +98,11 @@ TEST(DataParallel, MemoryShrinksByTheZeroFactors) {
   const RunConfig config = parse_run_config(j);
   auto backend = testing::make_test_backend();
   const int64_t N = count_params(gpt_param_specs(config.model));
+  ProcessGrid grid(*world, {1, 1, n});
   for (int stage = 0; stage <= 3; ++stage) {
-    DistributedTrainer trainer(config, *backend, *world, {stage, 2048});
+    ParallelLayout data_parallel = testing::make_layout(1, 1, n, stage);
+    data_parallel.bucket_bytes = 2048;
+    DistributedTrainer trainer(config, *backend, grid, data_parallel);
     const ZeroMemory m = trainer.engine().memory();
     const ShardLayout& layout = trainer.engine().layout();
     const int64_t full = layout.total(), shard = layout.shard_elements();
@@ -116,12 +120,16 @@ TEST(DataParallel, BadSettingsFailOnEveryRankWithoutHanging) {
   auto world = testing::test_world();
   auto backend = testing::make_test_backend();
   RunConfig config = config_for("fp32");
-  EXPECT_THROW(DistributedTrainer(config, *backend, *world, {4, 2048}), Error);   // no ZeRO-4
-  EXPECT_THROW(DistributedTrainer(config, *backend, *world, {1, 0}), Error);      // zero-size buckets
-  if (world->size() > 1) {
+  const int n = world->size();
+  ProcessGrid grid(*world, {1, 1, n});
+  ParallelLayout zero4 = testing::make_layout(1, 1, n, 4), no_buckets = testing::make_layout(1, 1, n, 1);
+  no_buckets.bucket_bytes = 0;
+  EXPECT_THROW(DistributedTrainer(config, *backend, grid, zero4), Error);       // no ZeRO-4
+  EXPECT_THROW(DistributedTrainer(config, *backend, grid, no_buckets), Error);  // zero-size buckets
+  if (n > 1) {
     nlohmann::json j = config.json;
-    j["train"]["batch_size"] = world->size() + 1;  // does not divide among the ranks
-    EXPECT_THROW(DistributedTrainer(parse_run_config(j), *backend, *world, {0, 2048}), Error);
+    j["train"]["batch_size"] = n + 1;  // does not divide among the ranks
+    EXPECT_THROW(DistributedTrainer(parse_run_config(j), *backend, grid, testing::make_layout(1, 1, n, 0)), Error);
   }
   world->barrier();  // everybody got here: nobody is stuck in a collective
 }

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "support/test_backend.h"
+#include "mpi_test_util.h"
 #include "core/host_memory.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
@@ -39,13 +40,13 @@ void expect_same_arithmetic(const conform::Trajectory& got, const conform::Traje
 }
 
 struct PipelineCase {
-  std::string schedule;
+  ScheduleKind schedule;
   int v;
 };
 
 std::vector<PipelineCase> schedules_for(int p, int m, int64_t n_layer) {
-  std::vector<PipelineCase> out{{"afab", 1}, {"1f1b", 1}};
-  if (m % p == 0 && 2 * p <= n_layer) out.push_back({"interleaved", 2});
+  std::vector<PipelineCase> out{{ScheduleKind::AllForwardAllBackward, 1}, {ScheduleKind::OneFOneB, 1}};
+  if (m % p == 0 && 2 * p <= n_layer) out.push_back({ScheduleKind::Interleaved, 2});
   return out;
 }
 
@@ -59,7 +60,7 @@ TEST(PipelineTraining, BitIdenticalToOneStageWithTheSameMicroBatchesFp32) {
       if (world->size() % p != 0) continue;
       auto group = world->split(world->rank() / p, world->rank(), "pp");
       for (const PipelineCase& c : schedules_for(p, m, config.model.n_layer)) {
-        const conform::Layout layout{1, p, 1, 0, m, c.schedule, c.v};
+        const ParallelLayout layout = testing::make_layout(1, p, 1, 0, m, c.schedule, c.v);
         expect_same_arithmetic(conform::run_layout(config, layout, *group, 3, testing::shared_test_backend()), ref, layout.name());
       }
     }
@@ -75,7 +76,7 @@ TEST(PipelineTraining, ClippedFp64PipelinesMatchSingleDevice) {
   auto group = world->split(world->rank() / p, world->rank(), "pp");
   for (const PipelineCase& c : schedules_for(p, 8, config.model.n_layer))
     for (int zero : {0, 3}) {
-      const conform::Layout layout{1, p, 1, zero, 8, c.schedule, c.v};
+      const ParallelLayout layout = testing::make_layout(1, p, 1, zero, 8, c.schedule, c.v);
       const conform::Errors e = conform::compare(conform::run_layout(config, layout, *group, 4, testing::shared_test_backend()), ref, config);
       EXPECT_TRUE(e.pass) << layout.name() << ": " << e.failure << " (parameter rel " << e.param_rel << ")";
     }
@@ -93,10 +94,9 @@ TEST(PipelineTraining, TiedEmbeddingCopiesStayEqual) {
   for (int zero : {0, 1, 2, 3}) {
     ProcessGrid grid(*group, {1, 2, dp});
     auto backend = testing::make_test_backend();
-    DataParallelSettings settings{zero, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), ScheduleKind::OneFOneB, 1, {}}};
     nlohmann::json j = config.json;
     j["train"]["micro_batches"] = 2;
-    DistributedTrainer trainer(parse_run_config(j), *backend, grid.dp(), settings);
+    DistributedTrainer trainer(parse_run_config(j), *backend, grid, testing::make_layout(1, 2, dp, zero, 2));
     trainer.initialise();
     for (int s = 0; s < 3; ++s) trainer.train_step(conform::conformance_batch(config, s));
     const std::vector<std::vector<double>> mine = trainer.chunk_engine(0).gather_params();
@@ -126,8 +126,7 @@ TEST(PipelineTraining, MicroBatchesInFlightFollowTheSchedule) {
     auto backend = testing::make_test_backend();
     nlohmann::json j = base.json;
     j["train"]["micro_batches"] = 8;
-    DistributedTrainer trainer(parse_run_config(j), *backend, grid.dp(),
-                               {0, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), kind, 1, {}}});
+    DistributedTrainer trainer(parse_run_config(j), *backend, grid, testing::make_layout(1, 4, 1, 0, 8, kind));
     trainer.initialise();
     trainer.reserve_activations();  // as many slots as the step will hold: start-up memory is the peak
     const int reserved = trainer.max_microbatches_in_flight();
@@ -154,8 +153,7 @@ TEST(PipelineTraining, BadSettingsFailOnEveryRank) {
     nlohmann::json j = conform::default_conformance_config("fp64").json;
     j["model"]["n_layer"] = n_layer;
     j["train"]["micro_batches"] = micro;
-    DistributedTrainer t(parse_run_config(j), *backend, grid.dp(),
-                         {0, 4096, -1, nullptr, false, {&grid.pp(), grid.embedding(), kind, v, {}}});
+    DistributedTrainer t(parse_run_config(j), *backend, grid, testing::make_layout(1, 2, 1, 0, micro, kind, v));
   };
   auto message = [&](auto&& f) {
     try {

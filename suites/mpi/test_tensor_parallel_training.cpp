@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "support/test_backend.h"
+#include "mpi_test_util.h"
 #include "comm/mpi_communicator.h"
 #include "conform/conformance.h"
 #include "parallel/tp_shard.h"
@@ -20,16 +21,16 @@ TEST(TensorParallelTraining, ParameterBytesShrinkByTpForSplitLayers) {
   const int64_t V = config.model.vocab_size, C = config.model.d_model;
   for (int t : {2, 4}) {
     if (world->size() % t != 0) continue;
-    auto tp = world->split(world->rank() / t, world->rank(), "tp");
-    auto dp = world->split(world->rank(), 0, "dp");  // one rank: only TP shards the parameters here
+    auto group = world->split(world->rank() / t, world->rank(), "tp");  // dp = 1: only TP shards the parameters
+    ProcessGrid grid(*group, {t, 1, 1});
     auto backend = testing::make_test_backend();
-    DistributedTrainer trainer(config, *backend, *dp, {0, 4096, -1, tp.get()});
+    DistributedTrainer trainer(config, *backend, grid, testing::make_layout(t, 1, 1, 0));
     int64_t expected = 0, logical = 0;
     for (const ParamSpec& spec : gpt_param_specs(config.model)) {
       const int64_t n = shape_numel(spec.shape);
       logical += n;
-      if (spec.name == "wte.weight" || spec.name == "lm_head.weight") expected += tp::padded_vocab(V, t) / t * C;
-      else if (tp::tp_replicated(spec.name)) expected += n;
+      if (spec.role == ParamRole::TokenEmbedding || spec.role == ParamRole::LmHead) expected += tp::padded_vocab(V, t) / t * C;
+      else if (tp::tp_replicated(spec)) expected += n;
       else expected += n / t;
     }
     int64_t held = 0;
@@ -60,8 +61,8 @@ TEST(TensorParallelTraining, HeadsNotDividingFailOnEveryRank) {
   if (tp) {
     const RunConfig config = conform::default_conformance_config("fp64");  // 4 heads
     auto backend = testing::make_test_backend();
-    auto dp = tp->split(tp->rank(), 0, "dp");
-    EXPECT_THROW(DistributedTrainer(config, *backend, *dp, {0, 4096, -1, tp.get()}), Error);
+    ProcessGrid grid(*tp, {3, 1, 1});
+    EXPECT_THROW(DistributedTrainer(config, *backend, grid, testing::make_layout(3, 1, 1, 0)), Error);
   }
   world->barrier();
 }

@@ -129,7 +129,8 @@ Outcome run_half(Backend& be, DType dt, const Half& h, const Values& full, const
   Outcome out;
   out.y = to_host_f64(be, y), out.dx = to_host_f64(be, dx);
   for (const auto& [name, shard] : shards) {
-    if (group && tp::tp_grad_needs_allreduce(name, sp)) group->comm.all_reduce(g[name], g[name], ReduceOp::Sum);
+    if (group && tp::tp_grad_needs_allreduce(find_spec(specs, name), sp))
+      group->comm.all_reduce(g[name], g[name], ReduceOp::Sum);
     out.grads[name] =
         group ? tp::assemble_full(group->comm, shard, to_host_f64(be, g[name])) : to_host_f64(be, g[name]);
   }

@@ -30,7 +30,7 @@ TEST(TpErrors, ModelDoesNotSplit) {
   expect_same_error_everywhere(*world, "does not divide model.d_ff = 30",
                                [&] { tp::validate_tensor_parallel(config_with(4, 16, 30), 4); });
   expect_same_error_everywhere(*world, "does not divide model.n_head = 4", [&] { tp::tp_shards(four_heads, 3, 0); });
-  const ParamSpec fc{"h.0.mlp.c_fc.weight", {30, 16}, InitKind::Normal, 0.02, true};
+  const ParamSpec fc{"h.0.mlp.c_fc.weight", {30, 16}, InitKind::Normal, 0.02, true, ParamRole::FcWeight, 0, block_group(0)};
   expect_same_error_everywhere(*world, "cannot split h.0.mlp.c_fc.weight [30, 16] by rows",
                                [&] { tp::tp_shard(fc, 4, 0); });
   EXPECT_NO_THROW(tp::validate_tensor_parallel(four_heads, 4));
@@ -96,7 +96,7 @@ TEST(TpErrors, DivergedReplicaIsNamed) {
     if (t == 1) continue;
     SCOPED_TRACE("tp=" + std::to_string(t));
     auto comm = tp_group(*world, t);
-    const ParamSpec ln{"h.0.ln_1.weight", {4}, InitKind::Ones, 0, false};
+    const ParamSpec ln{"h.0.ln_1.weight", {4}, InitKind::Ones, 0, false, ParamRole::Ln1Weight, 0, block_group(0)};
     const tp::TpShard shard = tp::tp_shard(ln, t, comm->rank());
     std::vector<double> local = {1, 1, 1, 1 + 0.5 * comm->rank()};
     expect_same_error_everywhere(*world, "replicated parameter h.0.ln_1.weight differs between TP ranks 0 and 1",

@@ -87,7 +87,7 @@ TEST_P(TpShardMaps, MapsInitExtractAssemble) {
       const tp::TpShard& shard = shards[k];
       SCOPED_TRACE(spec.name);
       EXPECT_EQ(shard.split, expected_split(spec.name));
-      EXPECT_EQ(tp::tp_replicated(spec.name), expected_split(spec.name) == tp::TpSplit::Replicated);
+      EXPECT_EQ(tp::tp_replicated(spec), expected_split(spec.name) == tp::TpSplit::Replicated);
       EXPECT_EQ(shard.local, expected_local_shape(spec, t)) << shape_str(shard.local);
       const int64_t numel = shape_numel(spec.shape), local_numel = shape_numel(shard.local);
 
@@ -129,15 +129,19 @@ TEST(TpShardGradients, WhichToAllReduceOverTp) {
       "wte.weight",           "lm_head.weight",         "wpe.weight",          "h.0.attn.c_attn.weight",
       "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias",
       "h.0.mlp.c_proj.weight"};
+  ModelConfig config;
+  config.n_layer = 4;
+  config.tie_embeddings = false;
+  const std::vector<ParamSpec> specs = gpt_param_specs(config);
   for (const auto& name : partial_under_sp) {
-    EXPECT_TRUE(tp::tp_grad_needs_allreduce(name, true)) << name;
-    EXPECT_FALSE(tp::tp_grad_needs_allreduce(name, false)) << name;
+    EXPECT_TRUE(tp::tp_grad_needs_allreduce(find_spec(specs, name), true)) << name;
+    EXPECT_FALSE(tp::tp_grad_needs_allreduce(find_spec(specs, name), false)) << name;
   }
   for (const auto& name : never) {
-    EXPECT_FALSE(tp::tp_grad_needs_allreduce(name, true)) << name;
-    EXPECT_FALSE(tp::tp_grad_needs_allreduce(name, false)) << name;
+    EXPECT_FALSE(tp::tp_grad_needs_allreduce(find_spec(specs, name), true)) << name;
+    EXPECT_FALSE(tp::tp_grad_needs_allreduce(find_spec(specs, name), false)) << name;
   }
-  EXPECT_THROW(tp::tp_split_of("h.0.attn.rotary.weight"), Error);
+  EXPECT_THROW(find_spec(specs, "h.0.attn.rotary.weight"), Error);
 }
 
 }  // namespace

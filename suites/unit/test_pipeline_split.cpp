@@ -27,10 +27,13 @@ TEST(PipelineSplit, EvenSplitGivesEarlierChunksTheRemainder) {
   EXPECT_TRUE(!last.embedding && last.head);
   EXPECT_EQ(last.first_layer, 6);
   EXPECT_EQ(last.end_layer, 7);
-  EXPECT_EQ(s.owner_rank("wte.weight"), 0);
-  EXPECT_EQ(s.owner_rank("h.4.attn.c_attn.weight"), 0);  // chunk 2 lives on rank 0
-  EXPECT_EQ(s.owner_rank("h.6.ln_1.weight"), 1);
-  EXPECT_EQ(s.owner_rank("ln_f.weight"), 1);
+  ModelConfig model;
+  model.n_layer = 7;
+  const std::vector<ParamSpec> specs = gpt_param_specs(model);
+  EXPECT_EQ(s.owner_rank(find_spec(specs, "wte.weight")), 0);
+  EXPECT_EQ(s.owner_rank(find_spec(specs, "h.4.attn.c_attn.weight")), 0);  // chunk 2 lives on rank 0
+  EXPECT_EQ(s.owner_rank(find_spec(specs, "h.6.ln_1.weight")), 1);
+  EXPECT_EQ(s.owner_rank(find_spec(specs, "ln_f.weight")), 1);
   EXPECT_EQ(s.describe(), "[2,2,2,1]");
 }
 
@@ -59,7 +62,7 @@ TEST(PipelineSplit, SpansPartitionTheParametersWithOneTiedCopy) {
       const std::vector<ParamSpec> specs = span_param_specs(config, split.span(c));
       for (const ParamSpec& spec : specs) ++seen[spec.name];
       // Groups in spec order and a layout that holds only the span's groups.
-      const std::vector<int> groups = gpt_param_groups(specs, config.n_layer);
+      const std::vector<int> groups = param_groups(specs);
       const ShardLayout layout(specs, groups, 2, 64, false);
       for (int g : groups) EXPECT_TRUE(layout.holds_group(g));
       EXPECT_EQ(layout.holds_group(embedding_group()), c == 0 || (tied && c == split.chunks() - 1));
@@ -78,7 +81,7 @@ TEST(PipelineSplit, ATiedEmbeddingGroupGetsABucketOfItsOwn) {
   const PipelineSplit split(4, 2, 1);
   for (int c : {0, 1}) {  // the first stage (wte, wpe, 2 blocks) and the last (wte copy, 2 blocks, head)
     const std::vector<ParamSpec> specs = span_param_specs(config, split.span(c));
-    const std::vector<int> groups = gpt_param_groups(specs, config.n_layer);
+    const std::vector<int> groups = param_groups(specs);
     const ShardLayout merged(specs, groups, 2, 1 << 20, false);  // one bucket would hold everything
     EXPECT_EQ(merged.buckets().size(), 1u);
     const ShardLayout alone(specs, groups, 2, 1 << 20, false, {embedding_group()});

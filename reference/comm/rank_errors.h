@@ -1,0 +1,25 @@
+// Errors in a job of many ranks: each rank reports its own, naming itself, and the job ends with a
+// non-zero exit instead of hanging.
+//   before any communication, every rank fails alike (checks of what every rank has): each reports,
+//     then waits at a barrier for the others to have reported (mpirun kills the remaining ranks as
+//     soon as one exits non-zero, which would cut their messages short), then exits 1;
+//   during communication a rank may fail alone (a file only it reads) while the others wait in a
+//     collective: it reports and aborts the whole job.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace tripod {
+
+// "rank 3 of 8: "
+std::string rank_prefix(const Communicator& world);
+// Runs `checks` on every rank; on an error, reports it (tripod: error: rank r of n: ...), waits for
+// every rank at a barrier and throws an empty Error (already reported: the program exits 1).
+void check_on_every_rank(Communicator& world, const std::function<void()>& checks);
+// Runs `work`; on an error, reports it and aborts every rank of the job (a world of one: throws an
+// empty Error instead).
+void run_or_abort_job(Communicator& world, const std::function<void()>& work);
+
+}  // namespace tripod

@@ -1,0 +1,120 @@
+#include "parallel/parallel_layout.h"
+
+#include <sstream>
+
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_split.h"
+#include "parallel/tp_group.h"
+
+namespace tripod {
+
+std::string ParallelLayout::name() const {
+  std::ostringstream out;
+  out << "tp" << tp << "-pp" << pp << "-dp" << dp << "-z" << zero << "-mb" << micro_batches;
+  if (sequence_parallel) out << "-sp";
+  if (pipelined()) out << "-" << schedule_kind_name(schedule);
+  if (virtual_stages > 1) out << "-v" << virtual_stages;
+  return out.str();
+}
+
+std::string ParallelLayout::describe() const {
+  std::string text = tripod::describe(grid()) + ", ZeRO-" + std::to_string(zero);
+  if (sequence_parallel) text += ", sequence parallel";
+  if (pipelined())
+    text += ", " + schedule_kind_name(schedule) + " m=" + std::to_string(micro_batches) +
+            (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
+  return text;
+}
+
+ParallelLayout ParallelLayout::parse(const std::string& name) {
+  ParallelLayout l;
+  bool has_schedule = false;
+  std::istringstream in(name);
+  std::string part;
+  while (std::getline(in, part, '-')) {
+    auto number = [&](std::size_t prefix) {
+      try {
+        return std::stoi(part.substr(prefix));
+      } catch (const std::exception&) {
+        fail("layout '", name, "': cannot read a number in '", part, "'");
+      }
+    };
+    if (part.rfind("tp", 0) == 0) l.tp = number(2);
+    else if (part.rfind("pp", 0) == 0) l.pp = number(2);
+    else if (part.rfind("dp", 0) == 0) l.dp = number(2);
+    else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
+    else if (part.rfind("z", 0) == 0) l.zero = number(1);
+    else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
+    else if (part == "sp") l.sequence_parallel = true;
+    else if (part == "afab" || part == "1f1b" || part == "interleaved") {
+      l.schedule = parse_schedule_kind(part);
+      has_schedule = true;
+    } else {
+      fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b)");
+    }
+  }
+  check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
+  check(l.pp > 1 || !has_schedule, "layout '", name, "': a pipeline schedule needs pp > 1");
+  return l;
+}
+
+void ParallelLayout::validate(const ModelConfig& model, const StepShape& step, int world_size) const {
+  check_grid_layout(grid(), world_size, grid_order);
+  validate(model, step);
+}
+
+void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) const {
+  check(zero >= 0 && zero <= 3, "the ZeRO stage (--zero) must be 0, 1, 2 or 3 (got ", zero, ")");
+  check(bucket_bytes > 0, "the gradient bucket size (--bucket-mb) must be positive (got ", bucket_bytes, " bytes)");
+  check(tp >= 1 && pp >= 1 && dp >= 1, "layout ", name(), ": every dimension must be at least 1");
+  tp::validate_tensor_parallel(model, tp);  // heads and d_ff divisible, tp <= heads
+  check(!sequence_parallel || tp > 1, "sequence parallelism (--sequence-parallel) needs tensor parallelism (tp > 1)");
+  check(virtual_stages == 1 || pp > 1, "virtual stages (--virtual-stages ", virtual_stages,
+        ") need pipeline parallelism (pp > 1)");
+  check(micro_batches >= 1 && micro_batches <= 1 << 20, "train.micro_batches must be in [1, 2^20] (got ", micro_batches,
+        ")");
+  check(step.batch_size % dp == 0, "train.batch_size (", step.batch_size, ") does not divide among ", dp,
+        " data-parallel ranks");
+  check(local_batch(step) % micro_batches == 0, "train.batch_size ", step.batch_size, " over dp=", dp, " gives ",
+        local_batch(step), " sequences per rank, which do not split into ", micro_batches,
+        " micro-batches (--microbatches)");
+  // Enough layers for the chunks, a split that adds up, a schedule the micro-batches allow, tags.
+  const PipelineSplit split(model.n_layer, pp, virtual_stages, step.pipeline_split);
+  check_message_tags(make_schedule(schedule, pp, micro_batches, virtual_stages));
+  if (sequence_parallel) tp::sequence_shard_rows(micro_batch(step) * step.seq_len, tp);  // the tokens split evenly
+}
+
+std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig& model, const StepShape& step) {
+  const int64_t batch_size = step.batch_size, n_layer = model.n_layer;
+  std::vector<ParallelLayout> layouts;
+  for (int tp = 1; tp <= world_size; ++tp) {
+    if (world_size % tp != 0 || model.n_head % tp != 0 || model.d_ff % tp != 0) continue;
+    for (int pp = 1; tp * pp <= world_size && pp <= n_layer; ++pp) {
+      if (world_size % (tp * pp) != 0) continue;
+      for (int dp = 1; tp * pp * dp <= world_size; ++dp) {
+        if (world_size % (tp * pp * dp) != 0 || batch_size % dp != 0) continue;
+        // Pipelines get their own micro-batch counts (m = p and 2p fill them) and every schedule.
+        const std::vector<int> micros = pp == 1 ? std::vector<int>{1, 2} : std::vector<int>{pp, 2 * pp};
+        std::vector<std::pair<ScheduleKind, int>> schedules{{ScheduleKind::OneFOneB, 1}};
+        if (pp > 1)
+          schedules = {{ScheduleKind::AllForwardAllBackward, 1}, {ScheduleKind::OneFOneB, 1},
+                       {ScheduleKind::Interleaved, 2}};
+        for (int zero = 0; zero <= 3; ++zero)
+          for (int micro : micros)
+            for (const auto& [schedule, v] : schedules)
+              for (bool sp : {false, true}) {
+                const int64_t tokens = batch_size / dp / micro * step.seq_len;  // of one micro-batch
+                if ((batch_size / dp) % micro != 0 || (sp && (tp == 1 || tokens % tp != 0))) continue;
+                if (pp * v > n_layer || (schedule == ScheduleKind::Interleaved && micro % pp != 0)) continue;
+                ParallelLayout l;
+                l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batches = micro;
+                l.schedule = schedule, l.virtual_stages = v, l.sequence_parallel = sp;
+                layouts.push_back(l);
+              }
+      }
+    }
+  }
+  return layouts;
+}
+
+}  // namespace tripod
