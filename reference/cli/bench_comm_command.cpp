@@ -1,232 +1,44 @@
-// tripod bench comm [COLLECTIVE] (under mpirun): nccl-tests for the Communicator. Same flags, same
-// table, same bus-bandwidth arithmetic (perf/bus_bandwidth.h), every result checked, and
-// optionally the groups of a 3D layout (--tp/--pp/--dp with --group) all running at once, which is
-// how training loads the network. The run loop is here; the calls and their checks are in
-// bench_comm_collectives.*, the text in bench_comm_report.*.
-#include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
+// tripod bench comm [COLLECTIVE] (under mpirun): nccl-tests for the Communicator. This file only
+// registers the flags; the benchmark itself is the commbench library (commbench/run.h), which
+// checks them, runs the collectives and prints nccl-tests' text.
 #include <memory>
 
-#include "cli/bench_comm_collectives.h"
-#include "cli/bench_comm_options.h"
-#include "cli/bench_comm_report.h"
 #include "cli/commands.h"
-#include "backend/backend_factory.h"
-#include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
-#include "core/host_memory.h"
-#include "parallel/launch.h"
-#include "parallel/process_grid.h"
+#include "commbench/run.h"
 
 namespace tripod::cli {
 namespace {
 
-// The group this rank benchmarks in: the world, or its TP/DP/PP group of a grid.
-struct BenchGroup {
-  std::unique_ptr<ProcessGrid> grid;
-  Communicator* comm = nullptr;
-  int index = 0;  // which group, 0 for the group of world rank 0
-  int count = 1;  // how many groups run concurrently
-  std::string description;
-};
+using commbench::CommBenchOptions;
 
-std::string ranks_text(int n) { return str_cat(n, n == 1 ? " rank" : " ranks"); }
-
-BenchGroup make_group(const CommBenchPlan& plan, Communicator& world) {
-  BenchGroup g;
-  g.comm = &world;
-  g.description = str_cat("1 group of ", ranks_text(world.size()), " (the world)");
-  if (!plan.use_grid) return g;
-  g.grid = std::make_unique<ProcessGrid>(world, plan.grid);
-  const GridShape& s = plan.grid;
-  const GridCoord c = g.grid->coord();
-  // Groups are numbered along the other two axes, the faster-varying one first.
-  if (plan.group_axis == "tp") {
-    g.comm = &g.grid->tp();
-    g.index = c.dp + c.pp * s.dp;
-  } else if (plan.group_axis == "dp") {
-    g.comm = &g.grid->dp();
-    g.index = c.tp + c.pp * s.tp;
-  } else {
-    g.comm = &g.grid->pp();
-    g.index = c.tp + c.dp * s.tp;
-  }
-  g.count = world.size() / g.comm->size();
-  g.description = str_cat(g.count, " ", plan.group_axis, " group", g.count > 1 ? "s" : "", " of ",
-                          ranks_text(g.comm->size()), " (layout ", describe(s), ", order ", g.grid->order(), "), all running concurrently");
-  return g;
-}
-
-// This rank's value combined over the world as -a asks: 0 rank 0's own, 1 mean, 2 min, 3 max.
-double across_ranks(double value, int average, Communicator& world) {
-  if (average == 0) return value;
-  Tensor t = host_alloc({1}, DType::F64);
-  t.data<double>()[0] = value;
-  world.all_reduce(t, t, average == 2 ? ReduceOp::Min : average == 3 ? ReduceOp::Max : ReduceOp::Sum);
-  return average == 1 ? t.data<double>()[0] / world.size() : t.data<double>()[0];
-}
-
-// Sum over the world of each entry (wrong element counts, exact in fp64 up to 2^53).
-std::pair<int64_t, int64_t> sum_over_ranks(int64_t a, int64_t b, Communicator& world) {
-  Tensor t = host_alloc({2}, DType::F64);
-  t.data<double>()[0] = static_cast<double>(a);
-  t.data<double>()[1] = static_cast<double>(b);
-  world.all_reduce(t, t, ReduceOp::Sum);
-  return {static_cast<int64_t>(t.data<double>()[0]), static_cast<int64_t>(t.data<double>()[1])};
-}
-
-void print_on_rank0(const Communicator& world, const std::string& text) {
-  if (world.rank() != 0) return;
-  std::fputs(text.c_str(), stdout);
-  std::fflush(stdout);
-}
-
-// Rank 0 prints every rank's device line, in world-rank order.
-void print_device_lines(Communicator& world, const BenchGroup& group) {
-  constexpr int64_t kLineInts = 128;  // 512 bytes per line, NUL-padded
-  const LaunchInfo launch = detect_launch();
-  std::string line = device_line(world.rank(), group.index, launch.local_rank);
-  line.resize(kLineInts * 4 - 1);
-  Tensor mine = host_alloc({kLineInts}, DType::I32), all = host_alloc({kLineInts * world.size()}, DType::I32);
-  std::memcpy(mine.raw(), line.data(), line.size());
-  world.all_gather(mine, all);
-  std::string text;
-  for (int r = 0; r < world.size(); ++r) text += static_cast<const char*>(all.raw()) + r * kLineInts * 4;
-  print_on_rank0(world, text);
-}
-
-// What one collective's block accumulates for its footer.
-struct Outcome {
-  int64_t out_of_bounds = 0;  // (rank, test) pairs with a wrong element, as nccl-tests counts them
-  double busbw_sum = 0;
-  int64_t rows = 0;
-  int seed = 0;  // new inputs for every check, so a stale result of an earlier call is caught
-};
-
-// One (size, out of place or in place) result: -w warm-up calls, a world barrier, then -n calls
-// timed as one block (the mean per call, as nccl-tests reports it), then -c checked calls.
-// `corrupts`: this rank corrupts its result before checking (--inject-error).
-void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBenchPlan& plan, int group_size,
-             bool corrupts, Communicator& world, Outcome& outcome, std::string& row, nlohmann::json& record) {
-  bench.fill(call, outcome.seed);  // the timed calls move real numbers, not the -1 sentinels
-  for (int i = 0; i < plan.settings.warmup_iters; ++i) bench.run(call);
-  world.barrier();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < plan.settings.iters; ++i) bench.run(call);
-  const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double seconds = across_ranks(local / plan.settings.iters, plan.average, world);
-  const Bandwidth bw = collective_bandwidth(plan.collective, bench.counts().bytes, seconds, group_size);
-
-  int64_t wrong = plan.settings.check_iters > 0 ? 0 : -1;  // -1: unchecked, printed N/A
-  for (int c = 0; c < plan.settings.check_iters && wrong == 0; ++c) {
-    bench.fill(call, ++outcome.seed);
-    bench.run(call);
-    if (corrupts) bench.corrupt_result(call);
-    const int64_t local_wrong = bench.count_wrong(call, outcome.seed);
-    const auto [total, ranks_wrong] = sum_over_ranks(local_wrong, local_wrong > 0, world);
-    wrong = total;
-    outcome.out_of_bounds += ranks_wrong;
-  }
-  outcome.busbw_sum += bw.busbw;
-  outcome.rows += 1;
-  row += row_result(seconds, bw, wrong);
-  record["in_place"] = call.in_place;
-  record["time_us"] = seconds * 1e6;
-  record["algbw"] = bw.algbw;
-  record["busbw"] = bw.busbw;
-  record["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);  // null: unchecked
-}
-
-// Every size, type, op and root of one collective: one nccl-tests output block.
-Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const BenchGroup& group, Backend& backend,
-                       nlohmann::json& results) {
-  Communicator& comm = *group.comm;
-  std::vector<std::string> notes = plan.notes;
-  notes.push_back("Groups: " + group.description + "; bandwidth is per group");
-  print_on_rank0(world, header_text(plan.collective, plan.settings, notes));
-  print_device_lines(world, group);
-  print_on_rank0(world, column_header_text());
-  Outcome outcome;
-  for (DType dtype : plan.types) {
-    CollectiveBench bench(comm, backend, plan.collective, dtype, plan.settings.max_bytes, !plan.async);
-    for (ReduceOp op : plan.ops_for(dtype)) {
-      for (int root : plan.roots_for(comm.size())) {
-        for (int64_t size : plan.sizes) {
-          bench.set_size(size);
-          const CollectiveCounts& counts = bench.counts();
-          const std::string op_name = is_reduction(plan.collective) ? reduce_op_name(op) : "none";
-          std::string row = row_prefix(counts.bytes, counts.printed, nccl_type_name(dtype), op_name, root);
-          const nlohmann::json key = {{"collective", collective_name(plan.collective)}, {"size", counts.bytes},
-                                      {"count", counts.printed}, {"type", nccl_type_name(dtype)},
-                                      {"redop", op_name}, {"root", root}, {"group_size", comm.size()}};
-          // --inject-error: one rank of group 0 that holds a result (reduce: the root) corrupts it.
-          const int holder = plan.collective == Collective::Reduce ? root : comm.size() - 1;
-          const bool corrupts = plan.inject_error && group.index == 0 && comm.rank() == holder;
-          for (bool in_place : {false, true}) {
-            nlohmann::json record = key;
-            measure(bench, CollectiveCall{op, std::max(root, 0), in_place}, plan, comm.size(), corrupts, world,
-                    outcome, row, record);
-            results.push_back(std::move(record));
-          }
-          print_on_rank0(world, row + "\n");
-        }
-      }
-    }
-  }
-  const double avg_busbw = outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0;
-  print_on_rank0(world, footer_text(plan.collective, outcome.out_of_bounds, avg_busbw));
-  return outcome;
-}
-
-void run_bench_comm(const CommBenchOptions& options) {
-  std::vector<CommBenchPlan> plans = make_plans(options);  // checked before MPI: same error on every rank
-  auto backend = make_backend(options.backend);
-  MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), *backend);  // a device's buffers are staged through the host
-  const std::string where = str_cat("rank ", world->rank(), " of ", world->size(), ": ");
-  BenchGroup group;
-  try {  // the layout and the root depend only on the flags: every rank fails alike, and reports
-    group = make_group(plans.front(), *world);
-    for (const CommBenchPlan& plan : plans) check_plan_for_group(plan, group.comm->size());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
-    std::fflush(stderr);
-    world->barrier();  // let every rank report before mpirun tears the job down
-    throw Error("");
-  }
-  nlohmann::json results = nlohmann::json::array(), summaries = nlohmann::json::array();
-  int64_t failures = 0;
-  try {
-    for (const CommBenchPlan& plan : plans) {
-      const Outcome outcome = run_collective(plan, *world, group, *backend, results);
-      failures += outcome.out_of_bounds;
-      summaries.push_back({{"collective", collective_name(plan.collective)}, {"out_of_bounds", outcome.out_of_bounds},
-                           {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0}});
-    }
-  } catch (const Error& e) {
-    // A failure on one rank (memory, say) leaves the others waiting in a collective: end them all.
-    std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
-    std::fflush(stderr);
-    if (world->size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    throw Error("");
-  }
-  if (world->rank() == 0 && !options.json_out.empty())
-    std::ofstream(options.json_out) << nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
-                                                      {"group", group.description}, {"group_size", group.comm->size()},
-                                                      {"groups", group.count}, {"settings", settings_json(options)},
-                                                      {"summaries", summaries}, {"results", results}}
-                                           .dump(2)
-                                    << "\n";
-  if (failures > 0) {  // every rank exits non-zero; rank 0 says why, before any rank exits
-    if (world->rank() == 0)
-      std::fprintf(stderr, "tripod: error: bench comm: %lld results had wrong values (see #wrong)\n",
-                   static_cast<long long>(failures));
-    std::fflush(stderr);
-    world->barrier();
-    throw Error("");
-  }
+// nccl-tests' flags (commbench/plan.h describes them), plus the 3D-layout groups and --backend.
+void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
+  cmd.add_option("collective", o.collective,
+                 "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv or all")
+      ->capture_default_str();
+  cmd.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
+  cmd.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
+  cmd.add_option("-i,--stepbytes", o.step_bytes, "fixed increment between sizes")->capture_default_str();
+  cmd.add_option("-f,--stepfactor", o.step_factor, "multiplication factor between sizes (wins if > 1)")
+      ->capture_default_str();
+  cmd.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  cmd.add_option("-w,--warmup_iters", o.warmup_iters, "untimed iterations before them")->capture_default_str();
+  cmd.add_option("-c,--check", o.check_iters, "checked calls per size (0: no check)")->capture_default_str();
+  cmd.add_option("-o,--op", o.op, "sum, min, max, avg or all (prod is not supported)")->capture_default_str();
+  cmd.add_option("-d,--datatype", o.datatype, "float, double, int32 or all")->capture_default_str();
+  cmd.add_option("-r,--root", o.root, "root rank of broadcast/reduce within the group, or all")->capture_default_str();
+  cmd.add_option("-a,--average", o.average, "time reported: 0 rank 0's, 1 mean, 2 min, 3 max over all ranks")
+      ->capture_default_str();
+  cmd.add_option("--tp", o.tp, "tensor-parallel size of a 3D layout over the launched ranks");
+  cmd.add_option("--pp", o.pp, "pipeline-parallel size");
+  cmd.add_option("--dp", o.dp, "data-parallel size");
+  cmd.add_option("--group", o.group, "with a layout: benchmark every tp, dp or pp group at once")
+      ->capture_default_str();
+  cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
+  add_backend_option(cmd, o.backend);
+  cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");
+  cmd.add_flag("--inject-error", o.inject_error, "debug: corrupt one received element to prove the check fails")
+      ->group("");  // hidden from --help
 }
 
 }  // namespace
@@ -235,7 +47,7 @@ void add_bench_comm_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("comm", "nccl-tests-style collective benchmark on the Communicator (run under mpirun)");
   auto options = std::make_shared<CommBenchOptions>();
   add_comm_bench_options(*cmd, *options);
-  cmd->callback([options]() { run_bench_comm(*options); });
+  cmd->callback([options]() { commbench::run_bench_comm(*options); });
 }
 
 }  // namespace tripod::cli

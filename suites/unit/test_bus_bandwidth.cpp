@@ -1,11 +1,13 @@
-// perf/bus_bandwidth.h against nccl-tests' definitions (src/<collective>.cu GetCollByteCount and
-// GetBw, doc/PERFORMANCE.md), with sizes and times fixed and the expected numbers worked by hand.
+// The nccl-tests arithmetic of commbench (bus_bandwidth.h and each collective's description, looked
+// up through collective_spec.h) against nccl-tests' definitions (src/<collective>.cu
+// GetCollByteCount and GetBw, doc/PERFORMANCE.md), with sizes and times fixed and the expected
+// numbers worked by hand. Pure arithmetic: no MPI.
 #include <gtest/gtest.h>
 
+#include "commbench/collective_spec.h"
 #include "core/error.h"
-#include "perf/bus_bandwidth.h"
 
-namespace tripod {
+namespace tripod::commbench {
 namespace {
 
 TEST(BusBandwidth, FactorsArePerformanceMdFormulas) {
@@ -98,4 +100,4 @@ TEST(BusBandwidth, NamesAreNcclTests) {
 }
 
 }  // namespace
-}  // namespace tripod
+}  // namespace tripod::commbench

@@ -1,22 +1,23 @@
 // The flags of `tripod bench comm` (nccl-tests' own, plus the 3D-layout groups) and the plan they
 // make: which collectives, sizes, types, ops and roots to run. Everything here is checked before
-// MPI starts, from the arguments alone, so a bad flag fails identically on every rank.
+// MPI starts, from the arguments alone, so a bad flag fails identically on every rank. The flags
+// themselves are registered by the CLI (cli/bench_comm_command.cpp); this library never sees CLI11.
 //
 // nccl-tests flags (README "Arguments"): -b minbytes, -e maxbytes (K/M/G suffixes, binary),
 // -i stepbytes or -f stepfactor (a factor > 1 wins), -n iters, -w warmup iters, -c check count
 // (0 = no check), -o sum|prod|min|max|avg|all, -d float|double|int32|all, -r root|all,
 // -a 0|1|2|3 = time of rank 0 | mean | min | max over all ranks, -J json file.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "cli/bench_comm_report.h"
 #include "comm/communicator.h"
+#include "commbench/collective_spec.h"
+#include "commbench/report.h"
 #include "parallel/process_grid.h"
 
-namespace tripod::cli {
+namespace tripod::commbench {
 
 struct CommBenchOptions {
   std::string collective = "all_reduce";
@@ -32,10 +33,12 @@ struct CommBenchOptions {
   std::string backend = "cpu";  // where the buffers live (a device's are staged through host memory)
 };
 
-void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& options);
-
 // "8" -> 8, "64K" -> 65536, "128M", "1G", "1.5k" -> 1536 (nccl-tests' parsesize).
 int64_t parse_byte_size(const std::string& text);
+
+// nccl-tests' type names: "float", "double", "int32".
+std::string nccl_type_name(DType dtype);
+DType parse_nccl_type(const std::string& name);  // throws for other names ("prod"-like requests)
 
 struct CommBenchPlan {
   Collective collective = Collective::AllReduce;
@@ -67,4 +70,4 @@ void check_plan_for_group(const CommBenchPlan& plan, int group_size);
 
 nlohmann::json settings_json(const CommBenchOptions& options);
 
-}  // namespace tripod::cli
+}  // namespace tripod::commbench

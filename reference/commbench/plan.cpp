@@ -1,40 +1,26 @@
-#include "cli/bench_comm_options.h"
+#include "commbench/plan.h"
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "cli/bench_comm_collectives.h"
-#include "cli/commands.h"
+#include "core/error.h"
 
-namespace tripod::cli {
+namespace tripod::commbench {
 
-void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
-  cmd.add_option("collective", o.collective,
-                 "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv or all")
-      ->capture_default_str();
-  cmd.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
-  cmd.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
-  cmd.add_option("-i,--stepbytes", o.step_bytes, "fixed increment between sizes")->capture_default_str();
-  cmd.add_option("-f,--stepfactor", o.step_factor, "multiplication factor between sizes (wins if > 1)")
-      ->capture_default_str();
-  cmd.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
-  cmd.add_option("-w,--warmup_iters", o.warmup_iters, "untimed iterations before them")->capture_default_str();
-  cmd.add_option("-c,--check", o.check_iters, "checked calls per size (0: no check)")->capture_default_str();
-  cmd.add_option("-o,--op", o.op, "sum, min, max, avg or all (prod is not supported)")->capture_default_str();
-  cmd.add_option("-d,--datatype", o.datatype, "float, double, int32 or all")->capture_default_str();
-  cmd.add_option("-r,--root", o.root, "root rank of broadcast/reduce within the group, or all")->capture_default_str();
-  cmd.add_option("-a,--average", o.average, "time reported: 0 rank 0's, 1 mean, 2 min, 3 max over all ranks")
-      ->capture_default_str();
-  cmd.add_option("--tp", o.tp, "tensor-parallel size of a 3D layout over the launched ranks");
-  cmd.add_option("--pp", o.pp, "pipeline-parallel size");
-  cmd.add_option("--dp", o.dp, "data-parallel size");
-  cmd.add_option("--group", o.group, "with a layout: benchmark every tp, dp or pp group at once")
-      ->capture_default_str();
-  cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
-  add_backend_option(cmd, o.backend);
-  cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");
-  cmd.add_flag("--inject-error", o.inject_error, "debug: corrupt one received element to prove the check fails")
-      ->group("");  // hidden from --help
+std::string nccl_type_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32";
+    default: return dtype_name(dtype);
+  }
+}
+
+DType parse_nccl_type(const std::string& name) {
+  if (name == "float" || name == "float32" || name == "fp32") return DType::F32;
+  if (name == "double" || name == "float64" || name == "fp64") return DType::F64;
+  if (name == "int32" || name == "int") return DType::I32;
+  fail("unsupported datatype '", name, "' (expected float, double, int32 or all)");
 }
 
 int64_t parse_byte_size(const std::string& text) {
@@ -75,6 +61,44 @@ std::vector<int64_t> size_steps(const CommBenchSettings& s) {
   return sizes;
 }
 
+int parse_root(const std::string& text) {
+  char* end = nullptr;
+  const long root = std::strtol(text.c_str(), &end, 10);
+  check(!text.empty() && *end == '\0' && root >= 0, "bad root '", text, "' (expected a rank or all)");
+  return static_cast<int>(root);
+}
+
+// Our own "# ..." lines of the header: what is measured and how the time is combined over ranks.
+std::vector<std::string> header_notes(const CommBenchOptions& o) {
+  std::vector<std::string> notes;
+  notes.push_back(str_cat("tripod bench comm: MPI backend, CPU buffers, ",
+                          o.async ? "_async forms + wait()" : "blocking collectives",
+                          "; time per iteration = ", o.average == 0 ? "rank 0's"
+                                                     : o.average == 1 ? "mean over ranks"
+                                                     : o.average == 2 ? "min over ranks"
+                                                                      : "max over ranks",
+                          " (-a ", o.average, ")"));
+  if (o.inject_error) notes.push_back("DEBUG --inject-error: one received element is corrupted per check");
+  return notes;
+}
+
+// `base` for the named collective, or for each of them ("all").
+std::vector<CommBenchPlan> plans_for(const std::string& name, const CommBenchPlan& base) {
+  std::vector<CommBenchPlan> plans;
+  if (name == "all") {
+    for (Collective c : all_collectives()) plans.push_back(base), plans.back().collective = c;
+  } else {
+    std::string known;
+    for (Collective c : all_collectives()) known += collective_name(c) + ", ";
+    check(std::find_if(all_collectives().begin(), all_collectives().end(),
+                       [&](Collective c) { return collective_name(c) == name; }) != all_collectives().end(),
+          "unknown collective '", name, "' (expected ", known, "or all)");
+    plans.push_back(base);
+    plans.back().collective = parse_collective(name);
+  }
+  return plans;
+}
+
 }  // namespace
 
 std::vector<ReduceOp> CommBenchPlan::ops_for(DType dtype) const {
@@ -112,12 +136,7 @@ std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   check(!(base.ops == std::vector<ReduceOp>{ReduceOp::Avg} && base.types == std::vector<DType>{DType::I32}),
         "-o avg needs a floating datatype (float or double), not int32");
   base.all_roots = o.root == "all";
-  if (!base.all_roots) {
-    char* end = nullptr;
-    const long root = std::strtol(o.root.c_str(), &end, 10);
-    check(!o.root.empty() && *end == '\0' && root >= 0, "bad root '", o.root, "' (expected a rank or all)");
-    base.root = static_cast<int>(root);
-  }
+  if (!base.all_roots) base.root = parse_root(o.root);
   base.average = o.average;
   base.async = o.async;
   base.inject_error = o.inject_error;
@@ -126,28 +145,8 @@ std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   check(o.group == "tp" || o.group == "dp" || o.group == "pp", "--group must be tp, dp or pp, not '", o.group, "'");
   check(base.use_grid || o.group == "tp", "--group needs a layout (--tp, --pp and/or --dp)");
   base.group_axis = o.group;
-  base.notes.push_back(str_cat("tripod bench comm: MPI backend, CPU buffers, ",
-                               o.async ? "_async forms + wait()" : "blocking collectives",
-                               "; time per iteration = ", o.average == 0 ? "rank 0's"
-                                                          : o.average == 1 ? "mean over ranks"
-                                                          : o.average == 2 ? "min over ranks"
-                                                                           : "max over ranks",
-                               " (-a ", o.average, ")"));
-  if (o.inject_error) base.notes.push_back("DEBUG --inject-error: one received element is corrupted per check");
-
-  std::vector<CommBenchPlan> plans;
-  if (o.collective == "all") {
-    for (Collective c : all_collectives()) plans.push_back(base), plans.back().collective = c;
-  } else {
-    std::string known;
-    for (Collective c : all_collectives()) known += collective_name(c) + ", ";
-    check(std::find_if(all_collectives().begin(), all_collectives().end(),
-                       [&](Collective c) { return collective_name(c) == o.collective; }) != all_collectives().end(),
-          "unknown collective '", o.collective, "' (expected ", known, "or all)");
-    plans.push_back(base);
-    plans.back().collective = parse_collective(o.collective);
-  }
-  return plans;
+  base.notes = header_notes(o);
+  return plans_for(o.collective, base);
 }
 
 void check_plan_for_group(const CommBenchPlan& plan, int group_size) {
@@ -164,4 +163,4 @@ nlohmann::json settings_json(const CommBenchOptions& o) {
           {"async", o.async}, {"inject_error", o.inject_error}, {"backend", o.backend}};
 }
 
-}  // namespace tripod::cli
+}  // namespace tripod::commbench

@@ -1,4 +1,4 @@
-#include "cli/bench_comm_report.h"
+#include "commbench/report.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-namespace tripod::cli {
+namespace tripod::commbench {
 
 namespace {
 
@@ -33,7 +33,7 @@ std::string cpu_model() {
 
 }  // namespace
 
-std::string nccl_program_name(Collective c) { return collective_name(c) + "_perf"; }
+std::string nccl_program_name(Collective c) { return collective_spec(c).program; }
 
 std::string header_text(Collective c, const CommBenchSettings& s, const std::vector<std::string>& notes) {
   const bool by_factor = s.step_factor > 1;
@@ -90,4 +90,4 @@ std::string footer_text(Collective c, int64_t out_of_bounds, double avg_busbw) {
   return text;
 }
 
-}  // namespace tripod::cli
+}  // namespace tripod::commbench

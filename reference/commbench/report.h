@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "perf/bus_bandwidth.h"
+#include "commbench/collective_spec.h"
 
-namespace tripod::cli {
+namespace tripod::commbench {
 
 struct CommBenchSettings {
   int64_t min_bytes = 0, max_bytes = 0;
@@ -34,7 +34,7 @@ struct CommBenchSettings {
   int warmup_iters = 1, iters = 20, check_iters = 1;
 };
 
-// "all_reduce_perf": the name of the nccl-tests program for this collective.
+// "all_reduce_perf": the name of the nccl-tests program for this collective (its description's).
 std::string nccl_program_name(Collective c);
 
 // The first lines, through the "#" that ends them; `notes` are extra "# ..." lines of our own.
@@ -52,4 +52,4 @@ std::string row_result(double seconds, const Bandwidth& bw, int64_t wrong);
 
 std::string footer_text(Collective c, int64_t out_of_bounds, double avg_busbw);
 
-}  // namespace tripod::cli
+}  // namespace tripod::commbench

@@ -1,6 +1,7 @@
 // The arithmetic of nccl-tests (NVIDIA/nccl-tests src/*.cu and doc/PERFORMANCE.md), kept pure so
 // that it is unit-tested against hand-computed numbers and shared by `tripod bench comm` and any
-// report that reads its results.
+// report that reads its results. Each collective's file (all_reduce.cpp, ...) picks its counts and
+// its factor from the pieces here; collective_spec.h looks them up by Collective.
 //
 // Sizes. nccl-tests turns a requested byte size into element counts per collective, and prints as
 // "size" the larger of the send and receive buffers (count x element size):
@@ -14,19 +15,8 @@
 //   all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1
 #pragma once
 #include <cstdint>
-#include <string>
-#include <vector>
 
-namespace tripod {
-
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
-
-std::string collective_name(Collective c);  // nccl-tests' names: "all_reduce", ..., "alltoall", "sendrecv"
-Collective parse_collective(const std::string& name);  // throws tripod::Error listing the names
-const std::vector<Collective>& all_collectives();      // in nccl-tests' usual order
-
-bool is_reduction(Collective c);  // takes a reduction op (all_reduce, reduce_scatter, reduce)
-bool has_root(Collective c);      // broadcast, reduce
+namespace tripod::commbench {
 
 // Element counts for one requested size on a group of n ranks (see the table above).
 struct CollectiveCounts {
@@ -35,15 +25,19 @@ struct CollectiveCounts {
   int64_t printed = 0;  // nccl-tests' "count" column
   int64_t bytes = 0;    // nccl-tests' "size" column: max(send, recv) x element size
 };
-CollectiveCounts collective_counts(Collective c, int64_t requested_bytes, int element_size, int n);
 
-double bus_factor(Collective c, int n);
+// all_reduce, broadcast, reduce, sendrecv: one buffer of bytes / elem elements, rounded down.
+CollectiveCounts whole_buffer_counts(int64_t requested_bytes, int element_size, int n);
+// all_gather, reduce_scatter, alltoall: the send and receive buffers hold `send_blocks` and
+// `recv_blocks` per-rank blocks (1 or n each), the block rounded down to whole 16-byte units.
+CollectiveCounts block_counts(int64_t requested_bytes, int element_size, int n, int send_blocks, int recv_blocks);
 
 struct Bandwidth {
   double algbw = 0;  // GB/s
   double busbw = 0;  // GB/s
 };
-// `bytes` is the printed size (CollectiveCounts::bytes), `seconds` the time of one operation.
-Bandwidth collective_bandwidth(Collective c, int64_t bytes, double seconds, int n);
+// `bytes` is the printed size (CollectiveCounts::bytes), `seconds` the time of one operation,
+// `factor` the collective's bus factor for the group.
+Bandwidth bandwidth(int64_t bytes, double seconds, double factor);
 
-}  // namespace tripod
+}  // namespace tripod::commbench

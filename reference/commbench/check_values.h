@@ -1,0 +1,48 @@
+// The values `tripod bench comm` sends and the values it expects back, computed locally on every
+// rank, so that every received element is checked without trusting the transport.
+//
+// Inputs: element `index` of group rank r is 1 + (index + 7r + 13*seed) mod 61. Small positive
+// integers make sums over up to ~275,000 ranks exact in float and int32, so sum, min and max are
+// compared exactly; avg (a sum divided by n) is compared with a relative tolerance of a few ulps,
+// since another backend may scale before summing. `index` is the element's position in the
+// group-wide layout (block r of an all_gather input is indexed from r*k), so a block delivered to
+// the wrong place is caught too.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "comm/communicator.h"
+
+namespace tripod::commbench {
+
+inline int64_t input_value(int rank, int64_t index, int seed) { return 1 + (index + 7 * rank + 13 * seed) % 61; }
+
+// The reduction over the group of every rank's input at `index`, computed in T as MPI does (the
+// sum is exact; avg divides it once by n).
+template <typename T>
+T reduced_value(ReduceOp op, int n, int64_t index, int seed) {
+  int64_t sum = 0, lo = input_value(0, index, seed), hi = lo;
+  for (int r = 0; r < n; ++r) {
+    const int64_t v = input_value(r, index, seed);
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  switch (op) {
+    case ReduceOp::Sum: return static_cast<T>(sum);
+    case ReduceOp::Avg: return static_cast<T>(sum) / static_cast<T>(n);
+    case ReduceOp::Max: return static_cast<T>(hi);
+    case ReduceOp::Min: return static_cast<T>(lo);
+  }
+  return T{};
+}
+
+template <typename T>
+bool matches(T got, T want, bool approximate) {
+  if (!approximate) return got == want;
+  const double tolerance = sizeof(T) == 4 ? 1e-6 : 1e-14;  // a few ulps of float / double
+  return std::abs(static_cast<double>(got) - static_cast<double>(want)) <= tolerance * std::abs(static_cast<double>(want));
+}
+
+}  // namespace tripod::commbench

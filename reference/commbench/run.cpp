@@ -1,0 +1,210 @@
+#include "commbench/run.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "backend/backend_factory.h"
+#include "commbench/collective_bench.h"
+#include "commbench/group.h"
+#include "commbench/report.h"
+#include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
+#include "parallel/launch.h"
+
+namespace tripod::commbench {
+namespace {
+
+// This rank's value combined over the world as -a asks: 0 rank 0's own, 1 mean, 2 min, 3 max.
+double across_ranks(double value, int average, Communicator& world) {
+  if (average == 0) return value;
+  Tensor t = host_alloc({1}, DType::F64);
+  t.data<double>()[0] = value;
+  world.all_reduce(t, t, average == 2 ? ReduceOp::Min : average == 3 ? ReduceOp::Max : ReduceOp::Sum);
+  return average == 1 ? t.data<double>()[0] / world.size() : t.data<double>()[0];
+}
+
+// Sum over the world of each entry (wrong element counts, exact in fp64 up to 2^53).
+std::pair<int64_t, int64_t> sum_over_ranks(int64_t a, int64_t b, Communicator& world) {
+  Tensor t = host_alloc({2}, DType::F64);
+  t.data<double>()[0] = static_cast<double>(a);
+  t.data<double>()[1] = static_cast<double>(b);
+  world.all_reduce(t, t, ReduceOp::Sum);
+  return {static_cast<int64_t>(t.data<double>()[0]), static_cast<int64_t>(t.data<double>()[1])};
+}
+
+void print_on_rank0(const Communicator& world, const std::string& text) {
+  if (world.rank() != 0) return;
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// Rank 0 prints every rank's device line, in world-rank order.
+void print_device_lines(Communicator& world, const BenchGroup& group) {
+  constexpr int64_t kLineInts = 128;  // 512 bytes per line, NUL-padded
+  const LaunchInfo launch = detect_launch();
+  std::string line = device_line(world.rank(), group.index, launch.local_rank);
+  line.resize(kLineInts * 4 - 1);
+  Tensor mine = host_alloc({kLineInts}, DType::I32), all = host_alloc({kLineInts * world.size()}, DType::I32);
+  std::memcpy(mine.raw(), line.data(), line.size());
+  world.all_gather(mine, all);
+  std::string text;
+  for (int r = 0; r < world.size(); ++r) text += static_cast<const char*>(all.raw()) + r * kLineInts * 4;
+  print_on_rank0(world, text);
+}
+
+// --inject-error corrupts the result of the group's last rank that checks one: the last rank, or
+// the root where only the root holds a result (reduce).
+int result_holder(const CollectiveSpec& spec, const CollectiveCall& call, int group_size) {
+  for (int r = group_size - 1; r > 0; --r)
+    if (spec.roles(CallContext{call, r, group_size, 0}).checked != Buffer::None) return r;
+  return 0;
+}
+
+// What one collective's block accumulates for its footer.
+struct Outcome {
+  int64_t out_of_bounds = 0;  // (rank, test) pairs with a wrong element, as nccl-tests counts them
+  double busbw_sum = 0;
+  int64_t rows = 0;
+  int seed = 0;  // new inputs for every check, so a stale result of an earlier call is caught
+};
+
+// One (size, out of place or in place) result: -w warm-up calls, a world barrier, then -n calls
+// timed as one block (the mean per call, as nccl-tests reports it), then -c checked calls.
+// `corrupts`: this rank corrupts its result before checking (--inject-error).
+void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBenchPlan& plan, int group_size,
+             bool corrupts, Communicator& world, Outcome& outcome, std::string& row, nlohmann::json& record) {
+  bench.fill(call, outcome.seed);  // the timed calls move real numbers, not the -1 sentinels
+  for (int i = 0; i < plan.settings.warmup_iters; ++i) bench.run(call);
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < plan.settings.iters; ++i) bench.run(call);
+  const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = across_ranks(local / plan.settings.iters, plan.average, world);
+  const Bandwidth bw = collective_bandwidth(plan.collective, bench.counts().bytes, seconds, group_size);
+
+  int64_t wrong = plan.settings.check_iters > 0 ? 0 : -1;  // -1: unchecked, printed N/A
+  for (int c = 0; c < plan.settings.check_iters && wrong == 0; ++c) {
+    bench.fill(call, ++outcome.seed);
+    bench.run(call);
+    if (corrupts) bench.corrupt_result(call);
+    const int64_t local_wrong = bench.count_wrong(call, outcome.seed);
+    const auto [total, ranks_wrong] = sum_over_ranks(local_wrong, local_wrong > 0, world);
+    wrong = total;
+    outcome.out_of_bounds += ranks_wrong;
+  }
+  outcome.busbw_sum += bw.busbw;
+  outcome.rows += 1;
+  row += row_result(seconds, bw, wrong);
+  record["in_place"] = call.in_place;
+  record["time_us"] = seconds * 1e6;
+  record["algbw"] = bw.algbw;
+  record["busbw"] = bw.busbw;
+  record["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);  // null: unchecked
+}
+
+// One row: a size of one type, op and root, out of place then in place.
+void run_row(CollectiveBench& bench, const CommBenchPlan& plan, DType dtype, ReduceOp op, int root, int64_t size,
+             Communicator& world, const BenchGroup& group, Outcome& outcome, nlohmann::json& results) {
+  const CollectiveSpec& spec = collective_spec(plan.collective);
+  Communicator& comm = *group.comm;
+  bench.set_size(size);
+  const CollectiveCounts& counts = bench.counts();
+  const std::string op_name = spec.reduction ? reduce_op_name(op) : "none";
+  std::string row = row_prefix(counts.bytes, counts.printed, nccl_type_name(dtype), op_name, root);
+  const nlohmann::json key = {{"collective", spec.name}, {"size", counts.bytes}, {"count", counts.printed},
+                              {"type", nccl_type_name(dtype)}, {"redop", op_name}, {"root", root},
+                              {"group_size", comm.size()}};
+  for (bool in_place : {false, true}) {
+    const CollectiveCall call{op, std::max(root, 0), in_place};
+    // --inject-error: one rank of group 0 that holds a result corrupts it.
+    const bool corrupts = plan.inject_error && group.index == 0 && comm.rank() == result_holder(spec, call, comm.size());
+    nlohmann::json record = key;
+    measure(bench, call, plan, comm.size(), corrupts, world, outcome, row, record);
+    results.push_back(std::move(record));
+  }
+  print_on_rank0(world, row + "\n");
+}
+
+// Every size, type, op and root of one collective: one nccl-tests output block.
+Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const BenchGroup& group, Backend& backend,
+                       nlohmann::json& results) {
+  Communicator& comm = *group.comm;
+  std::vector<std::string> notes = plan.notes;
+  notes.push_back("Groups: " + group.description + "; bandwidth is per group");
+  print_on_rank0(world, header_text(plan.collective, plan.settings, notes));
+  print_device_lines(world, group);
+  print_on_rank0(world, column_header_text());
+  Outcome outcome;
+  for (DType dtype : plan.types) {
+    CollectiveBench bench(comm, backend, plan.collective, dtype, plan.settings.max_bytes, !plan.async);
+    for (ReduceOp op : plan.ops_for(dtype))
+      for (int root : plan.roots_for(comm.size()))
+        for (int64_t size : plan.sizes) run_row(bench, plan, dtype, op, root, size, world, group, outcome, results);
+  }
+  const double avg_busbw = outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0;
+  print_on_rank0(world, footer_text(plan.collective, outcome.out_of_bounds, avg_busbw));
+  return outcome;
+}
+
+// Prints `e` as this rank's error, in the CLI's format, before the caller stops the job.
+void report_error(const std::string& where, const Error& e) {
+  std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void run_bench_comm(const CommBenchOptions& options) {
+  std::vector<CommBenchPlan> plans = make_plans(options);  // checked before MPI: same error on every rank
+  auto backend = make_backend(options.backend);
+  MpiRuntime mpi;
+  auto world = communicator_for(mpi_world(), *backend);  // a device's buffers are staged through the host
+  const std::string where = str_cat("rank ", world->rank(), " of ", world->size(), ": ");
+  BenchGroup group;
+  try {  // the layout and the root depend only on the flags: every rank fails alike, and reports
+    group = make_group(plans.front(), *world);
+    for (const CommBenchPlan& plan : plans) check_plan_for_group(plan, group.comm->size());
+  } catch (const Error& e) {
+    report_error(where, e);
+    world->barrier();  // let every rank report before mpirun tears the job down
+    throw Error("");
+  }
+  nlohmann::json results = nlohmann::json::array(), summaries = nlohmann::json::array();
+  int64_t failures = 0;
+  try {
+    for (const CommBenchPlan& plan : plans) {
+      const Outcome outcome = run_collective(plan, *world, group, *backend, results);
+      failures += outcome.out_of_bounds;
+      summaries.push_back({{"collective", collective_name(plan.collective)}, {"out_of_bounds", outcome.out_of_bounds},
+                           {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0}});
+    }
+  } catch (const Error& e) {
+    // A failure on one rank (memory, say) leaves the others waiting in a collective: end them all.
+    report_error(where, e);
+    if (world->size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    throw Error("");
+  }
+  if (world->rank() == 0 && !options.json_out.empty())
+    std::ofstream(options.json_out) << nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
+                                                      {"group", group.description}, {"group_size", group.comm->size()},
+                                                      {"groups", group.count}, {"settings", settings_json(options)},
+                                                      {"summaries", summaries}, {"results", results}}
+                                           .dump(2)
+                                    << "\n";
+  if (failures > 0) {  // every rank exits non-zero; rank 0 says why, before any rank exits
+    if (world->rank() == 0)
+      std::fprintf(stderr, "tripod: error: bench comm: %lld results had wrong values (see #wrong)\n",
+                   static_cast<long long>(failures));
+    std::fflush(stderr);
+    world->barrier();
+    throw Error("");
+  }
+}
+
+}  // namespace tripod::commbench
