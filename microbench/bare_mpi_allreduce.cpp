@@ -2,7 +2,7 @@
 // written straight against MPI, with nothing of Tripod in it, so that compare_mpi_allreduce.sh can
 // say what the Communicator layer costs.
 //
-// It measures exactly as the benchmark does (see reference/cli/bench_comm_command.cpp): for each
+// It measures exactly as the benchmark does (see reference/commbench/run.cpp): for each
 // size (float sum, count = bytes / 4), -w untimed calls, MPI_Barrier, -n calls of the blocking
 // MPI_Allreduce timed as one block, the mean per call averaged over ranks; out of place, then in
 // place (MPI_IN_PLACE).

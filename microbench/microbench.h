@@ -3,7 +3,6 @@
 // tripod_kernel_bench) and the CLI (tripod bench gemm | kernels), so both accept the same
 // options and every --benchmark_* flag.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,8 +26,6 @@ struct MicrobenchOptions {
   std::string backend = "cpu";              // backend/backend_factory.h's names
 };
 
-// Adds the options above to a CLI11 command (which must allow extras: they become benchmark_args).
-void add_microbench_options(CLI::App& command, MicrobenchOptions& options);
 
 // Registers the suite's benchmarks, runs them, prints the table and a summary, writes the JSON.
 // Returns a process exit status. Call once per process (Google Benchmark's registry is global).

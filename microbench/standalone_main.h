@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "microbench/microbench.h"
+#include "microbench/microbench_cli.h"
 
 namespace tripod::microbench {
 

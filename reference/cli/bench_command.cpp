@@ -1,92 +1,8 @@
-// tripod bench train: times full training steps (forward, backward, clip, AdamW) of a model
-// preset on random tokens and reports achieved model FLOP/s as a ratio to a large square sgemm
-// measured in the same run on the same threads, plus peak memory against the hand count.
-#include <omp.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <fstream>
-
-#include "backend/backend_factory.h"
+// tripod bench and tripod bench train: options -> bench/train_bench.h
+#include "bench/train_bench.h"
 #include "cli/commands.h"
-#include "data/random_batch.h"
-#include "perf/flops.h"
-#include "perf/gemm_rate.h"
-#include "train/trainer.h"
 
 namespace tripod::cli {
-namespace {
-
-struct BenchTrainOptions {
-  std::string config = "gpt2-124m";
-  std::vector<std::string> overrides;
-  int64_t batch = 4, seq_len = 64, steps = 5, gemm_size = 2048;
-  std::string json_out, backend = "cpu";
-};
-
-void run_bench_train(const BenchTrainOptions& o) {
-  std::vector<std::string> overrides = o.overrides;
-  overrides.push_back("train.batch_size=" + std::to_string(o.batch));
-  overrides.push_back("train.seq_len=" + std::to_string(o.seq_len));
-  overrides.push_back("train.micro_batches=1");
-  RunConfig config = parse_run_config(load_config_json(o.config, overrides));
-  check(config.model.vocab_size > 0, "bench train needs model.vocab_size set (the preset has 0: use --set)");
-  auto backend = make_backend(o.backend);
-  const FlopCount flops = count_flops(config.model, o.seq_len);
-  std::printf("tripod bench train: %s, %lld parameters, batch %lld x context %lld, %s, %d threads, backend %s\n",
-              o.config.c_str(), static_cast<long long>(flops.n_params_total), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq_len), dtype_name(config.train.dtype).c_str(), omp_get_max_threads(),
-              backend->name().c_str());
-  std::fflush(stdout);
-
-  // The sgemm baseline first, so its matrices are freed before the model exists and the peak RSS
-  // below is the training's own.
-  const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
-  const std::size_t baseline_rss = peak_rss_bytes();  // the program, its libraries and the sgemm
-  Trainer trainer(config, *backend);
-  trainer.initialise();
-  trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, 0, "bench.train"));  // warm-up step
-  std::vector<double> step_seconds;
-  for (int64_t s = 1; s <= o.steps; ++s) {
-    const StepResult r = trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, s, "bench.train"));
-    step_seconds.push_back(r.seconds);
-    std::printf("  step %lld: %.3f s, loss %.4f\n", static_cast<long long>(s), r.seconds, r.loss);
-    std::fflush(stdout);
-  }
-  std::sort(step_seconds.begin(), step_seconds.end());
-  const double median_step = step_seconds[step_seconds.size() / 2];
-  const double flops_per_step = flops.model_flops_per_token * static_cast<double>(o.batch * o.seq_len);
-  const double achieved = flops_per_step / median_step;
-
-  const std::size_t state_bytes = trainer.params().flat().bytes() * 4;  // weights + grads + Adam m, v
-  const std::size_t act_bytes = trainer.model().activation_bytes();
-  const std::size_t rss = peak_rss_bytes();
-  const double ratio = achieved / gemm.median_flops;
-  std::printf("  median step %.3f s | %.0f tokens/s | %.1f GFLOP/s model FLOPs (%.3g FLOP/step)\n", median_step,
-              o.batch * o.seq_len / median_step, achieved / 1e9, flops_per_step);
-  std::printf("  sgemm %lld^3 on the same threads: %.1f GFLOP/s (median of 5)\n", static_cast<long long>(gemm.size),
-              gemm.median_flops / 1e9);
-  std::printf("  training step / sgemm = %.1f%%  (target >= 50%%)\n", 100 * ratio);
-  std::printf("  memory: 16 B/param x %lld = %.1f MiB state + %.1f MiB activations = %.1f MiB by hand;\n"
-              "          peak RSS %.1f MiB = that + %.1f MiB (before the model, with the sgemm baseline: %.1f MiB;\n"
-              "          OpenBLAS's per-thread work buffers and the program itself)\n",
-              static_cast<long long>(flops.n_params_total), state_bytes / 1048576.0, act_bytes / 1048576.0,
-              (state_bytes + act_bytes) / 1048576.0, rss / 1048576.0,
-              (static_cast<double>(rss) - static_cast<double>(state_bytes + act_bytes)) / 1048576.0,
-              baseline_rss / 1048576.0);
-  if (!o.json_out.empty()) {
-    nlohmann::json j = {{"benchmark", "train_step"}, {"config", o.config}, {"batch", o.batch},
-                        {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()},
-                        {"n_params", flops.n_params_total}, {"median_step_seconds", median_step},
-                        {"tokens_per_second", o.batch * o.seq_len / median_step},
-                        {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
-                        {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend}};
-    std::ofstream(o.json_out) << j.dump(2) << "\n";
-  }
-}
-
-}  // namespace
 
 void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "benchmarks: with no subcommand, every sweep (see bench_suite_command.cpp)");
@@ -102,7 +18,7 @@ void add_bench_commands(CLI::App& app) {
 
 void add_bench_train_command(CLI::App& bench) {
   auto* train = bench.add_subcommand("train", "time training steps against sgemm measured in the same run");
-  auto o = std::make_shared<BenchTrainOptions>();
+  auto o = std::make_shared<bench::BenchTrainOptions>();
   train->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
   train->add_option("--set", o->overrides, "override a config key (repeatable)");
   train->add_option("--batch", o->batch, "sequences per step")->capture_default_str();
@@ -111,7 +27,7 @@ void add_bench_train_command(CLI::App& bench) {
   train->add_option("--gemm-size", o->gemm_size, "size of the square sgemm baseline")->capture_default_str();
   train->add_option("--json", o->json_out, "write the results as JSON here");
   add_backend_option(*train, o->backend);
-  train->callback([o]() { run_bench_train(*o); });
+  train->callback([o]() { bench::run_bench_train(*o); });
 }
 
 }  // namespace tripod::cli

@@ -4,7 +4,7 @@
 #include "core/error.h"
 
 #ifdef TRIPOD_HAVE_MICROBENCH
-#include "microbench/microbench.h"
+#include "microbench/microbench_cli.h"
 #endif
 
 namespace tripod::cli {

@@ -1,171 +1,30 @@
 // tripod scale run SPEC [--out DIR] [--jobs N] [--dry-run]   expand and train a scaling-law sweep
 // tripod scale fit OUT [--bootstrap N] [--small-grid]        fit it with scaling/fit.py
-// The spec schema and the conventions are documented in scaling/README.md.
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <memory>
-
+// Options -> sweep/sweep_job.h. The spec schema and the conventions are in scaling/README.md.
 #include "cli/commands.h"
-#include "core/error.h"
-#include "scaling/child_process.h"
-#include "scaling/sweep_corpus.h"
-#include "scaling/sweep_grid.h"
-#include "scaling/sweep_runner.h"
+#include "sweep/sweep_job.h"
 
 namespace tripod::cli {
-namespace fs = std::filesystem;
-using nlohmann::json;
-using namespace tripod::scaling;
-
 namespace {
 
-std::string describe_conventions(const SweepSpec& spec) {
-  const std::string n = spec.param_count == ParamCount::Total ? "N = all parameters (embeddings included)"
-                                                              : "N = non-embedding parameters";
-  const std::string c = spec.flops == FlopConvention::SixN
-                            ? "C = 6 N D"
-                            : "C = D x model FLOPs/token (perf/flops.h: 6 N_matmul incl. LM head + 12 L d T)";
-  return n + "; " + c;
-}
-
-void print_grid(const SweepSpec& spec, const CorpusInfo& corpus, const std::vector<PlannedRun>& grid) {
-  std::printf("sweep '%s' (%s): %zu runs\n", spec.name.c_str(), spec.file.c_str(), grid.size());
-  std::printf("  corpus %s: vocab %lld, %lld train tokens", corpus.dir.c_str(), static_cast<long long>(corpus.vocab),
-              static_cast<long long>(corpus.train_tokens));
-  if (corpus.entropy_rate_nats >= 0) std::printf(", entropy rate H = %.6f nats/token", corpus.entropy_rate_nats);
-  std::printf("\n  %s\n  batch %lld x context %lld = %lld tokens/step\n", describe_conventions(spec).c_str(),
-              static_cast<long long>(spec.batch_size), static_cast<long long>(spec.context),
-              static_cast<long long>(spec.batch_size * spec.context));
-  std::printf("%-7s %-22s %-24s %10s %11s %10s %7s %9s %9s %6s %6s\n", "budget", "name", "shape (L d heads ff)", "N", "D",
-              "C", "steps", "tok/param", "lr", "warmup", "epochs");
-  double total_flops = 0, max_epochs = 0;
-  int64_t total_tokens = 0;
-  for (const PlannedRun& r : grid) {
-    const double epochs = corpus.train_tokens > 0 ? static_cast<double>(r.tokens) / static_cast<double>(corpus.train_tokens) : 0;
-    char shape[64];
-    std::snprintf(shape, sizeof shape, "%lld %lld %lld %lld", static_cast<long long>(r.shape.n_layer),
-                  static_cast<long long>(r.shape.d_model), static_cast<long long>(r.shape.n_head),
-                  static_cast<long long>(r.shape.d_ff));
-    std::printf("%-7s %-22s %-24s %10lld %11lld %10.3g %7lld %9.1f %9.3g %6lld %6.2f\n", budget_label(r.budget).c_str(),
-                r.name.c_str(), shape, static_cast<long long>(r.n), static_cast<long long>(r.tokens), r.flops,
-                static_cast<long long>(r.steps), static_cast<double>(r.tokens) / static_cast<double>(r.n), r.lr,
-                static_cast<long long>(r.warmup_steps), epochs);
-    total_flops += r.flops;
-    total_tokens += r.tokens;
-    max_epochs = std::max(max_epochs, epochs);
-  }
-  std::printf("total: %.3g FLOPs, %lld tokens\n", total_flops, static_cast<long long>(total_tokens));
-  if (max_epochs > 1)
-    std::printf("note: some runs read their corpus more than once (up to %.1f epochs); beyond ~4 epochs repeated "
-                "data distorts the fitted laws (Muennighoff et al. 2023)\n", max_epochs);
-  std::fflush(stdout);
-}
-
 void add_run(CLI::App& scale) {
-  struct Options {
-    std::string spec, out;
-    int jobs = 0;
-    bool dry_run = false;
-  };
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<sweep::SweepRunOptions>();
   auto* cmd = scale.add_subcommand("run", "expand a sweep spec into runs and train them (resumable)");
   cmd->add_option("spec", opts->spec, "sweep spec: a JSON file or a preset in scaling/specs/ (quick, full)")->required();
   cmd->add_option("--out", opts->out, "sweep directory (default: runs/scale-<spec name>)");
   cmd->add_option("--jobs", opts->jobs, "runs trained at once (default: one per core)");
   cmd->add_flag("--dry-run", opts->dry_run, "print the grid (name, N, D, C, steps, tokens/param) and stop");
-  cmd->callback([opts] {
-    const SweepSpec spec = load_sweep_spec(opts->spec);
-    const fs::path out = opts->out.empty() ? fs::path("runs") / ("scale-" + spec.name) : fs::path(opts->out);
-    check(opts->jobs >= 0, "--jobs must be >= 1");
-    if (opts->dry_run) {
-      const CorpusInfo corpus = describe_corpus(spec, out);
-      print_grid(spec, corpus, expand_grid(spec, corpus));
-      return;
-    }
-    // The grid is checked before a corpus is generated: a bad spec fails in a second, not minutes in.
-    expand_grid(spec, describe_corpus(spec, out));
-    const CorpusInfo corpus = prepare_corpus(spec, out);
-    std::vector<PlannedRun> grid = expand_grid(spec, corpus);
-    place_runs(grid, out);
-    print_grid(spec, corpus, grid);
-    const SweepOutcome o = run_sweep(spec, corpus, grid, {out, opts->jobs});
-    std::printf("tripod scale: sweep done in %.1f s: %d ok, %d diverged, %d already finished -> %s\n", o.seconds, o.ok,
-                o.diverged, o.already_finished, (fs::absolute(out) / "runs.jsonl").c_str());
-    std::printf("next: tripod scale fit %s\n", out.c_str());
-  });
-}
-
-std::string estimate_text(const json& e) {
-  if (!e.is_object() || !e.value("value", json()).is_number()) return "n/a";
-  char text[96];
-  const json& ci = e.value("ci", json());
-  if (ci.is_array() && ci.size() == 2 && ci[0].is_number() && ci[1].is_number())
-    std::snprintf(text, sizeof text, "%.4g [%.4g, %.4g]", e["value"].get<double>(), ci[0].get<double>(), ci[1].get<double>());
-  else
-    std::snprintf(text, sizeof text, "%.4g (no CI)", e["value"].get<double>());
-  return text;
-}
-
-// The fitted E against the corpus's exact entropy rate (synthetic corpora), printed and appended
-// to fit.md: the check that the sweep recovers the irreducible loss it should.
-void summarise_fit(const fs::path& out) {
-  std::ifstream fit_in(out / "fit.json"), sweep_in(out / "sweep.json");
-  const json fit = json::parse(fit_in, nullptr, false), sweep = json::parse(sweep_in, nullptr, false);
-  if (fit.is_discarded()) return;
-  std::string text = "\n## Against the corpus\n\n";
-  for (const char* key : {"E", "alpha", "beta", "a", "b"})
-    text += std::string("- ") + key + " = " + estimate_text(fit.value(key, json())) + "\n";
-  text += "- a (Approach 2) = " + estimate_text(fit.value("approach2", json::object()).value("a", json())) + "\n";
-  const double H = sweep.is_discarded() ? -1 : sweep["corpus"].value("entropy_rate_nats", -1.0);
-  if (H >= 0 && fit["E"]["value"].is_number()) {
-    const double E = fit["E"]["value"].get<double>();
-    const json& ci = fit["E"]["ci"];
-    const bool has_ci = ci.is_array() && ci.size() == 2 && ci[0].is_number() && ci[1].is_number();
-    const bool covered = has_ci && ci[0].get<double>() <= H && H <= ci[1].get<double>();
-    char line[200];
-    std::snprintf(line, sizeof line, "- corpus entropy rate H = %.4f nats/token; E - H = %+.4f; %s\n", H, E - H,
-                  !has_ci ? "no CI for E (fit with --bootstrap N)" : covered ? "H is inside the 95% CI of E"
-                                                                            : "H is outside the 95% CI of E");
-    text += line;
-  }
-  for (const json& row : fit.value("tokens_per_parameter", json::array())) {
-    if (row.value("source", "") != "data" || !row["approach3"].is_number()) continue;
-    char line[160];
-    std::snprintf(line, sizeof line, "- optimal tokens/param at C = %.3g: %.1f (Approach 3)\n", row["C"].get<double>(),
-                  row["approach3"].get<double>());
-    text += line;
-  }
-  std::printf("%s", text.c_str());
-  std::ofstream(out / "fit.md", std::ios::app) << text;
+  cmd->callback([opts] { sweep::run_sweep_job(*opts); });
 }
 
 void add_fit(CLI::App& scale) {
-  struct Options {
-    std::string out, python = "/usr/bin/python3";
-    int bootstrap = 200;
-    bool small_grid = false;
-  };
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<sweep::SweepFitOptions>();
   auto* cmd = scale.add_subcommand("fit", "fit a finished sweep (scaling/fit.py): fit.json, fit.md, plots/");
   cmd->add_option("out", opts->out, "the sweep directory of `tripod scale run`")->required();
   cmd->add_option("--bootstrap", opts->bootstrap, "bootstrap resamples for the CIs (0: none)")->capture_default_str();
   cmd->add_flag("--small-grid", opts->small_grid, "screen 72 Approach-3 starts instead of 5400 (quick checks)");
   cmd->add_option("--python", opts->python, "Python with numpy, scipy and matplotlib")->capture_default_str();
-  cmd->callback([opts] {
-    const fs::path out = opts->out, runs = out / "runs.jsonl";
-    check(fs::exists(runs), "no ", runs.string(), ": run `tripod scale run SPEC --out ", out.string(), "` first");
-    const fs::path script = fs::path(TRIPOD_SOURCE_DIR) / "scaling" / "fit.py";
-    check(fs::exists(script), "the fitter ", script.string(), " is missing (TRIPOD_SOURCE_DIR moved?)");
-    std::vector<std::string> args = {script.string(), runs.string(), "--json", (out / "fit.json").string(),
-                                     "--markdown", (out / "fit.md").string(), "--plots", (out / "plots").string(),
-                                     "--bootstrap", std::to_string(opts->bootstrap)};
-    if (opts->small_grid) args.push_back("--small-grid");
-    const ChildExit exit = run_foreground(opts->python, args);
-    check(!exit.signaled && exit.code == 0, "scaling/fit.py on ", runs.string(), " failed (", describe_exit(exit), ")");
-    summarise_fit(out);
-  });
+  cmd->callback([opts] { sweep::fit_sweep(*opts); });
 }
 
 }  // namespace

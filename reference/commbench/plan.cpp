@@ -71,7 +71,9 @@ int parse_root(const std::string& text) {
 // Our own "# ..." lines of the header: what is measured and how the time is combined over ranks.
 std::vector<std::string> header_notes(const CommBenchOptions& o) {
   std::vector<std::string> notes;
-  notes.push_back(str_cat("tripod bench comm: MPI backend, CPU buffers, ",
+  // Buffers of a device backend are staged through host memory to MPI (comm/staged_communicator.h).
+  const std::string buffers = o.backend == "cpu" ? "host buffers" : o.backend + " buffers staged through the host";
+  notes.push_back(str_cat("tripod bench comm: MPI backend, ", buffers, ", ",
                           o.async ? "_async forms + wait()" : "blocking collectives",
                           "; time per iteration = ", o.average == 0 ? "rank 0's"
                                                      : o.average == 1 ? "mean over ranks"

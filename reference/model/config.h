@@ -1,10 +1,9 @@
-// GPT model shape. Validated on construction from JSON so that a contradictory config fails with a
-// message naming the offending key, before anything is allocated.
+// GPT model shape (read from a run config's "model" section by train/run_config.h). Validated
+// there, so that a contradictory config fails with a message naming the offending key before
+// anything is allocated.
 #pragma once
 #include <cstdint>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace tripod {
 
@@ -20,8 +19,6 @@ struct ModelConfig {
 
   int64_t head_dim() const { return d_model / n_head; }
   void validate() const;  // throws tripod::Error naming the bad key
-  static ModelConfig from_json(const nlohmann::json& j);
-  nlohmann::json to_json() const;
 };
 
 }  // namespace tripod

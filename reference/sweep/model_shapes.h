@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "model/config.h"
-#include "scaling/sweep_spec.h"
+#include "sweep/sweep_spec.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 struct ModelShape {
   int64_t n_layer = 0, d_model = 0, n_head = 0, d_ff = 0;
@@ -35,4 +35,4 @@ ModelShape shape_for_target(double target_n, const ShapeRule& rule, int64_t voca
 // "L2-d64": how a shape appears in run names.
 std::string shape_label(const ModelShape& shape);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

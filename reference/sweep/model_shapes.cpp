@@ -1,4 +1,4 @@
-#include "scaling/model_shapes.h"
+#include "sweep/model_shapes.h"
 
 #include <cmath>
 #include <limits>
@@ -7,7 +7,7 @@
 #include "model/param_spec.h"
 #include "perf/flops.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 ModelConfig model_config(const ModelShape& shape, int64_t vocab, int64_t context) {
   ModelConfig c;
@@ -77,4 +77,4 @@ std::string shape_label(const ModelShape& shape) {
   return "L" + std::to_string(shape.n_layer) + "-d" + std::to_string(shape.d_model);
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -17,10 +17,10 @@
 #include <filesystem>
 #include <vector>
 
-#include "scaling/sweep_grid.h"
-#include "scaling/sweep_spec.h"
+#include "sweep/sweep_grid.h"
+#include "sweep/sweep_spec.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 struct RunPaths {
   std::filesystem::path dir, config, log, metrics, ckpt, result;
@@ -45,4 +45,4 @@ void place_runs(std::vector<PlannedRun>& grid, const std::filesystem::path& out_
 SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const std::vector<PlannedRun>& grid,
                        const SweepOptions& options);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

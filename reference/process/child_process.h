@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace tripod::scaling {
+namespace tripod::process {
 
 // The path of the running executable (/proc/self/exe resolved).
 std::filesystem::path self_executable();
@@ -51,4 +51,4 @@ class InterruptScope {
   bool interrupted() const;
 };
 
-}  // namespace tripod::scaling
+}  // namespace tripod::process

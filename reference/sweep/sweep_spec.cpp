@@ -1,4 +1,4 @@
-#include "scaling/sweep_spec.h"
+#include "sweep/sweep_spec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -244,4 +244,4 @@ fs::path resolve_data_dir(const fs::path& dir) {
   return fs::exists(in_source) ? in_source : fs::absolute(dir);
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

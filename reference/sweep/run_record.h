@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scaling/sweep_grid.h"
+#include "sweep/sweep_grid.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 // The losses of a run, from its train.metrics JSONL. A resumed run appends to the file, so a step
 // may appear twice (the steps after the last checkpoint were redone): the last record of a step wins.
@@ -46,4 +46,4 @@ struct RunOutcome {
 // no val split; `loss_source` says which); diverged and failed runs have loss null.
 nlohmann::json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome& outcome);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

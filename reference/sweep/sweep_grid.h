@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scaling/model_shapes.h"
-#include "scaling/sweep_spec.h"
+#include "sweep/model_shapes.h"
+#include "sweep/sweep_spec.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 // What the grid needs to know of the corpus (known before a synthetic corpus is generated).
 struct CorpusInfo {
@@ -50,4 +50,4 @@ nlohmann::json run_config(const SweepSpec& spec, const CorpusInfo& corpus, const
 // Throws naming the spec, budget and model when a run gets less than one batch or under min_steps.
 std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& corpus);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -1,4 +1,4 @@
-#include "scaling/run_record.h"
+#include "sweep/run_record.h"
 
 #include <xxhash.h>
 
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -116,4 +116,4 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
   return r;
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -3,10 +3,10 @@
 #pragma once
 #include <filesystem>
 
-#include "scaling/sweep_grid.h"
-#include "scaling/sweep_spec.h"
+#include "sweep/sweep_grid.h"
+#include "sweep/sweep_spec.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 // What the grid needs, without generating anything (for --dry-run).
 CorpusInfo describe_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
@@ -14,4 +14,4 @@ CorpusInfo describe_corpus(const SweepSpec& spec, const std::filesystem::path& o
 // Generates the synthetic corpus when it is absent; checks an existing one matches the spec.
 CorpusInfo prepare_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -1,4 +1,4 @@
-#include "scaling/child_process.h"
+#include "process/child_process.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace tripod::scaling {
+namespace tripod::process {
 namespace fs = std::filesystem;
 
 fs::path self_executable() { return fs::read_symlink("/proc/self/exe"); }
@@ -142,4 +142,4 @@ InterruptScope::~InterruptScope() {
 
 bool InterruptScope::interrupted() const { return g_interrupt_requested != 0; }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::process

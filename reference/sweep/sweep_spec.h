@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 
 // What N means in the fit: every parameter (Chinchilla; right at small scale, Porian et al. 2024)
 // or everything but the token and position embeddings (Kaplan 2020).
@@ -110,4 +110,4 @@ SweepSpec parse_sweep_spec(const nlohmann::json& j, const std::filesystem::path&
 // Resolves a data directory given relative to the working directory or to the source tree.
 std::filesystem::path resolve_data_dir(const std::filesystem::path& dir);
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -1,4 +1,4 @@
-#include "scaling/sweep_runner.h"
+#include "sweep/sweep_runner.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,11 +14,12 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/error.h"
-#include "scaling/child_process.h"
-#include "scaling/run_record.h"
+#include "process/child_process.h"
+#include "sweep/run_record.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 namespace fs = std::filesystem;
+using namespace tripod::process;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -252,4 +253,4 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   return outcome;
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

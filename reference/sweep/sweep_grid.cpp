@@ -1,4 +1,4 @@
-#include "scaling/sweep_grid.h"
+#include "sweep/sweep_grid.h"
 
 #include <fnmatch.h>
 
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "train/run_config.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 using nlohmann::json;
 
 namespace {
@@ -156,4 +156,4 @@ std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& cor
   return runs;
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

@@ -1,4 +1,4 @@
-#include "scaling/sweep_corpus.h"
+#include "sweep/sweep_corpus.h"
 
 #include <cmath>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include "data/synthetic_corpus.h"
 #include "data/token_dataset.h"
 
-namespace tripod::scaling {
+namespace tripod::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -87,4 +87,4 @@ CorpusInfo prepare_corpus(const SweepSpec& spec, const fs::path& out_dir) {
   return from_meta(dir);
 }
 
-}  // namespace tripod::scaling
+}  // namespace tripod::sweep

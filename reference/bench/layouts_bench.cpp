@@ -1,0 +1,98 @@
+#include "bench/layouts_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <omp.h>
+
+#include "backend/backend_factory.h"
+#include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/host_memory.h"
+#include "data/random_batch.h"
+#include "perf/device_peak.h"
+#include "perf/flops.h"
+#include "perf/gemm_rate.h"
+#include "train/distributed_trainer.h"
+
+namespace tripod::bench {
+
+void run_layouts(const LayoutsOptions& o) {
+  auto backend = make_backend(o.backend);
+  MpiRuntime mpi;
+  auto world = communicator_for(mpi_world(), *backend);
+  const int n = world->size();
+  std::vector<std::string> overrides = o.overrides;
+  for (const std::string& s : {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),
+                               "train.batch_size=" + std::to_string(o.batch_per_rank * n), std::string("train.micro_batches=1")})
+    overrides.push_back(s);
+  const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
+  const FlopCount flops = count_flops(config.model, o.seq_len);
+  const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
+  Tensor measured = host_alloc({1}, DType::F64);  // the sum of every rank's sgemm rate
+  measured.data<double>()[0] = measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops;
+  world->all_reduce(measured, measured, ReduceOp::Sum);
+  const double measured_flops = measured.data<double>()[0];
+  nlohmann::json records = nlohmann::json::array();
+  if (world->rank() == 0)
+    std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
+                "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
+                "  %-36s %10s %12s %8s %14s\n", o.config.c_str(),
+                static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
+                static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
+                peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
+                "vs sgemm rate");
+  std::vector<std::pair<std::string, ParallelLayout>> layouts;  // (reported name, layout)
+  for (int zero : o.zero) {
+    ParallelLayout l;
+    l.dp = n;
+    l.zero = zero;
+    layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), l});
+  }
+  if (!o.layouts.empty()) layouts.clear();
+  for (const std::string& name : o.layouts) {
+    const ParallelLayout l = ParallelLayout::parse(name);
+    check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
+    layouts.push_back({l.name(), l});
+  }
+  for (const auto& [layout, shape] : layouts) {
+    nlohmann::json j = config.json;
+    j["train"]["micro_batches"] = shape.micro_batches;
+    const RunConfig run = parse_run_config(j);
+    ProcessGrid grid(*world, shape.grid(), shape.grid_order);
+    DistributedTrainer trainer(run, *backend, grid, shape);
+    trainer.initialise();
+    trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, 0, "bench.layouts"));  // warm-up
+    std::vector<double> seconds;
+    for (int64_t s = 1; s <= o.steps; ++s) {
+      const StepResult r = trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, s, "bench.layouts"));
+      Tensor t = host_alloc({1}, DType::F64);
+      t.data<double>()[0] = r.seconds;
+      world->all_reduce(t, t, ReduceOp::Max);
+      seconds.push_back(t.data<double>()[0]);
+    }
+    std::sort(seconds.begin(), seconds.end());
+    const double step = seconds[seconds.size() / 2];
+    const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
+    const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
+    const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
+    if (world->rank() == 0) {
+      std::printf("  %-36s %10.3f %12.0f %7.2f%% %13.2f%%\n", layout.c_str(), step, tokens / step, 100 * m,
+                  100 * m_sgemm);
+      std::fflush(stdout);
+    }
+    records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
+                       {"micro_batches", shape.micro_batches},
+                       {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
+                       {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
+  }
+  if (world->rank() == 0 && !o.json_out.empty())
+    std::ofstream(o.json_out) << nlohmann::json{{"model", o.config}, {"n_params", flops.n_params_total},
+                                                {"ranks", n}, {"threads_per_rank", omp_get_max_threads()},
+                                                {"peak_flops_per_rank", peak.flops}, {"peak_source", peak.source},
+                                                {"measured_sgemm_flops_all_ranks", measured_flops},
+                                                {"model_flops_per_token", flops.model_flops_per_token},
+                                                {"layouts", records}}.dump(2) << "\n";
+}
+
+}  // namespace tripod::bench

@@ -1,0 +1,167 @@
+#include "bench/suite.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "parallel/launch.h"
+#include "process/child_process.h"
+
+namespace tripod::bench {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// The launcher as an executable path: as given if it has a slash, else the first match on PATH.
+fs::path find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (std::size_t start = 0; start <= dirs.size();) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  fail("'", name, "' was not found on PATH (install openmpi-bin, or pass --mpirun PATH)");
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in.good()) return json::object();
+  json j = json::parse(in, nullptr, false);
+  return j.is_discarded() ? json::object() : j;
+}
+
+void print_summary(const json& bench) {
+  std::printf("\nsummary\n");
+  const json& comm = bench.value("comm", json::object());
+  std::map<std::string, std::pair<double, int64_t>> best;
+  for (const auto& r : comm.value("results", json::array()))
+    if (r["busbw"].get<double>() > best[r["collective"]].first) best[r["collective"]] = {r["busbw"], r["size"]};
+  for (const auto& [name, b] : best)
+    std::printf("  best busbw %-16s %8.2f GB/s at %lld bytes\n", name.c_str(), b.first, static_cast<long long>(b.second));
+  const json& gemm = bench.value("gemm", json::object());
+  if (gemm.contains("sgemm_best"))
+    std::printf("  best sgemm                  %8.3f TFLOP/s at n=%d (%.0f%% of %s)\n",
+                gemm["sgemm_best"]["tflops"].get<double>(), gemm["sgemm_best"]["size"].get<int>(),
+                gemm["sgemm_best"]["pct_of_peak"].get<double>(), gemm["peak"].value("fp32_source", "peak").c_str());
+  for (const auto& r : bench.value("layouts", json::object()).value("layouts", json::array()))
+    std::printf("  MFU %-23s %8.2f%%  (%.0f tokens/s)\n", r["layout"].get<std::string>().c_str(),
+                100 * r["mfu"].get<double>(), r["tokens_per_second"].get<double>());
+  for (const auto& r : bench.value("pipeline", json::object()).value("results", json::array()))
+    std::printf("  bubble %-11s p=%d m=%-3d %6.3f measured, %6.3f theory\n", r["schedule"].get<std::string>().c_str(),
+                r["stages"].get<int>(), r["microbatches"].get<int>(), r["measured_bubble"].get<double>(),
+                r["theoretical_bubble"].get<double>());
+}
+
+}  // namespace
+
+void run_suite(const SuiteOptions& o) {
+  check(detect_launch().world_size == 1, "run `tripod bench` directly, not under mpirun: it launches its own ",
+        "ranks for the collective and training steps (--ranks N)");
+  const int cores = process::available_cores();
+  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
+  const fs::path out = o.out;
+  fs::create_directories(out);
+  fs::remove(out / "bench.json");
+  const fs::path self = process::self_executable();
+  const fs::path mpirun = find_program(o.mpirun);
+  std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
+              cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
+
+  std::map<std::string, std::string> mpi_env = {{"OMP_NUM_THREADS", std::to_string(std::max(1, cores / ranks))},
+                                                {"OMP_WAIT_POLICY", "PASSIVE"}};
+  if (::geteuid() == 0) {  // Open MPI refuses root without these
+    mpi_env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+    mpi_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  }
+  const std::vector<std::string> mpi = {"--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "900", "-np",
+                                        std::to_string(ranks), self.string()};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::string quick = o.quick ? "--quick" : "";
+  struct Step {
+    std::string label, log;
+    fs::path program;
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+  };
+  std::vector<Step> steps = {
+      {"GEMM sweep", "gemm.log", self, {"bench", "gemm", "--json", (out / "bench.json").string()}, {}},
+      {"kernel sweep", "kernels.log", self, {"bench", "kernels", "--json", (out / "bench.json").string()}, {}},
+      {"collective sweep", "comm.log", mpirun,
+       with(mpi, {"bench", "comm", "all", "-b", "8", "-e", o.quick ? "4M" : "256M", "-f", o.quick ? "4" : "2", "-n",
+                  o.quick ? "5" : "20", "-w", o.quick ? "2" : "5", "--json", (out / "comm.json").string()}),
+       mpi_env},
+      {"training layouts", "layouts.log", mpirun,
+       with(mpi, o.quick ? std::vector<std::string>{"bench", "layouts", "--config", "tiny", "--seq-len", "64", "--zero",
+                                                    "0", "3", "--steps", "2", "--json", (out / "layouts.json").string()}
+                         : std::vector<std::string>{"bench", "layouts", "--config", "small", "--json",
+                                                    (out / "layouts.json").string()}),
+       mpi_env},
+      {"pipeline bubble", "pipeline.log", mpirun,
+       with(mpi, {"bench", "pipeline", "--microbatches", o.quick ? "4" : "4,8,16", "--forward-ms", o.quick ? "5" : "20",
+                  "--repeats", o.quick ? "1" : "3", "--json", (out / "pipeline.json").string(), "--trace",
+                  (out / "pipeline_timeline.json").string()}),
+       mpi_env},
+  };
+  if (o.quick) {
+    steps[0].args.push_back("--quick");
+    steps[1].args.push_back("--quick");
+  }
+  for (Step& step : steps) {
+    step.args.push_back("--backend");
+    step.args.push_back(o.backend);
+  }
+  int failed = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    std::printf("[%zu/%zu] %-18s ... ", i + 1, steps.size(), s.label.c_str());
+    std::fflush(stdout);
+    fs::remove(out / s.log);
+    const auto start = std::chrono::steady_clock::now();
+    const process::ChildExit exit = process::wait_child(process::spawn_logged(s.program, s.args, out / s.log, s.env));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool ok = !exit.signaled && exit.code == 0;
+    failed += !ok;
+    std::printf("%s in %.0f s (%s)\n", ok ? "done" : "FAILED", seconds,
+                ok ? (out / s.log).string().c_str() : (process::describe_exit(exit) + ", see " + (out / s.log).string()).c_str());
+    std::fflush(stdout);
+  }
+  json bench = read_json(out / "bench.json");
+  bench["comm"] = read_json(out / "comm.json");
+  bench["layouts"] = read_json(out / "layouts.json");
+  bench["pipeline"] = read_json(out / "pipeline.json");
+  bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
+  bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
+                     {"backend", o.backend}};
+  std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
+  print_summary(bench);
+  const fs::path plot = fs::path(TRIPOD_SOURCE_DIR) / "reports" / "plot_bench.py";
+  const process::ChildExit plots = process::wait_child(process::spawn_logged(
+      "/usr/bin/python3", {plot.string(), (out / "bench.json").string(), "--out", (out / "plots").string()},
+      out / "plots.log", {}));
+  std::printf("results: %s; plots: %s%s\n", (out / "bench.json").string().c_str(), (out / "plots").string().c_str(),
+              plots.code == 0 && !plots.signaled ? "" : " (plotting failed, see plots.log)");
+  check(failed == 0, failed, " benchmark step(s) failed; their logs are in ", out.string());
+}
+
+}  // namespace tripod::bench
