@@ -24,4 +24,4 @@ OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE mpirun --oversubscribe --mca btl self,
 echo "== bench --quick =="
 "$TRIPOD" bench --quick --out "$OUT/bench"
 
-/usr/bin/python3 reports/main_summary.py "$OUT"
+/usr/bin/python3 -m reports.main_summary "$OUT"

@@ -23,8 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_pipeline import draw_timeline, figure_size  # noqa: E402
+from reports.plot_pipeline import draw_timeline, figure_size  # noqa: E402
 
 
 def human_bytes(n):

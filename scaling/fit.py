@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Fit a scaling-law sweep: Approach 2, Approach 3, the compute frontier, bootstrap CIs.
 
-    /usr/bin/python3 scaling/fit.py RUNS.jsonl --json OUT.json [--bootstrap 200] [--seed 0]
+    /usr/bin/python3 -m scaling.fit RUNS.jsonl --json OUT.json [--bootstrap 200] [--seed 0]
         [--markdown OUT.md] [--plots DIR] [--loss-key loss] [--small-grid]
 
 RUNS.jsonl: one run per line with N (parameters), D (tokens), C (FLOPs) and the loss; optional
@@ -11,15 +11,13 @@ warning on stderr, and listed under `excluded` in OUT.json.
 """
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scaling.bootstrap import bootstrap  # noqa: E402
-from scaling.fitlib import SMALL_INIT_GRID, fit_approach2, fit_approach3, fit_frontier  # noqa: E402
-from scaling.report import build_report, render_markdown, write_json  # noqa: E402
-from scaling.runs import load_runs  # noqa: E402
+from scaling.bootstrap import bootstrap
+from scaling.fitlib import SMALL_INIT_GRID, fit_approach2, fit_approach3, fit_frontier
+from scaling.report import build_report, render_markdown, write_json
+from scaling.runs import load_runs
 
 APPROACH3_N_PARAMETERS = 5   # E, A, B, alpha, beta
 

@@ -11,18 +11,16 @@ is offset from the true optimum by an amount that depends on where the optimum s
 sampled window. With `law` centring that offset is the same at every budget and the fitted
 exponents are exact; with the rule of thumb it drifts with C and biases them slightly.
 
-    /usr/bin/python3 scaling/synthetic_runs.py --out runs.jsonl --law chinchilla --noise 0.01
+    /usr/bin/python3 -m scaling.synthetic_runs --out runs.jsonl --law chinchilla --noise 0.01
 """
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, chinchilla_rule_N  # noqa: E402
+from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, chinchilla_rule_N
 
 # The IsoFLOP budgets of Hoffmann et al. 2022, figure 3.
 CHINCHILLA_BUDGETS = (6e18, 1e19, 3e19, 6e19, 1e20, 3e20, 6e20, 1e21, 3e21)

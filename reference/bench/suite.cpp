@@ -155,10 +155,10 @@ void run_suite(const SuiteOptions& o) {
                      {"backend", o.backend}};
   std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
   print_summary(bench);
-  const fs::path plot = fs::path(TRIPOD_SOURCE_DIR) / "reports" / "plot_bench.py";
+  // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
-      "/usr/bin/python3", {plot.string(), (out / "bench.json").string(), "--out", (out / "plots").string()},
-      out / "plots.log", {}));
+      "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},
+      out / "plots.log", {{"PYTHONPATH", TRIPOD_SOURCE_DIR}}));
   std::printf("results: %s; plots: %s%s\n", (out / "bench.json").string().c_str(), (out / "plots").string().c_str(),
               plots.code == 0 && !plots.signaled ? "" : " (plotting failed, see plots.log)");
   check(failed == 0, failed, " benchmark step(s) failed; their logs are in ", out.string());

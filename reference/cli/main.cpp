@@ -5,6 +5,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "parallel/launch.h"
 
 namespace tripod::cli {
 
@@ -15,6 +16,21 @@ void add_backend_option(CLI::App& command, std::string& name) {
 }
 
 }  // namespace tripod::cli
+
+namespace {
+
+// "rank 1 of 4: " under a multi-rank launcher (known from its environment, MPI or not), else "".
+std::string launch_rank_prefix() {
+  try {
+    const tripod::LaunchInfo launch = tripod::detect_launch();
+    if (launch.world_size > 1)
+      return "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) + ": ";
+  } catch (const tripod::Error&) {  // a malformed launcher variable: the error itself says more
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
@@ -32,7 +48,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const tripod::Error& e) {
     // An empty message means the error was already reported (with its rank) where it happened.
-    if (*e.what() != '\0') std::fprintf(stderr, "tripod: error: %s\n", e.what());
+    if (*e.what() != '\0') std::fprintf(stderr, "tripod: error: %s%s\n", launch_rank_prefix().c_str(), e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tripod: internal error: %s\n", e.what());

@@ -23,7 +23,8 @@ namespace tripod {
 class GradientBuckets {
  public:
   // full_grads: the padded full gradients (stages 0-1, else undefined); grad_shard: this rank's
-  // shard of the reduced gradients (stages 1-3, else undefined). Both must outlive this object.
+  // shard of the reduced gradients (stages 1-3, else undefined). The layout, specs, memory and
+  // fault plan must outlive this object.
   GradientBuckets(const ShardLayout& layout, const std::vector<ParamSpec>& specs, const ZeroPolicy& policy,
                   Communicator& dp, Backend& backend, DType dtype, Tensor full_grads, Tensor grad_shard,
                   TransientMemory& memory, const FaultPlan& faults);

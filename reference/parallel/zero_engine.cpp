@@ -8,6 +8,7 @@ namespace tripod {
 ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Communicator& dp, Backend& backend,
                        const TensorParallelShards* tp, const FaultPlan& faults)
     : specs_(std::move(specs)),
+      faults_(faults),
       policy_(ZeroPolicy::for_stage(s.stage)),
       dtype_(s.dtype),
       dp_(dp),
@@ -26,7 +27,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
     if (policy_.full_grads) grad_views_[i] = buffers_.full_grads.view(layout_.offsets()[i], specs_[i].shape);
   }
   buckets_ = std::make_unique<GradientBuckets>(layout_, specs_, policy_, dp_, backend_, dtype_, buffers_.full_grads,
-                                               buffers_.grad_shard, transient_, faults);
+                                               buffers_.grad_shard, transient_, faults_);
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_);

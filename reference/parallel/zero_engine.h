@@ -51,7 +51,7 @@ struct ZeroSettings {
 
 class ZeroEngine final : public ParamAccess {
  public:
-  // `tp` (optional) and `faults` must outlive the engine.
+  // `tp` (optional) is copied; so is the fault plan.
   ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& settings, Communicator& dp, Backend& backend,
              const TensorParallelShards* tp = nullptr, const FaultPlan& faults = FaultPlan());
   ~ZeroEngine() override;
@@ -94,6 +94,7 @@ class ZeroEngine final : public ParamAccess {
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
 
   std::vector<ParamSpec> specs_;
+  FaultPlan faults_;
   ZeroPolicy policy_;
   DType dtype_;
   Communicator& dp_;

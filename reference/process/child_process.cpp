@@ -96,7 +96,8 @@ ChildExit wait_child(pid_t pid) {
   return got > 0 ? decode(got, status) : ChildExit{pid, false, -1};
 }
 
-ChildExit run_foreground(const fs::path& executable, const std::vector<std::string>& args) {
+ChildExit run_foreground(const fs::path& executable, const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env) {
   std::vector<std::string> argv_text = {executable.string()};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -104,6 +105,7 @@ ChildExit run_foreground(const fs::path& executable, const std::vector<std::stri
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     ::execv(argv[0], argv.data());
     const char message[] = "tripod scale: error: cannot execute the fitter's Python interpreter\n";
     (void)!::write(STDERR_FILENO, message, sizeof message - 1);

@@ -35,7 +35,8 @@ ChildExit wait_child(pid_t pid);
 
 // Runs `executable args...` in the foreground (sharing this process's stdout and stderr) and
 // waits for it.
-ChildExit run_foreground(const std::filesystem::path& executable, const std::vector<std::string>& args);
+ChildExit run_foreground(const std::filesystem::path& executable, const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env = {});
 
 // "exit status 1", "killed by signal 9 (Killed)".
 std::string describe_exit(const ChildExit& exit);

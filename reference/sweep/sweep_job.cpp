@@ -132,13 +132,15 @@ void run_sweep_job(const SweepRunOptions& o) {
 void fit_sweep(const SweepFitOptions& o) {
     const fs::path out = o.out, runs = out / "runs.jsonl";
     check(fs::exists(runs), "no ", runs.string(), ": run `tripod scale run SPEC --out ", out.string(), "` first");
-    const fs::path script = fs::path(TRIPOD_SOURCE_DIR) / "scaling" / "fit.py";
-    check(fs::exists(script), "the fitter ", script.string(), " is missing (TRIPOD_SOURCE_DIR moved?)");
-    std::vector<std::string> args = {script.string(), runs.string(), "--json", (out / "fit.json").string(),
+    // The fitter is the Python package scaling/ of the source tree, run as a module.
+    const fs::path source = TRIPOD_SOURCE_DIR;
+    check(fs::exists(source / "scaling" / "fit.py"), "the fitter ", (source / "scaling" / "fit.py").string(),
+          " is missing (TRIPOD_SOURCE_DIR moved?)");
+    std::vector<std::string> args = {"-m", "scaling.fit", runs.string(), "--json", (out / "fit.json").string(),
                                      "--markdown", (out / "fit.md").string(), "--plots", (out / "plots").string(),
                                      "--bootstrap", std::to_string(o.bootstrap)};
     if (o.small_grid) args.push_back("--small-grid");
-    const ChildExit exit = run_foreground(o.python, args);
+    const ChildExit exit = run_foreground(o.python, args, {{"PYTHONPATH", source.string()}});
     check(!exit.signaled && exit.code == 0, "scaling/fit.py on ", runs.string(), " failed (", describe_exit(exit), ")");
     summarise_fit(out);
 }

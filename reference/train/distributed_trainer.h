@@ -37,8 +37,8 @@ namespace tripod {
 
 class DistributedTrainer final : public TrainingEngine {
  public:
-  // `grid` has the layout's shape; it, the backend and `faults` must outlive the trainer. The
-  // layout is validated here (ProcessGrid has checked the world size).
+  // `grid` has the layout's shape; it and the backend must outlive the trainer. The layout is
+  // validated here (ProcessGrid has checked the world size).
   DistributedTrainer(const RunConfig& config, Backend& backend, const ProcessGrid& grid, const ParallelLayout& layout,
                      const FaultPlan& faults = FaultPlan());
   ~DistributedTrainer() override;
@@ -93,7 +93,7 @@ class DistributedTrainer final : public TrainingEngine {
   Backend& backend_;
   const ProcessGrid& grid_;
   ParallelLayout layout_;
-  const FaultPlan& faults_;
+  FaultPlan faults_;  // a copy: the engines refer to it
   Communicator& dp_;
   Communicator& pp_;
   std::unique_ptr<tp::TensorParallelLayers> tp_layers_;  // null without tensor parallelism

@@ -14,7 +14,6 @@ import pytest
 
 from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
 P, MICROBATCHES = 2, [2, 4]
 
 
@@ -80,13 +79,13 @@ def test_timeline_is_the_1f1b_step_of_the_largest_m(bench):
 def test_plots_of_the_timeline_and_of_a_pipeline_only_bench_json(bench, tmp_path):
     out, _, results, timeline = bench
     png = tmp_path / "timeline.png"
-    result = subprocess.run([sys.executable, str(REPORTS / "plot_pipeline.py"), str(out / "timeline.json"),
+    result = subprocess.run([sys.executable, "-m", "reports.plot_pipeline", str(out / "timeline.json"),
                              "--out", str(png)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 1000
     bench_json = tmp_path / "bench.json"
     bench_json.write_text(json.dumps({"pipeline": results, "pipeline_timeline": timeline}))
-    result = subprocess.run([sys.executable, str(REPORTS / "plot_bench.py"), str(bench_json), "--out",
+    result = subprocess.run([sys.executable, "-m", "reports.plot_bench", str(bench_json), "--out",
                              str(tmp_path / "plots")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("bubble.png", "timeline.png"):
@@ -126,7 +125,7 @@ def test_schedule_command_prints_checks_and_draws(tmp_path):
     assert "simulated bubble 0.2727 (theory 0.2727)" in result.stdout
     timeline = json.loads((tmp_path / "s.json").read_text())
     assert timeline["time_unit"] == "stage forwards" and timeline["measured_bubble"] == pytest.approx(3 / 11)
-    drawn = subprocess.run([sys.executable, str(REPORTS / "plot_pipeline.py"), str(tmp_path / "s.json"), "--out",
+    drawn = subprocess.run([sys.executable, "-m", "reports.plot_pipeline", str(tmp_path / "s.json"), "--out",
                             str(tmp_path / "s.png")], capture_output=True, text=True, timeout=120)
     assert drawn.returncode == 0 and (tmp_path / "s.png").stat().st_size > 1000, drawn.stderr
     bad = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "6", "--schedule", "interleaved",

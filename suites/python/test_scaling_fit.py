@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO_ROOT)
 
-from scaling.bootstrap import bootstrap  # noqa: E402
-from scaling.fitlib import (fit_approach2, fit_approach3, fit_frontier,  # noqa: E402
+from scaling.bootstrap import bootstrap
+from scaling.fitlib import (fit_approach2, fit_approach3, fit_frontier,
                             isoflop_minima)
-from scaling.laws import CHINCHILLA, EPOCH_2024  # noqa: E402
-from scaling.runs import parse_records  # noqa: E402
-from scaling.synthetic_runs import synthetic_records, write_jsonl  # noqa: E402
+from scaling.laws import CHINCHILLA, EPOCH_2024
+from scaling.runs import parse_records
+from scaling.synthetic_runs import synthetic_records, write_jsonl
 
-FIT_SCRIPT = os.path.join(REPO_ROOT, "scaling", "fit.py")
+FIT = ["-m", "scaling.fit"]  # the package runs as a module from the source tree (PYTHONPATH or cwd)
 EXPONENTS = ("alpha", "beta", "a", "b")
 
 
@@ -154,7 +153,7 @@ def test_cli_end_to_end(tmp_path):
     write_jsonl(records, runs)
     out_json, out_md, plots = tmp_path / "fit.json", tmp_path / "fit.md", tmp_path / "plots"
     done = subprocess.run(
-        [sys.executable, FIT_SCRIPT, str(runs), "--json", str(out_json), "--bootstrap", "5",
+        [sys.executable, *FIT, str(runs), "--json", str(out_json), "--bootstrap", "5",
          "--seed", "0", "--small-grid", "--markdown", str(out_md), "--plots", str(plots)],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
