@@ -5,7 +5,7 @@
 namespace tripod::cli {
 
 void add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks: with no subcommand, every sweep (see bench_suite_command.cpp)");
+  auto* bench = app.add_subcommand("bench", "benchmarks: with no subcommand, every sweep (GEMM, kernels, collectives, layouts, pipeline) and a summary");
   bench->require_subcommand(0, 1);
   add_bench_suite(*bench);
   add_bench_train_command(*bench);

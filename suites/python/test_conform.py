@@ -77,3 +77,12 @@ def test_unknown_layout_is_an_error():
     result = conform(2, "--layouts", "tp1-pp1-dq2")
     assert result.returncode != 0
     assert "unknown part 'dq2'" in result.stderr
+
+
+def test_a_world_where_no_layout_uses_more_than_one_rank_says_so():
+    # 3 ranks: the conformance model (4 heads, batch 8, 4 layers) has no layout of 3 ranks, so
+    # every layout runs as 3 one-rank replicas; the output must not pretend otherwise.
+    result = conform(3, "--steps", "2", "--layouts", "tp1-pp1-dp1-z0-mb1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no layout of this model uses more than one rank of 3" in result.stdout
+    assert "World sizes with multi-rank layouts: 2, 4, 6, 8" in result.stdout
