@@ -9,7 +9,7 @@
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
-#include "core/host_memory.h"
+#include "comm/host_collectives.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
 #include "parallel/zero_engine.h"
@@ -48,10 +48,7 @@ void run_overlap(const OverlapOptions& o) {
     engine.finish_backward();
     backend->synchronize();
     const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Tensor t = host_alloc({1}, DType::F64);
-    t.data<double>()[0] = local;
-    world->all_reduce(t, t, ReduceOp::Max);  // the step is as slow as its slowest rank
-    return t.data<double>()[0];
+    return all_reduce_value(*world, local, ReduceOp::Max);  // the step is as slow as its slowest rank
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
   ZeroEngine bucketed(model.specs(), ZeroSettings{0, bucket_bytes, config.train.dtype, config.adamw, {}, 0}, *world,

@@ -1,17 +1,13 @@
 // tripod data prepare | synthetic | inspect: build and check prepared token directories.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "core/error.h"
+#include "data/inspect.h"
 #include "data/prepare.h"
-#include "data/shard_format.h"
 #include "data/synthetic_corpus.h"
-#include "data/token_dataset.h"
-#include "data/tokenizer.h"
 
 namespace tripod::cli {
 namespace fs = std::filesystem;
@@ -66,27 +62,13 @@ void add_inspect(CLI::App& data) {
   auto* cmd = data.add_subcommand("inspect", "print a prepared directory's metadata and verify every shard");
   cmd->add_option("dir", *dir, "prepared data directory")->required();
   cmd->callback([dir] {
-    const nlohmann::json meta = data::TokenDataset::read_meta(*dir);
-    std::printf("%s/meta.json:\n%s\n", dir->c_str(), meta.dump(2).c_str());
-    // Verify every shard (read_shard checks size, checksum and token range) and count tokens.
-    for (const auto& [split, shards] : meta["splits"].items()) {
-      uint64_t split_tokens = 0;
-      for (const auto& name : shards) {
-        data::ShardHeader header;
-        data::read_shard(*dir / name.get<std::string>(), &header);
-        split_tokens += header.token_count;
-      }
-      std::printf("split %-6s %zu shards, %llu tokens, checksums OK\n", split.c_str(), shards.size(),
-                  static_cast<unsigned long long>(split_tokens));
-    }
-    const auto& splits = meta["splits"];
-    if (meta["tokenizer"].is_string() && splits.contains("train") && !splits["train"].empty()) {
-      const auto tokenizer = data::Tokenizer::load(*dir / meta["tokenizer"].get<std::string>());
-      const auto first_shard = data::read_shard(*dir / splits["train"][0].get<std::string>());
-      const std::size_t shown = std::min<std::size_t>(200, first_shard.size());
-      std::printf("first %zu train tokens decoded:\n%s\n", shown,
-                  tokenizer.decode({first_shard.data(), shown}).c_str());
-    }
+    const data::InspectReport r = data::inspect_dataset(*dir);
+    std::printf("%s/meta.json:\n%s\n", dir->c_str(), r.meta.dump(2).c_str());
+    for (const data::SplitReport& split : r.splits)
+      std::printf("split %-6s %zu shards, %llu tokens, checksums OK\n", split.name.c_str(), split.shards,
+                  static_cast<unsigned long long>(split.tokens));
+    if (r.preview_tokens > 0)
+      std::printf("first %zu train tokens decoded:\n%s\n", r.preview_tokens, r.preview.c_str());
   });
 }
 

@@ -38,15 +38,9 @@ void run_schedule(const ScheduleOptions& o) {
   std::printf("\nsimulated bubble %.4f (theory %.4f), makespan %d units of one chunk's forward\n",
               stats.bubble_fraction, theoretical_bubble_fraction(s), stats.makespan);
   if (o.json_out.empty()) return;
-  std::vector<std::vector<ActionTiming>> ranks(s.ranks.size());
-  for (std::size_t r = 0; r < s.ranks.size(); ++r)
-    for (std::size_t i = 0; i < s.ranks[r].size(); ++i)
-      ranks[r].push_back({s.ranks[r][i], stats.action_times[r][i].first, stats.action_times[r][i].second});
   std::ofstream out(o.json_out);
   check(out.good(), "cannot write ", o.json_out);
-  nlohmann::json timeline = timeline_json(s, ranks);
-  timeline["time_unit"] = "stage forwards";  // simulated, not measured: read by reports/plot_pipeline.py
-  out << timeline.dump(1) << "\n";
+  out << simulated_timeline_json(s, stats).dump(1) << "\n";
 }
 
 }  // namespace

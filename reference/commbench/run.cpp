@@ -14,6 +14,8 @@
 #include "commbench/report.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
+#include "comm/host_collectives.h"
+#include "comm/rank_errors.h"
 #include "core/host_memory.h"
 #include "parallel/launch.h"
 
@@ -23,19 +25,16 @@ namespace {
 // This rank's value combined over the world as -a asks: 0 rank 0's own, 1 mean, 2 min, 3 max.
 double across_ranks(double value, int average, Communicator& world) {
   if (average == 0) return value;
-  Tensor t = host_alloc({1}, DType::F64);
-  t.data<double>()[0] = value;
-  world.all_reduce(t, t, average == 2 ? ReduceOp::Min : average == 3 ? ReduceOp::Max : ReduceOp::Sum);
-  return average == 1 ? t.data<double>()[0] / world.size() : t.data<double>()[0];
+  const double combined =
+      all_reduce_value(world, value, average == 2 ? ReduceOp::Min : average == 3 ? ReduceOp::Max : ReduceOp::Sum);
+  return average == 1 ? combined / world.size() : combined;
 }
 
 // Sum over the world of each entry (wrong element counts, exact in fp64 up to 2^53).
 std::pair<int64_t, int64_t> sum_over_ranks(int64_t a, int64_t b, Communicator& world) {
-  Tensor t = host_alloc({2}, DType::F64);
-  t.data<double>()[0] = static_cast<double>(a);
-  t.data<double>()[1] = static_cast<double>(b);
-  world.all_reduce(t, t, ReduceOp::Sum);
-  return {static_cast<int64_t>(t.data<double>()[0]), static_cast<int64_t>(t.data<double>()[1])};
+  const std::vector<double> sums =
+      all_reduce_values(world, {static_cast<double>(a), static_cast<double>(b)}, ReduceOp::Sum);
+  return {static_cast<int64_t>(sums[0]), static_cast<int64_t>(sums[1])};
 }
 
 void print_on_rank0(const Communicator& world, const std::string& text) {
@@ -152,12 +151,6 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
   return outcome;
 }
 
-// Prints `e` as this rank's error, in the CLI's format, before the caller stops the job.
-void report_error(const std::string& where, const Error& e) {
-  std::fprintf(stderr, "tripod: error: %s%s\n", where.c_str(), e.what());
-  std::fflush(stderr);
-}
-
 }  // namespace
 
 void run_bench_comm(const CommBenchOptions& options) {
@@ -165,31 +158,23 @@ void run_bench_comm(const CommBenchOptions& options) {
   auto backend = make_backend(options.backend);
   MpiRuntime mpi;
   auto world = communicator_for(mpi_world(), *backend);  // a device's buffers are staged through the host
-  const std::string where = str_cat("rank ", world->rank(), " of ", world->size(), ": ");
   BenchGroup group;
-  try {  // the layout and the root depend only on the flags: every rank fails alike, and reports
+  // The layout and the root depend only on the flags: every rank fails alike, and reports.
+  check_on_every_rank(*world, [&] {
     group = make_group(plans.front(), *world);
     for (const CommBenchPlan& plan : plans) check_plan_for_group(plan, group.comm->size());
-  } catch (const Error& e) {
-    report_error(where, e);
-    world->barrier();  // let every rank report before mpirun tears the job down
-    throw Error("");
-  }
+  });
   nlohmann::json results = nlohmann::json::array(), summaries = nlohmann::json::array();
   int64_t failures = 0;
-  try {
+  // A failure on one rank (memory, say) leaves the others waiting in a collective: end them all.
+  run_or_abort_job(*world, [&] {
     for (const CommBenchPlan& plan : plans) {
       const Outcome outcome = run_collective(plan, *world, group, *backend, results);
       failures += outcome.out_of_bounds;
       summaries.push_back({{"collective", collective_name(plan.collective)}, {"out_of_bounds", outcome.out_of_bounds},
                            {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0}});
     }
-  } catch (const Error& e) {
-    // A failure on one rank (memory, say) leaves the others waiting in a collective: end them all.
-    report_error(where, e);
-    if (world->size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    throw Error("");
-  }
+  });
   if (world->rank() == 0 && !options.json_out.empty())
     std::ofstream(options.json_out) << nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
                                                       {"group", group.description}, {"group_size", group.comm->size()},

@@ -203,4 +203,14 @@ nlohmann::json timeline_json(const PipelineSchedule& s, const std::vector<std::v
   return j;
 }
 
+nlohmann::json simulated_timeline_json(const PipelineSchedule& s, const ScheduleStats& stats) {
+  std::vector<std::vector<ActionTiming>> ranks(s.ranks.size());
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i)
+      ranks[r].push_back({s.ranks[r][i], stats.action_times[r][i].first, stats.action_times[r][i].second});
+  nlohmann::json timeline = timeline_json(s, ranks);
+  timeline["time_unit"] = "stage forwards";  // simulated, not measured: read by reports/plot_pipeline.py
+  return timeline;
+}
+
 }  // namespace tripod

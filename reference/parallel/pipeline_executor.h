@@ -60,5 +60,8 @@ double measured_bubble_fraction(const std::vector<std::vector<ActionTiming>>& ra
 
 // A JSON timeline: {"schedule":..., "ranks":[[{"action":"F","microbatch":0,"chunk":0,"start":..,"end":..},...],...]}
 nlohmann::json timeline_json(const PipelineSchedule& schedule, const std::vector<std::vector<ActionTiming>>& ranks);
+// The same timeline from a simulation (validate_schedule's action times, in units of one stage's
+// forward: "time_unit" says so).
+nlohmann::json simulated_timeline_json(const PipelineSchedule& schedule, const ScheduleStats& stats);
 
 }  // namespace tripod

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/host_memory.h"
+#include "comm/host_collectives.h"
 
 namespace tripod {
 
@@ -12,10 +12,8 @@ void report_pipeline(DistributedTrainer& trainer, bool print, const std::string&
   Communicator& pp = trainer.pipeline();
   const auto timings = gather_timings(pp, trainer.last_timings());
   // Per rank: micro-batches in flight at most (activation slots) and activation bytes.
-  Tensor table = host_alloc({pp.size(), 2}, DType::F64);
-  table.data<double>()[pp.rank() * 2] = trainer.max_microbatches_in_flight();
-  table.data<double>()[pp.rank() * 2 + 1] = static_cast<double>(trainer.memory().activations);
-  pp.all_reduce(table, table, ReduceOp::Sum);
+  const std::vector<double> table = all_gather_values(
+      pp, {static_cast<double>(trainer.max_microbatches_in_flight()), static_cast<double>(trainer.memory().activations)});
   if (!print) return;
   const PipelineSchedule& s = trainer.schedule();
   nlohmann::json j = timeline_json(s, timings);
@@ -23,7 +21,7 @@ void report_pipeline(DistributedTrainer& trainer, bool print, const std::string&
   j["activation_bytes"] = nlohmann::json::array();
   std::string in_flight, memory;
   for (int r = 0; r < pp.size(); ++r) {
-    const double slots = table.data<double>()[r * 2], bytes = table.data<double>()[r * 2 + 1];
+    const double slots = table[static_cast<std::size_t>(r) * 2], bytes = table[static_cast<std::size_t>(r) * 2 + 1];
     j["in_flight"].push_back(static_cast<int>(slots));
     j["activation_bytes"].push_back(bytes);
     in_flight += (r ? "," : "") + std::to_string(static_cast<int>(slots));

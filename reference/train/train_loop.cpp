@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "backend/backend.h"
-#include "core/host_memory.h"
+#include "comm/host_collectives.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/device_peak.h"
@@ -59,16 +59,14 @@ double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t ba
 // peak so far, so at start-up it is 0: `tripod bench layouts` and the suites measure it in use.
 void print_memory(const MemoryReport& m, Communicator* world, bool root) {
   const int n = world ? world->size() : 1;
-  Tensor mine = host_alloc({5}, DType::F64), all = host_alloc({5 * n}, DType::F64);
-  const double values[5] = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),
-                            double(m.transient)};
-  std::copy(values, values + 5, mine.data<double>());
-  if (world) world->all_gather(mine, all); else std::copy(values, values + 5, all.data<double>());
+  const std::vector<double> mine = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),
+                                    double(m.transient)};
+  const std::vector<double> all = world ? all_gather_values(*world, mine) : mine;
   if (!root) return;
   std::printf("  memory per rank (MiB): %6s %10s %10s %10s %11s %10s\n", "rank", "params", "grads", "optimizer",
               "activations", "transient");
   for (int r = 0; r < n; ++r) {
-    const double* v = all.data<double>() + 5 * r;
+    const double* v = all.data() + 5 * r;
     std::printf("  %22d %10.2f %10.2f %10.2f %11.2f %10.2f\n", r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]));
   }
 }
