@@ -29,8 +29,8 @@ ShapeCost shape_cost(const ModelShape& shape, int64_t vocab, int64_t context) {
   cost.model_flops_per_token = flops.model_flops_per_token;
   int64_t embedding = 0;
   for (const ParamSpec& spec : gpt_param_specs(config)) {
-    const bool is_embedding = spec.name.starts_with("wte.") || spec.name.starts_with("wpe.") ||
-                              spec.name.starts_with("lm_head.");
+    const bool is_embedding = spec.role == ParamRole::TokenEmbedding || spec.role == ParamRole::PositionEmbedding ||
+                              spec.role == ParamRole::LmHead;
     if (is_embedding) embedding += count_params({spec});
   }
   cost.n_non_embedding = cost.n_total - embedding;
