@@ -17,6 +17,55 @@
 
 namespace tripod::bench {
 
+namespace {
+
+// The layouts to measure, with the names the report uses: the ones named on the command line, or
+// else pure data parallelism over all ranks at each ZeRO stage.
+std::vector<std::pair<std::string, ParallelLayout>> layouts_to_run(const LayoutsOptions& o, int n) {
+  std::vector<std::pair<std::string, ParallelLayout>> layouts;  // (reported name, layout)
+  for (int zero : o.zero) {
+    ParallelLayout l;
+    l.dp = n;
+    l.zero = zero;
+    layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), l});
+  }
+  if (!o.layouts.empty()) layouts.clear();
+  for (const std::string& name : o.layouts) {
+    const ParallelLayout l = ParallelLayout::parse(name);
+    check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
+    layouts.push_back({l.name(), l});
+  }
+  return layouts;
+}
+
+// The median over o.steps timed steps (after one warm-up) of the slowest rank's step time: a step
+// is over only when every rank has finished it.
+double median_step_seconds(const RunConfig& config, const ParallelLayout& shape, Backend& backend, Communicator& world,
+                           const LayoutsOptions& o) {
+  nlohmann::json j = config.json;
+  j["train"]["micro_batches"] = shape.micro_batches;
+  const RunConfig run = parse_run_config(j);
+  ProcessGrid grid(world, shape.grid(), shape.grid_order);
+  DistributedTrainer trainer(run, backend, grid, shape);
+  trainer.initialise();
+  auto batch = [&](uint64_t seed) {
+    return data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, seed, "bench.layouts");
+  };
+  trainer.train_step(batch(0));  // warm-up
+  std::vector<double> seconds;
+  for (int64_t s = 1; s <= o.steps; ++s) {
+    const StepResult r = trainer.train_step(batch(s));
+    Tensor t = host_alloc({1}, DType::F64);
+    t.data<double>()[0] = r.seconds;
+    world.all_reduce(t, t, ReduceOp::Max);
+    seconds.push_back(t.data<double>()[0]);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+}  // namespace
+
 void run_layouts(const LayoutsOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
@@ -42,37 +91,8 @@ void run_layouts(const LayoutsOptions& o) {
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate");
-  std::vector<std::pair<std::string, ParallelLayout>> layouts;  // (reported name, layout)
-  for (int zero : o.zero) {
-    ParallelLayout l;
-    l.dp = n;
-    l.zero = zero;
-    layouts.push_back({"dp" + std::to_string(n) + "-z" + std::to_string(zero), l});
-  }
-  if (!o.layouts.empty()) layouts.clear();
-  for (const std::string& name : o.layouts) {
-    const ParallelLayout l = ParallelLayout::parse(name);
-    check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
-    layouts.push_back({l.name(), l});
-  }
-  for (const auto& [layout, shape] : layouts) {
-    nlohmann::json j = config.json;
-    j["train"]["micro_batches"] = shape.micro_batches;
-    const RunConfig run = parse_run_config(j);
-    ProcessGrid grid(*world, shape.grid(), shape.grid_order);
-    DistributedTrainer trainer(run, *backend, grid, shape);
-    trainer.initialise();
-    trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, 0, "bench.layouts"));  // warm-up
-    std::vector<double> seconds;
-    for (int64_t s = 1; s <= o.steps; ++s) {
-      const StepResult r = trainer.train_step(data::random_token_batch(config.train.batch_size, o.seq_len, o.vocab, s, "bench.layouts"));
-      Tensor t = host_alloc({1}, DType::F64);
-      t.data<double>()[0] = r.seconds;
-      world->all_reduce(t, t, ReduceOp::Max);
-      seconds.push_back(t.data<double>()[0]);
-    }
-    std::sort(seconds.begin(), seconds.end());
-    const double step = seconds[seconds.size() / 2];
+  for (const auto& [layout, shape] : layouts_to_run(o, n)) {
+    const double step = median_step_seconds(config, shape, *backend, *world, o);
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
     const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);

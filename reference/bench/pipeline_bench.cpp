@@ -16,6 +16,45 @@
 
 namespace tripod::bench {
 
+namespace {
+
+// One repeat: its measured bubble, its length (the last action's end) and every rank's timings.
+struct TimedRun {
+  double bubble, seconds;
+  std::vector<std::vector<ActionTiming>> timings;
+};
+
+// Runs the schedule `repeats` times; the run with the median bubble is reported (and its timeline
+// written), so one disturbed repeat does not skew the result.
+TimedRun median_run(const PipelineSchedule& schedule, Communicator& world, Backend& backend, const PipelineWork& work,
+                    int repeats) {
+  std::vector<TimedRun> runs;
+  for (int r = 0; r < repeats; ++r) {
+    auto timings = gather_timings(world, run_pipeline(schedule, world, backend, work));
+    double span = 0;
+    for (const auto& rank : timings)
+      for (const auto& t : rank) span = std::max(span, t.end);
+    runs.push_back({measured_bubble_fraction(timings), span, std::move(timings)});
+  }
+  std::sort(runs.begin(), runs.end(), [](const TimedRun& a, const TimedRun& b) { return a.bubble < b.bubble; });
+  return std::move(runs[runs.size() / 2]);
+}
+
+void write_outputs(const PipelineBenchOptions& o, int p, const nlohmann::json& records, const nlohmann::json& trace) {
+  if (!o.json_out.empty()) {
+    std::ofstream out(o.json_out);
+    check(out.good(), "cannot write ", o.json_out);
+    out << nlohmann::json{{"benchmark", "pipeline"}, {"stages", p}, {"results", records}}.dump(2) << "\n";
+  }
+  if (!o.trace_out.empty()) {
+    std::ofstream out(o.trace_out);
+    check(out.good(), "cannot write ", o.trace_out);
+    out << trace.dump(1) << "\n";
+  }
+}
+
+}  // namespace
+
 void run_pipeline_bench(const PipelineBenchOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
@@ -47,20 +86,7 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
       if (kind == ScheduleKind::Interleaved && (p == 1 || m % p != 0)) continue;
       const PipelineSchedule schedule = make_schedule(kind, p, m, v);
       unit_ms = o.forward_ms / v;  // the same model cut into v times more chunks
-      struct Run {
-        double bubble, seconds;
-        std::vector<std::vector<ActionTiming>> timings;
-      };
-      std::vector<Run> runs;
-      for (int r = 0; r < o.repeats; ++r) {
-        auto timings = gather_timings(*world, run_pipeline(schedule, *world, *backend, work));
-        double span = 0;
-        for (const auto& rank : timings)
-          for (const auto& t : rank) span = std::max(span, t.end);
-        runs.push_back({measured_bubble_fraction(timings), span, std::move(timings)});
-      }
-      std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.bubble < b.bubble; });
-      const Run& median = runs[runs.size() / 2];  // its timeline is the one written
+      const TimedRun median = median_run(schedule, *world, *backend, work, o.repeats);
       const double theory = theoretical_bubble_fraction(schedule), measured = median.bubble, step = median.seconds;
       if (!root) continue;
       const double ratio = theory > 0 ? measured / theory : 0;
@@ -74,17 +100,7 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
                          {"forward_ms", o.forward_ms}});
       if (kind == ScheduleKind::OneFOneB) trace = timeline_json(schedule, median.timings);
     }
-  if (!root) return;
-  if (!o.json_out.empty()) {
-    std::ofstream out(o.json_out);
-    check(out.good(), "cannot write ", o.json_out);
-    out << nlohmann::json{{"benchmark", "pipeline"}, {"stages", p}, {"results", records}}.dump(2) << "\n";
-  }
-  if (!o.trace_out.empty()) {
-    std::ofstream out(o.trace_out);
-    check(out.good(), "cannot write ", o.trace_out);
-    out << trace.dump(1) << "\n";
-  }
+  if (root) write_outputs(o, p, records, trace);
 }
 
 }  // namespace tripod::bench

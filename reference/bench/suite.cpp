@@ -70,39 +70,34 @@ void print_summary(const json& bench) {
                 r["theoretical_bubble"].get<double>());
 }
 
-}  // namespace
+// One benchmark step: a child process whose output goes to `log` in the output directory.
+struct Step {
+  std::string label, log;
+  fs::path program;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+};
 
-void run_suite(const SuiteOptions& o) {
-  check(detect_launch().world_size == 1, "run `tripod bench` directly, not under mpirun: it launches its own ",
-        "ranks for the collective and training steps (--ranks N)");
-  const int cores = process::available_cores();
-  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
-  const fs::path out = o.out;
-  fs::create_directories(out);
-  fs::remove(out / "bench.json");
-  const fs::path self = process::self_executable();
-  const fs::path mpirun = find_program(o.mpirun);
-  std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
-              cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
-
+// The environment of the multi-rank steps: the cores shared evenly among the ranks, which wait
+// passively so that oversubscribed ranks do not spin against each other.
+std::map<std::string, std::string> mpi_environment(int cores, int ranks) {
   std::map<std::string, std::string> mpi_env = {{"OMP_NUM_THREADS", std::to_string(std::max(1, cores / ranks))},
                                                 {"OMP_WAIT_POLICY", "PASSIVE"}};
   if (::geteuid() == 0) {  // Open MPI refuses root without these
     mpi_env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
     mpi_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
   }
+  return mpi_env;
+}
+
+// The suite's steps in run order; --quick shrinks every sweep, and every step gets the backend.
+std::vector<Step> plan_steps(const SuiteOptions& o, const fs::path& out, const fs::path& self, const fs::path& mpirun,
+                             int ranks, const std::map<std::string, std::string>& mpi_env) {
   const std::vector<std::string> mpi = {"--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "900", "-np",
                                         std::to_string(ranks), self.string()};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
-  };
-  const std::string quick = o.quick ? "--quick" : "";
-  struct Step {
-    std::string label, log;
-    fs::path program;
-    std::vector<std::string> args;
-    std::map<std::string, std::string> env;
   };
   std::vector<Step> steps = {
       {"GEMM sweep", "gemm.log", self, {"bench", "gemm", "--json", (out / "bench.json").string()}, {}},
@@ -131,6 +126,12 @@ void run_suite(const SuiteOptions& o) {
     step.args.push_back("--backend");
     step.args.push_back(o.backend);
   }
+  return steps;
+}
+
+// Runs every step, even after one fails (the others' results are still worth having); returns
+// how many failed.
+int run_steps(const std::vector<Step>& steps, const fs::path& out) {
   int failed = 0;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
@@ -146,6 +147,11 @@ void run_suite(const SuiteOptions& o) {
                 ok ? (out / s.log).string().c_str() : (process::describe_exit(exit) + ", see " + (out / s.log).string()).c_str());
     std::fflush(stdout);
   }
+  return failed;
+}
+
+// Merges the steps' JSON files into bench.json (the GEMM and kernel steps wrote it directly).
+json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks) {
   json bench = read_json(out / "bench.json");
   bench["comm"] = read_json(out / "comm.json");
   bench["layouts"] = read_json(out / "layouts.json");
@@ -154,7 +160,26 @@ void run_suite(const SuiteOptions& o) {
   bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
                      {"backend", o.backend}};
   std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
-  print_summary(bench);
+  return bench;
+}
+
+}  // namespace
+
+void run_suite(const SuiteOptions& o) {
+  check(detect_launch().world_size == 1, "run `tripod bench` directly, not under mpirun: it launches its own ",
+        "ranks for the collective and training steps (--ranks N)");
+  const int cores = process::available_cores();
+  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
+  const fs::path out = o.out;
+  fs::create_directories(out);
+  fs::remove(out / "bench.json");
+  const fs::path self = process::self_executable();
+  const fs::path mpirun = find_program(o.mpirun);
+  std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
+              cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
+
+  const int failed = run_steps(plan_steps(o, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
+  print_summary(merge_results(out, o, cores, ranks));
   // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
       "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},

@@ -54,6 +54,105 @@ uint64_t checked_bytes(const Shape& shape, DType dtype, const std::string& what)
   return bytes;
 }
 
+// One tensor's header entry: its name, dtype and shape (data still empty) and where its bytes lie.
+struct TensorEntry {
+  HostTensor tensor;
+  uint64_t begin, end;
+};
+
+// Reads the 8-byte header length and the header text after it; `in` is left at the first data byte.
+std::string read_header_text(std::ifstream& in, const std::string& file, uint64_t file_size) {
+  uint64_t header_size = 0;
+  in.read(reinterpret_cast<char*>(&header_size), 8);
+  check(in.good(), "cannot read the header length of ", file);
+  check(header_size <= file_size - 8, file, ": header length ", header_size,
+        " runs past the end of the file (", file_size, " bytes)");
+  std::string text(header_size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_size));
+  check(in.good(), "cannot read the header of ", file);
+  return text;
+}
+
+// Parse keeping the header's key order; a repeated top-level key would silently hide a tensor,
+// so the parser callback rejects it.
+ordered_json parse_header(const std::string& text, const std::string& file) {
+  ordered_json header;
+  std::set<std::string> keys;
+  try {
+    header = ordered_json::parse(text, [&](int depth, ordered_json::parse_event_t event, ordered_json& parsed) {
+      if (depth == 1 && event == ordered_json::parse_event_t::key) {
+        const auto& key = parsed.get_ref<const std::string&>();
+        check(keys.insert(key).second, file, ": tensor '", key, "' appears twice in the header");
+      }
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    fail(file, ": the header is not valid JSON (", e.what(), ")");
+  }
+  check(header.is_object(), file, ": the header is not a JSON object");
+  return header;
+}
+
+std::map<std::string, std::string> parse_metadata(const ordered_json& info, const std::string& file) {
+  check(info.is_object(), file, ": __metadata__ is not an object");
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : info.items()) {
+    check(v.is_string(), file, ": metadata value of '", k, "' is not a string");
+    metadata[k] = v.get<std::string>();
+  }
+  return metadata;
+}
+
+// Validates one tensor's header entry; its byte span must match what its shape and dtype need.
+TensorEntry parse_tensor_entry(const std::string& name, const ordered_json& info, const std::string& file) {
+  const std::string what = file + ", tensor '" + name + "'";
+  check(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
+        what, ": header entry needs dtype, shape and data_offsets");
+  check(info["dtype"].is_string(), what, ": dtype is not a string");
+  TensorEntry entry{HostTensor{name, DType::F32, {}, {}}, 0, 0};
+  try {
+    entry.tensor.dtype = parse_safetensors_dtype(info["dtype"].get<std::string>());
+  } catch (const Error& e) {
+    fail(what, ": ", e.what());
+  }
+  check(info["shape"].is_array(), what, ": shape is not an array");
+  for (const auto& d : info["shape"]) {
+    check(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+          what, ": shape entry ", d.dump(), " is not a non-negative integer");
+    entry.tensor.shape.push_back(d.get<int64_t>());
+  }
+  const auto& offsets = info["data_offsets"];
+  check(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+            offsets[1].is_number_unsigned(),
+        what, ": data_offsets is not a pair of non-negative integers");
+  entry.begin = offsets[0].get<uint64_t>();
+  entry.end = offsets[1].get<uint64_t>();
+  check(entry.begin <= entry.end, what, ": data_offsets [", entry.begin, ", ", entry.end, "] are reversed");
+  const uint64_t bytes = checked_bytes(entry.tensor.shape, entry.tensor.dtype, what);
+  check(entry.end - entry.begin == bytes, what, ": data_offsets [", entry.begin, ", ", entry.end,
+        "] span ", entry.end - entry.begin, " bytes but shape ", shape_str(entry.tensor.shape), " of ",
+        info["dtype"].get<std::string>(), " needs ", bytes);
+  return entry;
+}
+
+// The data must be exactly the tensors laid end to end (as HF's own validation demands), so
+// overlaps, holes and trailing bytes all mean a corrupted file. Stable sort keeps header order
+// among empty tensors that share an offset. Leaves `entries` in data order.
+void check_data_layout(std::vector<TensorEntry>& entries, uint64_t data_size, const std::string& file) {
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const TensorEntry& e : entries) {
+    check(e.begin == expected, file, ", tensor '", e.tensor.name, "': data_offsets [", e.begin, ", ", e.end,
+          "] ", e.begin < expected ? "overlap the previous tensor" : "leave a gap after the previous tensor",
+          " (expected to begin at ", expected, ")");
+    check(e.end <= data_size, file, " is truncated: tensor '", e.tensor.name, "' ends at data byte ", e.end,
+          " but the file holds only ", data_size, " data bytes");
+    expected = e.end;
+  }
+  check(expected == data_size, file, ": ", data_size - expected, " bytes after the last tensor's data");
+}
+
 }  // namespace
 
 std::string safetensors_dtype_name(DType dtype) {
@@ -131,95 +230,22 @@ SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
   check(!ec, "cannot stat ", file, ": ", ec.message());
   check(file_size >= 8, file, " is ", file_size, " bytes, shorter than the 8-byte header length");
 
-  uint64_t header_size = 0;
-  in.read(reinterpret_cast<char*>(&header_size), 8);
-  check(in.good(), "cannot read the header length of ", file);
-  check(header_size <= file_size - 8, file, ": header length ", header_size,
-        " runs past the end of the file (", file_size, " bytes)");
-  std::string text(header_size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_size));
-  check(in.good(), "cannot read the header of ", file);
-
-  // Parse keeping the header's key order; a repeated top-level key would silently hide a tensor,
-  // so the parser callback rejects it.
-  ordered_json header;
-  std::set<std::string> keys;
-  try {
-    header = ordered_json::parse(text, [&](int depth, ordered_json::parse_event_t event, ordered_json& parsed) {
-      if (depth == 1 && event == ordered_json::parse_event_t::key) {
-        const auto& key = parsed.get_ref<const std::string&>();
-        check(keys.insert(key).second, file, ": tensor '", key, "' appears twice in the header");
-      }
-      return true;
-    });
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, ": the header is not valid JSON (", e.what(), ")");
-  }
-  check(header.is_object(), file, ": the header is not a JSON object");
+  const std::string text = read_header_text(in, file, file_size);
+  const ordered_json header = parse_header(text, file);
 
   SafetensorsFile result;
   result.path_ = path;
-  struct Entry {
-    HostTensor tensor;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
+  std::vector<TensorEntry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == kMetadataKey) {
-      check(info.is_object(), file, ": __metadata__ is not an object");
-      for (const auto& [k, v] : info.items()) {
-        check(v.is_string(), file, ": metadata value of '", k, "' is not a string");
-        result.metadata_[k] = v.get<std::string>();
-      }
+      result.metadata_ = parse_metadata(info, file);
       continue;
     }
-    const std::string what = file + ", tensor '" + name + "'";
-    check(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
-          what, ": header entry needs dtype, shape and data_offsets");
-    check(info["dtype"].is_string(), what, ": dtype is not a string");
-    Entry entry{HostTensor{name, DType::F32, {}, {}}, 0, 0};
-    try {
-      entry.tensor.dtype = parse_safetensors_dtype(info["dtype"].get<std::string>());
-    } catch (const Error& e) {
-      fail(what, ": ", e.what());
-    }
-    check(info["shape"].is_array(), what, ": shape is not an array");
-    for (const auto& d : info["shape"]) {
-      check(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
-            what, ": shape entry ", d.dump(), " is not a non-negative integer");
-      entry.tensor.shape.push_back(d.get<int64_t>());
-    }
-    const auto& offsets = info["data_offsets"];
-    check(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-              offsets[1].is_number_unsigned(),
-          what, ": data_offsets is not a pair of non-negative integers");
-    entry.begin = offsets[0].get<uint64_t>();
-    entry.end = offsets[1].get<uint64_t>();
-    check(entry.begin <= entry.end, what, ": data_offsets [", entry.begin, ", ", entry.end, "] are reversed");
-    const uint64_t bytes = checked_bytes(entry.tensor.shape, entry.tensor.dtype, what);
-    check(entry.end - entry.begin == bytes, what, ": data_offsets [", entry.begin, ", ", entry.end,
-          "] span ", entry.end - entry.begin, " bytes but shape ", shape_str(entry.tensor.shape), " of ",
-          info["dtype"].get<std::string>(), " needs ", bytes);
-    entries.push_back(std::move(entry));
+    entries.push_back(parse_tensor_entry(name, info, file));
   }
+  check_data_layout(entries, file_size - 8 - text.size(), file);
 
-  // The data must be exactly the tensors laid end to end (as HF's own validation demands), so
-  // overlaps, holes and trailing bytes all mean a corrupted file. Stable sort keeps header order
-  // among empty tensors that share an offset.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  const uint64_t data_size = file_size - 8 - header_size;
-  uint64_t expected = 0;
-  for (const Entry& e : entries) {
-    check(e.begin == expected, file, ", tensor '", e.tensor.name, "': data_offsets [", e.begin, ", ", e.end,
-          "] ", e.begin < expected ? "overlap the previous tensor" : "leave a gap after the previous tensor",
-          " (expected to begin at ", expected, ")");
-    check(e.end <= data_size, file, " is truncated: tensor '", e.tensor.name, "' ends at data byte ", e.end,
-          " but the file holds only ", data_size, " data bytes");
-    expected = e.end;
-  }
-  check(expected == data_size, file, ": ", data_size - expected, " bytes after the last tensor's data");
-
-  for (Entry& e : entries) {
+  for (TensorEntry& e : entries) {
     e.tensor.data.resize(e.end - e.begin);
     in.read(reinterpret_cast<char*>(e.tensor.data.data()), static_cast<std::streamsize>(e.tensor.data.size()));
     check(in.good(), file, ": cannot read the data of tensor '", e.tensor.name, "' (file truncated?)");

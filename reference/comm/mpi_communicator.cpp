@@ -107,6 +107,112 @@ class MpiRequest final : public CommRequest {
   bool done_ = false;
 };
 
+// One operation being issued: the call, the request that will own the transfer, and the group it
+// runs in. `blocking` picks MPI's blocking algorithm (the request then completes at once). The
+// issue_* helpers below return MPI's error code; their finishing steps capture values, never this
+// struct, which does not outlive MpiCommunicator::start.
+struct MpiIssue {
+  const CommCall& call;
+  MpiRequest& request;
+  MPI_Comm comm;
+  int rank, size;
+  bool blocking;
+  MPI_Datatype type;
+  MPI_Op op;
+  void* in;  // null when the call has no such tensor
+  void* out;
+};
+
+// Avg's division, once the summed result has arrived.
+void divide_on_complete(MpiRequest& request, const Tensor& result, int group_size) {
+  request.on_complete([=](const MPI_Status&) { divide_by(result, group_size); });
+}
+
+int issue_allreduce(const MpiIssue& s) {
+  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
+  const int code = s.blocking ? MPI_Allreduce(send, s.out, count, s.type, s.op, s.comm)
+                              : MPI_Iallreduce(send, s.out, count, s.type, s.op, s.comm, s.request.handle());
+  if (s.call.reduce == ReduceOp::Avg) divide_on_complete(s.request, s.call.out, s.size);
+  return code;
+}
+
+int issue_reduce_scatter(const MpiIssue& s) {
+  // With MPI_IN_PLACE the whole input sits in the receive buffer and the result lands at its
+  // start (block 0), so an in-place result is moved to this rank's block afterwards.
+  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
+  void* recv = s.call.in_place ? s.in : s.out;
+  const int code = s.blocking ? MPI_Reduce_scatter_block(send, recv, count, s.type, s.op, s.comm)
+                              : MPI_Ireduce_scatter_block(send, recv, count, s.type, s.op, s.comm, s.request.handle());
+  const bool move = s.call.in_place && s.rank != 0;
+  const bool avg = s.call.reduce == ReduceOp::Avg;
+  if (move || avg) {
+    s.request.on_complete([result = s.call.out, recv, move, avg, group_size = s.size](const MPI_Status&) {
+      if (move) std::memmove(result.raw(), recv, result.bytes());
+      if (avg) divide_by(result, group_size);
+    });
+  }
+  return code;
+}
+
+int issue_allgather(const MpiIssue& s) {
+  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
+  return s.blocking ? MPI_Allgather(send, count, s.type, s.out, count, s.type, s.comm)
+                    : MPI_Iallgather(send, count, s.type, s.out, count, s.type, s.comm, s.request.handle());
+}
+
+int issue_broadcast(const MpiIssue& s) {
+  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  return s.blocking ? MPI_Bcast(s.in, count, s.type, s.call.peer, s.comm)
+                    : MPI_Ibcast(s.in, count, s.type, s.call.peer, s.comm, s.request.handle());
+}
+
+int issue_reduce(const MpiIssue& s) {
+  // MPI_IN_PLACE is legal only at the root; other ranks send `in` and receive nothing.
+  const bool root = s.rank == s.call.peer;
+  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  const void* send = root && s.call.in_place ? MPI_IN_PLACE : s.in;
+  void* recv = root ? s.out : nullptr;
+  const int code = s.blocking ? MPI_Reduce(send, recv, count, s.type, s.op, s.call.peer, s.comm)
+                              : MPI_Ireduce(send, recv, count, s.type, s.op, s.call.peer, s.comm, s.request.handle());
+  if (s.call.reduce == ReduceOp::Avg && root) divide_on_complete(s.request, s.call.out, s.size);
+  return code;
+}
+
+int issue_alltoall(const MpiIssue& s) {
+  // In place: send from a private copy of the input (what Open MPI would do internally).
+  const int count = mpi_count(s.call.in.numel() / s.size, s.request.what());
+  const void* send = s.in;
+  if (s.call.in_place) {
+    const char* in = static_cast<const char*>(s.in);
+    s.request.scratch().assign(in, in + s.call.in.bytes());
+    send = s.request.scratch().data();
+  }
+  return s.blocking ? MPI_Alltoall(send, count, s.type, s.out, count, s.type, s.comm)
+                    : MPI_Ialltoall(send, count, s.type, s.out, count, s.type, s.comm, s.request.handle());
+}
+
+int issue_send(const MpiIssue& s) {
+  // Point-to-point has no separate blocking algorithm: always Isend, the caller waits.
+  return MPI_Isend(s.in, mpi_count(s.call.in.numel(), s.request.what()), s.type, s.call.peer, s.call.tag, s.comm,
+                   s.request.handle());
+}
+
+int issue_recv(const MpiIssue& s) {
+  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const int code = MPI_Irecv(s.out, count, s.type, s.call.peer, s.call.tag, s.comm, s.request.handle());
+  s.request.on_complete(
+      [type = s.type, count, at = s.request.what(), peer = s.call.peer, tag = s.call.tag](const MPI_Status& status) {
+        int received = 0;
+        MPI_Get_count(&status, type, &received);
+        check(received == count, at, ": expected ", count, " elements from rank ", peer, " (tag ", tag,
+              ") but the message has ", received);
+      });
+  return code;
+}
+
 }  // namespace
 
 // ---- runtime ----
@@ -164,99 +270,23 @@ std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool b
   const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
   if (reduction && call.in.dtype() == DType::BF16) return start_bf16_reduction(call, blocking);
   auto request = std::make_unique<MpiRequest>(where(call.op), call);
-  const std::string& at = request->what();
-  MPI_Request* handle = request->handle();
-  const MPI_Datatype type = mpi_type(call.in.dtype());
-  const MPI_Op op = mpi_op(call.reduce);
-  const bool avg = call.reduce == ReduceOp::Avg;
   void* in = call.in.defined() ? call.in.raw() : nullptr;  // a barrier has no tensors
   void* out = call.out.defined() ? call.out.raw() : nullptr;
-  const Tensor result = call.out;  // what the finishing steps touch
-  const int group_size = size_;
+  const MpiIssue issue{call, *request, comm_, rank_, size_, blocking, mpi_type(call.in.dtype()), mpi_op(call.reduce),
+                       in, out};
   int code = MPI_SUCCESS;
-
   switch (call.op) {
-    case CommOp::AllReduce: {
-      const int count = mpi_count(call.out.numel(), at);
-      const void* send = call.in_place ? MPI_IN_PLACE : in;
-      code = blocking ? MPI_Allreduce(send, out, count, type, op, comm_)
-                      : MPI_Iallreduce(send, out, count, type, op, comm_, handle);
-      if (avg) request->on_complete([=](const MPI_Status&) { divide_by(result, group_size); });
-      break;
-    }
-    case CommOp::ReduceScatter: {
-      // With MPI_IN_PLACE the whole input sits in the receive buffer and the result lands at its
-      // start (block 0), so an in-place result is moved to this rank's block afterwards.
-      const int count = mpi_count(call.out.numel(), at);
-      const void* send = call.in_place ? MPI_IN_PLACE : in;
-      void* recv = call.in_place ? in : out;
-      code = blocking ? MPI_Reduce_scatter_block(send, recv, count, type, op, comm_)
-                      : MPI_Ireduce_scatter_block(send, recv, count, type, op, comm_, handle);
-      const bool move = call.in_place && rank_ != 0;
-      if (move || avg) {
-        request->on_complete([=](const MPI_Status&) {
-          if (move) std::memmove(result.raw(), recv, result.bytes());
-          if (avg) divide_by(result, group_size);
-        });
-      }
-      break;
-    }
-    case CommOp::AllGather: {
-      const int count = mpi_count(call.in.numel(), at);
-      const void* send = call.in_place ? MPI_IN_PLACE : in;
-      code = blocking ? MPI_Allgather(send, count, type, out, count, type, comm_)
-                      : MPI_Iallgather(send, count, type, out, count, type, comm_, handle);
-      break;
-    }
-    case CommOp::Broadcast: {
-      const int count = mpi_count(call.in.numel(), at);
-      code = blocking ? MPI_Bcast(in, count, type, call.peer, comm_)
-                      : MPI_Ibcast(in, count, type, call.peer, comm_, handle);
-      break;
-    }
-    case CommOp::Reduce: {
-      // MPI_IN_PLACE is legal only at the root; other ranks send `in` and receive nothing.
-      const bool root = rank_ == call.peer;
-      const int count = mpi_count(call.in.numel(), at);
-      const void* send = root && call.in_place ? MPI_IN_PLACE : in;
-      void* recv = root ? out : nullptr;
-      code = blocking ? MPI_Reduce(send, recv, count, type, op, call.peer, comm_)
-                      : MPI_Ireduce(send, recv, count, type, op, call.peer, comm_, handle);
-      if (avg && root) request->on_complete([=](const MPI_Status&) { divide_by(result, group_size); });
-      break;
-    }
-    case CommOp::AllToAll: {
-      // In place: send from a private copy of the input (what Open MPI would do internally).
-      const int count = mpi_count(call.in.numel() / size_, at);
-      const void* send = in;
-      if (call.in_place) {
-        request->scratch().assign(static_cast<const char*>(in), static_cast<const char*>(in) + call.in.bytes());
-        send = request->scratch().data();
-      }
-      code = blocking ? MPI_Alltoall(send, count, type, out, count, type, comm_)
-                      : MPI_Ialltoall(send, count, type, out, count, type, comm_, handle);
-      break;
-    }
-    case CommOp::Send:
-      // Point-to-point has no separate blocking algorithm: always Isend, the caller waits.
-      code = MPI_Isend(in, mpi_count(call.in.numel(), at), type, call.peer, call.tag, comm_, handle);
-      break;
-    case CommOp::Recv: {
-      const int count = mpi_count(call.out.numel(), at);
-      code = MPI_Irecv(out, count, type, call.peer, call.tag, comm_, handle);
-      request->on_complete([=](const MPI_Status& status) {
-        int received = 0;
-        MPI_Get_count(&status, type, &received);
-        check(received == count, at, ": expected ", count, " elements from rank ", call.peer, " (tag ", call.tag,
-              ") but the message has ", received);
-      });
-      break;
-    }
-    case CommOp::Barrier:
-      code = blocking ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, handle);
-      break;
+    case CommOp::AllReduce: code = issue_allreduce(issue); break;
+    case CommOp::ReduceScatter: code = issue_reduce_scatter(issue); break;
+    case CommOp::AllGather: code = issue_allgather(issue); break;
+    case CommOp::Broadcast: code = issue_broadcast(issue); break;
+    case CommOp::Reduce: code = issue_reduce(issue); break;
+    case CommOp::AllToAll: code = issue_alltoall(issue); break;
+    case CommOp::Send: code = issue_send(issue); break;
+    case CommOp::Recv: code = issue_recv(issue); break;
+    case CommOp::Barrier: code = blocking ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, request->handle()); break;
   }
-  mpi_check(code, at);
+  mpi_check(code, request->what());
   return request;
 }
 

@@ -34,6 +34,95 @@ bool is_gradient_action(ActionKind k) {
   return k == ActionKind::Backward || k == ActionKind::SendGradient || k == ActionKind::RecvGradient;
 }
 
+// One rank's side of a pipeline step: the tensors received but not yet consumed, by (micro-batch,
+// chunk), and the sends still in flight, each owning a copy of its tensor until it completes.
+class RankExecution {
+ public:
+  RankExecution(const PipelineSchedule& schedule, Communicator& pp, Backend& backend, const PipelineWork& work)
+      : schedule_(schedule), pp_(pp), backend_(backend), work_(work),
+        chunks_(schedule.stages * schedule.virtual_stages) {}
+
+  void perform(const PipelineAction& a) {
+    switch (a.kind) {
+      case ActionKind::Forward: forward(a); break;
+      case ActionKind::Backward: backward(a); break;
+      case ActionKind::SendActivation:
+      case ActionKind::SendGradient: send(a); break;
+      case ActionKind::RecvActivation:
+      case ActionKind::RecvGradient: receive(a); break;
+    }
+  }
+
+  // Sends complete while this rank computes only if MPI gets a chance to progress them; the
+  // finished ones free their copies (1F1B's memory bound holds for the messages too).
+  void release_completed_sends() {
+    sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Sending& s) { return s.request->test(); }),
+                 sends_.end());
+  }
+
+  void wait_for_sends() {
+    for (auto& s : sends_) s.request->wait();
+  }
+
+ private:
+  using Received = std::map<std::pair<int, int>, Tensor>;
+  struct Sending {
+    Tensor copy;
+    std::unique_ptr<CommRequest> request;
+  };
+
+  void forward(const PipelineAction& a) {
+    // Chunk 0 reads tokens; every other chunk's input arrived from the previous rank.
+    if (a.chunk == 0) {
+      work_.forward(a.microbatch, a.chunk, nullptr);
+    } else {
+      const Tensor input = take(activations_, a.microbatch, a.chunk);
+      work_.forward(a.microbatch, a.chunk, &input);
+    }
+  }
+
+  void backward(const PipelineAction& a) {
+    if (a.chunk == chunks_ - 1) {
+      work_.backward(a.microbatch, a.chunk, nullptr);
+    } else {
+      const Tensor grad = take(gradients_, a.microbatch, a.chunk);
+      work_.backward(a.microbatch, a.chunk, &grad);
+    }
+  }
+
+  void send(const PipelineAction& a) {
+    const bool gradient = a.kind == ActionKind::SendGradient;
+    Sending s{work_.boundary_buffer(), nullptr};
+    backend_.copy(gradient ? work_.input_grad(a.microbatch, a.chunk) : work_.output(a.microbatch, a.chunk), s.copy);
+    s.request = pp_.send_async(s.copy, a.peer, message_tag(schedule_, a.microbatch, a.chunk, gradient));
+    sends_.push_back(std::move(s));
+  }
+
+  void receive(const PipelineAction& a) {
+    const bool gradient = a.kind == ActionKind::RecvGradient;
+    Tensor buffer = work_.boundary_buffer();
+    pp_.recv(buffer, a.peer, message_tag(schedule_, a.microbatch, gradient ? a.chunk + 1 : a.chunk - 1, gradient));
+    (gradient ? gradients_ : activations_)[{a.microbatch, a.chunk}] = buffer;
+  }
+
+  Tensor take(Received& from, int mb, int chunk) {
+    auto it = from.find({mb, chunk});
+    check(it != from.end(), "pipeline rank ", pp_.rank(), ": micro-batch ", mb, " of chunk ", chunk,
+          " computed before its input arrived (schedule out of order)");
+    Tensor t = it->second;
+    from.erase(it);
+    return t;
+  }
+
+  const PipelineSchedule& schedule_;
+  Communicator& pp_;
+  Backend& backend_;
+  const PipelineWork& work_;
+  const int chunks_;
+  Received activations_, gradients_;
+  std::vector<Sending> sends_;
+};
+
 }  // namespace
 
 void check_message_tags(const PipelineSchedule& s) {
@@ -68,22 +157,8 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
   check(pp.size() == schedule.stages, "pipeline schedule for ", schedule.stages, " stages run on ", pp.name(),
         " of ", pp.size(), " ranks");
   check_executable(schedule);
-  const int chunks = schedule.stages * schedule.virtual_stages;
   const auto& actions = schedule.ranks[static_cast<std::size_t>(pp.rank())];
-  std::map<std::pair<int, int>, Tensor> activations, gradients;  // received, by (micro-batch, chunk)
-  struct Sending {
-    Tensor copy;
-    std::unique_ptr<CommRequest> request;
-  };
-  std::vector<Sending> sends;
-  auto received = [&](std::map<std::pair<int, int>, Tensor>& from, int mb, int chunk) -> Tensor {
-    auto it = from.find({mb, chunk});
-    check(it != from.end(), "pipeline rank ", pp.rank(), ": micro-batch ", mb, " of chunk ", chunk,
-          " computed before its input arrived (schedule out of order)");
-    Tensor t = it->second;
-    from.erase(it);
-    return t;
-  };
+  RankExecution execution(schedule, pp, backend, work);
 
   std::vector<ActionTiming> timings;
   pp.barrier();
@@ -92,52 +167,13 @@ std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communi
   for (const PipelineAction& a : actions) {
     if (forward_only && is_gradient_action(a.kind)) continue;
     ActionTiming timing{a, now(), 0};
-    switch (a.kind) {
-      case ActionKind::Forward: {
-        // Chunk 0 reads tokens; every other chunk's input arrived from the previous rank.
-        if (a.chunk == 0) {
-          work.forward(a.microbatch, a.chunk, nullptr);
-        } else {
-          const Tensor input = received(activations, a.microbatch, a.chunk);
-          work.forward(a.microbatch, a.chunk, &input);
-        }
-        break;
-      }
-      case ActionKind::Backward: {
-        if (a.chunk == chunks - 1) {
-          work.backward(a.microbatch, a.chunk, nullptr);
-        } else {
-          const Tensor grad = received(gradients, a.microbatch, a.chunk);
-          work.backward(a.microbatch, a.chunk, &grad);
-        }
-        break;
-      }
-      case ActionKind::SendActivation:
-      case ActionKind::SendGradient: {
-        const bool gradient = a.kind == ActionKind::SendGradient;
-        Sending s{work.boundary_buffer(), nullptr};
-        backend.copy(gradient ? work.input_grad(a.microbatch, a.chunk) : work.output(a.microbatch, a.chunk), s.copy);
-        s.request = pp.send_async(s.copy, a.peer, message_tag(schedule, a.microbatch, a.chunk, gradient));
-        sends.push_back(std::move(s));
-        break;
-      }
-      case ActionKind::RecvActivation:
-      case ActionKind::RecvGradient: {
-        const bool gradient = a.kind == ActionKind::RecvGradient;
-        Tensor buffer = work.boundary_buffer();
-        pp.recv(buffer, a.peer, message_tag(schedule, a.microbatch, gradient ? a.chunk + 1 : a.chunk - 1, gradient));
-        (gradient ? gradients : activations)[{a.microbatch, a.chunk}] = buffer;
-        break;
-      }
-    }
-    // Sends complete while this rank computes only if MPI gets a chance to progress them; the
-    // finished ones free their copies (1F1B's memory bound holds for the messages too).
-    sends.erase(std::remove_if(sends.begin(), sends.end(), [](Sending& s) { return s.request->test(); }), sends.end());
+    execution.perform(a);
+    execution.release_completed_sends();
     backend.synchronize();  // a device computes asynchronously: the action ends when its work is done
     timing.end = now();
     timings.push_back(timing);
   }
-  for (auto& s : sends) s.request->wait();
+  execution.wait_for_sends();
   return timings;
 }
 

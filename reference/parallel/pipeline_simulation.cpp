@@ -11,12 +11,13 @@
 
 namespace tripod {
 
-ScheduleStats validate_schedule(const PipelineSchedule& s) {
+namespace {
+
+using Key = std::tuple<int, int, int>;  // (kind: 0 forward 1 backward, microbatch, chunk)
+
+// Each micro-batch has exactly one forward and one backward of every chunk, on the chunk's rank.
+void check_computes(const PipelineSchedule& s) {
   const int p = s.stages, chunks = s.stages * s.virtual_stages;
-  using Key = std::tuple<int, int, int>;  // (kind: 0 forward 1 backward, microbatch, chunk)
-  std::map<Key, double> done;                                        // finish time of each compute
-  std::map<std::tuple<int, int, int, int>, double> mailbox;          // (to, kind, mb, chunk) -> arrival
-  // Each micro-batch has exactly one forward and one backward of every chunk, on the chunk's rank.
   std::map<Key, int> seen;
   for (int r = 0; r < p; ++r)
     for (const auto& a : s.ranks[static_cast<std::size_t>(r)])
@@ -30,73 +31,118 @@ ScheduleStats validate_schedule(const PipelineSchedule& s) {
       for (int c = 0; c < chunks; ++c)
         check(seen[{kind, mb, c}] == 1, "schedule: micro-batch ", mb, " has ", seen[{kind, mb, c}], " ",
               kind == 0 ? "forwards" : "backwards", " of chunk ", c, " (expected exactly one)");
+}
 
-  ScheduleStats stats;
-  stats.max_in_flight.assign(static_cast<std::size_t>(p), 0);
-  stats.action_times.resize(static_cast<std::size_t>(p));
-  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-  std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
-  std::vector<int> in_flight(static_cast<std::size_t>(p), 0);
-  double busy = 0;
-  const double unit = 1.0 / s.virtual_stages;
+// The simulated state: each rank's position in its action list and its clock, the messages sent
+// and the computes finished so far.
+class Simulation {
+ public:
+  explicit Simulation(const PipelineSchedule& s)
+      : s_(s), p_(s.stages), chunks_(s.stages * s.virtual_stages), unit_(1.0 / s.virtual_stages),
+        next_(static_cast<std::size_t>(p_), 0), clock_(static_cast<std::size_t>(p_), 0.0),
+        in_flight_(static_cast<std::size_t>(p_), 0) {
+    stats_.max_in_flight.assign(static_cast<std::size_t>(p_), 0);
+    stats_.action_times.resize(static_cast<std::size_t>(p_));
+  }
+
+  // Runs rank r's actions in order until one blocks or none is left; returns whether any ran.
+  bool advance(int r) {
+    const std::size_t ri = static_cast<std::size_t>(r);
+    auto& i = next_[ri];
+    auto& t = clock_[ri];
+    bool progressed = false;
+    while (i < s_.ranks[ri].size()) {
+      const PipelineAction& a = s_.ranks[ri][i];
+      const double reached = t;  // a blocked action is retried later with the clock unchanged
+      const bool compute = a.kind == ActionKind::Forward || a.kind == ActionKind::Backward;
+      if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
+        mailbox_[{a.peer, a.kind == ActionKind::SendActivation ? 0 : 1, a.microbatch, a.chunk}] = t;
+      } else if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) {
+        if (!receive(r, a, t)) break;  // blocks until the message arrives
+      } else if (!run_compute(r, a, t)) {
+        break;
+      }
+      if (!compute) stats_.action_times[ri].push_back({reached, t});
+      ++i;
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  // Once no rank can advance: every rank must have run all its actions.
+  ScheduleStats finish() {
+    std::string stuck;
+    for (int r = 0; r < p_; ++r) {
+      const std::size_t ri = static_cast<std::size_t>(r);
+      if (next_[ri] < s_.ranks[ri].size())
+        stuck += " rank " + std::to_string(r) + " at " + describe(s_.ranks[ri][next_[ri]]);
+    }
+    check(stuck.empty(), "schedule ", schedule_kind_name(s_.kind), " deadlocks:", stuck);
+    const double makespan = *std::max_element(clock_.begin(), clock_.end());
+    stats_.makespan = static_cast<int>(makespan * s_.virtual_stages + 0.5);
+    stats_.bubble_fraction = 1.0 - busy_ / (p_ * makespan);
+    return stats_;
+  }
+
+ private:
+  // False while the message has not been sent; otherwise rank r's clock moves to its arrival.
+  bool receive(int r, const PipelineAction& a, double& t) {
+    const bool act = a.kind == ActionKind::RecvActivation;
+    auto it = mailbox_.find({r, act ? 0 : 1, a.microbatch, act ? a.chunk - 1 : a.chunk + 1});
+    if (it == mailbox_.end()) return false;
+    t = std::max(t, it->second);
+    return true;
+  }
+
+  // Runs a forward or backward once its dependencies are done (false while one is not).
+  bool run_compute(int r, const PipelineAction& a, double& t) {
+    const std::size_t ri = static_cast<std::size_t>(r);
+    const bool fwd = a.kind == ActionKind::Forward, bwd = a.kind == ActionKind::Backward;
+    // Dependencies: forward after the previous chunk's forward; backward after its own forward
+    // and the next chunk's backward (or, for the last chunk, the loss of its own forward).
+    std::vector<Key> needs;
+    if (fwd && a.chunk > 0) needs.push_back({0, a.microbatch, a.chunk - 1});
+    if (bwd) needs.push_back({0, a.microbatch, a.chunk});
+    if (bwd && a.chunk + 1 < chunks_) needs.push_back({1, a.microbatch, a.chunk + 1});
+    for (const Key& k : needs) {
+      auto it = done_.find(k);
+      if (it == done_.end()) return false;
+      t = std::max(t, it->second);
+    }
+    const double duration = (fwd ? 1.0 : 2.0) * unit_;
+    stats_.action_times[ri].push_back({t, t + duration});
+    t += duration;
+    busy_ += duration;
+    done_[{fwd ? 0 : 1, a.microbatch, a.chunk}] = t;
+    in_flight_[ri] += fwd ? 1 : -1;
+    stats_.max_in_flight[ri] = std::max(stats_.max_in_flight[ri], in_flight_[ri]);
+    return true;
+  }
+
+  const PipelineSchedule& s_;
+  const int p_, chunks_;
+  const double unit_;
+  std::map<Key, double> done_;                                // finish time of each compute
+  std::map<std::tuple<int, int, int, int>, double> mailbox_;  // (to, kind, mb, chunk) -> arrival
+  ScheduleStats stats_;
+  std::vector<std::size_t> next_;
+  std::vector<double> clock_;
+  std::vector<int> in_flight_;
+  double busy_ = 0;
+};
+
+}  // namespace
+
+ScheduleStats validate_schedule(const PipelineSchedule& s) {
+  check_computes(s);
+  Simulation sim(s);
   bool progressed = true;
   while (progressed) {
     progressed = false;
-    for (int r = 0; r < p; ++r) {
-      auto& i = next[static_cast<std::size_t>(r)];
-      auto& t = clock[static_cast<std::size_t>(r)];
-      while (i < s.ranks[static_cast<std::size_t>(r)].size()) {
-        const PipelineAction& a = s.ranks[static_cast<std::size_t>(r)][i];
-        const double reached = t;  // a blocked action is retried later with the clock unchanged
-        const bool fwd = a.kind == ActionKind::Forward, bwd = a.kind == ActionKind::Backward;
-        if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
-          mailbox[{a.peer, a.kind == ActionKind::SendActivation ? 0 : 1, a.microbatch, a.chunk}] = t;
-        } else if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) {
-          const bool act = a.kind == ActionKind::RecvActivation;
-          auto it = mailbox.find({r, act ? 0 : 1, a.microbatch, act ? a.chunk - 1 : a.chunk + 1});
-          if (it == mailbox.end()) break;  // blocks until the message arrives
-          t = std::max(t, it->second);
-        } else {
-          // Dependencies: forward after the previous chunk's forward; backward after its own forward
-          // and the next chunk's backward (or, for the last chunk, the loss of its own forward).
-          std::vector<Key> needs;
-          if (fwd && a.chunk > 0) needs.push_back({0, a.microbatch, a.chunk - 1});
-          if (bwd) needs.push_back({0, a.microbatch, a.chunk});
-          if (bwd && a.chunk + 1 < chunks) needs.push_back({1, a.microbatch, a.chunk + 1});
-          bool ready = true;
-          for (const Key& k : needs) {
-            auto it = done.find(k);
-            if (it == done.end()) {
-              ready = false;
-              break;
-            }
-            t = std::max(t, it->second);
-          }
-          if (!ready) break;
-          const double duration = (fwd ? 1.0 : 2.0) * unit;
-          stats.action_times[static_cast<std::size_t>(r)].push_back({t, t + duration});
-          t += duration;
-          busy += duration;
-          done[{fwd ? 0 : 1, a.microbatch, a.chunk}] = t;
-          in_flight[static_cast<std::size_t>(r)] += fwd ? 1 : -1;
-          stats.max_in_flight[static_cast<std::size_t>(r)] =
-              std::max(stats.max_in_flight[static_cast<std::size_t>(r)], in_flight[static_cast<std::size_t>(r)]);
-        }
-        if (!fwd && !bwd) stats.action_times[static_cast<std::size_t>(r)].push_back({reached, t});
-        ++i;
-        progressed = true;
-      }
-    }
+    for (int r = 0; r < s.stages; ++r)
+      if (sim.advance(r)) progressed = true;
   }
-  std::string stuck;
-  for (int r = 0; r < p; ++r)
-    if (next[static_cast<std::size_t>(r)] < s.ranks[static_cast<std::size_t>(r)].size())
-      stuck += " rank " + std::to_string(r) + " at " + describe(s.ranks[static_cast<std::size_t>(r)][next[static_cast<std::size_t>(r)]]);
-  check(stuck.empty(), "schedule ", schedule_kind_name(s.kind), " deadlocks:", stuck);
-  const double makespan = *std::max_element(clock.begin(), clock.end());
-  stats.makespan = static_cast<int>(makespan * s.virtual_stages + 0.5);
-  stats.bubble_fraction = 1.0 - busy / (p * makespan);
-  return stats;
+  return sim.finish();
 }
 
 }  // namespace tripod

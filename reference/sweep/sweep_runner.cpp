@@ -127,6 +127,154 @@ struct Running {
   Clock::time_point started;
 };
 
+// The sweep's record of what was asked: the spec, the corpus and the grid (what `tripod scale fit`
+// reads back).
+void write_manifest(const fs::path& out, const SweepSpec& spec, const CorpusInfo& corpus,
+                    const std::vector<PlannedRun>& grid) {
+  json grid_json = json::array();
+  for (const PlannedRun& r : grid)
+    grid_json.push_back({{"name", r.name}, {"N", r.n}, {"D", r.tokens}, {"C", r.flops}, {"budget", budget_label(r.budget)}, {"steps", r.steps}});
+  write_json_file(out / "sweep.json", {{"spec_file", fs::absolute(spec.file).string()}, {"spec", spec.json},
+                                       {"corpus", {{"dir", corpus.dir.string()}, {"vocab", corpus.vocab},
+                                                   {"train_tokens", corpus.train_tokens},
+                                                   {"entropy_rate_nats", corpus.entropy_rate_nats}}},
+                                       {"grid", grid_json}});
+}
+
+// The runs without a final result of their current configuration (counting the others as already
+// finished), largest budgets first: the longest runs start early, which shortens the sweep's tail.
+std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::vector<PlannedRun>& grid,
+                                            const fs::path& out, int& already_finished) {
+  std::deque<const PlannedRun*> pending;
+  for (const PlannedRun& run : grid) {
+    const RunPaths paths = run_paths(out, run.name);
+    check_same_config(spec, run, paths);
+    const std::optional<json> result = read_json_file(paths.result);
+    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config))
+      ++already_finished;
+    else
+      pending.push_back(&run);
+  }
+  std::stable_sort(pending.begin(), pending.end(), [](const PlannedRun* a, const PlannedRun* b) { return a->budget > b->budget; });
+  return pending;
+}
+
+// runs.jsonl in grid order, one record per run with a result (redone runs appear once).
+void rewrite_runs_jsonl(const fs::path& out, const std::vector<PlannedRun>& grid) {
+  const fs::path jsonl = out / "runs.jsonl", tmp = out / "runs.jsonl.tmp";
+  {
+    std::ofstream rewrite(tmp);
+    for (const PlannedRun& run : grid)
+      if (const auto result = read_json_file(run_paths(out, run.name).result)) rewrite << result->dump() << "\n";
+  }
+  fs::rename(tmp, jsonl);
+}
+
+// The scheduling loop's state: the runs waiting, the children training, and the tallies the
+// progress lines and the final summary report.
+class Scheduler {
+ public:
+  Scheduler(const SweepSpec& spec, fs::path out, int jobs, std::map<std::string, std::string> child_env,
+            Clock::time_point sweep_start, std::deque<const PlannedRun*> pending, SweepOutcome& outcome)
+      : spec_(spec), out_(std::move(out)), jobs_(jobs), child_env_(std::move(child_env)), sweep_start_(sweep_start),
+        pending_(std::move(pending)), outcome_(outcome), exe_(self_executable()), to_train_(pending_.size()) {}
+
+  bool busy() const { return !pending_.empty() || !running_.empty(); }
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - sweep_start_).count(); }
+
+  // Starts waiting runs until `jobs` children are training.
+  void fill_slots() {
+    while (!pending_.empty() && static_cast<int>(running_.size()) < jobs_) {
+      const PlannedRun& run = *pending_.front();
+      pending_.pop_front();
+      launch(run);
+    }
+  }
+
+  // Records the exit of one of this sweep's children (others are ignored).
+  void collect(const ChildExit& exit) {
+    auto it = running_.find(exit.pid);
+    if (it == running_.end()) return;
+    const Running done = it->second;
+    running_.erase(it);
+    const double seconds = std::chrono::duration<double>(Clock::now() - done.started).count();
+    const RunOutcome result = judge_exit(exit, done.paths, *done.run, seconds);
+    const json record = make_record(spec_, *done.run, result);
+    write_json_file(done.paths.result, record);
+    append_line(out_ / "runs.jsonl", record.dump());
+    ++finished_;
+    if (result.status == RunStatus::Ok) ++outcome_.ok;
+    if (result.status == RunStatus::Diverged) ++outcome_.diverged;
+    if (result.status == RunStatus::Failed) {
+      ++outcome_.failed;
+      failures_.push_back(done.run->name + ": " + result.error);
+    }
+    std::printf("[%6s] done   %-22s %-8s %s  %.1f s  (%zu/%zu done, %zu left)\n", clock_text(elapsed()).c_str(),
+                done.run->name.c_str(), run_status_name(result.status).c_str(),
+                result.status == RunStatus::Ok ? ("loss " + std::to_string(record.at("loss").is_number() ? record.at("loss").get<double>() : NAN)).c_str()
+                                               : result.error.c_str(),
+                seconds, finished_, to_train_, to_train_ - finished_);
+    std::fflush(stdout);
+  }
+
+  // Each checkpoint is whole: the stopped children resume from it on the next `scale run`.
+  void stop_running() {
+    for (auto& [pid, r] : running_) ::kill(pid, SIGTERM);
+    for (auto& [pid, r] : running_) wait_child(pid);
+  }
+
+  // Throws when the sweep was interrupted or runs failed.
+  void check_finished(bool interrupted) const {
+    check(!interrupted, "sweep ", spec_.file.string(), " interrupted after ", clock_text(outcome_.seconds), ": ",
+          running_.size(), " runs stopped at their last checkpoint, ", pending_.size(),
+          " not started; rerun the same command to resume");
+    if (!failures_.empty()) {
+      std::string list;
+      for (const std::string& f : failures_) list += "\n  " + f;
+      fail("sweep ", spec_.file.string(), ": ", failures_.size(), " of ", to_train_,
+           " runs failed (see runs/<name>/train.log; a rerun retries them):", list);
+    }
+  }
+
+ private:
+  // Prepares the run's directory and starts its trainer, resuming from its checkpoint if one survives.
+  void launch(const PlannedRun& run) {
+    const RunPaths paths = run_paths(out_, run.name);
+    fs::create_directories(paths.dir);
+    write_json_file(paths.config, run.config);
+    fs::remove(paths.result);  // a failed attempt's record; this attempt writes a new one
+    recover_checkpoint(paths.ckpt);
+    const int64_t resume_step = checkpoint_step(paths);
+    std::vector<std::string> args = {"train", "--config", paths.config.string(), "--save", paths.ckpt.string()};
+    if (resume_step > 0) args.insert(args.end(), {"--resume", paths.ckpt.string()});
+    const std::string action = resume_step > 0
+                                   ? "resuming " + run.name + " from its checkpoint at step " + std::to_string(resume_step)
+                                   : "starting " + run.name;
+    append_line(paths.log, "=== tripod scale: " + action + " (" + std::to_string(run.steps) + " steps) ===");
+    const pid_t pid = spawn_logged(exe_, args, paths.log, child_env_);
+    running_.emplace(pid, Running{&run, paths, Clock::now()});
+    std::printf("[%6s] start  %-22s N=%-9lld D=%-10lld steps=%-6lld%s  (%zu running, %zu waiting)\n",
+                clock_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
+                static_cast<long long>(run.tokens), static_cast<long long>(run.steps),
+                resume_step > 0 ? (" resuming at step " + std::to_string(resume_step)).c_str() : "", running_.size(),
+                pending_.size());
+    std::fflush(stdout);
+  }
+
+  const SweepSpec& spec_;
+  const fs::path out_;
+  const int jobs_;
+  const std::map<std::string, std::string> child_env_;
+  const Clock::time_point sweep_start_;
+  std::deque<const PlannedRun*> pending_;
+  SweepOutcome& outcome_;
+  const fs::path exe_;
+  const std::size_t to_train_;
+  std::size_t finished_ = 0;
+  std::map<pid_t, Running> running_;
+  std::vector<std::string> failures_;
+};
+
 }  // namespace
 
 SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const std::vector<PlannedRun>& grid,
@@ -137,119 +285,35 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   const int cores = available_cores();
   const int jobs = options.jobs > 0 ? options.jobs : cores;
   const int threads = std::max(1, cores / jobs);
-  const std::map<std::string, std::string> child_env = {{"OMP_NUM_THREADS", std::to_string(threads)},
-                                                        {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
-  json grid_json = json::array();
-  for (const PlannedRun& r : grid)
-    grid_json.push_back({{"name", r.name}, {"N", r.n}, {"D", r.tokens}, {"C", r.flops}, {"budget", budget_label(r.budget)}, {"steps", r.steps}});
-  write_json_file(out / "sweep.json", {{"spec_file", fs::absolute(spec.file).string()}, {"spec", spec.json},
-                                       {"corpus", {{"dir", corpus.dir.string()}, {"vocab", corpus.vocab},
-                                                   {"train_tokens", corpus.train_tokens},
-                                                   {"entropy_rate_nats", corpus.entropy_rate_nats}}},
-                                       {"grid", grid_json}});
+  std::map<std::string, std::string> child_env = {{"OMP_NUM_THREADS", std::to_string(threads)},
+                                                  {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
+  write_manifest(out, spec, corpus, grid);
 
   SweepOutcome outcome;
   outcome.runs = static_cast<int>(grid.size());
-  std::deque<const PlannedRun*> pending;
-  for (const PlannedRun& run : grid) {
-    const RunPaths paths = run_paths(out, run.name);
-    check_same_config(spec, run, paths);
-    const std::optional<json> result = read_json_file(paths.result);
-    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config))
-      ++outcome.already_finished;
-    else
-      pending.push_back(&run);
-  }
-  // Largest budgets first: the longest runs start early, which shortens the sweep's tail.
-  std::stable_sort(pending.begin(), pending.end(), [](const PlannedRun* a, const PlannedRun* b) { return a->budget > b->budget; });
+  std::deque<const PlannedRun*> pending = runs_to_train(spec, grid, out, outcome.already_finished);
   std::printf("tripod scale: %d runs, %d already finished, %zu to train; %d at a time, %d thread%s each -> %s\n",
               outcome.runs, outcome.already_finished, pending.size(), jobs, threads, threads == 1 ? "" : "s", out.c_str());
   if (pending.empty()) std::printf("tripod scale: nothing to train (delete runs/<name>/result.json to redo a run)\n");
   std::fflush(stdout);
 
-  const fs::path exe = self_executable();
-  const std::size_t to_train = pending.size();
-  std::size_t finished = 0;
-  std::map<pid_t, Running> running;
-  std::vector<std::string> failures;
+  Scheduler scheduler(spec, out, jobs, std::move(child_env), sweep_start, std::move(pending), outcome);
   InterruptScope interrupt;
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - sweep_start).count(); };
-
-  while ((!pending.empty() || !running.empty()) && !interrupt.interrupted()) {
-    while (!pending.empty() && static_cast<int>(running.size()) < jobs) {
-      const PlannedRun& run = *pending.front();
-      pending.pop_front();
-      const RunPaths paths = run_paths(out, run.name);
-      fs::create_directories(paths.dir);
-      write_json_file(paths.config, run.config);
-      fs::remove(paths.result);  // a failed attempt's record; this attempt writes a new one
-      recover_checkpoint(paths.ckpt);
-      const int64_t resume_step = checkpoint_step(paths);
-      std::vector<std::string> args = {"train", "--config", paths.config.string(), "--save", paths.ckpt.string()};
-      if (resume_step > 0) args.insert(args.end(), {"--resume", paths.ckpt.string()});
-      append_line(paths.log, "=== tripod scale: " + (resume_step > 0 ? "resuming " + run.name + " from its checkpoint at step " +
-                             std::to_string(resume_step) : "starting " + run.name) + " (" + std::to_string(run.steps) + " steps) ===");
-      const pid_t pid = spawn_logged(exe, args, paths.log, child_env);
-      running.emplace(pid, Running{&run, paths, Clock::now()});
-      std::printf("[%6s] start  %-22s N=%-9lld D=%-10lld steps=%-6lld%s  (%zu running, %zu waiting)\n",
-                  clock_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
-                  static_cast<long long>(run.tokens), static_cast<long long>(run.steps),
-                  resume_step > 0 ? (" resuming at step " + std::to_string(resume_step)).c_str() : "", running.size(),
-                  pending.size());
-      std::fflush(stdout);
-    }
+  while (scheduler.busy() && !interrupt.interrupted()) {
+    scheduler.fill_slots();
     const ChildExit exit = poll_child_exit();
     if (exit.pid == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    auto it = running.find(exit.pid);
-    if (it == running.end()) continue;
-    const Running done = it->second;
-    running.erase(it);
-    const double seconds = std::chrono::duration<double>(Clock::now() - done.started).count();
-    const RunOutcome result = judge_exit(exit, done.paths, *done.run, seconds);
-    const json record = make_record(spec, *done.run, result);
-    write_json_file(done.paths.result, record);
-    append_line(out / "runs.jsonl", record.dump());
-    ++finished;
-    if (result.status == RunStatus::Ok) ++outcome.ok;
-    if (result.status == RunStatus::Diverged) ++outcome.diverged;
-    if (result.status == RunStatus::Failed) {
-      ++outcome.failed;
-      failures.push_back(done.run->name + ": " + result.error);
-    }
-    std::printf("[%6s] done   %-22s %-8s %s  %.1f s  (%zu/%zu done, %zu left)\n", clock_text(elapsed()).c_str(),
-                done.run->name.c_str(), run_status_name(result.status).c_str(),
-                result.status == RunStatus::Ok ? ("loss " + std::to_string(record.at("loss").is_number() ? record.at("loss").get<double>() : NAN)).c_str()
-                                               : result.error.c_str(),
-                seconds, finished, to_train, to_train - finished);
-    std::fflush(stdout);
+    scheduler.collect(exit);
   }
 
   const bool interrupted = interrupt.interrupted();
-  for (auto& [pid, r] : running) ::kill(pid, SIGTERM);  // each checkpoint is whole: they resume from it
-  for (auto& [pid, r] : running) wait_child(pid);
-
-  // runs.jsonl in grid order, one record per run with a result (redone runs appear once).
-  const fs::path jsonl = out / "runs.jsonl", tmp = out / "runs.jsonl.tmp";
-  {
-    std::ofstream rewrite(tmp);
-    for (const PlannedRun& run : grid)
-      if (const auto result = read_json_file(run_paths(out, run.name).result)) rewrite << result->dump() << "\n";
-  }
-  fs::rename(tmp, jsonl);
-  outcome.seconds = elapsed();
-
-  check(!interrupted, "sweep ", spec.file.string(), " interrupted after ", clock_text(outcome.seconds), ": ",
-        running.size(), " runs stopped at their last checkpoint, ", pending.size(),
-        " not started; rerun the same command to resume");
-  if (!failures.empty()) {
-    std::string list;
-    for (const std::string& f : failures) list += "\n  " + f;
-    fail("sweep ", spec.file.string(), ": ", failures.size(), " of ", to_train,
-         " runs failed (see runs/<name>/train.log; a rerun retries them):", list);
-  }
+  scheduler.stop_running();
+  rewrite_runs_jsonl(out, grid);
+  outcome.seconds = scheduler.elapsed();
+  scheduler.check_finished(interrupted);
   return outcome;
 }
 

@@ -140,6 +140,72 @@ json parse_settings(const json& j, const std::string& where, const fs::path& fil
   return j;
 }
 
+// Which parameter count and FLOP formula the budgets are measured in.
+void parse_conventions(const Section& c, SweepSpec& spec) {
+  c.allow_only({"param_count", "flops"});
+  const std::string count = c.text("param_count", "total"), flops = c.text("flops", "6N+attention");
+  check(count == "total" || count == "non_embedding", c.file().string(),
+        ": 'conventions.param_count' must be \"total\" or \"non_embedding\", got \"", count, "\"");
+  check(flops == "6N" || flops == "6N+attention", c.file().string(),
+        ": 'conventions.flops' must be \"6N\" or \"6N+attention\", got \"", flops, "\"");
+  spec.param_count = count == "total" ? ParamCount::Total : ParamCount::NonEmbedding;
+  spec.flops = flops == "6N" ? FlopConvention::SixN : FlopConvention::SixNPlusAttention;
+}
+
+// Ascending and distinct: run names carry the budget, so a repeated one would plan the same runs twice.
+std::vector<double> parse_budgets(const json& budgets, const fs::path& file) {
+  check(budgets.is_array() && !budgets.empty(), file.string(), ": 'budgets' must be a non-empty list of FLOPs");
+  std::vector<double> sorted;
+  for (const json& b : budgets) {
+    check(b.is_number() && b.get<double>() > 0 && std::isfinite(b.get<double>()), file.string(),
+          ": 'budgets' must hold positive numbers (FLOPs), got ", b.dump());
+    sorted.push_back(b.get<double>());
+  }
+  std::sort(sorted.begin(), sorted.end());
+  check(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), file.string(),
+        ": 'budgets' lists a budget twice");
+  return sorted;
+}
+
+// Keys absent from the spec keep the defaults already in `lr`; only the base rate is required.
+void parse_lr(const Section& l, LrRule& lr) {
+  l.allow_only({"base", "reference_d_model", "width_exponent", "min_lr_ratio"});
+  lr.base = l.positive("base");
+  lr.reference_d_model = l.positive("reference_d_model", lr.reference_d_model);
+  lr.width_exponent = l.number("width_exponent", lr.width_exponent);
+  lr.min_lr_ratio = l.number("min_lr_ratio", lr.min_lr_ratio);
+  check(lr.min_lr_ratio >= 0 && lr.min_lr_ratio <= 1, l.file().string(), ": 'lr.min_lr_ratio' must be in [0, 1]");
+}
+
+void parse_warmup(const Section& w, WarmupRule& warmup) {
+  w.allow_only({"fraction", "max_steps"});
+  warmup.fraction = w.number("fraction", warmup.fraction);
+  check(warmup.fraction >= 0 && warmup.fraction < 1, w.file().string(), ": 'warmup.fraction' must be in [0, 1)");
+  warmup.max_steps = w.integer("max_steps", warmup.max_steps, 0);
+}
+
+std::vector<uint64_t> parse_seeds(const json& seeds, const fs::path& file) {
+  check(seeds.is_array() && !seeds.empty(), file.string(), ": 'seeds' must be a non-empty list of integers");
+  std::vector<uint64_t> list;
+  for (const json& s : seeds) {
+    check(s.is_number_unsigned(), file.string(), ": 'seeds' must hold non-negative integers, got ", s.dump());
+    list.push_back(s.get<uint64_t>());
+  }
+  return list;
+}
+
+std::vector<RunOverride> parse_overrides(const json& list, const fs::path& file) {
+  check(list.is_array(), file.string(), ": 'overrides' must be a list of {\"runs\": GLOB, \"set\": {...}}");
+  std::vector<RunOverride> overrides;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "overrides[" + std::to_string(i) + "]";
+    const Section o(list[i], where, file);
+    o.allow_only({"runs", "set"});
+    overrides.push_back({o.text("runs"), parse_settings(o.raw("set"), where + ".set", file)});
+  }
+  return overrides;
+}
+
 }  // namespace
 
 SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
@@ -152,72 +218,19 @@ SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
                   "overrides"});
   spec.name = top.text("name", file.stem().string());
   spec.corpus = parse_corpus(top.section("corpus"));
-
-  if (top.has("conventions")) {
-    const Section c = top.section("conventions");
-    c.allow_only({"param_count", "flops"});
-    const std::string count = c.text("param_count", "total"), flops = c.text("flops", "6N+attention");
-    check(count == "total" || count == "non_embedding", file.string(),
-          ": 'conventions.param_count' must be \"total\" or \"non_embedding\", got \"", count, "\"");
-    check(flops == "6N" || flops == "6N+attention", file.string(),
-          ": 'conventions.flops' must be \"6N\" or \"6N+attention\", got \"", flops, "\"");
-    spec.param_count = count == "total" ? ParamCount::Total : ParamCount::NonEmbedding;
-    spec.flops = flops == "6N" ? FlopConvention::SixN : FlopConvention::SixNPlusAttention;
-  }
-
-  const json& budgets = top.raw("budgets");
-  check(budgets.is_array() && !budgets.empty(), file.string(), ": 'budgets' must be a non-empty list of FLOPs");
-  for (const json& b : budgets) {
-    check(b.is_number() && b.get<double>() > 0 && std::isfinite(b.get<double>()), file.string(),
-          ": 'budgets' must hold positive numbers (FLOPs), got ", b.dump());
-    spec.budgets.push_back(b.get<double>());
-  }
-  std::sort(spec.budgets.begin(), spec.budgets.end());
-  check(std::adjacent_find(spec.budgets.begin(), spec.budgets.end()) == spec.budgets.end(), file.string(),
-        ": 'budgets' lists a budget twice");
-
+  if (top.has("conventions")) parse_conventions(top.section("conventions"), spec);
+  spec.budgets = parse_budgets(top.raw("budgets"), file);
   spec.models = parse_models(top.section("models"));
   spec.context = top.integer("context", spec.context);
   spec.batch_size = top.integer("batch_size", spec.batch_size);
-  if (top.has("lr")) {
-    const Section l = top.section("lr");
-    l.allow_only({"base", "reference_d_model", "width_exponent", "min_lr_ratio"});
-    spec.lr.base = l.positive("base");
-    spec.lr.reference_d_model = l.positive("reference_d_model", spec.lr.reference_d_model);
-    spec.lr.width_exponent = l.number("width_exponent", spec.lr.width_exponent);
-    spec.lr.min_lr_ratio = l.number("min_lr_ratio", spec.lr.min_lr_ratio);
-    check(spec.lr.min_lr_ratio >= 0 && spec.lr.min_lr_ratio <= 1, file.string(), ": 'lr.min_lr_ratio' must be in [0, 1]");
-  }
-  if (top.has("warmup")) {
-    const Section w = top.section("warmup");
-    w.allow_only({"fraction", "max_steps"});
-    spec.warmup.fraction = w.number("fraction", spec.warmup.fraction);
-    check(spec.warmup.fraction >= 0 && spec.warmup.fraction < 1, file.string(), ": 'warmup.fraction' must be in [0, 1)");
-    spec.warmup.max_steps = w.integer("max_steps", spec.warmup.max_steps, 0);
-  }
-  if (top.has("seeds")) {
-    const json& seeds = top.raw("seeds");
-    check(seeds.is_array() && !seeds.empty(), file.string(), ": 'seeds' must be a non-empty list of integers");
-    spec.seeds.clear();
-    for (const json& s : seeds) {
-      check(s.is_number_unsigned(), file.string(), ": 'seeds' must hold non-negative integers, got ", s.dump());
-      spec.seeds.push_back(s.get<uint64_t>());
-    }
-  }
+  if (top.has("lr")) parse_lr(top.section("lr"), spec.lr);
+  if (top.has("warmup")) parse_warmup(top.section("warmup"), spec.warmup);
+  if (top.has("seeds")) spec.seeds = parse_seeds(top.raw("seeds"), file);
   spec.min_steps = top.integer("min_steps", spec.min_steps);
   spec.eval_batches = top.integer("eval_batches", spec.eval_batches);
   spec.checkpoint_every = top.integer("checkpoint_every", spec.checkpoint_every);
   if (top.has("settings")) spec.settings = parse_settings(top.raw("settings"), "settings", file);
-  if (top.has("overrides")) {
-    const json& list = top.raw("overrides");
-    check(list.is_array(), file.string(), ": 'overrides' must be a list of {\"runs\": GLOB, \"set\": {...}}");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "overrides[" + std::to_string(i) + "]";
-      const Section o(list[i], where, file);
-      o.allow_only({"runs", "set"});
-      spec.overrides.push_back({o.text("runs"), parse_settings(o.raw("set"), where + ".set", file)});
-    }
-  }
+  if (top.has("overrides")) spec.overrides = parse_overrides(top.raw("overrides"), file);
   return spec;
 }
 

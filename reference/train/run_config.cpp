@@ -79,6 +79,75 @@ json override_to_json(const std::string& assignment) {
   return nested;
 }
 
+ModelConfig parse_model_section(const json& m) {
+  ModelConfig model;
+  model.n_layer = m.at("n_layer");
+  model.n_head = m.at("n_head");
+  model.d_model = m.at("d_model");
+  model.d_ff = m.at("d_ff");
+  model.vocab_size = m.at("vocab_size");
+  model.context = m.at("context");
+  model.tie_embeddings = m.at("tie_embeddings");
+  model.layernorm_eps = m.at("layernorm_eps");
+  if (model.vocab_size != 0) model.validate();  // 0: resolved from the data, validated then
+  return model;
+}
+
+// `context` bounds the sequence length: positions past the model's table have no embedding.
+TrainSettings parse_train_section(const json& t, int64_t context) {
+  TrainSettings train;
+  train.dtype = parse_dtype(t.at("dtype").get<std::string>());
+  check(train.dtype == DType::F32 || train.dtype == DType::F64, "train.dtype: the CPU trainer runs fp32 or fp64");
+  train.batch_size = t.at("batch_size");
+  train.seq_len = t.at("seq_len");
+  train.micro_batches = t.at("micro_batches");
+  train.steps = t.at("steps");
+  train.seed = t.at("seed");
+  train.log_every = t.at("log_every");
+  train.eval_every = t.at("eval_every");
+  train.eval_batches = t.at("eval_batches");
+  train.peak_tflops = t.at("peak_tflops");
+  train.metrics = t.at("metrics").get<std::string>();
+  train.save_every = t.at("save_every");
+  check(t.at("pipeline_split").is_array(), "train.pipeline_split must be a list of layer counts, e.g. [3, 1]");
+  for (const json& n : t.at("pipeline_split")) {
+    check(n.is_number_integer() && n.get<int64_t>() >= 1, "train.pipeline_split: ", n.dump(),
+          " is not a positive layer count");
+    train.pipeline_split.push_back(n.get<int64_t>());
+  }
+  check(train.batch_size >= 1, "train.batch_size must be >= 1");
+  check(train.seq_len >= 1, "train.seq_len must be >= 1");
+  check(train.seq_len <= context, "train.seq_len (", train.seq_len,
+        ") is longer than the position table model.context (", context, ")");
+  check(train.micro_batches >= 1 && train.batch_size % train.micro_batches == 0, "train.micro_batches (",
+        train.micro_batches, ") must divide train.batch_size (", train.batch_size, ")");
+  check(train.steps >= 1, "train.steps must be >= 1");
+  check(train.log_every >= 1, "train.log_every must be >= 1");
+  check(train.eval_every >= 0 && train.eval_batches >= 0, "train.eval_every and train.eval_batches must be >= 0");
+  return train;
+}
+
+// The optimiser and its LR schedule, which spans the run's train.steps (parsed before).
+void parse_optim_section(const json& o, RunConfig& c) {
+  c.schedule.max_lr = o.at("lr");
+  c.schedule.min_lr = o.at("min_lr");
+  c.schedule.warmup_steps = o.at("warmup_steps");
+  c.schedule.decay = parse_lr_decay(o.at("decay").get<std::string>());
+  c.schedule.total_steps = c.train.steps;
+  c.adamw.beta1 = o.at("beta1");
+  c.adamw.beta2 = o.at("beta2");
+  c.adamw.eps = o.at("eps");
+  c.adamw.weight_decay = o.at("weight_decay");
+  c.adamw.decay_policy = parse_decay_policy(o.at("decay_tensors").get<std::string>());
+  c.grad_clip = o.at("grad_clip");
+  check(c.schedule.max_lr > 0 && c.schedule.min_lr >= 0 && c.schedule.min_lr <= c.schedule.max_lr,
+        "optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr");
+  check(c.schedule.warmup_steps >= 0, "optim.warmup_steps must be >= 0");
+  check(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
+        "optim.beta1 and optim.beta2 must be in [0, 1)");
+  check(c.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 disables clipping)");
+}
+
 }  // namespace
 
 json load_config_json(const std::string& name_or_path, const std::vector<std::string>& overrides) {
@@ -98,66 +167,9 @@ json load_config_json(const std::string& name_or_path, const std::vector<std::st
 RunConfig parse_run_config(const json& j) {
   RunConfig c;
   c.json = j;
-  const json& m = j.at("model");
-  c.model.n_layer = m.at("n_layer");
-  c.model.n_head = m.at("n_head");
-  c.model.d_model = m.at("d_model");
-  c.model.d_ff = m.at("d_ff");
-  c.model.vocab_size = m.at("vocab_size");
-  c.model.context = m.at("context");
-  c.model.tie_embeddings = m.at("tie_embeddings");
-  c.model.layernorm_eps = m.at("layernorm_eps");
-  if (c.model.vocab_size != 0) c.model.validate();  // 0: resolved from the data, validated then
-
-  const json& t = j.at("train");
-  c.train.dtype = parse_dtype(t.at("dtype").get<std::string>());
-  check(c.train.dtype == DType::F32 || c.train.dtype == DType::F64, "train.dtype: the CPU trainer runs fp32 or fp64");
-  c.train.batch_size = t.at("batch_size");
-  c.train.seq_len = t.at("seq_len");
-  c.train.micro_batches = t.at("micro_batches");
-  c.train.steps = t.at("steps");
-  c.train.seed = t.at("seed");
-  c.train.log_every = t.at("log_every");
-  c.train.eval_every = t.at("eval_every");
-  c.train.eval_batches = t.at("eval_batches");
-  c.train.peak_tflops = t.at("peak_tflops");
-  c.train.metrics = t.at("metrics").get<std::string>();
-  c.train.save_every = t.at("save_every");
-  check(t.at("pipeline_split").is_array(), "train.pipeline_split must be a list of layer counts, e.g. [3, 1]");
-  for (const json& n : t.at("pipeline_split")) {
-    check(n.is_number_integer() && n.get<int64_t>() >= 1, "train.pipeline_split: ", n.dump(),
-          " is not a positive layer count");
-    c.train.pipeline_split.push_back(n.get<int64_t>());
-  }
-  check(c.train.batch_size >= 1, "train.batch_size must be >= 1");
-  check(c.train.seq_len >= 1, "train.seq_len must be >= 1");
-  check(c.train.seq_len <= c.model.context, "train.seq_len (", c.train.seq_len,
-        ") is longer than the position table model.context (", c.model.context, ")");
-  check(c.train.micro_batches >= 1 && c.train.batch_size % c.train.micro_batches == 0, "train.micro_batches (",
-        c.train.micro_batches, ") must divide train.batch_size (", c.train.batch_size, ")");
-  check(c.train.steps >= 1, "train.steps must be >= 1");
-  check(c.train.log_every >= 1, "train.log_every must be >= 1");
-  check(c.train.eval_every >= 0 && c.train.eval_batches >= 0, "train.eval_every and train.eval_batches must be >= 0");
-
-  const json& o = j.at("optim");
-  c.schedule.max_lr = o.at("lr");
-  c.schedule.min_lr = o.at("min_lr");
-  c.schedule.warmup_steps = o.at("warmup_steps");
-  c.schedule.decay = parse_lr_decay(o.at("decay").get<std::string>());
-  c.schedule.total_steps = c.train.steps;
-  c.adamw.beta1 = o.at("beta1");
-  c.adamw.beta2 = o.at("beta2");
-  c.adamw.eps = o.at("eps");
-  c.adamw.weight_decay = o.at("weight_decay");
-  c.adamw.decay_policy = parse_decay_policy(o.at("decay_tensors").get<std::string>());
-  c.grad_clip = o.at("grad_clip");
-  check(c.schedule.max_lr > 0 && c.schedule.min_lr >= 0 && c.schedule.min_lr <= c.schedule.max_lr,
-        "optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr");
-  check(c.schedule.warmup_steps >= 0, "optim.warmup_steps must be >= 0");
-  check(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
-        "optim.beta1 and optim.beta2 must be in [0, 1)");
-  check(c.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 disables clipping)");
-
+  c.model = parse_model_section(j.at("model"));
+  c.train = parse_train_section(j.at("train"), c.model.context);
+  parse_optim_section(j.at("optim"), c);
   c.data.dir = j.at("data").at("dir").get<std::string>();
   return c;
 }
