@@ -8,7 +8,7 @@
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
-#include "core/host_memory.h"
+#include "comm/host_collectives.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
@@ -55,10 +55,7 @@ double median_step_seconds(const RunConfig& config, const ParallelLayout& shape,
   std::vector<double> seconds;
   for (int64_t s = 1; s <= o.steps; ++s) {
     const StepResult r = trainer.train_step(batch(s));
-    Tensor t = host_alloc({1}, DType::F64);
-    t.data<double>()[0] = r.seconds;
-    world.all_reduce(t, t, ReduceOp::Max);
-    seconds.push_back(t.data<double>()[0]);
+    seconds.push_back(all_reduce_value(world, r.seconds, ReduceOp::Max));  // as slow as the slowest rank
   }
   std::sort(seconds.begin(), seconds.end());
   return seconds[seconds.size() / 2];
@@ -78,10 +75,8 @@ void run_layouts(const LayoutsOptions& o) {
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   const FlopCount flops = count_flops(config.model, o.seq_len);
   const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
-  Tensor measured = host_alloc({1}, DType::F64);  // the sum of every rank's sgemm rate
-  measured.data<double>()[0] = measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops;
-  world->all_reduce(measured, measured, ReduceOp::Sum);
-  const double measured_flops = measured.data<double>()[0];
+  const double measured_flops =  // the sum of every rank's sgemm rate
+      all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
   nlohmann::json records = nlohmann::json::array();
   if (world->rank() == 0)
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
