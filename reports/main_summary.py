@@ -3,7 +3,7 @@
 best bus bandwidth, GEMM % of peak, MFU and pipeline bubbles (tripod bench), and where everything
 was written.
 
-Usage: /usr/bin/python3 reports/main_summary.py RESULTS_DIR   (holding conform.json and bench/)"""
+Usage: /usr/bin/python3 -m reports.main_summary RESULTS_DIR   (holding conform.json and bench/)"""
 import json
 import sys
 from pathlib import Path
@@ -14,12 +14,14 @@ def main(results):
     conform = json.loads((results / "conform.json").read_text())
     bench = json.loads((results / "bench" / "bench.json").read_text())
     layouts = conform["layouts"]
+    checks = conform.get("operator_checks", [])
     passed = sum(r["pass"] for r in layouts)
     print("\n== Tripod on this node ==")
     print(f"conformance: {passed}/{len(layouts)} layouts of {conform['ranks']} ranks match the single-device "
-          f"reference ({conform['dtype']}, {conform['steps']} steps; worst loss error "
+          f"reference ({conform['dtype']}, {conform['steps']} steps, tied and untied heads; worst loss error "
           f"{max(r['loss_rel_error'] for r in layouts):.1e}, worst parameter error "
-          f"{max(r['param_rel_error'] for r in layouts):.1e})")
+          f"{max(r['param_rel_error'] for r in layouts):.1e}); "
+          f"{sum(r['pass'] for r in checks)}/{len(checks)} operator checks pass")
     comm = bench.get("comm", {}).get("results", [])
     if comm:
         best = max((r for r in comm if r["collective"] == "all_reduce"), key=lambda r: r["busbw"], default=None)
@@ -37,7 +39,7 @@ def main(results):
               f"measured, {r['theoretical_bubble']:.3f} theory (synthetic balanced stages)")
     print(f"full results: {results}/conform.json, conform.xml, bench/bench.json, bench/*.log")
     print(f"plots:        {results}/bench/plots/index.html")
-    return 0 if passed == len(layouts) else 1
+    return 0 if passed == len(layouts) and all(r["pass"] for r in checks) else 1
 
 
 if __name__ == "__main__":

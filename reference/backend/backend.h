@@ -39,11 +39,19 @@ struct VocabWindow {
   int64_t vocab = 0;  // V: ids must be < V (token ids >= 0; targets < 0 are ignored)
 };
 
+// Bytes of this backend's allocations alive now, and the most alive at once since the last reset.
+struct MemoryStats {
+  std::size_t live = 0, peak = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // What the allocator holds (conform records each layout's peak against the memory accounting).
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;  // peak = live
 
   // ---- memory ----
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;  // zero-filled

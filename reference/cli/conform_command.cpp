@@ -17,8 +17,12 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--json", o->json_out, "write one JSON record per layout here");
   cmd->add_option("--junit", o->junit_out, "write JUnit XML here");
   add_backend_option(*cmd, o->backend);
-  cmd->add_option("--inject-fault", o->faults,
-                  "skip-grad-reduction or skip-tied-embedding-reduction: prove the suite can fail (repeatable)");
+  cmd->add_option("--heads", o->heads, "LM heads: alternate (tied on even ZeRO stages, untied on odd), tied or untied")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung")
+      ->capture_default_str();
+  cmd->add_option("--inject-fault", o->faults, "plant a deliberate bug (repeatable; see --list-faults)");
+  cmd->add_flag("--list-faults", o->list_faults, "print the catalogue of injectable faults and exit");
   cmd->callback([o]() { conform::run_suite(*o); });
 }
 

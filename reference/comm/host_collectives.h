@@ -1,6 +1,7 @@
 // Collectives on a few host values - a pass/fail flag, a time, a count - for reports and
 // agreements between ranks, without a device round trip (host tensors pass every communicator).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -12,5 +13,7 @@ double all_reduce_value(Communicator& group, double value, ReduceOp op);
 std::vector<double> all_reduce_values(Communicator& group, std::vector<double> values, ReduceOp op);
 // Every rank's values, rank by rank: [rank 0's..., rank 1's..., ...].
 std::vector<double> all_gather_values(Communicator& group, const std::vector<double>& values);
+// Every rank's text (at most max_bytes - 1 bytes of each; longer is cut), rank by rank.
+std::vector<std::string> all_gather_text(Communicator& group, const std::string& text, std::size_t max_bytes = 512);
 
 }  // namespace tripod

@@ -1,6 +1,9 @@
-// What `tripod conform` reports per layout, and the files it writes: one JSON record per layout
-// and a JUnit XML suite (a testcase per layout) that CI systems read.
+// What `tripod conform` reports per layout (or operator check), and the files it writes: one JSON
+// record per row and a JUnit XML suite (a testcase per row) that CI systems read. The files are
+// rewritten after every row, and before each row with that row marked as running, so a job that
+// is killed (or hangs and is ended by the watchdog) still leaves a report naming where it stopped.
 #pragma once
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -11,17 +14,40 @@
 namespace tripod::conform {
 
 struct Outcome {
-  ParallelLayout layout;
+  std::string name;       // the layout's name, or the operator check's ("op:vocab-parallel-loss-tp4")
+  ParallelLayout layout;  // undefined for operator checks (ranks() == 1)
+  std::string head;       // "tied" or "untied" (layouts)
   Errors errors;
   double seconds_per_step = 0;
   std::string fingerprint;  // of the trajectory (conformance.h)
+  double peak_mib = 0, accounted_mib = 0;  // largest over ranks: allocator peak, and the trainer's accounting
+  bool timed_out = false;                  // did not finish: the watchdog ended the job
 };
 
 nlohmann::json outcome_json(const Outcome& o, const std::string& dtype);
-void write_junit(const std::string& path, const std::vector<Outcome>& outcomes, const std::string& dtype);
 
-// The table: its header and one line per layout.
+// The table: its header and one line per row.
 std::string table_header();
 std::string table_row(const Outcome& o);
+
+class ReportWriter {
+ public:
+  // Empty paths write nothing. `header` goes into the JSON beside the rows.
+  ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header);
+  void running(const std::string& name);  // the next row has started
+  void add(const Outcome& outcome);       // a row is complete
+  // The running row did not finish: a FAIL row with `reason` (from the watchdog's thread).
+  void abandon(const std::string& name, const std::string& reason);
+  const std::vector<Outcome>& outcomes() const { return outcomes_; }
+
+ private:
+  void write();  // with mutex_ held
+
+  std::string json_path_, junit_path_, dtype_;
+  nlohmann::json header_;
+  std::vector<Outcome> outcomes_;
+  std::string running_;
+  std::mutex mutex_;
+};
 
 }  // namespace tripod::conform

@@ -1,25 +1,52 @@
 #include "conform/suite.h"
 
 #include <cstdio>
-#include <fstream>
+#include <memory>
+#include <mutex>
 
 #include "backend/backend_factory.h"
 #include "comm/host_collectives.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
+#include "conform/op_checks.h"
 #include "conform/report.h"
+#include "conform/watchdog.h"
+#include "model/param_spec.h"
 
 namespace tripod::conform {
 namespace {
 
-RunConfig suite_config(const SuiteOptions& o) {
-  RunConfig config = default_conformance_config(o.dtype);
-  if (o.config.empty() && o.overrides.empty()) return config;
+void print_fault_catalogue() {
+  std::printf("faults tripod conform can inject (--inject-fault NAME, repeatable):\n");
+  for (Fault f : all_faults()) std::printf("  %-30s %s\n", fault_name(f).c_str(), fault_description(f).c_str());
+}
+
+// The conformance model with the user's config file and overrides on top, in the asked precision.
+RunConfig suite_config(const SuiteOptions& o, bool tied) {
+  nlohmann::json base = default_conformance_config(o.dtype).json;
+  base["model"]["tie_embeddings"] = tied;
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("train.dtype=" + o.dtype);
-  config = parse_run_config(load_config_json(o.config, overrides));
+  const RunConfig config = parse_run_config(load_config_json(base, o.config, overrides));
   check(config.model.vocab_size > 0, "conform needs model.vocab_size set (it trains on random tokens)");
   return config;
+}
+
+RunConfig in_fp64(const RunConfig& config) {
+  nlohmann::json j = config.json;
+  j["train"]["dtype"] = "fp64";
+  return parse_run_config(j);
+}
+
+// "1.6e-04 (wte.weight)": the tensor that rounding moves most.
+std::string largest_floor(const RunConfig& config, const std::vector<double>& floor) {
+  const std::vector<ParamSpec> specs = gpt_param_specs(config.model);
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < floor.size(); ++i)
+    if (floor[i] > floor[worst]) worst = i;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1e", floor.empty() ? 0.0 : floor[worst]);
+  return std::string(text) + (floor.empty() ? "" : " (" + specs[worst].name + ")");
 }
 
 // World sizes up to 16 on which this model has a layout of more than one rank.
@@ -50,78 +77,195 @@ std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig
   return layouts;
 }
 
-// All ranks agree on the outcome: a layout passes only if it passed on every rank.
-void agree(Communicator& world, Outcome& o) {
-  const std::vector<double> v = all_reduce_values(world, {o.errors.pass ? 0.0 : 1.0, o.seconds_per_step}, ReduceOp::Max);
+// Every rank learns whether the row passed everywhere, and why not: the first failing rank's reason.
+void agree(Communicator& world, Outcome& o, const std::string& my_failure) {
+  const std::vector<double> v =
+      all_reduce_values(world, {o.errors.pass ? 0.0 : 1.0, o.seconds_per_step, o.peak_mib, o.accounted_mib}, ReduceOp::Max);
+  const std::vector<std::string> reasons = all_gather_text(world, o.errors.pass ? "" : my_failure);
   o.errors.pass = v[0] == 0.0;
-  if (!o.errors.pass && o.errors.failure.empty()) o.errors.failure = "failed on another rank";
   o.seconds_per_step = v[1];
+  o.peak_mib = v[2];
+  o.accounted_mib = v[3];
+  if (o.errors.pass) return;
+  for (std::size_t r = 0; r < reasons.size(); ++r)
+    if (!reasons[r].empty()) {
+      o.errors.failure = reasons[r] == my_failure ? my_failure : "rank " + std::to_string(r) + ": " + reasons[r];
+      return;
+    }
 }
 
-void print_header(const SuiteOptions& o, Communicator& world, Backend& backend, const RunConfig& config,
-                  std::size_t n_layouts, int max_ranks, const Trajectory& reference) {
-  std::string faults;
-  for (const std::string& f : o.faults) faults += (faults.empty() ? "" : ", ") + f;
-  std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, backend %s, against the single-device "
-              "reference (fingerprint %s)%s\n",
-              world.size(), o.dtype.c_str(), o.steps, n_layouts, backend.name().c_str(),
-              fingerprint(reference).c_str(), faults.empty() ? "" : (" (fault injected: " + faults + ")").c_str());
-  if (world.size() > 1 && max_ranks == 1)
-    std::printf("note: no layout of this model uses more than one rank of %d: every layout runs on one rank, as %d "
-                "replicas. World sizes with multi-rank layouts: %s\n",
-                world.size(), world.size(), multi_rank_world_sizes(config).c_str());
-  std::fputs(table_header().c_str(), stdout);
-}
-
-void write_reports(const SuiteOptions& o, int ranks, const Trajectory& reference, const std::vector<Outcome>& outcomes) {
-  if (!o.json_out.empty()) {
-    nlohmann::json records = nlohmann::json::array();
-    for (const auto& out : outcomes) records.push_back(outcome_json(out, o.dtype));
-    std::ofstream(o.json_out) << nlohmann::json{{"ranks", ranks}, {"steps", o.steps}, {"dtype", o.dtype},
-                                                {"backend", o.backend}, {"reference_fingerprint", fingerprint(reference)},
-                                                {"layouts", records}}.dump(2) << "\n";
+class Suite {
+ public:
+  explicit Suite(const SuiteOptions& o)
+      : o_(o), backend_(make_backend(o.backend)), world_(communicator_for(mpi_world(), *backend_)),
+        root_(world_->rank() == 0), tied_(suite_config(o, true)), untied_(suite_config(o, false)) {
+    check(o.steps >= 2, "--steps must be at least 2 (got ", o.steps,
+          "): at one step zero-initialised biases hide bugs that a second step shows");
+    check(o.heads == "alternate" || o.heads == "tied" || o.heads == "untied", "--heads must be alternate, tied or ",
+          "untied (got '", o.heads, "')");
+    check(o.timeout_seconds > 0, "--timeout must be positive");
+    std::vector<Fault> active;
+    for (const std::string& name : o.faults) active.push_back(parse_fault(name));
+    faults_ = FaultPlan(active, /*poison_released=*/true);
+    layouts_ = suite_layouts(o, tied_, world_->size());
   }
-  if (!o.junit_out.empty()) write_junit(o.junit_out, outcomes, o.dtype);
-}
+
+  void run() {
+    reference_tied_ = run_single_device(tied_, o_.steps, *backend_);
+    reference_untied_ = run_single_device(untied_, o_.steps, *backend_);
+    if (tied_.train.dtype != DType::F64) {
+      floor_tied_ = rounding_floor(reference_tied_, run_single_device(in_fp64(tied_), o_.steps, *backend_));
+      floor_untied_ = rounding_floor(reference_untied_, run_single_device(in_fp64(untied_), o_.steps, *backend_));
+    }
+    // Rank 0 writes the reports; the others keep the rows only.
+    report_ = std::make_unique<ReportWriter>(root_ ? o_.json_out : "", root_ ? o_.junit_out : "", o_.dtype,
+                                             json_header());
+    // Rank 0 writes the reports on a timeout; the others give it a moment before they exit.
+    watchdog_ = std::make_unique<Watchdog>(o_.timeout_seconds, root_ ? 0.0 : 5.0, [this](const std::string& name) {
+      const std::string error = row_error();
+      std::fprintf(stderr, "tripod: error: %s%s did not finish within %g s (a rank failed alone or hung)%s%s; "
+                   "ending the job\n", rank_text().c_str(), name.c_str(), o_.timeout_seconds,
+                   error.empty() ? "" : "; this rank failed with: ", error.c_str());
+      if (root_) report_->abandon(name, "timeout after " + std::to_string(static_cast<int>(o_.timeout_seconds)) + " s");
+    });
+    if (root_) print_header();
+    run_operator_checks();
+    for (const ParallelLayout& layout : layouts_) run_one(layout);
+    finish();
+  }
+
+ private:
+  bool tied_for(const ParallelLayout& l) const {
+    return o_.heads == "tied" || (o_.heads == "alternate" && l.zero % 2 == 0);
+  }
+  std::string rank_text() const { return "rank " + std::to_string(world_->rank()) + ": "; }
+
+  nlohmann::json json_header() const {
+    return {{"ranks", world_->size()}, {"steps", o_.steps}, {"dtype", o_.dtype}, {"backend", o_.backend},
+            {"reference_fingerprint", fingerprint(reference_tied_)},
+            {"reference_fingerprint_untied", fingerprint(reference_untied_)}, {"faults", o_.faults}};
+  }
+
+  void print_header() const {
+    std::string faults;
+    for (const std::string& f : o_.faults) faults += (faults.empty() ? "" : ", ") + f;
+    int max_ranks = 1;
+    for (const ParallelLayout& l : layouts_) max_ranks = std::max(max_ranks, l.ranks());
+    std::printf("tripod conform: %d ranks, %s, %d steps, %zu layouts, backend %s, against the single-device "
+                "reference (fingerprint %s tied, %s untied)%s\n",
+                world_->size(), o_.dtype.c_str(), o_.steps, layouts_.size(), backend_->name().c_str(),
+                fingerprint(reference_tied_).c_str(), fingerprint(reference_untied_).c_str(),
+                faults.empty() ? "" : (" (fault injected: " + faults + ")").c_str());
+    std::printf("model: %s\n", tied_.json["model"].dump().c_str());
+    if (!floor_tied_.empty())
+      std::printf("rounding floor (largest |%s - fp64| of the reference; parameters may differ by twice it): "
+                  "tied %s, untied %s\n", o_.dtype.c_str(), largest_floor(tied_, floor_tied_).c_str(),
+                  largest_floor(untied_, floor_untied_).c_str());
+    if (world_->size() > 1 && max_ranks == 1)
+      std::printf("note: no layout of this model uses more than one rank of %d: every layout runs on one rank, as %d "
+                  "replicas. World sizes with multi-rank layouts: %s\n",
+                  world_->size(), world_->size(), multi_rank_world_sizes(tied_).c_str());
+    std::fputs(table_header().c_str(), stdout);
+  }
+
+  // Runs one row on every rank: an error is this rank's FAIL, then every rank agrees.
+  template <typename Body>
+  void run_row(Outcome& out, Body&& body) {
+    report_->running(out.name);
+    watchdog_->arm(out.name);
+    std::string my_failure;
+    set_row_error("");
+    try {
+      body();
+    } catch (const Error& e) {
+      out.errors.pass = false;
+      my_failure = e.what();
+      set_row_error(my_failure);  // for the watchdog's message, should the other ranks not get here
+    }
+    if (!out.errors.pass && my_failure.empty()) my_failure = out.errors.failure;
+    agree(*world_, out, my_failure);
+    watchdog_->disarm();
+    report_->add(out);
+    if (root_) {
+      std::fputs(table_row(out).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+
+  void run_operator_checks() {
+    std::vector<int> sizes;
+    for (const ParallelLayout& l : layouts_)
+      if (l.tp > 1 && std::find(sizes.begin(), sizes.end(), l.tp) == sizes.end()) sizes.push_back(l.tp);
+    for (int t : sizes) {
+      Outcome out;
+      out.name = "op:vocab-parallel-loss-tp" + std::to_string(t);
+      auto group = world_->split(world_->rank() / t, world_->rank(), out.name);
+      run_row(out, [&] {
+        out.errors = check_vocab_parallel_loss(*group, *backend_, parse_dtype(o_.dtype), tied_.model.vocab_size, faults_);
+      });
+    }
+  }
+
+  void run_one(const ParallelLayout& layout) {
+    const bool tied = tied_for(layout);
+    Outcome out;
+    out.name = layout.name();
+    out.layout = layout;
+    out.head = tied ? "tied" : "untied";
+    auto group = world_->split(world_->rank() / layout.ranks(), world_->rank(), layout.name());
+    run_row(out, [&] {
+      const RunConfig& config = tied ? tied_ : untied_;
+      const Trajectory got = run_layout(config, layout, *group, o_.steps, *backend_, faults_);
+      out.errors = compare(got, tied ? reference_tied_ : reference_untied_, config, tied ? floor_tied_ : floor_untied_);
+      out.seconds_per_step = got.seconds_per_step;
+      out.fingerprint = fingerprint(got);
+      out.peak_mib = static_cast<double>(got.peak_bytes) / (1 << 20);
+      out.accounted_mib = static_cast<double>(got.accounted_bytes) / (1 << 20);
+    });
+  }
+
+  void finish() {
+    int failed = 0;
+    for (const auto& out : report_->outcomes()) failed += !out.errors.pass;
+    const std::size_t rows = report_->outcomes().size();
+    if (root_)
+      std::printf("%zu rows (%zu layouts), %zu passed, %d failed (tolerance: %s)\n", rows, layouts_.size(),
+                  rows - failed, failed, o_.dtype == "fp64" ? "1e-10 relative" : "1e-5 relative, parameters + lr*K*1e-3 + 2x rounding floor");
+    if (failed > 0) throw Error(root_ ? std::to_string(failed) + " row(s) failed conformance" : "");
+  }
+
+  const SuiteOptions& o_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> world_;
+  bool root_;
+  RunConfig tied_, untied_;
+  FaultPlan faults_;
+  std::vector<ParallelLayout> layouts_;
+  Trajectory reference_tied_, reference_untied_;
+  std::vector<double> floor_tied_, floor_untied_;  // fp32: how far rounding alone moves each tensor
+  std::unique_ptr<ReportWriter> report_;
+  std::unique_ptr<Watchdog> watchdog_;
+  void set_row_error(const std::string& error) {
+    std::lock_guard<std::mutex> lock(row_error_mutex_);
+    row_error_ = error;
+  }
+  std::string row_error() {
+    std::lock_guard<std::mutex> lock(row_error_mutex_);
+    return row_error_;
+  }
+  std::mutex row_error_mutex_;
+  std::string row_error_;  // this rank's error in the current row (the watchdog thread reads it)
+};
 
 }  // namespace
 
 void run_suite(const SuiteOptions& o) {
+  if (o.list_faults) {
+    print_fault_catalogue();
+    return;
+  }
   MpiRuntime mpi;
-  auto backend = make_backend(o.backend);
-  auto world = communicator_for(mpi_world(), *backend);
-  const bool root = world->rank() == 0;
-  const RunConfig config = suite_config(o);
-  std::vector<Fault> active;
-  for (const std::string& name : o.faults) active.push_back(parse_fault(name));
-  const FaultPlan faults(active);
-  const std::vector<ParallelLayout> layouts = suite_layouts(o, config, world->size());
-  int max_ranks = 1;
-  for (const ParallelLayout& l : layouts) max_ranks = std::max(max_ranks, l.ranks());
-
-  const Trajectory reference = run_single_device(config, o.steps, *backend);
-  if (root) print_header(o, *world, *backend, config, layouts.size(), max_ranks, reference);
-  std::vector<Outcome> outcomes;
-  for (const ParallelLayout& layout : layouts) {
-    // Independent replicas of the layout on consecutive blocks of ranks.
-    auto group = world->split(world->rank() / layout.ranks(), world->rank(), layout.name());
-    const Trajectory got = run_layout(config, layout, *group, o.steps, *backend, faults);
-    Outcome out{layout, compare(got, reference, config), got.seconds_per_step, fingerprint(got)};
-    agree(*world, out);
-    if (root) {
-      std::fputs(table_row(out).c_str(), stdout);
-      std::fflush(stdout);
-    }
-    outcomes.push_back(out);
-  }
-  int failed = 0;
-  for (const auto& out : outcomes) failed += !out.errors.pass;
-  if (root) {
-    std::printf("%zu layouts, %zu passed, %d failed (tolerance: %s)\n", outcomes.size(), outcomes.size() - failed,
-                failed, o.dtype == "fp64" ? "1e-10 relative" : "1e-5 relative, parameters + lr*K*1e-3");
-    write_reports(o, world->size(), reference, outcomes);
-  }
-  if (failed > 0) throw Error(root ? std::to_string(failed) + " layout(s) failed conformance" : "");
+  Suite(o).run();
 }
 
 }  // namespace tripod::conform

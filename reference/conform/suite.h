@@ -1,8 +1,15 @@
 // `tripod conform`: every parallel layout the launched ranks allow (or those named) for K steps
 // against the single-device reference in the same precision; per layout the largest errors of
-// losses, gradient norms and final parameters, pass/fail and time per step, as a table on stdout,
-// JSON and JUnit XML. Layouts smaller than the world run as independent replicas on consecutive
-// blocks of ranks. Throws (exit 1) if any layout fails.
+// losses, gradient norms and final parameters, pass/fail, time per step and memory (allocator
+// peak against the accounting), as a table on stdout, JSON and JUnit XML. Operator checks
+// (conform/op_checks.h) run first. Layouts smaller than the world run as independent replicas on
+// consecutive blocks of ranks; the tied head runs on even ZeRO stages and the untied one on odd
+// (--heads), so every combination of TP, PP, DP, schedule and SP meets both.
+//
+// A failure is a FAIL row, never an abort: an error inside a layout (a non-finite loss, say) is
+// caught on every rank and agreed; a rank that fails alone leaves the others waiting, and the
+// per-layout timeout then writes a timeout row into the reports and ends the job non-zero.
+// Throws (exit 1) if any row fails.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,8 +18,11 @@ namespace tripod::conform {
 
 struct SuiteOptions {
   std::string dtype = "fp64", config, json_out, junit_out, backend = "cpu";
+  std::string heads = "alternate";  // alternate, tied or untied
   std::vector<std::string> layouts, overrides, faults;
   int steps = 5;
+  double timeout_seconds = 300;  // per layout
+  bool list_faults = false;
 };
 
 void run_suite(const SuiteOptions& options);

@@ -1,5 +1,7 @@
 #include "parallel/gradient_buckets.h"
 
+#include <limits>
+
 namespace tripod {
 
 struct GradientBuckets::Pending {
@@ -98,6 +100,7 @@ void GradientBuckets::complete(Pending& p) {
   backend_.add_inplace(grad_shard_.view(layout_.shard_offset(p.bucket), {slice}),
                        buffers_[b].view(dp_.rank() * slice, {slice}));
   for (std::size_t i : bucket.tensors) views_[i] = Tensor();
+  if (faults_.poison_released()) backend_.fill(buffers_[b], std::numeric_limits<double>::quiet_NaN());
   memory_.add(-static_cast<std::ptrdiff_t>(buffers_[b].bytes()));
   buffers_[b] = Tensor();
 }

@@ -6,7 +6,7 @@ namespace tripod {
 
 ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<ParamSpec>& specs,
                                    const ZeroPolicy& policy, const ZeroBuffers& buffers, Communicator& dp,
-                                   Backend& backend, DType dtype, AdamWConfig adamw)
+                                   Backend& backend, DType dtype, AdamWConfig adamw, const FaultPlan& faults)
     : layout_(layout),
       specs_(specs),
       policy_(policy),
@@ -14,6 +14,7 @@ ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<
       dp_(dp),
       backend_(backend),
       adamw_(adamw),
+      faults_(faults),
       segments_(layout.segments(dp.rank())) {
   const int64_t moments = policy_.shard_optimizer ? layout_.shard_elements() : layout_.total();
   m_ = backend_.alloc({moments}, dtype);
@@ -48,7 +49,7 @@ Tensor ShardedOptimizer::grad_sum_squares(const std::function<bool(std::size_t)>
   Tensor sum = alloc_scalar(backend_);  // stays on the device; the step reads it back once
   for (const auto& seg : segments_)
     if (counted(seg.tensor)) backend_.sum_squares(sum, grad_piece(seg));
-  dp_.all_reduce(sum, sum, ReduceOp::Sum);
+  if (!faults_.has(Fault::NormSkipsDataParallel)) dp_.all_reduce(sum, sum, ReduceOp::Sum);
   return sum;
 }
 

@@ -9,6 +9,7 @@
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
+#include "parallel/fault_plan.h"
 #include "parallel/shard_layout.h"
 #include "parallel/zero_policy.h"
 
@@ -18,7 +19,8 @@ class ShardedOptimizer {
  public:
   // `buffers` must outlive the optimizer.
   ShardedOptimizer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, const ZeroPolicy& policy,
-                   const ZeroBuffers& buffers, Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw);
+                   const ZeroBuffers& buffers, Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
+                   const FaultPlan& faults);
 
   void zero_state();  // m = v = 0
   void step(double lr, int64_t step, double grad_scale);
@@ -44,6 +46,7 @@ class ShardedOptimizer {
   Communicator& dp_;
   Backend& backend_;
   AdamWConfig adamw_;
+  const FaultPlan& faults_;
   std::vector<ShardLayout::Segment> segments_;  // this DP rank's pieces of its slices (fixed)
   Tensor m_, v_;                                // full (stage 0) or shard-sized
 };

@@ -31,14 +31,17 @@
 
 #include "comm/communicator.h"
 #include "model/config.h"
+#include "parallel/fault_plan.h"
 
 namespace tripod::tp {
 
 struct TpGroup {
   Communicator& comm;              // the tensor-parallel group (ProcessGrid::tp())
   bool sequence_parallel = false;  // activations outside the parallel regions are split by tokens
+  const FaultPlan* faults = nullptr;  // conformance self-tests only (parallel/fault_plan.h)
   int size() const { return comm.size(); }
   int rank() const { return comm.rank(); }
+  bool fault(Fault f) const { return faults != nullptr && faults->has(f); }
 };
 
 // Throws unless the model splits over `tp_size` ranks: tp >= 1, tp <= n_head (attention is split by

@@ -4,8 +4,9 @@
 
 namespace tripod::tp {
 
-TensorParallelLayers::TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel)
-    : group_{tp, sequence_parallel}, vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank())) {
+TensorParallelLayers::TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel,
+                                           const FaultPlan* faults)
+    : group_{tp, sequence_parallel, faults}, vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank())) {
   validate_tensor_parallel(config, tp.size());
 }
 
@@ -82,13 +83,14 @@ void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const
   if (!lse.defined() || lse.numel() != losses.numel() || lse.dtype() != losses.dtype())
     lse = be.alloc({losses.numel()}, losses.dtype());
   vocab_parallel_cross_entropy_forward(be, group_.comm, vocab_, losses, lse, logits,
-                                       targets.reshape({targets.numel()}));
+                                       targets.reshape({targets.numel()}), group_.faults);
 }
 
 void TensorParallelLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
   auto lse = logsumexp_.find(logits.address());
   check(lse != logsumexp_.end(), "vocab-parallel loss backward without its forward");
-  vocab_parallel_cross_entropy_backward(be, vocab_, logits, lse->second, targets.reshape({targets.numel()}), grad_scale);
+  vocab_parallel_cross_entropy_backward(be, vocab_, logits, lse->second, targets.reshape({targets.numel()}), grad_scale,
+                                        group_.faults);
 }
 
 }  // namespace tripod::tp

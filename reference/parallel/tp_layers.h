@@ -21,7 +21,9 @@ namespace tripod::tp {
 
 class TensorParallelLayers final : public LayerOps {
  public:
-  TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel);  // validates
+  // validates; `faults` (conformance self-tests, optional) must outlive the layers
+  TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel,
+                       const FaultPlan* faults = nullptr);
 
   int64_t local_width(LinearRole role, int64_t full) const override;
   int64_t local_tokens(int64_t n_tokens) const override;

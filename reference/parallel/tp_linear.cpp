@@ -79,11 +79,13 @@ void row_parallel_linear_forward(Backend& be, const TpGroup& tp, const Tensor& o
   if (bias.defined()) check_numel(what, "bias", bias, O, "[out]");
 
   linear_forward(be, partial, inp, weight, Tensor());  // partial[N,O] = inp[N,Il] @ W[O,Il]^T
+  const bool bias_every_rank = tp.fault(Fault::RowParallelBiasEveryRank);  // the bug: tp copies summed
+  if (bias.defined() && bias_every_rank) be.bias_add(partial, bias);
   if (tp.sequence_parallel)
     reduce_scatter_to_sequence_region_forward(tp.comm, out_partial, out);  // ḡ*: out[Ns,O]
   else
     reduce_from_tp_region_forward(tp.comm, out);  // g: out[N,O]
-  if (bias.defined()) be.bias_add(out, bias);     // once, after the sum over ranks
+  if (bias.defined() && !bias_every_rank) be.bias_add(out, bias);  // once, after the sum over ranks
 }
 
 void row_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tensor& dinp, const Tensor& dweight,

@@ -86,8 +86,20 @@ void vocab_parallel_embedding_backward(Backend& be, const TpGroup& tp, const Voc
   be.embedding_backward_window(dwte, dwpe, g, tokens, shard.window(), seq_len);
 }
 
+namespace {
+bool has(const FaultPlan* faults, Fault f) { return faults != nullptr && faults->has(f); }
+
+// The window the softmax covers: the real vocabulary, or (the planted bug) the padding too.
+VocabWindow softmax_window(const VocabShard& shard, const FaultPlan* faults) {
+  VocabWindow w = shard.window();
+  if (has(faults, Fault::PaddedVocabSoftmax)) w.valid = shard.rows;
+  return w;
+}
+}  // namespace
+
 void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const VocabShard& shard, const Tensor& losses,
-                                          const Tensor& logsumexp, const Tensor& logits, const Tensor& targets) {
+                                          const Tensor& logsumexp, const Tensor& logits, const Tensor& targets,
+                                          const FaultPlan* faults) {
   const char* what = "vocab_parallel_cross_entropy_forward";
   check_shard(what, shard, tp);
   const int64_t N = targets.numel(), V = shard.rows;
@@ -99,20 +111,24 @@ void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const V
 
   const DType dt = logits.dtype();
   Tensor row_max = be.alloc({N}, dt), sums = be.alloc({2, N}, dt);  // sums: [sum of exp | target logit]
-  be.logits_row_max(row_max, logits, targets, shard.window());      // targets checked before communicating
-  tp.all_reduce(row_max, row_max, ReduceOp::Max);                   // the max is exact in any order
-  be.logits_exp_sums(sums, logits, row_max, targets, shard.window());
+  const VocabWindow window = softmax_window(shard, faults);
+  be.logits_row_max(row_max, logits, targets, window);  // targets checked before communicating
+  // The max is exact in any order; any other shift is exact in real arithmetic but overflows or
+  // underflows exp() once the logits are large (the MAX->SUM fault).
+  tp.all_reduce(row_max, row_max, has(faults, Fault::MaxToSumShift) ? ReduceOp::Sum : ReduceOp::Max);
+  be.logits_exp_sums(sums, logits, row_max, targets, window);
   tp.all_reduce(sums, sums, ReduceOp::Sum);  // the target logit is exact once summed: one rank holds it
   be.cross_entropy_from_sums(losses, logsumexp, row_max, sums, targets);
 }
 
 void vocab_parallel_cross_entropy_backward(Backend& be, const VocabShard& shard, const Tensor& logits,
-                                           const Tensor& logsumexp, const Tensor& targets, double grad_scale) {
+                                           const Tensor& logsumexp, const Tensor& targets, double grad_scale,
+                                           const FaultPlan* faults) {
   const char* what = "vocab_parallel_cross_entropy_backward";
   const int64_t N = targets.numel(), V = shard.rows;
   check_shape(what, "logits", logits, N * V, "[N, ceil(V/tp)]");
   check_shape(what, "logsumexp", logsumexp, N, "[N]");
-  be.cross_entropy_backward_window(logits, logsumexp, targets, shard.window(), grad_scale);
+  be.cross_entropy_backward_window(logits, logsumexp, targets, softmax_window(shard, faults), grad_scale);
 }
 
 }  // namespace tripod::tp

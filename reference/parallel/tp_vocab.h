@@ -60,13 +60,16 @@ void vocab_parallel_embedding_backward(Backend& be, const TpGroup& tp, const Voc
 //   logsumexp[n] = m + log(s);  losses[n] = logsumexp[n] - z[n], 0 where targets[n] < 0.
 // losses and logsumexp are [N], replicated on every rank; logsumexp is kept for backward.
 // targets: int32 [N], each < V (or < 0: ignored).
+// `faults` (conformance self-tests) may plant the padded-softmax or the SUM-shift bug.
 void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const VocabShard& shard, const Tensor& losses,
-                                          const Tensor& logsumexp, const Tensor& logits, const Tensor& targets);
+                                          const Tensor& logsumexp, const Tensor& logits, const Tensor& targets,
+                                          const FaultPlan* faults = nullptr);
 
 // In place, no communication: logits[N, rows] become
 // grad_scale * (exp(logits - logsumexp) - onehot(target, if this rank holds it)); padding columns
 // and ignored rows become 0.
 void vocab_parallel_cross_entropy_backward(Backend& be, const VocabShard& shard, const Tensor& logits,
-                                           const Tensor& logsumexp, const Tensor& targets, double grad_scale);
+                                           const Tensor& logsumexp, const Tensor& targets, double grad_scale,
+                                           const FaultPlan* faults = nullptr);
 
 }  // namespace tripod::tp

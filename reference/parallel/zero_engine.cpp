@@ -30,8 +30,10 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
                                                buffers_.grad_shard, transient_, faults_);
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
   if (policy_.gather_params_on_use)
-    gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_);
-  optimizer_ = std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw);
+    gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
+                                                faults_);
+  optimizer_ =
+      std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_);
 }
 
 ZeroEngine::~ZeroEngine() = default;

@@ -2,6 +2,7 @@
 // pipeline schedule, the reductions that follow backward, the norm, and the update.
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <map>
 
 #include "train/distributed_trainer.h"
@@ -42,6 +43,8 @@ struct DistributedTrainer::StepRun {
   void run_backward(int mb, int index, const Tensor* output_grad) {
     Chunk& c = t.chunk(index);
     const int slot = slot_of(mb, index);
+    int read_slot = slot;  // the activations the backward reads
+    if (t.faults_.has(Fault::PipelineSlotMixup) && slots.count({mb ^ 1, index})) read_slot = slot_of(mb ^ 1, index);
     if (output_grad) t.backend_.copy(*output_grad, c.model->output_grad());
     // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one, 2/3 after
     // each. A backward's reductions are waited for only when the chunk's next backward begins (or
@@ -49,7 +52,7 @@ struct DistributedTrainer::StepRun {
     // gradient the previous stage waits for.
     c.engine->finish_backward();
     c.engine->begin_backward(mb == t.layout_.micro_batches - 1);
-    c.model->backward_slot(*c.engine, slot, grad_scale);
+    c.model->backward_slot(*c.engine, read_slot, grad_scale);
     c.model->release_slot(slot);
     slots.erase({mb, index});
   }
@@ -75,11 +78,19 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
   int64_t n_valid = 0;  // of the whole global batch: every rank sees it, so no communication needed
   for (int32_t t : batch.targets) n_valid += t >= 0;
   check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
+  if (faults_.has(Fault::LocalTokenCount)) {  // only this DP rank's slice counted
+    const int64_t first = dp_.rank() * local_batch() * batch.seq_len, count = local_batch() * batch.seq_len;
+    n_valid = 0;
+    for (int64_t i = first; i < first + count; ++i) n_valid += batch.targets[static_cast<std::size_t>(i)] >= 0;
+    n_valid = std::max<int64_t>(n_valid, 1);
+  }
+  double grad_scale = 1.0 / static_cast<double>(n_valid);
+  if (faults_.has(Fault::SecondDpAverage)) grad_scale /= dp_.size();
   const int64_t micro = layout_.micro_batches;
   if (backward)
     for (Chunk& c : chunks_) c.engine->zero_grads();
 
-  StepRun run{*this, batch, backward, 1.0 / static_cast<double>(n_valid), local_batch() / micro,
+  StepRun run{*this, batch, backward, grad_scale, local_batch() / micro,
               backend_.alloc({micro}, DType::F64), {}, {}};
   std::vector<ActionTiming> timings = run_pipeline(schedule_, pp_, backend_, run.work(), /*forward_only=*/!backward);
   if (backward) {
@@ -91,7 +102,7 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
   Tensor total = alloc_scalar(backend_);
   for (int64_t mb = 0; mb < micro; ++mb) backend_.add_inplace(total, run.loss_parts.view(mb, {1}));  // in order
   if (pp_.size() > 1) pp_.all_reduce(total, total, ReduceOp::Sum);  // only the last stage's is non-zero
-  dp_.all_reduce(total, total, ReduceOp::Sum);
+  if (!(faults_.has(Fault::HangOneRank) && dp_.rank() == 1)) dp_.all_reduce(total, total, ReduceOp::Sum);
   return {total, n_valid};
 }
 
@@ -106,7 +117,7 @@ void DistributedTrainer::reduce_after_backward() {
   }
   // Sequence parallelism leaves the LayerNorm and row-parallel bias gradients partial per TP rank:
   // summed over TP after the DP reduction (the pieces are the same on every TP rank).
-  if (!layout_.sequence_parallel) return;
+  if (!layout_.sequence_parallel || faults_.has(Fault::SpSkipGradAllReduce)) return;
   for (Chunk& c : chunks_)
     for (const auto& [i, piece] : c.engine->updated_grad_pieces())
       if (tp::tp_grad_needs_allreduce(c.engine->specs()[i], true)) grid_.tp().all_reduce(piece, piece, ReduceOp::Sum);
@@ -119,7 +130,9 @@ Tensor DistributedTrainer::grad_sum_squares() {
   for (Chunk& c : chunks_) {
     const std::vector<ParamSpec>& specs = c.engine->specs();
     auto counted = [&](std::size_t i) {
-      if (layout_.tp > 1 && grid_.tp_rank() != 0 && tp::tp_replicated(specs[i])) return false;
+      if (layout_.tp > 1 && grid_.tp_rank() != 0 && tp::tp_replicated(specs[i]) &&
+          !faults_.has(Fault::NormCountsReplicated))
+        return false;
       return !(c.tied_copy && i == c.wte);
     };
     const Tensor sum = c.engine->grad_sum_squares(counted);  // summed over DP

@@ -41,7 +41,7 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
       dp_(grid.dp()),
       pp_(grid.pp()),
       tp_layers_(layout_.tp > 1 ? std::make_unique<tp::TensorParallelLayers>(config.model, grid.tp(),
-                                                                              layout_.sequence_parallel)
+                                                                              layout_.sequence_parallel, &faults_)
                                 : nullptr),
       split_(config.model.n_layer, layout_.pp, layout_.virtual_stages, config.train.pipeline_split),
       schedule_(make_schedule(layout_.schedule, layout_.pp, layout_.micro_batches, layout_.virtual_stages)) {

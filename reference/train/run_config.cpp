@@ -151,7 +151,10 @@ void parse_optim_section(const json& o, RunConfig& c) {
 }  // namespace
 
 json load_config_json(const std::string& name_or_path, const std::vector<std::string>& overrides) {
-  json resolved = default_config_json();
+  return load_config_json(default_config_json(), name_or_path, overrides);
+}
+
+json load_config_json(json resolved, const std::string& name_or_path, const std::vector<std::string>& overrides) {
   if (!name_or_path.empty()) {
     const std::string path = resolve_config_path(name_or_path);
     std::ifstream in(path);

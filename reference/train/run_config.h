@@ -51,6 +51,9 @@ nlohmann::json default_config_json();
 std::string resolve_config_path(const std::string& name_or_path);
 // Loads a config file, applies overrides ("train.steps=10"), checks keys and types.
 nlohmann::json load_config_json(const std::string& name_or_path, const std::vector<std::string>& overrides);
+// The same on top of `base` instead of the defaults (conform starts from its own model).
+nlohmann::json load_config_json(nlohmann::json base, const std::string& name_or_path,
+                                const std::vector<std::string>& overrides);
 // Typed view; validates values (throws naming the key). model.vocab_size 0 means "from the data".
 RunConfig parse_run_config(const nlohmann::json& resolved);
 

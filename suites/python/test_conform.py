@@ -21,6 +21,8 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     result = conform(8, "--dtype", dtype, "--json", tmp_path / "c.json", "--junit", tmp_path / "c.xml")
     assert result.returncode == 0, result.stdout + result.stderr
     records = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    # fp32's parameter bound includes a measured rounding floor, printed with the tensor it comes from
+    assert ("rounding floor" in result.stdout) == (dtype == "fp32")
     assert {r["dp"] for r in records} == {1, 2, 4, 8}
     assert {r["pp"] for r in records} == {1, 2, 4}  # the conformance model has 4 layers
     assert {r["schedule"] for r in records} == {"none", "afab", "1f1b", "interleaved"}
@@ -32,19 +34,28 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     assert {r["sequence_parallel"] for r in records} == {False, True}
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
     for r in records:
-        assert r["pass"] and r["dtype"] == dtype
+        assert r["pass"] and r["dtype"] == dtype and 0 <= r["error_over_bound"] <= 1
         assert {"tp", "pp", "schedule", "loss_rel_error", "param_rel_error", "seconds_per_step"} <= set(r)
         if dtype == "fp64":
             assert r["loss_rel_error"] < 1e-12 and r["param_rel_error"] < 1e-10
+        assert r["head"] == ("tied" if r["zero"] % 2 == 0 else "untied")  # both heads meet every combination
+        assert r["peak_mib"] > 0 and r["accounted_mib"] > 0
+    # The operator checks (vocab-parallel loss on huge logits) of every TP size, first.
+    checks = json.loads((tmp_path / "c.json").read_text())["operator_checks"]
+    assert [c["layout"] for c in checks] == ["op:vocab-parallel-loss-tp2", "op:vocab-parallel-loss-tp4"]
+    assert all(c["pass"] for c in checks)
+    # Released memory is really returned: the allocator's peak falls with every ZeRO stage.
+    peak = {r["layout"]: r["peak_mib"] for r in records}
+    stages = [peak[f"tp1-pp1-dp8-z{z}-mb1"] for z in range(4)]
+    assert stages == sorted(stages, reverse=True) and stages[3] < 0.6 * stages[0], stages
     suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
-    assert int(suite.get("tests")) == len(records) and int(suite.get("failures")) == 0
+    assert int(suite.get("tests")) == len(records) + len(checks) and int(suite.get("failures")) == 0
 
 
 def test_untied_head_and_a_vocabulary_not_dividing_by_tp(tmp_path):
-    # 97 tokens over 4 TP ranks: the vocabulary is padded to 100 and the padding never reaches the loss
-    model = ["--set", "model.tie_embeddings=false", "--set", "model.vocab_size=97"]
+    # 97 tokens (the default now) over 4 TP ranks: padded to 100, the padding never reaches the loss
     layouts = ["tp4-pp1-dp1-z1-mb1", "tp4-pp1-dp1-z3-mb2-sp", "tp2-pp1-dp2-z2-mb1-sp", "tp2-pp1-dp2-z0-mb2"]
-    result = conform(4, *model, "--layouts", *layouts, "--json", tmp_path / "c.json")
+    result = conform(4, "--heads", "untied", "--layouts", *layouts, "--json", tmp_path / "c.json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert all(r["pass"] and r["param_rel_error"] < 1e-10
                for r in json.loads((tmp_path / "c.json").read_text())["layouts"])
@@ -86,3 +97,15 @@ def test_a_world_where_no_layout_uses_more_than_one_rank_says_so():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no layout of this model uses more than one rank of 3" in result.stdout
     assert "World sizes with multi-rank layouts: 2, 4, 6, 8" in result.stdout
+
+
+def test_overrides_start_from_the_conformance_model_and_are_printed():
+    result = conform(2, "--steps", "2", "--set", "optim.lr=0.02", "--layouts", "tp1-pp1-dp2-z1-mb1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    model = json.loads(result.stdout.split("model: ", 1)[1].splitlines()[0])
+    assert model["vocab_size"] == 97 and model["n_layer"] == 4  # the conformance model, not the training defaults
+
+
+def test_one_step_is_refused():
+    result = conform(2, "--steps", "1")
+    assert result.returncode != 0 and "--steps must be at least 2" in result.stderr

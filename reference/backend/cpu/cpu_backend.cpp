@@ -29,7 +29,16 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   if (padded != 0 && p == nullptr)
     fail("out of ", device_name(device_), " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape));
   if (p) std::memset(p, 0, padded);
-  return Tensor(std::make_shared<Storage>(p, bytes, device_, [](void* q) { std::free(q); }), 0, shape, dtype);
+  const std::size_t live = counters_->live.fetch_add(padded) + padded;
+  for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
+  }
+  auto counters = counters_;
+  return Tensor(std::make_shared<Storage>(p, bytes, device_,
+                                          [counters, padded](void* q) {
+                                            counters->live.fetch_sub(padded);
+                                            std::free(q);
+                                          }),
+                0, shape, dtype);
 }
 
 void CpuBackend::fill(const Tensor& t, double value) {

@@ -4,6 +4,8 @@
 // Both give bit-identical results. Every operation checks that its tensors live on this backend's
 // device: a host tensor handed to the emulated backend is as wrong as one handed to a GPU.
 #pragma once
+#include <atomic>
+#include <memory>
 #include <string>
 
 #include "backend/backend.h"
@@ -15,6 +17,8 @@ class CpuBackend final : public Backend {
   CpuBackend(Device device, std::string name) : device_(device), name_(std::move(name)) {}
   std::string name() const override { return name_; }
   Device device() const override { return device_; }
+  MemoryStats memory_stats() const override { return {counters_->live.load(), counters_->peak.load()}; }
+  void reset_peak_memory() override { counters_->peak.store(counters_->live.load()); }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   void fill(const Tensor& t, double value) override;
@@ -78,8 +82,13 @@ class CpuBackend final : public Backend {
 
  private:
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
+  // Shared with every allocation's release, which may run after the backend is gone.
+  struct Counters {
+    std::atomic<std::size_t> live{0}, peak{0};
+  };
   Device device_;
   std::string name_;
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 
 // Calls fn(T{}) with T = float or double, the floating dtype of an operation; others are an error.

@@ -1,0 +1,84 @@
+"""The conformance suite's mutation score: every fault of the catalogue (`tripod conform
+--list-faults`), planted alone in an 8-rank fp64 run over one layout of every kind, must be caught
+- by exactly the layouts that exercise the broken code, the others still passing - and a rank that
+hangs must end in a timeout row, written reports and a non-zero exit, never a hung CI job."""
+import json
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+
+# One layout of every kind on 8 ranks: DP alone, ZeRO-3, TP with SP, TP=4 (untied head: odd ZeRO
+# stage), pipelines with every schedule, tied (even stage) and untied, 3D.
+LAYOUTS = ["tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp4-z3-mb2", "tp2-pp1-dp4-z2-mb1-sp", "tp4-pp1-dp2-z1-mb2",
+           "tp1-pp2-dp4-z0-mb2-afab", "tp2-pp2-dp2-z1-mb4-1f1b", "tp2-pp2-dp2-z3-mb4-sp-interleaved-v2",
+           "tp1-pp4-dp2-z2-mb4-1f1b"]
+
+
+def tied(l):
+    return l["zero"] % 2 == 0
+
+
+# Which layouts each fault must break (the others must pass); operator checks: whether they fail.
+EXPECTED = {
+    "skip-grad-reduction": (lambda l: l["dp"] > 1, False),
+    "skip-tied-embedding-reduction": (lambda l: l["pp"] > 1 and tied(l), False),
+    "local-token-count": (lambda l: l["dp"] > 1, False),
+    "second-dp-average": (lambda l: l["dp"] > 1, False),
+    "row-parallel-bias-every-rank": (lambda l: l["tp"] > 1, False),
+    "norm-counts-replicated": (lambda l: l["tp"] > 1, False),
+    "norm-skips-data-parallel": (lambda l: l["dp"] > 1, False),
+    "sp-skip-grad-allreduce": (lambda l: l["sequence_parallel"], False),
+    "padded-vocab-softmax": (lambda l: l["tp"] > 1, True),  # 97 divides by neither 2 nor 4
+    "max-to-sum-shift": (lambda l: False, True),  # exact in real arithmetic: only huge logits break it
+    "stale-zero3-params": (lambda l: l["zero"] == 3, False),
+    "use-after-release": (lambda l: l["zero"] == 3, False),  # caught because released buffers are poisoned
+    "pipeline-slot-mixup": (lambda l: l["pp"] > 1, False),
+}
+
+
+def conform(*args, timeout=200):
+    require_tripod()
+    return subprocess.run(mpirun_command(8, "conform", "--dtype", "fp64", *args, timeout=timeout),
+                          capture_output=True, text=True, timeout=timeout + 40, env=MPI_ENV)
+
+
+def test_the_catalogue_is_listed_and_covered():
+    result = subprocess.run([str(TRIPOD), "conform", "--list-faults"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    listed = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert len(listed) >= 10
+    assert set(listed) == set(EXPECTED) | {"hang-one-rank"}
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_every_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
+    must_fail, checks_fail = EXPECTED[fault]
+    result = conform("--layouts", *LAYOUTS, "--inject-fault", fault, "--timeout", "60", "--json", tmp_path / "c.json")
+    assert result.returncode != 0, f"{fault} was not caught:\n{result.stdout}"
+    report = json.loads((tmp_path / "c.json").read_text())
+    failed = {r["layout"] for r in report["layouts"] if not r["pass"]}
+    expected = {r["layout"] for r in report["layouts"] if must_fail(r)}
+    assert failed == expected, f"{fault}: failed {sorted(failed)}, expected {sorted(expected)}\n{result.stdout}"
+    assert all(c["pass"] != checks_fail for c in report["operator_checks"]), report["operator_checks"]
+
+
+def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):
+    layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp8-z1-mb1"]
+    start = time.monotonic()
+    result = conform("--layouts", *layouts, "--inject-fault", "hang-one-rank", "--timeout", "8",
+                     "--json", tmp_path / "c.json", "--junit", tmp_path / "c.xml", timeout=100)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0
+    assert elapsed < 8 + 25, f"took {elapsed:.0f} s"  # start-up, the first layout, the timeout, the teardown
+    assert "tp1-pp1-dp8-z0-mb1 did not finish within 8 s" in result.stderr
+    report = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["layout"]: r for r in report["layouts"]}
+    assert rows["tp1-pp1-dp1-z0-mb1"]["pass"]
+    assert not rows["tp1-pp1-dp8-z0-mb1"]["pass"] and rows["tp1-pp1-dp8-z0-mb1"]["timed_out"]
+    assert rows["tp1-pp1-dp8-z0-mb1"]["failure"] == "timeout after 8 s"
+    suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) == 1

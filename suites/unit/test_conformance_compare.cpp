@@ -1,0 +1,103 @@
+// conform::compare's bounds: fp64 1e-10 relative; fp32 1e-5 relative plus lr*K*1e-3 plus twice the
+// tensor's measured rounding floor (reference/conform/conformance.h). Each bound is shown to pass
+// just inside and fail just outside, so none of them can be silently widened.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "conform/conformance.h"
+#include "model/param_spec.h"
+#include "support/test_backend.h"
+
+namespace tripod {
+namespace {
+
+// A trajectory of the conformance model's shape with every parameter element set to `value`.
+conform::Trajectory flat_trajectory(const RunConfig& config, double value) {
+  conform::Trajectory t;
+  t.losses = {4.5, 4.4};
+  t.norms = {1.2, 1.1};
+  for (const ParamSpec& spec : gpt_param_specs(config.model)) {
+    std::size_t n = 1;
+    for (int64_t d : spec.shape) n *= static_cast<std::size_t>(d);
+    t.params.emplace_back(n, value);
+  }
+  return t;
+}
+
+std::size_t index_of(const RunConfig& config, const std::string& name) {
+  const std::vector<ParamSpec> specs = gpt_param_specs(config.model);
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return i;
+  ADD_FAILURE() << "no tensor " << name;
+  return 0;
+}
+
+TEST(ConformanceCompare, Fp64IsOneInTenToTheTenRelative) {
+  const RunConfig config = conform::default_conformance_config("fp64");
+  const conform::Trajectory ref = flat_trajectory(config, 0.5);
+  conform::Trajectory got = ref;
+  got.params[3][7] += 0.4e-10;  // 0.8e-10 of the tensor's largest element
+  EXPECT_TRUE(conform::compare(got, ref, config).pass);
+  got.params[3][7] += 0.2e-10;
+  const conform::Errors e = conform::compare(got, ref, config);
+  EXPECT_FALSE(e.pass);
+  EXPECT_GT(e.error_over_bound, 1.0);
+  got = ref;
+  got.losses[1] = std::nan("");
+  EXPECT_FALSE(conform::compare(got, ref, config).pass);
+}
+
+TEST(ConformanceCompare, Fp32AddsAdamSlackAndTwiceTheRoundingFloor) {
+  const RunConfig config = conform::default_conformance_config("fp32");
+  const double slack = config.schedule.max_lr * 2 * 1e-3;  // K = 2 steps
+  const conform::Trajectory ref = flat_trajectory(config, 0.5);
+  const std::size_t wte = index_of(config, "wte.weight");
+  conform::Trajectory got = ref;
+  got.params[wte][11] += 0.5 * 1e-5 + 0.99 * slack;
+  EXPECT_TRUE(conform::compare(got, ref, config).pass);
+  got.params[wte][11] += 0.02 * slack;
+  conform::Errors e = conform::compare(got, ref, config);
+  EXPECT_FALSE(e.pass);
+  EXPECT_EQ(e.failure, "parameter wte.weight");
+
+  // A floor of 3e-4 on wte (an fp64 reference 3e-4 away) allows 6e-4 more there, and nowhere else.
+  conform::Trajectory fp64 = ref;
+  fp64.params[wte][40] += 3e-4;
+  const std::vector<double> floor = conform::rounding_floor(ref, fp64);
+  EXPECT_NEAR(floor[wte], 3e-4, 1e-15);
+  got = ref;
+  got.params[wte][11] += 0.5 * 1e-5 + slack + 5.9e-4;
+  EXPECT_TRUE(conform::compare(got, ref, config, floor).pass);
+  got.params[wte][11] += 0.2e-4;
+  EXPECT_FALSE(conform::compare(got, ref, config, floor).pass);
+  got = ref;
+  got.params[wte + 1][11] += 0.5 * 1e-5 + slack + 1e-6;
+  e = conform::compare(got, ref, config, floor);
+  EXPECT_FALSE(e.pass) << "the floor of one tensor must not loosen another";
+}
+
+// The floor of the real conformance model: the fp32 reference's largest distance from the fp64 one.
+// Rounding moves the untied embedding far more than anything else (a token whose first gradient is
+// ~1e-7, near Adam's eps, so its relative rounding error becomes an update error), and even that
+// stays two orders below one step's update of a real bug (~lr).
+TEST(ConformanceCompare, RoundingFloorOfTheConformanceModelIsSmallAgainstOneStep) {
+  Backend& backend = testing::shared_test_backend();
+  for (bool tied : {true, false}) {
+    RunConfig fp32 = conform::default_conformance_config("fp32");
+    nlohmann::json j = fp32.json;
+    j["model"]["tie_embeddings"] = tied;
+    fp32 = parse_run_config(j);
+    j["train"]["dtype"] = "fp64";
+    const RunConfig fp64 = parse_run_config(j);
+    const std::vector<double> floor = conform::rounding_floor(conform::run_single_device(fp32, 5, backend),
+                                                              conform::run_single_device(fp64, 5, backend));
+    double largest = 0;
+    for (double f : floor) largest = std::max(largest, f);
+    EXPECT_GT(largest, 0.0) << "fp32 and fp64 runs cannot agree bit for bit";
+    EXPECT_LT(largest, 0.02 * fp32.schedule.max_lr) << (tied ? "tied" : "untied");
+  }
+}
+
+}  // namespace
+}  // namespace tripod
