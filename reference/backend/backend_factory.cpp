@@ -2,7 +2,13 @@
 
 namespace tripod {
 
-std::vector<std::string> backend_names() { return {"cpu", "emulated"}; }
+std::vector<std::string> backend_names() {
+#ifdef TRIPOD_HAVE_CUDA_BACKEND
+  return {"cpu", "emulated", "cuda"};
+#else
+  return {"cpu", "emulated"};
+#endif
+}
 
 std::string backend_names_text() {
   std::string text;
@@ -13,9 +19,13 @@ std::string backend_names_text() {
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emulated") return make_emulated_backend();
+#ifdef TRIPOD_HAVE_CUDA_BACKEND
+  if (name == "cuda") return make_cuda_backend();
+#else
   if (name == "cuda")
-    fail("backend 'cuda' is not built into this binary (its kernels arrive with the CUDA backend issue); built: ",
-         backend_names_text());
+    fail("backend 'cuda' is not built into this binary (it is built where CMake finds nvcc: see the README's "
+         "GPU section); built: ", backend_names_text());
+#endif
   fail("unknown backend '", name, "' (built into this binary: ", backend_names_text(), ")");
 }
 

@@ -20,5 +20,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 // The constructors behind the names (backend/cpu/cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_emulated_backend();
+// backend/cuda/cuda_backend.cpp, where the CUDA backend is built: the device this process's local
+// rank maps to (backend/cuda/host/device_choice.h); throws when no CUDA device is usable.
+std::unique_ptr<Backend> make_cuda_backend();
 
 }  // namespace tripod

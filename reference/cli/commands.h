@@ -12,6 +12,7 @@ void add_bench_commands(CLI::App& app);   // tripod bench train | gemm | kernels
 void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 void add_conform_command(CLI::App& app);  // tripod conform
 void add_schedule_command(CLI::App& app);  // tripod schedule: print and simulate a pipeline schedule
+void add_check_backend_command(CLI::App& app);  // tripod check-backend: every op against the CPU backend
 
 // --backend NAME (default cpu), listing the backends built into this binary; the command makes
 // it with backend/backend_factory.h's make_backend.

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   tripod::cli::add_scale_commands(app);
   tripod::cli::add_conform_command(app);
   tripod::cli::add_schedule_command(app);
+  tripod::cli::add_check_backend_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

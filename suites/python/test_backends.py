@@ -3,6 +3,7 @@ collective staged through host memory) gives exactly the CPU backend's results t
 command line - conform's fingerprints of every trajectory bit, training losses, collective checks -
 and a backend that is not built, or does not exist, is a clear error listing those that are."""
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -84,11 +85,28 @@ def test_collective_benchmark_on_emulated_device_buffers_checks_clean(tmp_path):
     assert "Out of bounds values : 0 OK" in result.stdout
 
 
-@pytest.mark.parametrize("backend,message", [
-    ("cuda", "backend 'cuda' is not built into this binary"),
-    ("tpu", "unknown backend 'tpu' (built into this binary: cpu, emulated)"),
-])
-def test_an_unavailable_backend_is_a_clear_error(corpus, backend, message):
+def built_backends():
+    result = run([TRIPOD, "bench", "train", "--backend", "tpu"])
+    return result.stderr.split("built into this binary: ")[1].split(")")[0].split(", ")
+
+
+def has_gpu():
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0 if shutil.which("nvidia-smi") \
+        else False
+
+
+@pytest.mark.parametrize("backend", ["cuda", "tpu"])
+def test_an_unavailable_backend_is_a_clear_error(corpus, backend):
+    built = built_backends()
+    assert built[:2] == ["cpu", "emulated"] and set(built) <= {"cpu", "emulated", "cuda"}
+    if backend == "tpu":
+        message = f"unknown backend 'tpu' (built into this binary: {', '.join(built)})"
+    elif "cuda" in built:
+        if has_gpu():
+            pytest.skip("a GPU is present: the CUDA backend is available, not an error")
+        message = "backend 'cuda': no usable CUDA device"
+    else:
+        message = "backend 'cuda' is not built into this binary"
     for args in (["train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL],
                  ["bench", "train", "--config", "tiny", "--set", "model.vocab_size=64", "--steps", "1"]):
         result = run([TRIPOD, *args, "--backend", backend])

@@ -1,0 +1,152 @@
+// Backend checks of the transformer operations, the vocabulary-window forms and AdamW, on odd
+// sizes (partial warps) and on GPT-2 124M's row sizes (768 channels, 50257 logits, hd 64).
+#include "backend/check/backend_check.h"
+#include "backend/check/case_list.h"
+#include "backend/transfer.h"
+
+namespace tripod::backend_check {
+namespace {
+
+constexpr uint64_t kSeed = 1201;
+
+struct Sizes {
+  int64_t batch, seq, channels, heads, vocab;
+  std::string text() const {
+    return "B" + std::to_string(batch) + " T" + std::to_string(seq) + " C" + std::to_string(channels) + " H" +
+           std::to_string(heads) + " V" + std::to_string(vocab);
+  }
+};
+const Sizes kOdd{3, 11, 40, 4, 97};
+const Sizes kGpt2Rows{1, 64, 768, 12, 50257};
+
+void add_embedding_cases(CaseList& cases, DType t, const Sizes& s) {
+  const int64_t n = s.batch * s.seq, c = s.channels, v = s.vocab;
+  cases.add("embedding_forward/backward", t, s.text(), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor tokens = in.ids({n}, 0, v), wte = in.normal({v, c}, 0.02), wpe = in.normal({s.seq, c}, 0.01);
+    Tensor out = be.alloc({n, c}, t), dout = in.normal({n, c});
+    Tensor dwte = in.normal({v, c}, 0.1), dwpe = in.normal({s.seq, c}, 0.1);  // accumulated into
+    be.embedding_forward(out, tokens, wte, wpe, s.seq);
+    be.embedding_backward(dwte, dwpe, dout, tokens, s.seq);
+    return std::vector<Output>{output(be, "out", out), output(be, "dwte", dwte), output(be, "dwpe", dwpe)};
+  });
+  // A TP rank's window: ids [start, start + valid) of a table padded to `rows`.
+  const int64_t start = v / 3, valid = v / 3 + 1, rows = valid + 3;
+  cases.add("embedding windows", t, s.text() + " window " + std::to_string(start) + "+" + std::to_string(valid),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor tokens = in.ids({n}, 0, v), wte = in.normal({rows, c}, 0.02), wpe = in.normal({s.seq, c}, 0.01);
+              Tensor out = in.normal({n, c}), dout = in.normal({n, c});
+              Tensor dwte = in.normal({rows, c}, 0.1), dwpe = in.normal({s.seq, c}, 0.1);
+              const VocabWindow w{start, valid, v};
+              be.embedding_lookup_window(out, tokens, wte, w);
+              be.position_add(out, wpe, 5, s.seq);
+              be.embedding_backward_window(dwte, dwpe, dout, tokens, w, s.seq);
+              return std::vector<Output>{output(be, "out", out), output(be, "dwte", dwte), output(be, "dwpe", dwpe)};
+            });
+}
+
+void add_row_cases(CaseList& cases, DType t, const Sizes& s) {
+  const int64_t n = s.batch * s.seq, c = s.channels;
+  cases.add("layernorm_forward/backward", t, s.text(), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor inp = in.normal({n, c}, 2.0), weight = in.normal({c}), bias = in.normal({c}, 0.1);
+    Tensor out = be.alloc({n, c}, t), mean = be.alloc({n}, t), rstd = be.alloc({n}, t);
+    be.layernorm_forward(out, mean, rstd, inp, weight, bias, 1e-5);
+    Tensor dout = in.normal({n, c}), dinp = in.normal({n, c}, 0.1), dweight = in.normal({c}), dbias = in.normal({c});
+    be.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    return std::vector<Output>{output(be, "out", out),     output(be, "mean", mean),       output(be, "rstd", rstd),
+                               output(be, "dinp", dinp),   output(be, "dweight", dweight), output(be, "dbias", dbias)};
+  });
+  cases.add("bias_add/bias_grad, gelu", t, s.text() + " x4", [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor x = in.normal({n, 4 * c}, 2.0), bias = in.normal({4 * c}), dbias = in.normal({4 * c});
+    Tensor dout = in.normal({n, 4 * c}), g = be.alloc({n, 4 * c}, t), dx = in.normal({n, 4 * c});
+    be.bias_add(x, bias);
+    be.bias_grad(dbias, dout);
+    be.gelu_forward(g, x);
+    be.gelu_backward(dx, x, dout);
+    return std::vector<Output>{output(be, "x", x), output(be, "dbias", dbias), output(be, "gelu", g),
+                               output(be, "dgelu", dx)};
+  });
+}
+
+void add_attention_case(CaseList& cases, DType t, const Sizes& s) {
+  const int64_t b = s.batch, T = s.seq, c = s.channels, h = s.heads;
+  cases.add("attention_forward/backward", t, s.text(), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor qkv = in.normal({b, T, 3 * c}), out = be.alloc({b, T, c}, t), probs = be.alloc({b, h, T, T}, t);
+    be.attention_forward(out, probs, qkv, h);
+    Tensor dout = in.normal({b, T, c}), dqkv = in.normal({b, T, 3 * c});  // overwritten
+    be.attention_backward(dqkv, dout, qkv, probs, h);
+    return std::vector<Output>{output(be, "out", out), output(be, "probs", probs), output(be, "dqkv", dqkv)};
+  });
+}
+
+void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {
+  const int64_t n = s.batch * s.seq, v = s.vocab;
+  cases.add("cross_entropy_forward/backward", t, s.text() + " logits ~" + std::to_string(int(logit_scale)),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal({n, v}, logit_scale), targets = in.ids({n}, 0, v, 0.125);
+              Tensor losses = be.alloc({n}, t);
+              be.cross_entropy_forward(losses, logits, targets);
+              be.cross_entropy_backward(logits, targets, 1.0 / 37);
+              return std::vector<Output>{output(be, "losses", losses), output(be, "dlogits", logits)};
+            });
+  // One TP rank's columns: [start, start + valid) of V, padded to `cols`; targets anywhere in V.
+  const int64_t start = v / 4, valid = v / 4 + 2, cols = valid + 2;
+  cases.add("cross-entropy windows", t, s.text() + " window " + std::to_string(start) + "+" + std::to_string(valid),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal({n, cols}, logit_scale), targets = in.ids({n}, 0, v, 0.125);
+              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
+              Tensor losses = be.alloc({n}, t), logsumexp = be.alloc({n}, t);
+              const VocabWindow w{start, valid, v};
+              be.logits_row_max(row_max, logits, targets, w);
+              be.logits_exp_sums(sums, logits, row_max, targets, w);
+              be.cross_entropy_from_sums(losses, logsumexp, row_max, sums, targets);
+              be.cross_entropy_backward_window(logits, logsumexp, targets, w, 1.0 / 37);
+              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums),
+                                         output(be, "losses", losses), output(be, "logsumexp", logsumexp),
+                                         output(be, "dlogits", logits)};
+            });
+}
+
+void add_adamw_case(CaseList& cases, DType t) {
+  cases.add("adamw", t, "100003, step 3", [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    const int64_t n = 100'003;
+    Tensor p = in.normal({n}, 0.02), g = in.normal({n}, 1e-3), m = in.normal({n}, 1e-4);
+    Tensor v = in.positive({n}, 0.0, 1e-6);
+    be.adamw(p, g, m, v, 6e-4, 0.9, 0.95, 1e-8, 0.1, 3, 0.5);
+    return std::vector<Output>{output(be, "param", p), output(be, "m", m), output(be, "v", v)};
+  });
+}
+
+}  // namespace
+
+void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
+  for (DType t : dtypes) {
+    const double big_logits = t == DType::F64 ? 1000 : 100;  // the logsumexp shift must matter
+    for (const Sizes& s : {kOdd, kGpt2Rows}) {
+      add_row_cases(cases, t, s);
+      add_loss_cases(cases, t, s, 1.0);
+    }
+    add_embedding_cases(cases, t, kOdd);
+    add_embedding_cases(cases, t, {1, 64, 768, 12, 4096});  // GPT-2's width; a table of 50257 rows adds nothing
+    add_loss_cases(cases, t, kOdd, big_logits);
+    add_attention_case(cases, t, kOdd);
+    add_attention_case(cases, t, {2, 128, 128, 2, 97});  // head size 64, as GPT-2's
+    add_adamw_case(cases, t);
+  }
+}
+
+std::vector<OpCase> all_op_cases(const std::vector<DType>& dtypes) {
+  CaseList cases;
+  add_memory_cases(cases, dtypes);
+  add_layer_cases(cases, dtypes);
+  return cases.take();
+}
+
+}  // namespace tripod::backend_check

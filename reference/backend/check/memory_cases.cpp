@@ -1,0 +1,125 @@
+// Backend checks of memory, conversions, GEMM, elementwise operations and reductions.
+#include <cmath>
+#include <limits>
+
+#include "backend/check/backend_check.h"
+#include "backend/check/case_list.h"
+#include "backend/transfer.h"
+
+namespace tripod::backend_check {
+namespace {
+
+constexpr uint64_t kSeed = 20261201;
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
+  // Odd sizes (partial tiles), padded leading dimensions, every transpose, alpha and beta both live.
+  const int64_t m = 33, n = 17, k = 65, pad = 3;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " + dtype_name(ab) +
+                             "->" + dtype_name(c_dtype);
+    cases.add(name, c_dtype, dims({m, n, k}) + ", ld +3", [=](Backend& be) {
+      Inputs in(be, ab, kSeed + t);
+      const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+      Tensor a = in.normal_as({a_rows, a_cols + pad}, ab, 1.0);
+      Tensor b = in.normal_as({b_rows, b_cols + pad}, ab, 1.0);
+      Tensor c = in.normal_as({m, n + pad}, c_dtype, 1.0);
+      be.gemm(ta, tb, m, n, k, 0.7, a, a_cols + pad, b, b_cols + pad, 0.3, c, n + pad, gemm_accumulate_dtype(ab));
+      return std::vector<Output>{output(be, "c", c)};
+    });
+  }
+  // A GPT-2 124M layer's shape (the MLP's first matmul over 64 tokens), large enough for tensor-core paths.
+  cases.add(std::string("gemm NN ") + dtype_name(ab) + "->" + dtype_name(c_dtype) + " gpt2-fc", c_dtype,
+            dims({64, 3072, 768}), [=](Backend& be) {
+              Inputs in(be, ab, kSeed + 9);
+              Tensor a = in.normal_as({64, 768}, ab, 1.0), b = in.normal_as({768, 3072}, ab, 0.02);
+              Tensor c = in.normal_as({64, 3072}, c_dtype, 1.0);
+              be.gemm(false, false, 64, 3072, 768, 1.0, a, 768, b, 3072, 0.0, c, 3072, gemm_accumulate_dtype(ab));
+              return std::vector<Output>{output(be, "c", c)};
+            });
+}
+
+void add_conversion_cases(CaseList& cases) {
+  const std::vector<std::pair<DType, DType>> pairs = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
+                                                      {DType::F32, DType::BF16}, {DType::F64, DType::BF16},
+                                                      {DType::BF16, DType::F32}, {DType::BF16, DType::F64}};
+  for (const auto& [from, to] : pairs)
+    cases.add("convert " + dtype_name(from) + "->" + dtype_name(to), to, "1037 + specials", [=](Backend& be) {
+      // Halfway and near-halfway values for the roundings, and infinities, NaN and zeros.
+      std::vector<double> v;
+      for (int i = 0; i < 1037; ++i) v.push_back(std::ldexp(1.0 + i / 1037.0, (i % 60) - 30) * (i % 2 ? -1 : 1));
+      for (double s : {1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 1.0 + 1.0 / 256 + 1e-9, 1.0 + 1.0 / 256 - 1e-9, 0.0, -0.0,
+                       1e-40, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN(), 3.4e38, 1e39})
+        v.push_back(s);
+      Inputs in(be, from, kSeed);
+      Tensor src = in.values({static_cast<int64_t>(v.size())}, v, from);
+      Tensor dst = be.alloc({static_cast<int64_t>(v.size())}, to);
+      be.convert(src, dst);
+      return std::vector<Output>{output(be, "dst", dst)};
+    });
+}
+
+void add_elementwise_cases(CaseList& cases, DType t) {
+  const int64_t n = 100'003;  // not a multiple of any block size
+  cases.add("fill", t, std::to_string(n), [=](Backend& be) {
+    Tensor x = be.alloc({n}, t);
+    be.fill(x, -1.25);
+    return std::vector<Output>{output(be, "x", x)};
+  });
+  cases.add("copy", t, std::to_string(n), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor src = in.normal({n}), dst = in.normal({n});
+    be.copy(src, dst);
+    return std::vector<Output>{output(be, "dst", dst)};
+  });
+  cases.add("add, add_inplace, scale", t, std::to_string(n), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor a = in.normal({n}), b = in.normal({n}), out = in.normal({n});
+    be.add(out, a, b);
+    be.add_inplace(a, out);
+    be.scale(b, -0.37);
+    return std::vector<Output>{output(be, "out", out), output(be, "a", a), output(be, "b", b)};
+  });
+  cases.add("sum_squares, count_nonfinite", t, std::to_string(n), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor x = in.normal({n});
+    Tensor sum = alloc_scalar(be), count = alloc_scalar(be), specials = alloc_scalar(be);
+    be.sum_squares(sum, x);
+    be.sum_squares(sum, x);  // accumulates
+    be.count_nonfinite(count, x);
+    const double inf = std::numeric_limits<double>::infinity();
+    Tensor odd = in.values({5}, {1.0, inf, -inf, std::numeric_limits<double>::quiet_NaN(), 2.0}, t);
+    be.count_nonfinite(specials, odd);
+    return std::vector<Output>{output(be, "sum", sum), output(be, "count", count), output(be, "specials", specials)};
+  });
+  cases.add("sum_valid_losses", t, "4099", [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor losses = in.positive({4099}, 0.0, 11.0), targets = in.ids({4099}, 0, 97, 0.125);
+    Tensor sum = alloc_scalar(be);
+    be.sum_valid_losses(sum, losses, targets);
+    return std::vector<Output>{output(be, "sum", sum)};
+  });
+}
+
+}  // namespace
+
+void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
+  for (DType t : dtypes) {
+    add_elementwise_cases(cases, t);
+    add_gemm_cases(cases, t, t);
+    if (t == DType::F32) {
+      add_gemm_cases(cases, DType::BF16, DType::F32);
+      add_gemm_cases(cases, DType::BF16, DType::BF16);
+      add_conversion_cases(cases);
+    }
+  }
+}
+
+}  // namespace tripod::backend_check

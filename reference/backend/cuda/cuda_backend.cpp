@@ -1,0 +1,226 @@
+// The CUDA backend's memory, conversions, GEMM, elementwise operations and reductions (the layer
+// kernels' dispatch is in cuda_layer_ops.cpp), and its constructor from a device index.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdint>
+
+#include "backend/backend_factory.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dispatch.h"
+#include "backend/cuda/gemm/cublaslt_gemm.h"
+#include "backend/cuda/host/device_choice.h"
+#include "backend/cuda/host/gemm_layout.h"
+#include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/reductions.h"
+
+namespace tripod {
+namespace cuda {
+namespace {
+
+// cuBLASLt's recommended workspace on Hopper (smaller ones restrict its choice of kernels).
+constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;
+
+void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype()) fail(op, ": dtype mismatch (", a.describe(), " vs ", b.describe(), ")");
+}
+
+DeviceLimits limits_of(const cudaDeviceProp& p) {
+  DeviceLimits l;
+  l.max_grid_x = p.maxGridSize[0];
+  l.max_grid_y = p.maxGridSize[1];
+  l.max_threads_per_block = p.maxThreadsPerBlock;
+  l.shared_per_block = p.sharedMemPerBlock;
+  l.shared_per_block_optin = p.sharedMemPerBlockOptin;
+  l.multiprocessors = p.multiProcessorCount;
+  l.warp_size = p.warpSize;
+  return l;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp props{};
+  check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
+  name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
+          ", device " + std::to_string(device_) + ")";
+  ctx_.limits = limits_of(props);
+  check_cuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cublas(cublasLtCreate(&ctx_.lt), "cublasLtCreate");
+  check_cuda(cudaMalloc(&ctx_.workspace, kGemmWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  ctx_.workspace_bytes = kGemmWorkspaceBytes;
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors here cannot be reported (a destructor); the work is finished first so frees are safe.
+  cudaStreamSynchronize(ctx_.stream);
+  cudaFree(ctx_.workspace);
+  cublasLtDestroy(ctx_.lt);
+  cudaStreamDestroy(ctx_.stream);
+}
+
+void CudaBackend::wrong_device(const Tensor& t, const char* op) const {
+  fail(op, ": the CUDA backend was given a ", t.describe(), " tensor; it computes on CUDA device memory only (move "
+       "host data in with upload)");
+}
+
+Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t padded = (bytes + 255) / 256 * 256;  // cudaMalloc's own granularity: count what it holds
+  void* p = nullptr;
+  if (padded != 0) {
+    const cudaError_t status = cudaMalloc(&p, padded);
+    if (status != cudaSuccess) {
+      cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
+      std::size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      fail("out of CUDA device memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape), " (",
+           free_bytes >> 20, " MiB free of ", total >> 20, " MiB; ", counters_->live.load() >> 20,
+           " MiB held by this backend): ", cudaGetErrorString(status));
+    }
+    check_cuda(cudaMemsetAsync(p, 0, padded, ctx_.stream), "cudaMemsetAsync (alloc zero-fill)");
+  }
+  const std::size_t live = counters_->live.fetch_add(padded) + padded;
+  for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
+  }
+  auto counters = counters_;
+  // cudaFree waits for the device, so memory is never reused while a kernel may still read it.
+  return Tensor(std::make_shared<Storage>(p, bytes, Device::Cuda,
+                                          [counters, padded](void* q) {
+                                            counters->live.fetch_sub(padded);
+                                            cudaFree(q);
+                                          }),
+                0, shape, dtype);
+}
+
+void CudaBackend::fill(const Tensor& t, double value) {
+  dispatch_float_or_bf16(t.dtype(), "fill", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::fill<T>(ptr<T>(t, "fill"), t.numel(), value, ctx_);
+  });
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  require_same_dtype(src, dst, "copy");
+  if (src.numel() != dst.numel()) fail("copy: ", src.describe(), " into ", dst.describe());
+  const char* s = static_cast<const char*>(raw(src, "copy"));
+  char* d = static_cast<char*>(raw(dst, "copy"));
+  const std::size_t bytes = src.bytes();
+  if (bytes == 0 || s == d) return;
+  // cudaMemcpy's ranges must not overlap; the CPU backend's copy is a memmove, so match it.
+  if (s < d + bytes && d < s + bytes) {
+    Tensor staging = alloc(src.shape(), src.dtype());
+    check_cuda(cudaMemcpyAsync(staging.device_raw(), s, bytes, cudaMemcpyDeviceToDevice, ctx_.stream), "copy");
+    check_cuda(cudaMemcpyAsync(d, staging.device_raw(), bytes, cudaMemcpyDeviceToDevice, ctx_.stream), "copy");
+    return;
+  }
+  check_cuda(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, ctx_.stream), "copy");
+}
+
+void CudaBackend::upload(const void* host, const Tensor& dst) {
+  if (dst.bytes() == 0) return;
+  // From pageable memory this returns once the source is staged, so the caller may reuse it.
+  check_cuda(cudaMemcpyAsync(raw(dst, "upload"), host, dst.bytes(), cudaMemcpyHostToDevice, ctx_.stream),
+             "upload");
+}
+
+void CudaBackend::download(const Tensor& src, void* host) {
+  if (src.bytes() == 0) return;
+  check_cuda(cudaMemcpyAsync(host, raw(src, "download"), src.bytes(), cudaMemcpyDeviceToHost, ctx_.stream),
+             "download");
+  synchronize();
+}
+
+void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(ctx_.stream), "synchronize (a kernel failed)"); }
+
+void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
+  if (src.numel() != dst.numel()) fail("convert: ", src.describe(), " into ", dst.describe());
+  if (src.dtype() == dst.dtype()) return copy(src, dst);
+  const int64_t n = src.numel();
+  auto run = [&](auto from, auto to) {
+    using From = decltype(from);
+    using To = decltype(to);
+    cuda::convert<From, To>(ptr<From>(src, "convert"), ptr<To>(dst, "convert"), n, ctx_);
+  };
+  const DType a = src.dtype(), b = dst.dtype();
+  if (a == DType::F32 && b == DType::F64) return run(float{}, double{});
+  if (a == DType::F64 && b == DType::F32) return run(double{}, float{});
+  if (a == DType::F32 && b == DType::BF16) return run(float{}, bf16{});
+  if (a == DType::F64 && b == DType::BF16) return run(double{}, bf16{});
+  if (a == DType::BF16 && b == DType::F32) return run(bf16{}, float{});
+  if (a == DType::BF16 && b == DType::F64) return run(bf16{}, double{});
+  fail("convert: ", src.describe(), " into ", dst.describe(), " is not a conversion the CUDA backend has");
+}
+
+void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
+                       int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
+                       DType accumulate) {
+  require_same_dtype(a, b, "gemm");
+  // A kernel reading past a tensor does not fault reliably on a GPU: check the spans here.
+  auto check_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
+    const int64_t span = gemm_operand_span(rows, row_length, ld);
+    if (span > t.numel())
+      fail("gemm: ", operand, " (", t.describe(), ") holds ", t.numel(), " elements but [", rows, ", ", row_length,
+           "] with leading dimension ", ld, " spans ", span, " (m = ", m, ", n = ", n, ", k = ", k, ")");
+  };
+  check_span("A", a, trans_a ? k : m, trans_a ? m : k, lda);
+  check_span("B", b, trans_b ? n : k, trans_b ? k : n, ldb);
+  check_span("C", c, m, n, ldc);
+  cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
+             raw(c, "gemm"), ldc, c.dtype(), accumulate, ctx_);
+}
+
+void CudaBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  require_same_dtype(a, b, "add");
+  if (!(a.numel() == b.numel() && a.numel() == out.numel())) fail("add: shape mismatch");
+  dispatch_float(a.dtype(), "add", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::add<T>(ptr<T>(out, "add"), ptr<T>(a, "add"), ptr<T>(b, "add"), a.numel(), ctx_);
+  });
+}
+
+void CudaBackend::scale(const Tensor& t, double factor) {
+  dispatch_float(t.dtype(), "scale", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::scale<T>(ptr<T>(t, "scale"), t.numel(), factor, ctx_);
+  });
+}
+
+void CudaBackend::sum_squares(const Tensor& acc, const Tensor& t) {
+  double* total = ptr<double>(acc, "sum_squares");
+  dispatch_float(t.dtype(), "sum_squares", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::sum_squares<T>(total, ptr<T>(t, "sum_squares"), t.numel(), ctx_);
+  });
+}
+
+void CudaBackend::count_nonfinite(const Tensor& acc, const Tensor& t) {
+  double* total = ptr<double>(acc, "count_nonfinite");
+  if (t.dtype() == DType::I32) return;  // integers are always finite
+  dispatch_float_or_bf16(t.dtype(), "count_nonfinite", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::count_nonfinite<T>(total, ptr<T>(t, "count_nonfinite"), t.numel(), ctx_);
+  });
+}
+
+void CudaBackend::sum_valid_losses(const Tensor& out, const Tensor& losses, const Tensor& targets) {
+  if (losses.numel() != targets.numel()) fail("sum_valid_losses: ", losses.describe(), " for ", targets.describe());
+  double* sum = ptr<double>(out, "sum_valid_losses");
+  dispatch_float(losses.dtype(), "sum_valid_losses", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::sum_valid_losses<T>(sum, ptr<T>(losses, "sum_valid_losses"), ptr<int32_t>(targets, "sum_valid_losses"),
+                              losses.numel(), ctx_);
+  });
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess)
+    fail("backend 'cuda': no usable CUDA device (", cudaGetErrorName(status), ": ", cudaGetErrorString(status), ")");
+  return std::make_unique<cuda::CudaBackend>(cuda::choose_device(count));
+}
+
+}  // namespace tripod

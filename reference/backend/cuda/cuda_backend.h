@@ -1,0 +1,108 @@
+// The CUDA backend: device memory from cudaMalloc (never managed memory), every operation issued
+// in order on one stream, GEMMs through cuBLASLt, the other operations as kernels of
+// backend/cuda/kernels/. It implements backend/backend.h for fp32 and fp64 (bf16 where stated),
+// with results equal to the CPU backend's up to reduction order (fp64 ~1e-13 relative; the
+// embedding backward is bit-identical). Tensors it makes live on Device::Cuda: host code cannot
+// read them except through download.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_context.h"
+
+namespace tripod::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // `device`: the CUDA device index to use (backend/cuda/host/device_choice.h picks it).
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::Cuda; }
+  MemoryStats memory_stats() const override { return {counters_->live.load(), counters_->peak.load()}; }
+  void reset_peak_memory() override { counters_->peak.store(counters_->live.load()); }
+  const CudaContext& context() const { return ctx_; }
+  // fp32 GEMMs may use TF32 tensor cores (off by default: fp32 then means fp32).
+  void set_allow_tf32(bool allow) { ctx_.allow_tf32 = allow; }
+
+  Tensor alloc(const Shape& shape, DType dtype) override;
+  void fill(const Tensor& t, double value) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void upload(const void* host, const Tensor& dst) override;
+  void download(const Tensor& src, void* host) override;
+  void synchronize() override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a, int64_t lda,
+            const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc, DType accumulate) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void add_inplace(const Tensor& acc, const Tensor& x) override { add(acc, acc, x); }
+  void scale(const Tensor& t, double factor) override;
+  void sum_squares(const Tensor& acc, const Tensor& t) override;
+  void count_nonfinite(const Tensor& acc, const Tensor& t) override;
+  void sum_valid_losses(const Tensor& out, const Tensor& losses, const Tensor& targets) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         int64_t seq_len) override;
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                          int64_t seq_len) override;
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, double eps) override;
+  void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) override;
+  void bias_add(const Tensor& out, const Tensor& bias) override;
+  void bias_grad(const Tensor& dbias, const Tensor& dout) override;
+  void gelu_forward(const Tensor& out, const Tensor& inp) override;
+  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                          int64_t n_head) override;
+  void cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, double grad_scale) override;
+
+  void embedding_lookup_window(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                               VocabWindow window) override;
+  void position_add(const Tensor& out, const Tensor& wpe, int64_t first_token, int64_t seq_len) override;
+  void embedding_backward_window(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                 VocabWindow window, int64_t seq_len) override;
+  void logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& targets,
+                      VocabWindow window) override;
+  void logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
+                       VocabWindow window) override;
+  void cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
+                               const Tensor& sums, const Tensor& targets) override;
+  void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                     VocabWindow window, double grad_scale) override;
+
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr, double beta1,
+             double beta2, double eps, double weight_decay, int64_t step, double grad_scale) override;
+
+  // The typed device pointer of a tensor of this backend (the device checked, then the dtype).
+  template <typename T>
+  T* ptr(const Tensor& t, const char* op) const {
+    if (t.device() != Device::Cuda) wrong_device(t, op);
+    return t.device_data<T>();
+  }
+  void* raw(const Tensor& t, const char* op) const {
+    if (t.device() != Device::Cuda) wrong_device(t, op);
+    return t.device_raw();
+  }
+
+ private:
+  [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
+  struct Counters {
+    std::atomic<std::size_t> live{0}, peak{0};
+  };
+  int device_;
+  std::string name_;
+  CudaContext ctx_;
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+};
+
+}  // namespace tripod::cuda

@@ -1,0 +1,13 @@
+// Every CUDA runtime and cuBLAS call is checked; a failure throws tripod::Error naming the call.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+namespace tripod::cuda {
+
+void check_cuda(cudaError_t status, const char* what);
+void check_cublas(cublasStatus_t status, const char* what);
+// After a kernel launch: a bad configuration shows here, not at the next synchronisation.
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+}  // namespace tripod::cuda

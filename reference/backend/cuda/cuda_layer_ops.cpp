@@ -1,0 +1,215 @@
+// The CUDA backend's transformer operations: dtype dispatch and the kernel launch, with the sizes
+// taken from the tensors exactly as the CPU backend takes them (cpu_layer_ops.cpp). Token and
+// target ids are checked on the host before upload (backend.h); kernels never index with a bad one.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/dispatch.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/cross_entropy.h"
+#include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/embedding.h"
+#include "backend/cuda/kernels/layernorm.h"
+#include "backend/cuda/kernels/reductions.h"
+
+namespace tripod::cuda {
+
+void CudaBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                    int64_t seq_len) {
+  const char* op = "embedding_forward";
+  dispatch_float(wte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::embedding_forward<T>(ptr<T>(out, op), ptr<int32_t>(tokens, op), ptr<T>(wte, op), ptr<T>(wpe, op),
+                               tokens.numel(), seq_len, wte.dim(1), wte.dim(0), ctx_);
+  });
+}
+
+void CudaBackend::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                     int64_t seq_len) {
+  const char* op = "embedding_backward";
+  dispatch_float(dwte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::embedding_backward<T>(ptr<T>(dwte, op), ptr<T>(dwpe, op), ptr<T>(dout, op), ptr<int32_t>(tokens, op),
+                                tokens.numel(), seq_len, dwte.dim(1), dwte.dim(0), ctx_);
+  });
+}
+
+void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                    const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layernorm_forward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = weight.numel();
+    cuda::layernorm_forward<T>(ptr<T>(out, op), ptr<T>(mean, op), ptr<T>(rstd, op), ptr<T>(inp, op),
+                               ptr<T>(weight, op), ptr<T>(bias, op), c ? inp.numel() / c : 0, c, eps, ctx_);
+  });
+}
+
+void CudaBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = weight.numel();
+    cuda::layernorm_backward<T>(ptr<T>(dinp, op), ptr<T>(dweight, op), ptr<T>(dbias, op), ptr<T>(dout, op),
+                                ptr<T>(inp, op), ptr<T>(weight, op), ptr<T>(mean, op), ptr<T>(rstd, op),
+                                c ? inp.numel() / c : 0, c, ctx_);
+  });
+}
+
+void CudaBackend::bias_add(const Tensor& out, const Tensor& bias) {
+  const char* op = "bias_add";
+  dispatch_float(out.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = bias.numel();
+    cuda::bias_add<T>(ptr<T>(out, op), ptr<T>(bias, op), c ? out.numel() / c : 0, c, ctx_);
+  });
+}
+
+void CudaBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
+  const char* op = "bias_grad";
+  dispatch_float(dout.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = dbias.numel();
+    cuda::bias_grad<T>(ptr<T>(dbias, op), ptr<T>(dout, op), c ? dout.numel() / c : 0, c, ctx_);
+  });
+}
+
+void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
+  const char* op = "gelu_forward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::gelu_forward<T>(ptr<T>(out, op), ptr<T>(inp, op), inp.numel(), ctx_);
+  });
+}
+
+void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  const char* op = "gelu_backward";
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::gelu_backward<T>(ptr<T>(dinp, op), ptr<T>(inp, op), ptr<T>(dout, op), inp.numel(), ctx_);
+  });
+}
+
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
+  const char* op = "attention_forward";
+  dispatch_float(qkv.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
+                               qkv.dim(2) / 3, n_head, ctx_);
+  });
+}
+
+void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                                     int64_t n_head) {
+  const char* op = "attention_backward";
+  dispatch_float(qkv.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::attention_backward<T>(ptr<T>(dqkv, op), ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), qkv.dim(0),
+                                qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
+  });
+}
+
+void CudaBackend::cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  const char* op = "cross_entropy_forward";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::cross_entropy_forward<T>(ptr<T>(losses, op), ptr<T>(logits, op), ptr<int32_t>(targets, op),
+                                   targets.numel(), logits.dim(-1), ctx_);
+  });
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double grad_scale) {
+  const char* op = "cross_entropy_backward";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::cross_entropy_backward<T>(ptr<T>(logits, op), ptr<int32_t>(targets, op), targets.numel(), logits.dim(-1),
+                                    grad_scale, ctx_);
+  });
+}
+
+void CudaBackend::embedding_lookup_window(const Tensor& out, const Tensor& tokens, const Tensor& wte, VocabWindow w) {
+  const char* op = "embedding_lookup_window";
+  dispatch_float(wte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::embedding_lookup_window<T>(ptr<T>(out, op), ptr<int32_t>(tokens, op), ptr<T>(wte, op), tokens.numel(),
+                                     wte.dim(-1), w.start, std::min<int64_t>(w.valid, wte.dim(0)), ctx_);
+  });
+}
+
+void CudaBackend::position_add(const Tensor& out, const Tensor& wpe, int64_t first_token, int64_t seq_len) {
+  const char* op = "position_add";
+  dispatch_float(out.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t c = wpe.dim(-1);
+    cuda::position_add<T>(ptr<T>(out, op), ptr<T>(wpe, op), c ? out.numel() / c : 0, c, first_token, seq_len, ctx_);
+  });
+}
+
+void CudaBackend::embedding_backward_window(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                            const Tensor& tokens, VocabWindow w, int64_t seq_len) {
+  const char* op = "embedding_backward_window";
+  dispatch_float(dwte.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::embedding_backward_window<T>(ptr<T>(dwte, op), ptr<T>(dwpe, op), ptr<T>(dout, op),
+                                       ptr<int32_t>(tokens, op), tokens.numel(), dwte.dim(-1), w.start,
+                                       std::min<int64_t>(w.valid, dwte.dim(0)), seq_len, ctx_);
+  });
+}
+
+void CudaBackend::logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& /*targets*/,
+                                 VocabWindow w) {
+  const char* op = "logits_row_max";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = row_max.numel();
+    cuda::logits_row_max<T>(ptr<T>(row_max, op), ptr<T>(logits, op), rows, logits.numel() / std::max<int64_t>(rows, 1),
+                            w.valid, ctx_);
+  });
+}
+
+void CudaBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                  const Tensor& targets, VocabWindow w) {
+  const char* op = "logits_exp_sums";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = row_max.numel();
+    cuda::logits_exp_sums<T>(ptr<T>(sums, op), ptr<T>(logits, op), ptr<T>(row_max, op), ptr<int32_t>(targets, op),
+                             rows, logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, ctx_);
+  });
+}
+
+void CudaBackend::cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
+                                          const Tensor& sums, const Tensor& targets) {
+  const char* op = "cross_entropy_from_sums";
+  dispatch_float(losses.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::cross_entropy_from_sums<T>(ptr<T>(losses, op), ptr<T>(logsumexp, op), ptr<T>(row_max, op),
+                                     ptr<T>(sums, op), ptr<int32_t>(targets, op), losses.numel(), ctx_);
+  });
+}
+
+void CudaBackend::cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                                VocabWindow w, double grad_scale) {
+  const char* op = "cross_entropy_backward_window";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = targets.numel();
+    cuda::cross_entropy_backward_window<T>(ptr<T>(logits, op), ptr<T>(logsumexp, op), ptr<int32_t>(targets, op), rows,
+                                           logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, grad_scale,
+                                           ctx_);
+  });
+}
+
+void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale) {
+  const char* op = "adamw";
+  dispatch_float(param.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::adamw<T>(ptr<T>(param, op), ptr<T>(grad, op), ptr<T>(m, op), ptr<T>(v, op), param.numel(), lr, beta1, beta2,
+                   eps, weight_decay, step, grad_scale, ctx_);
+  });
+}
+
+}  // namespace tripod::cuda

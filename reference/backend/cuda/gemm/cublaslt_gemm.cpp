@@ -1,0 +1,168 @@
+// The Backend's GEMM through cuBLASLt. Every argument cuBLASLt sees comes from the pure mapping of
+// backend/cuda/host/gemm_layout.h (unit-tested without a GPU); this file only turns it into
+// descriptors, asks cuBLASLt's heuristic for an algorithm once per distinct problem, and runs it
+// in place (D = C) on the backend's stream with the backend's workspace.
+//
+// Precision: fp32 computes in CUBLAS_COMPUTE_32F, true fp32, unless the context allows TF32
+// (CUBLAS_COMPUTE_32F_FAST_TF32: fp32 data on tensor cores, 10-bit mantissa products); fp64 in
+// CUBLAS_COMPUTE_64F; bf16 A/B in CUBLAS_COMPUTE_32F (fp32 accumulation) into an fp32 or bf16 C.
+// Alignment: the mapping promises cuBLASLt each operand's real alignment (address and leading
+// dimension), so a view at an odd offset gets a kernel that handles it instead of a misaligned read.
+#include "backend/cuda/gemm/cublaslt_gemm.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host/gemm_layout.h"
+#include "backend/cuda/kernels/elementwise.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+// The cuBLASLt types of one supported combination (backend.h's table).
+struct GemmTypes {
+  cublasComputeType_t compute;
+  cudaDataType_t scale, ab, c;
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F64: return CUDA_R_64F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: fail("gemm: no cuBLASLt type for ", dtype_name(t));
+  }
+}
+
+GemmTypes gemm_types(DType ab, DType c, DType accumulate, bool allow_tf32) {
+  const bool fp32 = ab == DType::F32 && c == DType::F32 && accumulate == DType::F32;
+  const bool fp64 = ab == DType::F64 && c == DType::F64 && accumulate == DType::F64;
+  const bool bf16_in = ab == DType::BF16 && (c == DType::F32 || c == DType::BF16) && accumulate == DType::F32;
+  if (!(fp32 || fp64 || bf16_in))
+    fail("gemm: unsupported combination A/B ", dtype_name(ab), ", C ", dtype_name(c), ", accumulate ",
+         dtype_name(accumulate), " (backend.h lists the supported ones)");
+  if (fp64) return {CUBLAS_COMPUTE_64F, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F};
+  const cublasComputeType_t compute = fp32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return {compute, CUDA_R_32F, cuda_type(ab), cuda_type(c)};
+}
+
+// Owners of cuBLASLt descriptors: destroyed on every path, the error paths included.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  MatmulDesc(cublasComputeType_t compute, cudaDataType_t scale) {
+    check_cublas(cublasLtMatmulDescCreate(&desc, compute, scale), "cublasLtMatmulDescCreate");
+  }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+  void set_transpose(cublasLtMatmulDescAttributes_t attribute, bool transposed) {
+    const cublasOperation_t op = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, attribute, &op, sizeof op), "cublasLtMatmulDescSetAttribute");
+  }
+};
+
+struct MatrixLayout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  MatrixLayout(cudaDataType_t type, const LtMatrix& m) {
+    check_cublas(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(m.rows),
+                                            static_cast<uint64_t>(m.cols), m.ld),
+                 "cublasLtMatrixLayoutCreate");
+  }
+  ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout); }
+  MatrixLayout(const MatrixLayout&) = delete;
+  MatrixLayout& operator=(const MatrixLayout&) = delete;
+};
+
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  Preference() { check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  template <typename V>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, V value) {
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value),
+                 "cublasLtMatmulPreferenceSetAttribute");
+  }
+};
+
+// The heuristic's choice depends only on these, so it is asked once per distinct problem (the
+// training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
+using AlgoKey = std::tuple<cublasLtHandle_t, int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+
+cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
+                                 const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
+                                 const MatrixLayout& c) {
+  static std::mutex mutex;
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> chosen;
+  const AlgoKey key{ctx.lt, types.compute, types.scale, types.ab, types.c, g.trans_lt_a, g.trans_lt_b, g.m, g.n,
+                    g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld, g.a_layout.alignment_bytes,
+                    g.b_layout.alignment_bytes, g.c_layout.alignment_bytes};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  Preference pref;
+  pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ctx.workspace_bytes));
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a_layout.alignment_bytes);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b_layout.alignment_bytes);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c_layout.alignment_bytes);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c_layout.alignment_bytes);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check_cublas(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout, c.layout, pref.pref,
+                                              1, &result, &found),
+               "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    fail("gemm: cuBLASLt has no algorithm for m = ", g.n, ", n = ", g.m, ", k = ", g.k,
+         " (row-major) with these dtypes, leading dimensions and alignments (", g.a_layout.alignment_bytes, ", ",
+         g.b_layout.alignment_bytes, ", ", g.c_layout.alignment_bytes, " bytes)");
+  chosen.emplace(key, result.algo);
+  return result.algo;
+}
+
+// C = beta * C for an empty product (k == 0), run by run, the padding untouched.
+void scale_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
+  const ScaleRuns runs = scale_c_runs(g);
+  for (int64_t r = 0; r < runs.runs; ++r) {
+    if (c_dtype == DType::F32)
+      cuda::scale(static_cast<float*>(g.c) + r * runs.stride, runs.run_length, g.beta, ctx);
+    else if (c_dtype == DType::F64)
+      cuda::scale(static_cast<double*>(g.c) + r * runs.stride, runs.run_length, g.beta, ctx);
+    else
+      fail("gemm: k = 0 with a ", dtype_name(c_dtype), " C and beta = ", g.beta,
+           " (an empty product scaling a bf16 C) is not supported");
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
+          const CudaContext& ctx) {
+  const GemmTypes types = gemm_types(ab, c_dtype, accumulate, ctx.allow_tf32);
+  const RowMajorGemm call{trans_a, trans_b, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, dtype_size(ab),
+                          dtype_size(c_dtype)};
+  const CublasLtGemm g = map_row_major_gemm(call, "gemm");
+  if (g.work == GemmWork::Nothing) return;
+  if (g.work == GemmWork::ScaleC) return scale_c(g, c_dtype, ctx);
+
+  MatmulDesc desc(types.compute, types.scale);
+  desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSA, g.trans_lt_a);
+  desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSB, g.trans_lt_b);
+  const MatrixLayout a_layout(types.ab, g.a_layout), b_layout(types.ab, g.b_layout), c_layout(types.c, g.c_layout);
+  const cublasLtMatmulAlgo_t algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout);
+  // alpha and beta in the scale type, read from the host (the default pointer mode).
+  const float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);
+  const bool fp64 = types.scale == CUDA_R_64F;
+  const void* alpha_ptr = fp64 ? static_cast<const void*>(&g.alpha) : &alpha32;
+  const void* beta_ptr = fp64 ? static_cast<const void*>(&g.beta) : &beta32;
+  check_cublas(cublasLtMatmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b, b_layout.layout,
+                              beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout, &algo, ctx.workspace,
+                              ctx.workspace_bytes, ctx.stream),
+               "cublasLtMatmul");
+}
+
+}  // namespace tripod::cuda

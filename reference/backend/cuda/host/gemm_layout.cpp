@@ -1,0 +1,90 @@
+#include "backend/cuda/host/gemm_layout.h"
+
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+constexpr uint32_t kMaxUsefulAlignment = 256;  // cuBLASLt's default preference: more promises nothing
+
+// The stored row-major shape of an operand: op(X) is [rows_op, cols_op]; stored transposed it is
+// [cols_op, rows_op].
+struct StoredRowMajor {
+  int64_t rows = 0, row_length = 0;
+};
+StoredRowMajor stored(bool transposed, int64_t rows_op, int64_t cols_op) {
+  return transposed ? StoredRowMajor{cols_op, rows_op} : StoredRowMajor{rows_op, cols_op};
+}
+
+void check_leading_dimension(const char* op, const char* operand, const char* ld_name, StoredRowMajor s, int64_t ld,
+                             bool transposed, const RowMajorGemm& g) {
+  if (ld < s.row_length)
+    fail(op, ": ", ld_name, " = ", ld, " is less than the row length ", s.row_length, " of ", operand, " stored as [",
+         s.rows, ", ", s.row_length, "]", transposed ? " (transposed)" : "", " for m = ", g.m, ", n = ", g.n,
+         ", k = ", g.k);
+}
+
+// A stored row-major [rows, row_length] matrix, read column-major: [row_length, rows], same ld.
+LtMatrix column_major_view(StoredRowMajor s, const void* address, int64_t ld, std::size_t element_bytes) {
+  return LtMatrix{s.row_length, s.rows, ld, gemm_alignment_bytes(address, ld, element_bytes)};
+}
+
+}  // namespace
+
+uint32_t gemm_alignment_bytes(const void* address, int64_t ld, std::size_t element_bytes) {
+  // Column starts are address + j * ld * element_bytes: the power of two dividing both divides all.
+  const uint64_t bits = reinterpret_cast<uintptr_t>(address) | static_cast<uint64_t>(ld) * element_bytes |
+                        kMaxUsefulAlignment;
+  return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
+int64_t gemm_operand_span(int64_t rows, int64_t row_length, int64_t ld) {
+  return rows == 0 || row_length == 0 ? 0 : (rows - 1) * ld + row_length;
+}
+
+CublasLtGemm map_row_major_gemm(const RowMajorGemm& g, const char* op) {
+  if (g.m < 0 || g.n < 0 || g.k < 0) fail(op, ": negative size m = ", g.m, ", n = ", g.n, ", k = ", g.k);
+  if (g.ab_element_bytes == 0 || g.c_element_bytes == 0)
+    fail(op, ": element sizes of A/B (", g.ab_element_bytes, ") and C (", g.c_element_bytes, ") must be positive");
+  const StoredRowMajor a = stored(g.trans_a, g.m, g.k);  // op(A) is [m, k]
+  const StoredRowMajor b = stored(g.trans_b, g.k, g.n);  // op(B) is [k, n]
+  const StoredRowMajor c{g.m, g.n};
+  check_leading_dimension(op, "A", "lda", a, g.lda, g.trans_a, g);
+  check_leading_dimension(op, "B", "ldb", b, g.ldb, g.trans_b, g);
+  check_leading_dimension(op, "C", "ldc", c, g.ldc, false, g);
+
+  CublasLtGemm lt;
+  lt.alpha = g.alpha;
+  lt.beta = g.beta;
+  lt.c = g.c;
+  // C^T[n,m] = op(B)^T[n,k] @ op(A)^T[k,m], column-major: B first, then A; transposes kept.
+  lt.lt_a_is_callers_b = true;
+  lt.lt_a = g.b;
+  lt.lt_b = g.a;
+  lt.trans_lt_a = g.trans_b;
+  lt.trans_lt_b = g.trans_a;
+  lt.m = g.n;
+  lt.n = g.m;
+  lt.k = g.k;
+  lt.a_layout = column_major_view(b, g.b, g.ldb, g.ab_element_bytes);
+  lt.b_layout = column_major_view(a, g.a, g.lda, g.ab_element_bytes);
+  lt.c_layout = column_major_view(c, g.c, g.ldc, g.c_element_bytes);
+
+  if (g.m == 0 || g.n == 0) {
+    lt.work = GemmWork::Nothing;  // as OpenBLAS: no element of C exists, nothing is read
+  } else if (g.k == 0) {
+    lt.work = g.beta == 1 ? GemmWork::Nothing : GemmWork::ScaleC;  // the empty sum: C = beta * C
+  } else {
+    lt.work = GemmWork::Matmul;
+  }
+  return lt;
+}
+
+ScaleRuns scale_c_runs(const CublasLtGemm& g) {
+  const LtMatrix& c = g.c_layout;
+  // Columns back to back (ld == rows, or a single column): one contiguous run, one launch.
+  if (c.ld == c.rows || c.cols == 1) return ScaleRuns{1, c.rows * c.cols, c.rows * c.cols};
+  return ScaleRuns{c.cols, c.rows, c.ld};
+}
+
+}  // namespace tripod::cuda

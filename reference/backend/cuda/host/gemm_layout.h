@@ -1,0 +1,87 @@
+// The Backend's row-major GEMM as the column-major call cuBLASLt makes, as a pure host function:
+// no CUDA header, so the mapping is unit-tested on any machine (suites/unit/test_gemm_layout.cpp
+// runs a column-major reference GEMM on the mapped arguments and compares with OpenBLAS).
+//
+// The identity: a row-major matrix X[r,c] with leading dimension ld is, read column-major, the
+// matrix X^T[c,r] with the same ld. So the row-major C[m,n] = op(A)[m,k] @ op(B)[k,n] is, in
+// column-major terms, C^T[n,m] = op(B)^T[n,k] @ op(A)^T[k,m]: cuBLASLt's first operand is the
+// caller's B, its second the caller's A, its m and n are the caller's n and m, k stays, and each
+// operand keeps its own transpose flag (a stored matrix that needed no transpose row-major needs
+// none column-major either, because both the operand and the product were transposed).
+//
+// Everything cublaslt_gemm.cpp passes to cuBLASLt comes from CublasLtGemm (pointers, transposes,
+// the layouts' rows/cols/ld, alignments, alpha and beta), so the test covers the mapping whole.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace tripod::cuda {
+
+// The call as the Backend states it (backend.h): row-major, leading dimensions in elements.
+struct RowMajorGemm {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  double alpha = 1, beta = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  std::size_t ab_element_bytes = 0;  // A and B share a dtype
+  std::size_t c_element_bytes = 0;
+};
+
+// One stored matrix as cublasLtMatrixLayoutCreate describes it: column-major, `rows` x `cols`,
+// column j starting `ld` elements after column j - 1 (so each column is `rows` contiguous
+// elements). `alignment_bytes` is the largest power of two (at most 256, cuBLASLt's default
+// preference) dividing both the address and ld * element size: the alignment of every column's
+// start, which is what CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES promises the kernels.
+struct LtMatrix {
+  int64_t rows = 0, cols = 0, ld = 0;
+  uint32_t alignment_bytes = 0;
+};
+
+// What the GEMM has to do once the sizes are known.
+enum class GemmWork {
+  Nothing,  // m == 0 or n == 0 (no C), or k == 0 with beta == 1 (C = C)
+  ScaleC,   // k == 0: C = beta * C (cuBLASLt is not asked: an empty product is not its case)
+  Matmul,   // D = C = alpha * op(lt_a) @ op(lt_b) + beta * C through cublasLtMatmul
+};
+
+// The cuBLASLt call: D = alpha * op(lt_a)[m,k] @ op(lt_b)[k,n] + beta * C, in place (D = C,
+// described by the same layout), all matrices column-major.
+struct CublasLtGemm {
+  GemmWork work = GemmWork::Nothing;
+  bool lt_a_is_callers_b = true;  // always, by the identity above; kept to make the swap visible
+  const void* lt_a = nullptr;     // the caller's B
+  const void* lt_b = nullptr;     // the caller's A
+  void* c = nullptr;
+  bool trans_lt_a = false, trans_lt_b = false;  // CUBLASLT_MATMUL_DESC_TRANSA / _TRANSB
+  int64_t m = 0, n = 0, k = 0;                  // cuBLASLt's: the caller's n, m, k
+  LtMatrix a_layout, b_layout, c_layout;        // of lt_a, lt_b and C (= D)
+  double alpha = 1, beta = 0;
+};
+
+// Maps the row-major call, after validating it: sizes >= 0, every leading dimension at least the
+// row length of its stored row-major matrix (A: k, or m transposed; B: n, or k transposed; C: n),
+// element sizes > 0. A failure throws tripod::Error naming `op`, the operand and the sizes.
+CublasLtGemm map_row_major_gemm(const RowMajorGemm& call, const char* op);
+
+// C = beta * C (GemmWork::ScaleC) over C's memory: `runs` contiguous runs of `run_length`
+// elements, run r starting at c + r * stride: one run when C's rows lie back to back, else one per
+// row-major row of C (a column of the column-major layout), stepping over the ld padding, which
+// is never touched.
+struct ScaleRuns {
+  int64_t runs = 0, run_length = 0, stride = 0;
+};
+ScaleRuns scale_c_runs(const CublasLtGemm& g);
+
+// The largest power of two, at most 256, that divides the address and ld * element_bytes.
+uint32_t gemm_alignment_bytes(const void* address, int64_t ld, std::size_t element_bytes);
+
+// The elements a stored row-major matrix of `rows` x `row_length` with leading dimension `ld`
+// spans (0 when empty): what a tensor must hold for the GEMM to stay inside it.
+int64_t gemm_operand_span(int64_t rows, int64_t row_length, int64_t ld);
+
+}  // namespace tripod::cuda

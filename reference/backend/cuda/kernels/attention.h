@@ -1,0 +1,19 @@
+// Causal multi-head attention (attention.cu), the CPU backend's layout: qkv[B,T,3C] with q|k|v,
+// head h in columns [h*hd, (h+1)*hd) of each third; out[B,T,C]; probs[B,H,T,T] kept for backward
+// (the memory cost the Backend interface states: B*H*T*T elements).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+
+namespace tripod::cuda {
+
+template <typename T>
+void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
+                       int64_t n_head, const CudaContext& ctx);
+// Overwrites dqkv.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch, int64_t seq_len,
+                        int64_t channels, int64_t n_head, const CudaContext& ctx);
+
+}  // namespace tripod::cuda

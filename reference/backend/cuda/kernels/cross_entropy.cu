@@ -1,0 +1,243 @@
+// Softmax cross-entropy, fused with its backward, whole-vocabulary and over a vocabulary window,
+// with the arithmetic of backend/kernels/cross_entropy_math.h and the row reductions of
+// row_reduce_math.h (test_kernel_cross_entropy_math.cpp replays both on the host against the CPU).
+//
+// A block of kSoftmaxThreads threads per row of logits: thread t takes columns t, t + 256, ...
+// (coalesced), the block reduces the row's max and then its sum of exp(x - max) in the fixed order
+// of softmax_block_reduce.cuh, and the gradient overwrites the row in place (each thread writes
+// only the columns it read). A row of GPT-2's 50257 logits is ~196 columns a thread; rows are
+// independent, so the grid is one block a row (grid-stride beyond the grid limit).
+//
+// A target the device cannot index (>= the vocabulary) is not checked on the host here: its loss
+// and gradient row become NaN (cross_entropy_math.h), which the trainer's finite check names.
+#include <cmath>
+
+#include "backend/cuda/kernels/cross_entropy.h"
+#include "backend/cuda/kernels/launch_patterns.cuh"
+#include "backend/cuda/kernels/softmax_block_reduce.cuh"
+#include "backend/kernels/cross_entropy_math.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+constexpr int kSoftmaxThreads = 256;
+constexpr int kSoftmaxWarps = kSoftmaxThreads / kWarpSize;
+
+template <typename T>
+__device__ __forceinline__ T quiet_nan() {
+  return static_cast<T>(NAN);
+}
+
+// The max of row[0, valid) and the sum of exp(row[j] - max) over it, every thread getting both.
+template <typename T>
+struct RowStats {
+  T max, exp_sum;
+};
+template <typename T>
+__device__ RowStats<T> row_stats(const T* row, int64_t valid, T* scratch) {
+  const int tid = threadIdx.x;
+  const T row_max = block_reduce(kernels::strided_max_partial(row, valid, tid, kSoftmaxThreads), scratch,
+                                 kernels::MaxOf{});
+  const T exp_sum = block_reduce(kernels::strided_exp_sum_partial(row, valid, row_max, tid, kSoftmaxThreads),
+                                 scratch, kernels::SumOf{});
+  return {row_max, exp_sum};
+}
+
+template <typename T>
+__device__ void zero_row(T* row, int64_t cols) {
+  for (int64_t j = threadIdx.x; j < cols; j += kSoftmaxThreads) row[j] = T(0);
+}
+
+// losses[r] = logsumexp(x_r) - x_r[target]; 0 for an ignored target.
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    cross_entropy_forward_kernel(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab) {
+  __shared__ T scratch[kSoftmaxWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int32_t target = targets[r];  // the same for the whole block: the branches are uniform
+    if (target < 0 || kernels::target_beyond_vocab(target, vocab)) {
+      if (threadIdx.x == 0) losses[r] = target < 0 ? T(0) : quiet_nan<T>();
+      continue;
+    }
+    const T* x = logits + r * vocab;
+    const RowStats<T> s = row_stats(x, vocab, scratch);
+    if (threadIdx.x == 0) losses[r] = kernels::cross_entropy_loss(kernels::logsumexp_from(s.max, s.exp_sum), x[target],
+                                                                  target);
+  }
+}
+
+// The row becomes (softmax(x) - onehot(target)) * grad_scale; an ignored row becomes 0.
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    cross_entropy_backward_kernel(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, T grad_scale) {
+  __shared__ T scratch[kSoftmaxWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* x = logits + r * vocab;
+    const int32_t target = targets[r];
+    if (target < 0) {
+      zero_row(x, vocab);
+      continue;
+    }
+    const RowStats<T> s = row_stats(x, vocab, scratch);
+    const T lse = kernels::target_beyond_vocab(target, vocab) ? quiet_nan<T>()
+                                                               : kernels::logsumexp_from(s.max, s.exp_sum);
+    for (int64_t j = threadIdx.x; j < vocab; j += kSoftmaxThreads)
+      x[j] = kernels::cross_entropy_grad(x[j], lse, grad_scale, j == target);
+  }
+}
+
+// row_max[r] = max of the window's valid columns (-inf for an empty window).
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    logits_row_max_kernel(T* row_max, const T* logits, int64_t rows, int64_t cols, int64_t valid) {
+  __shared__ T scratch[kSoftmaxWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T m = block_reduce(kernels::strided_max_partial(logits + r * cols, valid, threadIdx.x, kSoftmaxThreads),
+                             scratch, kernels::MaxOf{});
+    if (threadIdx.x == 0) row_max[r] = m;
+  }
+}
+
+// sums[r] = sum of exp(x - row_max[r]) over the valid columns; sums[rows + r] = the target's logit
+// where this window holds it, else 0 (the vocab-parallel all-reduce adds the windows' parts).
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    logits_exp_sums_kernel(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows,
+                           int64_t cols, int64_t start, int64_t valid) {
+  __shared__ T scratch[kSoftmaxWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * cols;
+    if (threadIdx.x == 0) sums[rows + r] = kernels::window_target_logit(x, targets[r], start, valid);
+    const T sum = block_reduce(kernels::strided_exp_sum_partial(x, valid, row_max[r], threadIdx.x, kSoftmaxThreads),
+                               scratch, kernels::SumOf{});
+    if (threadIdx.x == 0) sums[r] = sum;
+  }
+}
+
+template <typename T>
+struct FromSumsOp {
+  T* __restrict__ losses;
+  T* __restrict__ logsumexp;
+  const T* __restrict__ row_max;
+  const T* __restrict__ sums;
+  const int32_t* __restrict__ targets;
+  int64_t rows;
+  __device__ void operator()(int64_t r) const {
+    const T lse = kernels::logsumexp_from(row_max[r], sums[r]);
+    logsumexp[r] = lse;
+    losses[r] = kernels::cross_entropy_loss(lse, sums[rows + r], targets[r]);
+  }
+};
+
+// The window's columns of the gradient; padding columns [valid, cols) and ignored rows become 0.
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    cross_entropy_backward_window_kernel(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows,
+                                         int64_t cols, int64_t start, int64_t valid, T grad_scale) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* x = logits + r * cols;
+    const int32_t target = targets[r];
+    if (target < 0) {
+      zero_row(x, cols);
+      continue;
+    }
+    const T lse = logsumexp[r];
+    const int64_t target_column = kernels::window_target_column(target, start, valid);
+    for (int64_t j = threadIdx.x; j < cols; j += kSoftmaxThreads)
+      x[j] = j < valid ? kernels::cross_entropy_grad(x[j], lse, grad_scale, j == target_column) : T(0);
+  }
+}
+
+LaunchShape row_blocks(int64_t rows, const CudaContext& ctx, const char* kernel) {
+  const LaunchShape shape = rows_launch(rows, kSoftmaxThreads, 1, 0, ctx.limits);
+  check_fits(shape, ctx.limits, kernel);
+  return shape;
+}
+
+void check_rows(const char* op, int64_t rows, int64_t cols, int64_t valid) {
+  check(rows >= 0 && cols >= 0 && valid >= 0 && valid <= cols, op, ": bad sizes (", rows, " rows of ", cols,
+        " columns, ", valid, " valid)");
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           const CudaContext& ctx) {
+  const char* op = "cross_entropy_forward";
+  check_rows(op, rows, vocab, vocab);
+  if (rows == 0) return;
+  const LaunchShape s = row_blocks(rows, ctx, op);
+  cross_entropy_forward_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(losses, logits, targets, rows, vocab);
+  check_launch(op);
+}
+
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
+                            const CudaContext& ctx) {
+  const char* op = "cross_entropy_backward";
+  check_rows(op, rows, vocab, vocab);
+  if (rows == 0 || vocab == 0) return;
+  const LaunchShape s = row_blocks(rows, ctx, op);
+  cross_entropy_backward_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(logits, targets, rows, vocab,
+                                                                         static_cast<T>(grad_scale));
+  check_launch(op);
+}
+
+template <typename T>
+void logits_row_max(T* row_max, const T* logits, int64_t rows, int64_t cols, int64_t valid, const CudaContext& ctx) {
+  const char* op = "logits_row_max";
+  check_rows(op, rows, cols, valid);
+  if (rows == 0) return;
+  const LaunchShape s = row_blocks(rows, ctx, op);
+  logits_row_max_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(row_max, logits, rows, cols, valid);
+  check_launch(op);
+}
+
+template <typename T>
+void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+                     int64_t start, int64_t valid, const CudaContext& ctx) {
+  const char* op = "logits_exp_sums";
+  check_rows(op, rows, cols, valid);
+  if (rows == 0) return;
+  const LaunchShape s = row_blocks(rows, ctx, op);
+  logits_exp_sums_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(sums, logits, row_max, targets, rows, cols, start,
+                                                                  valid);
+  check_launch(op);
+}
+
+template <typename T>
+void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
+                             int64_t rows, const CudaContext& ctx) {
+  check(rows >= 0, "cross_entropy_from_sums: negative row count ", rows);
+  launch_elementwise(FromSumsOp<T>{losses, logsumexp, row_max, sums, targets, rows}, rows, ctx,
+                     "cross_entropy_from_sums");
+}
+
+template <typename T>
+void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
+                                   int64_t start, int64_t valid, double grad_scale, const CudaContext& ctx) {
+  const char* op = "cross_entropy_backward_window";
+  check_rows(op, rows, cols, valid);
+  if (rows == 0 || cols == 0) return;
+  const LaunchShape s = row_blocks(rows, ctx, op);
+  cross_entropy_backward_window_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(
+      logits, logsumexp, targets, rows, cols, start, valid, static_cast<T>(grad_scale));
+  check_launch(op);
+}
+
+#define TRIPOD_INSTANTIATE(T)                                                                                        \
+  template void cross_entropy_forward<T>(T*, const T*, const int32_t*, int64_t, int64_t, const CudaContext&);      \
+  template void cross_entropy_backward<T>(T*, const int32_t*, int64_t, int64_t, double, const CudaContext&);       \
+  template void logits_row_max<T>(T*, const T*, int64_t, int64_t, int64_t, const CudaContext&);                    \
+  template void logits_exp_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,     \
+                                   const CudaContext&);                                                             \
+  template void cross_entropy_from_sums<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, const CudaContext&); \
+  template void cross_entropy_backward_window<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,  \
+                                                 double, const CudaContext&);
+TRIPOD_INSTANTIATE(float)
+TRIPOD_INSTANTIATE(double)
+#undef TRIPOD_INSTANTIATE
+
+}  // namespace tripod::cuda

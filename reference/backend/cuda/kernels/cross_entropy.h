@@ -1,0 +1,29 @@
+// Softmax cross-entropy (cross_entropy.cu), whole-vocabulary and over a window of it (a
+// vocab-parallel rank's columns), with the CPU backend's semantics (backend/backend.h): targets
+// < 0 are ignored (loss 0, zero gradient row), padding columns never enter a softmax.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+
+namespace tripod::cuda {
+
+template <typename T>
+void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           const CudaContext& ctx);
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
+                            const CudaContext& ctx);
+template <typename T>
+void logits_row_max(T* row_max, const T* logits, int64_t rows, int64_t cols, int64_t valid, const CudaContext& ctx);
+template <typename T>
+void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+                     int64_t start, int64_t valid, const CudaContext& ctx);
+template <typename T>
+void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
+                             int64_t rows, const CudaContext& ctx);
+template <typename T>
+void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
+                                   int64_t start, int64_t valid, double grad_scale, const CudaContext& ctx);
+
+}  // namespace tripod::cuda

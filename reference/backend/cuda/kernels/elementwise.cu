@@ -1,0 +1,193 @@
+// Elementwise kernels: a thread per element (launch_patterns.cuh), the arithmetic of
+// backend/kernels/elementwise_math.h and bf16_math.h (checked on the host against the CPU backend
+// by test_kernel_elementwise_math.cpp). Each reads and writes every element once, coalesced.
+#include <type_traits>
+
+#include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/launch_patterns.cuh"
+#include "backend/kernels/bf16_math.h"
+#include "backend/kernels/elementwise_math.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+// ---- element operations ----
+
+template <typename T>
+struct FillOp {
+  T* x;
+  T value;
+  __device__ void operator()(int64_t i) const { x[i] = value; }
+};
+
+// One element in To's type, core/bf16.h's rules (bf16_math.h): fp32 <-> fp64 is a C++ conversion
+// (round to nearest even, widening exact) on the device as on the host.
+template <typename From, typename To>
+__device__ __forceinline__ To convert_element(From x) {
+  if constexpr (std::is_same_v<To, bf16>) {
+    To out;
+    if constexpr (std::is_same_v<From, double>) out.bits = kernels::double_to_bf16_bits(x);
+    else out.bits = kernels::float_to_bf16_bits(x);
+    return out;
+  } else if constexpr (std::is_same_v<From, bf16>) {
+    return static_cast<To>(kernels::bf16_bits_to_float(x.bits));  // exact in fp32 and fp64
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+template <typename From, typename To>
+struct ConvertOp {
+  const From* src;
+  To* dst;
+  __device__ void operator()(int64_t i) const { dst[i] = convert_element<From, To>(src[i]); }
+};
+
+template <typename T>
+struct AddOp {
+  T* out;  // may alias a or b: each element is read before it is written, by the same thread
+  const T* a;
+  const T* b;
+  __device__ void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
+};
+
+template <typename T>
+struct ScaleOp {
+  T* x;
+  T factor;
+  __device__ void operator()(int64_t i) const { x[i] *= factor; }
+};
+
+template <typename T>
+struct GeluForwardOp {
+  T* __restrict__ out;
+  const T* __restrict__ inp;
+  __device__ void operator()(int64_t i) const { out[i] = kernels::gelu_forward_value(inp[i]); }
+};
+
+template <typename T>
+struct GeluBackwardOp {
+  T* __restrict__ dinp;
+  const T* __restrict__ inp;
+  const T* __restrict__ dout;
+  __device__ void operator()(int64_t i) const { dinp[i] = kernels::gelu_backward_value(inp[i], dout[i]); }
+};
+
+template <typename T>
+struct AdamWOp {
+  T* __restrict__ param;
+  const T* __restrict__ grad;
+  T* __restrict__ m;
+  T* __restrict__ v;
+  kernels::AdamWCoefficients<T> k;
+  __device__ void operator()(int64_t i) const {
+    T p = param[i], mi = m[i], vi = v[i];
+    kernels::adamw_element(p, grad[i], mi, vi, k);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+};
+
+// out[r, c] += bias[c], a warp per row (no 64-bit division per element to find c).
+template <typename T>
+struct BiasAddRow {
+  T* __restrict__ out;
+  const T* __restrict__ bias;
+  int64_t channels;
+  __device__ void operator()(int64_t row, int lane) const {
+    T* o = out + row * channels;
+    for (int64_t c = lane; c < channels; c += kWarpSize) o[c] += bias[c];
+  }
+};
+
+void check_size(int64_t n, const char* op) { check(n >= 0, op, ": negative element count ", n); }
+
+}  // namespace
+
+// ---- launchers ----
+
+template <typename T>
+void fill(T* x, int64_t n, double value, const CudaContext& ctx) {
+  check_size(n, "fill");
+  T v;
+  if constexpr (std::is_same_v<T, bf16>) v.bits = kernels::double_to_bf16_bits(value);  // one rounding, as convert
+  else v = static_cast<T>(value);
+  launch_elementwise(FillOp<T>{x, v}, n, ctx, "fill");
+}
+
+template <typename From, typename To>
+void convert(const From* src, To* dst, int64_t n, const CudaContext& ctx) {
+  check_size(n, "convert");
+  launch_elementwise(ConvertOp<From, To>{src, dst}, n, ctx, "convert");
+}
+
+template <typename T>
+void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx) {
+  check_size(n, "add");
+  launch_elementwise(AddOp<T>{out, a, b}, n, ctx, "add");
+}
+
+template <typename T>
+void scale(T* x, int64_t n, double factor, const CudaContext& ctx) {
+  check_size(n, "scale");
+  launch_elementwise(ScaleOp<T>{x, static_cast<T>(factor)}, n, ctx, "scale");
+}
+
+template <typename T>
+void bias_add(T* out, const T* bias, int64_t rows, int64_t channels, const CudaContext& ctx) {
+  check(rows >= 0 && channels >= 0, "bias_add: bad shape [", rows, ", ", channels, "]");
+  if (channels == 0) return;
+  launch_warp_rows(BiasAddRow<T>{out, bias, channels}, rows, ctx, "bias_add");
+}
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx) {
+  check_size(n, "gelu_forward");
+  launch_elementwise(GeluForwardOp<T>{out, inp}, n, ctx, "gelu_forward");
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx) {
+  check_size(n, "gelu_backward");
+  launch_elementwise(GeluBackwardOp<T>{dinp, inp, dout}, n, ctx, "gelu_backward");
+}
+
+template <typename T>
+void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
+           double weight_decay, int64_t step, double grad_scale, const CudaContext& ctx) {
+  check_size(n, "adamw");
+  check(step >= 1, "adamw: step ", step, " (counts from 1, for the bias correction)");
+  const auto k = kernels::adamw_coefficients<T>(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  launch_elementwise(AdamWOp<T>{param, grad, m, v, k}, n, ctx, "adamw");
+}
+
+// ---- instantiations ----
+
+template void fill<float>(float*, int64_t, double, const CudaContext&);
+template void fill<double>(double*, int64_t, double, const CudaContext&);
+template void fill<bf16>(bf16*, int64_t, double, const CudaContext&);
+
+#define TRIPOD_CONVERT(From, To) template void convert<From, To>(const From*, To*, int64_t, const CudaContext&);
+TRIPOD_CONVERT(float, double)
+TRIPOD_CONVERT(double, float)
+TRIPOD_CONVERT(float, bf16)
+TRIPOD_CONVERT(double, bf16)
+TRIPOD_CONVERT(bf16, float)
+TRIPOD_CONVERT(bf16, double)
+#undef TRIPOD_CONVERT
+
+#define TRIPOD_INSTANTIATE(T)                                                                                   \
+  template void add<T>(T*, const T*, const T*, int64_t, const CudaContext&);                                   \
+  template void scale<T>(T*, int64_t, double, const CudaContext&);                                             \
+  template void bias_add<T>(T*, const T*, int64_t, int64_t, const CudaContext&);                              \
+  template void gelu_forward<T>(T*, const T*, int64_t, const CudaContext&);                                    \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t, const CudaContext&);                         \
+  template void adamw<T>(T*, const T*, T*, T*, int64_t, double, double, double, double, double, int64_t, double, \
+                         const CudaContext&);
+TRIPOD_INSTANTIATE(float)
+TRIPOD_INSTANTIATE(double)
+#undef TRIPOD_INSTANTIATE
+
+}  // namespace tripod::cuda

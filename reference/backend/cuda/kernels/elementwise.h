@@ -1,0 +1,31 @@
+// Elementwise CUDA kernels (elementwise.cu): the CPU backend's kernels (backend/cpu/kernels.h) on
+// device pointers, element for element the same arithmetic (backend/kernels/elementwise_math.h),
+// issued on ctx.stream. T is float or double unless stated.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+#include "core/dtype.h"
+
+namespace tripod::cuda {
+
+template <typename T>  // float, double, bf16
+void fill(T* x, int64_t n, double value, const CudaContext& ctx);
+// fp32 <-> fp64 <-> bf16, round to nearest even (core/bf16.h's rules, fp64 -> bf16 via round-to-odd).
+template <typename From, typename To>
+void convert(const From* src, To* dst, int64_t n, const CudaContext& ctx);
+template <typename T>
+void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx);  // out may alias a or b
+template <typename T>
+void scale(T* x, int64_t n, double factor, const CudaContext& ctx);
+template <typename T>
+void bias_add(T* out, const T* bias, int64_t rows, int64_t channels, const CudaContext& ctx);
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx);
+template <typename T>
+void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
+           double weight_decay, int64_t step, double grad_scale, const CudaContext& ctx);
+
+}  // namespace tripod::cuda

@@ -1,0 +1,164 @@
+// Deterministic reductions: scalar sums in fp64 over a fixed two-pass tree, and column sums over
+// rows (column_sums.cuh). The order of every addition depends only on the sizes
+// (backend/kernels/reduction_math.h), never on timing or on the device, and there are no atomics,
+// so a rerun is bit-identical; test_kernel_reduction_math.cpp emulates the order on the host.
+//
+// Scratch for the partials: the first pass writes one fp64 partial per block (at most
+// kMaxReduceBlocks = 1024, 8 KiB), taken with cudaMallocAsync on ctx.stream and given back with
+// cudaFreeAsync right after the second pass. Stream-ordered allocation comes from the device's
+// memory pool (no device synchronisation, no host round trip), stays correct with several streams
+// or devices and inside CUDA graphs, and needs no per-device state to own and free, which a
+// static scratch buffer would. When one block suffices (n <= 2048) the first pass writes the
+// result itself and nothing is allocated (most bias and LayerNorm tensors).
+#include <cstddef>
+
+#include "backend/cuda/kernels/column_sums.cuh"
+#include "backend/cuda/kernels/reductions.h"
+#include "backend/cuda/kernels/warp_reduce.cuh"
+#include "backend/kernels/reduction_math.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+using kernels::kMaxReduceBlocks;
+using kernels::kReduceThreads;
+
+// ---- the terms summed (host-device so that kernels::strided_sum can call them anywhere) ----
+
+template <typename T>
+struct SquareTerm {
+  const T* x;
+  TRIPOD_HD double operator()(int64_t i) const { return kernels::square_term(x[i]); }
+};
+
+template <typename T>
+struct NonfiniteTerm {
+  const T* x;
+  TRIPOD_HD double operator()(int64_t i) const { return kernels::nonfinite_term(x[i]); }
+};
+template <>
+struct NonfiniteTerm<bf16> {
+  const bf16* x;
+  TRIPOD_HD double operator()(int64_t i) const { return kernels::nonfinite_bf16_term(x[i].bits); }
+};
+
+template <typename T>
+struct ValidLossTerm {
+  const T* losses;
+  const int32_t* targets;
+  TRIPOD_HD double operator()(int64_t i) const { return kernels::valid_loss_term(losses[i], targets[i]); }
+};
+
+// ---- the two passes ----
+
+// Block b sums its threads' strided sums into out[b] (out[b] += when `accumulate`: with one block
+// the first pass is the last, and writes the caller's scalar).
+template <class Term>
+__global__ void __launch_bounds__(kReduceThreads)
+    partial_sums_kernel(Term term, int64_t n, double* out, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kReduceThreads;
+  const double total = block_sum<kReduceThreads>(kernels::strided_sum(term, n, global_thread_index(), stride));
+  if (threadIdx.x == 0) out[blockIdx.x] = accumulate ? out[blockIdx.x] + total : total;
+}
+
+// One block: thread t holds partial t (0 past `count`), summed in block_sum's fixed tree.
+__global__ void __launch_bounds__(kMaxReduceBlocks)
+    finish_sums_kernel(const double* partials, int64_t count, double* out, bool accumulate) {
+  const double mine = threadIdx.x < count ? partials[threadIdx.x] : 0.0;
+  const double total = block_sum<kMaxReduceBlocks>(mine);
+  if (threadIdx.x == 0) *out = accumulate ? *out + total : total;
+}
+
+// Device memory ordered on one stream; freed on the same stream when the object goes, so a
+// kernel launch that throws in between does not leak it.
+class StreamScratch {
+ public:
+  StreamScratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    check_cuda(cudaMallocAsync(&ptr_, bytes, stream), "cudaMallocAsync (reduction partials)");
+  }
+  ~StreamScratch() { (void)cudaFreeAsync(ptr_, stream_); }  // after the kernels issued before it on the stream
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  double* doubles() const { return static_cast<double*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// *out (+)= the sum of term(i) over [0, n), in the order of reduction_math.h.
+template <class Term>
+void reduce_to_scalar(const Term& term, int64_t n, double* out, bool accumulate, const CudaContext& ctx,
+                      const char* op) {
+  check(n >= 0, op, ": negative element count ", n);
+  const int64_t blocks = kernels::reduce_blocks(n);
+  const LaunchShape shape = rows_launch(blocks, kReduceThreads, 1, 0, ctx.limits);
+  check(shape.grid_x == blocks, op, ": ", blocks, " reduction blocks exceed the grid limit");  // the order needs all
+  check_fits(shape, ctx.limits, op);
+  if (blocks == 1) {
+    partial_sums_kernel<<<grid_of(shape), shape.block, 0, ctx.stream>>>(term, n, out, accumulate);
+    check_launch(op);
+    return;
+  }
+  StreamScratch partials(static_cast<std::size_t>(blocks) * sizeof(double), ctx.stream);
+  partial_sums_kernel<<<grid_of(shape), shape.block, 0, ctx.stream>>>(term, n, partials.doubles(), false);
+  check_launch(op);
+  const LaunchShape finish = rows_launch(1, static_cast<int>(kMaxReduceBlocks), 1, 0, ctx.limits);
+  check_fits(finish, ctx.limits, op);
+  finish_sums_kernel<<<grid_of(finish), finish.block, 0, ctx.stream>>>(partials.doubles(), blocks, out, accumulate);
+  check_launch(op);
+}
+
+// dbias[c] += the column's rows, summed as column_sums.cuh describes.
+template <typename T>
+struct BiasGradColumns {
+  using Value = T;
+  static constexpr int kSums = 1;
+  T* __restrict__ dbias;
+  const T* __restrict__ dout;
+  int64_t channels;
+  __device__ void add_row(int64_t row, int64_t c, T (&sums)[1]) const { sums[0] += dout[row * channels + c]; }
+  __device__ void finish(int64_t c, const T (&totals)[1]) const { dbias[c] += totals[0]; }
+};
+
+}  // namespace
+
+template <typename T>
+void sum_squares(double* acc, const T* x, int64_t n, const CudaContext& ctx) {
+  if (n == 0) return;  // adds nothing
+  reduce_to_scalar(SquareTerm<T>{x}, n, acc, true, ctx, "sum_squares");
+}
+
+template <typename T>
+void count_nonfinite(double* acc, const T* x, int64_t n, const CudaContext& ctx) {
+  if (n == 0) return;
+  reduce_to_scalar(NonfiniteTerm<T>{x}, n, acc, true, ctx, "count_nonfinite");
+}
+
+template <typename T>
+void sum_valid_losses(double* out, const T* losses, const int32_t* targets, int64_t n, const CudaContext& ctx) {
+  if (n == 0) {  // the sum of nothing is 0, and *out is overwritten
+    check_cuda(cudaMemsetAsync(out, 0, sizeof(double), ctx.stream), "sum_valid_losses (zero tokens)");
+    return;
+  }
+  reduce_to_scalar(ValidLossTerm<T>{losses, targets}, n, out, false, ctx, "sum_valid_losses");
+}
+
+template <typename T>
+void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels, const CudaContext& ctx) {
+  check(rows >= 0 && channels >= 0, "bias_grad: bad shape [", rows, ", ", channels, "]");
+  launch_column_sums(BiasGradColumns<T>{dbias, dout, channels}, rows, channels, ctx, "bias_grad");
+}
+
+template void sum_squares<float>(double*, const float*, int64_t, const CudaContext&);
+template void sum_squares<double>(double*, const double*, int64_t, const CudaContext&);
+template void count_nonfinite<float>(double*, const float*, int64_t, const CudaContext&);
+template void count_nonfinite<double>(double*, const double*, int64_t, const CudaContext&);
+template void count_nonfinite<bf16>(double*, const bf16*, int64_t, const CudaContext&);
+template void sum_valid_losses<float>(double*, const float*, const int32_t*, int64_t, const CudaContext&);
+template void sum_valid_losses<double>(double*, const double*, const int32_t*, int64_t, const CudaContext&);
+template void bias_grad<float>(float*, const float*, int64_t, int64_t, const CudaContext&);
+template void bias_grad<double>(double*, const double*, int64_t, int64_t, const CudaContext&);
+
+}  // namespace tripod::cuda

@@ -1,0 +1,25 @@
+// Deterministic reductions (reductions.cu): no atomics, a fixed tree whose order depends only on
+// the size, so a rerun is bit-identical. Results go to device memory (fp64 scalars), never to the
+// host. T is float or double unless stated.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+#include "core/dtype.h"
+
+namespace tripod::cuda {
+
+// *acc += sum of x^2, accumulated in fp64.
+template <typename T>
+void sum_squares(double* acc, const T* x, int64_t n, const CudaContext& ctx);
+// *acc += the number of infinite or NaN elements.
+template <typename T>  // float, double, bf16
+void count_nonfinite(double* acc, const T* x, int64_t n, const CudaContext& ctx);
+// *out = sum of losses[i] over targets[i] >= 0, in fp64.
+template <typename T>
+void sum_valid_losses(double* out, const T* losses, const int32_t* targets, int64_t n, const CudaContext& ctx);
+// dbias[c] += sum over rows of dout[row, c], rows summed in a fixed order.
+template <typename T>
+void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels, const CudaContext& ctx);
+
+}  // namespace tripod::cuda

@@ -1,0 +1,82 @@
+// Row reductions as the softmax kernels (attention.cu, cross_entropy.cu) do them: a row split over
+// `threads` threads, element j to thread j % threads (adjacent threads read adjacent elements),
+// each thread's partial in ascending j, then the partials combined by each warp's xor butterfly
+// (offsets 16, 8, 4, 2, 1) and the warps' results summed in warp order
+// (backend/cuda/kernels/softmax_block_reduce.cuh). The order depends only on the row length and
+// the block size, never on scheduling, so the device result is reproducible; the *_in_device_order
+// functions replay it on the host, where the unit tests compare it with the CPU backend.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "backend/kernels/host_device.h"
+
+namespace tripod::kernels {
+
+inline constexpr int kWarpLanes = 32;
+
+// The larger of two values as the device combines them: a NaN is never chosen (it reaches the
+// result through the exp-sum that follows every max, so it is not lost).
+template <typename T>
+TRIPOD_HD T max_of(T a, T b) {
+  return b > a ? b : a;
+}
+
+// max over x[j], j = tid, tid + threads, ... < n; -inf when the thread has no element.
+template <typename T>
+TRIPOD_HD T strided_max_partial(const T* x, int64_t n, int64_t tid, int64_t threads) {
+  T m = -static_cast<T>(INFINITY);
+  for (int64_t j = tid; j < n; j += threads) m = max_of(m, x[j]);
+  return m;
+}
+
+// sum of exp(x[j] - shift) over j = tid, tid + threads, ... < n, in ascending j.
+template <typename T>
+TRIPOD_HD T strided_exp_sum_partial(const T* x, int64_t n, T shift, int64_t tid, int64_t threads) {
+  T sum = 0;
+  for (int64_t j = tid; j < n; j += threads) sum += std::exp(x[j] - shift);
+  return sum;
+}
+
+// ---- host replays of the device's combination order (arrays of per-lane / per-thread values) ----
+
+// The value every lane of a warp holds after `v += __shfl_xor_sync(v, offset)` for offsets
+// 16..1 (lane i adds lane i ^ offset's value to its own). `lane_values` (32 entries) is clobbered.
+template <typename T, typename Combine>
+TRIPOD_HD T warp_butterfly_in_device_order(T* lane_values, Combine combine) {
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    T next[kWarpLanes];
+    for (int lane = 0; lane < kWarpLanes; ++lane) next[lane] = combine(lane_values[lane], lane_values[lane ^ offset]);
+    for (int lane = 0; lane < kWarpLanes; ++lane) lane_values[lane] = next[lane];
+  }
+  return lane_values[0];
+}
+
+// A block's reduction of one value per thread (`threads` a multiple of 32): each warp's
+// butterfly, then the warps' results combined in warp order starting from warp 0's.
+template <typename T, typename Combine>
+TRIPOD_HD T block_reduce_in_device_order(const T* thread_values, int threads, Combine combine) {
+  T total = 0;
+  for (int warp = 0; warp * kWarpLanes < threads; ++warp) {
+    T lanes[kWarpLanes];
+    for (int lane = 0; lane < kWarpLanes; ++lane) lanes[lane] = thread_values[warp * kWarpLanes + lane];
+    const T warp_value = warp_butterfly_in_device_order(lanes, combine);
+    total = warp == 0 ? warp_value : combine(total, warp_value);
+  }
+  return total;
+}
+
+struct SumOf {
+  template <typename T>
+  TRIPOD_HD T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOf {
+  template <typename T>
+  TRIPOD_HD T operator()(T a, T b) const {
+    return max_of(a, b);
+  }
+};
+
+}  // namespace tripod::kernels

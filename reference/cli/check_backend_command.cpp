@@ -1,0 +1,86 @@
+// tripod check-backend: every Backend operation on one backend against another (the CPU backend by
+// default) on the same random inputs, in fp64 and fp32 (bf16 conversions and GEMMs with fp32) -
+// the first command to run on a new device:
+//   tripod check-backend --backend cuda --json kernels.json
+// Prints a row per operation (largest error relative to the output's largest element, its bound,
+// whether the two backends agree bit for bit) and exits 1 if any operation fails.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend_factory.h"
+#include "backend/check/backend_check.h"
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace tripod::cli {
+namespace {
+
+struct CheckOptions {
+  std::string backend = "emulated", against = "cpu", json_out, only;
+  std::vector<std::string> dtypes = {"fp64", "fp32"};
+};
+
+nlohmann::json result_json(const backend_check::OpResult& r) {
+  return {{"op", r.op},           {"dtype", dtype_name(r.dtype)}, {"shape", r.shape},
+          {"max_abs", r.max_abs}, {"max_rel", r.max_rel},        {"bound", r.bound},
+          {"error_over_bound", r.error_over_bound},               {"worst_output", r.worst_output},
+          {"bit_identical", r.bit_identical},                     {"pass", r.pass},
+          {"error", r.error}};
+}
+
+void run_check(const CheckOptions& o) {
+  std::vector<DType> dtypes;
+  for (const std::string& d : o.dtypes) {
+    const DType t = parse_dtype(d);
+    check(t == DType::F64 || t == DType::F32, "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ", d);
+    dtypes.push_back(t);
+  }
+  std::vector<backend_check::OpCase> cases;
+  for (auto& c : backend_check::all_op_cases(dtypes))
+    if (o.only.empty() || c.op.find(o.only) != std::string::npos) cases.push_back(std::move(c));
+  check(!cases.empty(), "--only '", o.only, "' matches no operation");
+  const auto tested = make_backend(o.backend);
+  const auto reference = make_backend(o.against);
+  std::printf("tripod check-backend: %s against %s, %zu cases\n", tested->name().c_str(), reference->name().c_str(),
+              cases.size());
+  std::printf("%-40s %-5s %-34s %10s %8s  %-9s %s\n", "operation", "dtype", "shape", "max rel", "bound", "identical",
+              "result");
+  const auto results = backend_check::check_backend(*tested, *reference, cases, [](const auto& r) {
+    std::printf("%-40s %-5s %-34s %10.2e %8.0e  %-9s %s%s%s%s\n", r.op.c_str(), dtype_name(r.dtype).c_str(),
+                r.shape.c_str(), r.max_rel, r.bound, r.bit_identical ? "yes" : "no", r.pass ? "PASS" : "FAIL",
+                r.pass || r.worst_output.empty() ? "" : (" (" + r.worst_output + ")").c_str(),
+                r.error.empty() ? "" : ": ", r.error.c_str());
+    std::fflush(stdout);
+  });
+  int failed = 0, identical = 0;
+  for (const auto& r : results) {
+    failed += !r.pass;
+    identical += r.bit_identical;
+  }
+  std::printf("%zu cases: %zu passed, %d failed, %d bit-identical to %s\n", results.size(), results.size() - failed,
+              failed, identical, o.against.c_str());
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"backend", tested->name()}, {"reference", reference->name()}, {"results", nlohmann::json::array()}};
+    for (const auto& r : results) j["results"].push_back(result_json(r));
+    std::ofstream out(o.json_out);
+    check(out.good(), "cannot write ", o.json_out);
+    out << j.dump(1) << "\n";
+  }
+  check(failed == 0, failed, " operation(s) of the ", o.backend, " backend disagree with the ", o.against, " backend");
+}
+
+}  // namespace
+
+void add_check_backend_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("check-backend", "every backend operation against the CPU backend on random inputs");
+  auto o = std::make_shared<CheckOptions>();
+  add_backend_option(*cmd, o->backend);
+  cmd->add_option("--against", o->against, "the reference backend")->capture_default_str();
+  cmd->add_option("--dtype", o->dtypes, "fp64 and/or fp32")->capture_default_str();
+  cmd->add_option("--only", o->only, "only the operations whose name contains this");
+  cmd->add_option("--json", o->json_out, "write one record per case here");
+  cmd->callback([o]() { run_check(*o); });
+}
+
+}  // namespace tripod::cli

@@ -1,0 +1,64 @@
+// tripod check-backend's machinery, proved on the CPU: the emulated-device backend passes every
+// case bit for bit (it runs the CPU arithmetic), and the comparison fails a wrong value, a NaN, a
+// missing output and an exception - so a clean report on a GPU means something.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/backend_factory.h"
+#include "backend/check/backend_check.h"
+
+namespace tripod {
+namespace {
+
+using backend_check::OpCase;
+using backend_check::Output;
+
+TEST(BackendCheck, EmulatedDevicePassesEveryCaseBitForBit) {
+  auto cpu = make_backend("cpu"), emulated = make_backend("emulated");
+  const auto cases = backend_check::all_op_cases({DType::F64, DType::F32});
+  EXPECT_GE(cases.size(), 40u);
+  for (const auto& r : backend_check::check_backend(*emulated, *cpu, cases)) {
+    EXPECT_TRUE(r.pass) << r.op << " " << dtype_name(r.dtype) << " " << r.shape << ": " << r.error;
+    EXPECT_TRUE(r.bit_identical) << r.op << " " << r.shape;
+  }
+}
+
+// A case whose tested value is the reference's plus `offset` (on any backend but the CPU).
+OpCase offset_case(double offset, DType dtype = DType::F64) {
+  return {"offset", dtype, "3", [=](Backend& be) {
+            const bool tested = be.name().find("emulated") != std::string::npos;
+            return std::vector<Output>{{"x", dtype, {2.0, -1.0, tested ? 0.5 + offset : 0.5}}};
+          }};
+}
+
+TEST(BackendCheck, TheComparisonFailsWhatItShould) {
+  auto cpu = make_backend("cpu"), emulated = make_backend("emulated");
+  auto run = [&](const OpCase& c) { return backend_check::check_backend(*emulated, *cpu, {c}).at(0); };
+  auto r = run(offset_case(1e-13));  // rounding-sized in fp64: passes, but is not bit-identical
+  EXPECT_TRUE(r.pass);
+  EXPECT_FALSE(r.bit_identical);
+  // relative to the largest reference element, 2; 0.5 + 1e-13 itself is rounded to a multiple of 2^-53
+  EXPECT_NEAR(r.max_rel, 0.5e-13, 1e-16);
+  r = run(offset_case(1e-9));               // a bug-sized error in fp64
+  EXPECT_FALSE(r.pass);
+  EXPECT_GT(r.error_over_bound, 1.0);
+  EXPECT_TRUE(run(offset_case(1e-9, DType::F32)).pass);  // fp32's bound is 1e-5
+  EXPECT_FALSE(run(offset_case(NAN)).pass);
+  EXPECT_FALSE(run(offset_case(INFINITY)).pass);
+  r = run({"throws", DType::F64, "1", [](Backend& be) -> std::vector<Output> {
+             if (be.name().find("emulated") != std::string::npos) fail("kernel launch failed");
+             return {};
+           }});
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.error, "kernel launch failed");
+  r = run({"short", DType::F64, "1", [](Backend& be) {
+             const bool tested = be.name().find("emulated") != std::string::npos;
+             return std::vector<Output>{{"x", DType::F64, std::vector<double>(tested ? 2 : 3, 1.0)}};
+           }});
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.error.find("output x has 2 elements, the reference 3"), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace tripod

@@ -1,0 +1,187 @@
+// LayerNorm's arithmetic (backend/kernels/layernorm_math.h), replayed on the host as
+// backend/cuda/kernels/layernorm.cu runs it, against cpu::layernorm_forward / layernorm_backward:
+//   forward   a warp per row: each lane's layernorm_lane_sum, the warp's xor butterfly
+//             (warp_butterfly_in_device_order, SumOf) -> mean; each lane's centred squares,
+//             butterfly -> rstd; every element's output;
+//   backward  a warp per row: each lane's two backward sums, each sum butterflied separately ->
+//             means; dinp += layernorm_dinp; then dbias and dweight by the column-sum order
+//             (column_sums_in_device_order; terms dout and layernorm_dweight_term), += into them.
+//
+// Tolerances: relative to the largest element of each output, the caps kRelativeCap (1e-12 fp64,
+// 1e-5 fp32). The replay differs from the CPU in the order of the row sums (32 strided lanes and a
+// butterfly against one loop; the column sums' 16 warps against one loop) and in FMA contraction
+// (the CPU library is built with -march=native), so its rounding differs by ~sqrt(terms) ulps of
+// the partial sums: measured <= 6.3e-7 in fp32 and 2.1e-15 in fp64 (the record of each run has
+// every value), while a wrong term, mean or index is off by >= 1e-3. dinp is compared on the
+// scale of its terms (see expect_backward_matches_cpu).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/kernels/layernorm_math.h"
+#include "backend/kernels/row_reduce_math.h"
+#include "kernel_math_test_util.h"
+
+namespace tripod::kernels {
+namespace {
+
+using testing::kRelativeCap;
+using testing::relative_difference;
+using testing::uniform_values;
+
+constexpr double kEps = 1e-5;
+
+// The sum the warp's butterfly gives every lane, of one value per lane.
+template <typename T, class LaneValue>
+T warp_sum(const LaneValue& lane_value) {
+  T lanes[kWarpLanes];
+  for (int lane = 0; lane < kWarpLanes; ++lane) lanes[lane] = lane_value(lane);
+  return warp_butterfly_in_device_order(lanes, SumOf{});
+}
+
+template <typename T>
+struct Inputs {
+  int64_t rows, channels;
+  std::vector<T> x, weight, bias, dout;
+};
+
+// Rows with a non-zero mean (offset 0.5) and spread 2, so that both passes and the centring matter.
+template <typename T>
+Inputs<T> make_inputs(int64_t rows, int64_t channels, uint64_t seed) {
+  return {rows,
+          channels,
+          uniform_values<T>(rows * channels, seed, "test.layernorm.x", -1.5, 2.5),
+          uniform_values<T>(channels, seed, "test.layernorm.weight", 0.5, 1.5),
+          uniform_values<T>(channels, seed, "test.layernorm.bias", -0.5, 0.5),
+          uniform_values<T>(rows * channels, seed, "test.layernorm.dout", -1, 1)};
+}
+
+// ForwardRow of layernorm.cu over every row.
+template <typename T>
+void forward_in_device_order(const Inputs<T>& in, std::vector<T>& out, std::vector<T>& mean, std::vector<T>& rstd) {
+  const int64_t C = in.channels;
+  for (int64_t r = 0; r < in.rows; ++r) {
+    const T* x = in.x.data() + r * C;
+    const T m = layernorm_mean(warp_sum<T>([&](int lane) { return layernorm_lane_sum(x, C, lane, kWarpLanes); }), C);
+    const T s = layernorm_rstd(
+        warp_sum<T>([&](int lane) { return layernorm_lane_centered_squares(x, m, C, lane, kWarpLanes); }), C, kEps);
+    for (int64_t c = 0; c < C; ++c) out[r * C + c] = layernorm_output(x[c], m, s, in.weight[c], in.bias[c]);
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// BackwardRow of layernorm.cu over every row, then the WeightBiasColumns column sums.
+template <typename T>
+void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, const std::vector<T>& rstd,
+                              std::vector<T>& dinp, std::vector<T>& dweight, std::vector<T>& dbias) {
+  const int64_t C = in.channels;
+  for (int64_t r = 0; r < in.rows; ++r) {
+    const T* x = in.x.data() + r * C;
+    const T* d = in.dout.data() + r * C;
+    LayernormRowSums<T> lanes[kWarpLanes];
+    for (int lane = 0; lane < kWarpLanes; ++lane)
+      lanes[lane] = layernorm_lane_backward_sums(d, x, in.weight.data(), mean[r], rstd[r], C, lane, kWarpLanes);
+    LayernormRowSums<T> sums;
+    sums.dnorm = warp_sum<T>([&](int lane) { return lanes[lane].dnorm; });
+    sums.dnorm_norm = warp_sum<T>([&](int lane) { return lanes[lane].dnorm_norm; });
+    const LayernormRowSums<T> means = layernorm_backward_means(sums, C);
+    for (int64_t c = 0; c < C; ++c) dinp[r * C + c] += layernorm_dinp(d[c], x[c], in.weight[c], mean[r], rstd[r], means);
+  }
+  const std::vector<T> dbias_totals =
+      testing::column_sums_in_device_order<T>([&](int64_t r, int64_t c) { return in.dout[r * C + c]; }, in.rows, C);
+  const std::vector<T> dweight_totals = testing::column_sums_in_device_order<T>(
+      [&](int64_t r, int64_t c) { return layernorm_dweight_term(in.dout[r * C + c], in.x[r * C + c], mean[r], rstd[r]); },
+      in.rows, C);
+  for (int64_t c = 0; c < C; ++c) {  // WeightBiasColumns::finish
+    dbias[c] += dbias_totals[c];
+    dweight[c] += dweight_totals[c];
+  }
+}
+
+const int64_t kRows[] = {1, 5, 64};
+const int64_t kChannels[] = {1, 7, 33, 768, 769};
+
+std::string describe(int64_t rows, int64_t channels) { return std::to_string(rows) + " x " + std::to_string(channels); }
+
+template <typename T>
+void expect_forward_matches_cpu(uint64_t seed) {
+  for (int64_t rows : kRows)
+    for (int64_t channels : kChannels) {
+      const Inputs<T> in = make_inputs<T>(rows, channels, seed);
+      const auto n = static_cast<std::size_t>(rows * channels);
+      std::vector<T> want_out(n), want_mean(rows), want_rstd(rows);
+      cpu::layernorm_forward<T>(want_out.data(), want_mean.data(), want_rstd.data(), in.x.data(), in.weight.data(),
+                                in.bias.data(), rows, channels, kEps);
+      std::vector<T> got_out(n), got_mean(rows), got_rstd(rows);
+      forward_in_device_order(in, got_out, got_mean, got_rstd);
+      const double d_out = relative_difference(got_out, want_out), d_mean = relative_difference(got_mean, want_mean),
+                   d_rstd = relative_difference(got_rstd, want_rstd);
+      EXPECT_LE(d_out, kRelativeCap<T>) << "out, " << describe(rows, channels);
+      EXPECT_LE(d_mean, kRelativeCap<T>) << "mean, " << describe(rows, channels);
+      EXPECT_LE(d_rstd, kRelativeCap<T>) << "rstd, " << describe(rows, channels);
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(channels);
+      testing::record_measure("out_" + shape, d_out);
+      testing::record_measure("mean_" + shape, d_mean);
+      testing::record_measure("rstd_" + shape, d_rstd);
+    }
+}
+
+TEST(KernelLayernormMath, ForwardMatchesCpuFp32) { expect_forward_matches_cpu<float>(101); }
+TEST(KernelLayernormMath, ForwardMatchesCpuFp64) { expect_forward_matches_cpu<double>(102); }
+
+template <typename T>
+void expect_backward_matches_cpu(uint64_t seed) {
+  for (int64_t rows : kRows)
+    for (int64_t channels : kChannels) {
+      const Inputs<T> in = make_inputs<T>(rows, channels, seed);
+      // The statistics the forward saved (the CPU's, so that both backwards read the same ones).
+      std::vector<T> out(static_cast<std::size_t>(rows * channels)), mean(rows), rstd(rows);
+      cpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(), in.bias.data(),
+                                rows, channels, kEps);
+      // All three gradients accumulate: start from non-zero values.
+      const std::vector<T> dinp0 = uniform_values<T>(rows * channels, seed, "test.layernorm.dinp", -0.1, 0.1);
+      const std::vector<T> dweight0 = uniform_values<T>(channels, seed, "test.layernorm.dweight", -0.1, 0.1);
+      const std::vector<T> dbias0 = uniform_values<T>(channels, seed, "test.layernorm.dbias", -0.1, 0.1);
+      std::vector<T> want_dinp = dinp0, want_dweight = dweight0, want_dbias = dbias0;
+      cpu::layernorm_backward<T>(want_dinp.data(), want_dweight.data(), want_dbias.data(), in.dout.data(), in.x.data(),
+                                 in.weight.data(), mean.data(), rstd.data(), rows, channels);
+      std::vector<T> got_dinp = dinp0, got_dweight = dweight0, got_dbias = dbias0;
+      backward_in_device_order(in, mean, rstd, got_dinp, got_dweight, got_dbias);
+      // dinp is rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)): a difference of terms
+      // of size rstd * |dnorm| that may cancel to ~0, and rounding is relative to the terms. With
+      // one channel it cancels exactly (norm = 0, dnorm = its mean) and rstd = 1/sqrt(eps) = 316:
+      // the replay gives exactly 0, while the CPU's FMA-contracted d * w - mean(dnorm) leaves the
+      // product's rounding error (an ulp of |dnorm|) times 316. So dinp's scale is the larger of
+      // its largest element and max_r rstd_r * max_c |dout * weight|.
+      double dinp_scale = testing::largest_magnitude(want_dinp);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < channels; ++c)
+          dinp_scale = std::max(dinp_scale, std::fabs(static_cast<double>(rstd[r]) * in.dout[r * channels + c] *
+                                                      in.weight[c]));
+      const double d_dinp = testing::largest_difference(got_dinp, want_dinp) / dinp_scale,
+                   d_dweight = relative_difference(got_dweight, want_dweight),
+                   d_dbias = relative_difference(got_dbias, want_dbias);
+      EXPECT_LE(d_dinp, kRelativeCap<T>) << "dinp, " << describe(rows, channels);
+      EXPECT_LE(d_dweight, kRelativeCap<T>) << "dweight, " << describe(rows, channels);
+      EXPECT_LE(d_dbias, kRelativeCap<T>) << "dbias, " << describe(rows, channels);
+      if (channels > 1) {
+        EXPECT_GT(relative_difference(got_dinp, dinp0), 1e-2);  // the row gradient was added
+      }
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(channels);
+      testing::record_measure("dinp_" + shape, d_dinp);
+      testing::record_measure("dweight_" + shape, d_dweight);
+      testing::record_measure("dbias_" + shape, d_dbias);
+    }
+}
+
+TEST(KernelLayernormMath, BackwardMatchesCpuFp32) { expect_backward_matches_cpu<float>(111); }
+TEST(KernelLayernormMath, BackwardMatchesCpuFp64) { expect_backward_matches_cpu<double>(112); }
+
+}  // namespace
+}  // namespace tripod::kernels
