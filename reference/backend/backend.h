@@ -8,7 +8,7 @@
 //   cpu       host memory, OpenBLAS + OpenMP, fp32/fp64 kernels, bf16 emulated bit for bit
 //   emulated  the CPU arithmetic on memory tagged as a device's: a host read outside a backend
 //             fails, so every path a GPU needs (uploads, downloads, staged collectives) is run
-//   cuda      (a later issue) cuBLASLt + kernels
+//   cuda      cuBLASLt + CUDA kernels (backend/cuda/), built where nvcc is found
 // What a new backend implements: every pure virtual below, for fp32 and fp64 (bf16 where stated),
 // with results equal to the CPU backend's up to the reduction order it documents.
 //
@@ -39,6 +39,16 @@ struct VocabWindow {
   int64_t vocab = 0;  // V: ids must be < V (token ids >= 0; targets < 0 are ignored)
 };
 
+// How a backend computes fp32 x fp32 -> fp32 GEMMs (a policy of the run, as PyTorch's
+// torch.set_float32_matmul_precision is):
+//   Exact         fp32 products and sums (the default)
+//   Bf16Operands  A and B rounded to bf16 (nearest even) first, products summed in fp32: the
+//                 GEMMs of the bf16-mixed precision policy, on a GPU's bf16 tensor cores. The CPU
+//                 backends round the same way and multiply the rounded values exactly in fp32, so
+//                 they emulate it up to the order of the sums.
+enum class Fp32Matmul { Exact, Bf16Operands };
+std::string fp32_matmul_name(Fp32Matmul mode);
+
 // Bytes of this backend's allocations alive now, and the most alive at once since the last reset.
 struct MemoryStats {
   std::size_t live = 0, peak = 0;
@@ -52,6 +62,9 @@ class Backend {
   // What the allocator holds (conform records each layout's peak against the memory accounting).
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;  // peak = live
+  // The fp32 GEMM policy for the operations issued from now on.
+  void set_fp32_matmul(Fp32Matmul mode) { fp32_matmul_ = mode; }
+  Fp32Matmul fp32_matmul() const { return fp32_matmul_; }
 
   // ---- memory ----
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;  // zero-filled
@@ -155,6 +168,9 @@ class Backend {
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      double lr, double beta1, double beta2, double eps, double weight_decay,
                      int64_t step, double grad_scale) = 0;
+
+ private:
+  Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;
 };
 
 }  // namespace tripod

@@ -16,6 +16,10 @@ std::string backend_names_text() {
   return text;
 }
 
+std::string fp32_matmul_name(Fp32Matmul mode) {
+  return mode == Fp32Matmul::Bf16Operands ? "bf16 operands, fp32 accumulation" : "exact fp32";
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emulated") return make_emulated_backend();

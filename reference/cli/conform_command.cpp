@@ -9,7 +9,7 @@ namespace tripod::cli {
 void add_conform_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("conform", "check every parallel layout against the single-device reference");
   auto o = std::make_shared<conform::SuiteOptions>();
-  cmd->add_option("--dtype", o->dtype, "fp64 (bugs vs rounding) or fp32")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "fp64 (bugs vs rounding), fp32 or bf16-mixed (fp32 with bf16 GEMM operands)")->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps per layout")->capture_default_str();
   cmd->add_option("--layouts", o->layouts, "layouts to run, e.g. tp1-pp1-dp2-z1-mb2 (default: all valid)");
   cmd->add_option("-c,--config", o->config, "model config (default: the built-in conformance model)");

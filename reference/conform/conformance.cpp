@@ -87,17 +87,22 @@ Trajectory run_layout(const RunConfig& base, const ParallelLayout& given, Commun
   return t;
 }
 
-std::vector<double> rounding_floor(const Trajectory& low, const Trajectory& fp64) {
-  check(low.params.size() == fp64.params.size(), "conformance: references with different tensors");
-  std::vector<double> floor(low.params.size(), 0.0);
+RoundingFloor rounding_floor(const Trajectory& low, const Trajectory& fp64) {
+  check(low.params.size() == fp64.params.size() && low.losses.size() == fp64.losses.size(),
+        "conformance: references with different tensors or steps");
+  RoundingFloor floor;
+  floor.params.assign(low.params.size(), 0.0);
   for (std::size_t i = 0; i < low.params.size(); ++i)
     for (std::size_t k = 0; k < low.params[i].size(); ++k)
-      floor[i] = std::max(floor[i], std::fabs(low.params[i][k] - fp64.params[i][k]));
+      floor.params[i] = std::max(floor.params[i], std::fabs(low.params[i][k] - fp64.params[i][k]));
+  for (std::size_t s = 0; s < low.losses.size(); ++s) {
+    floor.losses.push_back(std::fabs(low.losses[s] - fp64.losses[s]));
+    floor.norms.push_back(std::fabs(low.norms[s] - fp64.norms[s]));
+  }
   return floor;
 }
 
-Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& config,
-               const std::vector<double>& floor) {
+Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& config, const RoundingFloor& floor) {
   Errors e;
   const bool fp64 = config.train.dtype == DType::F64;
   const double rtol = fp64 ? 1e-10 : 1e-5;
@@ -118,14 +123,20 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
     e.loss_rel = std::max(e.loss_rel, dl / std::fabs(ref.losses[s]));
     e.norm_abs = std::max(e.norm_abs, dn);
     e.norm_rel = std::max(e.norm_rel, dn / std::fabs(ref.norms[s]));
-    within(dl, rtol * std::fabs(ref.losses[s]), "loss at step " + std::to_string(s));
-    within(dn, rtol * std::fabs(ref.norms[s]), "gradient norm at step " + std::to_string(s));
+    // bf16-mixed: a layout's fp32-level difference can flip the bf16 rounding of a GEMM operand (a
+    // 2^-8 relative step), so its trajectory separates from the reference at bf16's scale, which
+    // the reference's own distance from fp64 measures; fp32 and fp64 losses need no floor.
+    const bool step_floor = config.train.bf16_mixed && !floor.empty();
+    within(dl, rtol * std::fabs(ref.losses[s]) + (step_floor ? 2 * floor.losses[s] : 0.0),
+           "loss at step " + std::to_string(s));
+    within(dn, rtol * std::fabs(ref.norms[s]) + (step_floor ? 2 * floor.norms[s] : 0.0),
+           "gradient norm at step " + std::to_string(s));
   }
   std::vector<std::string> names;
   for (const ParamSpec& spec : gpt_param_specs(config.model)) names.push_back(spec.name);
   check(names.size() == ref.params.size(), "conformance: ", ref.params.size(), " parameter tensors for a model of ",
         names.size());
-  check(floor.empty() || floor.size() == names.size(), "conformance: a rounding floor of ", floor.size(),
+  check(floor.empty() || floor.params.size() == names.size(), "conformance: a rounding floor of ", floor.params.size(),
         " tensors for a model of ", names.size());
   for (std::size_t i = 0; i < ref.params.size(); ++i) {
     double scale = 1e-300, worst = 0;
@@ -138,7 +149,7 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
       e.param_rel = worst / scale;
       e.worst_param = names[i];
     }
-    const double rounding = fp64 || floor.empty() ? 0.0 : 2 * floor[i];
+    const double rounding = fp64 || floor.empty() ? 0.0 : 2 * floor.params[i];
     within(worst, rtol * scale + adam_slack + rounding, "parameter " + names[i]);
   }
   return e;

@@ -66,11 +66,18 @@ Trajectory run_layout(const RunConfig& config, const ParallelLayout& layout, Com
                       Backend& backend, const FaultPlan& faults = FaultPlan());
 // The step shape conform's layouts must divide.
 StepShape conformance_step(const RunConfig& config);
-// Per parameter tensor, the largest |low - fp64| element: how far rounding alone moved it (above).
-std::vector<double> rounding_floor(const Trajectory& low_precision, const Trajectory& fp64);
+// How far rounding alone moves the single-device reference from its fp64 run: per parameter
+// tensor the largest |low - fp64| element, and per step |low - fp64| of the loss and of the
+// gradient norm. A layout reorders sums, so it may land anywhere within twice that of the
+// reference (fp32: the parameters only; bf16-mixed: the losses and norms too, below).
+struct RoundingFloor {
+  std::vector<double> params, losses, norms;
+  bool empty() const { return params.empty(); }
+};
+RoundingFloor rounding_floor(const Trajectory& low_precision, const Trajectory& fp64);
 // `floor` is empty for fp64, where none is needed.
 Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config,
-               const std::vector<double>& floor = {});
+               const RoundingFloor& floor = {});
 bool bit_identical(const Trajectory& a, const Trajectory& b);
 // A 64-bit hash (xxHash, hex) of every loss, norm and parameter bit: equal fingerprints mean
 // bit-identical trajectories, across layouts, backends or machines.

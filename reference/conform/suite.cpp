@@ -158,9 +158,10 @@ class Suite {
                 faults.empty() ? "" : (" (fault injected: " + faults + ")").c_str());
     std::printf("model: %s\n", tied_.json["model"].dump().c_str());
     if (!floor_tied_.empty())
-      std::printf("rounding floor (largest |%s - fp64| of the reference; parameters may differ by twice it): "
-                  "tied %s, untied %s\n", o_.dtype.c_str(), largest_floor(tied_, floor_tied_).c_str(),
-                  largest_floor(untied_, floor_untied_).c_str());
+      std::printf("rounding floor (largest |%s - fp64| of the reference; parameters%s may differ by twice it): "
+                  "tied %s, untied %s\n", o_.dtype.c_str(), tied_.train.bf16_mixed ? ", losses and norms" : "",
+                  largest_floor(tied_, floor_tied_.params).c_str(),
+                  largest_floor(untied_, floor_untied_.params).c_str());
     if (world_->size() > 1 && max_ranks == 1)
       std::printf("note: no layout of this model uses more than one rank of %d: every layout runs on one rank, as %d "
                   "replicas. World sizes with multi-rank layouts: %s\n",
@@ -201,7 +202,7 @@ class Suite {
       out.name = "op:vocab-parallel-loss-tp" + std::to_string(t);
       auto group = world_->split(world_->rank() / t, world_->rank(), out.name);
       run_row(out, [&] {
-        out.errors = check_vocab_parallel_loss(*group, *backend_, parse_dtype(o_.dtype), tied_.model.vocab_size, faults_);
+        out.errors = check_vocab_parallel_loss(*group, *backend_, tied_.train.dtype, tied_.model.vocab_size, faults_);
       });
     }
   }
@@ -230,8 +231,15 @@ class Suite {
     const std::size_t rows = report_->outcomes().size();
     if (root_)
       std::printf("%zu rows (%zu layouts), %zu passed, %d failed (tolerance: %s)\n", rows, layouts_.size(),
-                  rows - failed, failed, o_.dtype == "fp64" ? "1e-10 relative" : "1e-5 relative, parameters + lr*K*1e-3 + 2x rounding floor");
+                  rows - failed, failed, tolerance_text().c_str());
     if (failed > 0) throw Error(root_ ? std::to_string(failed) + " row(s) failed conformance" : "");
+  }
+
+  std::string tolerance_text() const {
+    if (o_.dtype == "fp64") return "1e-10 relative";
+    if (tied_.train.bf16_mixed)
+      return "1e-5 relative + 2x rounding floor, losses and norms too; parameters also + lr*K*1e-3";
+    return "1e-5 relative, parameters + lr*K*1e-3 + 2x rounding floor";
   }
 
   const SuiteOptions& o_;
@@ -242,7 +250,7 @@ class Suite {
   FaultPlan faults_;
   std::vector<ParallelLayout> layouts_;
   Trajectory reference_tied_, reference_untied_;
-  std::vector<double> floor_tied_, floor_untied_;  // fp32: how far rounding alone moves each tensor
+  RoundingFloor floor_tied_, floor_untied_;  // fp32, bf16-mixed: how far rounding alone moves the reference
   std::unique_ptr<ReportWriter> report_;
   std::unique_ptr<Watchdog> watchdog_;
   void set_row_error(const std::string& error) {

@@ -45,6 +45,7 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
                                 : nullptr),
       split_(config.model.n_layer, layout_.pp, layout_.virtual_stages, config.train.pipeline_split),
       schedule_(make_schedule(layout_.schedule, layout_.pp, layout_.micro_batches, layout_.virtual_stages)) {
+  apply_precision_policy(config.train, backend_);
   // The tied wte's bucket is made the same size on both stages (the first stage's holds wpe too),
   // so the two stages reduce it over DP with the same calls on the same data: equal bits, not
   // merely equal values, whatever the DP size.

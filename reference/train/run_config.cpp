@@ -96,8 +96,12 @@ ModelConfig parse_model_section(const json& m) {
 // `context` bounds the sequence length: positions past the model's table have no embedding.
 TrainSettings parse_train_section(const json& t, int64_t context) {
   TrainSettings train;
-  train.dtype = parse_dtype(t.at("dtype").get<std::string>());
-  check(train.dtype == DType::F32 || train.dtype == DType::F64, "train.dtype: the CPU trainer runs fp32 or fp64");
+  const std::string precision = t.at("dtype").get<std::string>();
+  train.bf16_mixed = precision == "bf16-mixed";
+  const bool plain = precision == "fp32" || precision == "float32" || precision == "fp64" || precision == "float64";
+  check(train.bf16_mixed || plain, "train.dtype: fp64, fp32 or bf16-mixed (the precision policy), not '", precision,
+        "'");
+  train.dtype = train.bf16_mixed ? DType::F32 : parse_dtype(precision);
   train.batch_size = t.at("batch_size");
   train.seq_len = t.at("seq_len");
   train.micro_batches = t.at("micro_batches");
@@ -175,6 +179,14 @@ RunConfig parse_run_config(const json& j) {
   parse_optim_section(j.at("optim"), c);
   c.data.dir = j.at("data").at("dir").get<std::string>();
   return c;
+}
+
+void apply_precision_policy(const TrainSettings& train, Backend& backend) {
+  backend.set_fp32_matmul(train.bf16_mixed ? Fp32Matmul::Bf16Operands : Fp32Matmul::Exact);
+}
+
+std::string precision_name(const TrainSettings& train) {
+  return train.bf16_mixed ? "bf16-mixed" : dtype_name(train.dtype);
 }
 
 }  // namespace tripod

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 #include "model/config.h"
 #include "optim/adamw.h"
@@ -16,7 +17,12 @@
 namespace tripod {
 
 struct TrainSettings {
+  // train.dtype is the precision policy: fp64, fp32, or bf16-mixed (fp32 master weights, Adam
+  // state, gradients, reductions, LayerNorm statistics and loss; every GEMM's operands rounded to
+  // bf16 with fp32 accumulation, as PyTorch's bf16 autocast runs a GPT's matmuls). `dtype` is the
+  // dtype of the tensors: fp32 for bf16-mixed.
   DType dtype = DType::F32;
+  bool bf16_mixed = false;
   int64_t batch_size = 8;    // global batch, in sequences
   int64_t seq_len = 64;
   int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step
@@ -55,6 +61,13 @@ nlohmann::json load_config_json(const std::string& name_or_path, const std::vect
 nlohmann::json load_config_json(nlohmann::json base, const std::string& name_or_path,
                                 const std::vector<std::string>& overrides);
 // Typed view; validates values (throws naming the key). model.vocab_size 0 means "from the data".
+// Sets the backend's GEMM policy for the run's precision (backend.h's Fp32Matmul): bf16 operands
+// under bf16-mixed, exact otherwise. Both trainers call it, so every run on a backend uses its
+// config's policy whatever ran on that backend before.
+void apply_precision_policy(const TrainSettings& train, Backend& backend);
+// "fp64", "fp32" or "bf16-mixed".
+std::string precision_name(const TrainSettings& train);
+
 RunConfig parse_run_config(const nlohmann::json& resolved);
 
 }  // namespace tripod

@@ -13,7 +13,9 @@ Trainer::Trainer(const RunConfig& config, Backend& backend)
       model_(config.model, backend, config.train.dtype),
       params_(model_.specs(), backend, config.train.dtype),
       grads_(model_.specs(), backend, config.train.dtype),
-      optimizer_(model_.specs(), backend, config.train.dtype, config.adamw) {}
+      optimizer_(model_.specs(), backend, config.train.dtype, config.adamw) {
+  apply_precision_policy(config.train, backend_);
+}
 
 void Trainer::initialise() {
   initialise_params(params_, backend_, config_.train.seed);

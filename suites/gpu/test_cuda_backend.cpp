@@ -37,16 +37,17 @@ TEST(CudaBackend, EveryOperationMatchesTheCpuBackend) {
 }
 
 // Ten steps of the conformance model (tied head, clipping, ignored targets) on the GPU and on the
-// CPU from the same initialisation: fp64 within 1e-10 and fp32 within conform's fp32 bounds.
+// CPU from the same initialisation: fp64 within 1e-10, fp32 and bf16-mixed (tensor-core GEMMs on
+// the GPU, their emulation on the CPU up to the order of the sums) within conform's bounds for them.
 TEST(CudaBackend, TrainingMatchesTheCpuReference) {
   REQUIRE_GPU(cuda);
   auto cpu = make_backend("cpu");
-  for (const char* dtype : {"fp64", "fp32"}) {
+  for (const char* dtype : {"fp64", "fp32", "bf16-mixed"}) {
     const RunConfig config = conform::default_conformance_config(dtype);
     const conform::Trajectory ref = conform::run_single_device(config, 10, *cpu);
     const conform::Trajectory got = conform::run_single_device(config, 10, *cuda);
-    std::vector<double> floor;
-    if (std::string(dtype) == "fp32") {
+    conform::RoundingFloor floor;
+    if (std::string(dtype) != "fp64") {  // fp32, bf16-mixed: against the CPU run's distance from fp64
       nlohmann::json j = config.json;
       j["train"]["dtype"] = "fp64";
       floor = conform::rounding_floor(ref, conform::run_single_device(parse_run_config(j), 10, *cpu));

@@ -74,6 +74,31 @@ def test_a_skipped_gradient_reduction_fails(tmp_path):
     assert int(failures) == 4
 
 
+BF16_LAYOUTS = ["tp1-pp1-dp2-z1-mb2", "tp2-pp1-dp2-z3-mb1-sp", "tp2-pp2-dp1-z0-mb2-1f1b", "tp1-pp2-dp2-z2-mb2-1f1b",
+                "tp4-pp1-dp1-z0-mb1"]
+
+
+def test_bf16_mixed_layouts_pass_within_the_stated_floor(tmp_path):
+    # bf16-mixed: fp32 tensors, bf16 GEMM operands; losses, norms and parameters may differ from the
+    # single-device reference by twice the reference's own distance from fp64 (printed)
+    result = conform(4, "--dtype", "bf16-mixed", "--layouts", *BF16_LAYOUTS, "--json", tmp_path / "c.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rounding floor (largest |bf16-mixed - fp64|" in result.stdout and "losses and norms" in result.stdout
+    records = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    assert len(records) == len(BF16_LAYOUTS)
+    assert all(r["pass"] and r["dtype"] == "bf16-mixed" and r["error_over_bound"] <= 1 for r in records)
+    # the policy really changed the arithmetic: the layouts are not bit-identical to the reference
+    assert max(r["loss_rel_error"] for r in records) > 0
+
+
+def test_bf16_mixed_still_catches_a_skipped_gradient_reduction():
+    result = conform(4, "--dtype", "bf16-mixed", "--layouts", *BF16_LAYOUTS[:2], "--inject-fault",
+                     "skip-grad-reduction")
+    assert result.returncode != 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("tp")}
+    assert all("FAIL" in rows[name] for name in BF16_LAYOUTS[:2]), result.stdout
+
+
 def test_unsummed_tied_embedding_gradients_fail():
     # the pipeline's two wte copies must add their gradients; without that only pipelines break
     layouts = ["tp1-pp1-dp2-z0-mb1", "tp1-pp2-dp1-z0-mb2-afab", "tp1-pp2-dp1-z2-mb2-interleaved-v2"]

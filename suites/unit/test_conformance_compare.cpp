@@ -64,8 +64,8 @@ TEST(ConformanceCompare, Fp32AddsAdamSlackAndTwiceTheRoundingFloor) {
   // A floor of 3e-4 on wte (an fp64 reference 3e-4 away) allows 6e-4 more there, and nowhere else.
   conform::Trajectory fp64 = ref;
   fp64.params[wte][40] += 3e-4;
-  const std::vector<double> floor = conform::rounding_floor(ref, fp64);
-  EXPECT_NEAR(floor[wte], 3e-4, 1e-15);
+  const conform::RoundingFloor floor = conform::rounding_floor(ref, fp64);
+  EXPECT_NEAR(floor.params[wte], 3e-4, 1e-15);
   got = ref;
   got.params[wte][11] += 0.5 * 1e-5 + slack + 5.9e-4;
   EXPECT_TRUE(conform::compare(got, ref, config, floor).pass);
@@ -90,10 +90,10 @@ TEST(ConformanceCompare, RoundingFloorOfTheConformanceModelIsSmallAgainstOneStep
     fp32 = parse_run_config(j);
     j["train"]["dtype"] = "fp64";
     const RunConfig fp64 = parse_run_config(j);
-    const std::vector<double> floor = conform::rounding_floor(conform::run_single_device(fp32, 5, backend),
+    const conform::RoundingFloor floor = conform::rounding_floor(conform::run_single_device(fp32, 5, backend),
                                                               conform::run_single_device(fp64, 5, backend));
     double largest = 0;
-    for (double f : floor) largest = std::max(largest, f);
+    for (double f : floor.params) largest = std::max(largest, f);
     EXPECT_GT(largest, 0.0) << "fp32 and fp64 runs cannot agree bit for bit";
     EXPECT_LT(largest, 0.02 * fp32.schedule.max_lr) << (tied ? "tied" : "untied");
   }

@@ -45,6 +45,30 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
             });
 }
 
+// fp32 GEMMs under the bf16-mixed policy (Fp32Matmul::Bf16Operands): the CPU rounds the operands
+// and multiplies exactly in fp32, a GPU runs a bf16 tensor-core GEMM; both sum in fp32.
+void add_bf16_operand_cases(CaseList& cases) {
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " fp32 bf16-operands";
+    cases.add(name, DType::F32, dims({96, 80, 768}), [=](Backend& be) {
+      Inputs in(be, DType::F32, kSeed + 20 + t);
+      const int64_t m = 96, n = 80, k = 768;
+      Tensor a = in.normal({ta ? k : m, ta ? m : k}, 1.0), b = in.normal({tb ? n : k, tb ? k : n}, 0.02);
+      Tensor c = in.normal({m, n}, 1.0);
+      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+      try {
+        be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, 1.0, c, n, DType::F32);
+      } catch (...) {
+        be.set_fp32_matmul(Fp32Matmul::Exact);
+        throw;
+      }
+      be.set_fp32_matmul(Fp32Matmul::Exact);
+      return std::vector<Output>{output(be, "c", c)};
+    });
+  }
+}
+
 void add_conversion_cases(CaseList& cases) {
   const std::vector<std::pair<DType, DType>> pairs = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
                                                       {DType::F32, DType::BF16}, {DType::F64, DType::BF16},
@@ -117,6 +141,7 @@ void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
     if (t == DType::F32) {
       add_gemm_cases(cases, DType::BF16, DType::F32);
       add_gemm_cases(cases, DType::BF16, DType::BF16);
+      add_bf16_operand_cases(cases);
       add_conversion_cases(cases);
     }
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "core/bf16.h"
 
 namespace tripod::cpu {
 
@@ -39,7 +40,25 @@ std::vector<float> widen(const bf16* x, int64_t n) {
   return out;
 }
 
+// x rounded to bf16 (nearest even) and widened back: fp32 values that bf16 holds exactly.
+std::vector<float> round_to_bf16(const float* x, int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = bf16_to_float(float_to_bf16(x[i]));
+  return out;
+}
+
 }  // namespace
+
+void gemm_bf16_operands(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // A product of two bf16 values (8-bit significands) is exact in fp32, so sgemm on the rounded
+  // operands is a bf16 GEMM with fp32 accumulation, up to the order of the sums.
+  const std::vector<float> a16 = round_to_bf16(a, trans_a ? span(k, m, lda) : span(m, k, lda));
+  const std::vector<float> b16 = round_to_bf16(b, trans_b ? span(n, k, ldb) : span(k, n, ldb));
+  gemm<float>(trans_a, trans_b, m, n, k, alpha, a16.data(), lda, b16.data(), ldb, beta, c, ldc);
+}
 
 template <typename TC>
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,

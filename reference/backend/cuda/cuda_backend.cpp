@@ -166,8 +166,26 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   check_span("A", a, trans_a ? k : m, trans_a ? m : k, lda);
   check_span("B", b, trans_b ? n : k, trans_b ? k : n, ldb);
   check_span("C", c, m, n, ldc);
+  if (a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32 &&
+      fp32_matmul() == Fp32Matmul::Bf16Operands && m > 0 && n > 0 && k > 0) {
+    // The bf16-mixed policy: A and B rounded to bf16 into scratch, then a bf16 tensor-core GEMM
+    // accumulating in fp32 into the fp32 C.
+    const void* a16 = bf16_copy(a, gemm_operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch_a_);
+    const void* b16 = bf16_copy(b, gemm_operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch_b_);
+    return cuda::gemm(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, DType::BF16, beta, raw(c, "gemm"), ldc,
+                      DType::F32, DType::F32, ctx_);
+  }
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
              raw(c, "gemm"), ldc, c.dtype(), accumulate, ctx_);
+}
+
+const void* CudaBackend::bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch) {
+  // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the
+  // first step. Work on the one stream is ordered, so a GEMM still reading the old contents
+  // finishes before the next conversion overwrites them.
+  if (!scratch.defined() || scratch.numel() < elements) scratch = alloc({elements}, DType::BF16);
+  cuda::convert<float, bf16>(ptr<float>(x, "gemm"), scratch.device_data<bf16>(), elements, ctx_);
+  return scratch.device_raw();
 }
 
 void CudaBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

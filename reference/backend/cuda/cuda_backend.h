@@ -96,6 +96,8 @@ class CudaBackend final : public Backend {
 
  private:
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
+  // The first `elements` of fp32 x rounded to bf16 in `scratch` (grown to fit); its device address.
+  const void* bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch);
   struct Counters {
     std::atomic<std::size_t> live{0}, peak{0};
   };
@@ -103,6 +105,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   CudaContext ctx_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  Tensor scratch_a_, scratch_b_;  // bf16 operands of fp32 GEMMs under Fp32Matmul::Bf16Operands
 };
 
 }  // namespace tripod::cuda

@@ -1,0 +1,103 @@
+// The bf16-mixed precision policy: train.dtype = bf16-mixed keeps fp32 tensors and sets the
+// backend's fp32 GEMMs to round their operands to bf16 (Fp32Matmul::Bf16Operands). On the CPU
+// that must be exactly the bf16 GEMM (bf16 A and B, fp32 accumulation) on the rounded inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "backend/transfer.h"
+#include "core/counter_rng.h"
+#include "train/run_config.h"
+
+namespace tripod {
+namespace {
+
+std::vector<double> random_values(int64_t n, uint64_t seed, double scale) {
+  const CounterRng rng(seed, "test.precision_policy");
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = scale * rng.normal(static_cast<uint64_t>(i));
+  return v;
+}
+
+Tensor make(Backend& be, const Shape& shape, DType dtype, const std::vector<double>& v) {
+  Tensor t = be.alloc(shape, dtype);
+  from_host_f64(be, v, t);
+  return t;
+}
+
+TEST(PrecisionPolicy, Bf16OperandGemmIsTheBf16GemmOfTheRoundedInputsBitForBit) {
+  for (const char* name : {"cpu", "emulated"}) {
+    auto be = make_backend(name);
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t m = 37, n = 29, k = 130;
+      const Shape sa = ta ? Shape{k, m} : Shape{m, k}, sb = tb ? Shape{n, k} : Shape{k, n};
+      const std::vector<double> va = random_values(m * k, 1 + t, 1.0), vb = random_values(k * n, 11 + t, 0.05);
+      const std::vector<double> vc = random_values(m * n, 21 + t, 1.0);
+      // Under the policy, on fp32 tensors.
+      Tensor a = make(*be, sa, DType::F32, va), b = make(*be, sb, DType::F32, vb), c = make(*be, {m, n}, DType::F32, vc);
+      be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+      be->gemm(ta, tb, m, n, k, 0.5, a, sa[1], b, sb[1], 0.25, c, n, DType::F32);
+      be->set_fp32_matmul(Fp32Matmul::Exact);
+      // The explicit bf16 GEMM on bf16 copies (fp64 -> fp32 -> bf16, as the fp32 tensors were rounded).
+      Tensor a16 = be->alloc(sa, DType::BF16), b16 = be->alloc(sb, DType::BF16);
+      be->convert(a, a16);
+      be->convert(b, b16);
+      Tensor want = make(*be, {m, n}, DType::F32, vc);
+      be->gemm(ta, tb, m, n, k, 0.5, a16, sa[1], b16, sb[1], 0.25, want, n, DType::F32);
+      const std::vector<double> got = to_host_f64(*be, c), ref = to_host_f64(*be, want);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(double)), 0) << name << " case " << t;
+      // And it is not the exact fp32 GEMM: bf16 operands move the result by ~2^-9 relative.
+      Tensor exact = make(*be, {m, n}, DType::F32, vc);
+      be->gemm(ta, tb, m, n, k, 0.5, a, sa[1], b, sb[1], 0.25, exact, n, DType::F32);
+      const std::vector<double> ex = to_host_f64(*be, exact);
+      double largest = 0, diff = 0;
+      for (std::size_t i = 0; i < ex.size(); ++i) {
+        largest = std::max(largest, std::fabs(ex[i]));
+        diff = std::max(diff, std::fabs(ex[i] - got[i]));
+      }
+      EXPECT_GT(diff / largest, 1e-5) << "the policy changed nothing";
+      EXPECT_LT(diff / largest, 2e-2) << "more than bf16 rounding";
+    }
+  }
+}
+
+TEST(PrecisionPolicy, Bf16MixedIsFp32TensorsWithBf16GemmOperands) {
+  nlohmann::json j = default_config_json();
+  j["model"]["vocab_size"] = 64;
+  j["train"]["dtype"] = "bf16-mixed";
+  const RunConfig mixed = parse_run_config(j);
+  EXPECT_TRUE(mixed.train.bf16_mixed);
+  EXPECT_EQ(mixed.train.dtype, DType::F32);
+  EXPECT_EQ(precision_name(mixed.train), "bf16-mixed");
+  auto be = make_backend("cpu");
+  apply_precision_policy(mixed.train, *be);
+  EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Bf16Operands);
+
+  j["train"]["dtype"] = "fp32";
+  const RunConfig plain = parse_run_config(j);
+  EXPECT_FALSE(plain.train.bf16_mixed);
+  EXPECT_EQ(precision_name(plain.train), "fp32");
+  apply_precision_policy(plain.train, *be);  // a later run on the same backend gets its own policy
+  EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Exact);
+}
+
+TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
+  nlohmann::json j = default_config_json();
+  j["model"]["vocab_size"] = 64;
+  for (const char* bad : {"bf16", "fp16-mixed"}) {
+    j["train"]["dtype"] = bad;
+    try {
+      parse_run_config(j);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16-mixed"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tripod
