@@ -4,18 +4,12 @@
 
 #include "backend/cuda/host/launch_geometry.h"
 #include "core/error.h"
+#include "support/error_text.h"
 
 namespace tripod::cuda {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_text;
 
 TEST(LaunchGeometry, ElementwiseCoversEverySizeAndCapsTheGrid) {
   const DeviceLimits h200 = h200_limits();
@@ -49,19 +43,19 @@ TEST(LaunchGeometry, RowsGetWholeWarpsAndSharedMemoryOptIn) {
 
 TEST(LaunchGeometry, ImpossibleLaunchesNameTheKernelAndTheLimit) {
   const DeviceLimits h200 = h200_limits();
-  std::string m = error_of([&] { check_fits(rows_launch(10, 1024, 2, 0, h200), h200, "layernorm_forward"); });
+  std::string m = error_text([&] { check_fits(rows_launch(10, 1024, 2, 0, h200), h200, "layernorm_forward"); });
   EXPECT_NE(m.find("layernorm_forward: 2048 threads a block, the device allows 1024"), std::string::npos) << m;
-  m = error_of([&] { check_fits(rows_launch(10, 32, 1, 300 * 1024, h200), h200, "attention_forward"); });
+  m = error_text([&] { check_fits(rows_launch(10, 32, 1, 300 * 1024, h200), h200, "attention_forward"); });
   EXPECT_NE(m.find("attention_forward: 307200 bytes of shared memory"), std::string::npos) << m;
   LaunchShape forgot = rows_launch(10, 256, 1, 64 * 1024, h200);
   forgot.needs_shared_optin = false;
-  m = error_of([&] { check_fits(forgot, h200, "softmax"); });
+  m = error_text([&] { check_fits(forgot, h200, "softmax"); });
   EXPECT_NE(m.find("need the opt-in attribute"), std::string::npos) << m;
   LaunchShape ragged;
   ragged.block = 48;
-  m = error_of([&] { check_fits(ragged, h200, "bias_grad"); });
+  m = error_text([&] { check_fits(ragged, h200, "bias_grad"); });
   EXPECT_NE(m.find("not a whole number of 32-thread warps"), std::string::npos) << m;
-  m = error_of([&] { elementwise_launch(10, 2048, h200); });
+  m = error_text([&] { elementwise_launch(10, 2048, h200); });
   EXPECT_NE(m.find("2048 threads a block"), std::string::npos) << m;
 }
 

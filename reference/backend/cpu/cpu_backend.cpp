@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/convert_dispatch.h"
 #include "backend/cpu/kernels.h"
 
 namespace tripod {
@@ -78,14 +79,7 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
     using To = decltype(to);
     cpu::convert<From, To>(ptr<From>(src, "convert"), ptr<To>(dst, "convert"), n);
   };
-  const DType a = src.dtype(), b = dst.dtype();
-  if (a == DType::F32 && b == DType::F64) return run(float{}, double{});
-  if (a == DType::F64 && b == DType::F32) return run(double{}, float{});
-  if (a == DType::F32 && b == DType::BF16) return run(float{}, bf16{});
-  if (a == DType::F64 && b == DType::BF16) return run(double{}, bf16{});
-  if (a == DType::BF16 && b == DType::F32) return run(bf16{}, float{});
-  if (a == DType::BF16 && b == DType::F64) return run(bf16{}, double{});
-  fail("convert: no conversion from ", src.describe(), " to ", dst.describe());
+  dispatch_conversion(src, dst, run);
 }
 
 void CpuBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/backend_factory.h"
+#include "backend/convert_dispatch.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
@@ -142,14 +143,7 @@ void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
     using To = decltype(to);
     cuda::convert<From, To>(ptr<From>(src, "convert"), ptr<To>(dst, "convert"), n, ctx_);
   };
-  const DType a = src.dtype(), b = dst.dtype();
-  if (a == DType::F32 && b == DType::F64) return run(float{}, double{});
-  if (a == DType::F64 && b == DType::F32) return run(double{}, float{});
-  if (a == DType::F32 && b == DType::BF16) return run(float{}, bf16{});
-  if (a == DType::F64 && b == DType::BF16) return run(double{}, bf16{});
-  if (a == DType::BF16 && b == DType::F32) return run(bf16{}, float{});
-  if (a == DType::BF16 && b == DType::F64) return run(bf16{}, double{});
-  fail("convert: ", src.describe(), " into ", dst.describe(), " is not a conversion the CUDA backend has");
+  dispatch_conversion(src, dst, run);
 }
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
