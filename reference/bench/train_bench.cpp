@@ -7,6 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "data/random_batch.h"
+#include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
 #include "train/trainer.h"
@@ -51,11 +52,14 @@ void run_bench_train(const BenchTrainOptions& o) {
   const std::size_t act_bytes = trainer.model().activation_bytes();
   const std::size_t rss = peak_rss_bytes();
   const double ratio = achieved / gemm.median_flops;
+  const PeakFlops peak = backend_peak(backend->name(), gemm_operand_dtype(config.train), config.train.peak_tflops);
   std::printf("  median step %.3f s | %.0f tokens/s | %.1f GFLOP/s model FLOPs (%.3g FLOP/step)\n", median_step,
               o.batch * o.seq_len / median_step, achieved / 1e9, flops_per_step);
   std::printf("  sgemm %lld^3 on the same threads: %.1f GFLOP/s (median of 5)\n", static_cast<long long>(gemm.size),
               gemm.median_flops / 1e9);
   std::printf("  training step / sgemm = %.1f%%  (target >= 50%%)\n", 100 * ratio);
+  std::printf("  MFU %s of %.1f TFLOP/s (%s)\n", percent_of_peak_text(achieved, peak).c_str(), peak.flops / 1e12,
+              peak.source.c_str());
   std::printf("  memory: 16 B/param x %lld = %.1f MiB state + %.1f MiB activations = %.1f MiB by hand;\n"
               "          peak RSS %.1f MiB = that + %.1f MiB (before the model, with the sgemm baseline: %.1f MiB;\n"
               "          OpenBLAS's per-thread work buffers and the program itself)\n",
@@ -70,7 +74,11 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend}};
+                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
+                        {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},
+                        {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
+                        {"peak_source", peak.source},
+                        {"mfu", peak.flops > 0 ? nlohmann::json(achieved / peak.flops) : nlohmann::json(nullptr)}};
     std::ofstream(o.json_out) << j.dump(2) << "\n";
   }
 }

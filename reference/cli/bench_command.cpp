@@ -14,6 +14,7 @@ void add_bench_commands(CLI::App& app) {
   add_bench_comm_command(*bench);
   add_bench_layouts_command(*bench);
   add_bench_pipeline_command(*bench);
+  add_bench_gemm_rate_command(*bench);
 }
 
 void add_bench_train_command(CLI::App& bench) {

@@ -185,6 +185,8 @@ void apply_precision_policy(const TrainSettings& train, Backend& backend) {
   backend.set_fp32_matmul(train.bf16_mixed ? Fp32Matmul::Bf16Operands : Fp32Matmul::Exact);
 }
 
+DType gemm_operand_dtype(const TrainSettings& train) { return train.bf16_mixed ? DType::BF16 : train.dtype; }
+
 std::string precision_name(const TrainSettings& train) {
   return train.bf16_mixed ? "bf16-mixed" : dtype_name(train.dtype);
 }

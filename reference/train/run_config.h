@@ -67,6 +67,8 @@ nlohmann::json load_config_json(nlohmann::json base, const std::string& name_or_
 void apply_precision_policy(const TrainSettings& train, Backend& backend);
 // "fp64", "fp32" or "bf16-mixed".
 std::string precision_name(const TrainSettings& train);
+// The dtype the run's GEMM operands are in (bf16 under bf16-mixed): the peak its MFU is held against.
+DType gemm_operand_dtype(const TrainSettings& train);
 
 RunConfig parse_run_config(const nlohmann::json& resolved);
 

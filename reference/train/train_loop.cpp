@@ -12,7 +12,7 @@
 #include "comm/host_collectives.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
-#include "perf/device_peak.h"
+#include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "train/pipeline_report.h"
 #include "train/trainer.h"
@@ -78,7 +78,7 @@ class TrainingRun {
       : config_(std::move(config)), options_(options), backend_(backend), parallel_(parallel),
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
-        peak_(resolve_peak(config_.train.peak_tflops, config_.train.dtype)) {
+        peak_(backend_peak(backend_.name(), gemm_operand_dtype(config_.train), config_.train.peak_tflops)) {
     make_engine();
     if (!options_.resume_dir.empty()) engine_->resume(options_.resume_dir); else engine_->initialise();
   }
@@ -128,7 +128,7 @@ class TrainingRun {
     const TrainSettings& t = config_.train;
     std::printf("tripod train: %lld parameters (%lld in matmuls), %s, backend %s, %s\n",
                 static_cast<long long>(flops_.n_params_total), static_cast<long long>(flops_.n_params_matmul),
-                dtype_name(t.dtype).c_str(), backend_.name().c_str(), layout_text().c_str());
+                precision_name(t).c_str(), backend_.name().c_str(), layout_text().c_str());
     std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config_.data.dir.c_str(),
                 static_cast<long long>(data_.train.size()), static_cast<long long>(data_.train.vocab_size()),
                 data_.val ? "" : " (no held-out split: no eval loss)");

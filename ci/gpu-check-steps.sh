@@ -1,0 +1,285 @@
+# shellcheck shell=bash
+# The steps of ci/gpu-check.sh and the helpers they share. Each step runs in a child shell that
+# sources this file, under `timeout`, so a hang kills only it. A step writes into $STEP_DIR (logs,
+# JSON) and exits 0 (pass), 77 after `skip REASON`, anything else (fail);
+# reports/gpu_check_summary.py reads the key figures from the files it leaves. In a dry run
+# ($DRY_RUN = 1) the steps run their CPU form in miniature.
+
+# ---- helpers for the steps (in the step's own shell) ----
+
+# A bundled binary as it must start here: through the bundle's loader where the node's glibc is
+# too old, else with the library path.
+run_bundled() {
+  local bin=$1
+  shift
+  if [ -n "$TRIPOD_LOADER" ]; then
+    "$TRIPOD_LOADER" --library-path "$TRIPOD_LIBS" "$bin" "$@"
+  else
+    LD_LIBRARY_PATH=$TRIPOD_LIBS "$bin" "$@"
+  fi
+}
+tripod() { run_bundled "$TRIPOD_BIN" "$@"; }
+# The libraries a binary resolves to, as it will start (ldd, or the bundle's loader's --list).
+list_libs() {
+  if [ -n "$TRIPOD_LOADER" ]; then
+    "$TRIPOD_LOADER" --library-path "$TRIPOD_LIBS" --list "$1"
+  else
+    LD_LIBRARY_PATH=$TRIPOD_LIBS ldd "$1"
+  fi
+}
+skip() { echo "$*" >"$STEP_DIR/skip.txt"; echo "skipped: $*"; exit 77; }
+dry() { [ "$DRY_RUN" = 1 ]; }
+# Whether this tripod was built with the CUDA backend (--backend lists it). The help text is
+# captured first: `| grep -q` would close the pipe early and pipefail would read that as failure.
+has_cuda_backend() {
+  local help
+  help=$(tripod train --help 2>/dev/null || true)
+  [[ "$help" == *cuda* ]]
+}
+
+# ---- the steps ----
+
+step_probe() {
+  local problems=()
+  echo "== tools"
+  local tool
+  for tool in timeout tar ldd awk "$PY"; do
+    command -v "$tool" >/dev/null || problems+=("$tool not found")
+  done
+  for f in reports/gpu_peer.py reports/compare_training.py reports/gpu_check_summary.py reference/configs/tiny.json \
+           reference/configs/gpt2-124m.json ci/gpu-check-lib.sh ci/gpu-check-steps.sh; do
+    [ -f "$ROOT/$f" ] || problems+=("$f missing")
+  done
+  "$PY" -c 'import numpy' || problems+=("$PY cannot import numpy")
+  "$PY" - >"$STEP_DIR/python.json" <<'EOF' || problems+=("$PY cannot import torch (the peer needs it)")
+import json, platform, sys
+info = {"python": sys.executable, "version": platform.python_version()}
+try:
+    import numpy
+    info["numpy"] = numpy.__version__
+    import torch
+    info.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+finally:
+    print(json.dumps(info))
+import torch  # fail the probe when torch is missing
+EOF
+  cat "$STEP_DIR/python.json"
+  echo "== system"
+  { echo "kernel $(uname -r)"; grep -m1 'model name' /proc/cpuinfo || true; echo "cores $(nproc)";
+    grep -m1 MemTotal /proc/meminfo || true; } | tee "$STEP_DIR/system.txt"
+  echo "== binaries and their libraries (library path $TRIPOD_LIBS${TRIPOD_LOADER:+, through $TRIPOD_LOADER})"
+  { echo "library path: $TRIPOD_LIBS"; echo "loader: ${TRIPOD_LOADER:-the system}"; } >"$STEP_DIR/library_path.txt"
+  local bin name missing has_cuda=0
+  for bin in "$TRIPOD_BIN" "$GTEST_BIN"; do
+    name=$(basename "$bin")
+    if [ ! -x "$bin" ]; then
+      if [ "$name" = tripod_gpu_tests ] && dry && ! has_cuda_backend; then
+        echo "note: $bin not built (this build has no CUDA backend; a GPU run needs a CUDA build)"
+        continue
+      fi
+      problems+=("$bin not found")
+      continue
+    fi
+    list_libs "$bin" >"$STEP_DIR/ldd-$name.txt" 2>&1 || true
+    sed 's/^/    /' "$STEP_DIR/ldd-$name.txt"
+    missing=$(grep 'not found' "$STEP_DIR/ldd-$name.txt" || true)
+    if dry; then  # the node provides CUDA; here only the others must resolve
+      missing=$(echo "$missing" | grep -vE 'libcuda\.so|libcudart|libcublas|libnccl' || true)
+    fi
+    [ -z "$missing" ] || problems+=("$name: $(echo "$missing" | tr -s ' \t\n' ' ')")
+  done
+  if [ -x "$TRIPOD_BIN" ] && has_cuda_backend; then has_cuda=1; fi
+  if ! dry; then
+    [ "$has_cuda" = 1 ] || problems+=("$TRIPOD_BIN has no cuda backend (build with CUDA: ci/gpu-bundle.sh)")
+    echo "== GPU"
+    if ! command -v nvidia-smi >/dev/null; then
+      echo "nvidia-smi not found" >"$WORK/no_gpu"
+    else
+      nvidia-smi || true
+      nvidia-smi -q >"$STEP_DIR/nvidia-smi-q.txt" 2>&1 || true
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv,noheader \
+          >"$STEP_DIR/gpus.csv" 2>&1 || true
+      grep -q . "$STEP_DIR/gpus.csv" && ! grep -qi 'fail\|error\|no devices' "$STEP_DIR/gpus.csv" ||
+          echo "nvidia-smi lists no usable GPU: $(head -1 "$STEP_DIR/gpus.csv")" >"$WORK/no_gpu"
+    fi
+    [ ! -f "$WORK/no_gpu" ] || problems+=("$(cat "$WORK/no_gpu")")
+    local nvcc
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    "$nvcc" --version >"$STEP_DIR/nvcc.txt" 2>&1 || echo "nvcc not found (not needed: the binaries are built)" >"$STEP_DIR/nvcc.txt"
+    cat "$STEP_DIR/nvcc.txt"
+  fi
+  local sanitizer
+  sanitizer=$(find_sanitizer || true)
+  echo "compute-sanitizer: ${sanitizer:-not found}"
+  if [ ${#problems[@]} -gt 0 ]; then
+    printf 'PROBLEM: %s\n' "${problems[@]}"
+    exit 1
+  fi
+  echo "probe: everything the run needs was found"
+}
+
+step_data() {
+  # A Markov corpus (vocabulary 512) instead of the KJV BPE: the node has no prepared data, and a
+  # GPU-vs-CPU comparison needs only the same tokens on both.
+  tripod data synthetic --out "$WORK/data" --vocab-size 512 --order 1 --tokens 300000
+}
+
+check_backend() {  # DTYPE [ONLY]: every operation (or those whose name holds ONLY) against the CPU backend
+  local dtype=$1 only=${2:-}
+  if dry; then
+    tripod check-backend --backend emulated --against cpu --dtype "$dtype" --only "${only:-layernorm}" \
+        --json "$STEP_DIR/check.json"
+  else
+    tripod check-backend --backend cuda --against cpu --dtype "$dtype" ${only:+--only "$only"} --json "$STEP_DIR/check.json"
+  fi
+}
+step_check-fp64() { check_backend fp64; }
+step_check-fp32() { check_backend fp32; }
+step_check-bf16() {
+  local rc=0
+  check_backend bf16 "$(dry && echo gemm || true)" || rc=$?
+  if [ $rc -ne 0 ] && grep -q 'bf16 cases come with fp32' "$STEP_DIR/log.txt"; then
+    skip "this build's check-backend runs its bf16 cases (conversions, bf16 GEMMs) inside --dtype fp32: see check-fp32"
+  fi
+  return $rc
+}
+
+# One `tripod train` of tiny: NAME BACKEND DTYPE STEPS; metrics in $STEP_DIR/NAME.jsonl, checkpoint
+# in $WORK/ckpt-NAME.
+train_tiny() {
+  local name=$1 backend=$2 dtype=$3 steps=$4 small=()
+  dry && small=(--set train.batch_size=4 --set train.seq_len=32)  # a miniature on CI's CPU
+  echo "== $name: tripod train --backend $backend, $dtype, $steps steps"
+  tripod train --backend "$backend" --config tiny --set data.dir="$WORK/data" --set train.dtype="$dtype" \
+      --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 "${small[@]}" \
+      --set train.metrics="$STEP_DIR/$name.jsonl" --save "$WORK/ckpt-$name"
+}
+compare_runs() {  # A B MODE... : the run under test, the reference, then compare_training.py's options
+  local a=$1 b=$2
+  shift 2
+  "$PY" "$ROOT/reports/compare_training.py" --a "$a.jsonl" --b "$b.jsonl" --ckpt-a "$WORK/ckpt-$(basename "$a")" \
+      --ckpt-b "$WORK/ckpt-$(basename "$b")" --json "$STEP_DIR/compare.json" "$@"
+}
+train_vs_cpu() {  # DTYPE TOLERANCE
+  local dtype=$1 tol=$2 device=cuda steps=$TRAIN_STEPS
+  if dry; then device=emulated; steps=3; fi
+  train_tiny "cpu-$dtype" cpu "$dtype" "$steps"
+  train_tiny "$device-$dtype" "$device" "$dtype" "$steps"
+  cd "$STEP_DIR" || exit 1
+  compare_runs "$device-$dtype" "cpu-$dtype" --rel-tol "$tol" --steps "$steps" --label "tiny $dtype: $device vs cpu"
+}
+step_train-fp64() { train_vs_cpu fp64 1e-10; }
+step_train-fp32() { train_vs_cpu fp32 1e-5; }
+step_train-rerun() {
+  local device=cuda steps=$TRAIN_STEPS
+  if dry; then device=emulated; steps=3; fi
+  # The first run is train-fp32's when it ran (same settings); else made here.
+  if [ -f "$OUT_DIR/train-fp32/$device-fp32.jsonl" ] && [ -d "$WORK/ckpt-$device-fp32" ] && ! dry; then
+    cp "$OUT_DIR/train-fp32/$device-fp32.jsonl" "$STEP_DIR/first.jsonl"
+    cp -r "$WORK/ckpt-$device-fp32" "$WORK/ckpt-first"
+  else
+    train_tiny first "$device" fp32 "$steps"
+  fi
+  train_tiny second "$device" fp32 "$steps"
+  cd "$STEP_DIR" || exit 1
+  compare_runs second first --bitwise --steps "$steps" --label "tiny fp32: $device rerun, bit for bit"
+}
+
+gemm_rate() {  # DTYPE SIZES
+  if dry; then
+    tripod bench gemm-rate --backend cpu --dtype "$1" --sizes 64 --shapes gpt2 --tokens 16 --repeat 2 \
+        --min-time-ms 0 --json "$STEP_DIR/gemm.json"
+  else
+    tripod bench gemm-rate --backend cuda --dtype "$1" --sizes "$2" --shapes gpt2 --tokens "$GEMM_TOKENS" \
+        --repeat 10 --json "$STEP_DIR/gemm.json"
+  fi
+}
+step_gemm-bf16() { gemm_rate bf16 "$GEMM_BF16_SIZES"; }
+step_gemm-fp32() { gemm_rate fp32 "$GEMM_FP32_SIZES"; }
+
+step_bench-train() {
+  if dry; then
+    tripod bench train --backend cpu --config tiny --set model.vocab_size=512 --set train.dtype="$GPT2_PRECISION" \
+        --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench.json"
+  else
+    tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
+        --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json"
+  fi
+}
+
+step_peer() {
+  export PYTHONUNBUFFERED=1
+  if dry; then
+    "$PY" "$ROOT/reports/gpu_peer.py" --device cpu --config tiny --batch 2 --seq-len 32 --steps 2 --warmup 1 \
+        --precision "$PEER_PRECISIONS" --json "$STEP_DIR/peer.json"
+  else
+    "$PY" "$ROOT/reports/gpu_peer.py" --device cuda --config gpt2-124m --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" \
+        --precision "$PEER_PRECISIONS" --json "$STEP_DIR/peer.json"
+  fi
+}
+
+step_gtest() {
+  [ -x "$GTEST_BIN" ] || { echo "$GTEST_BIN not found (a build without CUDA?)"; exit 1; }
+  run_bundled "$GTEST_BIN" --gtest_output="json:$STEP_DIR/gtest.json"
+  local skipped
+  skipped=$(grep -c '"result": "SKIPPED"' "$STEP_DIR/gtest.json" || true)
+  if [ "${skipped:-0}" -gt 0 ]; then
+    echo "$skipped GPU test(s) skipped on a machine whose probe found a GPU: the CUDA backend did not start"
+    exit 1
+  fi
+}
+
+find_sanitizer() {
+  local c
+  for c in "$(command -v compute-sanitizer || true)" /usr/local/cuda/bin/compute-sanitizer \
+           /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
+step_sanitizer() {
+  local sanitizer
+  sanitizer=$(find_sanitizer) || skip "compute-sanitizer not found"
+  # The sanitizer runs with the node's libraries; only tripod gets the bundle's (through exec).
+  if [ -n "$TRIPOD_LOADER" ]; then
+    printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$TRIPOD_LOADER" "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
+  else
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
+  fi
+  chmod +x "$WORK/tripod-run"
+  # Each run gets at most 45 s and never more than the step has left, so one slow run cannot
+  # hide the verdict of the others: runs that found no time are counted, and the step is then
+  # "skipped" with that count rather than passed.
+  local case_name i=0 rc errors=0 failed=() limit left deadline=$(( $(date +%s) + STEP_LIMIT - 3 ))
+  IFS=';' read -ra cases <<<"$SANITIZER_CASES"
+  for case_name in "${cases[@]}"; do
+    left=$(( deadline - $(date +%s) ))
+    [ "$left" -ge 10 ] || break
+    limit=$(( left < 45 ? left : 45 ))
+    i=$((i + 1))
+    rc=0
+    echo "== memcheck $i: check-backend --backend cuda --dtype fp32 --only '$case_name' (limit ${limit} s)"
+    timeout -k 3 "$limit" "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
+        "$WORK/tripod-run" check-backend --backend cuda --dtype fp32 --only "$case_name" \
+        --json "$STEP_DIR/case$i.json" >"$STEP_DIR/case$i.log" 2>&1 || rc=$?
+    tail -4 "$STEP_DIR/case$i.log"
+    if grep -qiE 'device not supported|error 999|not supported on this' "$STEP_DIR/case$i.log"; then
+      skip "compute-sanitizer refuses this device: $(grep -iE -m1 'device not supported|error 999|not supported on this' "$STEP_DIR/case$i.log")"
+    fi
+    case $rc in
+      0) ;;
+      99) errors=$((errors + 1)); failed+=("$case_name: memcheck errors") ;;
+      124|137) failed+=("$case_name: over ${limit} s") ;;
+      *) failed+=("$case_name: exit $rc") ;;
+    esac
+  done
+  echo "$i of ${#cases[@]} memcheck runs, $errors with errors, ${#failed[@]} failed" | tee "$STEP_DIR/key.txt"
+  if [ ${#failed[@]} -gt 0 ]; then printf 'FAILED %s\n' "${failed[@]}"; exit 1; fi
+  [ "$i" -eq "${#cases[@]}" ] || skip "time ran out: $(cat "$STEP_DIR/key.txt"); the others were not run"
+}
+
+step_fake-hang() { echo "sleeping past the limit"; sleep 30; }
+step_fake-fail() { echo "a step that fails"; exit 3; }

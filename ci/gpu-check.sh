@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The one prepared check for a machine with an NVIDIA GPU: every result as JSON and logs under
+# OUT_DIR, a summary table and OUT_DIR/summary.json, exit status non-zero when any step failed.
+#
+#   bash ci/gpu-check.sh OUT_DIR [--bundle DIR | --build-dir DIR] [--dry-run] [--only a,b]
+#                                [--budget SECONDS] [--export DIR]
+#
+#   --bundle DIR     binaries from ci/gpu-bundle.sh's bundle (DIR/bin, DIR/lib, lib-packed.tar.xz);
+#                    else from --build-dir (default build/release)
+#   --dry-run        for CI, on a machine without a GPU: checks that everything the real run needs
+#                    is there (binaries, their libraries, scripts, Python modules), prints the plan,
+#                    runs each step's CPU form in miniature, reports the GPU steps "skipped: no GPU"
+#   --only LIST      run only these steps (comma-separated names from the table below)
+#   --budget S       the whole run's time limit (default 420 s = 7 min): a step never gets more
+#                    than what is left, and a step with under 5 s left is skipped, so one slow step
+#                    cannot push the run past the limit
+#   --export DIR     also put summary.json, summary.txt and gpu-check.tar.gz (everything) in DIR:
+#                    few files, for a tool that brings back only a handful (the device tool's $OUT)
+#
+# Steps, in run order (cheap and decisive first, so a short budget still gives a verdict):
+#   probe        nvidia-smi, driver, nvcc, python/torch, each binary's libraries (ldd)   [issue item a]
+#   data         a synthetic Markov corpus for `tiny` (the node has no prepared data)
+#   check-fp64   tripod check-backend --backend cuda --dtype fp64 (every op vs the CPU)  [b]
+#   check-fp32   the same in fp32 (with the bf16 conversion and GEMM cases)              [b]
+#   check-bf16   --dtype bf16 when this build's check-backend takes it; else skipped,
+#                since its bf16 cases then run inside check-fp32                          [b]
+#   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
+#   train-fp32   the same in fp32: within 1e-5                                             [e]
+#   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
+#   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
+#   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
+#   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g]
+#   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
+#   gtest        tripod_gpu_tests --gtest_output=json                                     [c]
+#   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
+#                skipped (with the reason) where it is missing or refuses the device      [d]
+#
+# Binaries: tripod and tripod_gpu_tests, from a copy of the bundle with lib-packed.tar.xz unpacked
+# in it, run with LD_LIBRARY_PATH = the bundle's lib/ (plus lib/compat only where the node's
+# libstdc++ is older than the binaries need; through lib/glibc's loader only where the node's glibc
+# is) + the node's CUDA libraries: $CUDA_HOME/lib64, /usr/local/cuda/lib64,
+# /usr/local/cuda/targets/x86_64-linux/lib, then the lib folders of the nvidia-* pip packages of
+# the Python that has torch. Python (reports/*.py, torch) never gets the bundle's folders.
+# Statuses: pass, fail, timeout (killed at its limit), skipped (with the reason).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# ---- the knobs, in one place ----
+# GPT-2 124M training benchmark: its precision policy (train.dtype): bf16-mixed (the MFU target's),
+# fp32 or fp64 - the one setting to change.
+GPT2_PRECISION=${GPT2_PRECISION:-bf16-mixed}
+GPT2_BATCH=${GPT2_BATCH:-8}           # sequences per step
+GPT2_SEQ=${GPT2_SEQ:-1024}            # context: 8 x 1024 = 8192 tokens per step
+GPT2_STEPS=${GPT2_STEPS:-5}           # timed steps after one warm-up
+PEER_PRECISIONS=${PEER_PRECISIONS:-bf16,fp32}
+GEMM_BF16_SIZES=${GEMM_BF16_SIZES:-4096,8192}
+GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLOP/s: smaller squares
+GEMM_TOKENS=${GEMM_TOKENS:-8192}      # B*T rows of the GPT-2 shapes, as the training benchmark
+TRAIN_STEPS=${TRAIN_STEPS:-10}
+# One compute-sanitizer run per name (check-backend --only takes one substring): each kernel family.
+SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gemm NN"}
+
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+OUT_DIR=""
+BUNDLE=""
+BUILD_DIR=$ROOT/build/release
+DRY_RUN=0
+ONLY=""
+BUDGET=420
+EXPORT_DIR=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY_RUN=1; shift ;;
+    --bundle) BUNDLE=$(cd "${2:?--bundle needs a folder}" && pwd); shift 2 ;;
+    --build-dir) BUILD_DIR=$(cd "${2:?--build-dir needs a folder}" && pwd); shift 2 ;;
+    --only) ONLY=",${2:?--only needs step names},"; shift 2 ;;
+    --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
+    --export) EXPORT_DIR=${2:?--export needs a folder}; shift 2 ;;
+    -h|--help) usage ;;
+    -*) echo "gpu-check: unknown option $1" >&2; usage ;;
+    *) [ -z "$OUT_DIR" ] || { echo "gpu-check: one OUT_DIR, got $OUT_DIR and $1" >&2; exit 2; }; OUT_DIR=$1; shift ;;
+  esac
+done
+[ -n "$OUT_DIR" ] || usage
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+[ -z "$EXPORT_DIR" ] || { mkdir -p "$EXPORT_DIR" && EXPORT_DIR=$(cd "$EXPORT_DIR" && pwd); }
+cd "$ROOT"  # presets (reference/configs) and the scripts resolve from the source tree
+# Results of this run only; but never empty a folder that is not an earlier run's (`.` by mistake).
+if [ -n "$(ls -A "$OUT_DIR")" ] && [ ! -f "$OUT_DIR/.gpu-check" ]; then
+  echo "gpu-check: $OUT_DIR is not empty and holds no earlier gpu-check results: give a new or empty folder" >&2
+  exit 2
+fi
+rm -rf "${OUT_DIR:?}"/* "$OUT_DIR/.gpu-check"
+touch "$OUT_DIR/.gpu-check"
+WORK=$OUT_DIR/work      # data, checkpoints, unpacked libraries: left out of the exported tarball
+mkdir -p "$WORK"
+STEPS_TSV=$OUT_DIR/steps.tsv
+: >"$STEPS_TSV"
+START=$(date +%s)
+DEADLINE=$((START + BUDGET))
+
+source "$ROOT/ci/gpu-check-lib.sh"  # the machinery; each step sources ci/gpu-check-steps.sh
+
+# ---- where the binaries, their libraries and Python are ----
+PY=$(pick_python)
+TRIPOD_LOADER=""  # set when the node's glibc is too old: tripod then starts through lib/glibc's loader
+if [ -n "$BUNDLE" ]; then
+  # A copy, with the compressed libraries unpacked in it (the carried bundle stays as it came).
+  mkdir -p "$WORK/bundle"
+  cp -a "$BUNDLE/." "$WORK/bundle/"
+  [ ! -f "$WORK/bundle/lib-packed.tar.xz" ] || unpack_xz "$WORK/bundle/lib-packed.tar.xz" "$WORK/bundle"
+  BUNDLE=$WORK/bundle
+  cp "$BUNDLE/bundle.json" "$OUT_DIR/bundle.json" 2>/dev/null || true  # which build this run measured
+  TRIPOD_BIN=$BUNDLE/bin/tripod
+  GTEST_BIN=$BUNDLE/bin/tripod_gpu_tests
+  BUNDLE_LIBS=$BUNDLE/lib
+else
+  TRIPOD_BIN=$BUILD_DIR/reference/tripod
+  GTEST_BIN=$BUILD_DIR/suites/tripod_gpu_tests
+  BUNDLE_LIBS=""
+fi
+CUDA_LIBS=$(find_cuda_lib_dirs)
+if needs_bundled_glibc; then
+  TRIPOD_LOADER=$BUNDLE/lib/glibc/ld-linux-x86-64.so.2
+  TRIPOD_LIBS=$(join_path "$BUNDLE/lib/glibc" "$BUNDLE_LIBS" "$BUNDLE/lib/compat" "$CUDA_LIBS" "${LD_LIBRARY_PATH:-}")
+else
+  TRIPOD_LIBS=$(join_path "$BUNDLE_LIBS" "$(compat_dir_if_needed)" "$CUDA_LIBS" "${LD_LIBRARY_PATH:-}")
+fi
+export ROOT OUT_DIR WORK DRY_RUN TRIPOD_BIN GTEST_BIN TRIPOD_LIBS TRIPOD_LOADER PY BUNDLE BUILD_DIR GPT2_PRECISION \
+       GPT2_BATCH GPT2_SEQ GPT2_STEPS PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
+       SANITIZER_CASES
+
+# name, time limit (s), needs a GPU, has a CPU form for the dry run
+PLAN=(
+  "probe 30 0 0"
+  "data 30 0 0"
+  "check-fp64 60 1 1"
+  "check-fp32 60 1 1"
+  "check-bf16 40 1 1"
+  "train-fp64 60 1 1"
+  "train-fp32 60 1 1"
+  "train-rerun 45 1 1"
+  "gemm-bf16 60 1 1"
+  "gemm-fp32 45 1 1"
+  "bench-train 90 1 1"
+  "peer 90 1 1"
+  "gtest 90 1 0"
+  "sanitizer 90 1 0"
+)
+# A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit or
+# fails, to prove that such a step is reported as what it is and turns the run red.
+case "${TRIPOD_GPU_CHECK_FAKE_STEP:-}" in
+  hang) PLAN+=("fake-hang 2 0 0") ;;
+  fail) PLAN+=("fake-fail 10 0 0") ;;
+  "") ;;
+  *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang or fail, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
+esac
+
+print_plan
+GPU_REASON=""
+for entry in "${PLAN[@]}"; do
+  read -r name limit needs_gpu has_dry <<<"$entry"
+  [ -z "$ONLY" ] || [[ "$ONLY" == *",$name,"* ]] || continue
+  if [ "$DRY_RUN" = 1 ] && [ "$needs_gpu" = 1 ]; then
+    record "$name" skipped 0 "no GPU (dry run)" ""
+    [ "$has_dry" = 1 ] && run_step "dry-$name" "$limit" "step_$name"
+    continue
+  fi
+  if [ "$needs_gpu" = 1 ] && [ -n "$GPU_REASON" ]; then
+    record "$name" skipped 0 "no GPU: $GPU_REASON" ""
+    continue
+  fi
+  run_step "$name" "$limit" "step_$name"
+  if [ "$name" = probe ] && [ "$DRY_RUN" = 0 ] && [ -f "$WORK/no_gpu" ]; then GPU_REASON=$(cat "$WORK/no_gpu"); fi
+done
+
+set +e
+"$PY" "$ROOT/reports/gpu_check_summary.py" "$OUT_DIR" --dry-run "$DRY_RUN" --budget "$BUDGET" \
+    --elapsed "$(( $(date +%s) - START ))" | tee "$OUT_DIR/summary.txt"
+status=${PIPESTATUS[0]}
+set -e
+if [ -n "$EXPORT_DIR" ]; then
+  mkdir -p "$EXPORT_DIR"
+  tar -C "$OUT_DIR" --exclude=./work -czf "$EXPORT_DIR/gpu-check.tar.gz" .
+  cp "$OUT_DIR/summary.json" "$OUT_DIR/summary.txt" "$EXPORT_DIR/" 2>/dev/null || true
+  echo "exported: $EXPORT_DIR/{summary.json,summary.txt,gpu-check.tar.gz}"
+fi
+exit "$status"

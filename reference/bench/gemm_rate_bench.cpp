@@ -1,0 +1,200 @@
+#include "bench/gemm_rate_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "backend/backend_factory.h"
+#include "backend/transfer.h"
+#include "core/error.h"
+#include "perf/backend_peak.h"
+
+namespace tripod::bench {
+using nlohmann::json;
+
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens) {
+  struct Layer {
+    const char* name;
+    int64_t in, out;
+    int per_step;
+  };
+  // GPT-2 124M: d_model 768, d_ff 3072, 12 layers, vocabulary 50257 (the tied LM head: wte [V, C]).
+  const Layer layers[] = {{"qkv", 768, 2304, 12}, {"attn_proj", 768, 768, 12}, {"fc", 768, 3072, 12},
+                          {"fc_proj", 3072, 768, 12}, {"lm_head", 768, 50257, 1}};
+  std::vector<GemmCase> cases;
+  for (const Layer& l : layers) {
+    const std::string name = l.name;
+    // model/linear.cpp with weight W [out, in] and N = tokens rows:
+    //   forward  Y[N,out] = X[N,in] W^T           gemm(N, T)  m=N   n=out k=in
+    //   dX       dX[N,in] = dY[N,out] W           gemm(N, N)  m=N   n=in  k=out
+    //   dW       dW[out,in] += dY^T[out,N] X[N,in] gemm(T, N) m=out n=in  k=N, beta 1
+    cases.push_back({name + " fwd", "gpt2", tokens, l.out, l.in, false, true, 0.0, l.per_step});
+    cases.push_back({name + " dX", "gpt2", tokens, l.in, l.out, false, false, 0.0, l.per_step});
+    cases.push_back({name + " dW", "gpt2", l.out, l.in, tokens, true, false, 1.0, l.per_step});
+  }
+  return cases;
+}
+
+std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes) {
+  std::vector<GemmCase> cases;
+  for (int64_t n : sizes) {
+    check(n > 0, "gemm-rate: --sizes must be positive, got ", n);
+    cases.push_back({"square " + std::to_string(n), "square", n, n, n, false, false, 0.0, 0});
+  }
+  return cases;
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Normal(0, 1) values: a block of up to 2^20 drawn on the host and uploaded, then copied on the
+// device over the rest, so an 8192 x 50257 operand costs one small upload, not 400 M host draws.
+void fill_random(Backend& backend, const Tensor& t, uint64_t seed) {
+  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 20);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> values(static_cast<std::size_t>(block));
+  for (double& v : values) v = normal(rng);
+  const Tensor first = t.view(0, {block});
+  from_host_f64(backend, values, first);
+  for (int64_t offset = block; offset < n; offset += block) {
+    const int64_t len = std::min(block, n - offset);
+    backend.copy(first.view(0, {len}), t.view(offset, {len}));
+  }
+}
+
+DType parse_gemm_dtype(const std::string& name) {
+  const DType t = parse_dtype(name);
+  check(t == DType::BF16 || t == DType::F32 || t == DType::F64, "gemm-rate: --dtype bf16, fp32 or fp64, not ", name);
+  return t;
+}
+
+DType c_dtype_for(DType ab) { return ab == DType::BF16 ? DType::F32 : ab; }
+
+}  // namespace
+
+GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, int repeat, double min_time_ms) {
+  check(repeat >= 1, "gemm-rate: --repeat must be at least 1, got ", repeat);
+  // Row-major storage: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
+  const Shape a_shape = g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k};
+  const Shape b_shape = g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n};
+  Tensor a = backend.alloc(a_shape, ab), b = backend.alloc(b_shape, ab), c = backend.alloc({g.m, g.n}, c_dtype_for(ab));
+  fill_random(backend, a, 1);
+  fill_random(backend, b, 2);
+  const DType accumulate = gemm_accumulate_dtype(ab);
+  auto call = [&] {
+    backend.gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0, a, a_shape[1], b, b_shape[1], g.beta, c, g.n, accumulate);
+  };
+  call();  // first call: handles, heuristics, module loads, page faults
+  backend.synchronize();
+  auto start = std::chrono::steady_clock::now();
+  call();
+  backend.synchronize();
+  const double one = std::max(seconds_since(start), 1e-9);
+  GemmTiming timing{g, static_cast<int>(std::clamp(std::ceil(min_time_ms * 1e-3 / one), 1.0, 10000.0)), 0, 0};
+  std::vector<double> per_call;
+  for (int r = 0; r < repeat; ++r) {
+    backend.synchronize();  // a device runs GEMMs asynchronously: time from idle to done
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < timing.calls_per_region; ++i) call();
+    backend.synchronize();
+    per_call.push_back(seconds_since(start) / timing.calls_per_region);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  timing.median_seconds = per_call[per_call.size() / 2];
+  timing.best_seconds = per_call.front();
+  return timing;
+}
+
+namespace {
+
+json percent_json(double flops_per_second, const PeakFlops& peak) {
+  return peak.flops > 0 ? json(100.0 * flops_per_second / peak.flops) : json(nullptr);
+}
+
+json timing_json(const GemmTiming& t, const PeakFlops& peak) {
+  const GemmCase& g = t.gemm;
+  const double median_rate = g.flops() / t.median_seconds, best_rate = g.flops() / t.best_seconds;
+  return {{"name", g.name}, {"group", g.group}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"trans_a", g.trans_a},
+          {"trans_b", g.trans_b}, {"beta", g.beta}, {"per_step", g.per_step}, {"flops_per_gemm", g.flops()},
+          {"calls_per_region", t.calls_per_region}, {"median_seconds", t.median_seconds},
+          {"best_seconds", t.best_seconds}, {"median_tflops", median_rate / 1e12}, {"best_tflops", best_rate / 1e12},
+          {"pct_of_peak_median", percent_json(median_rate, peak)}, {"pct_of_peak_best", percent_json(best_rate, peak)}};
+}
+
+// One GPT-2 training step's GEMMs (each case times its count per step): the rate the trainer's
+// matrix work would reach if every GEMM ran as fast as here.
+json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& peak, int64_t tokens) {
+  double flops = 0, seconds = 0;
+  for (const GemmTiming& t : timings) {
+    if (t.gemm.group != "gpt2") continue;
+    flops += t.gemm.per_step * t.gemm.flops();
+    seconds += t.gemm.per_step * t.median_seconds;
+  }
+  if (seconds <= 0) return nullptr;
+  const double rate = flops / seconds;
+  std::printf("GPT-2 124M step GEMMs (%lld tokens, 12 layers + LM head, fwd + dX + dW): %.3g FLOP in %.2f ms = "
+              "%.2f TFLOP/s, %s of peak\n",
+              static_cast<long long>(tokens), flops, 1e3 * seconds, rate / 1e12, percent_of_peak_text(rate, peak).c_str());
+  return {{"tokens", tokens}, {"flops", flops}, {"seconds", seconds}, {"tflops", rate / 1e12},
+          {"pct_of_peak", percent_json(rate, peak)}};
+}
+
+}  // namespace
+
+void run_gemm_rate(const GemmRateOptions& o) {
+  const DType ab = parse_gemm_dtype(o.dtype);
+  check(o.shapes.empty() || o.shapes == "gpt2", "gemm-rate: --shapes knows only gpt2, not '", o.shapes, "'");
+  check(o.tokens > 0, "gemm-rate: --tokens must be positive, got ", o.tokens);
+  check(o.min_time_ms >= 0, "gemm-rate: --min-time-ms must not be negative");
+  std::vector<int64_t> sizes = o.sizes;
+  if (sizes.empty() && o.shapes.empty()) sizes = {1024, 4096, 8192};
+  std::vector<GemmCase> cases = square_gemm_cases(sizes);
+  if (o.shapes == "gpt2")
+    for (GemmCase& g : gpt2_gemm_cases(o.tokens)) cases.push_back(std::move(g));
+
+  auto backend = make_backend(o.backend);
+  const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0 ? backend_peak(backend->name(), ab, o.peak_tflops)
+                                                                     : table_peak_or_unknown(o.peak_device, ab);
+  std::printf("tripod bench gemm-rate: backend %s, A/B %s, C %s, accumulate %s, %d timed regions of >= %.1f ms\n",
+              backend->name().c_str(), dtype_name(ab).c_str(), dtype_name(c_dtype_for(ab)).c_str(),
+              dtype_name(gemm_accumulate_dtype(ab)).c_str(), o.repeat, o.min_time_ms);
+  if (peak.flops > 0) std::printf("peak: %.4g TFLOP/s, %s\n", peak.flops / 1e12, peak.source.c_str());
+  else std::printf("%s\n", peak.source.c_str());
+  std::printf("%-18s %7s %7s %7s %-3s %6s %11s %9s %9s %8s\n", "gemm", "m", "n", "k", "op", "calls", "median ms",
+              "TFLOP/s", "best", "of peak");
+  std::fflush(stdout);
+  std::vector<GemmTiming> timings;
+  for (const GemmCase& g : cases) {
+    const GemmTiming t = time_gemm(*backend, g, ab, o.repeat, o.min_time_ms);
+    timings.push_back(t);
+    const double rate = g.flops() / t.median_seconds;
+    std::printf("%-18s %7lld %7lld %7lld %c%c  %6d %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
+                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', t.calls_per_region, 1e3 * t.median_seconds, rate / 1e12,
+                g.flops() / t.best_seconds / 1e12, percent_of_peak_text(rate, peak).c_str());
+    std::fflush(stdout);
+  }
+  const json step = gpt2_step_json(timings, peak, o.tokens);
+  if (o.json_out.empty()) return;
+  json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend->name()},
+            {"dtype", dtype_name(ab)}, {"c_dtype", dtype_name(c_dtype_for(ab))},
+            {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
+            {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens},
+            {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},
+                      {"precision", peak_precision_name(gemm_peak_precision(ab))}, {"source", peak.source}}},
+            {"results", json::array()}, {"gpt2_step", step}};
+  for (const GemmTiming& t : timings) j["results"].push_back(timing_json(t, peak));
+  std::ofstream out(o.json_out);
+  check(out.good(), "gemm-rate: cannot write ", o.json_out);
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace tripod::bench

@@ -1,0 +1,68 @@
+// tripod bench gemm-rate: GEMM throughput through the Backend interface (the path the trainer
+// takes, so cuBLASLt on the CUDA backend and OpenBLAS on the CPU), on square sizes and on the
+// GEMMs of a GPT-2 124M layer, in TFLOP/s and as a percentage of the device's peak for that
+// precision (perf/backend_peak.h).
+//
+// Precisions (--dtype): bf16 = bf16 A and B, fp32 accumulation, fp32 C (Backend::gemm with
+// accumulate F32); fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere.
+//
+// Timing: two warm-up calls (library handles, heuristics, caches), then `repeat` timed regions,
+// each bracketed by backend.synchronize() and read on the wall clock. A region runs the GEMM
+// `calls` times back to back, `calls` chosen from the second warm-up so that a region lasts at
+// least `min_time_ms`: a single small GEMM on a GPU (~10 us) is shorter than the synchronisation
+// around it, which would otherwise be what is measured. Median and best over the regions.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tripod::bench {
+
+struct GemmRateOptions {
+  std::string backend = "cpu";
+  std::string dtype = "fp32";      // bf16, fp32 or fp64
+  std::vector<int64_t> sizes;      // squares n x n x n
+  std::string shapes;              // "" or "gpt2"
+  int64_t tokens = 8192;           // B*T rows of the GPT-2 activations
+  int repeat = 10;
+  double min_time_ms = 5;          // the shortest timed region
+  double peak_tflops = 0;          // > 0: a stated peak instead of the table's
+  std::string peak_device;         // non-empty: the table's peak of this device, not the backend's
+  std::string json_out;
+};
+
+// One GEMM of the benchmark: C[m,n] = op(A)[m,k] op(B)[k,n] (+ C when beta is 1), row-major,
+// as Backend::gemm takes it. `per_step` is how many times a GPT-2 training step runs it
+// (12 layers, or 1 for the LM head); 0 for the squares.
+struct GemmCase {
+  std::string name;  // "square 4096", "fc fwd", "lm_head dW"
+  std::string group; // "square" or "gpt2"
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  double beta = 0;
+  int per_step = 0;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+// GPT-2 124M's layer GEMMs for `tokens` rows, as model/linear.cpp calls them: for each of qkv
+// (768->2304), attn proj (768->768), fc (768->3072), fc proj (3072->768) and the LM head
+// (768->50257) the forward (x W^T), the input gradient (dY W) and the weight gradient
+// (dY^T x, accumulated: beta 1).
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens);
+std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes);
+
+struct GemmTiming {
+  GemmCase gemm;
+  int calls_per_region = 1;
+  double median_seconds = 0, best_seconds = 0;  // per GEMM call
+};
+
+// Times one case on `backend` with A and B in `ab` (C in fp32 for bf16 inputs, else `ab`), on
+// random data (never constants: some libraries and chips run faster on zeros).
+GemmTiming time_gemm(Backend& backend, const GemmCase& gemm, DType ab, int repeat, double min_time_ms);
+
+void run_gemm_rate(const GemmRateOptions& options);
+
+}  // namespace tripod::bench

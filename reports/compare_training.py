@@ -1,0 +1,159 @@
+"""Compares two `tripod train` runs step by step: the per-step losses (and gradient norms, and the
+final validation loss) from their --set train.metrics=FILE JSONL, and optionally their --save
+checkpoints. Used by ci/gpu-check.sh for GPU-vs-CPU training and for the bit-identical rerun.
+
+    python3 reports/compare_training.py --a cuda.jsonl --b cpu.jsonl --rel-tol 1e-10 --steps 10 \
+        --ckpt-a cuda_ckpt --ckpt-b cpu_ckpt --label "tiny fp64 cuda vs cpu" --json cmp.json
+    python3 reports/compare_training.py --a run1.jsonl --b run2.jsonl --bitwise --ckpt-a c1 --ckpt-b c2
+
+--rel-tol gates the loss of every step: |a - b| / |b| <= tol (b is the reference). Gradient norms
+and the final parameters are reported beside it (parameters as the largest |a - b| of a tensor over
+its largest |b|) and gated only by --norm-rel-tol / --param-rel-tol when given: after AdamW, an
+element whose second moment is near zero turns a rounding difference of its gradient into an O(lr)
+step, so parameters are looser than losses by nature. --bitwise requires every loss and norm to be
+the same double and the checkpoints' model and optimizer files to be byte-identical. Exit status 0
+when everything gated passes, 1 otherwise; the JSON is written either way. numpy only.
+"""
+import argparse
+import json
+import pathlib
+import struct
+import sys
+
+import numpy as np
+
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "I32": np.int32}
+
+
+def read_metrics(path):
+    """{step: record} of the step records of a train.metrics JSONL (the start event skipped)."""
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                if "loss" in record:
+                    steps[record["step"]] = record
+    if not steps:
+        raise SystemExit(f"compare_training: {path} holds no step records")
+    return steps
+
+
+def read_safetensors(path):
+    """{name: float64 array} of a safetensors file (F64, F32, BF16, I32)."""
+    data = pathlib.Path(path).read_bytes()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_len])
+    body = memoryview(data)[8 + header_len:]
+    tensors = {}
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = spec["data_offsets"]
+        raw = body[start:end]
+        if spec["dtype"] == "BF16":
+            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            values = np.frombuffer(raw, dtype=SAFETENSORS_DTYPES[spec["dtype"]])
+        tensors[name] = values.astype(np.float64).reshape(spec["shape"])
+    return tensors
+
+
+def relative(a, b):
+    return abs(a - b) / abs(b) if b != 0 else (0.0 if a == b else float("inf"))
+
+
+def compare_checkpoints(dir_a, dir_b, bitwise):
+    out = {"files_identical": {}, "param_max_rel": 0.0, "worst_param": ""}
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        a, b = pathlib.Path(dir_a, name), pathlib.Path(dir_b, name)
+        if a.exists() and b.exists():
+            out["files_identical"][name] = a.read_bytes() == b.read_bytes()
+        elif bitwise:
+            out["files_identical"][name] = False
+    ta, tb = read_safetensors(pathlib.Path(dir_a, "model.safetensors")), read_safetensors(pathlib.Path(dir_b, "model.safetensors"))
+    if set(ta) != set(tb):
+        raise SystemExit(f"compare_training: checkpoints hold different tensors: {sorted(set(ta) ^ set(tb))}")
+    for name in sorted(ta):
+        scale = np.abs(tb[name]).max()
+        err = np.abs(ta[name] - tb[name]).max() / scale if scale > 0 else float(np.abs(ta[name]).max())
+        if err > out["param_max_rel"] or not out["worst_param"]:
+            out["param_max_rel"], out["worst_param"] = float(err), name
+    return out
+
+
+def compare(args):
+    a, b = read_metrics(args.a), read_metrics(args.b)
+    failures = []
+    if sorted(a) != sorted(b):
+        failures.append(f"the runs logged different steps: {sorted(a)} vs {sorted(b)}")
+    if args.steps and len(b) != args.steps:
+        failures.append(f"expected {args.steps} steps, the reference logged {len(b)}")
+    rows = []
+    for step in sorted(set(a) & set(b)):
+        ra, rb = a[step], b[step]
+        rows.append({"step": step, "loss_a": ra["loss"], "loss_b": rb["loss"],
+                     "loss_rel": relative(ra["loss"], rb["loss"]), "grad_norm_a": ra.get("grad_norm"),
+                     "grad_norm_b": rb.get("grad_norm"),
+                     "grad_norm_rel": relative(ra["grad_norm"], rb["grad_norm"]) if "grad_norm" in ra else None,
+                     "bit_identical": ra["loss"] == rb["loss"] and ra.get("grad_norm") == rb.get("grad_norm")})
+    result = {"label": args.label, "a": args.a, "b": args.b, "mode": "bitwise" if args.bitwise else "tolerance",
+              "rel_tol": args.rel_tol, "steps": rows,
+              "loss_max_rel": max((r["loss_rel"] for r in rows), default=None),
+              "grad_norm_max_rel": max((r["grad_norm_rel"] or 0 for r in rows), default=None)}
+    last = max(set(a) & set(b), default=None)
+    if last is not None and "val_loss" in a[last] and "val_loss" in b[last]:
+        result["val_loss_rel"] = relative(a[last]["val_loss"], b[last]["val_loss"])
+    if args.bitwise:
+        differing = [r["step"] for r in rows if not r["bit_identical"]]
+        if differing:
+            failures.append(f"losses or gradient norms differ at steps {differing}")
+    else:
+        if result["loss_max_rel"] is not None and not result["loss_max_rel"] <= args.rel_tol:
+            failures.append(f"loss differs by {result['loss_max_rel']:.3g} relative (bound {args.rel_tol:g})")
+        if args.norm_rel_tol is not None and not result["grad_norm_max_rel"] <= args.norm_rel_tol:
+            failures.append(f"gradient norm differs by {result['grad_norm_max_rel']:.3g} (bound {args.norm_rel_tol:g})")
+    if args.ckpt_a and args.ckpt_b:
+        ckpt = compare_checkpoints(args.ckpt_a, args.ckpt_b, args.bitwise)
+        result["checkpoint"] = ckpt
+        if args.bitwise and not all(ckpt["files_identical"].values()):
+            failures.append(f"checkpoint files differ: {ckpt['files_identical']}")
+        if args.param_rel_tol is not None and not ckpt["param_max_rel"] <= args.param_rel_tol:
+            failures.append(f"parameters differ by {ckpt['param_max_rel']:.3g} in {ckpt['worst_param']} "
+                            f"(bound {args.param_rel_tol:g})")
+    result["failures"], result["pass"] = failures, not failures
+    return result
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="compare two tripod train runs step by step")
+    p.add_argument("--a", required=True, help="metrics JSONL of the run under test")
+    p.add_argument("--b", required=True, help="metrics JSONL of the reference run")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--rel-tol", type=float, help="bound on each step's loss, relative to the reference")
+    mode.add_argument("--bitwise", action="store_true", help="every loss, norm and checkpoint byte equal")
+    p.add_argument("--norm-rel-tol", type=float, help="also gate the gradient norms")
+    p.add_argument("--param-rel-tol", type=float, help="also gate the final parameters (needs --ckpt-a/--ckpt-b)")
+    p.add_argument("--ckpt-a")
+    p.add_argument("--ckpt-b")
+    p.add_argument("--steps", type=int, default=0, help="the number of steps both runs must have logged")
+    p.add_argument("--label", default="")
+    p.add_argument("--json", help="write the comparison here")
+    args = p.parse_args(argv)
+    result = compare(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    status = "PASS" if result["pass"] else "FAIL"
+    detail = ("bit-identical" if args.bitwise and result["pass"] else
+              f"loss max rel {result['loss_max_rel']:.3g}, grad norm max rel {result['grad_norm_max_rel']:.3g}")
+    if "checkpoint" in result:
+        detail += f", parameters max rel {result['checkpoint']['param_max_rel']:.3g}"
+    print(f"{status}: {args.label or args.a + ' vs ' + args.b}: {len(result['steps'])} steps, {detail}")
+    for failure in result["failures"]:
+        print(f"  {failure}")
+    return 0 if result["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

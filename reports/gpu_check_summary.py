@@ -1,0 +1,250 @@
+"""The summary of a ci/gpu-check.sh run: reads OUT_DIR/steps.tsv (one line per step: name, status,
+seconds, reason) and each step's JSON, writes OUT_DIR/summary.json and prints a table with one key
+figure per step, then the issue's targets with what was measured against each.
+
+    python3 reports/gpu_check_summary.py OUT_DIR [--dry-run 0|1] [--budget S] [--elapsed S]
+
+Exit status 1 when any step failed or timed out, or when no step ran at all: a summary is never
+green on a failure. Standard library only (the GPU node's Python has numpy, but nothing here needs it).
+"""
+import argparse
+import csv
+import json
+import pathlib
+import sys
+
+BAD = ("fail", "timeout")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_text(path):
+    try:
+        return pathlib.Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def pct(x):
+    return f"{x:.1f}%" if x is not None else "n/a"
+
+
+# ---- one key figure per step, from the files the step left ----
+
+def key_probe(d):
+    py = load(d / "python.json") or {}
+    gpu = read_text(d / "gpus.csv").splitlines()
+    parts = [gpu[0] if gpu else "no GPU listed (dry run or nvidia-smi missing)"]
+    nvcc = [line for line in read_text(d / "nvcc.txt").splitlines() if "release" in line]
+    if nvcc:
+        parts.append("nvcc " + nvcc[0].split("release")[-1].strip().split(",")[0])
+    if py:
+        parts.append(f"python {py.get('version', '?')}, torch {py.get('torch', 'missing')}")
+    return "; ".join(parts)
+
+
+def key_data(d):
+    lines = [line.strip() for line in read_text(d / "log.txt").splitlines() if "train tokens" in line]
+    return lines[0] if lines else ""
+
+
+def key_check(d):
+    j = load(d / "check.json")
+    if not j:
+        return ""
+    results = j["results"]
+    failed = [r for r in results if not r["pass"]]
+    worst = max(results, key=lambda r: r["error_over_bound"], default=None)
+    text = f"{len(results)} cases, {len(failed)} failed, {sum(r['bit_identical'] for r in results)} bit-identical"
+    if worst:
+        text += f"; worst {worst['max_rel']:.2g} rel = {worst['error_over_bound']:.2g} of bound ({worst['op']} {worst['dtype']})"
+    if failed:
+        text += "; FAILED: " + ", ".join(f"{r['op']} {r['dtype']}" for r in failed[:4])
+    return text
+
+
+def key_train(d):
+    j = load(d / "compare.json")
+    if not j:
+        return ""
+    ckpt = j.get("checkpoint", {})
+    if j["mode"] == "bitwise":
+        same = all(ckpt.get("files_identical", {}).values()) if ckpt else None
+        return (f"{len(j['steps'])} steps: losses/norms {'bit-identical' if not j['failures'] else 'DIFFER'}, "
+                f"checkpoint files {'identical' if same else 'DIFFER' if same is False else 'not compared'}")
+    text = (f"loss max rel {j['loss_max_rel']:.2g} (bound {j['rel_tol']:g}), grad norm {j['grad_norm_max_rel']:.2g}")
+    if ckpt:
+        text += f", params {ckpt['param_max_rel']:.2g} ({ckpt['worst_param']})"
+    return text
+
+
+def largest_square(j):
+    squares = [r for r in j["results"] if r["group"] == "square"]
+    return max(squares, key=lambda r: r["m"], default=None)
+
+
+def key_gemm(d):
+    j = load(d / "gemm.json")
+    if not j:
+        return ""
+    parts = []
+    sq = largest_square(j)
+    if sq:
+        parts.append(f"{sq['m']}^3 {sq['median_tflops']:.1f} TFLOP/s ({pct(sq['pct_of_peak_median'])} of peak)")
+    if j.get("gpt2_step"):
+        s = j["gpt2_step"]
+        parts.append(f"GPT-2 step GEMMs {s['tflops']:.1f} TFLOP/s ({pct(s['pct_of_peak'])})")
+    return f"{j['dtype']}: " + "; ".join(parts)
+
+
+def key_bench(d):
+    j = load(d / "bench.json")
+    if not j:
+        return ""
+    mfu = pct(100 * j["mfu"]) if j.get("mfu") is not None else "n/a"
+    return (f"{j['config']} B{j['batch']}xT{j['seq_len']} {j.get('dtype', '?')}: {j['tokens_per_second']:.0f} tokens/s, "
+            f"MFU {mfu}, step {1e3 * j['median_step_seconds']:.1f} ms")
+
+
+def key_peer(d):
+    j = load(d / "peer.json")
+    if not j:
+        return ""
+    parts = []
+    for r in j["results"]:
+        mfu = pct(100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
+        parts.append(f"{r['precision']} {r['tokens_per_second']:.0f} tokens/s MFU {mfu}")
+    return f"PyTorch {j['torch']} B{j['batch']}xT{j['seq_len']} {j['attention']}: " + "; ".join(parts)
+
+
+def key_gtest(d):
+    j = load(d / "gtest.json")
+    if not j:
+        return ""
+    results = [t.get("result", "") for s in j.get("testsuites", []) for t in s.get("testsuite", [])]
+    return (f"{j.get('tests', len(results))} tests, {j.get('failures', 0)} failed, "
+            f"{sum(r == 'SKIPPED' for r in results)} skipped")
+
+
+def key_sanitizer(d):
+    return read_text(d / "key.txt")
+
+
+KEYS = {"probe": key_probe, "data": key_data, "check": key_check, "train": key_train, "gemm": key_gemm,
+        "bench": key_bench, "peer": key_peer, "gtest": key_gtest, "sanitizer": key_sanitizer}
+
+
+def key_for(out_dir, name):
+    base = name[4:] if name.startswith("dry-") else name
+    fn = KEYS.get(base.split("-")[0])
+    try:
+        return fn(out_dir / name) if fn else ""
+    except (KeyError, TypeError, ValueError, IndexError) as e:  # a partial JSON: say so, never crash
+        return f"(key figure unreadable: {e!r})"
+
+
+# ---- the issue's targets, against what this run measured ----
+
+def verdict(statuses):
+    """False if any step failed or timed out, None (not measured) if any did not run or was
+    skipped, True when all passed."""
+    if any(s in BAD for s in statuses):
+        return False
+    return True if all(s == "pass" for s in statuses) else None
+
+
+def targets(out_dir, steps):
+    status = {s["name"]: s["status"] for s in steps}
+    rows = []
+
+    def add(target, measured, met):
+        rows.append({"target": target, "measured": measured, "met": met})
+
+    fp64, fp32, bf16 = (status.get(n) for n in ("check-fp64", "check-fp32", "check-bf16"))
+    add("every kernel matches the CPU backend (fp64 1e-12, fp32 1e-5, bf16 bound)",
+        ", ".join(f"{n}: {status.get(n, 'not run')}" for n in ("check-fp64", "check-fp32", "check-bf16")),
+        False if bf16 in BAD else verdict([fp64, fp32]))
+    add("compute-sanitizer finds nothing", f"sanitizer: {status.get('sanitizer', 'not run')}",
+        {"pass": True, "fail": False}.get(status.get("sanitizer")))
+    gemm = load(out_dir / "gemm-bf16" / "gemm.json")
+    sq8192 = next((r for r in (gemm or {}).get("results", []) if r["group"] == "square" and r["m"] == 8192), None)
+    add("cuBLASLt bf16 GEMM 8192^3 >= 75% of dense bf16 peak",
+        f"{sq8192['median_tflops']:.1f} TFLOP/s = {pct(sq8192['pct_of_peak_median'])}" if sq8192 else "not measured",
+        (sq8192["pct_of_peak_median"] or 0) >= 75 if sq8192 else None)
+    bench = load(out_dir / "bench-train" / "bench.json")
+    peer = load(out_dir / "peer" / "peer.json")
+    if bench:
+        mfu = bench.get("mfu")
+        measured = f"{bench.get('dtype', '?')} MFU {pct(100 * mfu) if mfu is not None else 'n/a'}, {bench['tokens_per_second']:.0f} tokens/s"
+        same = {"bf16-mixed": "bf16"}.get(bench.get("dtype"), bench.get("dtype"))  # autocast is the peer's bf16-mixed
+        peer_same = [r for r in (peer or {}).get("results", []) if r["precision"] == same]
+        if peer_same:
+            measured += f"; PyTorch {peer_same[0]['precision']} {peer_same[0]['tokens_per_second']:.0f} tokens/s " \
+                        f"(Tripod/PyTorch {bench['tokens_per_second'] / peer_same[0]['tokens_per_second']:.2f}x)"
+        met = (mfu or 0) >= 0.40 if bench.get("dtype") == "bf16-mixed" else None  # the target is bf16-mixed's
+        add("GPT-2 124M bf16-mixed MFU >= 40% (and tokens/s vs PyTorch eager)", measured, met)
+    else:
+        add("GPT-2 124M bf16-mixed MFU >= 40% (and tokens/s vs PyTorch eager)", "not measured", None)
+    trains = [status.get(n) for n in ("train-fp64", "train-fp32", "train-rerun")]
+    add("tiny, 10 steps: GPU matches CPU (fp64 1e-10, fp32 1e-5) and reruns bit for bit",
+        ", ".join(f"{n}: {status.get(n, 'not run')}" for n in ("train-fp64", "train-fp32", "train-rerun")),
+        verdict(trains))
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="summarise a ci/gpu-check.sh run")
+    p.add_argument("out_dir")
+    p.add_argument("--dry-run", type=int, default=0)
+    p.add_argument("--budget", type=float, default=0)
+    p.add_argument("--elapsed", type=float, default=0)
+    args = p.parse_args(argv)
+    out_dir = pathlib.Path(args.out_dir)
+    steps = []
+    with open(out_dir / "steps.tsv", newline="") as f:
+        for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if len(row) < 4:
+                continue
+            name, status, seconds, reason = row[:4]
+            steps.append({"name": name, "status": status, "seconds": float(seconds or 0), "reason": reason,
+                          "key": (row[4] if len(row) > 4 and row[4] else "") or key_for(out_dir, name)})
+    counts = {s: sum(x["status"] == s for x in steps) for s in ("pass", "fail", "timeout", "skipped")}
+    ok = bool(steps) and counts["fail"] == 0 and counts["timeout"] == 0
+    bundle = load(out_dir / "bundle.json")  # the bundle's build: commit, date, whether dirty
+    summary = {"mode": "dry-run" if args.dry_run else "gpu", "overall": "pass" if ok else "fail", "counts": counts,
+               "bundle": bundle,
+               "elapsed_seconds": args.elapsed, "budget_seconds": args.budget, "steps": steps,
+               "targets": [] if args.dry_run else targets(out_dir, steps)}
+    with open(out_dir / "summary.json", "w") as f:
+        json.dump(summary, f, indent=1)
+
+    if bundle:
+        print(f"\nbundle: commit {bundle.get('git_commit', '?')[:12]}{' (dirty)' if bundle.get('git_dirty') else ''}, "
+              f"built {bundle.get('date', '?')}, march {bundle.get('march', '?')}")
+    print(f"\n{'step':<18} {'status':<8} {'seconds':>7}  key figure / reason")
+    for s in steps:
+        detail = s["key"] if s["status"] == "pass" else (s["reason"] + ("; " + s["key"] if s["key"] else ""))
+        print(f"{s['name']:<18} {s['status']:<8} {s['seconds']:7.1f}  {detail}")
+    if summary["targets"]:
+        print("\ntargets (issue 14)")
+        for t in summary["targets"]:
+            met = {True: "MET", False: "NOT MET", None: "-"}[t["met"]]
+            print(f"  {met:<8} {t['target']}: {t['measured']}")
+    verdict = "PASS" if ok else "FAIL"
+    label = "DRY RUN (nothing measured on a GPU)" if args.dry_run else "GPU CHECK"
+    if not steps:
+        print(f"{label}: FAIL - no step ran")
+    else:
+        print(f"{label}: {verdict} - {counts['pass']} passed, {counts['fail']} failed, {counts['timeout']} timed out, "
+              f"{counts['skipped']} skipped, in {args.elapsed:.0f} s of a {args.budget:.0f} s budget")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""`tripod bench gemm-rate` on the CPU backend (small sizes): its JSON, the GPT-2 shapes it times,
+the peak it holds the rates against (the backend-aware lookup of perf/backend_peak.h, reached for a
+GPU's table row through --peak-device), and clear errors, never a crash, for what it cannot do;
+and `tripod bench train`'s MFU against the same peak."""
+import json
+import subprocess
+
+import pytest
+
+from tripod_cli import MPI_ENV, TRIPOD, require_tripod
+
+GPT2_LAYERS = {"qkv": (768, 2304, 12), "attn_proj": (768, 768, 12), "fc": (768, 3072, 12),
+               "fc_proj": (3072, 768, 12), "lm_head": (768, 50257, 1)}
+
+
+def gemm_rate(tmp_path, *args):
+    require_tripod()
+    out = tmp_path / "gemm.json"
+    result = subprocess.run([str(TRIPOD), "bench", "gemm-rate", "--repeat", "2", "--min-time-ms", "0", "--json",
+                             str(out), *map(str, args)], capture_output=True, text=True, timeout=300, env=MPI_ENV)
+    return result, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_squares_and_gpt2_shapes_with_their_flops_and_the_step_aggregate(tmp_path):
+    tokens = 8
+    result, j = gemm_rate(tmp_path, "--backend", "cpu", "--dtype", "fp32", "--sizes", "32,48", "--shapes", "gpt2",
+                          "--tokens", tokens)
+    assert result.returncode == 0, result.stderr
+    assert (j["benchmark"], j["dtype"], j["c_dtype"], j["accumulate"], j["tokens"]) == ("gemm_rate", "fp32", "fp32",
+                                                                                         "fp32", tokens)
+    assert j["backend_name"].startswith("cpu")
+    squares = [r for r in j["results"] if r["group"] == "square"]
+    assert [(r["m"], r["n"], r["k"]) for r in squares] == [(32, 32, 32), (48, 48, 48)]
+    gpt2 = {r["name"]: r for r in j["results"] if r["group"] == "gpt2"}
+    assert len(gpt2) == 15
+    for layer, (inp, out, per_step) in GPT2_LAYERS.items():
+        # model/linear.cpp's three GEMMs of a weight [out, in] over `tokens` rows
+        fwd, dx, dw = gpt2[layer + " fwd"], gpt2[layer + " dX"], gpt2[layer + " dW"]
+        assert (fwd["m"], fwd["n"], fwd["k"], fwd["trans_a"], fwd["trans_b"]) == (tokens, out, inp, False, True)
+        assert (dx["m"], dx["n"], dx["k"], dx["trans_a"], dx["trans_b"]) == (tokens, inp, out, False, False)
+        assert (dw["m"], dw["n"], dw["k"], dw["trans_a"], dw["trans_b"], dw["beta"]) == (out, inp, tokens, True,
+                                                                                         False, 1.0)
+        assert fwd["per_step"] == dx["per_step"] == dw["per_step"] == per_step
+    for r in j["results"]:
+        assert r["flops_per_gemm"] == 2 * r["m"] * r["n"] * r["k"]
+        assert 0 < r["best_seconds"] <= r["median_seconds"]
+        assert r["median_tflops"] == pytest.approx(r["flops_per_gemm"] / r["median_seconds"] / 1e12)
+        assert r["pct_of_peak_median"] == pytest.approx(100 * r["median_tflops"] * 1e12 / j["peak"]["flops"])
+    step = j["gpt2_step"]
+    assert step["flops"] == pytest.approx(sum(r["per_step"] * r["flops_per_gemm"] for r in gpt2.values()))
+    assert step["seconds"] == pytest.approx(sum(r["per_step"] * r["median_seconds"] for r in gpt2.values()))
+    assert j["peak"]["known"] and "nominal CPU peak" in j["peak"]["source"]
+
+
+@pytest.mark.parametrize("dtype,c_dtype,accumulate", [("bf16", "fp32", "fp32"), ("fp64", "fp64", "fp64")])
+def test_each_precision_sets_its_output_and_accumulation(tmp_path, dtype, c_dtype, accumulate):
+    result, j = gemm_rate(tmp_path, "--dtype", dtype, "--sizes", "40")
+    assert result.returncode == 0, result.stderr
+    assert (j["dtype"], j["c_dtype"], j["accumulate"]) == (dtype, c_dtype, accumulate)
+    assert j["gpt2_step"] is None and len(j["results"]) == 1
+
+
+@pytest.mark.parametrize("dtype,tflops", [("bf16", 989.5), ("fp32", 67), ("fp64", 67)])
+def test_a_gpu_is_held_against_its_datasheet_peak_for_the_precision(tmp_path, dtype, tflops):
+    # The name a CUDA backend reports is "cuda (NVIDIA H200, sm_90, device 0)": the device part is
+    # what the table is searched for; fp32 means the plain fp32 pipeline (TF32 off).
+    result, j = gemm_rate(tmp_path, "--dtype", dtype, "--sizes", "32", "--peak-device", "NVIDIA H200")
+    assert result.returncode == 0, result.stderr
+    assert j["peak"]["known"] and j["peak"]["flops"] == pytest.approx(tflops * 1e12)
+    assert j["peak"]["precision"] == dtype and "H200" in j["peak"]["source"]
+
+
+def test_an_unknown_device_gives_peak_unknown_not_a_crash(tmp_path):
+    result, j = gemm_rate(tmp_path, "--dtype", "bf16", "--sizes", "32", "--peak-device", "NVIDIA Imaginary 9000")
+    assert result.returncode == 0, result.stderr
+    assert "peak unknown: NVIDIA Imaginary 9000 is not in the peak table" in result.stdout
+    assert " n/a" in result.stdout
+    assert j["peak"] == {"known": False, "flops": None, "precision": "bf16", "source": j["peak"]["source"]}
+    assert all(r["pct_of_peak_median"] is None and r["pct_of_peak_best"] is None for r in j["results"])
+
+
+def test_a_stated_peak_wins(tmp_path):
+    result, j = gemm_rate(tmp_path, "--sizes", "32", "--peak-device", "NVIDIA H200", "--peak-tflops", "2")
+    assert result.returncode == 0, result.stderr
+    assert j["peak"]["flops"] == pytest.approx(2e12) and "stated" in j["peak"]["source"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dtype", "int32"], "dtype"),
+    (["--shapes", "llama"], "--shapes knows only gpt2"),
+    (["--sizes", "0"], "--sizes must be positive"),
+    (["--repeat", "0", "--sizes", "16"], "--repeat must be at least 1"),
+    (["--backend", "nosuch"], "nosuch"),
+])
+def test_bad_options_are_clear_errors(tmp_path, args, message):
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "bench", "gemm-rate", *args], capture_output=True, text=True, timeout=60,
+                            env=MPI_ENV)
+    assert result.returncode == 1, (result.returncode, result.stderr)  # 2 would be an internal error
+    assert "tripod: error:" in result.stderr and message in result.stderr
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
+    require_tripod()
+    out = tmp_path / "bench.json"
+    result = subprocess.run([str(TRIPOD), "bench", "train", "--config", "tiny", "--set", "model.vocab_size=64",
+                             "--set", f"train.dtype={precision}", "--batch", "2", "--seq-len", "16", "--steps", "1",
+                             "--gemm-size", "64", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300, env=MPI_ENV)
+    assert result.returncode == 0, result.stderr
+    j = json.loads(out.read_text())
+    # The CPU emulates bf16 GEMMs in fp32 arithmetic: its fp32 peak either way (a GPU's bf16-mixed
+    # run is held against the bf16 peak).
+    assert "nominal CPU peak" in j["peak_source"] and "fp32 FLOP/cycle" in j["peak_source"]
+    assert j["dtype"] == precision
+    assert j["mfu"] == pytest.approx(j["model_flops_per_second"] / j["peak_flops"])
+    assert "MFU " in result.stdout

@@ -1,0 +1,259 @@
+"""ci/gpu-check.sh without a GPU: the dry run CI relies on (everything the real run needs is found,
+each step's CPU form runs in miniature, the GPU steps are reported skipped), and the guarantees the
+real run rests on - a step that hangs or fails is reported as such and turns the run red, missing
+binaries fail the probe, a folder of other files is never emptied - plus the pieces it runs: the
+training comparison, the summary, and the PyTorch peer on the CPU."""
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tripod_cli import TRIPOD, require_tripod
+
+SOURCE = Path(os.environ.get("TRIPOD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+GPU_CHECK = SOURCE / "ci" / "gpu-check.sh"
+
+
+def gpu_check(out, *args, env=None, timeout=400):
+    require_tripod()
+    full_env = {**os.environ, "TRIPOD_PYTHON": sys.executable, "OMP_NUM_THREADS": "2", **(env or {})}
+    return subprocess.run(["bash", str(GPU_CHECK), str(out), "--build-dir", str(TRIPOD.parent.parent), *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def summary(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
+    out = tmp_path / "dry"
+    result = gpu_check(out, "--dry-run")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    s = summary(out)
+    assert s["mode"] == "dry-run" and s["overall"] == "pass"
+    steps = {x["name"]: x for x in s["steps"]}
+    gpu_steps = ["check-fp64", "check-fp32", "check-bf16", "train-fp64", "train-fp32", "train-rerun", "gemm-bf16",
+                 "gemm-fp32", "bench-train", "peer", "gtest", "sanitizer"]
+    for name in gpu_steps:
+        assert steps[name]["status"] == "skipped" and "no GPU" in steps[name]["reason"], steps[name]
+    for name in ["probe", "data", "dry-check-fp64", "dry-check-fp32", "dry-train-fp64", "dry-train-fp32",
+                 "dry-train-rerun", "dry-gemm-bf16", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
+        assert steps[name]["status"] == "pass", steps[name]
+    # bf16: its own run where check-backend takes --dtype bf16, else skipped with the reason
+    assert steps["dry-check-bf16"]["status"] in ("pass", "skipped")
+    assert "DRY RUN" in result.stdout and "PASS" in result.stdout
+    # the plan lists every step with its limit, and each CPU form left its results
+    plan = (out / "plan.txt").read_text()
+    assert all(name in plan for name in gpu_steps)
+    assert json.loads((out / "dry-train-rerun" / "compare.json").read_text())["pass"]
+    assert json.loads((out / "dry-gemm-bf16" / "gemm.json").read_text())["dtype"] == "bf16"
+    assert json.loads((out / "dry-peer" / "peer.json").read_text())["benchmark"] == "pytorch_peer"
+    for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
+        assert steps[name]["key"], name  # a key figure read from the step's JSON
+
+
+@pytest.mark.parametrize("fake,status", [("hang", "timeout"), ("fail", "fail")])
+def test_a_hanging_or_failing_step_turns_the_run_red(tmp_path, fake, status):
+    out = tmp_path / fake
+    result = gpu_check(out, "--dry-run", "--only", f"probe,fake-{fake}", "--export", tmp_path / "export",
+                       env={"TRIPOD_GPU_CHECK_FAKE_STEP": fake}, timeout=120)
+    assert result.returncode != 0
+    s = summary(out)
+    steps = {x["name"]: x for x in s["steps"]}
+    assert steps[f"fake-{fake}"]["status"] == status
+    assert steps["probe"]["status"] == "pass"
+    assert s["overall"] == "fail" and "FAIL" in result.stdout
+    if fake == "hang":  # killed at its limit (2 s), not waited for (it sleeps 30 s)
+        assert steps["fake-hang"]["seconds"] < 15
+    exported = sorted(p.name for p in (tmp_path / "export").iterdir())
+    assert exported == ["gpu-check.tar.gz", "summary.json", "summary.txt"]
+
+
+def test_missing_binaries_fail_the_probe(tmp_path):
+    empty = tmp_path / "empty-build"
+    (empty / "reference").mkdir(parents=True)
+    out = tmp_path / "out"
+    require_tripod()
+    result = subprocess.run(["bash", str(GPU_CHECK), str(out), "--dry-run", "--build-dir", str(empty), "--only",
+                             "probe"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TRIPOD_PYTHON": sys.executable})
+    assert result.returncode != 0
+    probe = summary(out)["steps"][0]
+    assert probe["status"] == "fail" and "not found" in (out / "probe" / "log.txt").read_text()
+
+
+def test_a_folder_of_other_files_is_never_emptied(tmp_path):
+    keep = tmp_path / "precious.txt"
+    keep.write_text("keep me")
+    result = gpu_check(tmp_path, "--dry-run", "--only", "probe", timeout=60)
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert keep.read_text() == "keep me"
+
+
+# ---- the pieces: training comparison, summary ----
+
+def write_metrics(path, losses, norms=None):
+    lines = [json.dumps({"event": "start", "step": 0})]
+    for i, loss in enumerate(losses):
+        lines.append(json.dumps({"step": i, "loss": loss, "grad_norm": (norms or losses)[i]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def compare(*args):
+    return subprocess.run([sys.executable, str(SOURCE / "reports" / "compare_training.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_compare_training_tolerance_and_bitwise(tmp_path):
+    ref = write_metrics(tmp_path / "ref.jsonl", [7.5, 7.25, 7.0])
+    close = write_metrics(tmp_path / "close.jsonl", [7.5 * (1 + 1e-12), 7.25, 7.0])
+    far = write_metrics(tmp_path / "far.jsonl", [7.5, 7.25 * (1 + 1e-6), 7.0])
+    assert compare("--a", close, "--b", ref, "--rel-tol", 1e-10, "--steps", 3).returncode == 0
+    bad = compare("--a", far, "--b", ref, "--rel-tol", 1e-10, "--json", tmp_path / "c.json")
+    assert bad.returncode == 1 and "loss differs" in bad.stdout
+    assert json.loads((tmp_path / "c.json").read_text())["loss_max_rel"] == pytest.approx(1e-6, rel=1e-3)
+    # one ulp apart: within any tolerance, but not bit for bit
+    ulp = write_metrics(tmp_path / "ulp.jsonl", [7.5, float(np.nextafter(7.25, 8)), 7.0])
+    assert compare("--a", ulp, "--b", ref, "--rel-tol", 1e-15).returncode == 0
+    assert compare("--a", ulp, "--b", ref, "--bitwise").returncode == 1
+    assert compare("--a", ref, "--b", ref, "--bitwise").returncode == 0
+    # a run that stopped early is a failure, not a shorter comparison
+    short = write_metrics(tmp_path / "short.jsonl", [7.5, 7.25])
+    assert compare("--a", short, "--b", ref, "--rel-tol", 1.0).returncode == 1
+    assert compare("--a", ref, "--b", ref, "--rel-tol", 1.0, "--steps", 10).returncode == 1
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        raw = a.tobytes()
+        header[name] = {"dtype": {np.float32: "F32", np.float64: "F64"}[a.dtype.type], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_compare_training_checkpoints(tmp_path):
+    ref = write_metrics(tmp_path / "ref.jsonl", [7.5, 7.25])
+    w = np.linspace(-1, 1, 12, dtype=np.float64).reshape(3, 4)
+    for name, scale in (("a", 1.0), ("b", 1.0), ("c", 1 + 1e-9)):
+        (tmp_path / name).mkdir()
+        write_safetensors(tmp_path / name / "model.safetensors", {"wte": w * scale, "ln_f.bias": w[0].astype(np.float32)})
+        write_safetensors(tmp_path / name / "optimizer.safetensors", {"m.wte": w})
+    same = compare("--a", ref, "--b", ref, "--bitwise", "--ckpt-a", tmp_path / "a", "--ckpt-b", tmp_path / "b")
+    assert same.returncode == 0, same.stdout
+    off = compare("--a", ref, "--b", ref, "--bitwise", "--ckpt-a", tmp_path / "c", "--ckpt-b", tmp_path / "b",
+                  "--json", tmp_path / "off.json")
+    assert off.returncode == 1 and "checkpoint files differ" in off.stdout
+    ckpt = json.loads((tmp_path / "off.json").read_text())["checkpoint"]
+    assert ckpt["worst_param"] == "wte" and ckpt["param_max_rel"] == pytest.approx(1e-9, rel=1e-3)
+    gated = compare("--a", ref, "--b", ref, "--rel-tol", 1e-10, "--param-rel-tol", 1e-10, "--ckpt-a", tmp_path / "c",
+                    "--ckpt-b", tmp_path / "b")
+    assert gated.returncode == 1 and "parameters differ" in gated.stdout
+
+
+def run_summary(out, *args):
+    return subprocess.run([sys.executable, str(SOURCE / "reports" / "gpu_check_summary.py"), str(out), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_summary_is_never_green_on_a_failure_or_on_nothing(tmp_path):
+    (tmp_path / "steps.tsv").write_text("probe\tpass\t1.0\t\t\ngemm-bf16\ttimeout\t60.0\tkilled at its 60 s limit\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode == 1 and "GPU CHECK: FAIL" in result.stdout
+    s = summary(tmp_path)
+    assert s["overall"] == "fail" and s["counts"]["timeout"] == 1
+    target = next(t for t in s["targets"] if "8192^3" in t["target"])
+    assert target["met"] is None and target["measured"] == "not measured"
+    (tmp_path / "steps.tsv").write_text("")
+    result = run_summary(tmp_path)
+    assert result.returncode == 1 and "no step ran" in result.stdout
+
+
+def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
+    (tmp_path / "gemm-bf16").mkdir()
+    row = {"name": "square 8192", "group": "square", "m": 8192, "n": 8192, "k": 8192, "median_tflops": 700.0,
+           "pct_of_peak_median": 70.7}
+    (tmp_path / "gemm-bf16" / "gemm.json").write_text(json.dumps(
+        {"dtype": "bf16", "results": [row], "gpt2_step": None}))
+    (tmp_path / "steps.tsv").write_text("gemm-bf16\tpass\t20.0\t\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode == 0, result.stdout
+    s = summary(tmp_path)
+    assert "8192^3 700.0 TFLOP/s (70.7% of peak)" in s["steps"][0]["key"]
+    target = next(t for t in s["targets"] if "8192^3" in t["target"])
+    assert target["met"] is False and "NOT MET" in result.stdout
+
+
+# ---- the PyTorch peer, on the CPU ----
+
+def test_peer_on_cpu_counts_the_same_flops_as_tripod(tmp_path):
+    pytest.importorskip("torch")
+    require_tripod()
+    out = tmp_path / "peer.json"
+    result = subprocess.run([sys.executable, str(SOURCE / "reports" / "gpu_peer.py"), "--device", "cpu", "--config",
+                             "tiny", "--batch", "2", "--seq-len", "16", "--steps", "2", "--warmup", "1", "--json",
+                             str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    peer = json.loads(out.read_text())
+    assert [r["precision"] for r in peer["results"]] == ["bf16", "fp32"]
+    for r in peer["results"]:
+        assert len(r["losses"]) == 2 and all(6 < x < 9 for x in r["losses"])  # ~ln(2048) at the start
+        assert r["tokens_per_second"] == pytest.approx(2 * 16 / r["median_step_seconds"])
+        assert r["mfu"] is None and "peak unknown" in r["peak_source"]  # no peak for a CPU
+    # Tripod's count for the same model and context (bench train's JSON gives FLOP/s x step time).
+    bench = tmp_path / "bench.json"
+    result = subprocess.run([str(TRIPOD), "bench", "train", "--config", "tiny", "--set", "model.vocab_size=2048",
+                             "--batch", "2", "--seq-len", "16", "--steps", "1", "--gemm-size", "64", "--json",
+                             str(bench)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    b = json.loads(bench.read_text())
+    tripod_per_token = b["model_flops_per_second"] * b["median_step_seconds"] / (2 * 16)
+    assert peer["model_flops_per_token"] == pytest.approx(tripod_per_token, rel=1e-12)
+
+
+def test_peer_rejects_what_it_cannot_run():
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, str(SOURCE / "reports" / "gpu_peer.py"), "--device", "cpu",
+                             "--precision", "fp8"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--precision" in result.stderr
+
+
+# ---- the bundle for a bare GPU node (ci/gpu-bundle.sh; its chroot proof needs root: by hand) ----
+
+def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_path):
+    require_tripod()
+    bundle = tmp_path / "bundle"
+    made = subprocess.run(["bash", str(SOURCE / "ci" / "gpu-bundle.sh"), str(bundle), "--build-dir",
+                           str(TRIPOD.parent.parent), "--no-verify"], capture_output=True, text=True, timeout=400,
+                          env={**os.environ, "TRIPOD_BUNDLE_XZ_LEVEL": "0"})  # fast: what is checked is the content
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
+    manifest = (bundle / "MANIFEST.txt").read_text()
+    for soname in ("libopenblas.so.0", "libmpi.so.40", "libgomp.so.1", "libstdc++.so.6", "libc.so.6"):
+        assert soname in manifest, soname
+    assert not any(x in manifest for x in ("libcudart", "libcublas", "libcuda.so"))  # the node's, never bundled
+    info = json.loads((bundle / "bundle.json").read_text())
+    assert info["node_must_provide"]["glibc_required"].startswith("GLIBC_2.")
+    assert info["bytes"] < 40 * 2**20
+    # The dry run from the bundle, forced through lib/glibc's loader (the path a node with an older
+    # glibc takes), so that every library comes from the bundle.
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(GPU_CHECK), str(out), "--dry-run", "--bundle", str(bundle), "--only",
+                             "probe,data,train-fp32,gemm-fp32"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRIPOD_PYTHON": sys.executable, "OMP_NUM_THREADS": "2",
+                                 "TRIPOD_GPU_CHECK_BUNDLED_GLIBC": "1"})
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "lib/glibc/ld-linux-x86-64.so.2" in (out / "probe" / "library_path.txt").read_text()
+    listing = (out / "probe" / "ldd-tripod.txt").read_text()
+    resolved = [line.split("=>")[1].split()[0] for line in listing.splitlines() if "=>" in line]
+    cuda = ("libcudart", "libcublas", "libnccl")  # a CUDA build's: the node's toolkit provides them
+    assert resolved and all(str(out / "work" / "bundle") in path or any(c in path for c in cuda)
+                            for path in resolved), listing
