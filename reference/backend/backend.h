@@ -41,12 +41,16 @@ struct VocabWindow {
 
 // How a backend computes fp32 x fp32 -> fp32 GEMMs (a policy of the run, as PyTorch's
 // torch.set_float32_matmul_precision is):
-//   Exact         fp32 products and sums (the default)
+//   Exact         fp32 products and sums (the default: TF32 is never used unless asked for)
+//   Tf32Operands  A and B rounded to TF32 (a 10-bit mantissa) first, products summed in fp32: the
+//                 tf32 precision policy, a GPU's TF32 tensor cores
 //   Bf16Operands  A and B rounded to bf16 (nearest even) first, products summed in fp32: the
-//                 GEMMs of the bf16-mixed precision policy, on a GPU's bf16 tensor cores. The CPU
-//                 backends round the same way and multiply the rounded values exactly in fp32, so
-//                 they emulate it up to the order of the sums.
-enum class Fp32Matmul { Exact, Bf16Operands };
+//                 GEMMs of the bf16-mixed precision policy, on a GPU's bf16 tensor cores
+// The CPU backends round the operands and multiply the rounded values exactly in fp32 (11- and
+// 8-bit significands: their products fit fp32's 24 bits), so they emulate a GPU up to the order
+// of the sums (and, for TF32, the rounding of exact ties, which the hardware may break away from
+// zero where the CPU breaks them to even).
+enum class Fp32Matmul { Exact, Tf32Operands, Bf16Operands };
 std::string fp32_matmul_name(Fp32Matmul mode);
 
 // Bytes of this backend's allocations alive now, and the most alive at once since the last reset.

@@ -17,7 +17,12 @@ std::string backend_names_text() {
 }
 
 std::string fp32_matmul_name(Fp32Matmul mode) {
-  return mode == Fp32Matmul::Bf16Operands ? "bf16 operands, fp32 accumulation" : "exact fp32";
+  switch (mode) {
+    case Fp32Matmul::Tf32Operands: return "tf32 operands, fp32 accumulation";
+    case Fp32Matmul::Bf16Operands: return "bf16 operands, fp32 accumulation";
+    case Fp32Matmul::Exact: break;
+  }
+  return "exact fp32";
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {

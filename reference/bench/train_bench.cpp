@@ -52,7 +52,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const std::size_t act_bytes = trainer.model().activation_bytes();
   const std::size_t rss = peak_rss_bytes();
   const double ratio = achieved / gemm.median_flops;
-  const PeakFlops peak = backend_peak(backend->name(), gemm_operand_dtype(config.train), config.train.peak_tflops);
+  const PeakFlops peak = backend_peak(backend->name(), gemm_peak_precision(config.train), config.train.peak_tflops);
   std::printf("  median step %.3f s | %.0f tokens/s | %.1f GFLOP/s model FLOPs (%.3g FLOP/step)\n", median_step,
               o.batch * o.seq_len / median_step, achieved / 1e9, flops_per_step);
   std::printf("  sgemm %lld^3 on the same threads: %.1f GFLOP/s (median of 5)\n", static_cast<long long>(gemm.size),

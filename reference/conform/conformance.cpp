@@ -123,10 +123,10 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
     e.loss_rel = std::max(e.loss_rel, dl / std::fabs(ref.losses[s]));
     e.norm_abs = std::max(e.norm_abs, dn);
     e.norm_rel = std::max(e.norm_rel, dn / std::fabs(ref.norms[s]));
-    // bf16-mixed: a layout's fp32-level difference can flip the bf16 rounding of a GEMM operand (a
-    // 2^-8 relative step), so its trajectory separates from the reference at bf16's scale, which
-    // the reference's own distance from fp64 measures; fp32 and fp64 losses need no floor.
-    const bool step_floor = config.train.bf16_mixed && !floor.empty();
+    // bf16-mixed: a layout's fp32-level difference can flip the rounding of a GEMM operand (a 2^-8
+    // relative step), so its trajectory separates from the reference at that scale, which the
+    // reference's own distance from fp64 measures; fp32 and fp64 losses need no floor.
+    const bool step_floor = rounds_gemm_operands(config.train) && !floor.empty();
     within(dl, rtol * std::fabs(ref.losses[s]) + (step_floor ? 2 * floor.losses[s] : 0.0),
            "loss at step " + std::to_string(s));
     within(dn, rtol * std::fabs(ref.norms[s]) + (step_floor ? 2 * floor.norms[s] : 0.0),

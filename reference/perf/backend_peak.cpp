@@ -38,7 +38,10 @@ PeakFlops unknown_peak(std::string_view device, PeakPrecision precision, std::st
 }  // namespace
 
 PeakFlops table_peak_or_unknown(std::string_view device, DType dtype) {
-  const PeakPrecision precision = gemm_peak_precision(dtype);
+  return table_peak_or_unknown(device, gemm_peak_precision(dtype));
+}
+
+PeakFlops table_peak_or_unknown(std::string_view device, PeakPrecision precision) {
   const std::optional<DevicePeakSpec> spec = find_device_peak(device);
   if (!spec) return unknown_peak(device, precision, "is not in the peak table");
   if (spec->tflops(precision) <= 0) return unknown_peak(device, precision, "has no datasheet figure");
@@ -46,13 +49,18 @@ PeakFlops table_peak_or_unknown(std::string_view device, DType dtype) {
 }
 
 PeakFlops backend_peak(std::string_view backend_name, DType dtype, double stated_tflops) {
-  if (stated_tflops > 0) return resolve_peak(stated_tflops, dtype);
+  return backend_peak(backend_name, gemm_peak_precision(dtype), stated_tflops);
+}
+
+PeakFlops backend_peak(std::string_view backend_name, PeakPrecision precision, double stated_tflops) {
+  // The CPU runs fp64 as fp64 and emulates bf16 and TF32 GEMMs in fp32: its fp32 or fp64 peak.
+  const DType cpu_dtype = precision == PeakPrecision::FP64 ? DType::F64 : DType::F32;
+  if (stated_tflops > 0) return resolve_peak(stated_tflops, cpu_dtype);
   const std::string cuda_device = cuda_device_of_backend(backend_name);
-  if (!cuda_device.empty()) return table_peak_or_unknown(cuda_device, dtype);
+  if (!cuda_device.empty()) return table_peak_or_unknown(cuda_device, precision);
   // The factory's bare name says no device: only the made backend's name() does.
-  if (backend_name == "cuda") return unknown_peak("(a CUDA device not yet opened)", gemm_peak_precision(dtype), "is unnamed");
-  // The CPU backends emulate bf16 GEMMs by widening to fp32 and summing in fp32: the fp32 peak.
-  return nominal_cpu_peak(dtype == DType::BF16 ? DType::F32 : dtype);
+  if (backend_name == "cuda") return unknown_peak("(a CUDA device not yet opened)", precision, "is unnamed");
+  return nominal_cpu_peak(cpu_dtype);
 }
 
 std::string percent_of_peak_text(double flops_per_second, const PeakFlops& peak) {

@@ -31,10 +31,13 @@ std::string cuda_device_of_backend(std::string_view backend_name);
 // The peak for arithmetic in `dtype` on the backend called `backend_name` (Backend::name(), or a
 // factory name such as "cpu"); `stated_tflops` > 0 overrides everything.
 PeakFlops backend_peak(std::string_view backend_name, DType dtype, double stated_tflops = 0);
+// The same for a precision named directly (TF32: fp32 data on tensor cores, which no dtype names).
+PeakFlops backend_peak(std::string_view backend_name, PeakPrecision precision, double stated_tflops = 0);
 
 // The table's peak of a device named by its driver ("NVIDIA H200") for GEMMs in `dtype`, or an
 // unknown peak (flops 0, the reason in `source`) when the table has no such device or figure.
 PeakFlops table_peak_or_unknown(std::string_view device, DType dtype);
+PeakFlops table_peak_or_unknown(std::string_view device, PeakPrecision precision);
 
 // "41.3%" of a known peak, "n/a" when the peak is unknown.
 std::string percent_of_peak_text(double flops_per_second, const PeakFlops& peak);

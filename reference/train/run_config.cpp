@@ -98,10 +98,11 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   TrainSettings train;
   const std::string precision = t.at("dtype").get<std::string>();
   train.bf16_mixed = precision == "bf16-mixed";
+  train.tf32 = precision == "tf32";
   const bool plain = precision == "fp32" || precision == "float32" || precision == "fp64" || precision == "float64";
-  check(train.bf16_mixed || plain, "train.dtype: fp64, fp32 or bf16-mixed (the precision policy), not '", precision,
-        "'");
-  train.dtype = train.bf16_mixed ? DType::F32 : parse_dtype(precision);
+  check(train.bf16_mixed || train.tf32 || plain, "train.dtype: fp64, fp32, tf32 or bf16-mixed (the precision policy), "
+        "not '", precision, "'");
+  train.dtype = train.bf16_mixed || train.tf32 ? DType::F32 : parse_dtype(precision);
   train.batch_size = t.at("batch_size");
   train.seq_len = t.at("seq_len");
   train.micro_batches = t.at("micro_batches");
@@ -182,13 +183,19 @@ RunConfig parse_run_config(const json& j) {
 }
 
 void apply_precision_policy(const TrainSettings& train, Backend& backend) {
-  backend.set_fp32_matmul(train.bf16_mixed ? Fp32Matmul::Bf16Operands : Fp32Matmul::Exact);
+  backend.set_fp32_matmul(train.bf16_mixed ? Fp32Matmul::Bf16Operands
+                          : train.tf32     ? Fp32Matmul::Tf32Operands
+                                           : Fp32Matmul::Exact);
 }
 
-DType gemm_operand_dtype(const TrainSettings& train) { return train.bf16_mixed ? DType::BF16 : train.dtype; }
+PeakPrecision gemm_peak_precision(const TrainSettings& train) {
+  if (train.bf16_mixed) return PeakPrecision::BF16;
+  if (train.tf32) return PeakPrecision::TF32;
+  return train.dtype == DType::F64 ? PeakPrecision::FP64 : PeakPrecision::FP32;
+}
 
 std::string precision_name(const TrainSettings& train) {
-  return train.bf16_mixed ? "bf16-mixed" : dtype_name(train.dtype);
+  return train.bf16_mixed ? "bf16-mixed" : train.tf32 ? "tf32" : dtype_name(train.dtype);
 }
 
 }  // namespace tripod

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "perf/device_peak.h"
 
 namespace tripod {
 
@@ -21,8 +22,10 @@ struct TrainSettings {
   // state, gradients, reductions, LayerNorm statistics and loss; every GEMM's operands rounded to
   // bf16 with fp32 accumulation, as PyTorch's bf16 autocast runs a GPT's matmuls). `dtype` is the
   // dtype of the tensors: fp32 for bf16-mixed.
+  // tf32: fp32 tensors, every GEMM's operands rounded to TF32 (PyTorch's allow_tf32 matmuls).
   DType dtype = DType::F32;
   bool bf16_mixed = false;
+  bool tf32 = false;
   int64_t batch_size = 8;    // global batch, in sequences
   int64_t seq_len = 64;
   int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step
@@ -65,10 +68,13 @@ nlohmann::json load_config_json(nlohmann::json base, const std::string& name_or_
 // under bf16-mixed, exact otherwise. Both trainers call it, so every run on a backend uses its
 // config's policy whatever ran on that backend before.
 void apply_precision_policy(const TrainSettings& train, Backend& backend);
-// "fp64", "fp32" or "bf16-mixed".
+// bf16-mixed and tf32: the GEMMs' operands are rounded below fp32.
+inline bool rounds_gemm_operands(const TrainSettings& train) { return train.bf16_mixed || train.tf32; }
+// "fp64", "fp32", "tf32" or "bf16-mixed".
 std::string precision_name(const TrainSettings& train);
-// The dtype the run's GEMM operands are in (bf16 under bf16-mixed): the peak its MFU is held against.
-DType gemm_operand_dtype(const TrainSettings& train);
+// The arithmetic the run's GEMMs are in (bf16 under bf16-mixed, TF32 under tf32): the peak its
+// MFU is held against.
+PeakPrecision gemm_peak_precision(const TrainSettings& train);
 
 RunConfig parse_run_config(const nlohmann::json& resolved);
 

@@ -78,7 +78,7 @@ class TrainingRun {
       : config_(std::move(config)), options_(options), backend_(backend), parallel_(parallel),
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
-        peak_(backend_peak(backend_.name(), gemm_operand_dtype(config_.train), config_.train.peak_tflops)) {
+        peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
     make_engine();
     if (!options_.resume_dir.empty()) engine_->resume(options_.resume_dir); else engine_->initialise();
   }

@@ -99,6 +99,11 @@ def test_bf16_mixed_still_catches_a_skipped_gradient_reduction():
     assert all("FAIL" in rows[name] for name in BF16_LAYOUTS[:2]), result.stdout
 
 
+def test_tf32_is_refused_with_the_reason():
+    result = conform(1, "--dtype", "tf32")
+    assert result.returncode != 0 and "no justified tolerance for TF32" in result.stderr, result.stderr
+
+
 def test_unsummed_tied_embedding_gradients_fail():
     # the pipeline's two wte copies must add their gradients; without that only pipelines break
     layouts = ["tp1-pp1-dp2-z0-mb1", "tp1-pp2-dp1-z0-mb2-afab", "tp1-pp2-dp1-z2-mb2-interleaved-v2"]

@@ -3,6 +3,7 @@
 // that must be exactly the bf16 GEMM (bf16 A and B, fp32 accumulation) on the rounded inputs.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -65,6 +66,44 @@ TEST(PrecisionPolicy, Bf16OperandGemmIsTheBf16GemmOfTheRoundedInputsBitForBit) {
   }
 }
 
+// TF32 rounding written independently: the nearer of the two neighbours with 13 low mantissa
+// bits clear (ties to the one whose 14th bit is clear), chosen by distance in fp64.
+double tf32_by_distance(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const float down = std::bit_cast<float>(u & ~0x1FFFu), up = std::bit_cast<float>((u & ~0x1FFFu) + 0x2000u);
+  const double d_down = std::fabs(static_cast<double>(x) - down), d_up = std::fabs(static_cast<double>(up) - x);
+  if (d_down != d_up) return d_down < d_up ? down : up;
+  return ((u >> 13) & 1u) == 0 ? down : up;
+}
+
+TEST(PrecisionPolicy, Tf32OperandGemmMultipliesTheTf32RoundedInputs) {
+  auto be = make_backend("cpu");
+  const int64_t m = 23, n = 19, k = 301;
+  const std::vector<double> va = random_values(m * k, 5, 1.0), vb = random_values(k * n, 6, 0.05);
+  Tensor a = make(*be, {m, k}, DType::F32, va), b = make(*be, {k, n}, DType::F32, vb), c = be->alloc({m, n}, DType::F32);
+  be->set_fp32_matmul(Fp32Matmul::Tf32Operands);
+  be->gemm(false, false, m, n, k, 1.0, a, k, b, n, 0.0, c, n, DType::F32);
+  be->set_fp32_matmul(Fp32Matmul::Exact);
+  const std::vector<double> got = to_host_f64(*be, c);
+  // The fp64 product of the independently rounded operands: the fp32 sums differ from it by
+  // at most ~k * 2^-24 of the sum of |products|.
+  double largest = 0, worst = 0, exact_worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0, exact = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const float x = static_cast<float>(va[i * k + p]), y = static_cast<float>(vb[p * n + j]);
+        want += tf32_by_distance(x) * tf32_by_distance(y);
+        exact += static_cast<double>(x) * y;
+      }
+      largest = std::max(largest, std::fabs(want));
+      worst = std::max(worst, std::fabs(got[i * n + j] - want));
+      exact_worst = std::max(exact_worst, std::fabs(got[i * n + j] - exact));
+    }
+  EXPECT_LT(worst / largest, 1e-5);
+  EXPECT_GT(exact_worst / largest, 1e-5) << "TF32 rounding (2^-11) must show against the exact fp32 operands";
+}
+
 TEST(PrecisionPolicy, Bf16MixedIsFp32TensorsWithBf16GemmOperands) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;
@@ -76,6 +115,13 @@ TEST(PrecisionPolicy, Bf16MixedIsFp32TensorsWithBf16GemmOperands) {
   auto be = make_backend("cpu");
   apply_precision_policy(mixed.train, *be);
   EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Bf16Operands);
+
+  j["train"]["dtype"] = "tf32";
+  const RunConfig tf32 = parse_run_config(j);
+  EXPECT_TRUE(tf32.train.tf32 && !tf32.train.bf16_mixed);
+  EXPECT_EQ(precision_name(tf32.train), "tf32");
+  apply_precision_policy(tf32.train, *be);
+  EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Tf32Operands);
 
   j["train"]["dtype"] = "fp32";
   const RunConfig plain = parse_run_config(j);

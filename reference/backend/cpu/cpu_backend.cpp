@@ -97,9 +97,10 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if (!((ab == DType::F32 || ab == DType::F64) && cd == ab && accumulate == ab))
     fail("gemm: unsupported combination A/B ", dtype_name(ab), ", C ", dtype_name(cd), ", accumulate ",
          dtype_name(accumulate), " (supported: fp32/fp32/fp32, fp64/fp64/fp64, bf16/fp32/fp32, bf16/bf16/fp32)");
-  if (ab == DType::F32 && fp32_matmul() == Fp32Matmul::Bf16Operands)
-    return gemm_bf16_operands(trans_a, trans_b, m, n, k, static_cast<float>(alpha), ptr<float>(a, "gemm"), lda,
-                              ptr<float>(b, "gemm"), ldb, static_cast<float>(beta), ptr<float>(c, "gemm"), ldc);
+  if (ab == DType::F32 && fp32_matmul() != Fp32Matmul::Exact)
+    return gemm_rounded_operands(fp32_matmul(), trans_a, trans_b, m, n, k, static_cast<float>(alpha),
+                                 ptr<float>(a, "gemm"), lda, ptr<float>(b, "gemm"), ldb, static_cast<float>(beta),
+                                 ptr<float>(c, "gemm"), ldc);
   dispatch_float(ab, "gemm", [&](auto zero) {
     using T = decltype(zero);
     cpu::gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), ptr<T>(a, "gemm"), lda, ptr<T>(b, "gemm"), ldb,

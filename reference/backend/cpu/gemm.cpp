@@ -1,5 +1,6 @@
 #include <cblas.h>
 
+#include <bit>
 #include <type_traits>
 #include <vector>
 
@@ -40,24 +41,35 @@ std::vector<float> widen(const bf16* x, int64_t n) {
   return out;
 }
 
-// x rounded to bf16 (nearest even) and widened back: fp32 values that bf16 holds exactly.
-std::vector<float> round_to_bf16(const float* x, int64_t n) {
+// x rounded to TF32: to nearest, ties to even, at fp32's 13th mantissa bit (the 10 that TF32
+// keeps); infinities and NaNs pass through, overflow rounds to infinity as fp32's own would.
+float round_to_tf32(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7F800000u) == 0x7F800000u) return x;
+  u += 0x0FFFu + ((u >> 13) & 1u);
+  return std::bit_cast<float>(u & ~0x1FFFu);
+}
+
+// x rounded to the operand format of `mode` and widened back: fp32 values that format holds exactly.
+std::vector<float> round_operands(const float* x, int64_t n, Fp32Matmul mode) {
   std::vector<float> out(static_cast<std::size_t>(n));
+  const bool bf16_operands = mode == Fp32Matmul::Bf16Operands;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = bf16_to_float(float_to_bf16(x[i]));
+  for (int64_t i = 0; i < n; ++i)
+    out[static_cast<std::size_t>(i)] = bf16_operands ? bf16_to_float(float_to_bf16(x[i])) : round_to_tf32(x[i]);
   return out;
 }
 
 }  // namespace
 
-void gemm_bf16_operands(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_rounded_operands(Fp32Matmul mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  // A product of two bf16 values (8-bit significands) is exact in fp32, so sgemm on the rounded
-  // operands is a bf16 GEMM with fp32 accumulation, up to the order of the sums.
-  const std::vector<float> a16 = round_to_bf16(a, trans_a ? span(k, m, lda) : span(m, k, lda));
-  const std::vector<float> b16 = round_to_bf16(b, trans_b ? span(n, k, ldb) : span(k, n, ldb));
-  gemm<float>(trans_a, trans_b, m, n, k, alpha, a16.data(), lda, b16.data(), ldb, beta, c, ldc);
+  // A product of two bf16 (8-bit significands) or TF32 (11-bit) values is exact in fp32, so sgemm
+  // on the rounded operands is the tensor-core GEMM with fp32 accumulation, up to the sums' order.
+  const std::vector<float> ra = round_operands(a, trans_a ? span(k, m, lda) : span(m, k, lda), mode);
+  const std::vector<float> rb = round_operands(b, trans_b ? span(n, k, ldb) : span(k, n, ldb), mode);
+  gemm<float>(trans_a, trans_b, m, n, k, alpha, ra.data(), lda, rb.data(), ldb, beta, c, ldc);
 }
 
 template <typename TC>

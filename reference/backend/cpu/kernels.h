@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 
 namespace tripod::cpu {
@@ -18,10 +19,10 @@ template <typename TC>
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc);
 
-// fp32 C = alpha * op(A) @ op(B) + beta * C with A and B rounded to bf16 first (the
-// Fp32Matmul::Bf16Operands policy, backend.h): the rounded products are exact in fp32.
-void gemm_bf16_operands(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// fp32 C = alpha * op(A) @ op(B) + beta * C with A and B rounded to bf16 or TF32 first (the
+// Fp32Matmul policies of backend.h other than Exact): the rounded products are exact in fp32.
+void gemm_rounded_operands(Fp32Matmul mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // fp32 <-> fp64 <-> bf16, round to nearest even (core/bf16.h).
 template <typename From, typename To>

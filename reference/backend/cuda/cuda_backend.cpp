@@ -169,6 +169,8 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     return cuda::gemm(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, DType::BF16, beta, raw(c, "gemm"), ldc,
                       DType::F32, DType::F32, ctx_);
   }
+  // Fp32Matmul::Tf32Operands: cuBLASLt's TF32 compute type (fp32 data on TF32 tensor cores).
+  ctx_.allow_tf32 = fp32_matmul() == Fp32Matmul::Tf32Operands;
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
              raw(c, "gemm"), ldc, c.dtype(), accumulate, ctx_);
 }

@@ -27,8 +27,6 @@ class CudaBackend final : public Backend {
   MemoryStats memory_stats() const override { return {counters_->live.load(), counters_->peak.load()}; }
   void reset_peak_memory() override { counters_->peak.store(counters_->live.load()); }
   const CudaContext& context() const { return ctx_; }
-  // fp32 GEMMs may use TF32 tensor cores (off by default: fp32 then means fp32).
-  void set_allow_tf32(bool allow) { ctx_.allow_tf32 = allow; }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   void fill(const Tensor& t, double value) override;

@@ -17,7 +17,7 @@ struct CudaContext {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;  // device memory for cuBLASLt
   std::size_t workspace_bytes = 0;
-  bool allow_tf32 = false;
+  bool allow_tf32 = false;  // fp32 GEMMs on TF32 tensor cores: only under Fp32Matmul::Tf32Operands
 };
 
 }  // namespace tripod::cuda
