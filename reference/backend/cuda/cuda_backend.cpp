@@ -151,28 +151,27 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        DType accumulate) {
   require_same_dtype(a, b, "gemm");
   // A kernel reading past a tensor does not fault reliably on a GPU: check the spans here.
-  auto check_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
+  auto checked_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
     const int64_t span = gemm_operand_span(rows, row_length, ld);
     if (span > t.numel())
       fail("gemm: ", operand, " (", t.describe(), ") holds ", t.numel(), " elements but [", rows, ", ", row_length,
            "] with leading dimension ", ld, " spans ", span, " (m = ", m, ", n = ", n, ", k = ", k, ")");
+    return span;
   };
-  check_span("A", a, trans_a ? k : m, trans_a ? m : k, lda);
-  check_span("B", b, trans_b ? n : k, trans_b ? k : n, ldb);
-  check_span("C", c, m, n, ldc);
-  if (a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32 &&
-      fp32_matmul() == Fp32Matmul::Bf16Operands && m > 0 && n > 0 && k > 0) {
+  const int64_t a_span = checked_span("A", a, trans_a ? k : m, trans_a ? m : k, lda);
+  const int64_t b_span = checked_span("B", b, trans_b ? n : k, trans_b ? k : n, ldb);
+  checked_span("C", c, m, n, ldc);
+  const bool fp32 = a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32;
+  if (fp32 && fp32_matmul() == Fp32Matmul::Bf16Operands && m > 0 && n > 0 && k > 0) {
     // The bf16-mixed policy: A and B rounded to bf16 into scratch, then a bf16 tensor-core GEMM
     // accumulating in fp32 into the fp32 C.
-    const void* a16 = bf16_copy(a, gemm_operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch_a_);
-    const void* b16 = bf16_copy(b, gemm_operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch_b_);
+    const void* a16 = bf16_copy(a, a_span, scratch_a_);
+    const void* b16 = bf16_copy(b, b_span, scratch_b_);
     return cuda::gemm(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, DType::BF16, beta, raw(c, "gemm"), ldc,
-                      DType::F32, DType::F32, ctx_);
+                      DType::F32, DType::F32, false, ctx_);
   }
-  // Fp32Matmul::Tf32Operands: cuBLASLt's TF32 compute type (fp32 data on TF32 tensor cores).
-  ctx_.allow_tf32 = fp32_matmul() == Fp32Matmul::Tf32Operands;
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
-             raw(c, "gemm"), ldc, c.dtype(), accumulate, ctx_);
+             raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands, ctx_);
 }
 
 const void* CudaBackend::bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch) {

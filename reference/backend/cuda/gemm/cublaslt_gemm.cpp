@@ -3,7 +3,7 @@
 // descriptors, asks cuBLASLt's heuristic for an algorithm once per distinct problem, and runs it
 // in place (D = C) on the backend's stream with the backend's workspace.
 //
-// Precision: fp32 computes in CUBLAS_COMPUTE_32F, true fp32, unless the context allows TF32
+// Precision: fp32 computes in CUBLAS_COMPUTE_32F, true fp32, unless the caller asks for TF32
 // (CUBLAS_COMPUTE_32F_FAST_TF32: fp32 data on tensor cores, 10-bit mantissa products); fp64 in
 // CUBLAS_COMPUTE_64F; bf16 A/B in CUBLAS_COMPUTE_32F (fp32 accumulation) into an fp32 or bf16 C.
 // Alignment: the mapping promises cuBLASLt each operand's real alignment (address and leading
@@ -37,7 +37,7 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-GemmTypes gemm_types(DType ab, DType c, DType accumulate, bool allow_tf32) {
+GemmTypes gemm_types(DType ab, DType c, DType accumulate, bool fp32_on_tf32) {
   const bool fp32 = ab == DType::F32 && c == DType::F32 && accumulate == DType::F32;
   const bool fp64 = ab == DType::F64 && c == DType::F64 && accumulate == DType::F64;
   const bool bf16_in = ab == DType::BF16 && (c == DType::F32 || c == DType::BF16) && accumulate == DType::F32;
@@ -45,7 +45,7 @@ GemmTypes gemm_types(DType ab, DType c, DType accumulate, bool allow_tf32) {
     fail("gemm: unsupported combination A/B ", dtype_name(ab), ", C ", dtype_name(c), ", accumulate ",
          dtype_name(accumulate), " (backend.h lists the supported ones)");
   if (fp64) return {CUBLAS_COMPUTE_64F, CUDA_R_64F, CUDA_R_64F, CUDA_R_64F};
-  const cublasComputeType_t compute = fp32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = fp32 && fp32_on_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   return {compute, CUDA_R_32F, cuda_type(ab), cuda_type(c)};
 }
 
@@ -141,8 +141,8 @@ void scale_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
-          const CudaContext& ctx) {
-  const GemmTypes types = gemm_types(ab, c_dtype, accumulate, ctx.allow_tf32);
+          bool fp32_on_tf32, const CudaContext& ctx) {
+  const GemmTypes types = gemm_types(ab, c_dtype, accumulate, fp32_on_tf32);
   const RowMajorGemm call{trans_a, trans_b, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, dtype_size(ab),
                           dtype_size(c_dtype)};
   const CublasLtGemm g = map_row_major_gemm(call, "gemm");

@@ -149,10 +149,15 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   }
 }
 
-LaunchShape row_blocks(int64_t rows, const CudaContext& ctx, const char* kernel) {
+// `kernel` on one block of kSoftmaxThreads a row, on ctx.stream; nothing for no rows.
+template <typename... KernelArgs, typename... Args>
+void launch_row_blocks(void (*kernel)(KernelArgs...), int64_t rows, const CudaContext& ctx, const char* op,
+                       Args... args) {
+  if (rows == 0) return;
   const LaunchShape shape = rows_launch(rows, kSoftmaxThreads, 1, 0, ctx.limits);
-  check_fits(shape, ctx.limits, kernel);
-  return shape;
+  check_fits(shape, ctx.limits, op);
+  kernel<<<grid_of(shape), shape.block, 0, ctx.stream>>>(args...);
+  check_launch(op);
 }
 
 void check_rows(const char* op, int64_t rows, int64_t cols, int64_t valid) {
@@ -167,10 +172,7 @@ void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, i
                            const CudaContext& ctx) {
   const char* op = "cross_entropy_forward";
   check_rows(op, rows, vocab, vocab);
-  if (rows == 0) return;
-  const LaunchShape s = row_blocks(rows, ctx, op);
-  cross_entropy_forward_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(losses, logits, targets, rows, vocab);
-  check_launch(op);
+  launch_row_blocks(cross_entropy_forward_kernel<T>, rows, ctx, op, losses, logits, targets, rows, vocab);
 }
 
 template <typename T>
@@ -178,21 +180,16 @@ void cross_entropy_backward(T* logits, const int32_t* targets, int64_t rows, int
                             const CudaContext& ctx) {
   const char* op = "cross_entropy_backward";
   check_rows(op, rows, vocab, vocab);
-  if (rows == 0 || vocab == 0) return;
-  const LaunchShape s = row_blocks(rows, ctx, op);
-  cross_entropy_backward_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(logits, targets, rows, vocab,
-                                                                         static_cast<T>(grad_scale));
-  check_launch(op);
+  if (vocab == 0) return;
+  launch_row_blocks(cross_entropy_backward_kernel<T>, rows, ctx, op, logits, targets, rows, vocab,
+                    static_cast<T>(grad_scale));
 }
 
 template <typename T>
 void logits_row_max(T* row_max, const T* logits, int64_t rows, int64_t cols, int64_t valid, const CudaContext& ctx) {
   const char* op = "logits_row_max";
   check_rows(op, rows, cols, valid);
-  if (rows == 0) return;
-  const LaunchShape s = row_blocks(rows, ctx, op);
-  logits_row_max_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(row_max, logits, rows, cols, valid);
-  check_launch(op);
+  launch_row_blocks(logits_row_max_kernel<T>, rows, ctx, op, row_max, logits, rows, cols, valid);
 }
 
 template <typename T>
@@ -200,11 +197,8 @@ void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* 
                      int64_t start, int64_t valid, const CudaContext& ctx) {
   const char* op = "logits_exp_sums";
   check_rows(op, rows, cols, valid);
-  if (rows == 0) return;
-  const LaunchShape s = row_blocks(rows, ctx, op);
-  logits_exp_sums_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(sums, logits, row_max, targets, rows, cols, start,
-                                                                  valid);
-  check_launch(op);
+  launch_row_blocks(logits_exp_sums_kernel<T>, rows, ctx, op, sums, logits, row_max, targets, rows, cols, start,
+                    valid);
 }
 
 template <typename T>
@@ -220,11 +214,9 @@ void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t*
                                    int64_t start, int64_t valid, double grad_scale, const CudaContext& ctx) {
   const char* op = "cross_entropy_backward_window";
   check_rows(op, rows, cols, valid);
-  if (rows == 0 || cols == 0) return;
-  const LaunchShape s = row_blocks(rows, ctx, op);
-  cross_entropy_backward_window_kernel<<<grid_of(s), s.block, 0, ctx.stream>>>(
-      logits, logsumexp, targets, rows, cols, start, valid, static_cast<T>(grad_scale));
-  check_launch(op);
+  if (cols == 0) return;
+  launch_row_blocks(cross_entropy_backward_window_kernel<T>, rows, ctx, op, logits, logsumexp, targets, rows, cols,
+                    start, valid, static_cast<T>(grad_scale));
 }
 
 #define TRIPOD_INSTANTIATE(T)                                                                                        \
