@@ -7,7 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
@@ -66,7 +66,7 @@ double median_step_seconds(const RunConfig& config, const ParallelLayout& shape,
 void run_layouts(const LayoutsOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), *backend);
+  auto world = make_world(*backend, o.comm);
   const int n = world->size();
   std::vector<std::string> overrides = o.overrides;
   for (const std::string& s : {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/world.h"
+
 namespace tripod::bench {
 
 struct LayoutsOptions {
@@ -19,6 +21,7 @@ struct LayoutsOptions {
   int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
   double peak_tflops = 0;
   std::string json_out, backend = "cpu";
+  CommSettings comm;
 };
 
 void run_layouts(const LayoutsOptions& options);

@@ -8,7 +8,7 @@
 
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
@@ -29,7 +29,7 @@ double median(std::vector<double> v) {
 void run_overlap(const OverlapOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), *backend);
+  auto world = make_world(*backend, o.comm);
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("model.vocab_size=" + std::to_string(o.vocab));
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));

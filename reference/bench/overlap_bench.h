@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/world.h"
+
 namespace tripod::bench {
 
 struct OverlapOptions {
@@ -19,6 +21,7 @@ struct OverlapOptions {
   int64_t batch = 4, seq_len = 128, vocab = 8192, repeats = 7;
   double bucket_mb = 1.0;
   std::string json_out, backend = "cpu";
+  CommSettings comm;
 };
 
 void run_overlap(const OverlapOptions& options);

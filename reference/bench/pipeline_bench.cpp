@@ -11,7 +11,7 @@
 
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "parallel/pipeline_executor.h"
 
 namespace tripod::bench {
@@ -58,7 +58,7 @@ void write_outputs(const PipelineBenchOptions& o, int p, const nlohmann::json& r
 void run_pipeline_bench(const PipelineBenchOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), *backend);  // the boundary buffers live on the backend
+  auto world = make_world(*backend, o.comm);  // the boundary buffers live on the backend
   const int p = world->size();
   const bool root = world->rank() == 0;
   check(o.forward_ms > 0 && o.repeats >= 1, "--forward-ms must be positive and --repeats at least 1");

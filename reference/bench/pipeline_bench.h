@@ -10,11 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "comm/world.h"
+
 namespace tripod::bench {
 
 struct PipelineBenchOptions {
   std::vector<int> microbatches = {4, 8};
   std::string json_out, trace_out, backend = "cpu";
+  CommSettings comm;
   double forward_ms = 10;
   int repeats = 3;
 };

@@ -36,6 +36,7 @@ void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
       ->capture_default_str();
   cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
   add_backend_option(cmd, o.backend);
+  add_comm_options(cmd, o.comm);
   cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");
   cmd.add_flag("--inject-error", o.inject_error, "debug: corrupt one received element to prove the check fails")
       ->group("");  // hidden from --help

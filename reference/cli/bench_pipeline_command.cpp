@@ -15,6 +15,7 @@ void add_bench_pipeline_command(CLI::App& bench) {
   cmd->add_option("--json", o->json_out, "write the results as JSON here");
   cmd->add_option("--trace", o->trace_out, "write the 1F1B timeline (largest m) as JSON here");
   add_backend_option(*cmd, o->backend);
+  add_comm_options(*cmd, o->comm);
   cmd->callback([o]() { bench::run_pipeline_bench(*o); });
 }
 

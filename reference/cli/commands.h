@@ -3,6 +3,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "comm/world.h"
+
 namespace tripod::cli {
 
 void add_train_command(CLI::App& app);    // tripod train
@@ -17,6 +19,9 @@ void add_check_backend_command(CLI::App& app);  // tripod check-backend: every o
 // --backend NAME (default cpu), listing the backends built into this binary; the command makes
 // it with backend/backend_factory.h's make_backend.
 void add_backend_option(CLI::App& command, std::string& name);
+// --comm and --comm-timeout: which communicator moves the backend's tensors, and how long any
+// rank may wait for its peers (comm/world.h).
+void add_comm_options(CLI::App& command, CommSettings& comm);
 
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp

@@ -17,6 +17,7 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--json", o->json_out, "write one JSON record per layout here");
   cmd->add_option("--junit", o->junit_out, "write JUnit XML here");
   add_backend_option(*cmd, o->backend);
+  add_comm_options(*cmd, o->comm);
   cmd->add_option("--heads", o->heads, "LM heads: alternate (tied on even ZeRO stages, untied on odd), tied or untied")
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung")

@@ -15,6 +15,18 @@ void add_backend_option(CLI::App& command, std::string& name) {
       ->capture_default_str();
 }
 
+void add_comm_options(CLI::App& command, CommSettings& comm) {
+  command.add_option("--comm", comm.kind,
+                     "the communicator: " + comm_kind_names_text() +
+                         " (auto: nccl for --backend cuda, staged for other devices, mpi for the CPU;"
+                         " staged lets several ranks share one GPU)")
+      ->capture_default_str();
+  command.add_option("--comm-timeout", comm.timeout_seconds,
+                     "seconds any rank may wait for its peers in one collective or message before the job"
+                     " ends with the operation, group and rank named (0: never)")
+      ->capture_default_str();
+}
+
 }  // namespace tripod::cli
 
 namespace {

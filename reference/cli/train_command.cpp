@@ -82,6 +82,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--pipeline-trace", o->job.pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   add_backend_option(*cmd, o->job.backend);
+  add_comm_options(*cmd, o->job.comm);
   cmd->callback([o]() { run_train_command(*o); });
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "comm/comm_watchdog.h"
+
 namespace tripod {
 
 std::string reduce_op_name(ReduceOp op) {
@@ -112,9 +114,36 @@ void Communicator::validate(CommCall& call) const {
   }
 }
 
+namespace {
+
+// An asynchronous operation whose wait() is watched for the communication timeout
+// (comm/comm_watchdog.h); test() never blocks and needs no watching.
+class WatchedRequest final : public CommRequest {
+ public:
+  WatchedRequest(std::unique_ptr<CommRequest> inner, std::string what)
+      : inner_(std::move(inner)), what_(std::move(what)) {}
+  void wait() override {
+    CommWaitScope scope(what_);
+    inner_->wait();
+  }
+  bool test() override { return inner_->test(); }
+
+ private:
+  std::unique_ptr<CommRequest> inner_;
+  std::string what_;
+};
+
+}  // namespace
+
 std::unique_ptr<CommRequest> Communicator::submit(CommCall call, bool blocking) {
   validate(call);
-  return start(call, blocking);
+  if (times_out_itself()) return start(call, blocking);
+  if (!blocking) return std::make_unique<WatchedRequest>(start(call, false), where(call.op));
+  // A blocking call may block inside start() (MPI's blocking collectives) or in wait().
+  CommWaitScope scope(*this, call.op);
+  std::unique_ptr<CommRequest> request = start(call, true);
+  request->wait();
+  return request;
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) const {

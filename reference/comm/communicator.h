@@ -8,7 +8,8 @@
 // are accepted by every communicator, so reports and timings need no device round trip.
 //
 // Every operation has a blocking form and an `_async` form that returns a CommRequest; the
-// blocking form is the async one followed by wait(). Requests keep their tensors' storage alive
+// blocking form is the async one followed by wait(). No wait is endless: past the communication
+// timeout (comm/comm_watchdog.h, default 300 s) the job ends with the operation, group and rank named. Requests keep their tensors' storage alive
 // until they complete, so a caller may drop its own references early. Calls are collective over
 // the group (except send/recv) and, as in MPI and NCCL, every member must issue the same
 // collectives in the same order.
@@ -113,6 +114,9 @@ class Communicator {
   // a request that is already complete.
   virtual std::unique_ptr<CommRequest> start(const CommCall& call, bool blocking) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) const = 0;
+  // True for a backend whose waits poll and enforce comm_timeout_seconds() themselves (NCCL, which
+  // can abort its communicator and throw); the others are watched by comm/comm_watchdog.h.
+  virtual bool times_out_itself() const { return false; }
 
  private:
   std::unique_ptr<CommRequest> submit(CommCall call, bool blocking);

@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.h"
 
+#include "comm/comm_watchdog.h"
 #include "core/bf16.h"
 
 #include <climits>
@@ -339,7 +340,9 @@ std::unique_ptr<Communicator> mpi_world() {
   check(MpiRuntime::initialized(), "mpi_world: MPI is not initialised (create an MpiRuntime first)");
   MPI_Comm dup = MPI_COMM_NULL;
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi_world: MPI_Comm_dup");
-  return std::make_unique<MpiCommunicator>(dup, "mpi:world");
+  auto world = std::make_unique<MpiCommunicator>(dup, "mpi:world");
+  if (world->size() > 1) set_comm_process_label(str_cat("rank ", world->rank(), " of ", world->size()));
+  return world;
 }
 
 }  // namespace tripod

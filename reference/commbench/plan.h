@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/world.h"
 #include "commbench/collective_spec.h"
 #include "commbench/report.h"
 #include "parallel/process_grid.h"
@@ -30,7 +31,8 @@ struct CommBenchOptions {
   std::string json_out;
   bool async = false;
   bool inject_error = false;  // debug: corrupt one received element per check on one rank
-  std::string backend = "cpu";  // where the buffers live (a device's are staged through host memory)
+  std::string backend = "cpu";  // where the buffers live
+  CommSettings comm;             // which communicator moves them (--comm: a device's staged, or NCCL)
 };
 
 // "8" -> 8, "64K" -> 65536, "128M", "1G", "1.5k" -> 1536 (nccl-tests' parsesize).

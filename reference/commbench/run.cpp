@@ -13,7 +13,7 @@
 #include "commbench/group.h"
 #include "commbench/report.h"
 #include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "comm/rank_errors.h"
 #include "core/host_memory.h"
@@ -157,7 +157,7 @@ void run_bench_comm(const CommBenchOptions& options) {
   std::vector<CommBenchPlan> plans = make_plans(options);  // checked before MPI: same error on every rank
   auto backend = make_backend(options.backend);
   MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), *backend);  // a device's buffers are staged through the host
+  auto world = make_world(*backend, options.comm);  // --comm: a device's buffers staged or moved by NCCL
   BenchGroup group;
   // The layout and the root depend only on the flags: every rank fails alike, and reports.
   check_on_every_rank(*world, [&] {

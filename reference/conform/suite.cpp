@@ -7,7 +7,7 @@
 #include "backend/backend_factory.h"
 #include "comm/host_collectives.h"
 #include "comm/mpi_communicator.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
 #include "conform/watchdog.h"
@@ -103,7 +103,7 @@ void agree(Communicator& world, Outcome& o, const std::string& my_failure) {
 class Suite {
  public:
   explicit Suite(const SuiteOptions& o)
-      : o_(o), backend_(make_backend(o.backend)), world_(communicator_for(mpi_world(), *backend_)),
+      : o_(o), backend_(make_backend(o.backend)), world_(make_world(*backend_, o.comm)),
         root_(world_->rank() == 0), tied_(suite_config(o, true)), untied_(suite_config(o, false)) {
     check(o.steps >= 2, "--steps must be at least 2 (got ", o.steps,
           "): at one step zero-initialised biases hide bugs that a second step shows");

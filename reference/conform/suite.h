@@ -14,10 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/world.h"
+
 namespace tripod::conform {
 
 struct SuiteOptions {
   std::string dtype = "fp64", config, json_out, junit_out, backend = "cpu";
+  CommSettings comm;  // --comm, --comm-timeout
   std::string heads = "alternate";  // alternate, tied or untied
   std::vector<std::string> layouts, overrides, faults;
   int steps = 5;

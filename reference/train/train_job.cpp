@@ -5,7 +5,7 @@
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
 #include "comm/rank_errors.h"
-#include "comm/staged_communicator.h"
+#include "comm/world.h"
 #include "parallel/launch.h"
 
 namespace tripod {
@@ -19,7 +19,7 @@ void print_summary(const TrainSummary& s) {
 
 void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backend) {
   MpiRuntime mpi;
-  auto world = communicator_for(mpi_world(), backend);  // device tensors reach MPI through host copies
+  auto world = make_world(backend, job.comm);  // --comm: device tensors staged through the host, or NCCL
   ParallelLayout layout = job.layout;
   if (layout.dp == 0) layout.dp = std::max(1, world->size() / std::max(1, layout.tp * layout.pp));
   const StepShape step{job.config.train.batch_size, job.config.train.seq_len, job.config.train.pipeline_split};
@@ -41,6 +41,7 @@ void run_train_job(const TrainJob& job) {
   const LaunchInfo launch = detect_launch();
   pin_threads(launch);
   auto backend = make_backend(job.backend);
+  resolve_comm_kind(job.comm.kind, *backend);  // a bad --comm is refused even where no communicator is made
   if (job.parallel || launch.world_size > 1) {
     run_parallel(job, launch, *backend);
   } else {

@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 
+#include "comm/world.h"
 #include "parallel/parallel_layout.h"
 #include "train/run_config.h"
 #include "train/train_loop.h"
@@ -17,6 +18,7 @@ struct TrainJob {
   ParallelLayout layout;  // dp 0: the world size / (tp * pp)
   bool parallel = false;  // run through MPI even on one rank (a layout was asked for)
   std::string backend = "cpu";
+  CommSettings comm;  // --comm, --comm-timeout (multi-rank runs)
   std::string pipeline_trace;  // write the last step's pipeline timeline here
 };
 

@@ -1,0 +1,320 @@
+#include "comm/nccl/nccl_communicator.h"
+
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "comm/comm_watchdog.h"
+#include "comm/nccl/nccl_group.h"
+#include "core/error.h"
+#include "core/host_memory.h"
+
+namespace tripod {
+namespace {
+
+using nccl::NcclGroup;
+
+// The end of a batch of NCCL work on a group's stream, and what runs once it is reached.
+struct Completion {
+  cudaEvent_t done = nullptr;
+  std::vector<Tensor> keep;              // storage in use by the operation until it completes
+  std::vector<std::function<void()>> finish;  // on the compute stream, after it waits for `done`
+  bool finished = false;
+  ~Completion() {
+    if (done) cudaEventDestroy(done);
+  }
+};
+
+class NcclCommunicator;
+
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(NcclCommunicator& comm, std::shared_ptr<Completion> completion, std::string what)
+      : comm_(&comm), completion_(std::move(completion)), what_(std::move(what)) {}
+  ~NcclRequest() override;
+  void wait() override;
+  bool test() override;
+
+ private:
+  NcclCommunicator* comm_;                  // null once the communicator is gone
+  std::shared_ptr<Completion> completion_;  // null: a queued point-to-point operation not yet issued
+  std::string what_;
+  friend class NcclCommunicator;
+};
+
+// A send or receive waiting for the next flush (nccl_communicator.h: point-to-point).
+struct QueuedP2p {
+  bool send = false;
+  Tensor t;
+  int peer = 0;
+  NcclRequest* request = nullptr;  // gets the batch's completion when issued
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cuda::CudaBackend& backend)
+      : host_(std::move(host)), backend_(backend), name_(nccl_name(host_->name())),
+        group_(std::make_unique<NcclGroup>(comm, name_)) {
+    int nccl_rank = -1;
+    group_->check(ncclCommUserRank(comm, &nccl_rank), name_ + ": ncclCommUserRank");
+    check(nccl_rank == host_->rank(), name_, ": NCCL rank ", nccl_rank, " differs from the MPI rank ", host_->rank());
+  }
+  ~NcclCommunicator() override {
+    for (QueuedP2p& q : queued_) q.request->comm_ = nullptr;  // never issued: nothing to wait for
+  }
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::string name() const override { return name_; }
+
+  // Issues the queued sends and receives as one NCCL group.
+  void flush() {
+    if (queued_.empty()) return;
+    std::vector<QueuedP2p> batch;
+    batch.swap(queued_);
+    auto completion = begin("send/recv");
+    {
+      CommWaitScope scope(flush_what_);  // a first connection to a peer blocks on the host
+      group_->check(ncclGroupStart(), name_ + ": ncclGroupStart");
+      for (const QueuedP2p& q : batch) {
+        const auto count = static_cast<size_t>(q.t.numel());
+        const ncclDataType_t type = nccl::nccl_dtype(q.t.dtype());
+        ncclResult_t r = q.send ? ncclSend(q.t.device_raw(), count, type, q.peer, group_->comm(), group_->stream())
+                                : ncclRecv(q.t.device_raw(), count, type, q.peer, group_->comm(), group_->stream());
+        group_->check(r, where(q.send ? CommOp::Send : CommOp::Recv));
+        completion->keep.push_back(q.t);
+      }
+      group_->check(ncclGroupEnd(), name_ + ": ncclGroupEnd");
+    }
+    end(*completion);
+    for (QueuedP2p& q : batch) q.request->completion_ = completion;
+  }
+  void forget(NcclRequest* request) {
+    for (auto it = queued_.begin(); it != queued_.end(); ++it)
+      if (it->request == request) {
+        queued_.erase(it);
+        return;
+      }
+  }
+  void await(Completion& c, const std::string& what) {
+    group_->await(c.done, what);
+    finish(c);
+  }
+  bool poll(Completion& c, const std::string& what) {
+    if (!group_->poll(c.done, what)) return false;
+    finish(c);
+    return true;
+  }
+
+ protected:
+  bool accepts(Device device) const override { return device == Device::Host || device == Device::Cuda; }
+  bool can_reduce(DType) const override { return true; }
+  bool times_out_itself() const override { return true; }
+  std::unique_ptr<CommRequest> start(const CommCall& call, bool blocking) override;
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) const override;
+
+ private:
+  static std::string nccl_name(const std::string& mpi_name) {
+    return "nccl:" + (mpi_name.rfind("mpi:", 0) == 0 ? mpi_name.substr(4) : mpi_name);
+  }
+  cudaStream_t compute() const { return backend_.context().stream; }
+
+  // Orders the group's stream after the compute issued so far.
+  std::shared_ptr<Completion> begin(const char* what) {
+    auto c = std::make_shared<Completion>();
+    cudaEvent_t ready = nullptr;
+    NcclGroup::check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), name_ + ": cudaEventCreate");
+    NcclGroup::check_cuda(cudaEventRecord(ready, compute()), name_ + ": " + what);
+    NcclGroup::check_cuda(cudaStreamWaitEvent(group_->stream(), ready, 0), name_ + ": " + what);
+    cudaEventDestroy(ready);  // destroying a recorded event is safe: the wait already holds it
+    NcclGroup::check_cuda(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), name_ + ": cudaEventCreate");
+    return c;
+  }
+  void end(Completion& c) {
+    NcclGroup::check_cuda(cudaEventRecord(c.done, group_->stream()), name_ + ": cudaEventRecord");
+  }
+  void finish(Completion& c) {
+    if (c.finished) return;
+    c.finished = true;
+    NcclGroup::check_cuda(cudaStreamWaitEvent(compute(), c.done, 0), name_ + ": cudaStreamWaitEvent");
+    for (auto& step : c.finish) step();
+    c.keep.clear();
+  }
+
+  std::unique_ptr<CommRequest> start_collective(const CommCall& call, bool blocking);
+
+  std::unique_ptr<Communicator> host_;
+  cuda::CudaBackend& backend_;
+  std::string name_;
+  std::string flush_what_ = name_ + ": send/recv group";
+  std::unique_ptr<NcclGroup> group_;
+  std::vector<QueuedP2p> queued_;
+  friend class NcclRequest;
+};
+
+NcclRequest::~NcclRequest() {
+  if (!completion_) {
+    if (comm_) comm_->forget(this);
+    return;
+  }
+  if (completion_->finished || std::uncaught_exceptions() > 0) return;
+  try {
+    wait();
+  } catch (...) {  // a destructor must not throw; the error was the caller's to see in wait()
+  }
+}
+
+void NcclRequest::wait() {
+  if (!comm_) fail(what_, ": its communicator was destroyed before the operation was issued");
+  if (!completion_) comm_->flush();
+  comm_->await(*completion_, what_);
+}
+
+bool NcclRequest::test() {
+  if (!comm_) fail(what_, ": its communicator was destroyed before the operation was issued");
+  if (!completion_) comm_->flush();
+  return comm_->poll(*completion_, what_);
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+    default: return ncclSum;  // Avg: a sum, then a scaling on the compute stream
+  }
+}
+
+bool is_reduction(CommOp op) { return op == CommOp::AllReduce || op == CommOp::ReduceScatter || op == CommOp::Reduce; }
+
+std::unique_ptr<CommRequest> NcclCommunicator::start(const CommCall& call, bool blocking) {
+  // Host tensors and barriers go through the group's MPI communicator.
+  if (call.op == CommOp::Barrier || call.in.on_host()) {
+    flush();
+    CommWaitScope scope(*this, call.op);
+    switch (call.op) {
+      case CommOp::AllReduce: host_->all_reduce(call.in, call.out, call.reduce); break;
+      case CommOp::ReduceScatter: host_->reduce_scatter(call.in, call.out, call.reduce); break;
+      case CommOp::AllGather: host_->all_gather(call.in, call.out); break;
+      case CommOp::Broadcast: host_->broadcast(call.in, call.peer); break;
+      case CommOp::Reduce: host_->reduce(call.in, call.out, call.reduce, call.peer); break;
+      case CommOp::AllToAll: host_->all_to_all(call.in, call.out); break;
+      case CommOp::Send: host_->send(call.in, call.peer, call.tag); break;
+      case CommOp::Recv: host_->recv(call.out, call.peer, call.tag); break;
+      case CommOp::Barrier: backend_.synchronize(); host_->barrier(); break;
+    }
+    return std::make_unique<CompletedRequest>();
+  }
+  if (call.op == CommOp::Send || call.op == CommOp::Recv) {
+    auto request = std::make_unique<NcclRequest>(*this, nullptr, where(call.op));
+    queued_.push_back({call.op == CommOp::Send, call.in, call.peer, request.get()});
+    if (blocking) request->wait();
+    return request;
+  }
+  flush();  // queued point-to-point first: the peers issue them in this order too
+  return start_collective(call, blocking);
+}
+
+std::unique_ptr<CommRequest> NcclCommunicator::start_collective(const CommCall& call, bool blocking) {
+  const std::string what = where(call.op);
+  Backend& dev = backend_;
+  const int n = size(), me = rank();
+  // bf16 reductions in fp32: widen into scratch on the compute stream, round back after.
+  const bool widen = is_reduction(call.op) && call.in.dtype() == DType::BF16;
+  Tensor in = call.in.reshape({call.in.numel()}), out = call.out.reshape({call.out.numel()});
+  Tensor result = out;  // what the caller reads
+  if (widen) {
+    Tensor wide_in = dev.alloc({in.numel()}, DType::F32);
+    dev.convert(in, wide_in);
+    Tensor wide_out = call.in_place ? (call.op == CommOp::ReduceScatter ? wide_in.view(me * out.numel(), {out.numel()}) : wide_in)
+                                    : dev.alloc({out.numel()}, DType::F32);
+    in = wide_in;
+    out = wide_out;
+  } else if (call.op == CommOp::AllToAll && call.in_place) {
+    Tensor copy = dev.alloc({in.numel()}, in.dtype());  // every block is read and written at once
+    dev.copy(in, copy);
+    in = copy;
+  }
+  auto completion = begin(comm_op_name(call.op).c_str());
+  completion->keep = {call.in, call.out, in, out};
+  const ncclDataType_t type = nccl::nccl_dtype(in.dtype());
+  const ncclRedOp_t op = nccl_op(call.reduce);
+  ncclComm_t c = group_->comm();
+  cudaStream_t s = group_->stream();
+  const void* send = in.device_raw();
+  void* recv = out.device_raw();
+  ncclResult_t r = ncclSuccess;
+  {
+    CommWaitScope scope(what);  // a first connection blocks on the host
+    switch (call.op) {
+      case CommOp::AllReduce: r = ncclAllReduce(send, recv, out.numel(), type, op, c, s); break;
+      case CommOp::ReduceScatter: r = ncclReduceScatter(send, recv, out.numel(), type, op, c, s); break;
+      case CommOp::AllGather: r = ncclAllGather(send, recv, in.numel(), type, c, s); break;
+      case CommOp::Broadcast: r = ncclBroadcast(send, recv, in.numel(), type, call.peer, c, s); break;
+      case CommOp::Reduce: r = ncclReduce(send, recv, out.numel(), type, op, call.peer, c, s); break;
+      case CommOp::AllToAll: {
+        const size_t block = static_cast<size_t>(in.numel() / n), bytes = block * dtype_size(in.dtype());
+        r = ncclGroupStart();
+        for (int peer = 0; peer < n && r == ncclSuccess; ++peer) {
+          r = ncclSend(static_cast<const char*>(send) + peer * bytes, block, type, peer, c, s);
+          if (r == ncclSuccess) r = ncclRecv(static_cast<char*>(recv) + peer * bytes, block, type, peer, c, s);
+        }
+        const ncclResult_t ended = ncclGroupEnd();
+        if (r == ncclSuccess) r = ended;
+        break;
+      }
+      default: fail(what, ": not a collective");
+    }
+  }
+  group_->check(r, what);
+  end(*completion);
+  const bool writes_result = call.op != CommOp::Reduce || me == call.peer;
+  if (writes_result && call.reduce == ReduceOp::Avg && is_reduction(call.op))
+    completion->finish.push_back([&dev, out, n] { dev.scale(out, 1.0 / n); });
+  if (widen && writes_result) completion->finish.push_back([&dev, out, result] { dev.convert(out, result); });
+  auto request = std::make_unique<NcclRequest>(*this, completion, what);
+  if (blocking) request->wait();
+  return request;
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, const std::string& name) const {
+  std::unique_ptr<Communicator> host = host_->split(color, key, name);
+  ncclComm_t sub = nullptr;
+  {
+    const std::string what = name_ + ": ncclCommSplit";
+    CommWaitScope scope(what);
+    group_->check(ncclCommSplit(group_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), what);
+  }
+  if (!host) return nullptr;
+  return std::make_unique<NcclCommunicator>(std::move(host), sub, backend_);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> nccl_world(std::unique_ptr<Communicator> mpi_world, Backend& backend) {
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  check(cuda_backend != nullptr, "--comm nccl needs the CUDA backend (this run's backend is '", backend.name(), "')");
+  // The unique id travels as 32 int32 host elements (128 bytes) over MPI.
+  ncclUniqueId id{};
+  static_assert(sizeof id % sizeof(int32_t) == 0, "ncclUniqueId is a whole number of int32");
+  Tensor wire = host_alloc({static_cast<int64_t>(sizeof id / sizeof(int32_t))}, DType::I32);
+  if (mpi_world->rank() == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) fail("ncclGetUniqueId: NCCL ", ncclGetErrorString(r));
+    std::memcpy(wire.raw(), &id, sizeof id);
+  }
+  mpi_world->broadcast(wire, 0);
+  std::memcpy(&id, wire.raw(), sizeof id);
+  ncclComm_t comm = nullptr;
+  {
+    const std::string what = "ncclCommInitRank of nccl:world";
+    CommWaitScope scope(what);
+    const ncclResult_t r = ncclCommInitRank(&comm, mpi_world->size(), id, mpi_world->rank());
+    if (r != ncclSuccess) fail(what, " (rank ", mpi_world->rank(), " of ", mpi_world->size(), "): NCCL ",
+                               ncclGetErrorString(r), " (", ncclGetLastError(nullptr), ")");
+  }
+  return std::make_unique<NcclCommunicator>(std::move(mpi_world), comm, *cuda_backend);
+}
+
+}  // namespace tripod

@@ -1,0 +1,42 @@
+// NCCL backend of the Communicator: the CUDA backend's tensors moved by NCCL on the GPU, one
+// process per GPU (NCCL refuses two ranks on one device: comm/world.h's `staged` serves that case).
+//
+// How it is put together:
+//   - the world: rank 0 makes the ncclUniqueId and broadcasts it over the MPI world; sub-groups
+//     come from ncclCommSplit (same color/key rules as MPI_Comm_split, ties by rank). Every NCCL
+//     group keeps the matching MPI group, which moves host tensors (reports, flags) and barriers.
+//   - streams: each group issues its operations on its own stream. An operation first makes that
+//     stream wait for an event recorded on the backend's compute stream (so it reads what the
+//     compute before it wrote); wait() makes the compute stream wait for the operation's end event
+//     (so compute after it reads the result), then runs the finishing steps (Avg's scaling, the
+//     rounding of a bf16 result) on the compute stream.
+//   - bf16 reductions run in fp32 (contributions widened exactly, the result rounded once), as
+//     every Tripod communicator promises; NCCL's own bf16 reductions round at every step.
+//   - point-to-point: NCCL has no tags, and it orders all operations of one communicator. A pair of
+//     ranks exchanging in both directions (a pipeline's forward and backward traffic) deadlocks if
+//     each side's send must finish before its receive starts, so sends and receives are not issued
+//     one by one: they are queued and issued together, in one ncclGroupStart/End, at the next
+//     wait(), test() or collective. Within a group NCCL pairs the i-th send from A to B with the
+//     i-th receive at B from A, so messages match by order, not by tag: every caller must post, per
+//     ordered pair of ranks, its receives in the order the peer posts the sends. Tripod's pipeline
+//     schedules do (parallel/pipeline: one activation and one gradient per micro-batch and virtual
+//     stage, in schedule order on both sides; suites/unit/test_pipeline_message_order.cpp checks it for
+//     every schedule). A message that found the wrong receive would hang or be misread, and a hang
+//     ends in the timeout error below.
+//   - no silent hang: wait() polls the end event together with ncclCommGetAsyncError and the
+//     communication timeout (comm/comm_watchdog.h); an asynchronous error or the timeout aborts the
+//     communicator (ncclCommAbort) and throws an Error naming the operation, group and rank. Calls
+//     that can block on the host (initialisation, a first connection) run under the watchdog.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+
+namespace tripod {
+
+// Collective over `mpi_world`'s processes. `backend` must be the CUDA backend and outlive the
+// communicator and its splits.
+std::unique_ptr<Communicator> nccl_world(std::unique_ptr<Communicator> mpi_world, Backend& backend);
+
+}  // namespace tripod

@@ -1,0 +1,57 @@
+#include "comm/world.h"
+
+#include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/error.h"
+#ifdef TRIPOD_HAVE_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
+
+namespace tripod {
+
+std::string comm_kind_names_text() { return "auto, mpi, staged, nccl"; }
+
+bool nccl_built() {
+#ifdef TRIPOD_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string resolve_comm_kind(const std::string& kind, const Backend& backend) {
+  const bool host = backend.device() == Device::Host;
+  const bool cuda = backend.device() == Device::Cuda;
+  if (kind == "auto") return host ? "mpi" : cuda ? "nccl" : "staged";
+  if (kind == "mpi") {
+    if (!host)
+      fail("--comm mpi moves host memory only, and the ", backend.name(),
+           " backend's tensors live on a device: use --comm staged", cuda ? " or --comm nccl" : "");
+    return kind;
+  }
+  if (kind == "staged") return host ? "mpi" : kind;  // host tensors need no staging
+  if (kind == "nccl") {
+    if (!cuda) fail("--comm nccl moves CUDA tensors only: use it with --backend cuda (this run's backend is '",
+                    backend.name(), "')");
+    if (!nccl_built()) fail("--comm nccl: this tripod was built without NCCL (no CUDA toolkit found at build time)");
+    return kind;
+  }
+  fail("--comm: unknown communicator '", kind, "' (one of: ", comm_kind_names_text(), ")");
+}
+
+std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& settings) {
+  check(settings.timeout_seconds >= 0, "--comm-timeout: ", settings.timeout_seconds,
+        " s is negative (0 turns the timeout off)");
+  set_comm_timeout(settings.timeout_seconds);
+  const std::string kind = resolve_comm_kind(settings.kind, backend);
+  std::unique_ptr<Communicator> host = mpi_world();
+  if (kind == "mpi") return host;
+  if (kind == "staged") return std::make_unique<StagedCommunicator>(std::move(host), backend);
+#ifdef TRIPOD_HAVE_NCCL
+  return nccl_world(std::move(host), backend);
+#else
+  fail("--comm nccl: this tripod was built without NCCL");
+#endif
+}
+
+}  // namespace tripod

@@ -1,0 +1,33 @@
+// The communicator all of a command's ranks share, chosen by `--comm` for the backend:
+//   mpi     host memory through Open MPI (the CPU backend's);
+//   staged  a device's tensors copied to host buffers and moved by Open MPI (any number of ranks
+//           per GPU: how a single GPU runs multi-rank layouts; the emulated backend's);
+//   nccl    the CUDA backend's tensors moved by NCCL on the GPU (one rank per GPU);
+//   auto    (default) nccl for the CUDA backend, staged for other devices, mpi for host memory.
+// It also sets the communication timeout (comm/comm_watchdog.h) for the process.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "comm/comm_watchdog.h"
+#include "comm/communicator.h"
+
+namespace tripod {
+
+struct CommSettings {
+  std::string kind = "auto";  // auto, mpi, staged, nccl
+  double timeout_seconds = kDefaultCommTimeoutSeconds;
+};
+
+std::string comm_kind_names_text();  // "auto, mpi, staged, nccl"
+bool nccl_built();                   // this program was built with the NCCL communicator
+
+// The kind `auto` resolves to for `backend` (or the kind asked for); an unknown kind, or one that
+// cannot move the backend's tensors, is an Error saying which kinds can.
+std::string resolve_comm_kind(const std::string& kind, const Backend& backend);
+
+// Needs an MpiRuntime. Collective over all processes of the launch.
+std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& settings);
+
+}  // namespace tripod
