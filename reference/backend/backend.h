@@ -63,6 +63,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // The physical device, for tools that see it from outside (NVML): a CUDA device's PCI bus id
+  // ("0000:3B:00.0"); "" for host memory.
+  virtual std::string device_bus_id() const { return ""; }
   // What the allocator holds (conform records each layout's peak against the memory accounting).
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;  // peak = live

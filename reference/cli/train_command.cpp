@@ -4,6 +4,7 @@
 //               --pipeline-split 2,1,1|auto --pipeline-trace FILE] [--backend cpu|emulated]
 // Options become a RunConfig and a ParallelLayout; train/train_job.h runs them.
 #include "cli/commands.h"
+#include "core/error.h"
 #include "data/token_dataset.h"
 #include "parallel/pipeline_split.h"
 #include "train/train_job.h"
@@ -18,7 +19,25 @@ struct TrainCommandOptions {
   double bucket_mb = 4.0;
   std::string schedule = "1f1b", pipeline_split;
   int microbatches = 0;  // 0: train.micro_batches from the config
+  std::string slow_rank;  // --slow-rank RANK:MS
 };
+
+// "1:50" -> rank 1, 50 ms.
+void parse_slow_rank(const std::string& text, TrainOptions& options) {
+  if (text.empty()) return;
+  const auto colon = text.find(':');
+  std::size_t used_rank = 0, used_ms = 0;
+  try {
+    check(colon != std::string::npos, "");
+    options.slow_rank = std::stoi(text.substr(0, colon), &used_rank);
+    options.slow_rank_ms = std::stod(text.substr(colon + 1), &used_ms);
+  } catch (const std::exception&) {
+    used_rank = 0;
+  }
+  check(colon != std::string::npos && used_rank == colon && used_ms == text.size() - colon - 1 &&
+            options.slow_rank >= 0 && options.slow_rank_ms >= 0,
+        "--slow-rank: '", text, "' is not RANK:MILLISECONDS (e.g. 1:50)");
+}
 
 RunConfig command_config(const TrainCommandOptions& o) {
   std::vector<std::string> overrides = o.overrides;
@@ -42,6 +61,7 @@ RunConfig command_config(const TrainCommandOptions& o) {
 void run_train_command(TrainCommandOptions o) {
   TrainJob& job = o.job;
   job.config = command_config(o);
+  parse_slow_rank(o.slow_rank, job.options);
   ParallelLayout& l = job.layout;
   l.micro_batches = static_cast<int>(job.config.train.micro_batches);
   l.schedule = parse_schedule_kind(o.schedule);
@@ -64,6 +84,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", o->job.options.resume_dir, "continue from this checkpoint directory");
   cmd->add_option("--exit-after", o->job.options.exit_after,
                   "stop after N steps of this invocation (checkpointing to --save), as if interrupted");
+  cmd->add_option("--slow-rank", o->slow_rank,
+                  "testing aid: RANK:MS makes world rank RANK sleep MS milliseconds in every step (a straggler for"
+                  " the per-rank timing report, or with a large MS a stalled rank for --comm-timeout)");
   cmd->add_option("--tp", l.tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", l.pp, "pipeline-parallel size")->capture_default_str();
   cmd->add_option("--dp", l.dp, "data-parallel size (default: ranks / (tp * pp))");

@@ -92,6 +92,9 @@ class Watchdog {
 };
 
 thread_local int scope_depth = 0;
+std::atomic<double> total_wait_seconds{0};
+
+double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -127,12 +130,23 @@ CommWaitScope::CommWaitScope(const std::string& what) { open(nullptr, CommOp::Ba
 void CommWaitScope::open(const Communicator* comm, CommOp op, const std::string* what) {
   if (scope_depth++ > 0) return;
   outermost_ = true;
+  opened_at_ = steady_seconds();
   if (comm_timeout_seconds() > 0) Watchdog::instance().open(comm, op, what);
 }
 
 CommWaitScope::~CommWaitScope() {
   --scope_depth;
-  if (outermost_) Watchdog::instance().close();
+  if (!outermost_) return;
+  Watchdog::instance().close();
+  add_comm_wait_seconds(steady_seconds() - opened_at_);
+}
+
+double comm_wait_seconds() { return total_wait_seconds.load(); }
+
+void add_comm_wait_seconds(double seconds) {
+  double old = total_wait_seconds.load();
+  while (!total_wait_seconds.compare_exchange_weak(old, old + seconds)) {
+  }
 }
 
 }  // namespace tripod

@@ -26,6 +26,12 @@ double comm_timeout_seconds();
 // How this process is named in the watchdog's message: "rank 3 of 8" (set once the world is known).
 void set_comm_process_label(const std::string& label);
 
+// Seconds this process has spent waiting for its peers (inside outermost scopes, and in the NCCL
+// communicator's waits): a step's time minus its waits is the rank's own work, which is how a
+// straggler is told from the ranks that wait for it (train/rank_timing.h).
+double comm_wait_seconds();
+void add_comm_wait_seconds(double seconds);
+
 // "tripod: error: rank 1 of 2: all_reduce on mpi:world/dp (rank 0 of 2) waited 3 s ..." (one line).
 std::string comm_timeout_message(const std::string& process_label, const std::string& waiting_in, double seconds);
 
@@ -44,6 +50,7 @@ class CommWaitScope {
  private:
   void open(const Communicator* comm, CommOp op, const std::string* what);
   bool outermost_ = false;
+  double opened_at_ = 0;  // seconds on the steady clock
 };
 
 }  // namespace tripod

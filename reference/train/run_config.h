@@ -38,6 +38,7 @@ struct TrainSettings {
   std::string metrics;        // JSONL metrics path ("" = none)
   int64_t save_every = 0;     // checkpoint every N steps to --save DIR (0: only at the end)
   std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)
+  int64_t rank_stats_every = 10;        // multi-rank runs: gather per-rank step times (train/rank_timing.h)
 };
 
 struct DataSettings {

@@ -1,12 +1,14 @@
 #include "train/train_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "backend/backend.h"
 #include "comm/host_collectives.h"
@@ -14,7 +16,9 @@
 #include "data/token_dataset.h"
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
+#include "train/gpu_health_log.h"
 #include "train/pipeline_report.h"
+#include "train/rank_timing.h"
 #include "train/trainer.h"
 
 namespace tripod {
@@ -94,11 +98,18 @@ class TrainingRun {
     const int64_t first_step = engine_->step();
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
     while (engine_->step() < stop) {
+      rank_timer_.step_begin();
+      if (root_) gpu_health_.step_begin();
+      if (parallel_ && parallel_->world->rank() == options_.slow_rank)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
       const StepResult r = engine_->train_step(loader.samples(engine_->step() * t.batch_size, t.batch_size));
+      rank_timer_.step_end();
       record_step(r, first_step);
+      record_rank_times(engine_->step() == stop);
       if (t.save_every > 0 && engine_->step() % t.save_every == 0 && engine_->step() != t.steps) save();
     }
     save();
+    if (root_ && rank_times_) std::printf("  %s\n", describe_rank_times(*rank_times_).c_str());
     if (distributed_ && engine_->step() > first_step && distributed_->schedule().stages > 1)
       report_pipeline(*distributed_, root_, parallel_->pipeline_trace);
     summary_.steps = engine_->step() - first_step;
@@ -134,6 +145,7 @@ class TrainingRun {
                 data_.val ? "" : " (no held-out split: no eval loss)");
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
+    if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
     if (engine_->step() > 0)
       std::printf("  resuming from %s at step %lld\n", options_.resume_dir.c_str(), static_cast<long long>(engine_->step()));
   }
@@ -174,11 +186,20 @@ class TrainingRun {
       std::printf("\n");
       std::fflush(stdout);
     }
+    if (root_) gpu_health_.add_to(record, r.tokens, ranks_);
     if (metrics_.is_open()) metrics_ << record.dump() << "\n" << std::flush;
   }
 
   void save() {
     if (!options_.save_dir.empty()) engine_->save(options_.save_dir);
+  }
+
+  // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
+  void record_rank_times(bool last) {
+    auto times = rank_timer_.gather_if_due(engine_->step(), last);
+    if (!times) return;
+    rank_times_ = times;
+    if (metrics_.is_open()) metrics_ << rank_times_json(*times).dump() << "\n" << std::flush;
   }
 
   RunConfig config_;
@@ -194,6 +215,9 @@ class TrainingRun {
   DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
   std::optional<data::BatchLoader> val_loader_;
   std::ofstream metrics_;
+  RankTimer rank_timer_{parallel_ ? parallel_->world : nullptr, config_.train.rank_stats_every};
+  std::optional<RankTimes> rank_times_;  // the latest gather
+  GpuHealthLog gpu_health_{backend_};
   TrainSummary summary_;
   double seconds_ = 0;
   int64_t tokens_ = 0;

@@ -14,6 +14,10 @@ struct TrainOptions {
   std::string resume_dir;  // continue from this checkpoint (same model, same data order)
   int64_t exit_after = 0;  // stop (and checkpoint) after this many steps of this invocation, as if
                            // interrupted; 0 runs to train.steps
+  // A testing aid (--slow-rank R:MS): world rank R sleeps MS milliseconds in every step, a straggler
+  // for the per-rank timing report (train/rank_timing.h) to find. -1: none.
+  int slow_rank = -1;
+  double slow_rank_ms = 0;
 };
 
 struct TrainSummary {

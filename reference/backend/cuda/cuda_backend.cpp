@@ -52,6 +52,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   ctx_.workspace_bytes = kGemmWorkspaceBytes;
 }
 
+std::string CudaBackend::device_bus_id() const {
+  char id[32] = {};
+  check_cuda(cudaDeviceGetPCIBusId(id, sizeof id, device_), "cudaDeviceGetPCIBusId");
+  return id;
+}
+
 CudaBackend::~CudaBackend() {
   // Errors here cannot be reported (a destructor); the work is finished first so frees are safe.
   cudaStreamSynchronize(ctx_.stream);

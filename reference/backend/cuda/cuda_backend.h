@@ -24,6 +24,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return name_; }
   Device device() const override { return Device::Cuda; }
+  std::string device_bus_id() const override;
   MemoryStats memory_stats() const override { return {counters_->live.load(), counters_->peak.load()}; }
   void reset_peak_memory() override { counters_->peak.store(counters_->live.load()); }
   const CudaContext& context() const { return ctx_; }

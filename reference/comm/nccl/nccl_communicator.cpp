@@ -31,25 +31,17 @@ class NcclCommunicator;
 
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(NcclCommunicator& comm, std::shared_ptr<Completion> completion, std::string what)
-      : comm_(&comm), completion_(std::move(completion)), what_(std::move(what)) {}
+  NcclRequest(NcclCommunicator& comm, NcclGroup& group, std::shared_ptr<Completion> completion, std::string what)
+      : comm_(comm), group_(group), completion_(std::move(completion)), what_(std::move(what)) {}
   ~NcclRequest() override;
   void wait() override;
   bool test() override;
 
  private:
-  NcclCommunicator* comm_;                  // null once the communicator is gone
-  std::shared_ptr<Completion> completion_;  // null: a queued point-to-point operation not yet issued
+  NcclCommunicator& comm_;
+  NcclGroup& group_;  // the NCCL communicator the operation runs on
+  std::shared_ptr<Completion> completion_;
   std::string what_;
-  friend class NcclCommunicator;
-};
-
-// A send or receive waiting for the next flush (nccl_communicator.h: point-to-point).
-struct QueuedP2p {
-  bool send = false;
-  Tensor t;
-  int peer = 0;
-  NcclRequest* request = nullptr;  // gets the batch's completion when issued
 };
 
 class NcclCommunicator final : public Communicator {
@@ -61,49 +53,19 @@ class NcclCommunicator final : public Communicator {
     group_->check(ncclCommUserRank(comm, &nccl_rank), name_ + ": ncclCommUserRank");
     check(nccl_rank == host_->rank(), name_, ": NCCL rank ", nccl_rank, " differs from the MPI rank ", host_->rank());
   }
-  ~NcclCommunicator() override {
-    for (QueuedP2p& q : queued_) q.request->comm_ = nullptr;  // never issued: nothing to wait for
-  }
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   std::string name() const override { return name_; }
 
-  // Issues the queued sends and receives as one NCCL group.
-  void flush() {
-    if (queued_.empty()) return;
-    std::vector<QueuedP2p> batch;
-    batch.swap(queued_);
-    auto completion = begin("send/recv");
-    {
-      CommWaitScope scope(flush_what_);  // a first connection to a peer blocks on the host
-      group_->check(ncclGroupStart(), name_ + ": ncclGroupStart");
-      for (const QueuedP2p& q : batch) {
-        const auto count = static_cast<size_t>(q.t.numel());
-        const ncclDataType_t type = nccl::nccl_dtype(q.t.dtype());
-        ncclResult_t r = q.send ? ncclSend(q.t.device_raw(), count, type, q.peer, group_->comm(), group_->stream())
-                                : ncclRecv(q.t.device_raw(), count, type, q.peer, group_->comm(), group_->stream());
-        group_->check(r, where(q.send ? CommOp::Send : CommOp::Recv));
-        completion->keep.push_back(q.t);
-      }
-      group_->check(ncclGroupEnd(), name_ + ": ncclGroupEnd");
-    }
-    end(*completion);
-    for (QueuedP2p& q : batch) q.request->completion_ = completion;
-  }
-  void forget(NcclRequest* request) {
-    for (auto it = queued_.begin(); it != queued_.end(); ++it)
-      if (it->request == request) {
-        queued_.erase(it);
-        return;
-      }
-  }
-  void await(Completion& c, const std::string& what) {
-    group_->await(c.done, what);
+  void await(NcclGroup& group, Completion& c, const std::string& what) {
+    if (c.finished) return;
+    group.await(c.done, what);
     finish(c);
   }
-  bool poll(Completion& c, const std::string& what) {
-    if (!group_->poll(c.done, what)) return false;
+  bool poll(NcclGroup& group, Completion& c, const std::string& what) {
+    if (c.finished) return true;
+    if (!group.poll(c.done, what)) return false;
     finish(c);
     return true;
   }
@@ -122,18 +84,18 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute() const { return backend_.context().stream; }
 
   // Orders the group's stream after the compute issued so far.
-  std::shared_ptr<Completion> begin(const char* what) {
+  std::shared_ptr<Completion> begin(NcclGroup& group, const char* what) {
     auto c = std::make_shared<Completion>();
     cudaEvent_t ready = nullptr;
     NcclGroup::check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), name_ + ": cudaEventCreate");
     NcclGroup::check_cuda(cudaEventRecord(ready, compute()), name_ + ": " + what);
-    NcclGroup::check_cuda(cudaStreamWaitEvent(group_->stream(), ready, 0), name_ + ": " + what);
+    NcclGroup::check_cuda(cudaStreamWaitEvent(group.stream(), ready, 0), name_ + ": " + what);
     cudaEventDestroy(ready);  // destroying a recorded event is safe: the wait already holds it
     NcclGroup::check_cuda(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), name_ + ": cudaEventCreate");
     return c;
   }
-  void end(Completion& c) {
-    NcclGroup::check_cuda(cudaEventRecord(c.done, group_->stream()), name_ + ": cudaEventRecord");
+  void end(NcclGroup& group, Completion& c) {
+    NcclGroup::check_cuda(cudaEventRecord(c.done, group.stream()), name_ + ": cudaEventRecord");
   }
   void finish(Completion& c) {
     if (c.finished) return;
@@ -144,21 +106,18 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<CommRequest> start_collective(const CommCall& call, bool blocking);
+  std::unique_ptr<CommRequest> start_p2p(const CommCall& call, bool blocking);
+  NcclGroup& sender_group(int sender);
 
   std::unique_ptr<Communicator> host_;
   cuda::CudaBackend& backend_;
   std::string name_;
-  std::string flush_what_ = name_ + ": send/recv group";
   std::unique_ptr<NcclGroup> group_;
-  std::vector<QueuedP2p> queued_;
-  friend class NcclRequest;
+  // Point-to-point: one communicator per sender, made on the first send or receive.
+  std::vector<std::unique_ptr<NcclGroup>> senders_;
 };
 
 NcclRequest::~NcclRequest() {
-  if (!completion_) {
-    if (comm_) comm_->forget(this);
-    return;
-  }
   if (completion_->finished || std::uncaught_exceptions() > 0) return;
   try {
     wait();
@@ -166,17 +125,8 @@ NcclRequest::~NcclRequest() {
   }
 }
 
-void NcclRequest::wait() {
-  if (!comm_) fail(what_, ": its communicator was destroyed before the operation was issued");
-  if (!completion_) comm_->flush();
-  comm_->await(*completion_, what_);
-}
-
-bool NcclRequest::test() {
-  if (!comm_) fail(what_, ": its communicator was destroyed before the operation was issued");
-  if (!completion_) comm_->flush();
-  return comm_->poll(*completion_, what_);
-}
+void NcclRequest::wait() { comm_.await(group_, *completion_, what_); }
+bool NcclRequest::test() { return comm_.poll(group_, *completion_, what_); }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
@@ -191,7 +141,6 @@ bool is_reduction(CommOp op) { return op == CommOp::AllReduce || op == CommOp::R
 std::unique_ptr<CommRequest> NcclCommunicator::start(const CommCall& call, bool blocking) {
   // Host tensors and barriers go through the group's MPI communicator.
   if (call.op == CommOp::Barrier || call.in.on_host()) {
-    flush();
     CommWaitScope scope(*this, call.op);
     switch (call.op) {
       case CommOp::AllReduce: host_->all_reduce(call.in, call.out, call.reduce); break;
@@ -206,13 +155,7 @@ std::unique_ptr<CommRequest> NcclCommunicator::start(const CommCall& call, bool 
     }
     return std::make_unique<CompletedRequest>();
   }
-  if (call.op == CommOp::Send || call.op == CommOp::Recv) {
-    auto request = std::make_unique<NcclRequest>(*this, nullptr, where(call.op));
-    queued_.push_back({call.op == CommOp::Send, call.in, call.peer, request.get()});
-    if (blocking) request->wait();
-    return request;
-  }
-  flush();  // queued point-to-point first: the peers issue them in this order too
+  if (call.op == CommOp::Send || call.op == CommOp::Recv) return start_p2p(call, blocking);
   return start_collective(call, blocking);
 }
 
@@ -236,7 +179,7 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_collective(const CommCall& 
     dev.copy(in, copy);
     in = copy;
   }
-  auto completion = begin(comm_op_name(call.op).c_str());
+  auto completion = begin(*group_, comm_op_name(call.op).c_str());
   completion->keep = {call.in, call.out, in, out};
   const ncclDataType_t type = nccl::nccl_dtype(in.dtype());
   const ncclRedOp_t op = nccl_op(call.reduce);
@@ -268,12 +211,49 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_collective(const CommCall& 
     }
   }
   group_->check(r, what);
-  end(*completion);
+  end(*group_, *completion);
   const bool writes_result = call.op != CommOp::Reduce || me == call.peer;
   if (writes_result && call.reduce == ReduceOp::Avg && is_reduction(call.op))
     completion->finish.push_back([&dev, out, n] { dev.scale(out, 1.0 / n); });
   if (widen && writes_result) completion->finish.push_back([&dev, out, result] { dev.convert(out, result); });
-  auto request = std::make_unique<NcclRequest>(*this, completion, what);
+  auto request = std::make_unique<NcclRequest>(*this, *group_, completion, what);
+  if (blocking) request->wait();
+  return request;
+}
+
+NcclGroup& NcclCommunicator::sender_group(int sender) {
+  if (senders_.empty()) {
+    // Collective over the group: every member makes them at its first send or receive, in the
+    // same order (a pipeline's ranks all send and receive).
+    const std::string what = name_ + ": ncclCommSplit (one communicator per sender)";
+    CommWaitScope scope(what);
+    for (int k = 0; k < size(); ++k) {
+      ncclComm_t dup = nullptr;
+      group_->check(ncclCommSplit(group_->comm(), 0, rank(), &dup, nullptr), what);
+      senders_.push_back(std::make_unique<NcclGroup>(dup, str_cat(name_, " (sends of rank ", k, ")")));
+    }
+  }
+  return *senders_[static_cast<std::size_t>(sender)];
+}
+
+std::unique_ptr<CommRequest> NcclCommunicator::start_p2p(const CommCall& call, bool blocking) {
+  const bool send = call.op == CommOp::Send;
+  const std::string what = where(call.op);
+  NcclGroup& group = sender_group(send ? rank() : call.peer);
+  auto completion = begin(group, send ? "send" : "recv");
+  completion->keep = {call.in};
+  const Tensor& t = call.in;
+  const auto count = static_cast<size_t>(t.numel());
+  const ncclDataType_t type = nccl::nccl_dtype(t.dtype());
+  ncclResult_t r = ncclSuccess;
+  {
+    CommWaitScope scope(what);  // a first connection to the peer blocks on the host
+    r = send ? ncclSend(t.device_raw(), count, type, call.peer, group.comm(), group.stream())
+             : ncclRecv(t.device_raw(), count, type, call.peer, group.comm(), group.stream());
+  }
+  group.check(r, what);
+  end(group, *completion);
+  auto request = std::make_unique<NcclRequest>(*this, group, completion, what);
   if (blocking) request->wait();
   return request;
 }

@@ -12,17 +12,16 @@
 //     rounding of a bf16 result) on the compute stream.
 //   - bf16 reductions run in fp32 (contributions widened exactly, the result rounded once), as
 //     every Tripod communicator promises; NCCL's own bf16 reductions round at every step.
-//   - point-to-point: NCCL has no tags, and it orders all operations of one communicator. A pair of
-//     ranks exchanging in both directions (a pipeline's forward and backward traffic) deadlocks if
-//     each side's send must finish before its receive starts, so sends and receives are not issued
-//     one by one: they are queued and issued together, in one ncclGroupStart/End, at the next
-//     wait(), test() or collective. Within a group NCCL pairs the i-th send from A to B with the
-//     i-th receive at B from A, so messages match by order, not by tag: every caller must post, per
-//     ordered pair of ranks, its receives in the order the peer posts the sends. Tripod's pipeline
-//     schedules do (parallel/pipeline: one activation and one gradient per micro-batch and virtual
-//     stage, in schedule order on both sides; suites/unit/test_pipeline_message_order.cpp checks it for
-//     every schedule). A message that found the wrong receive would hang or be misread, and a hang
-//     ends in the timeout error below.
+//   - point-to-point: NCCL has no tags, runs the operations of one communicator in issue order,
+//     and a send may wait for its receive (no eager buffering can be assumed). So each member of a
+//     group gets its own communicator for what it sends (made by ncclCommSplit at the group's
+//     first send or receive, collectively): a rank's sends run in issue order on its own stream,
+//     its receives from rank q in order on q's stream, and a send whose receive comes late never
+//     holds up a receive. Messages then match by order, not by tag: per ordered pair of ranks,
+//     receives must be posted in the order the peer sends. suites/unit/test_pipeline_message_order.cpp
+//     checks every pipeline schedule under exactly these rules (order equals tags, no deadlock),
+//     and shows that one queue per rank would deadlock the interleaved schedules. A message that
+//     met the wrong receive would hang or be misread; a hang ends in the timeout error below.
 //   - no silent hang: wait() polls the end event together with ncclCommGetAsyncError and the
 //     communication timeout (comm/comm_watchdog.h); an asynchronous error or the timeout aborts the
 //     communicator (ncclCommAbort) and throws an Error naming the operation, group and rank. Calls

@@ -65,8 +65,11 @@ void NcclGroup::await(cudaEvent_t done, const std::string& what) {
   const double timeout = comm_timeout_seconds();
   const Clock::time_point start = Clock::now();
   for (int spins = 0;; ++spins) {
-    if (poll(done, what)) return;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (poll(done, what)) {
+      add_comm_wait_seconds(waited);
+      return;
+    }
     if (timeout > 0 && waited >= timeout)
       abort_and_fail(what, str_cat("did not complete within ", timeout, " s (--comm-timeout): a peer rank is stopped,",
                                    " hung, or waiting in a different operation"));

@@ -1,0 +1,45 @@
+#include "train/gpu_health_log.h"
+
+#include "core/error.h"
+
+namespace tripod {
+
+GpuHealthLog::GpuHealthLog(const Backend& backend) : bus_id_(backend.device_bus_id()) {
+  if (bus_id_.empty()) return;
+  nvml_ = std::make_unique<NvmlReader>();
+  if (!nvml_->available()) return;
+  try {
+    gpu_name_ = nvml_->read_bus_id(bus_id_).name;
+  } catch (const Error& e) {
+    error_ = e.what();
+  }
+}
+
+std::string GpuHealthLog::startup_line() const {
+  if (!nvml_) return "";
+  if (!nvml_->available()) return "GPU health: none (" + nvml_->why_unavailable() + ")";
+  if (!error_.empty()) return "GPU health: none (" + error_ + ")";
+  return "GPU health: " + gpu_name_ + " at " + bus_id_ + " read through NVML every step (temperature, power, SM clock, "
+         "memory, energy)";
+}
+
+void GpuHealthLog::step_begin() {
+  if (!nvml_ || !nvml_->available() || !error_.empty()) return;
+  energy_at_begin_ = nvml_->read_bus_id(bus_id_).energy_joules;
+}
+
+void GpuHealthLog::add_to(nlohmann::json& record, int64_t step_tokens, int ranks) {
+  if (!nvml_ || !nvml_->available() || !error_.empty()) return;
+  const GpuHealth h = nvml_->read_bus_id(bus_id_);
+  record["gpu"] = {{"temperature_c", h.temperature_c},
+                   {"power_w", h.power_w},
+                   {"sm_clock_mhz", h.sm_clock_mhz},
+                   {"memory_used_mib", h.memory_used_mib}};
+  if (h.energy_joules < 0 || energy_at_begin_ < 0) return;  // no energy counter on this GPU
+  const double joules = h.energy_joules - energy_at_begin_;
+  total_energy_ += joules;
+  record["energy_joules"] = joules;
+  if (joules > 0) record["tokens_per_joule"] = static_cast<double>(step_tokens) / (joules * ranks);
+}
+
+}  // namespace tripod
