@@ -18,13 +18,17 @@
 #   lib-packed.tar.xz  the binaries and libraries over --pack-over MiB (default 1: OpenBLAS alone is
 #                      ~36 MiB, every CPU's kernels), xz-compressed, paths relative to OUT_DIR: a
 #                      user copies OUT_DIR and unpacks it in the copy (gpu-check.sh does)
+#   openmpi/           Open MPI's launcher (orterun = mpirun, orted), its run-time plugins (mca
+#                      components, PMIx's plugins), help texts and settings, relocated by
+#                      openmpi/env.sh (OPAL_PREFIX and friends): multi-rank runs on a node without
+#                      Open MPI (the staged conform, NCCL). Fabric plugins (UCX, OFI, PSM, verbs,
+#                      OpenSHMEM) are left out: a single node's ranks talk through shared memory.
 #   MANIFEST.txt, bundle.json  what was bundled, from where, sizes, and what the node must provide
 #
 # Never bundled: CUDA's libcudart, libcublas, libcublasLt, NCCL (the node's CUDA 13 toolkit in
 # /usr/local/cuda/lib64, or the nvidia-* pip packages' lib folders: gpu-check.sh looks in both)
-# and libcuda (the driver). Open MPI's run-time plugins (mca components) are not bundled: only
-# MPI_Init loads them, which single-process commands never call; --verify proves it by running
-# where no Open MPI folder exists.
+# and libcuda (the driver). --verify runs where no Open MPI folder of this machine is visible: the
+# single-process commands without MPI_Init, and a 2-rank `bench comm` through openmpi/.
 # The build uses TRIPOD_MARCH=x86-64-v3 (AVX2/FMA), not -march=native: the node's CPU is another.
 #
 # --verify DIR, the proof. In a private mount namespace (unshare -m: root only), chroot'ed into
@@ -116,6 +120,50 @@ add_binary() {
          "$([ "$dest" = "$OUT/bin" ] && echo plain || echo packed)" "$1" >>"$OUT/MANIFEST.txt"
 }
 
+# Open MPI's launcher and plugins into OUT/openmpi (see the header), their libraries into lib/.
+OMPI_PKGLIB=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+PMIX_PLUGINS=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+OMPI_LEFT_OUT='ucx|ofi|psm|verbs|openib|usnic|portals|spml|sshmem|scoll|memheap|atomic_|oshmem|monitoring|java'
+add_openmpi() {
+  local o=$OUT/openmpi f soname path
+  mkdir -p "$o/bin" "$o/lib/openmpi3" "$o/lib/pmix" "$o/share" "$o/etc"
+  cp /usr/bin/orterun /usr/bin/orted "$o/bin/"
+  for f in "$OMPI_PKGLIB"/*.so; do
+    [[ "$(basename "$f")" =~ $OMPI_LEFT_OUT ]] || cp "$f" "$o/lib/openmpi3/"
+  done
+  cp "$PMIX_PLUGINS"/*.so "$o/lib/pmix/"
+  cp -r /usr/share/openmpi "$o/share/openmpi"
+  cp /etc/openmpi/openmpi-mca-params.conf "$o/etc/"
+  for f in "$o"/bin/* "$o"/lib/openmpi3/*.so "$o"/lib/pmix/*.so; do
+    while read -r soname path; do
+      [ -z "${seen[$soname]:-}" ] || continue
+      seen[$soname]=1
+      if is_cuda_lib "$soname" || is_base_lib "$soname"; then continue; fi
+      [ "$path" != not-found ] || { echo "gpu-bundle: error: $f needs $soname, not found here" >&2; exit 1; }
+      if is_compat_lib "$soname"; then add_lib "$soname" "$path" lib/compat; else add_lib "$soname" "$path" lib; fi
+    done < <(resolved_libs "$f")
+  done
+  # Sourced by gpu-check-lib.sh: Open MPI and PMIx find their parts under the bundle, not /usr.
+  cat >"$o/env.sh" <<'ENV'
+# shellcheck shell=sh
+# Source it from bash (it finds its folder), or from any sh with TRIPOD_OPENMPI=this folder.
+_ompi=${TRIPOD_OPENMPI:-}
+if [ -z "$_ompi" ] && [ -n "${BASH_SOURCE:-}" ]; then _ompi=$(cd "${BASH_SOURCE%/*}" && pwd); fi
+[ -n "$_ompi" ] || { echo "openmpi/env.sh: source it from bash, or set TRIPOD_OPENMPI" >&2; return 1; }
+export OPAL_PREFIX=$_ompi OPAL_EXEC_PREFIX=$_ompi OPAL_BINDIR=$_ompi/bin OPAL_LIBDIR=$_ompi/lib \
+       OPAL_PKGLIBDIR=$_ompi/lib/openmpi3 OPAL_DATAROOTDIR=$_ompi/share OPAL_DATADIR=$_ompi/share \
+       OPAL_PKGDATADIR=$_ompi/share/openmpi OPAL_SYSCONFDIR=$_ompi/etc \
+       PMIX_MCA_mca_base_component_path=$_ompi/lib/pmix
+export PATH=$_ompi/bin:$PATH
+# Without ssh (a bare node), mpirun's default launcher refuses to start even local ranks; the
+# isolated launcher starts them on this node only.
+command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || export OMPI_MCA_plm=isolated
+unset _ompi
+ENV
+  printf '%-28s %10s  %-10s %-6s %s\n' openmpi/ "$(du -sb "$o" | cut -f1)" openmpi plain \
+         "orterun, orted, $(find "$o/lib" -name '*.so' | wc -l) plugins" >>"$OUT/MANIFEST.txt"
+}
+
 bundle() {
   local binaries=("$BUILD_DIR/reference/tripod")
   if [ -x "$BUILD_DIR/suites/tripod_gpu_tests" ]; then
@@ -150,6 +198,7 @@ bundle() {
     echo "gpu-bundle: error: ldd finds no ${missing[*]} for the binaries here: cannot bundle them" >&2
     exit 1
   fi
+  add_openmpi
   # libmvec is glibc's too, though only binaries using vector maths name it.
   [ -n "${seen[libmvec.so.1]:-}" ] || add_lib libmvec.so.1 /lib/x86_64-linux-gnu/libmvec.so.1 lib/glibc
   if [ -n "$(find "$PACK_DIR" -type f -print -quit)" ]; then
@@ -223,6 +272,8 @@ verify() {
   mkdir -p "$work/with-glibc/lib64" "$work/with-glibc/lib/x86_64-linux-gnu"
   cp "$work/b/lib/glibc/"* "$work/with-glibc/lib/x86_64-linux-gnu/"
   cp "$work/b/lib/glibc/ld-linux-x86-64.so.2" "$work/with-glibc/lib64/"
+  mkdir -p "$work/with-glibc/bin"
+  cp "$(readlink -f /bin/sh)" "$work/with-glibc/bin/sh"  # dash: needs only libc, as any node's shell
   local libs=/bundle/lib:/bundle/lib/compat${cuda_dir:+:$cuda_dir}
   cat >"$work/inside.sh" <<EOF
 set -uo pipefail
@@ -254,6 +305,19 @@ step with-glibc /bundle/bin/tripod train --config /src/reference/configs/tiny.js
 step with-glibc /bundle/bin/tripod check-backend --backend emulated --against cpu --dtype fp64 --only layernorm
 step with-glibc /bundle/bin/tripod bench gemm-rate --backend cpu --dtype fp32 --sizes 64 --repeat 2 --min-time-ms 0
 if [ -x "$work/b/bin/tripod_gpu_tests" ]; then step with-glibc /bundle/bin/tripod_gpu_tests --gtest_brief=1; fi
+step with-glibc /bin/sh -c 'TRIPOD_OPENMPI=/bundle/openmpi . /bundle/openmpi/env.sh && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     orterun --oversubscribe --mca btl self,vader -np 2 /bundle/bin/tripod bench comm all_reduce -b 8 -e 1K'
+step with-glibc /bin/sh -c 'TRIPOD_OPENMPI=/bundle/openmpi . /bundle/openmpi/env.sh && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     orterun --oversubscribe --mca btl self,vader -np 2 /bundle/bin/tripod train \
+     --config /src/reference/configs/tiny.json --set data.dir=/work/data --set train.steps=2 --set train.eval_every=0 \
+     --set train.metrics=/work/metrics2.jsonl'
+echo "== 1b. control: without openmpi/env.sh, Open MPI finds no plugins and a 2-rank run fails"
+if run with-glibc /bin/sh -c 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 /bundle/openmpi/bin/orterun \
+     --oversubscribe -np 2 /bundle/bin/tripod bench comm all_reduce -b 8 -e 1K' >"$work/control-mpi.log" 2>&1; then
+  echo "FAIL: the 2-rank run worked without openmpi/env.sh: this machine's Open MPI is visible"; status=1
+else
+  head -2 "$work/control-mpi.log" | sed 's/^/    /'
+fi
 echo "== 2. a root with no system library at all: through the bundle's own loader"
 step bare /bundle/lib/glibc/ld-linux-x86-64.so.2 --library-path /bundle/lib/glibc:$libs \
      /bundle/bin/tripod data synthetic --out /work/data --vocab-size 64 --order 1 --tokens 30000
@@ -274,7 +338,7 @@ EOF
   if [ -z "$(find "$work/with-glibc/bundle" "$work/bare/bundle" -mindepth 1 -print -quit)" ]; then rm -rf "$work"; fi
   if [ $status -eq 0 ]; then
     echo "== verify: PASS - the bundle runs with nothing from this machine but glibc${cuda_dir:+ and CUDA}," \
-         "and with no system library at all through lib/glibc; no Open MPI plugin was needed"
+         "and with no system library at all through lib/glibc; 2 ranks through the bundled Open MPI"
   else
     echo "== verify: FAIL" >&2
   fi

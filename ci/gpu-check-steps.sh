@@ -281,5 +281,93 @@ step_sanitizer() {
   [ "$i" -eq "${#cases[@]}" ] || skip "time ran out: $(cat "$STEP_DIR/key.txt"); the others were not run"
 }
 
+# ---- several ranks (issue: NCCL, staged communicator) ----
+
+# RANKS ARGS...: `tripod ARGS` on RANKS ranks of this node, through the bundle's Open MPI
+# (openmpi/env.sh) where there is one, else the system's mpirun; each rank starts as `tripod`
+# does (library path, or the bundle's loader). ENV=VALUE words before RANKS go to every rank's
+# environment through a wrapper, with {rank} replaced by its rank (NCCL_HOSTID=h{rank}).
+tripod_ranks() {
+  local vars=()
+  while [[ "$1" == *=* ]]; do vars+=("$1"); shift; done
+  local ranks=$1
+  shift
+  local launcher=mpirun
+  if [ -n "$BUNDLE" ] && [ -f "$BUNDLE/openmpi/env.sh" ]; then
+    # shellcheck disable=SC1091
+    . "$BUNDLE/openmpi/env.sh"
+    launcher=orterun
+  fi
+  command -v "$launcher" >/dev/null || { echo "no $launcher: a multi-rank run needs Open MPI (bundle it: ci/gpu-bundle.sh)"; return 1; }
+  local app=("$TRIPOD_BIN")
+  [ -z "$TRIPOD_LOADER" ] || app=("$TRIPOD_LOADER" --library-path "$TRIPOD_LIBS" "$TRIPOD_BIN")
+  if [ ${#vars[@]} -gt 0 ]; then
+    local wrapper=$WORK/rank-env.sh v
+    { echo '#!/bin/sh'; echo 'r=${OMPI_COMM_WORLD_RANK:?not started by Open MPI}'
+      for v in "${vars[@]}"; do printf 'export %s\n' "${v//\{rank\}/\$r}"; done
+      echo 'exec "$@"'; } >"$wrapper"
+    chmod +x "$wrapper"
+    app=("$wrapper" "${app[@]}")
+  fi
+  local mpi=("$(command -v "$launcher")" --oversubscribe --mca btl self,vader --timeout "$((STEP_LIMIT - 3))" -np "$ranks")
+  echo "== $launcher -np $ranks tripod $*${vars[*]:+ (per rank: ${vars[*]})}"
+  if [ -n "$TRIPOD_LOADER" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        "$TRIPOD_LOADER" --library-path "$TRIPOD_LIBS" "${mpi[@]}" "${app[@]}" "$@"
+  else
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 LD_LIBRARY_PATH=$TRIPOD_LIBS \
+        "${mpi[@]}" "${app[@]}" "$@"
+  fi
+}
+
+# NCCL at world size 1: the plumbing (unique id, communicator, streams, events) and every
+# collective's values (#wrong must be 0), up to 256 MiB.
+step_nccl-1() {
+  local c rc=0
+  for c in all_reduce all_gather reduce_scatter broadcast reduce alltoall; do
+    if dry; then
+      tripod_ranks 2 bench comm "$c" --backend emulated --comm staged -b 8 -e 64K -f 8 -n 2 \
+          -J "$STEP_DIR/$c.json" || rc=1
+    else
+      tripod_ranks 1 bench comm "$c" --backend cuda --comm nccl -b 8 -e 256M -f 8 -n 5 -d all \
+          -J "$STEP_DIR/$c.json" || rc=1
+    fi
+  done
+  grep -h '# Out of bounds' "$STEP_DIR/log.txt" | sort | uniq -c | tee "$STEP_DIR/key.txt"
+  return $rc
+}
+
+# The staged communicator: several ranks share the one GPU (NCCL refuses that), each layout's
+# losses and parameters against the single-device reference: 2 ranks over every 2-rank layout in
+# fp64, 4 ranks over a 3D set in fp32.
+step_staged-conform() {
+  local backend=cuda
+  dry && backend=emulated
+  tripod_ranks 2 conform --backend "$backend" --comm staged --dtype fp64 --json "$STEP_DIR/conform-2.json" || return 1
+  tripod_ranks 4 conform --backend "$backend" --comm staged --dtype fp32 --json "$STEP_DIR/conform-4.json" \
+      --layouts tp2-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp4-z3-mb1 tp2-pp1-dp2-z1-mb1 tp1-pp2-dp2-z2-mb2-1f1b || return 1
+  grep -h 'rows (' "$STEP_DIR/log.txt" | tee "$STEP_DIR/key.txt"
+}
+
+# NCCL with two ranks on the one GPU: each rank claims another host (NCCL_HOSTID) and NCCL talks
+# through sockets only, as a public nccl-tests report did on one RTX 5090. Slow but real NCCL
+# collectives under conform. NCCL may still refuse ("Duplicate GPU"): then skipped, with its words.
+step_nccl-socket-conform() {
+  local rc=0
+  tripod_ranks 'NCCL_HOSTID=tripod-rank-{rank}' NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket 2 \
+      conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" \
+      --layouts tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2 || rc=$?
+  if [ $rc -ne 0 ] && grep -qi 'duplicate gpu' "$STEP_DIR/log.txt"; then
+    skip "NCCL refuses two ranks on one GPU even with NCCL_HOSTID and sockets: $(grep -i -m1 'duplicate gpu' "$STEP_DIR/log.txt")"
+  fi
+  grep -h 'rows (' "$STEP_DIR/log.txt" | tee "$STEP_DIR/key.txt"
+  return $rc
+}
+
+# NVML: temperature, power, SM clock, memory of every GPU, three readings.
+step_health() {
+  tripod bench health --samples 3 --interval-ms 300 --json "$STEP_DIR/health.json" | tee "$STEP_DIR/key.txt"
+}
+
 step_fake-hang() { echo "sleeping past the limit"; sleep 30; }
 step_fake-fail() { echo "a step that fails"; exit 3; }

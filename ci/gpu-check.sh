@@ -27,6 +27,12 @@
 #   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
 #   train-fp32   the same in fp32: within 1e-5                                             [e]
 #   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
+#   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
+#   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1 (#wrong 0)
+#   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
+#                4 ranks (a 3D set, fp32), through the bundle's Open MPI
+#   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
+#                sockets only; skipped with NCCL's words where it still refuses
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g]
@@ -142,6 +148,10 @@ PLAN=(
   "train-fp64 60 1 1"
   "train-fp32 60 1 1"
   "train-rerun 45 1 1"
+  "health 15 1 0"
+  "nccl-1 45 1 1"
+  "staged-conform 100 1 1"
+  "nccl-socket-conform 60 1 0"
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"
   "bench-train 90 1 1"

@@ -140,11 +140,16 @@ KEYS = {"probe": key_probe, "data": key_data, "check": key_check, "train": key_t
         "bench": key_bench, "peer": key_peer, "gtest": key_gtest, "sanitizer": key_sanitizer}
 
 
+def key_text(d):
+    """Steps that write their key figure themselves (key.txt): its lines joined."""
+    return "; ".join(line.strip() for line in read_text(d / "key.txt").splitlines() if line.strip())
+
+
 def key_for(out_dir, name):
     base = name[4:] if name.startswith("dry-") else name
-    fn = KEYS.get(base.split("-")[0])
+    fn = KEYS.get(base.split("-")[0], key_text)
     try:
-        return fn(out_dir / name) if fn else ""
+        return fn(out_dir / name)
     except (KeyError, TypeError, ValueError, IndexError) as e:  # a partial JSON: say so, never crash
         return f"(key figure unreadable: {e!r})"
 

@@ -240,6 +240,10 @@ def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_
     for soname in ("libopenblas.so.0", "libmpi.so.40", "libgomp.so.1", "libstdc++.so.6", "libc.so.6"):
         assert soname in manifest, soname
     assert not any(x in manifest for x in ("libcudart", "libcublas", "libcuda.so"))  # the node's, never bundled
+    # Open MPI's launcher and plugins travel too (multi-rank runs on a node without Open MPI).
+    assert (bundle / "openmpi" / "env.sh").exists() and (bundle / "openmpi" / "bin" / "orterun").exists()
+    assert list((bundle / "openmpi" / "lib" / "openmpi3").glob("mca_btl_vader.so"))
+    assert not list((bundle / "openmpi" / "lib" / "openmpi3").glob("*ucx*"))  # fabric plugins left out
     info = json.loads((bundle / "bundle.json").read_text())
     assert info["node_must_provide"]["glibc_required"].startswith("GLIBC_2.")
     assert info["bytes"] < 40 * 2**20
@@ -247,11 +251,12 @@ def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_
     # glibc takes), so that every library comes from the bundle.
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(GPU_CHECK), str(out), "--dry-run", "--bundle", str(bundle), "--only",
-                             "probe,data,train-fp32,gemm-fp32"], capture_output=True, text=True, timeout=300,
+                             "probe,data,train-fp32,gemm-fp32,nccl-1"], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TRIPOD_PYTHON": sys.executable, "OMP_NUM_THREADS": "2",
                                  "TRIPOD_GPU_CHECK_BUNDLED_GLIBC": "1"})
     assert result.returncode == 0, result.stdout[-4000:]
     assert "lib/glibc/ld-linux-x86-64.so.2" in (out / "probe" / "library_path.txt").read_text()
+    assert "== orterun -np 2" in (out / "dry-nccl-1" / "log.txt").read_text()  # the bundle's Open MPI
     listing = (out / "probe" / "ldd-tripod.txt").read_text()
     resolved = [line.split("=>")[1].split()[0] for line in listing.splitlines() if "=>" in line]
     cuda = ("libcudart", "libcublas", "libnccl")  # a CUDA build's: the node's toolkit provides them
