@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
 
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
          "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
@@ -24,11 +24,7 @@ def run(cmd, timeout=60):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    out = tmp_path_factory.mktemp("corpus") / "markov"
-    result = run([str(TRIPOD), "data", "synthetic", "--out", str(out), "--vocab-size", "64", "--order", "1",
-                  "--tokens", "20000"])
-    assert result.returncode == 0, result.stderr
-    return out
+    return make_markov_corpus(tmp_path_factory.mktemp("corpus") / "markov")
 
 
 def children(pid):

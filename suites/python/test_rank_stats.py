@@ -4,7 +4,7 @@ with --slow-rank), on the CPU as on a GPU."""
 import json
 import subprocess
 
-from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
 
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
          "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
@@ -17,10 +17,7 @@ def run(cmd, timeout=120):
 
 
 def test_the_slow_rank_is_named_in_the_metrics_and_the_summary(tmp_path):
-    corpus = tmp_path / "markov"
-    made = run([str(TRIPOD), "data", "synthetic", "--out", str(corpus), "--vocab-size", "64", "--order", "1",
-                "--tokens", "20000"])
-    assert made.returncode == 0, made.stderr
+    corpus = make_markov_corpus(tmp_path / "markov")
     metrics = tmp_path / "m.jsonl"
     result = run(mpirun_command(3, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
                                 "--set", "train.steps=12", "--set", "train.rank_stats_every=5", "--set", "train.batch_size=6",

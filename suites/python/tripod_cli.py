@@ -2,6 +2,7 @@
 mpirun here (as root, oversubscribed, shared memory only, one passive thread per rank)."""
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,12 @@ def mpirun_command(ranks, *args, timeout=100):
     assert MPIRUN, "mpirun not found (install openmpi-bin)"
     return [MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", str(timeout), "-np", str(ranks),
             str(TRIPOD), *map(str, args)]
+
+
+def make_markov_corpus(out, tokens=20000):
+    """A small synthetic corpus (vocabulary 64, first-order Markov) for the command-line suites."""
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "data", "synthetic", "--out", str(out), "--vocab-size", "64", "--order", "1",
+                             "--tokens", str(tokens)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return out
