@@ -6,15 +6,30 @@
 // compared exactly; avg (a sum divided by n) is compared with a relative tolerance of a few ulps,
 // since another backend may scale before summing. `index` is the element's position in the
 // group-wide layout (block r of an all_gather input is indexed from r*k), so a block delivered to
-// the wrong place is caught too.
+// the wrong place is caught too. bfloat16 sums are exact in fp32 and rounded once to bf16 (as
+// every Tripod communicator reduces bf16), so they are compared exactly too; its avg within 1e-2.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "comm/communicator.h"
+#include "core/bf16.h"
 
 namespace tripod::commbench {
+
+// A bf16 element as the checks compute with it: stored as core/bf16.h's bits (uploaded as they
+// are), converted from a value by rounding once to nearest even, compared bit for bit.
+struct Bf16Value {
+  bf16 v{};
+  Bf16Value() = default;
+  explicit Bf16Value(double d) : v(double_to_bf16(d)) {}
+  explicit operator double() const { return bf16_to_float(v); }
+  Bf16Value& operator+=(Bf16Value o) { return *this = Bf16Value(double(*this) + double(o)); }
+  friend Bf16Value operator/(Bf16Value a, Bf16Value b) { return Bf16Value(double(a) / double(b)); }
+  friend bool operator==(Bf16Value a, Bf16Value b) { return a.v.bits == b.v.bits; }
+};
+static_assert(sizeof(Bf16Value) == 2, "uploaded as bf16 elements");
 
 inline int64_t input_value(int rank, int64_t index, int seed) { return 1 + (index + 7 * rank + 13 * seed) % 61; }
 
@@ -41,7 +56,7 @@ T reduced_value(ReduceOp op, int n, int64_t index, int seed) {
 template <typename T>
 bool matches(T got, T want, bool approximate) {
   if (!approximate) return got == want;
-  const double tolerance = sizeof(T) == 4 ? 1e-6 : 1e-14;  // a few ulps of float / double
+  const double tolerance = sizeof(T) == 2 ? 1e-2 : sizeof(T) == 4 ? 1e-6 : 1e-14;  // a few ulps of bf16 / float / double
   return std::abs(static_cast<double>(got) - static_cast<double>(want)) <= tolerance * std::abs(static_cast<double>(want));
 }
 

@@ -52,6 +52,7 @@ auto by_dtype(DType dtype, F&& f) {
   switch (dtype) {
     case DType::F64: return f(double{});
     case DType::I32: return f(int32_t{});
+    case DType::BF16: return f(Bf16Value{});
     default: return f(float{});
   }
 }

@@ -12,7 +12,7 @@ std::string nccl_type_name(DType dtype) {
     case DType::F32: return "float";
     case DType::F64: return "double";
     case DType::I32: return "int32";
-    default: return dtype_name(dtype);
+    case DType::BF16: return "bfloat16";
   }
 }
 
@@ -20,7 +20,8 @@ DType parse_nccl_type(const std::string& name) {
   if (name == "float" || name == "float32" || name == "fp32") return DType::F32;
   if (name == "double" || name == "float64" || name == "fp64") return DType::F64;
   if (name == "int32" || name == "int") return DType::I32;
-  fail("unsupported datatype '", name, "' (expected float, double, int32 or all)");
+  if (name == "bfloat16" || name == "bf16") return DType::BF16;
+  fail("unsupported datatype '", name, "' (expected float, double, int32, bfloat16 or all)");
 }
 
 int64_t parse_byte_size(const std::string& text) {
@@ -47,7 +48,7 @@ std::vector<ReduceOp> parse_ops(const std::string& name) {
 }
 
 std::vector<DType> parse_types(const std::string& name) {
-  if (name == "all") return {DType::I32, DType::F32, DType::F64};  // nccl-tests' order
+  if (name == "all") return {DType::I32, DType::F32, DType::F64, DType::BF16};  // nccl-tests' order
   return {parse_nccl_type(name)};
 }
 
@@ -136,7 +137,7 @@ std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   base.types = parse_types(o.datatype);
   base.ops = parse_ops(o.op);
   check(!(base.ops == std::vector<ReduceOp>{ReduceOp::Avg} && base.types == std::vector<DType>{DType::I32}),
-        "-o avg needs a floating datatype (float or double), not int32");
+        "-o avg needs a floating datatype (float, double or bfloat16), not int32");
   base.all_roots = o.root == "all";
   if (!base.all_roots) base.root = parse_root(o.root);
   base.average = o.average;

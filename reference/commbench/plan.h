@@ -5,7 +5,7 @@
 //
 // nccl-tests flags (README "Arguments"): -b minbytes, -e maxbytes (K/M/G suffixes, binary),
 // -i stepbytes or -f stepfactor (a factor > 1 wins), -n iters, -w warmup iters, -c check count
-// (0 = no check), -o sum|prod|min|max|avg|all, -d float|double|int32|all, -r root|all,
+// (0 = no check), -o sum|prod|min|max|avg|all, -d float|double|int32|bfloat16|all, -r root|all,
 // -a 0|1|2|3 = time of rank 0 | mean | min | max over all ranks, -J json file.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -38,7 +38,7 @@ struct CommBenchOptions {
 // "8" -> 8, "64K" -> 65536, "128M", "1G", "1.5k" -> 1536 (nccl-tests' parsesize).
 int64_t parse_byte_size(const std::string& text);
 
-// nccl-tests' type names: "float", "double", "int32".
+// nccl-tests' type names: "float", "double", "int32", "bfloat16".
 std::string nccl_type_name(DType dtype);
 DType parse_nccl_type(const std::string& name);  // throws for other names ("prod"-like requests)
 

@@ -111,7 +111,7 @@ def test_every_collective_parses_like_nccl_tests_and_checks_clean(ranks, tmp_pat
         assert [int(d.group(1)) for d in block["devices"]] == list(range(ranks))
         assert block["status"] == "OK" and block["out_of_bounds"] == 0
         roots = list(range(ranks)) if collective in ("broadcast", "reduce") else [-1]
-        types = {"int32": 4, "float": 4, "double": 8}
+        types = {"int32": 4, "float": 4, "double": 8, "bfloat16": 2}
         assert len(block["rows"]) == len(types) * len(roots) * len(requested)
         rows = iter(block["rows"])  # nccl-tests' loop order: type, (op,) root, size
         for type_name, elem in types.items():
@@ -144,6 +144,16 @@ def test_injected_error_is_counted_and_fails_the_run(ranks):
         assert block["status"] == "FAILED" and block["out_of_bounds"] > 0
         for row in block["rows"]:
             assert row["wrong"][0] > 0 and row["wrong"][1] > 0, (block["name"], row)
+
+
+def test_bfloat16_reduces_in_fp32_and_rounds_once():
+    # Five ranks: sums reach 305, past bf16's exact integers (256), so the check holds only if the
+    # sum is formed in fp32 and rounded once; an injected error is still caught in bf16.
+    result = mpirun(5, "all", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-d", "bfloat16", "-o", "all")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(b["out_of_bounds"] == 0 and b["rows"] for b in parse_output(result.stdout))
+    bad = mpirun(2, "all_reduce", "-b", "64", "-e", "1K", "-f", "4", "-n", "2", "-d", "bfloat16", "--inject-error")
+    assert bad.returncode != 0 and "results had wrong values" in bad.stderr
 
 
 def test_ops_and_no_check(tmp_path):
