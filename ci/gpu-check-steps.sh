@@ -199,6 +199,17 @@ gemm_rate() {  # DTYPE SIZES
 step_gemm-bf16() { gemm_rate bf16 "$GEMM_BF16_SIZES"; }
 step_gemm-fp32() { gemm_rate fp32 "$GEMM_FP32_SIZES"; }
 
+step_kernels() {
+  if dry; then
+    tripod bench kernel-rate --backend cpu --tokens 64 --channels 64 --vocab 256 --repeat 2 --min-time-ms 0 \
+        --json "$STEP_DIR/kernels.json"
+  else
+    tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 --json "$STEP_DIR/kernels.json"
+  fi
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("copy %.0f GB/s; " % j["copy_gbps"] + ", ".join("%s %.0f%%" % (r["name"], r["pct_of_copy"]) for r in j["results"][1:]))' \
+      "$STEP_DIR/kernels.json" | tee "$STEP_DIR/key.txt"
+}
+
 step_bench-train() {
   if dry; then
     tripod bench train --backend cpu --config tiny --set model.vocab_size=512 --set train.dtype="$GPT2_PRECISION" \

@@ -35,6 +35,8 @@
 #                sockets only; skipped with NCCL's words where it still refuses
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
+#   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
+#                and % of a device-to-device copy measured in the same run
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g]
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
 #   gtest        tripod_gpu_tests --gtest_output=json                                     [c]
@@ -154,6 +156,7 @@ PLAN=(
   "nccl-socket-conform 60 1 0"
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"
+  "kernels 40 1 1"
   "bench-train 90 1 1"
   "peer 90 1 1"
   "gtest 90 1 0"

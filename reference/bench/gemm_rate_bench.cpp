@@ -1,15 +1,11 @@
 #include "bench/gemm_rate_bench.h"
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "backend/backend_factory.h"
-#include "backend/transfer.h"
+#include "bench/timed_regions.h"
 #include "core/error.h"
 #include "perf/backend_peak.h"
 
@@ -50,26 +46,6 @@ std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes) {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Normal(0, 1) values: a block of up to 2^20 drawn on the host and uploaded, then copied on the
-// device over the rest, so an 8192 x 50257 operand costs one small upload, not 400 M host draws.
-void fill_random(Backend& backend, const Tensor& t, uint64_t seed) {
-  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 20);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<double> values(static_cast<std::size_t>(block));
-  for (double& v : values) v = normal(rng);
-  const Tensor first = t.view(0, {block});
-  from_host_f64(backend, values, first);
-  for (int64_t offset = block; offset < n; offset += block) {
-    const int64_t len = std::min(block, n - offset);
-    backend.copy(first.view(0, {len}), t.view(offset, {len}));
-  }
-}
-
 DType parse_gemm_dtype(const std::string& name) {
   const DType t = parse_dtype(name);
   check(t == DType::BF16 || t == DType::F32 || t == DType::F64, "gemm-rate: --dtype bf16, fp32 or fp64, not ", name);
@@ -81,7 +57,6 @@ DType c_dtype_for(DType ab) { return ab == DType::BF16 ? DType::F32 : ab; }
 }  // namespace
 
 GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, int repeat, double min_time_ms) {
-  check(repeat >= 1, "gemm-rate: --repeat must be at least 1, got ", repeat);
   // Row-major storage: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
   const Shape a_shape = g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k};
   const Shape b_shape = g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n};
@@ -89,28 +64,10 @@ GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, int repeat, 
   fill_random(backend, a, 1);
   fill_random(backend, b, 2);
   const DType accumulate = gemm_accumulate_dtype(ab);
-  auto call = [&] {
+  const RegionTiming t = time_regions(backend, [&] {
     backend.gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0, a, a_shape[1], b, b_shape[1], g.beta, c, g.n, accumulate);
-  };
-  call();  // first call: handles, heuristics, module loads, page faults
-  backend.synchronize();
-  auto start = std::chrono::steady_clock::now();
-  call();
-  backend.synchronize();
-  const double one = std::max(seconds_since(start), 1e-9);
-  GemmTiming timing{g, static_cast<int>(std::clamp(std::ceil(min_time_ms * 1e-3 / one), 1.0, 10000.0)), 0, 0};
-  std::vector<double> per_call;
-  for (int r = 0; r < repeat; ++r) {
-    backend.synchronize();  // a device runs GEMMs asynchronously: time from idle to done
-    start = std::chrono::steady_clock::now();
-    for (int i = 0; i < timing.calls_per_region; ++i) call();
-    backend.synchronize();
-    per_call.push_back(seconds_since(start) / timing.calls_per_region);
-  }
-  std::sort(per_call.begin(), per_call.end());
-  timing.median_seconds = per_call[per_call.size() / 2];
-  timing.best_seconds = per_call.front();
-  return timing;
+  }, repeat, min_time_ms);
+  return {g, t.calls_per_region, t.median_seconds, t.best_seconds};
 }
 
 namespace {

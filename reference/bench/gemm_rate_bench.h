@@ -6,11 +6,7 @@
 // Precisions (--dtype): bf16 = bf16 A and B, fp32 accumulation, fp32 C (Backend::gemm with
 // accumulate F32); fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere.
 //
-// Timing: two warm-up calls (library handles, heuristics, caches), then `repeat` timed regions,
-// each bracketed by backend.synchronize() and read on the wall clock. A region runs the GEMM
-// `calls` times back to back, `calls` chosen from the second warm-up so that a region lasts at
-// least `min_time_ms`: a single small GEMM on a GPU (~10 us) is shorter than the synchronisation
-// around it, which would otherwise be what is measured. Median and best over the regions.
+// Timing: bench/timed_regions.h (warm-ups, regions of at least min_time_ms, median and best).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -32,6 +32,7 @@ void add_bench_layouts_command(CLI::App& bench);     // bench_layouts_command.cp
 void add_bench_pipeline_command(CLI::App& bench);    // bench_pipeline_command.cpp: measured vs theoretical bubble
 void add_bench_gemm_rate_command(CLI::App& bench);   // bench_gemm_rate_command.cpp: GEMM TFLOP/s, % of peak
 void add_bench_health_command(CLI::App& bench);      // bench_health_command.cpp: NVML readings of every GPU
+void add_bench_kernel_rate_command(CLI::App& bench); // bench_kernel_rate_command.cpp: kernels in GB/s, % of a copy
 void add_bench_suite(CLI::App& bench);               // bench_suite_command.cpp: `tripod bench` runs them all
 
 }  // namespace tripod::cli

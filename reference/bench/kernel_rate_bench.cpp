@@ -1,0 +1,93 @@
+#include "bench/kernel_rate_bench.h"
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend_factory.h"
+#include "backend/transfer.h"
+#include "bench/timed_regions.h"
+#include "core/error.h"
+
+namespace tripod::bench {
+namespace {
+
+using nlohmann::json;
+
+struct KernelCase {
+  std::string name;
+  double bytes = 0;  // moved per call, at least
+  std::function<void()> call;
+};
+
+}  // namespace
+
+void run_kernel_rate(const KernelRateOptions& o) {
+  const DType dt = parse_dtype(o.dtype);
+  check(dt == DType::F32 || dt == DType::F64, "kernel-rate: --dtype fp32 or fp64, not ", o.dtype);
+  check(o.tokens > 0 && o.channels > 0 && o.vocab > 0, "kernel-rate: --tokens, --channels and --vocab must be positive");
+  check(o.min_time_ms >= 0, "kernel-rate: --min-time-ms must not be negative");
+  auto backend = make_backend(o.backend);
+  Backend& b = *backend;
+  const int64_t n = o.tokens, c = o.channels, v = o.vocab;
+  const double s = static_cast<double>(dtype_size(dt)), nc = static_cast<double>(n * c);
+  // [N, C] activations, their gradients, [N, 4C] for GELU, [N, V] logits.
+  Tensor x = b.alloc({n, c}, dt), y = b.alloc({n, c}, dt), a2 = b.alloc({n, c}, dt), dx = b.alloc({n, c}, dt);
+  Tensor w = b.alloc({c}, dt), bias = b.alloc({c}, dt), dw = b.alloc({c}, dt), db = b.alloc({c}, dt);
+  Tensor mean = b.alloc({n}, dt), rstd = b.alloc({n}, dt);
+  Tensor h = b.alloc({n, 4 * c}, dt), dh = b.alloc({n, 4 * c}, dt), hout = b.alloc({n, 4 * c}, dt);
+  Tensor m = b.alloc({n, c}, dt), var = b.alloc({n, c}, dt);
+  Tensor logits = b.alloc({n, v}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
+  uint64_t seed = 1;
+  for (const Tensor* t : {&x, &y, &a2, &dx, &w, &bias, &h, &dh, &logits}) fill_random(b, *t, seed++);
+  b.fill(var, 1.0);
+  std::vector<int32_t> target_ids(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) target_ids[static_cast<std::size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
+  b.upload(target_ids.data(), targets);
+  b.layernorm_forward(y, mean, rstd, x, w, bias, 1e-5);  // statistics for the backward
+
+  std::vector<KernelCase> cases = {
+      {"copy", 2 * nc * s, [&] { b.copy(x, y); }},
+      {"add", 3 * nc * s, [&] { b.add(y, x, a2); }},
+      {"bias_add", 2 * nc * s, [&] { b.bias_add(y, bias); }},
+      {"layernorm fwd", 2 * nc * s, [&] { b.layernorm_forward(y, mean, rstd, x, w, bias, 1e-5); }},
+      {"layernorm bwd", 4 * nc * s, [&] { b.layernorm_backward(dx, dw, db, a2, x, w, mean, rstd); }},
+      {"gelu fwd", 2 * 4 * nc * s, [&] { b.gelu_forward(hout, h); }},
+      {"gelu bwd", 3 * 4 * nc * s, [&] { b.gelu_backward(dh, h, hout); }},
+      {"adamw", 7 * nc * s, [&] { b.adamw(y, a2, m, var, 1e-4, 0.9, 0.95, 1e-8, 0.1, 10, 1.0); }},
+      {"cross-entropy fwd", static_cast<double>(n * v) * s, [&] { b.cross_entropy_forward(losses, logits, targets); }},
+      // In place: every call turns the logits into gradients of the previous call's; the traffic is the same.
+      {"cross-entropy bwd", 2.0 * static_cast<double>(n * v) * s, [&] { b.cross_entropy_backward(logits, targets, 1.0); }},
+  };
+  std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, %d timed regions of >= %.1f ms\n",
+              b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
+              static_cast<long long>(v), o.repeat, o.min_time_ms);
+  std::printf("%-20s %12s %6s %11s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best", "of copy");
+  std::fflush(stdout);
+  json results = json::array();
+  double copy_rate = 0;
+  for (const KernelCase& k : cases) {
+    const RegionTiming t = time_regions(b, k.call, o.repeat, o.min_time_ms);
+    const double rate = k.bytes / t.median_seconds;
+    if (k.name == "copy") copy_rate = rate;
+    const double of_copy = copy_rate > 0 ? 100.0 * rate / copy_rate : 0;
+    std::printf("%-20s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%%\n", k.name.c_str(), k.bytes, t.calls_per_region,
+                1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy);
+    std::fflush(stdout);
+    results.push_back({{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},
+                       {"median_seconds", t.median_seconds}, {"best_seconds", t.best_seconds},
+                       {"median_gbps", rate / 1e9}, {"pct_of_copy", of_copy}});
+  }
+  if (o.json_out.empty()) return;
+  std::ofstream out(o.json_out);
+  out << json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
+              {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"repeat", o.repeat},
+              {"min_time_ms", o.min_time_ms}, {"copy_gbps", copy_rate / 1e9}, {"results", results}}.dump(2)
+      << "\n";
+  check(out.good(), "kernel-rate: cannot write ", o.json_out);
+}
+
+}  // namespace tripod::bench

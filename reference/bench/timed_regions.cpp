@@ -1,0 +1,56 @@
+#include "bench/timed_regions.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/transfer.h"
+#include "core/error.h"
+
+namespace tripod::bench {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+RegionTiming time_regions(Backend& backend, const std::function<void()>& call, int repeat, double min_time_ms) {
+  check(repeat >= 1, "--repeat must be at least 1, got ", repeat);
+  call();  // first call: handles, heuristics, module loads, page faults
+  backend.synchronize();
+  auto start = std::chrono::steady_clock::now();
+  call();
+  backend.synchronize();
+  const double one = std::max(seconds_since(start), 1e-9);
+  RegionTiming timing{static_cast<int>(std::clamp(std::ceil(min_time_ms * 1e-3 / one), 1.0, 10000.0)), 0, 0};
+  std::vector<double> per_call;
+  for (int r = 0; r < repeat; ++r) {
+    backend.synchronize();  // a device runs asynchronously: time from idle to done
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < timing.calls_per_region; ++i) call();
+    backend.synchronize();
+    per_call.push_back(seconds_since(start) / timing.calls_per_region);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  timing.median_seconds = per_call[per_call.size() / 2];
+  timing.best_seconds = per_call.front();
+  return timing;
+}
+
+void fill_random(Backend& backend, const Tensor& t, uint64_t seed) {
+  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 20);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> values(static_cast<std::size_t>(block));
+  for (double& v : values) v = normal(rng);
+  const Tensor first = t.view(0, {block});
+  from_host_f64(backend, values, first);
+  for (int64_t offset = block; offset < n; offset += block) {
+    const int64_t len = std::min(block, n - offset);
+    backend.copy(first.view(0, {len}), t.view(offset, {len}));
+  }
+}
+
+}  // namespace tripod::bench

@@ -1,0 +1,26 @@
+// How the device benchmarks (gemm-rate, kernel-rate) time one operation through the Backend
+// interface: two warm-up calls (library handles, heuristics, caches, page faults), then `repeat`
+// timed regions, each bracketed by backend.synchronize() and read on the wall clock. A region runs
+// the call `calls_per_region` times back to back, chosen from the second warm-up so that a region
+// lasts at least `min_time_ms`: one small kernel on a GPU (~10 us) is shorter than the
+// synchronisation around it, which would otherwise be what is measured. Median and best per call.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "backend/backend.h"
+
+namespace tripod::bench {
+
+struct RegionTiming {
+  int calls_per_region = 1;
+  double median_seconds = 0, best_seconds = 0;  // per call
+};
+
+RegionTiming time_regions(Backend& backend, const std::function<void()>& call, int repeat, double min_time_ms);
+
+// Normal(0, 1) values (never constants: some libraries and chips run faster on zeros): a block of
+// up to 2^20 drawn on the host and uploaded, then copied on the device over the rest.
+void fill_random(Backend& backend, const Tensor& t, uint64_t seed);
+
+}  // namespace tripod::bench

@@ -1,0 +1,51 @@
+"""`tripod bench kernel-rate`: every memory-bound kernel of a GPT-2 step timed through the backend,
+in GB/s and as a percentage of a copy measured in the same run; on the CPU and the emulated device
+here (a GPU runs the same command in ci/gpu-check.sh)."""
+import json
+import subprocess
+
+import pytest
+
+from tripod_cli import TRIPOD, require_tripod
+
+KERNELS = ["copy", "add", "bias_add", "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "adamw",
+           "cross-entropy fwd", "cross-entropy bwd"]
+
+
+def run(*args):
+    require_tripod()
+    return subprocess.run([str(TRIPOD), "bench", "kernel-rate", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("backend, dtype", [("cpu", "fp32"), ("emulated", "fp64")])
+def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
+    out = tmp_path / "k.json"
+    result = run("--backend", backend, "--dtype", dtype, "--tokens", 64, "--channels", 32, "--vocab", 100,
+                 "--repeat", 2, "--min-time-ms", 0, "--json", out)
+    assert result.returncode == 0, result.stderr
+    j = json.loads(out.read_text())
+    assert [r["name"] for r in j["results"]] == KERNELS
+    size = 8 if dtype == "fp64" else 4
+    copy = j["results"][0]
+    assert copy["bytes"] == 2 * 64 * 32 * size and copy["pct_of_copy"] == pytest.approx(100)
+    assert j["copy_gbps"] == pytest.approx(copy["median_gbps"])
+    for r in j["results"]:
+        assert r["median_seconds"] > 0 and r["best_seconds"] <= r["median_seconds"]
+        assert r["median_gbps"] == pytest.approx(r["bytes"] / r["median_seconds"] / 1e9, rel=1e-9)
+        assert r["pct_of_copy"] == pytest.approx(100 * r["median_gbps"] / j["copy_gbps"], rel=1e-9)
+    ce = {r["name"]: r["bytes"] for r in j["results"]}
+    assert ce["cross-entropy bwd"] == 2 * ce["cross-entropy fwd"] == 2 * 64 * 100 * size
+    for name in KERNELS:
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dtype", "bf16"], "kernel-rate: --dtype fp32 or fp64, not bf16"),
+    (["--tokens", "0"], "--tokens, --channels and --vocab must be positive"),
+    (["--repeat", "0", "--tokens", "8"], "--repeat must be at least 1"),
+])
+def test_bad_input_is_refused(args, message):
+    result = run(*args)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
