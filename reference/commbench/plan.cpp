@@ -14,6 +14,7 @@ std::string nccl_type_name(DType dtype) {
     case DType::I32: return "int32";
     case DType::BF16: return "bfloat16";
   }
+  return dtype_name(dtype);
 }
 
 DType parse_nccl_type(const std::string& name) {
