@@ -64,8 +64,40 @@ void from_host_tensor(Backend& backend, const HostTensor& host, const Tensor& t,
   }
 }
 
+namespace {
+bool is_tripod_checkpoint(const fs::path& dir) {
+  std::ifstream in(dir / "state.json");
+  if (!in) return false;
+  const json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return state.is_object() && state.value("format", "") == kFormat;
+}
+}  // namespace
+
+void check_save_target(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    check(fs::is_directory(dir), "--save ", dir.string(), ": a file of that name exists and is not a Tripod ",
+          "checkpoint; refusing to replace it (choose another path)");
+    check(fs::is_empty(dir) || is_tripod_checkpoint(dir), "--save ", dir.string(),
+          ": the folder exists and is not a Tripod checkpoint (no state.json of format ", kFormat,
+          "); refusing to replace it and lose its files (choose another path, or empty it yourself)");
+  }
+  const fs::path parent = fs::absolute(dir).parent_path();
+  fs::create_directories(parent, ec);
+  check(fs::is_directory(parent), "--save ", dir.string(), ": cannot create its folder ", parent.string(),
+        ec ? " (" + ec.message() + ")" : std::string());
+  const fs::path probe = parent / (".tripod-write-test-" + std::to_string(::getpid()));
+  {
+    std::ofstream out(probe);
+    out << "x";
+    check(out.good(), "--save ", dir.string(), ": cannot write in ", parent.string());
+  }
+  fs::remove(probe, ec);
+}
+
 void save_checkpoint(const fs::path& dir, Backend& backend, const ParamSet& params, const AdamW* optimizer,
                      const CheckpointState& state) {
+  check_save_target(dir);
   const fs::path staging = dir.string() + ".saving-" + std::to_string(::getpid());
   fs::remove_all(staging);
   fs::create_directories(staging);

@@ -23,6 +23,13 @@ struct CheckpointState {
   nlohmann::json config;    // the resolved run configuration
 };
 
+// Saving replaces what is at `dir`, so `dir` must be absent, an empty directory, or a Tripod
+// checkpoint (its state.json names the format); anything else — a folder of other files, a plain
+// file — is refused, never deleted. The parent folder must exist or be creatable, and writable.
+// save_checkpoint checks this too; callers check it at start-up, so a bad target is found before
+// the training it would have lost.
+void check_save_target(const std::filesystem::path& dir);
+
 void save_checkpoint(const std::filesystem::path& dir, Backend& backend, const ParamSet& params,
                      const AdamW* optimizer, const CheckpointState& state);
 

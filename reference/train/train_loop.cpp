@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "ckpt/checkpoint.h"
 #include "comm/host_collectives.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
@@ -83,6 +84,8 @@ class TrainingRun {
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
         peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
+    // A --save target that cannot take the checkpoint is found now, not after the training it would lose.
+    if (!options_.save_dir.empty()) ckpt::check_save_target(options_.save_dir);
     make_engine();
     if (!options_.resume_dir.empty()) engine_->resume(options_.resume_dir); else engine_->initialise();
   }

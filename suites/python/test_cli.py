@@ -93,6 +93,35 @@ def test_resume_continues_exactly(corpus, tmp_path):
         assert loss == straight[step], f"step {step}: {loss} != {straight[step]} (resume must be exact)"
 
 
+def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
+    # Before the fix, --save onto a folder of other files deleted them all and exited 0.
+    precious = tmp_path / "results"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    plain = tmp_path / "notes.txt"
+    plain.write_text("keep me")
+    for target, message in [(precious, "the folder exists and is not a Tripod checkpoint"),
+                            (plain, "a file of that name exists and is not a Tripod checkpoint"),
+                            (plain / "ckpt", "cannot create its folder")]:
+        result = subprocess.run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                                 "--set", "train.steps=2", "--save", str(target)], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode != 0
+        assert message in result.stderr, result.stderr
+        assert "step " not in result.stdout, "refused at start-up, before any training"
+    assert (precious / "thesis.txt").read_text() == "years of work"
+    assert plain.read_text() == "keep me"
+    # An existing checkpoint (and an empty folder) may be replaced.
+    ckpt = tmp_path / "ckpt"
+    train(corpus, tmp_path, "one", "--set", "train.steps=2", "--save", ckpt)
+    train(corpus, tmp_path, "two", "--set", "train.steps=3", "--save", ckpt)
+    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    train(corpus, tmp_path, "three", "--set", "train.steps=2", "--save", empty)
+    assert (empty / "state.json").exists()
+
+
 def test_export_hf_layout(corpus, tmp_path):
     ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
     train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
