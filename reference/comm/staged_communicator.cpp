@@ -3,6 +3,7 @@
 #include <exception>
 #include <functional>
 
+#include "comm/reissue.h"
 #include "core/host_memory.h"
 
 namespace tripod {
@@ -63,45 +64,10 @@ std::unique_ptr<Communicator> StagedCommunicator::do_split(int color, int key, c
   return std::make_unique<StagedCommunicator>(std::move(sub), device_);
 }
 
-namespace {
-
-// Issues a call on host tensors through the host communicator's public operations, blocking ones
-// when the caller will wait at once (Open MPI serves those with other, tuned algorithms).
-std::unique_ptr<CommRequest> issue(Communicator& h, const CommCall& c, bool blocking) {
-  if (blocking) {
-    switch (c.op) {
-      case CommOp::AllReduce: h.all_reduce(c.in, c.out, c.reduce); break;
-      case CommOp::ReduceScatter: h.reduce_scatter(c.in, c.out, c.reduce); break;
-      case CommOp::AllGather: h.all_gather(c.in, c.out); break;
-      case CommOp::Broadcast: h.broadcast(c.in, c.peer); break;
-      case CommOp::Reduce: h.reduce(c.in, c.out, c.reduce, c.peer); break;
-      case CommOp::AllToAll: h.all_to_all(c.in, c.out); break;
-      case CommOp::Send: h.send(c.in, c.peer, c.tag); break;
-      case CommOp::Recv: h.recv(c.out, c.peer, c.tag); break;
-      case CommOp::Barrier: h.barrier(); break;
-    }
-    return std::make_unique<CompletedRequest>();
-  }
-  switch (c.op) {
-    case CommOp::AllReduce: return h.all_reduce_async(c.in, c.out, c.reduce);
-    case CommOp::ReduceScatter: return h.reduce_scatter_async(c.in, c.out, c.reduce);
-    case CommOp::AllGather: return h.all_gather_async(c.in, c.out);
-    case CommOp::Broadcast: return h.broadcast_async(c.in, c.peer);
-    case CommOp::Reduce: return h.reduce_async(c.in, c.out, c.reduce, c.peer);
-    case CommOp::AllToAll: return h.all_to_all_async(c.in, c.out);
-    case CommOp::Send: return h.send_async(c.in, c.peer, c.tag);
-    case CommOp::Recv: return h.recv_async(c.out, c.peer, c.tag);
-    case CommOp::Barrier: return h.barrier_async();
-  }
-  fail("staged communicator: unknown operation");
-}
-
-}  // namespace
-
 std::unique_ptr<CommRequest> StagedCommunicator::start(const CommCall& call, bool blocking) {
   Communicator& h = *host_;
   // Host tensors (and barriers) need no staging: the host communicator takes the call as it is.
-  if (call.op == CommOp::Barrier || call.in.on_host()) return issue(h, call, blocking);
+  if (call.op == CommOp::Barrier || call.in.on_host()) return reissue(h, call, blocking);
 
   Backend& dev = device_;
   auto download = [&](const Tensor& t) {
@@ -147,7 +113,7 @@ std::unique_ptr<CommRequest> StagedCommunicator::start(const CommCall& call, boo
   }
   std::function<void()> finish;
   if (result.defined()) finish = [&dev, result, out] { dev.upload(result.raw(), out); };
-  std::unique_ptr<CommRequest> request = issue(h, staged, blocking);
+  std::unique_ptr<CommRequest> request = reissue(h, staged, blocking);
   if (!blocking) return std::make_unique<StagedRequest>(std::move(request), std::move(finish));
   if (finish) finish();
   return request;

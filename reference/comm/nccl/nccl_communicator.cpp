@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "comm/comm_watchdog.h"
 #include "comm/nccl/nccl_group.h"
+#include "comm/reissue.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 
@@ -141,19 +142,8 @@ bool is_reduction(CommOp op) { return op == CommOp::AllReduce || op == CommOp::R
 std::unique_ptr<CommRequest> NcclCommunicator::start(const CommCall& call, bool blocking) {
   // Host tensors and barriers go through the group's MPI communicator.
   if (call.op == CommOp::Barrier || call.in.on_host()) {
-    CommWaitScope scope(*this, call.op);
-    switch (call.op) {
-      case CommOp::AllReduce: host_->all_reduce(call.in, call.out, call.reduce); break;
-      case CommOp::ReduceScatter: host_->reduce_scatter(call.in, call.out, call.reduce); break;
-      case CommOp::AllGather: host_->all_gather(call.in, call.out); break;
-      case CommOp::Broadcast: host_->broadcast(call.in, call.peer); break;
-      case CommOp::Reduce: host_->reduce(call.in, call.out, call.reduce, call.peer); break;
-      case CommOp::AllToAll: host_->all_to_all(call.in, call.out); break;
-      case CommOp::Send: host_->send(call.in, call.peer, call.tag); break;
-      case CommOp::Recv: host_->recv(call.out, call.peer, call.tag); break;
-      case CommOp::Barrier: backend_.synchronize(); host_->barrier(); break;
-    }
-    return std::make_unique<CompletedRequest>();
+    if (call.op == CommOp::Barrier) backend_.synchronize();  // a barrier also waits for this rank's device work
+    return reissue(*host_, call, /*blocking=*/true);
   }
   if (call.op == CommOp::Send || call.op == CommOp::Recv) return start_p2p(call, blocking);
   return start_collective(call, blocking);
