@@ -1,4 +1,4 @@
-// tripod train --config PRESET_OR_FILE [--set key=value]... [--save DIR] [--resume DIR]
+// tripod train --config PRESET_OR_FILE [--set key=value]... [--save ROOT] [--resume PATH|auto]
 //              [--tp N --pp N --dp N --zero S --bucket-mb X --grid-order tp-dp-pp]
 //              [--schedule afab|1f1b|interleaved --microbatches M --virtual-stages V
 //               --pipeline-split 2,1,1|auto --pipeline-trace FILE] [--backend cpu|emulated]
@@ -80,8 +80,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("-c,--config", o->config, "preset name (tiny, small, gpt2-124m) or JSON config file")
       ->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key, e.g. --set train.steps=50 (repeatable)");
-  cmd->add_option("--save", o->job.options.save_dir, "write a checkpoint directory here at the end of the run");
-  cmd->add_option("--resume", o->job.options.resume_dir, "continue from this checkpoint directory");
+  cmd->add_option("--save", o->job.options.save_dir,
+                  "checkpoint root: a sharded checkpoint (ROOT/step-N, ROOT/latest) at the end, every "
+                  "train.save_every steps and on SIGTERM/SIGINT; the newest train.keep_checkpoints are kept");
+  cmd->add_option("--resume", o->job.options.resume_dir,
+                  "continue from this checkpoint (a step directory, or a root's latest), saved under any layout; "
+                  "'auto': from --save's latest if there is one, else from step 0");
+  cmd->add_flag("--allow-resume-changes", o->job.options.allow_resume_changes,
+                "resume even though the seed, batch size, sequence length, data or learning-rate schedule changed");
   cmd->add_option("--exit-after", o->job.options.exit_after,
                   "stop after N steps of this invocation (checkpointing to --save), as if interrupted");
   cmd->add_option("--slow-rank", o->slow_rank,

@@ -3,7 +3,9 @@
 #include <fstream>
 
 #include "backend/backend.h"
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_root.h"
+#include "ckpt/durable_file.h"
 #include "train/run_config.h"
 
 namespace tripod {
@@ -60,14 +62,35 @@ nlohmann::json hf_gpt2_config(const ModelConfig& c) {
           {"eos_token_id", nullptr}};
 }
 
-ExportReport export_hf_checkpoint(const fs::path& checkpoint_dir, const fs::path& out_dir, DType out_dtype,
-                                  Backend& backend) {
-  ckpt::CheckpointState state = ckpt::read_checkpoint_state(checkpoint_dir);
-  RunConfig run = parse_run_config(state.config);
-  check(run.model.vocab_size > 0, checkpoint_dir.string(), ": checkpoint config has no resolved vocab_size");
-  ParamSet params(gpt_param_specs(run.model), backend, state.dtype);
-  ckpt::load_checkpoint(checkpoint_dir, backend, params, nullptr);
+namespace {
 
+// An export replaces a previous export whole, and refuses to mix its files into anything else.
+void check_export_target(const fs::path& out_dir) {
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec)) return;
+  check(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const std::string name = entry.path().filename().string();
+    check(name == "model.safetensors" || name == "config.json" || name == "tokenizer.model", "export target ",
+          out_dir.string(), " holds other files (", name, "); refusing to mix a new export into it (choose an empty ",
+          "or new folder)");
+  }
+}
+
+}  // namespace
+
+ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& out_dir, DType out_dtype,
+                                  Backend& backend) {
+  ckpt::CheckpointReader reader(ckpt::resolve_checkpoint(checkpoint));
+  const RunConfig run = parse_run_config(reader.manifest().config);
+  check(run.model.vocab_size > 0, reader.dir().string(), ": checkpoint config has no resolved vocab_size");
+  ParamSet params(gpt_param_specs(run.model), backend, reader.manifest().dtype);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& spec = params.specs()[i];
+    reader.load({spec.name, spec.shape, "param", params.at(i), {{0, 0, shape_numel(spec.shape)}}, false}, backend);
+  }
+
+  check_export_target(out_dir);
   fs::create_directories(out_dir);
   ExportReport report;
   report.model_file = out_dir / "model.safetensors";
@@ -75,7 +98,7 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint_dir, const fs::path
   report.tensors = static_cast<int64_t>(tensors.size());
   report.parameters = count_params(params.specs());
   ckpt::write_safetensors(report.model_file, tensors, {{"format", "pt"}, {"source", "tripod"}});
-  std::ofstream(out_dir / "config.json") << hf_gpt2_config(run.model).dump(2) << "\n";
+  ckpt::write_text_durably(out_dir / "config.json", hf_gpt2_config(run.model).dump(2) + "\n");
   const fs::path tokenizer = fs::path(run.data.dir) / "tokenizer.model";
   if (fs::exists(tokenizer)) fs::copy_file(tokenizer, out_dir / "tokenizer.model", fs::copy_options::overwrite_existing);
   return report;

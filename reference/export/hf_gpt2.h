@@ -26,13 +26,14 @@ std::vector<ckpt::HostTensor> to_hf_tensors(Backend& backend, const ParamSet& se
 // transformers' GPT2Config for this model.
 nlohmann::json hf_gpt2_config(const ModelConfig& config);
 
-// Reads a Tripod checkpoint directory and writes DIR/model.safetensors and DIR/config.json
-// (plus the SentencePiece tokenizer.model when the run's data directory has one).
+// Reads a Tripod checkpoint (a step directory, or a checkpoint root's latest; any layout) and
+// writes DIR/model.safetensors and DIR/config.json (plus the SentencePiece tokenizer.model when
+// the run's data directory has one), each durably. DIR must be new, empty or a previous export.
 struct ExportReport {
   int64_t tensors = 0, parameters = 0;
   std::filesystem::path model_file;
 };
-ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out_dir,
+ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out_dir,
                                   DType out_dtype, Backend& backend);
 
 }  // namespace tripod

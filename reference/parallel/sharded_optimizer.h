@@ -35,6 +35,9 @@ class ShardedOptimizer {
   // This rank's reduced gradient of one of its slices' segments.
   Tensor grad_piece(const ShardLayout::Segment& segment) const;
   const std::vector<ShardLayout::Segment>& segments() const { return segments_; }
+  // AdamW's moments: indexed like the flat buffer (stage 0) or like this rank's shard (1-3).
+  const Tensor& m() const { return m_; }
+  const Tensor& v() const { return v_; }
 
  private:
   Tensor tensor_in(const Tensor& flat, std::size_t i) const;

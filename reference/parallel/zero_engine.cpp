@@ -127,4 +127,40 @@ std::vector<std::vector<double>> ZeroEngine::gather_params() {
   return out;
 }
 
+std::vector<StateRegion> ZeroEngine::state_regions(const std::vector<bool>& writes) const {
+  check(writes.size() == specs_.size(), "state_regions: ", writes.size(), " write flags for ", specs_.size(), " tensors");
+  std::vector<StateRegion> regions;
+  const Tensor& m = optimizer_->m();
+  const Tensor& v = optimizer_->v();
+  for (int r = 0; r < layout_.dp(); ++r) {
+    const bool mine = r == dp_.rank();
+    for (const ShardLayout::Segment& seg : layout_.segments(r)) {
+      const std::size_t i = seg.tensor;
+      const ParamSpec& logical = tp_ ? tp_->logical[i] : specs_[i];
+      std::vector<LogicalRun> tp_runs;
+      if (tp_) {
+        for (const tp::ShardRun& run : tp::shard_runs(tp_->shards[i])) tp_runs.push_back({run.local, run.logical, run.length});
+      } else {
+        tp_runs.push_back({0, 0, shape_numel(specs_[i].shape)});
+      }
+      const int64_t first = seg.flat - layout_.offsets()[i];  // the piece's first element in the (TP-local) tensor
+      const bool saves = mine && writes[i];
+      auto add = [&](const char* kind, const Tensor& local) {
+        regions.push_back({logical.name, logical.shape, kind, local, runs_within(tp_runs, first, seg.length), saves});
+      };
+      // Full buffers are indexed by the flat offset, shards by the piece's place in this rank's shard.
+      if (policy_.full_params) add("param", buffers_.full_params.view(seg.flat, {seg.length}));
+      else if (mine) add("param", buffers_.param_shard.view(seg.local, {seg.length}));
+      if (!policy_.shard_optimizer) {
+        add("adam_m", m.view(seg.flat, {seg.length}));
+        add("adam_v", v.view(seg.flat, {seg.length}));
+      } else if (mine) {
+        add("adam_m", m.view(seg.local, {seg.length}));
+        add("adam_v", v.view(seg.local, {seg.length}));
+      }
+    }
+  }
+  return regions;
+}
+
 }  // namespace tripod

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/state_region.h"
 #include "model/param_access.h"
 #include "optim/adamw.h"
 #include "parallel/fault_plan.h"
@@ -81,6 +82,11 @@ class ZeroEngine final : public ParamAccess {
   // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
   // and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();
+  // What this rank holds, in logical coordinates, for checkpoints: parameters and AdamW moments,
+  // one region per ZeRO slice piece (this rank's, and for state it holds in full, every rank's),
+  // written by the piece's DP owner only, and only where writes[tensor] (the trainer's say over
+  // tensor- and pipeline-parallel replicas). Local (no communication).
+  std::vector<StateRegion> state_regions(const std::vector<bool>& writes) const;
 
   // ParamAccess
   const Tensor& param(std::size_t index) override;

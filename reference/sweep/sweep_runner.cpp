@@ -12,7 +12,8 @@
 #include <optional>
 #include <thread>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_root.h"
 #include "core/error.h"
 #include "process/child_process.h"
 #include "sweep/run_record.h"
@@ -69,37 +70,22 @@ bool is_final(const json& result) {
   return status == "ok" || status == "diverged";
 }
 
-// A checkpoint save that was killed between its two renames leaves only ckpt.old-<pid>: put it
-// back. Staging directories of killed saves are removed.
-void recover_checkpoint(const fs::path& ckpt) {
-  const fs::path parent = ckpt.parent_path();
-  if (!fs::exists(parent)) return;
-  for (const auto& entry : fs::directory_iterator(parent)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("ckpt.old-") && !fs::exists(ckpt / "state.json") && fs::exists(entry.path() / "state.json")) {
-      fs::remove_all(ckpt);
-      fs::rename(entry.path(), ckpt);
-    } else if (name.starts_with("ckpt.saving-") || name.starts_with("ckpt.old-")) {
-      fs::remove_all(entry.path());
-    }
-  }
-}
-
 // Refuses to mix results of two configurations in one run directory.
 void check_same_config(const SweepSpec& spec, const PlannedRun& run, const RunPaths& paths) {
   const std::optional<json> existing = read_json_file(paths.config);
   if (!existing || *existing == run.config) return;
-  const bool has_results = fs::exists(paths.result) || fs::exists(paths.ckpt / "state.json");
+  const bool has_results = fs::exists(paths.result) || ckpt::find_latest(paths.ckpt).has_value();
   check(!has_results, spec.file.string(), ": run ", run.name, " in ", paths.dir.string(),
         " was trained with a different configuration (config hash ", config_hash(*existing), ", now ",
         config_hash(run.config), "): the spec changed since; delete ", paths.dir.string(),
         " to redo the run, or use another --out");
 }
 
-// The step a relaunch resumes from (0: start afresh).
+// The step a relaunch resumes from (0: start afresh). A save killed midway left only leftovers,
+// which the trainer removes; the previous checkpoint is still the latest.
 int64_t checkpoint_step(const RunPaths& paths) {
-  if (!fs::exists(paths.ckpt / "state.json")) return 0;
-  return ckpt::read_checkpoint_state(paths.ckpt).step;
+  const auto latest = ckpt::find_latest(paths.ckpt);
+  return latest ? ckpt::CheckpointReader(*latest).manifest().step : 0;
 }
 
 RunOutcome judge_exit(const ChildExit& exit, const RunPaths& paths, const PlannedRun& run, double seconds) {
@@ -243,7 +229,6 @@ class Scheduler {
     fs::create_directories(paths.dir);
     write_json_file(paths.config, run.config);
     fs::remove(paths.result);  // a failed attempt's record; this attempt writes a new one
-    recover_checkpoint(paths.ckpt);
     const int64_t resume_step = checkpoint_step(paths);
     std::vector<std::string> args = {"train", "--config", paths.config.string(), "--save", paths.ckpt.string()};
     if (resume_step > 0) args.insert(args.end(), {"--resume", paths.ckpt.string()});

@@ -156,14 +156,16 @@ MemoryReport DistributedTrainer::memory() const {
   return report;
 }
 
-void DistributedTrainer::save(const std::string& dir) {
-  fail("cannot save ", dir, ": checkpoints of data-parallel / ZeRO / pipeline runs need the sharded checkpoint format, ",
-       "which is not implemented yet (single-process runs checkpoint with --save)");
-}
-
-void DistributedTrainer::resume(const std::string& dir) {
-  fail("cannot resume from ", dir, ": data-parallel / ZeRO / pipeline runs cannot load checkpoints until the sharded ",
-       "checkpoint format is implemented");
+std::vector<StateRegion> DistributedTrainer::state_regions() {
+  std::vector<StateRegion> regions;
+  for (Chunk& c : chunks_) {
+    const std::vector<ParamSpec>& specs = c.model->specs();  // logical shapes and roles
+    std::vector<bool> writes(specs.size());
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      writes[i] = !(c.tied_copy && i == c.wte) && (layout_.tp == 1 || !tp::tp_replicated(specs[i]) || grid_.tp_rank() == 0);
+    for (StateRegion& r : c.engine->state_regions(writes)) regions.push_back(std::move(r));
+  }
+  return regions;
 }
 
 }  // namespace tripod

@@ -48,13 +48,14 @@ class DistributedTrainer final : public TrainingEngine {
   double eval_loss(const data::Batch& global_batch) override;
   MemoryReport memory() const override;
   void reserve_activations() override;
-  // Sharded checkpoints arrive with a later issue; these throw a clear error naming it.
-  void save(const std::string& dir) override;
-  void resume(const std::string& dir) override;
+  // Each chunk's regions; a TP-replicated tensor is written by TP rank 0, a tied wte by its first
+  // stage (the last stage's copy is read, not written), the DP split is the engine's.
+  std::vector<StateRegion> state_regions() override;
   // Every parameter, full and unpadded, in logical order, identical on all ranks (collective).
   std::vector<std::vector<double>> gather_params();
 
   int64_t step() const override { return step_; }
+  void set_step(int64_t step) override { step_ = step; }
   const ParallelLayout& layout() const { return layout_; }
   const ZeroEngine& engine() const { return *chunks_.front().engine; }  // of this rank's first chunk
   Gpt& model() { return *chunks_.front().model; }

@@ -36,7 +36,8 @@ struct TrainSettings {
   int64_t eval_batches = 4;
   double peak_tflops = 0;     // 0: nominal peak of this CPU, estimated
   std::string metrics;        // JSONL metrics path ("" = none)
-  int64_t save_every = 0;     // checkpoint every N steps to --save DIR (0: only at the end)
+  int64_t save_every = 0;     // checkpoint every N steps to --save ROOT (0: only at the end)
+  int keep_checkpoints = 2;   // the newest N checkpoints under --save ROOT are kept
   std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)
   int64_t rank_stats_every = 10;        // multi-rank runs: gather per-rank step times (train/rank_timing.h)
 };

@@ -11,12 +11,15 @@
 #include <thread>
 
 #include "backend/backend.h"
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_root.h"
 #include "comm/host_collectives.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
+#include "process/child_process.h"
+#include "train/checkpointing.h"
+#include "train/fault_injection.h"
 #include "train/gpu_health_log.h"
 #include "train/pipeline_report.h"
 #include "train/rank_timing.h"
@@ -84,10 +87,10 @@ class TrainingRun {
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
         peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
-    // A --save target that cannot take the checkpoint is found now, not after the training it would lose.
-    if (!options_.save_dir.empty()) ckpt::check_save_target(options_.save_dir);
     make_engine();
-    if (!options_.resume_dir.empty()) engine_->resume(options_.resume_dir); else engine_->initialise();
+    engine_->initialise();
+    prepare_save_root();
+    resume();
   }
 
   TrainSummary run() {
@@ -100,16 +103,26 @@ class TrainingRun {
     if (data_.val) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
     const int64_t first_step = engine_->step();
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
+    // With --save, SIGTERM/SIGINT finish the step, save and stop (agreed by every rank).
+    std::optional<process::InterruptScope> interrupts;
+    if (!options_.save_dir.empty()) interrupts.emplace();
     while (engine_->step() < stop) {
+      maybe_inject_fault(FaultPoint::StepStart, world_rank(), engine_->step() + 1);
       rank_timer_.step_begin();
       if (root_) gpu_health_.step_begin();
-      if (parallel_ && parallel_->world->rank() == options_.slow_rank)
+      if (parallel_ && world_rank() == options_.slow_rank)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
-      const StepResult r = engine_->train_step(loader.samples(engine_->step() * t.batch_size, t.batch_size));
+      const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size));
+      next_sample_ += t.batch_size;
       rank_timer_.step_end();
       record_step(r, first_step);
       record_rank_times(engine_->step() == stop);
-      if (t.save_every > 0 && engine_->step() % t.save_every == 0 && engine_->step() != t.steps) save();
+      if (interrupts && any_rank(interrupts->interrupted())) {
+        const std::filesystem::path saved = save();
+        fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
+             saved.string(), "; continue with --resume ", options_.save_dir);
+      }
+      if (t.save_every > 0 && engine_->step() % t.save_every == 0) save();
     }
     save();
     if (root_ && rank_times_) std::printf("  %s\n", describe_rank_times(*rank_times_).c_str());
@@ -128,8 +141,6 @@ class TrainingRun {
       engine_ = std::make_unique<Trainer>(config_, backend_);
       return;
     }
-    check(options_.save_dir.empty() && options_.resume_dir.empty(), "--save/--resume with ",
-          parallel_->layout.describe(), ": data-parallel checkpoints need the sharded checkpoint format, not implemented yet");
     auto trainer = std::make_unique<DistributedTrainer>(config_, backend_, *parallel_->grid, parallel_->layout);
     distributed_ = trainer.get();
     engine_ = std::move(trainer);
@@ -149,8 +160,9 @@ class TrainingRun {
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
-    if (engine_->step() > 0)
-      std::printf("  resuming from %s at step %lld\n", options_.resume_dir.c_str(), static_cast<long long>(engine_->step()));
+    if (!resumed_from_.empty())
+      std::printf("  resuming from %s at step %lld (next sample %lld)\n", resumed_from_.c_str(),
+                  static_cast<long long>(engine_->step()), static_cast<long long>(next_sample_));
   }
 
   void open_metrics() {
@@ -193,8 +205,69 @@ class TrainingRun {
     if (metrics_.is_open()) metrics_ << record.dump() << "\n" << std::flush;
   }
 
-  void save() {
-    if (!options_.save_dir.empty()) engine_->save(options_.save_dir);
+  int world_rank() const { return parallel_ ? parallel_->world->rank() : 0; }
+  Communicator* world() const { return parallel_ ? parallel_->world : nullptr; }
+  bool any_rank(bool mine) const {
+    return world() ? all_reduce_value(*world(), mine ? 1.0 : 0.0, ReduceOp::Max) > 0 : mine;
+  }
+
+  // The --save root is checked (absent, empty or a checkpoint root; writable; room for a
+  // checkpoint) before any training it could lose, and what dead saves left there is removed.
+  void prepare_save_root() {
+    if (options_.save_dir.empty()) return;
+    const uint64_t bytes = checkpoint_bytes(world(), engine_->state_regions());
+    std::string error;
+    int removed = 0;
+    if (root_) {
+      try {
+        ckpt::check_save_root(options_.save_dir, bytes);
+        removed = ckpt::remove_leftovers(options_.save_dir);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    const std::vector<std::string> errors = world() ? all_gather_text(*world(), error, 1024) : std::vector{error};
+    check(errors[0].empty(), errors[0]);
+    if (root_ && removed > 0)
+      std::printf("  removed %d leftover(s) of unfinished saves in %s\n", removed, options_.save_dir.c_str());
+  }
+
+  // --resume: every rank loads what it holds from the checkpoint, whatever layout wrote it.
+  void resume() {
+    std::filesystem::path dir;
+    if (options_.resume_dir == "auto") {
+      check(!options_.save_dir.empty(), "--resume auto resumes from the --save root's latest checkpoint: give --save");
+      if (auto latest = ckpt::find_latest(options_.save_dir)) dir = *latest;
+    } else if (!options_.resume_dir.empty()) {
+      dir = ckpt::resolve_checkpoint(options_.resume_dir);
+    }
+    arm_fault_injection(/*resumed=*/!dir.empty());
+    if (dir.empty()) return;
+    const ckpt::Manifest m = resume_from_checkpoint(world(), dir, engine_->state_regions(), backend_, config_,
+                                                    options_.allow_resume_changes);
+    engine_->set_step(m.step);
+    next_sample_ = m.data.next_sample;
+    resumed_from_ = dir.string();
+    last_saved_step_ = m.step;
+  }
+
+  CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
+
+  // Saves (collectively) unless this step is already saved; returns the checkpoint's directory.
+  std::filesystem::path save() {
+    if (options_.save_dir.empty()) return {};
+    const std::filesystem::path dir = std::filesystem::path(options_.save_dir) / ckpt::step_dir_name(engine_->step());
+    if (engine_->step() == last_saved_step_) return dir;
+    const auto start = std::chrono::steady_clock::now();
+    save_checkpoint(world(), options_.save_dir, engine_->state_regions(), backend_, checkpoint_meta());
+    last_saved_step_ = engine_->step();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (root_) {
+      std::printf("  checkpoint: step %lld saved to %s (%.2f s)\n", static_cast<long long>(engine_->step()),
+                  dir.string().c_str(), seconds);
+      std::fflush(stdout);
+    }
+    return dir;
   }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
@@ -222,6 +295,9 @@ class TrainingRun {
   std::optional<RankTimes> rank_times_;  // the latest gather
   GpuHealthLog gpu_health_{backend_};
   TrainSummary summary_;
+  int64_t next_sample_ = 0;        // global index of the next training sample (layout-independent)
+  int64_t last_saved_step_ = -1;   // the step the newest checkpoint holds
+  std::string resumed_from_;
   double seconds_ = 0;
   int64_t tokens_ = 0;
 };

@@ -10,8 +10,13 @@
 namespace tripod {
 
 struct TrainOptions {
-  std::string save_dir;    // checkpoint here at the end (and every train.save_every steps)
-  std::string resume_dir;  // continue from this checkpoint (same model, same data order)
+  // A checkpoint root (ckpt/checkpoint_root.h): checkpoints at the end, every train.save_every
+  // steps, and when SIGTERM/SIGINT stops the run.
+  std::string save_dir;
+  // Continue from this checkpoint (a step directory, or a root's latest); "auto": from save_dir's
+  // latest if it has one, else from step 0 (what a supervised restart runs).
+  std::string resume_dir;
+  bool allow_resume_changes = false;  // resume even if the data order or schedule changed
   int64_t exit_after = 0;  // stop (and checkpoint) after this many steps of this invocation, as if
                            // interrupted; 0 runs to train.steps
   // A testing aid (--slow-rank R:MS): world rank R sleeps MS milliseconds in every step, a straggler

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "ckpt/checkpoint.h"
 
 namespace tripod {
 
@@ -91,24 +90,16 @@ MemoryReport Trainer::memory() const {
           model_.activation_bytes(), 0};
 }
 
-void Trainer::save(const std::string& dir) {
-  ckpt::save_checkpoint(dir, backend_, params_, &optimizer_, {step_, config_.train.dtype, config_.json});
-}
-
-void Trainer::resume(const std::string& dir) {
-  const ckpt::CheckpointState state = ckpt::read_checkpoint_state(dir);
-  const nlohmann::json& saved = state.config.at("model");
-  const nlohmann::json& model = config_.json.at("model");
-  for (auto it = model.begin(); it != model.end(); ++it)
-    check(saved.contains(it.key()) && saved.at(it.key()) == it.value(), "cannot resume from ", dir, ": model.", it.key(),
-          " is ", it.value().dump(), " here but ", saved.contains(it.key()) ? saved.at(it.key()).dump() : "absent",
-          " in the checkpoint");
-  check(state.dtype == config_.train.dtype, "cannot resume from ", dir, ": it holds ", dtype_name(state.dtype),
-        " tensors but train.dtype is ", dtype_name(config_.train.dtype));
-  check(state.step <= config_.train.steps, "cannot resume from ", dir, ": it is at step ", state.step,
-        ", beyond train.steps = ", config_.train.steps);
-  ckpt::load_checkpoint(dir, backend_, params_, &optimizer_);
-  step_ = state.step;
+std::vector<StateRegion> Trainer::state_regions() {
+  std::vector<StateRegion> regions;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamSpec& spec = params_.specs()[i];
+    const std::vector<LogicalRun> whole = {{0, 0, shape_numel(spec.shape)}};
+    regions.push_back({spec.name, spec.shape, "param", params_.at(i), whole, true});
+    regions.push_back({spec.name, spec.shape, "adam_m", optimizer_.m().at(i), whole, true});
+    regions.push_back({spec.name, spec.shape, "adam_v", optimizer_.v().at(i), whole, true});
+  }
+  return regions;
 }
 
 }  // namespace tripod

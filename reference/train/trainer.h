@@ -30,11 +30,10 @@ class Trainer final : public TrainingEngine {
   void reserve_activations() override {
     model_.reserve(config_.train.batch_size / config_.train.micro_batches, config_.train.seq_len);
   }
-  void save(const std::string& dir) override;
-  void resume(const std::string& dir) override;  // checks the checkpoint's model and dtype match
+  std::vector<StateRegion> state_regions() override;  // every tensor whole
 
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) { step_ = step; }
+  void set_step(int64_t step) override { step_ = step; }
   const RunConfig& config() const { return config_; }
   Gpt& model() { return model_; }
   const ParamSet& params() const { return params_; }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 
+#include "core/state_region.h"
 #include "data/batch_loader.h"
 
 namespace tripod {
@@ -32,9 +33,11 @@ class TrainingEngine {
   // Allocates the activations of one micro-batch now, so memory() can be reported before step 1.
   virtual void reserve_activations() = 0;
   virtual MemoryReport memory() const = 0;
-  // Checkpoints: a directory written by save() is continued exactly by resume().
-  virtual void save(const std::string& dir) = 0;
-  virtual void resume(const std::string& dir) = 0;
+  // Checkpoints (train/checkpointing.h): everything this rank holds of the parameters and AdamW
+  // state, in logical coordinates, so that any layout can read what any layout wrote. Views of
+  // the engine's own buffers; loading into them and set_step() resume the run exactly.
+  virtual std::vector<StateRegion> state_regions() = 0;
+  virtual void set_step(int64_t step) = 0;
 };
 
 }  // namespace tripod

@@ -86,7 +86,8 @@ def test_resume_continues_exactly(corpus, tmp_path):
     first = step_losses(train(corpus, tmp_path, "first", "--set", "train.steps=8", "--save", ckpt,
                               "--exit-after", 3))
     assert sorted(first) == [0, 1, 2]
-    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+    assert (ckpt / "latest").read_text().strip() == "step-00000003"
+    assert json.loads((ckpt / "step-00000003" / "manifest.json").read_text())["step"] == 3
     second = step_losses(train(corpus, tmp_path, "second", "--set", "train.steps=8", "--resume", ckpt))
     assert sorted(second) == [3, 4, 5, 6, 7]
     for step, loss in {**first, **second}.items():
@@ -100,9 +101,9 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
     (precious / "thesis.txt").write_text("years of work")
     plain = tmp_path / "notes.txt"
     plain.write_text("keep me")
-    for target, message in [(precious, "the folder exists and is not a Tripod checkpoint"),
-                            (plain, "a file of that name exists and is not a Tripod checkpoint"),
-                            (plain / "ckpt", "cannot create its folder")]:
+    for target, message in [(precious, "the folder exists and is not a Tripod checkpoint root"),
+                            (plain, "a file of that name exists and is not a Tripod checkpoint root"),
+                            (plain / "ckpt", "cannot create it")]:
         result = subprocess.run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
                                  "--set", "train.steps=2", "--save", str(target)], capture_output=True, text=True,
                                 timeout=120)
@@ -111,15 +112,16 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
         assert "step " not in result.stdout, "refused at start-up, before any training"
     assert (precious / "thesis.txt").read_text() == "years of work"
     assert plain.read_text() == "keep me"
-    # An existing checkpoint (and an empty folder) may be replaced.
+    # An existing checkpoint root (and an empty folder) may be saved into.
     ckpt = tmp_path / "ckpt"
     train(corpus, tmp_path, "one", "--set", "train.steps=2", "--save", ckpt)
     train(corpus, tmp_path, "two", "--set", "train.steps=3", "--save", ckpt)
-    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+    assert (ckpt / "latest").read_text().strip() == "step-00000003"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-00000002", "step-00000003"]
     empty = tmp_path / "empty"
     empty.mkdir()
     train(corpus, tmp_path, "three", "--set", "train.steps=2", "--save", empty)
-    assert (empty / "state.json").exists()
+    assert (empty / "step-00000002" / "manifest.json").exists()
 
 
 def test_export_hf_layout(corpus, tmp_path):
@@ -193,11 +195,13 @@ def test_shard_checksum_failure(corpus, tmp_path):
 def test_corrupt_checkpoint_is_refused(corpus, tmp_path):
     ckpt = tmp_path / "ckpt"
     train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
-    data = bytearray((ckpt / "optimizer.safetensors").read_bytes())
+    shard = ckpt / "step-00000002" / "shard-00000.bin"
+    data = bytearray(shard.read_bytes())
     data[-5] ^= 0xFF
-    (ckpt / "optimizer.safetensors").write_bytes(bytes(data))
-    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--resume", ckpt,
-                 contains="optimizer.safetensors")
+    shard.write_bytes(bytes(data))
+    result = expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--resume", ckpt,
+                          contains="shard-00000.bin")
+    assert "damaged in tensor" in result.stderr
 
 
 def test_nan_loss_stops_with_step(corpus, tmp_path):

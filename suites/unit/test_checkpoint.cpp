@@ -5,7 +5,11 @@
 #include <fstream>
 
 #include "support/test_backend.h"
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_root.h"
+#include "ckpt/checkpoint_verify.h"
+#include "ckpt/shard_file.h"
+#include "train/checkpointing.h"
 #include "export/hf_gpt2.h"
 #include "model_test_util.h"
 #include "train/trainer.h"
@@ -24,6 +28,11 @@ data::Batch batch_for(const RunConfig& c, int64_t step) {
   return testing::random_batch(c.train.batch_size, c.train.seq_len, c.model.vocab_size, 500 + step);
 }
 
+fs::path save(const fs::path& root, Trainer& trainer, Backend& backend, const RunConfig& config) {
+  return save_checkpoint(nullptr, root, trainer.state_regions(), backend,
+                         {trainer.step(), &config, "single process", trainer.step() * config.train.batch_size});
+}
+
 // Resuming from a checkpoint continues bit for bit as if the run had not stopped.
 TEST(Checkpoint, ResumeIsBitIdentical) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
@@ -33,60 +42,147 @@ TEST(Checkpoint, ResumeIsBitIdentical) {
   std::vector<double> straight_losses;
   for (int64_t s = 0; s < 5; ++s) straight_losses.push_back(straight.train_step(batch_for(config, s)).loss);
 
-  const fs::path dir = temp_dir("resume");
+  const fs::path root = temp_dir("resume");
   Trainer first(config, *backend);
   first.initialise();
   for (int64_t s = 0; s < 2; ++s) first.train_step(batch_for(config, s));
-  ckpt::save_checkpoint(dir, *backend, first.params(), &first.optimizer(), {first.step(), DType::F32, config.json});
+  const fs::path dir = save(root, first, *backend, config);
+  EXPECT_EQ(dir, root / "step-00000002");
+  EXPECT_EQ(ckpt::find_latest(root), dir);
 
   Trainer resumed(config, *backend);
-  ckpt::CheckpointState state = ckpt::load_checkpoint(dir, *backend, resumed.params(), &resumed.optimizer());
-  resumed.set_step(state.step);
-  EXPECT_EQ(state.step, 2);
+  resumed.initialise();
+  const ckpt::Manifest m = resume_from_checkpoint(nullptr, dir, resumed.state_regions(), *backend, config, false);
+  resumed.set_step(m.step);
+  EXPECT_EQ(m.step, 2);
+  EXPECT_EQ(m.data.next_sample, 2 * config.train.batch_size);
   for (int64_t s = 2; s < 5; ++s) EXPECT_EQ(resumed.train_step(batch_for(config, s)).loss, straight_losses[s]) << s;
   EXPECT_EQ(to_host_f64(*backend, resumed.params().flat()), to_host_f64(*backend, straight.params().flat()));
-  fs::remove_all(dir);
+  EXPECT_TRUE(ckpt::verify_checkpoint(root).ok());
+  fs::remove_all(root);
 }
 
-TEST(Checkpoint, CorruptFileIsDetectedAndNamed) {
+// Only the newest keep_checkpoints survive, and `latest` names the newest.
+TEST(Checkpoint, KeepsTheNewestAndPointsLatestAtIt) {
+  RunConfig config = testing::tiny_run_config("fp32", true);
+  config.train.keep_checkpoints = 2;
+  auto backend = testing::make_test_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  const fs::path root = temp_dir("keep");
+  for (int64_t s = 0; s < 3; ++s) {
+    trainer.train_step(batch_for(config, s));
+    save(root, trainer, *backend, config);
+  }
+  EXPECT_FALSE(fs::exists(root / "step-00000001"));
+  EXPECT_TRUE(fs::exists(root / "step-00000002"));
+  EXPECT_EQ(ckpt::find_latest(root), root / "step-00000003");
+  // A latest pointing at a missing directory (a crash in publish) falls back to the newest complete one.
+  fs::remove_all(root / "step-00000003");
+  EXPECT_EQ(ckpt::find_latest(root), root / "step-00000002");
+  fs::remove_all(root);
+}
+
+TEST(Checkpoint, CorruptBlockIsDetectedAndNamed) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
   auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
   trainer.initialise();
-  const fs::path dir = temp_dir("corrupt");
-  ckpt::save_checkpoint(dir, *backend, trainer.params(), &trainer.optimizer(), {0, DType::F32, config.json});
+  const fs::path root = temp_dir("corrupt");
+  const fs::path dir = save(root, trainer, *backend, config);
   {
-    std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-3, std::ios::end);
+    std::fstream f(dir / "shard-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);  // the last block: the final tensor's adam_v
     f.put('\x7f');
   }
+  Trainer other(config, *backend);
+  other.initialise();
   try {
-    ckpt::read_checkpoint_state(dir);
+    resume_from_checkpoint(nullptr, dir, other.state_regions(), *backend, config, false);
     FAIL() << "a corrupt checkpoint must not load";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shard-00000.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("damaged in tensor"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ckpt::read_checkpoint_state(dir / "missing"), Error);
-  fs::remove_all(dir);
+  const ckpt::VerifyReport report = ckpt::verify_checkpoint(root);
+  EXPECT_FALSE(report.ok());
+  EXPECT_THROW(ckpt::resolve_checkpoint(root / "missing"), Error);
+  fs::remove_all(root);
 }
 
 TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
   const RunConfig config = testing::tiny_run_config("fp32", true);
   auto backend = testing::make_test_backend();
   Trainer trainer(config, *backend);
-  const fs::path dir = temp_dir("shape");
-  ckpt::save_checkpoint(dir, *backend, trainer.params(), nullptr, {0, DType::F32, config.json});
-  ModelConfig wider = config.model;
-  wider.d_ff = 32;
-  ParamSet other(gpt_param_specs(wider), *backend, DType::F32);
+  trainer.initialise();
+  const fs::path root = temp_dir("shape");
+  const fs::path dir = save(root, trainer, *backend, config);
+  RunConfig wider = config;
+  wider.model.d_ff = 32;
+  Trainer other(wider, *backend);
+  other.initialise();
+  ckpt::CheckpointReader reader(dir);
   try {
-    ckpt::load_checkpoint(dir, *backend, other, nullptr);
+    for (const StateRegion& r : other.state_regions()) reader.load(r, *backend);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("h.0.mlp.c_fc.weight"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
+  fs::remove_all(root);
+}
+
+// Strided blocks: a column shard's rows share one block; ZeRO cuts give a partial head and tail.
+TEST(CheckpointBlocks, RunsCompressIntoStridedBlocks) {
+  const std::vector<LogicalRun> columns = {{0, 2, 3}, {3, 10, 3}, {6, 18, 3}, {9, 26, 3}};
+  const std::vector<ckpt::Block> one = ckpt::blocks_of_runs(columns);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].start, 2);
+  EXPECT_EQ(one[0].stride, 8);
+  EXPECT_EQ(one[0].count, 4);
+  const std::vector<ckpt::Block> cut = ckpt::blocks_of_runs(runs_within(columns, 1, 10));  // 2 + 3 + 3 + 2 elements
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_EQ(cut[0].start, 3);
+  EXPECT_EQ(cut[0].length, 2);
+  EXPECT_EQ(cut[1].start, 10);
+  EXPECT_EQ(cut[1].count, 2);
+  EXPECT_EQ(cut[2].start, 26);
+  EXPECT_EQ(cut[2].length, 2);
+}
+
+// The manifest refuses what a reader would trip over, naming the entry.
+TEST(CheckpointManifest, DamageIsRefusedWithTheEntryNamed) {
+  ckpt::Manifest m;
+  m.config = nlohmann::json::object();
+  m.layout = "single process";
+  m.data = {0, 1, 8, 16};
+  m.tensors["w"] = {4, 4};
+  m.files.push_back({"shard-00000.bin", 0, 64 + 64, "0", {{"w", "param", DType::F32, 0, 4, 4, 4, 64, "0"}}});
+  const std::string text = ckpt::manifest_text(m);
+  EXPECT_EQ(ckpt::parse_manifest(text, "m.json").files[0].blocks[0].count, 4);
+  auto refused = [](const std::string& t, const std::string& words) {
+    try {
+      ckpt::parse_manifest(t, "m.json");
+      ADD_FAILURE() << "accepted: " << t;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  std::string altered = text;
+  altered.replace(altered.find("\"step\": 0"), 10, "\"step\": 9");
+  refused(altered, "damaged");
+  refused(text.substr(0, text.size() / 2), "not valid JSON");
+  ckpt::Manifest future = m;
+  future.version = 3;
+  refused(ckpt::manifest_text(future), "newer Tripod");
+  ckpt::Manifest past_end = m;
+  past_end.files[0].blocks[0].count = 5;
+  refused(ckpt::manifest_text(past_end), "past the end of the tensor");
+  ckpt::Manifest outside = m;
+  outside.files[0].bytes = 100;
+  refused(ckpt::manifest_text(outside), "past the end of its 100-byte file");
+  ckpt::Manifest other_tensor = m;
+  other_tensor.files[0].blocks[0].tensor = "x";
+  refused(ckpt::manifest_text(other_tensor), "tensor 'x'");
 }
 
 TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
@@ -95,7 +191,7 @@ TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   Trainer trainer(config, *backend);
   trainer.initialise();
   const fs::path ckpt_dir = temp_dir("export_ckpt"), out = temp_dir("export_out");
-  ckpt::save_checkpoint(ckpt_dir, *backend, trainer.params(), nullptr, {0, DType::F64, config.json});
+  save(ckpt_dir, trainer, *backend, config);
   ExportReport report = export_hf_checkpoint(ckpt_dir, out, DType::F64, *backend);
   EXPECT_EQ(report.tensors, static_cast<int64_t>(trainer.params().size()));
   ckpt::SafetensorsFile file = ckpt::SafetensorsFile::read(out / "model.safetensors");

@@ -1,0 +1,161 @@
+#include "ckpt/checkpoint_root.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "ckpt/durable_file.h"
+#include "ckpt/manifest.h"
+#include "core/error.h"
+
+namespace tripod::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The step of a directory named step-NNNNNNNN, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step-", 0) != 0) return -1;
+  int64_t step = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+bool complete(const fs::path& dir) { return fs::is_regular_file(dir / kManifestFile); }
+
+// Complete step directories, oldest first.
+std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of(entry.path().filename().string());
+    if (step >= 0 && complete(entry.path())) found.emplace_back(step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+bool is_checkpoint_root(const fs::path& root) {
+  if (fs::exists(root / kLatestFile)) return true;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (step_of(name) < 0 && name.rfind(".partial-step-", 0) != 0) return false;
+  }
+  return true;  // only step directories and leftovers of saves
+}
+
+std::string mib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+fs::path partial_dir(const fs::path& root, int64_t step) { return root / ("." + std::string("partial-") + step_dir_name(step)); }
+
+void check_save_root(const fs::path& root, uint64_t bytes_needed) {
+  std::error_code ec;
+  if (fs::exists(root, ec)) {
+    check(fs::is_directory(root), "--save ", root.string(), ": a file of that name exists and is not a Tripod ",
+          "checkpoint root; refusing to replace it (choose another path)");
+    check(!fs::exists(root / "state.json"), "--save ", root.string(), ": it holds a single checkpoint of Tripod's ",
+          "old format (state.json); refusing to touch it (choose another path, or move it aside)");
+    check(fs::is_empty(root) || is_checkpoint_root(root), "--save ", root.string(),
+          ": the folder exists and is not a Tripod checkpoint root (no 'latest', files other than step-* ",
+          "checkpoints); refusing to write into it and risk its files (choose another path)");
+  }
+  fs::create_directories(root, ec);
+  check(fs::is_directory(root), "--save ", root.string(), ": cannot create it",
+        ec ? " (" + ec.message() + ")" : std::string());
+  const fs::path probe = root / (".tripod-write-test-" + std::to_string(::getpid()));
+  {
+    std::ofstream out(probe);
+    out << "x";
+    out.flush();
+    check(out.good(), "--save ", root.string(), ": cannot write in it");
+  }
+  fs::remove(probe, ec);
+  if (bytes_needed == 0) return;
+  struct statvfs st {};
+  if (::statvfs(root.c_str(), &st) != 0) return;
+  const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  check(free_bytes >= bytes_needed, "--save ", root.string(), ": a checkpoint of this run needs about ",
+        mib(bytes_needed), " but only ", mib(free_bytes), " are free there");
+}
+
+int remove_leftovers(const fs::path& root) {
+  int removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".partial-step-", 0) == 0 || name.rfind(".replaced-step-", 0) == 0 ||
+        (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0))
+      doomed.push_back(entry.path());
+  }
+  for (const fs::path& p : doomed) removed += fs::remove_all(p, ec) > 0;
+  return removed;
+}
+
+std::optional<fs::path> find_latest(const fs::path& root) {
+  std::ifstream in(root / kLatestFile);
+  std::string name;
+  if (in && std::getline(in, name) && step_of(name) >= 0 && complete(root / name)) return root / name;
+  const auto found = checkpoints_in(root);
+  if (found.empty()) return std::nullopt;
+  return found.back().second;
+}
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  check(fs::exists(path), "checkpoint ", path.string(), " does not exist");
+  check(fs::is_directory(path), "checkpoint ", path.string(), " is a file, not a checkpoint directory");
+  if (fs::exists(path / kManifestFile)) return path;
+  check(!fs::exists(path / "state.json"), "checkpoint ", path.string(), " is in Tripod's old single-file format ",
+        "(state.json, format version 1), which this version does not read; convert it with `tripod ckpt upgrade ",
+        path.string(), " NEW_ROOT` and resume from NEW_ROOT");
+  const auto latest = find_latest(path);
+  check(latest.has_value(), "checkpoint ", path.string(), " holds no complete checkpoint (no step-* directory with a ",
+        kManifestFile, "; an unfinished save leaves none)");
+  return *latest;
+}
+
+fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_t step, int keep) {
+  fsync_directory(staged);
+  const fs::path target = root / step_dir_name(step);
+  std::error_code ec;
+  // A checkpoint of the same step (a run resumed and saved again) is set aside, not deleted,
+  // until the new one is in place; find_latest skips an incomplete name meanwhile.
+  const fs::path replaced = root / (".replaced-" + step_dir_name(step));
+  if (fs::exists(target)) {
+    fs::remove_all(replaced, ec);
+    fs::rename(target, replaced, ec);
+    check(!ec, "cannot move the previous ", target.string(), " aside: ", ec.message());
+  }
+  fs::rename(staged, target, ec);
+  check(!ec, "cannot move the finished checkpoint ", staged.string(), " to ", target.string(), ": ", ec.message());
+  fsync_directory(root);
+  write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
+  fs::remove_all(replaced, ec);
+  const auto all = checkpoints_in(root);
+  const std::size_t kept = static_cast<std::size_t>(std::max(keep, 1));
+  for (std::size_t i = 0; i + kept < all.size(); ++i)
+    if (all[i].second != target) fs::remove_all(all[i].second, ec);
+  return target;
+}
+
+}  // namespace tripod::ckpt

@@ -1,0 +1,47 @@
+// Where checkpoints live: `--save ROOT` makes ROOT a checkpoint root,
+//
+//   ROOT/step-00000010/   manifest.json, shard-00000.bin, ...   (one complete checkpoint)
+//   ROOT/step-00000020/
+//   ROOT/latest           "step-00000020": the newest complete checkpoint, replaced atomically
+//   ROOT/.partial-step-00000030/   a save in progress (or a dead one's leftovers, removed at start)
+//
+// A save writes its step into .partial-*, the manifest last, then renames the directory into
+// place and only then moves `latest`: a crash at any point leaves the previous checkpoint whole
+// and selected. The last `keep` checkpoints are kept (never fewer than the latest).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace tripod::ckpt {
+
+inline constexpr const char* kLatestFile = "latest";
+
+std::string step_dir_name(int64_t step);  // "step-00000010"
+// The staging directory of a save of `step` under `root`.
+std::filesystem::path partial_dir(const std::filesystem::path& root, int64_t step);
+
+// `--save ROOT` must be absent, an empty directory or a checkpoint root; anything else - a folder
+// of other files, a plain file, a single checkpoint of the old format - is refused, never deleted.
+// Its parent must be creatable and ROOT writable, with at least `bytes_needed` free (0: unchecked).
+// Call at start-up, so a bad target is found before the training it would lose.
+void check_save_root(const std::filesystem::path& root, uint64_t bytes_needed);
+
+// Removes what dead saves left in `root` (.partial-* directories, *.tmp files); returns how many.
+int remove_leftovers(const std::filesystem::path& root);
+
+// The newest complete checkpoint under `root` (what `latest` names, or, if that is missing or
+// incomplete, the highest step directory with a manifest), or nothing.
+std::optional<std::filesystem::path> find_latest(const std::filesystem::path& root);
+
+// `path` names one checkpoint (a step directory) or a root (its latest); returns the checkpoint
+// directory, or throws saying what `path` is instead (nothing there, an old-format checkpoint...).
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
+
+// Moves a finished `staged` directory (manifest written) into place as root/step-N, points
+// `latest` at it, and deletes the oldest checkpoints beyond `keep`. Returns the final directory.
+std::filesystem::path publish_checkpoint(const std::filesystem::path& root, const std::filesystem::path& staged,
+                                         int64_t step, int keep);
+
+}  // namespace tripod::ckpt

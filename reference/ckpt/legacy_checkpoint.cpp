@@ -1,0 +1,31 @@
+#include "ckpt/legacy_checkpoint.h"
+
+#include "ckpt/durable_file.h"
+#include "ckpt/manifest.h"
+
+namespace tripod::ckpt {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+LegacyCheckpoint read_legacy_checkpoint(const fs::path& dir) {
+  const fs::path state_path = dir / "state.json";
+  check(fs::is_directory(dir), "checkpoint directory ", dir.string(), " does not exist");
+  check(fs::exists(state_path), "checkpoint ", dir.string(), " has no state.json: not a version-1 checkpoint");
+  const json meta = json::parse(read_text(state_path), nullptr, false);
+  check(!meta.is_discarded() && meta.is_object(), state_path.string(), " is not valid JSON");
+  check(meta.value("format", "") == kCheckpointFormat, state_path.string(), " is not a Tripod checkpoint");
+  check(meta.value("version", 0) == 1, state_path.string(), ": not a version-1 checkpoint");
+  check(meta.contains("files") && meta["files"].is_object() && meta["files"].contains("model.safetensors") &&
+            meta["files"].contains("optimizer.safetensors"),
+        state_path.string(), " does not list model.safetensors and optimizer.safetensors");
+  for (const auto& [name, expected] : meta.at("files").items()) {
+    const std::string data = read_text(dir / name);
+    const std::string actual = xxh64_hex(data.data(), data.size());
+    check(expected.is_string() && actual == expected.get<std::string>(), "checkpoint file ", (dir / name).string(),
+          " is corrupt: checksum ", actual, " but state.json records ", expected.dump());
+  }
+  return {meta.at("step").get<int64_t>(), parse_dtype(meta.at("dtype").get<std::string>()), meta.at("config"),
+          SafetensorsFile::read(dir / "model.safetensors"), SafetensorsFile::read(dir / "optimizer.safetensors")};
+}
+
+}  // namespace tripod::ckpt

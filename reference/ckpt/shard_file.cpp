@@ -1,0 +1,153 @@
+#include "ckpt/shard_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "ckpt/durable_file.h"
+#include "core/error.h"
+
+namespace tripod::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'R', 'I', 'P', 'O', 'D', 'C', 'K'};
+
+std::array<std::byte, kShardHeaderBytes> header_bytes(int rank, int64_t step) {
+  std::array<std::byte, kShardHeaderBytes> h{};
+  const uint32_t version = kManifestVersion, r = static_cast<uint32_t>(rank);
+  const uint64_t s = static_cast<uint64_t>(step);
+  std::memcpy(h.data(), kMagic, 8);
+  std::memcpy(h.data() + 8, &version, 4);
+  std::memcpy(h.data() + 12, &r, 4);
+  std::memcpy(h.data() + 16, &s, 8);
+  return h;
+}
+
+std::string hex(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+}  // namespace
+
+std::string shard_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard-%05d.bin", rank);
+  return name;
+}
+
+std::vector<Block> blocks_of_runs(const std::vector<LogicalRun>& runs) {
+  std::vector<Block> blocks;
+  for (const LogicalRun& r : runs) {
+    if (r.length <= 0) continue;
+    if (!blocks.empty()) {
+      Block& b = blocks.back();
+      const int64_t next = b.count == 1 ? r.logical - b.start : b.stride;  // the stride this run would need
+      if (r.length == b.length && next >= b.length && r.logical == b.start + b.count * next) {
+        b.stride = next;
+        ++b.count;
+        continue;
+      }
+    }
+    Block b;
+    b.start = r.logical;
+    b.length = r.length;
+    b.count = 1;
+    b.stride = r.length;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+struct ShardWriter::Hasher {
+  XXH64_state_t* state = XXH64_createState();
+  Hasher() { XXH64_reset(state, 0); }
+  ~Hasher() { XXH64_freeState(state); }
+};
+
+ShardWriter::ShardWriter(const fs::path& dir, int rank, int64_t step)
+    : path_(dir / shard_file_name(rank)), tmp_(path_.string() + ".tmp"), hash_(std::make_unique<Hasher>()) {
+  entry_.name = shard_file_name(rank);
+  entry_.rank = rank;
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  check(fd_ >= 0, "cannot create checkpoint shard ", tmp_.string(), ": ", last_system_error());
+  const auto header = header_bytes(rank, step);
+  write_fully(fd_, header.data(), header.size(), tmp_);
+  XXH64_update(hash_->state, header.data(), header.size());
+  written_ = header.size();
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  std::error_code ignored;
+  fs::remove(tmp_, ignored);  // not finished: leave nothing half-written behind
+}
+
+void ShardWriter::add(const StateRegion& region, const std::byte* host) {
+  const std::size_t element = dtype_size(region.local.dtype());
+  std::vector<LogicalRun> runs = region.runs;
+  std::size_t next_run = 0;
+  for (Block block : blocks_of_runs(runs)) {
+    block.tensor = region.tensor;
+    block.kind = region.kind;
+    block.dtype = region.local.dtype();
+    block.offset = written_;
+    XXH64_state_t* block_hash = XXH64_createState();
+    XXH64_reset(block_hash, 0);
+    // The block's runs are the next `count` non-empty runs, in order.
+    for (int64_t k = 0; k < block.count; ++next_run) {
+      const LogicalRun& r = runs[next_run];
+      if (r.length <= 0) continue;
+      const std::byte* data = host + static_cast<std::size_t>(r.local) * element;
+      const std::size_t bytes = static_cast<std::size_t>(r.length) * element;
+      write_fully(fd_, data, bytes, tmp_);
+      XXH64_update(hash_->state, data, bytes);
+      XXH64_update(block_hash, data, bytes);
+      written_ += bytes;
+      ++k;
+    }
+    block.xxh64 = hex(XXH64_digest(block_hash));
+    XXH64_freeState(block_hash);
+    entry_.blocks.push_back(std::move(block));
+  }
+}
+
+ShardFile ShardWriter::finish() {
+  check(::fsync(fd_) == 0, "fsync of ", tmp_.string(), " failed: ", last_system_error());
+  const int closed = ::close(fd_);
+  fd_ = -1;
+  check(closed == 0, "closing ", tmp_.string(), " failed: ", last_system_error());
+  std::error_code ec;
+  fs::rename(tmp_, path_, ec);
+  check(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
+  entry_.bytes = written_;
+  entry_.xxh64 = hex(XXH64_digest(hash_->state));
+  return entry_;
+}
+
+void check_shard_header(int fd, const fs::path& path, const ShardFile& entry, int64_t step) {
+  struct stat st {};
+  check(::fstat(fd, &st) == 0, "cannot stat ", path.string(), ": ", last_system_error());
+  check(static_cast<uint64_t>(st.st_size) == entry.bytes, "checkpoint shard ", path.string(), " is ", st.st_size,
+        " bytes but the manifest records ", entry.bytes, st.st_size < static_cast<off_t>(entry.bytes) ? " (truncated)" : "");
+  check(entry.bytes >= kShardHeaderBytes, "checkpoint shard ", path.string(), " is shorter than its header");
+  std::array<std::byte, kShardHeaderBytes> header{};
+  read_fully(fd, header.data(), header.size(), 0, path);
+  const auto expected = header_bytes(entry.rank, step);
+  check(std::memcmp(header.data(), kMagic, 8) == 0, "checkpoint shard ", path.string(),
+        " does not start with TRIPODCK (not a shard file, or its header is damaged)");
+  check(header == expected, "checkpoint shard ", path.string(), "'s header does not match the manifest (rank ",
+        entry.rank, ", step ", step, ", version ", kManifestVersion, "): it is damaged or from another checkpoint");
+}
+
+}  // namespace tripod::ckpt

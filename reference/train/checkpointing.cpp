@@ -1,0 +1,173 @@
+#include "train/checkpointing.h"
+
+#include <algorithm>
+#include <set>
+
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_root.h"
+#include "ckpt/durable_file.h"
+#include "ckpt/legacy_checkpoint.h"
+#include "ckpt/shard_file.h"
+#include "comm/host_collectives.h"
+#include "train/fault_injection.h"
+
+namespace tripod {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Whether every rank succeeded at a step of a collective save or load; if not, the same error on
+// every rank, naming each rank that failed and why.
+void agree(Communicator* world, const std::string& what, const std::string& error) {
+  const double ok = world ? all_reduce_value(*world, error.empty() ? 1.0 : 0.0, ReduceOp::Min) : (error.empty() ? 1 : 0);
+  if (ok == 1.0) return;
+  const std::vector<std::string> errors = world ? all_gather_text(*world, error, 1024) : std::vector<std::string>{error};
+  std::string why;
+  for (std::size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) why += (errors.size() > 1 ? "\n  rank " + std::to_string(r) + ": " : " ") + errors[r];
+  fail(what, " failed:", why);
+}
+
+template <class F>
+std::string attempt(F&& action) {
+  try {
+    action();
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// A rank's file entry plus the logical shapes of the tensors it wrote (the manifest lists them all).
+json file_entry_json(const ckpt::ShardFile& f, const std::vector<StateRegion>& regions) {
+  json entry = ckpt::shard_file_to_json(f);
+  entry["tensors"] = json::object();
+  for (const StateRegion& r : regions)
+    if (r.saves) entry["tensors"][r.tensor] = r.logical_shape;
+  return entry;
+}
+
+}  // namespace
+
+uint64_t checkpoint_bytes(Communicator* world, const std::vector<StateRegion>& regions) {
+  double bytes = 0;
+  for (const StateRegion& r : regions)
+    if (r.saves) bytes += static_cast<double>(r.local.bytes());
+  return static_cast<uint64_t>(world ? all_reduce_value(*world, bytes, ReduceOp::Sum) : bytes);
+}
+
+fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
+                         Backend& backend, const CheckpointMeta& meta) {
+  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+  const fs::path staged = ckpt::partial_dir(root, meta.step);
+  agree(world, "checkpoint save (preparing " + staged.string() + "; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
+    fs::remove_all(staged);
+    fs::create_directories(staged);
+  }));
+
+  ckpt::ShardFile mine;
+  agree(world, "checkpoint save (writing the shard files; the previous checkpoint is untouched)", attempt([&] {
+    ckpt::ShardWriter writer(staged, rank, meta.step);
+    std::vector<std::byte> host;
+    for (const StateRegion& r : regions) {
+      if (!r.saves) continue;
+      host.resize(r.local.bytes());
+      backend.download(r.local, host.data());
+      writer.add(r, host.data());
+    }
+    mine = writer.finish();
+  }));
+  maybe_inject_fault(FaultPoint::DuringSave, rank, meta.step);
+
+  // Rank 0 learns every rank's file entry: sizes first, so the text gather is exact.
+  const std::string entry = file_entry_json(mine, regions).dump();
+  std::vector<std::string> entries = {entry};
+  if (world) {
+    const std::vector<double> sizes = all_gather_values(*world, {static_cast<double>(entry.size())});
+    const double longest = *std::max_element(sizes.begin(), sizes.end());
+    entries = all_gather_text(*world, entry, static_cast<std::size_t>(longest) + 1);
+  }
+  agree(world, "checkpoint save (writing the manifest; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
+    ckpt::Manifest m;
+    m.step = meta.step;
+    m.dtype = meta.config->train.dtype;
+    m.config = meta.config->json;
+    m.layout = meta.layout;
+    m.world_size = size;
+    m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
+    for (const std::string& e : entries) {
+      const json f = json::parse(e);
+      for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
+      m.files.push_back(ckpt::shard_file_from_json(f));
+    }
+    ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
+    ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
+  }));
+  return root / ckpt::step_dir_name(meta.step);
+}
+
+fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_root, Backend& backend) {
+  const ckpt::LegacyCheckpoint old = ckpt::read_legacy_checkpoint(old_dir);
+  RunConfig config = parse_run_config(old.config);
+  ckpt::check_save_root(new_root, 0);
+  std::vector<StateRegion> regions;
+  auto add = [&](const ckpt::HostTensor& t, const std::string& name, const char* kind) {
+    check(t.dtype == DType::F32 || t.dtype == DType::F64, old_dir.string(), ": tensor '", t.name, "' is ",
+          dtype_name(t.dtype), ", not fp32 or fp64");
+    const Tensor local = backend.alloc({t.numel()}, t.dtype);
+    backend.upload(t.data.data(), local);
+    regions.push_back({name, t.shape, kind, local, {{0, 0, t.numel()}}, true});
+  };
+  for (const ckpt::HostTensor& t : old.model.tensors()) {
+    add(t, t.name, "param");
+    add(old.optimizer.get("m." + t.name), t.name, "adam_m");
+    add(old.optimizer.get("v." + t.name), t.name, "adam_v");
+  }
+  // Version 1 read the data at step * batch_size, as every resume of it did.
+  return save_checkpoint(nullptr, new_root, regions, backend,
+                         {old.step, &config, "single process", old.step * config.train.batch_size});
+}
+
+ckpt::Manifest resume_from_checkpoint(Communicator* world, const fs::path& dir, const std::vector<StateRegion>& regions,
+                                      Backend& backend, const RunConfig& config, bool allow_changes) {
+  ckpt::Manifest manifest;
+  agree(world, "resuming from " + dir.string(), attempt([&] {
+    ckpt::CheckpointReader reader(dir);
+    check_resume_compatible(reader.manifest(), config, dir.string(), allow_changes);
+    for (const StateRegion& r : regions) reader.load(r, backend);
+    manifest = reader.manifest();
+  }));
+  return manifest;
+}
+
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, const std::string& dir,
+                             bool allow_changes) {
+  const json& saved = manifest.config;
+  const json& now = config.json;
+  auto value = [](const json& j, const char* section, const std::string& key) {
+    return j.contains(section) && j.at(section).contains(key) ? j.at(section).at(key).dump() : std::string("absent");
+  };
+  // The model must be the same, always.
+  for (auto it = now.at("model").begin(); it != now.at("model").end(); ++it)
+    check(value(saved, "model", it.key()) == it.value().dump(), "cannot resume from ", dir, ": model.", it.key(), " is ",
+          it.value().dump(), " here but ", value(saved, "model", it.key()), " in the checkpoint");
+  check(manifest.dtype == config.train.dtype, "cannot resume from ", dir, ": it holds ", dtype_name(manifest.dtype),
+        " state but train.dtype is ", dtype_name(config.train.dtype));
+  check(manifest.step <= config.train.steps, "cannot resume from ", dir, ": it is at step ", manifest.step,
+        ", beyond train.steps = ", config.train.steps);
+  // What decides the data order and the learning-rate schedule.
+  const std::vector<std::pair<const char*, std::string>> watched = {
+      {"train", "seed"}, {"train", "batch_size"}, {"train", "seq_len"}, {"data", "dir"},   {"train", "steps"},
+      {"optim", "lr"},   {"optim", "min_lr"},     {"optim", "warmup_steps"}, {"optim", "decay"}};
+  std::string changes;
+  for (const auto& [section, key] : watched) {
+    const std::string before = value(saved, section, key), after = value(now, section, key);
+    if (before != after) changes += str_cat("\n  ", section, ".", key, ": ", before, " in the checkpoint, ", after, " now");
+  }
+  if (changes.empty() || allow_changes) return;
+  fail("cannot resume from ", dir, ": the run would not continue as it was (data order or learning-rate schedule):",
+       changes, "\n(pass --allow-resume-changes to resume anyway)");
+}
+
+}  // namespace tripod

@@ -1,0 +1,58 @@
+// Saving and loading the training state as a sharded checkpoint (ckpt/): the collective protocol.
+//
+// Save: rank 0 makes ROOT/.partial-step-N; every rank writes its own shard file of the regions it
+// writes (train/training_engine.h's state_regions); every rank hears whether all succeeded; rank 0
+// gathers the ranks' file entries, writes the manifest last (fsynced) and publishes the step
+// directory and `latest`. A failure anywhere is an error on every rank naming the rank and what
+// failed; the previous checkpoint is never touched. Single-process runs are the one-rank case.
+//
+// Load: every rank reads, from whatever layout wrote the checkpoint, exactly the logical elements
+// its own regions hold.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ckpt/manifest.h"
+#include "comm/communicator.h"
+#include "core/state_region.h"
+#include "train/run_config.h"
+
+namespace tripod {
+
+struct CheckpointMeta {
+  int64_t step = 0;
+  const RunConfig* config = nullptr;
+  std::string layout;        // "single process" or the layout's description
+  int64_t next_sample = 0;   // the data loader's position
+};
+
+// Collective over `world` (null: one process). Returns the published checkpoint directory.
+std::filesystem::path save_checkpoint(Communicator* world, const std::filesystem::path& root,
+                                      const std::vector<StateRegion>& regions, Backend& backend,
+                                      const CheckpointMeta& meta);
+
+// Collective: checks the checkpoint `dir` (a step directory) against the run
+// (check_resume_compatible), then every rank loads its regions; one rank's failure is an error on
+// every rank, naming it. Returns the manifest.
+ckpt::Manifest resume_from_checkpoint(Communicator* world, const std::filesystem::path& dir,
+                                      const std::vector<StateRegion>& regions, Backend& backend,
+                                      const RunConfig& config, bool allow_changes);
+
+// Refuses a resume that would silently change the run: another model or dtype, a step beyond
+// train.steps; and, unless `allow_changes`, another data order (seed, batch size, sequence length,
+// data directory) or schedule (learning rates, warm-up, decay, steps). The message lists every
+// difference.
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, const std::string& dir,
+                             bool allow_changes);
+
+// `tripod ckpt upgrade`: a version-1 checkpoint (single process) rewritten as a sharded checkpoint
+// under `new_root` (the one-rank case of the format); returns its directory.
+std::filesystem::path upgrade_legacy_checkpoint(const std::filesystem::path& old_dir,
+                                                const std::filesystem::path& new_root, Backend& backend);
+
+// Bytes every rank together writes per checkpoint (collective): for the free-space check.
+uint64_t checkpoint_bytes(Communicator* world, const std::vector<StateRegion>& regions);
+
+}  // namespace tripod

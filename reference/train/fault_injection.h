@@ -1,0 +1,22 @@
+// Failures on purpose, for the tests of checkpoints and restarts, chosen by the environment
+// variable TRIPOD_FAULT (unset: nothing happens):
+//
+//   kill:R:S           world rank R kills itself (SIGKILL, as a crashed node) as it starts step S
+//   kill-in-save:R:S   rank R kills itself during the save after step S, once its shard is written
+//                      and before the manifest is (the save is left unfinished)
+//
+// S counts steps from 1, as the log does. A run that resumed from a checkpoint never injects, so
+// the restart a supervisor makes gets past the fault. A malformed value is an error at start-up.
+#pragma once
+#include <cstdint>
+
+namespace tripod {
+
+enum class FaultPoint { StepStart, DuringSave };
+
+// Parses TRIPOD_FAULT (throws naming it when malformed); call once at start-up.
+void arm_fault_injection(bool resumed);
+// Kills this process when the armed fault names this point, rank and step.
+void maybe_inject_fault(FaultPoint point, int world_rank, int64_t step);
+
+}  // namespace tripod
