@@ -22,6 +22,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from tripod_ckpt import read_checkpoint  # noqa: E402
+
 SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "I32": np.int32}
 
 
@@ -63,15 +66,28 @@ def relative(a, b):
     return abs(a - b) / abs(b) if b != 0 else (0.0 if a == b else float("inf"))
 
 
+def checkpoint_state(path):
+    """{group: {tensor: float64 array}}: a sharded checkpoint's parameters and AdamW moments (a root or a
+    step directory), or a directory of model.safetensors / optimizer.safetensors."""
+    path = pathlib.Path(path)
+    if (path / "manifest.json").exists() or (path / "latest").exists():
+        _, state = read_checkpoint(path)
+        return state
+    return {name: read_safetensors(path / name) for name in ("model.safetensors", "optimizer.safetensors")
+            if (path / name).exists()}
+
+
 def compare_checkpoints(dir_a, dir_b, bitwise):
     out = {"files_identical": {}, "param_max_rel": 0.0, "worst_param": ""}
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        a, b = pathlib.Path(dir_a, name), pathlib.Path(dir_b, name)
-        if a.exists() and b.exists():
-            out["files_identical"][name] = a.read_bytes() == b.read_bytes()
+    sa, sb = checkpoint_state(dir_a), checkpoint_state(dir_b)
+    for group in sorted(set(sa) | set(sb)):
+        if group in sa and group in sb:
+            out["files_identical"][group] = sa[group].keys() == sb[group].keys() and all(
+                np.array_equal(sa[group][t], sb[group][t]) for t in sa[group])
         elif bitwise:
-            out["files_identical"][name] = False
-    ta, tb = read_safetensors(pathlib.Path(dir_a, "model.safetensors")), read_safetensors(pathlib.Path(dir_b, "model.safetensors"))
+            out["files_identical"][group] = False
+    params = "param" if "param" in sa else "model.safetensors"
+    ta, tb = sa[params], sb[params]
     if set(ta) != set(tb):
         raise SystemExit(f"compare_training: checkpoints hold different tensors: {sorted(set(ta) ^ set(tb))}")
     for name in sorted(ta):

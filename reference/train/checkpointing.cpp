@@ -23,9 +23,15 @@ void agree(Communicator* world, const std::string& what, const std::string& erro
   const double ok = world ? all_reduce_value(*world, error.empty() ? 1.0 : 0.0, ReduceOp::Min) : (error.empty() ? 1 : 0);
   if (ok == 1.0) return;
   const std::vector<std::string> errors = world ? all_gather_text(*world, error, 1024) : std::vector<std::string>{error};
+  std::vector<std::string> failed;
+  for (const std::string& e : errors)
+    if (!e.empty()) failed.push_back(e);
+  // One message when every rank failed alike (a manifest all of them read); else each rank's own.
+  if (failed.size() == errors.size() && std::all_of(failed.begin(), failed.end(), [&](auto& e) { return e == failed[0]; }))
+    fail(what, " failed", errors.size() > 1 ? " on every rank: " : ": ", failed[0]);
   std::string why;
   for (std::size_t r = 0; r < errors.size(); ++r)
-    if (!errors[r].empty()) why += (errors.size() > 1 ? "\n  rank " + std::to_string(r) + ": " : " ") + errors[r];
+    if (!errors[r].empty()) why += "\n  rank " + std::to_string(r) + ": " + errors[r];
   fail(what, " failed:", why);
 }
 
@@ -57,10 +63,11 @@ uint64_t checkpoint_bytes(Communicator* world, const std::vector<StateRegion>& r
   return static_cast<uint64_t>(world ? all_reduce_value(*world, bytes, ReduceOp::Sum) : bytes);
 }
 
-fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
-                         Backend& backend, const CheckpointMeta& meta) {
+namespace {
+
+void write_checkpoint(Communicator* world, const fs::path& root, const fs::path& staged,
+                      const std::vector<StateRegion>& regions, Backend& backend, const CheckpointMeta& meta) {
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
-  const fs::path staged = ckpt::partial_dir(root, meta.step);
   agree(world, "checkpoint save (preparing " + staged.string() + "; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
     fs::remove_all(staged);
     fs::create_directories(staged);
@@ -104,6 +111,21 @@ fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::v
     ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
     ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
   }));
+}
+
+}  // namespace
+
+fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
+                         Backend& backend, const CheckpointMeta& meta) {
+  const fs::path staged = ckpt::partial_dir(root, meta.step);
+  try {
+    write_checkpoint(world, root, staged, regions, backend, meta);
+  } catch (const Error&) {
+    // Every rank has agreed that the save failed: what it wrote goes, so a full disk is not fuller.
+    std::error_code ignored;
+    if (!world || world->rank() == 0) fs::remove_all(staged, ignored);
+    throw;
+  }
   return root / ckpt::step_dir_name(meta.step);
 }
 

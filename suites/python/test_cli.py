@@ -199,8 +199,8 @@ def test_corrupt_checkpoint_is_refused(corpus, tmp_path):
     data = bytearray(shard.read_bytes())
     data[-5] ^= 0xFF
     shard.write_bytes(bytes(data))
-    result = expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--resume", ckpt,
-                          contains="shard-00000.bin")
+    result = expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                          "--set", "train.steps=2", "--resume", ckpt, contains="shard-00000.bin")
     assert "damaged in tensor" in result.stderr
 
 

@@ -168,7 +168,7 @@ def test_killed_sweep_resumes_exactly(sweep):
     cmd = [sweep["tripod"], "scale", "run", spec_path, "--out", str(out), "--jobs", "2"]
     driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not list(out.glob("runs/*/ckpt/state.json")):
+    while time.time() < deadline and not list(out.glob("runs/*/ckpt/latest")):
         time.sleep(0.01)
     driver.send_signal(signal.SIGTERM)
     stdout, stderr = driver.communicate(timeout=60)

@@ -1,0 +1,263 @@
+"""Sharded checkpoints (issue: checkpoints that reload into any layout, crash-safe saves, clear errors):
+exact resume in every layout family, resharding between layouts, a crash during a save, SIGTERM,
+bad input of every kind, refused configuration changes, and a full disk."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
+from tripod_ckpt import read_checkpoint  # noqa: E402
+
+# Two layers and four heads, so that tp4, pp2 and interleaved pp2 x v2... fit; fp64 makes layout
+# differences show as reduction-order noise (~1e-16), never as a wrong element.
+MODEL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=4",
+         "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
+         "--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set", "train.steps=6",
+         "--set", "train.dtype=fp64", "--set", "optim.warmup_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_markov_corpus(tmp_path_factory.mktemp("corpus") / "markov")
+
+
+def train(corpus, ranks, *args, env=None, timeout=120):
+    require_tripod()
+    base = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, *args]
+    cmd = mpirun_command(ranks, *base) if ranks > 1 else [str(TRIPOD), *map(str, base)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**MPI_ENV, **(env or {})})
+
+
+def ok(result):
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def losses(result):
+    """{step: loss} from the progress lines (printed to 4 decimals) - and exact from metrics."""
+    out = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("step "):
+            step = int(line.split()[1].split("/")[0])
+            out[step] = float(line.split("| loss ")[1].split()[0])
+    return out
+
+
+def metrics_losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, Path(path).read_text().splitlines()) if "loss" in r}
+
+
+def tripod(*args, timeout=60):
+    require_tripod()
+    return subprocess.run([str(TRIPOD), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+# Layout families: DP with every ZeRO stage, TP with and without SP, PP with each schedule, 3D.
+LAYOUTS = {
+    "dp2-z0": (2, ["--zero", "0"]),
+    "dp2-z1": (2, ["--zero", "1"]),
+    "dp2-z2": (2, ["--zero", "2"]),
+    "dp2-z3": (2, ["--zero", "3"]),
+    "tp2": (2, ["--tp", "2"]),
+    "tp2-sp": (2, ["--tp", "2", "--sequence-parallel"]),
+    "pp2-afab": (2, ["--pp", "2", "--schedule", "afab", "--microbatches", "2"]),
+    "pp2-1f1b": (2, ["--pp", "2", "--schedule", "1f1b", "--microbatches", "2"]),
+    "pp2-interleaved": (2, ["--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+                            "--microbatches", "2", "--set", "model.n_layer=4"]),
+    "tp2-pp2-dp2-z1": (8, ["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "1"]),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_exact_resume_in_every_layout_family(corpus, tmp_path, name):
+    """6 steps straight vs 3, stop, resume, 3 more: losses and final parameters and moments bit-identical."""
+    ranks, layout = LAYOUTS[name]
+    straight = ok(train(corpus, ranks, *layout, "--save", tmp_path / "straight",
+                        "--set", f"train.metrics={tmp_path / 'straight.jsonl'}"))
+    ok(train(corpus, ranks, *layout, "--save", tmp_path / "split", "--exit-after", 3,
+             "--set", f"train.metrics={tmp_path / 'split.jsonl'}"))
+    resumed = ok(train(corpus, ranks, *layout, "--save", tmp_path / "split", "--resume", "auto",
+                       "--set", f"train.metrics={tmp_path / 'split.jsonl'}"))
+    assert "resuming from" in resumed.stdout and "at step 3 (next sample 24)" in resumed.stdout
+    assert metrics_losses(tmp_path / "split.jsonl") == metrics_losses(tmp_path / "straight.jsonl")
+    assert len(metrics_losses(tmp_path / "straight.jsonl")) == 6 and 6 in losses(straight)
+    _, a = read_checkpoint(tmp_path / "straight")
+    _, b = read_checkpoint(tmp_path / "split")
+    for kind in a:
+        for tensor in a[kind]:
+            assert np.array_equal(a[kind][tensor], b[kind][tensor]), f"{name}: {kind} of {tensor} differs"
+    assert ok(tripod("ckpt", "verify", tmp_path / "split")).stdout.count("OK") == 1
+
+
+def test_resharding_between_layouts(corpus, tmp_path):
+    """Saved at tp2 pp2 dp2 (ZeRO-1), resumed at dp4 ZeRO-3, tp4 dp2 and on one process: the losses
+    of the remaining steps equal the single-process run's within the fp64 conformance tolerance."""
+    single = tmp_path / "single.jsonl"
+    ok(train(corpus, 1, "--set", f"train.metrics={single}"))
+    want = metrics_losses(single)
+    saved = tmp_path / "saved"
+    ok(train(corpus, 8, "--tp", 2, "--pp", 2, "--dp", 2, "--zero", 1, "--save", saved, "--exit-after", 3))
+    manifest, state = read_checkpoint(saved)
+    assert manifest["world_size"] == 8 and manifest["data"]["next_sample"] == 24
+    for ranks, layout in [(4, ["--dp", "4", "--zero", "3"]), (8, ["--tp", "4", "--dp", "2"]), (1, [])]:
+        metrics = tmp_path / f"resumed{ranks}.jsonl"
+        result = ok(train(corpus, ranks, *layout, "--resume", saved, "--set", f"train.metrics={metrics}"))
+        assert "at step 3 (next sample 24)" in result.stdout
+        got = metrics_losses(metrics)
+        assert sorted(got) == [3, 4, 5]
+        for step, loss in got.items():
+            assert abs(loss - want[step]) <= 1e-10 * abs(want[step]), (layout, step, loss, want[step])
+
+
+def test_crash_during_save_keeps_the_previous_checkpoint(corpus, tmp_path):
+    root = tmp_path / "ckpt"
+    crashed = train(corpus, 2, "--zero", 1, "--save", root, "--set", "train.save_every=2",
+                    env={"TRIPOD_FAULT": "kill-in-save:1:4"})
+    assert crashed.returncode != 0
+    assert "kills itself in the save after step 4" in crashed.stderr
+    assert (root / "latest").read_text().strip() == "step-00000002"
+    assert (root / ".partial-step-00000004").exists() and not (root / "step-00000004").exists()
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+    # The restart (same command, --resume auto) cleans up, resumes at step 2 and finishes.
+    again = ok(train(corpus, 2, "--zero", 1, "--save", root, "--set", "train.save_every=2", "--resume", "auto",
+                     env={"TRIPOD_FAULT": "kill-in-save:1:4"}))
+    assert "removed 1 leftover" in again.stdout and "at step 2" in again.stdout
+    assert not (root / ".partial-step-00000004").exists()
+    straight = ok(train(corpus, 2, "--zero", 1, "--save", tmp_path / "straight"))
+    _, a = read_checkpoint(root)
+    _, b = read_checkpoint(tmp_path / "straight")
+    assert all(np.array_equal(a["param"][t], b["param"][t]) for t in a["param"])
+    assert losses(straight)[6] == losses(again)[6]
+
+
+def test_killed_rank_ends_the_job_and_resume_finishes(corpus, tmp_path):
+    root = tmp_path / "ckpt"
+    start = time.monotonic()
+    killed = train(corpus, 2, "--save", root, "--set", "train.save_every=2", env={"TRIPOD_FAULT": "kill:1:4"})
+    assert killed.returncode != 0 and time.monotonic() - start < 30
+    assert (root / "latest").read_text().strip() == "step-00000002"
+
+
+def test_sigterm_saves_and_says_where(corpus, tmp_path):
+    require_tripod()
+    root = tmp_path / "ckpt"
+    cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
+           "--set", "train.steps=1000000", "--save", str(root)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "interrupted by a signal after step" in err and "checkpoint saved to" in err, err
+    step = int(err.split("after step ")[1].split("/")[0])
+    assert (root / "latest").read_text().strip() == f"step-{step:08d}"
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+
+
+def saved_root(corpus, tmp_path, steps=(2, 4)):
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 2, "--zero", 1, "--save", root, "--set", "train.save_every=2", "--set",
+             f"train.steps={steps[-1]}"))
+    return root, root / f"step-{steps[-1]:08d}", root / f"step-{steps[0]:08d}"
+
+
+def flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("truncate", "truncated"),
+    ("flip-header", "header"),
+    ("flip-payload", "damaged in tensor"),
+    ("missing-shard", "shard-00001.bin"),
+    ("future-version", "newer Tripod"),
+    ("manifest-edit", "manifest.json is damaged"),
+    ("no-manifest", "holds no complete checkpoint"),
+])
+def test_bad_checkpoint_is_refused_and_the_previous_one_untouched(corpus, tmp_path, damage, expected):
+    root, newest, older = saved_root(corpus, tmp_path)
+    shard = newest / "shard-00001.bin"
+    manifest = newest / "manifest.json"
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:-100])
+    elif damage == "flip-header":
+        flip(shard, 13)
+    elif damage == "flip-payload":
+        flip(shard, shard.stat().st_size - 20)
+    elif damage == "missing-shard":
+        shard.unlink()
+    elif damage == "future-version":
+        manifest.write_text(manifest.read_text().replace('"version": 2', '"version": 3'))
+    elif damage == "manifest-edit":
+        manifest.write_text(manifest.read_text().replace('"step": 4', '"step": 3'))
+    elif damage == "no-manifest":
+        for step_dir in (newest, older):
+            (step_dir / "manifest.json").unlink()
+    target = newest if damage != "no-manifest" else root
+    verify = tripod("ckpt", "verify", target)
+    assert verify.returncode != 0 and expected in verify.stdout + verify.stderr, verify.stdout + verify.stderr
+    resumed = train(corpus, 2, "--zero", 1, "--resume", target, "--set", "train.steps=4")
+    assert resumed.returncode != 0 and expected in resumed.stderr, resumed.stderr
+    assert "step " not in resumed.stdout
+    if damage != "no-manifest":
+        assert "OK" in ok(tripod("ckpt", "verify", older)).stdout
+
+
+def test_missing_and_empty_checkpoints(corpus, tmp_path):
+    (tmp_path / "empty").mkdir()
+    for path, words in [(tmp_path / "nothing", "does not exist"), (tmp_path / "empty", "holds no complete checkpoint")]:
+        result = train(corpus, 1, "--resume", path)
+        assert result.returncode != 0 and words in result.stderr
+        assert tripod("ckpt", "verify", path).returncode != 0
+
+
+def test_resume_refuses_another_model_or_a_changed_run(corpus, tmp_path):
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 1, "--save", root, "--exit-after", 2))
+    other = train(corpus, 1, "--resume", root, "--set", "model.d_ff=128")
+    assert other.returncode != 0 and "model.d_ff is 128 here but 64 in the checkpoint" in other.stderr
+    changed = train(corpus, 1, "--resume", root, "--set", "train.seed=7", "--set", "optim.lr=0.01")
+    assert changed.returncode != 0
+    assert "train.seed: 1234 in the checkpoint, 7 now" in changed.stderr and "optim.lr" in changed.stderr
+    assert "--allow-resume-changes" in changed.stderr
+    ok(train(corpus, 1, "--resume", root, "--set", "train.seed=7", "--allow-resume-changes"))
+
+
+def test_info_describes_the_checkpoint(corpus, tmp_path):
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 2, "--tp", 2, "--save", root, "--exit-after", 2))
+    info = ok(tripod("ckpt", "info", root)).stdout
+    assert "step 2" in info and "tp=2" in info and "(2 ranks)" in info and "next sample 16" in info
+    assert "shard-00001.bin" in info
+
+
+def test_full_disk_during_save_fails_clearly_and_keeps_the_previous(corpus, tmp_path):
+    """A 1 MiB tmpfs: the first checkpoint fits, the second (kept beside it) does not."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    try:
+        root = mount / "ckpt"
+        result = train(corpus, 1, "--save", root, "--set", "train.save_every=2")  # 473 KB per checkpoint
+        assert result.returncode != 0, result.stdout
+        assert "No space left on device" in result.stderr and "shard-00000.bin" in result.stderr, result.stderr
+        assert (root / "latest").read_text().strip() == "step-00000002"
+        assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+        assert not list(root.glob(".partial-*")), "a failed save cleans up after itself"
+    finally:
+        subprocess.run(["umount", str(mount)])
