@@ -6,6 +6,7 @@
 
 #include <xxhash.h>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 
 namespace tripod::ckpt {
@@ -154,8 +155,9 @@ std::string manifest_text(const Manifest& manifest) {
 }
 
 Manifest parse_manifest(std::string_view text, const std::string& origin) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  check(!j.is_discarded(), origin, " is not valid JSON (truncated or damaged?)");
+  // A manifest nests five deep (files, blocks; the run configuration); 32 refuses a damaged or
+  // hostile file long before a deep value could exhaust the stack.
+  json j = parse_bounded_json(text, origin, /*max_depth=*/32);
   const Fields top(j, "the manifest", origin);
   check(top.text("format") == kCheckpointFormat, origin, " is not a Tripod checkpoint manifest");
   Manifest m;

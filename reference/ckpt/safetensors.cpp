@@ -11,6 +11,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
+
 namespace tripod::ckpt {
 
 // The format is little-endian; Tripod copies bytes straight to and from memory.
@@ -73,27 +75,21 @@ std::string read_header_text(std::ifstream& in, const std::string& file, uint64_
   return text;
 }
 
-// Parse keeping the header's key order; a repeated top-level key would silently hide a tensor,
-// so the parser callback rejects it.
-ordered_json parse_header(const std::string& text, const std::string& file) {
-  ordered_json header;
-  std::set<std::string> keys;
-  try {
-    header = ordered_json::parse(text, [&](int depth, ordered_json::parse_event_t event, ordered_json& parsed) {
-      if (depth == 1 && event == ordered_json::parse_event_t::key) {
-        const auto& key = parsed.get_ref<const std::string&>();
-        check(keys.insert(key).second, file, ": tensor '", key, "' appears twice in the header");
-      }
-      return true;
-    });
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, ": the header is not valid JSON (", e.what(), ")");
-  }
-  check(header.is_object(), file, ": the header is not a JSON object");
+// The header with its tensors in file order. A repeated top-level key would silently hide a tensor,
+// so it is refused; headers nest three deep (tensor, shape), so anything past 8 is not one.
+struct ParsedHeader {
+  nlohmann::json values;
+  std::vector<std::string> keys;  // in file order
+};
+
+ParsedHeader parse_header(const std::string& text, const std::string& file) {
+  ParsedHeader header;
+  header.values = parse_bounded_json(text, file + ": the header", /*max_depth=*/8, &header.keys);
+  check(header.values.is_object(), file, ": the header is not a JSON object");
   return header;
 }
 
-std::map<std::string, std::string> parse_metadata(const ordered_json& info, const std::string& file) {
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& info, const std::string& file) {
   check(info.is_object(), file, ": __metadata__ is not an object");
   std::map<std::string, std::string> metadata;
   for (const auto& [k, v] : info.items()) {
@@ -104,7 +100,7 @@ std::map<std::string, std::string> parse_metadata(const ordered_json& info, cons
 }
 
 // Validates one tensor's header entry; its byte span must match what its shape and dtype need.
-TensorEntry parse_tensor_entry(const std::string& name, const ordered_json& info, const std::string& file) {
+TensorEntry parse_tensor_entry(const std::string& name, const nlohmann::json& info, const std::string& file) {
   const std::string what = file + ", tensor '" + name + "'";
   check(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
         what, ": header entry needs dtype, shape and data_offsets");
@@ -151,6 +147,28 @@ void check_data_layout(std::vector<TensorEntry>& entries, uint64_t data_size, co
     expected = e.end;
   }
   check(expected == data_size, file, ": ", data_size - expected, " bytes after the last tensor's data");
+}
+
+// What a header says, validated against the `data_size` bytes after it: the tensors (data still
+// empty) in data order, and the metadata.
+struct HeaderLayout {
+  std::vector<TensorEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+HeaderLayout parse_layout(const std::string& text, uint64_t data_size, const std::string& file) {
+  const ParsedHeader header = parse_header(text, file);
+  HeaderLayout layout;
+  for (const std::string& name : header.keys) {
+    const nlohmann::json& info = header.values.at(name);
+    if (name == kMetadataKey) {
+      layout.metadata = parse_metadata(info, file);
+      continue;
+    }
+    layout.entries.push_back(parse_tensor_entry(name, info, file));
+  }
+  check_data_layout(layout.entries, data_size, file);
+  return layout;
 }
 
 }  // namespace
@@ -231,28 +249,45 @@ SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
   check(file_size >= 8, file, " is ", file_size, " bytes, shorter than the 8-byte header length");
 
   const std::string text = read_header_text(in, file, file_size);
-  const ordered_json header = parse_header(text, file);
-
+  HeaderLayout layout = parse_layout(text, file_size - 8 - text.size(), file);
   SafetensorsFile result;
   result.path_ = path;
-  std::vector<TensorEntry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == kMetadataKey) {
-      result.metadata_ = parse_metadata(info, file);
-      continue;
-    }
-    entries.push_back(parse_tensor_entry(name, info, file));
-  }
-  check_data_layout(entries, file_size - 8 - text.size(), file);
-
-  for (TensorEntry& e : entries) {
+  result.metadata_ = std::move(layout.metadata);
+  for (TensorEntry& e : layout.entries) {
     e.tensor.data.resize(e.end - e.begin);
     in.read(reinterpret_cast<char*>(e.tensor.data.data()), static_cast<std::streamsize>(e.tensor.data.size()));
     check(in.good(), file, ": cannot read the data of tensor '", e.tensor.name, "' (file truncated?)");
-    result.index_[e.tensor.name] = result.tensors_.size();
-    result.tensors_.push_back(std::move(e.tensor));
+    result.add(std::move(e.tensor));
   }
   return result;
+}
+
+SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes, const std::filesystem::path& origin) {
+  const std::string file = "safetensors file " + origin.string();
+  const uint64_t file_size = bytes.size();
+  check(file_size >= 8, file, " is ", file_size, " bytes, shorter than the 8-byte header length");
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  check(header_size <= file_size - 8, file, ": header length ", header_size,
+        " runs past the end of the file (", file_size, " bytes)");
+  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, header_size);
+  const std::span<const std::byte> data = bytes.subspan(8 + header_size);
+
+  HeaderLayout layout = parse_layout(text, data.size(), file);
+  SafetensorsFile result;
+  result.path_ = origin;
+  result.metadata_ = std::move(layout.metadata);
+  for (TensorEntry& e : layout.entries) {
+    const auto tensor_bytes = data.subspan(e.begin, e.end - e.begin);
+    e.tensor.data.assign(tensor_bytes.begin(), tensor_bytes.end());
+    result.add(std::move(e.tensor));
+  }
+  return result;
+}
+
+void SafetensorsFile::add(HostTensor tensor) {
+  index_[tensor.name] = tensors_.size();
+  tensors_.push_back(std::move(tensor));
 }
 
 const HostTensor& SafetensorsFile::get(const std::string& name) const {

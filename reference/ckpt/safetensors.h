@@ -94,6 +94,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Host
 class SafetensorsFile {
  public:
   static SafetensorsFile read(const std::filesystem::path& path);
+  // The same validation of a whole file's bytes already in memory, named `origin` in errors (the
+  // fuzz suite's entry point; read() streams the tensor data from the file instead).
+  static SafetensorsFile parse(std::span<const std::byte> bytes, const std::filesystem::path& origin);
 
   const HostTensor& get(const std::string& name) const;  // throws, naming file and tensor, if absent
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
@@ -102,6 +105,8 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  void add(HostTensor tensor);
+
   std::filesystem::path path_;
   std::vector<HostTensor> tensors_;
   std::map<std::string, std::size_t> index_;

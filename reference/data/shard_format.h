@@ -13,6 +13,7 @@
 // The checksum covers the payload so that a corrupted or half-copied shard is caught when it is
 // read rather than silently training on garbage.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -44,5 +45,10 @@ ShardHeader read_shard_header(const std::filesystem::path& path);
 
 // Reads a whole shard and verifies size, checksum and that every token is below vocab_size.
 std::vector<int32_t> read_shard(const std::filesystem::path& path, ShardHeader* header = nullptr);
+
+// The same validation of a whole shard's bytes already in memory, named `origin` in errors (the
+// fuzz suite's entry point).
+std::vector<int32_t> parse_shard(std::span<const std::byte> bytes, const std::filesystem::path& origin,
+                                 ShardHeader* header = nullptr);
 
 }  // namespace tripod::data

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "data/shard_format.h"
 
@@ -17,15 +19,18 @@ nlohmann::json TokenDataset::read_meta(const fs::path& dir) {
         " has no meta.json (not prepared, or preparation did not finish)");
   std::ifstream in(meta_path);
   check(in.good(), meta_path, ": cannot open for reading");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(meta_path, ": invalid JSON: ", e.what());
-  }
-  check(meta.is_object() && meta.value("format", "") == kDatasetFormat, meta_path,
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse_meta(text, meta_path);
+}
+
+nlohmann::json TokenDataset::parse_meta(const std::string& text, const fs::path& meta_path) {
+  // meta.json nests three deep (splits, shards); 32 leaves room for what a preparer records.
+  const nlohmann::json meta = parse_bounded_json(text, meta_path.string(), /*max_depth=*/32);
+  // value() with a json default: a field of another JSON type compares unequal instead of throwing
+  // nlohmann's type_error.
+  check(meta.is_object() && meta.value("format", nlohmann::json()) == kDatasetFormat, meta_path,
         ": \"format\" is not \"", kDatasetFormat, "\"");
-  check(meta.value("version", 0) == kDatasetVersion, meta_path, ": unsupported \"version\" (expected ",
+  check(meta.value("version", nlohmann::json()) == kDatasetVersion, meta_path, ": unsupported \"version\" (expected ",
         kDatasetVersion, ")");
   check(meta.contains("vocab_size") && meta["vocab_size"].is_number_integer() &&
             meta["vocab_size"].get<int64_t>() >= 1,

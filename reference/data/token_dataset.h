@@ -28,6 +28,9 @@ class TokenDataset {
 
   // Reads and validates dir/meta.json without loading any shard.
   static nlohmann::json read_meta(const std::filesystem::path& dir);
+  // The same validation of meta.json's text already in memory, named `origin` in errors (the fuzz
+  // suite's entry point).
+  static nlohmann::json parse_meta(const std::string& text, const std::filesystem::path& origin);
 
   int64_t vocab_size() const { return vocab_size_; }
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }

@@ -168,7 +168,7 @@ TEST(CheckpointManifest, DamageIsRefusedWithTheEntryNamed) {
     }
   };
   std::string altered = text;
-  altered.replace(altered.find("\"step\": 0"), 10, "\"step\": 9");
+  altered.replace(altered.find("\"step\": 0"), 9, "\"step\": 9");  // valid JSON, wrong checksum
   refused(altered, "damaged");
   refused(text.substr(0, text.size() / 2), "not valid JSON");
   ckpt::Manifest future = m;
