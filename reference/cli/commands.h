@@ -10,11 +10,13 @@ namespace tripod::cli {
 void add_train_command(CLI::App& app);    // tripod train
 void add_data_commands(CLI::App& app);    // tripod data prepare | synthetic | inspect
 void add_export_commands(CLI::App& app);  // tripod export hf
+void add_ckpt_commands(CLI::App& app);    // tripod ckpt verify | info | upgrade
 void add_bench_commands(CLI::App& app);   // tripod bench train | gemm | kernels | ...
 void add_scale_commands(CLI::App& app);   // tripod scale run | fit
 void add_conform_command(CLI::App& app);  // tripod conform
 void add_schedule_command(CLI::App& app);  // tripod schedule: print and simulate a pipeline schedule
 void add_check_backend_command(CLI::App& app);  // tripod check-backend: every op against the CPU backend
+void add_launch_command(CLI::App& app);  // tripod launch: restart a failed job from its latest checkpoint
 
 // --backend NAME (default cpu), listing the backends built into this binary; the command makes
 // it with backend/backend_factory.h's make_backend.

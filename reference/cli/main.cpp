@@ -50,11 +50,13 @@ int main(int argc, char** argv) {
   tripod::cli::add_train_command(app);
   tripod::cli::add_data_commands(app);
   tripod::cli::add_export_commands(app);
+  tripod::cli::add_ckpt_commands(app);
   tripod::cli::add_bench_commands(app);
   tripod::cli::add_scale_commands(app);
   tripod::cli::add_conform_command(app);
   tripod::cli::add_schedule_command(app);
   tripod::cli::add_check_backend_command(app);
+  tripod::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
