@@ -17,6 +17,7 @@ void add_bench_commands(CLI::App& app) {
   add_bench_gemm_rate_command(*bench);
   add_bench_health_command(*bench);
   add_bench_kernel_rate_command(*bench);
+  add_bench_ckpt_command(*bench);
 }
 
 void add_bench_train_command(CLI::App& bench) {

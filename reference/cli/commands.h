@@ -35,6 +35,7 @@ void add_bench_pipeline_command(CLI::App& bench);    // bench_pipeline_command.c
 void add_bench_gemm_rate_command(CLI::App& bench);   // bench_gemm_rate_command.cpp: GEMM TFLOP/s, % of peak
 void add_bench_health_command(CLI::App& bench);      // bench_health_command.cpp: NVML readings of every GPU
 void add_bench_kernel_rate_command(CLI::App& bench); // bench_kernel_rate_command.cpp: kernels in GB/s, % of a copy
+void add_bench_ckpt_command(CLI::App& bench);        // bench_ckpt_command.cpp: checkpoint write rate and async-save stall
 void add_bench_suite(CLI::App& bench);               // bench_suite_command.cpp: `tripod bench` runs them all
 
 }  // namespace tripod::cli

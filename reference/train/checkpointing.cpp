@@ -63,19 +63,83 @@ uint64_t checkpoint_bytes(Communicator* world, const std::vector<StateRegion>& r
   return static_cast<uint64_t>(world ? all_reduce_value(*world, bytes, ReduceOp::Sum) : bytes);
 }
 
-namespace {
+fs::path stage_checkpoint(Communicator* world, const fs::path& root, int64_t step) {
+  const fs::path staged = ckpt::partial_dir(root, step);
+  const bool root_rank = !world || world->rank() == 0;
+  agree(world, "checkpoint save (preparing " + staged.string() + "; the previous checkpoint is untouched)",
+        !root_rank ? "" : attempt([&] {
+          fs::remove_all(staged);
+          fs::create_directories(staged);
+        }));
+  return staged;
+}
 
-void write_checkpoint(Communicator* world, const fs::path& root, const fs::path& staged,
-                      const std::vector<StateRegion>& regions, Backend& backend, const CheckpointMeta& meta) {
+StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend) {
+  StateSnapshot snapshot;
+  for (const StateRegion& r : regions) {
+    if (!r.saves) continue;
+    snapshot.regions.push_back(r);
+    snapshot.bytes.emplace_back(r.local.bytes());
+    backend.download(r.local, snapshot.bytes.back().data());
+  }
+  backend.synchronize();
+  return snapshot;
+}
+
+ckpt::ShardFile write_shard(const fs::path& staged, int rank, int64_t step, const StateSnapshot& snapshot) {
+  ckpt::ShardWriter writer(staged, rank, step);
+  for (std::size_t i = 0; i < snapshot.regions.size(); ++i) writer.add(snapshot.regions[i], snapshot.bytes[i].data());
+  return writer.finish();
+}
+
+fs::path finish_checkpoint_save(Communicator* world, const fs::path& root, const fs::path& staged,
+                                const ckpt::ShardFile& mine, const std::string& shard_error,
+                                const std::vector<StateRegion>& regions, const CheckpointMeta& meta) {
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
-  agree(world, "checkpoint save (preparing " + staged.string() + "; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
-    fs::remove_all(staged);
-    fs::create_directories(staged);
-  }));
+  try {
+    agree(world, "checkpoint save (writing the shard files; the previous checkpoint is untouched)", shard_error);
+    maybe_inject_fault(FaultPoint::DuringSave, rank, meta.step);
 
+    // Rank 0 learns every rank's file entry: sizes first, so the text gather is exact.
+    const std::string entry = file_entry_json(mine, regions).dump();
+    std::vector<std::string> entries = {entry};
+    if (world) {
+      const std::vector<double> sizes = all_gather_values(*world, {static_cast<double>(entry.size())});
+      const double longest = *std::max_element(sizes.begin(), sizes.end());
+      entries = all_gather_text(*world, entry, static_cast<std::size_t>(longest) + 1);
+    }
+    agree(world, "checkpoint save (writing the manifest; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
+      ckpt::Manifest m;
+      m.step = meta.step;
+      m.dtype = meta.config->train.dtype;
+      m.config = meta.config->json;
+      m.layout = meta.layout;
+      m.world_size = size;
+      m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
+      for (const std::string& e : entries) {
+        const json f = json::parse(e);
+        for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
+        m.files.push_back(ckpt::shard_file_from_json(f));
+      }
+      ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
+      ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
+    }));
+  } catch (const Error&) {
+    // Every rank has agreed that the save failed: what it wrote goes, so a full disk is not fuller.
+    std::error_code ignored;
+    if (rank == 0) fs::remove_all(staged, ignored);
+    throw;
+  }
+  return root / ckpt::step_dir_name(meta.step);
+}
+
+fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
+                         Backend& backend, const CheckpointMeta& meta) {
+  const fs::path staged = stage_checkpoint(world, root, meta.step);
+  // One region at a time through one host buffer: a synchronous save needs no copy of the state.
   ckpt::ShardFile mine;
-  agree(world, "checkpoint save (writing the shard files; the previous checkpoint is untouched)", attempt([&] {
-    ckpt::ShardWriter writer(staged, rank, meta.step);
+  const std::string error = attempt([&] {
+    ckpt::ShardWriter writer(staged, world ? world->rank() : 0, meta.step);
     std::vector<std::byte> host;
     for (const StateRegion& r : regions) {
       if (!r.saves) continue;
@@ -84,49 +148,8 @@ void write_checkpoint(Communicator* world, const fs::path& root, const fs::path&
       writer.add(r, host.data());
     }
     mine = writer.finish();
-  }));
-  maybe_inject_fault(FaultPoint::DuringSave, rank, meta.step);
-
-  // Rank 0 learns every rank's file entry: sizes first, so the text gather is exact.
-  const std::string entry = file_entry_json(mine, regions).dump();
-  std::vector<std::string> entries = {entry};
-  if (world) {
-    const std::vector<double> sizes = all_gather_values(*world, {static_cast<double>(entry.size())});
-    const double longest = *std::max_element(sizes.begin(), sizes.end());
-    entries = all_gather_text(*world, entry, static_cast<std::size_t>(longest) + 1);
-  }
-  agree(world, "checkpoint save (writing the manifest; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
-    ckpt::Manifest m;
-    m.step = meta.step;
-    m.dtype = meta.config->train.dtype;
-    m.config = meta.config->json;
-    m.layout = meta.layout;
-    m.world_size = size;
-    m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
-    for (const std::string& e : entries) {
-      const json f = json::parse(e);
-      for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
-      m.files.push_back(ckpt::shard_file_from_json(f));
-    }
-    ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
-    ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
-  }));
-}
-
-}  // namespace
-
-fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
-                         Backend& backend, const CheckpointMeta& meta) {
-  const fs::path staged = ckpt::partial_dir(root, meta.step);
-  try {
-    write_checkpoint(world, root, staged, regions, backend, meta);
-  } catch (const Error&) {
-    // Every rank has agreed that the save failed: what it wrote goes, so a full disk is not fuller.
-    std::error_code ignored;
-    if (!world || world->rank() == 0) fs::remove_all(staged, ignored);
-    throw;
-  }
-  return root / ckpt::step_dir_name(meta.step);
+  });
+  return finish_checkpoint_save(world, root, staged, mine, error, regions, meta);
 }
 
 fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_root, Backend& backend) {

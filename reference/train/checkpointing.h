@@ -9,6 +9,7 @@
 // Load: every rank reads, from whatever layout wrote the checkpoint, exactly the logical elements
 // its own regions hold.
 #pragma once
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,6 +33,25 @@ struct CheckpointMeta {
 std::filesystem::path save_checkpoint(Communicator* world, const std::filesystem::path& root,
                                       const std::vector<StateRegion>& regions, Backend& backend,
                                       const CheckpointMeta& meta);
+
+// The phases of save_checkpoint, apart for the asynchronous save (train/async_save.h):
+//   stage_checkpoint        collective: rank 0 makes ROOT/.partial-step-N afresh; returns it
+//   snapshot_state          this rank's saved regions copied to host memory (between steps)
+//   write_shard             this rank's shard file from a snapshot: no communication, so it may
+//                           run on another thread while training goes on
+//   finish_checkpoint_save  collective: every rank's shard outcome agreed (`shard_error` empty:
+//                           written), manifest, publication; on failure the staging directory goes
+struct StateSnapshot {
+  std::vector<StateRegion> regions;              // the regions this rank saves
+  std::vector<std::vector<std::byte>> bytes;     // each one's local elements
+};
+std::filesystem::path stage_checkpoint(Communicator* world, const std::filesystem::path& root, int64_t step);
+StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend);
+ckpt::ShardFile write_shard(const std::filesystem::path& staged, int rank, int64_t step, const StateSnapshot& snapshot);
+std::filesystem::path finish_checkpoint_save(Communicator* world, const std::filesystem::path& root,
+                                             const std::filesystem::path& staged, const ckpt::ShardFile& mine,
+                                             const std::string& shard_error, const std::vector<StateRegion>& regions,
+                                             const CheckpointMeta& meta);
 
 // Collective: checks the checkpoint `dir` (a step directory) against the run
 // (check_resume_compatible), then every rank loads its regions; one rank's failure is an error on

@@ -18,6 +18,7 @@
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "process/child_process.h"
+#include "train/async_save.h"
 #include "train/checkpointing.h"
 #include "train/fault_injection.h"
 #include "train/gpu_health_log.h"
@@ -117,12 +118,14 @@ class TrainingRun {
       rank_timer_.step_end();
       record_step(r, first_step);
       record_rank_times(engine_->step() == stop);
+      if (pending_save_ && all_ranks(pending_save_->written())) finish_pending_save();
       if (interrupts && any_rank(interrupts->interrupted())) {
         const std::filesystem::path saved = save();
         fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
              saved.string(), "; continue with --resume ", options_.save_dir);
       }
-      if (t.save_every > 0 && engine_->step() % t.save_every == 0) save();
+      // The last step's save is the run's final one, which must be complete before it ends.
+      if (t.save_every > 0 && engine_->step() % t.save_every == 0) save(t.async_save && engine_->step() < stop);
     }
     save();
     if (root_ && rank_times_) std::printf("  %s\n", describe_rank_times(*rank_times_).c_str());
@@ -210,6 +213,7 @@ class TrainingRun {
   bool any_rank(bool mine) const {
     return world() ? all_reduce_value(*world(), mine ? 1.0 : 0.0, ReduceOp::Max) > 0 : mine;
   }
+  bool all_ranks(bool mine) const { return !any_rank(!mine); }
 
   // The --save root is checked (absent, empty or a checkpoint root; writable; room for a
   // checkpoint) before any training it could lose, and what dead saves left there is removed.
@@ -253,12 +257,21 @@ class TrainingRun {
 
   CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
 
-  // Saves (collectively) unless this step is already saved; returns the checkpoint's directory.
-  std::filesystem::path save() {
+  // Saves (collectively) unless this step is already saved; returns the checkpoint's directory. A
+  // save still in flight is finished first, so saves publish in step order. `in_background`: only
+  // the snapshot happens now; the save is published at a later step boundary (finish_pending_save).
+  std::filesystem::path save(bool in_background = false) {
     if (options_.save_dir.empty()) return {};
+    if (pending_save_) finish_pending_save();
     const std::filesystem::path dir = std::filesystem::path(options_.save_dir) / ckpt::step_dir_name(engine_->step());
     if (engine_->step() == last_saved_step_) return dir;
     const auto start = std::chrono::steady_clock::now();
+    if (in_background) {
+      pending_save_ = std::make_unique<AsyncSave>(world(), options_.save_dir, engine_->state_regions(), backend_,
+                                                  checkpoint_meta());
+      last_saved_step_ = engine_->step();
+      return dir;
+    }
     save_checkpoint(world(), options_.save_dir, engine_->state_regions(), backend_, checkpoint_meta());
     last_saved_step_ = engine_->step();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -268,6 +281,21 @@ class TrainingRun {
       std::fflush(stdout);
     }
     return dir;
+  }
+
+  // Collective: publishes the background save (waiting for this rank's writer if it is not done).
+  void finish_pending_save() {
+    const auto start = std::chrono::steady_clock::now();
+    const std::unique_ptr<AsyncSave> pending = std::move(pending_save_);
+    const std::filesystem::path dir = pending->finish();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (root_) {
+      std::printf("  checkpoint: step %lld saved to %s (in the background: %.2f s of writing; training stalled "
+                  "%.3f s for the snapshot and %.3f s to publish)\n",
+                  static_cast<long long>(pending->step()), dir.string().c_str(), pending->write_seconds(),
+                  pending->snapshot_seconds(), waited);
+      std::fflush(stdout);
+    }
   }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
@@ -297,6 +325,7 @@ class TrainingRun {
   TrainSummary summary_;
   int64_t next_sample_ = 0;        // global index of the next training sample (layout-independent)
   int64_t last_saved_step_ = -1;   // the step the newest checkpoint holds
+  std::unique_ptr<AsyncSave> pending_save_;  // a train.async_save save not yet published
   std::string resumed_from_;
   double seconds_ = 0;
   int64_t tokens_ = 0;

@@ -139,6 +139,40 @@ def test_crash_during_save_keeps_the_previous_checkpoint(corpus, tmp_path):
     assert losses(straight)[6] == losses(again)[6]
 
 
+ASYNC = ["--set", "train.async_save=true"]
+
+
+def test_async_save_writes_the_same_checkpoints_and_resumes_exactly(corpus, tmp_path):
+    """Saves written in the background hold the same bytes as synchronous ones, publish in step
+    order, and resume to the same losses."""
+    keep = ["--set", "train.save_every=2", "--set", "train.keep_checkpoints=3"]
+    straight_metrics, resumed_metrics = tmp_path / "straight.jsonl", tmp_path / "resumed.jsonl"
+    background = ok(train(corpus, 2, "--tp", 2, "--save", tmp_path / "async", *keep, *ASYNC,
+                          "--set", f"train.metrics={straight_metrics}"))
+    ok(train(corpus, 2, "--tp", 2, "--save", tmp_path / "sync", *keep))
+    assert background.stdout.count("in the background") == 2  # steps 2 and 4; step 6 is the final save
+    assert [line.split()[2] for line in background.stdout.splitlines() if "checkpoint: step" in line] == ["2", "4", "6"]
+    for step in ("step-00000002", "step-00000004", "step-00000006"):
+        assert "OK" in ok(tripod("ckpt", "verify", tmp_path / "async" / step)).stdout
+        for shard in ("shard-00000.bin", "shard-00001.bin"):
+            assert (tmp_path / "async" / step / shard).read_bytes() == (tmp_path / "sync" / step / shard).read_bytes()
+    ok(train(corpus, 2, "--dp", 2, "--zero", 3, "--resume", tmp_path / "async" / "step-00000004",
+             "--set", f"train.metrics={resumed_metrics}"))
+    want = metrics_losses(straight_metrics)
+    for step, loss in metrics_losses(resumed_metrics).items():
+        assert abs(loss - want[step]) <= 1e-10 * abs(want[step]), (step, loss, want[step])
+
+
+def test_crash_during_an_async_save_keeps_the_previous_checkpoint(corpus, tmp_path):
+    root = tmp_path / "ckpt"
+    crashed = train(corpus, 2, "--zero", 1, "--save", root, "--set", "train.save_every=2", *ASYNC,
+                    env={"TRIPOD_FAULT": "kill-in-save:1:4"})
+    assert crashed.returncode != 0 and "kills itself in the save after step 4" in crashed.stderr
+    assert (root / "latest").read_text().strip() == "step-00000002"
+    assert not (root / "step-00000004").exists()
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+
+
 def test_killed_rank_ends_the_job_and_resume_finishes(corpus, tmp_path):
     root = tmp_path / "ckpt"
     start = time.monotonic()
@@ -244,8 +278,9 @@ def test_info_describes_the_checkpoint(corpus, tmp_path):
     assert "shard-00001.bin" in info
 
 
-def test_full_disk_during_save_fails_clearly_and_keeps_the_previous(corpus, tmp_path):
-    """A 1 MiB tmpfs: the first checkpoint fits, the second (kept beside it) does not."""
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "async"])
+def test_full_disk_during_save_fails_clearly_and_keeps_the_previous(corpus, tmp_path, background):
+    """A 600 KiB tmpfs: the first checkpoint fits, the second (kept beside it) does not."""
     mount = tmp_path / "small"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)],
@@ -253,7 +288,8 @@ def test_full_disk_during_save_fails_clearly_and_keeps_the_previous(corpus, tmp_
         pytest.skip("cannot mount a tmpfs here (not root?)")
     try:
         root = mount / "ckpt"
-        result = train(corpus, 1, "--save", root, "--set", "train.save_every=2")  # 473 KB per checkpoint
+        result = train(corpus, 1, "--save", root, "--set", "train.save_every=2",  # 473 KB per checkpoint
+                       *(ASYNC if background else []))
         assert result.returncode != 0, result.stdout
         assert "No space left on device" in result.stderr and "shard-00000.bin" in result.stderr, result.stderr
         assert (root / "latest").read_text().strip() == "step-00000002"

@@ -1,0 +1,140 @@
+#include "bench/ckpt_bench.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/backend_factory.h"
+#include "data/random_batch.h"
+#include "train/async_save.h"
+#include "train/checkpointing.h"
+#include "train/trainer.h"
+
+namespace tripod::bench {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The disk's sequential write rate as a save sees it: one file of `bytes`, written in 4 MiB
+// pieces from memory and fsynced.
+double disk_write_seconds(const fs::path& file, uint64_t bytes) {
+  constexpr std::size_t kPiece = 4 << 20;
+  const std::vector<char> piece(kPiece, 'x');
+  const auto start = Clock::now();
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  check(fd >= 0, "cannot create ", file.string());
+  for (uint64_t done = 0; done < bytes;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPiece, bytes - done));
+    const ssize_t written = ::write(fd, piece.data(), n);
+    if (written <= 0) {
+      ::close(fd);
+      fail("cannot write ", file.string());
+    }
+    done += static_cast<uint64_t>(written);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  check(synced, "cannot fsync ", file.string());
+  const double seconds = seconds_since(start);
+  fs::remove(file);
+  return seconds;
+}
+
+}  // namespace
+
+void run_bench_ckpt(const BenchCkptOptions& o) {
+  check(o.repeats >= 1, "--repeats must be at least 1");
+  std::vector<std::string> overrides = {"model.vocab_size=8192"};  // the presets take theirs from data
+  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  overrides.push_back("train.batch_size=" + std::to_string(o.batch));
+  overrides.push_back("train.seq_len=" + std::to_string(o.seq_len));
+  overrides.push_back("train.micro_batches=1");
+  overrides.push_back("train.keep_checkpoints=2");
+  RunConfig config = parse_run_config(load_config_json(o.config, overrides));
+  auto backend = make_backend(o.backend);
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+
+  const bool own_dir = o.dir.empty();
+  const fs::path dir = own_dir ? fs::temp_directory_path() / ("tripod-bench-ckpt-" + std::to_string(::getpid())) : fs::path(o.dir);
+  const fs::path root = dir / "ckpt";
+  fs::create_directories(dir);
+  check(!fs::exists(root), root.string(), " exists: give --dir an empty or new folder");
+  const uint64_t bytes = checkpoint_bytes(nullptr, trainer.state_regions());
+  const double mb = static_cast<double>(bytes) / 1e6;
+  std::printf("tripod bench ckpt: %s, %.1f MB of state (parameters, AdamW m and v, %s), %lld repeats, into %s\n",
+              o.config.c_str(), mb, dtype_name(config.train.dtype).c_str(), static_cast<long long>(o.repeats),
+              dir.string().c_str());
+  std::fflush(stdout);
+
+  auto step = [&, s = int64_t{0}]() mutable {
+    return trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, s++, "bench.ckpt")).seconds;
+  };
+  step();  // warm-up
+  int64_t saved_step = 0;
+  auto meta = [&] { return CheckpointMeta{++saved_step, &config, "single process", 0}; };
+
+  std::vector<double> disk, sync, plain_steps, stalls, snapshots, publishes, write_times, steps_during;
+  for (int64_t r = 0; r < o.repeats; ++r) {
+    disk.push_back(disk_write_seconds(dir / "disk-rate.bin", bytes));
+    auto start = Clock::now();
+    save_checkpoint(nullptr, root, trainer.state_regions(), *backend, meta());
+    sync.push_back(seconds_since(start));
+    for (int i = 0; i < 3; ++i) plain_steps.push_back(step());
+
+    // An asynchronous save with training going on: steps until the writer is done, then publish.
+    start = Clock::now();
+    AsyncSave save(nullptr, root, trainer.state_regions(), *backend, meta());
+    const double snapshot = seconds_since(start);
+    std::vector<double> during;
+    while (!save.written() || during.empty()) during.push_back(step());
+    start = Clock::now();
+    save.finish();
+    const double publish = seconds_since(start);
+    double lost = 0;
+    for (double s : during) lost += std::max(0.0, s - median(plain_steps));
+    snapshots.push_back(snapshot);
+    publishes.push_back(publish);
+    write_times.push_back(save.write_seconds());
+    steps_during.push_back(static_cast<double>(during.size()));
+    stalls.push_back(snapshot + publish + lost);
+  }
+  if (own_dir) fs::remove_all(dir);
+
+  const double disk_mbs = mb / median(disk), sync_mbs = mb / median(sync);
+  const double stall_ratio = median(stalls) / median(sync);
+  std::printf("  disk sequential write (4 MiB writes + fsync): %8.1f MB/s  (%.3f s)\n", disk_mbs, median(disk));
+  std::printf("  synchronous save:                            %8.1f MB/s  (%.3f s) = %.0f%% of the disk's rate\n",
+              sync_mbs, median(sync), 100 * sync_mbs / disk_mbs);
+  std::printf("  asynchronous save: written in %.3f s behind %.0f training steps (median step %.3f s without a save)\n",
+              median(write_times), median(steps_during), median(plain_steps));
+  std::printf("    training stalled %.4f s: snapshot %.4f s + publication %.4f s + slower steps\n", median(stalls),
+              median(snapshots), median(publishes));
+  std::printf("    stall / synchronous save = %.1f%%  (target < 10%%)\n", 100 * stall_ratio);
+  if (!o.json_out.empty()) {
+    const nlohmann::json j = {{"benchmark", "checkpoint"}, {"config", o.config}, {"bytes", bytes},
+                              {"repeats", o.repeats}, {"disk_write_seconds", median(disk)},
+                              {"disk_write_mb_per_s", disk_mbs}, {"sync_save_seconds", median(sync)},
+                              {"sync_save_mb_per_s", sync_mbs}, {"sync_fraction_of_disk", sync_mbs / disk_mbs},
+                              {"async_write_seconds", median(write_times)}, {"async_snapshot_seconds", median(snapshots)},
+                              {"async_publish_seconds", median(publishes)}, {"async_stall_seconds", median(stalls)},
+                              {"async_stall_fraction_of_sync", stall_ratio}, {"median_step_seconds", median(plain_steps)},
+                              {"backend", backend->name()}};
+    std::ofstream(o.json_out) << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace tripod::bench
