@@ -1,6 +1,13 @@
 #include "train/async_save.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+
+#include "ckpt/checkpoint_root.h"
+#include "comm/host_collectives.h"
 
 namespace tripod {
 namespace {
@@ -9,23 +16,32 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The background threads yield the CPU to training: on a host whose cores all run the step (the
+// CPU backend), a writer at normal priority would slow the steps it overlaps by its whole copy
+// into the page cache. Lowering its own priority needs no privilege; failure changes nothing.
+void lower_this_threads_priority() {
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  (void)::setpriority(PRIO_PROCESS, tid, 19);
+}
+
 }  // namespace
 
 AsyncSave::AsyncSave(Communicator* world, std::filesystem::path root, const std::vector<StateRegion>& regions,
-                     Backend& backend, const CheckpointMeta& meta)
+                     Backend& backend, const CheckpointMeta& meta, StateSnapshot buffers)
     : world_(world), root_(std::move(root)), meta_(meta) {
   const auto start = std::chrono::steady_clock::now();
   staged_ = stage_checkpoint(world_, root_, meta_.step);
-  snapshot_ = snapshot_state(regions, backend);
+  snapshot_ = snapshot_state(regions, backend, std::move(buffers));
   snapshot_seconds_ = seconds_since(start);
   // The writer touches only the snapshot, the staging directory and its own outcome; the training
-  // thread reads those only after joining it.
+  // thread reads those only after the flag (or the join) says it is done.
   writer_ = std::thread([this] {
+    lower_this_threads_priority();
     const auto begin = std::chrono::steady_clock::now();
     try {
       shard_ = write_shard(staged_, world_ ? world_->rank() : 0, meta_.step, snapshot_);
     } catch (const std::exception& e) {
-      error_ = e.what();
+      write_error_ = e.what();
     }
     write_seconds_ = seconds_since(begin);
     written_.store(true, std::memory_order_release);
@@ -34,14 +50,58 @@ AsyncSave::AsyncSave(Communicator* world, std::filesystem::path root, const std:
 
 AsyncSave::~AsyncSave() {
   if (writer_.joinable()) writer_.join();
+  if (publisher_.joinable()) publisher_.join();
+}
+
+std::filesystem::path AsyncSave::directory() const { return root_ / ckpt::step_dir_name(meta_.step); }
+
+bool AsyncSave::all_ranks(bool mine) const {
+  return world_ ? all_reduce_value(*world_, mine ? 1.0 : 0.0, ReduceOp::Min) == 1.0 : mine;
+}
+
+void AsyncSave::start_publishing() {
+  writer_.join();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> entries =
+      gather_shard_entries(world_, staged_, shard_, write_error_, snapshot_.regions, meta_.step);
+  exchange_seconds_ = seconds_since(start);
+  phase_ = Phase::Publishing;
+  if (world_ && world_->rank() != 0) {
+    published_.store(true, std::memory_order_release);  // only rank 0 publishes
+    return;
+  }
+  const int world_size = world_ ? world_->size() : 1;
+  publisher_ = std::thread([this, entries = std::move(entries), world_size] {
+    lower_this_threads_priority();
+    const auto begin = std::chrono::steady_clock::now();
+    try {
+      publish_manifest(root_, staged_, entries, meta_, world_size);
+    } catch (const std::exception& e) {
+      publish_error_ = e.what();
+    }
+    publish_seconds_ = seconds_since(begin);
+    published_.store(true, std::memory_order_release);
+  });
+}
+
+bool AsyncSave::poll() {
+  if (phase_ == Phase::Writing && all_ranks(written_.load(std::memory_order_acquire))) start_publishing();
+  if (phase_ == Phase::Publishing && all_ranks(published_.load(std::memory_order_acquire))) {
+    if (publisher_.joinable()) publisher_.join();
+    phase_ = Phase::Published;
+    agree_publication(world_, publish_error_);
+  }
+  return phase_ == Phase::Published;
 }
 
 std::filesystem::path AsyncSave::finish() {
-  if (writer_.joinable()) writer_.join();
-  const std::filesystem::path dir =
-      finish_checkpoint_save(world_, root_, staged_, shard_, error_, snapshot_.regions, meta_);
-  snapshot_ = {};  // the host copy is no longer needed
-  return dir;
+  if (phase_ == Phase::Writing) start_publishing();
+  if (phase_ == Phase::Publishing) {
+    if (publisher_.joinable()) publisher_.join();
+    phase_ = Phase::Published;
+    agree_publication(world_, publish_error_);
+  }
+  return directory();
 }
 
 }  // namespace tripod

@@ -74,14 +74,20 @@ fs::path stage_checkpoint(Communicator* world, const fs::path& root, int64_t ste
   return staged;
 }
 
-StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend) {
-  StateSnapshot snapshot;
+StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend, StateSnapshot reuse) {
+  // Reused buffers keep their pages: a repeated snapshot is a copy, not a round of page faults.
+  StateSnapshot snapshot = std::move(reuse);
+  snapshot.regions.clear();
+  std::size_t n = 0;
   for (const StateRegion& r : regions) {
     if (!r.saves) continue;
     snapshot.regions.push_back(r);
-    snapshot.bytes.emplace_back(r.local.bytes());
-    backend.download(r.local, snapshot.bytes.back().data());
+    if (snapshot.bytes.size() == n) snapshot.bytes.emplace_back();
+    snapshot.bytes[n].resize(r.local.bytes());
+    backend.download(r.local, snapshot.bytes[n].data());
+    ++n;
   }
+  snapshot.bytes.resize(n);
   backend.synchronize();
   return snapshot;
 }
@@ -92,45 +98,55 @@ ckpt::ShardFile write_shard(const fs::path& staged, int rank, int64_t step, cons
   return writer.finish();
 }
 
-fs::path finish_checkpoint_save(Communicator* world, const fs::path& root, const fs::path& staged,
-                                const ckpt::ShardFile& mine, const std::string& shard_error,
-                                const std::vector<StateRegion>& regions, const CheckpointMeta& meta) {
-  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+std::vector<std::string> gather_shard_entries(Communicator* world, const fs::path& staged, const ckpt::ShardFile& mine,
+                                              const std::string& shard_error, const std::vector<StateRegion>& regions,
+                                              int64_t step) {
+  const int rank = world ? world->rank() : 0;
   try {
     agree(world, "checkpoint save (writing the shard files; the previous checkpoint is untouched)", shard_error);
-    maybe_inject_fault(FaultPoint::DuringSave, rank, meta.step);
-
+    maybe_inject_fault(FaultPoint::DuringSave, rank, step);
     // Rank 0 learns every rank's file entry: sizes first, so the text gather is exact.
     const std::string entry = file_entry_json(mine, regions).dump();
-    std::vector<std::string> entries = {entry};
-    if (world) {
-      const std::vector<double> sizes = all_gather_values(*world, {static_cast<double>(entry.size())});
-      const double longest = *std::max_element(sizes.begin(), sizes.end());
-      entries = all_gather_text(*world, entry, static_cast<std::size_t>(longest) + 1);
-    }
-    agree(world, "checkpoint save (writing the manifest; the previous checkpoint is untouched)", rank != 0 ? "" : attempt([&] {
-      ckpt::Manifest m;
-      m.step = meta.step;
-      m.dtype = meta.config->train.dtype;
-      m.config = meta.config->json;
-      m.layout = meta.layout;
-      m.world_size = size;
-      m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
-      for (const std::string& e : entries) {
-        const json f = json::parse(e);
-        for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
-        m.files.push_back(ckpt::shard_file_from_json(f));
-      }
-      ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
-      ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
-    }));
+    if (!world) return {entry};
+    const std::vector<double> sizes = all_gather_values(*world, {static_cast<double>(entry.size())});
+    const double longest = *std::max_element(sizes.begin(), sizes.end());
+    std::vector<std::string> entries = all_gather_text(*world, entry, static_cast<std::size_t>(longest) + 1);
+    if (rank != 0) entries.clear();
+    return entries;
   } catch (const Error&) {
     // Every rank has agreed that the save failed: what it wrote goes, so a full disk is not fuller.
     std::error_code ignored;
     if (rank == 0) fs::remove_all(staged, ignored);
     throw;
   }
-  return root / ckpt::step_dir_name(meta.step);
+}
+
+void publish_manifest(const fs::path& root, const fs::path& staged, const std::vector<std::string>& entries,
+                      const CheckpointMeta& meta, int world_size) {
+  try {
+    ckpt::Manifest m;
+    m.step = meta.step;
+    m.dtype = meta.config->train.dtype;
+    m.config = meta.config->json;
+    m.layout = meta.layout;
+    m.world_size = world_size;
+    m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
+    for (const std::string& e : entries) {
+      const json f = json::parse(e);
+      for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
+      m.files.push_back(ckpt::shard_file_from_json(f));
+    }
+    ckpt::write_text_durably(staged / ckpt::kManifestFile, ckpt::manifest_text(m));
+    ckpt::publish_checkpoint(root, staged, meta.step, meta.config->train.keep_checkpoints);
+  } catch (const std::exception&) {
+    std::error_code ignored;
+    fs::remove_all(staged, ignored);
+    throw;
+  }
+}
+
+void agree_publication(Communicator* world, const std::string& error) {
+  agree(world, "checkpoint save (writing the manifest; the previous checkpoint is untouched)", error);
 }
 
 fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::vector<StateRegion>& regions,
@@ -149,7 +165,12 @@ fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::v
     }
     mine = writer.finish();
   });
-  return finish_checkpoint_save(world, root, staged, mine, error, regions, meta);
+  const std::vector<std::string> entries = gather_shard_entries(world, staged, mine, error, regions, meta.step);
+  const bool root_rank = !world || world->rank() == 0;
+  agree_publication(world, !root_rank ? "" : attempt([&] {
+    publish_manifest(root, staged, entries, meta, world ? world->size() : 1);
+  }));
+  return root / ckpt::step_dir_name(meta.step);
 }
 
 fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_root, Backend& backend) {

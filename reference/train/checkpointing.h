@@ -35,23 +35,30 @@ std::filesystem::path save_checkpoint(Communicator* world, const std::filesystem
                                       const CheckpointMeta& meta);
 
 // The phases of save_checkpoint, apart for the asynchronous save (train/async_save.h):
-//   stage_checkpoint        collective: rank 0 makes ROOT/.partial-step-N afresh; returns it
-//   snapshot_state          this rank's saved regions copied to host memory (between steps)
-//   write_shard             this rank's shard file from a snapshot: no communication, so it may
-//                           run on another thread while training goes on
-//   finish_checkpoint_save  collective: every rank's shard outcome agreed (`shard_error` empty:
-//                           written), manifest, publication; on failure the staging directory goes
+//   stage_checkpoint      collective: rank 0 makes ROOT/.partial-step-N afresh; returns it
+//   snapshot_state        this rank's saved regions copied to host memory (between steps), into
+//                         the buffers of an earlier snapshot where their sizes fit
+//   write_shard           this rank's shard file from a snapshot: no communication, so it may
+//                         run on another thread while training goes on
+//   gather_shard_entries  collective: every rank's shard outcome agreed (`shard_error` empty:
+//                         written); rank 0 receives every rank's file entry (others: none)
+//   publish_manifest      rank 0 alone, no communication (so it too may run on another thread):
+//                         the manifest, then the step directory and `latest` published
+//   agree_publication     collective: rank 0's publication outcome heard by every rank
+// A phase that fails removes the staging directory and throws on every rank.
 struct StateSnapshot {
   std::vector<StateRegion> regions;              // the regions this rank saves
   std::vector<std::vector<std::byte>> bytes;     // each one's local elements
 };
 std::filesystem::path stage_checkpoint(Communicator* world, const std::filesystem::path& root, int64_t step);
-StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend);
+StateSnapshot snapshot_state(const std::vector<StateRegion>& regions, Backend& backend, StateSnapshot reuse = {});
 ckpt::ShardFile write_shard(const std::filesystem::path& staged, int rank, int64_t step, const StateSnapshot& snapshot);
-std::filesystem::path finish_checkpoint_save(Communicator* world, const std::filesystem::path& root,
-                                             const std::filesystem::path& staged, const ckpt::ShardFile& mine,
-                                             const std::string& shard_error, const std::vector<StateRegion>& regions,
-                                             const CheckpointMeta& meta);
+std::vector<std::string> gather_shard_entries(Communicator* world, const std::filesystem::path& staged,
+                                              const ckpt::ShardFile& mine, const std::string& shard_error,
+                                              const std::vector<StateRegion>& regions, int64_t step);
+void publish_manifest(const std::filesystem::path& root, const std::filesystem::path& staged,
+                      const std::vector<std::string>& entries, const CheckpointMeta& meta, int world_size);
+void agree_publication(Communicator* world, const std::string& error);
 
 // Collective: checks the checkpoint `dir` (a step directory) against the run
 // (check_resume_compatible), then every rank loads its regions; one rank's failure is an error on

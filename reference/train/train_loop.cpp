@@ -118,7 +118,7 @@ class TrainingRun {
       rank_timer_.step_end();
       record_step(r, first_step);
       record_rank_times(engine_->step() == stop);
-      if (pending_save_ && all_ranks(pending_save_->written())) finish_pending_save();
+      if (pending_save_ && pending_save_->poll()) finish_pending_save();
       if (interrupts && any_rank(interrupts->interrupted())) {
         const std::filesystem::path saved = save();
         fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
@@ -213,7 +213,6 @@ class TrainingRun {
   bool any_rank(bool mine) const {
     return world() ? all_reduce_value(*world(), mine ? 1.0 : 0.0, ReduceOp::Max) > 0 : mine;
   }
-  bool all_ranks(bool mine) const { return !any_rank(!mine); }
 
   // The --save root is checked (absent, empty or a checkpoint root; writable; room for a
   // checkpoint) before any training it could lose, and what dead saves left there is removed.
@@ -268,7 +267,7 @@ class TrainingRun {
     const auto start = std::chrono::steady_clock::now();
     if (in_background) {
       pending_save_ = std::make_unique<AsyncSave>(world(), options_.save_dir, engine_->state_regions(), backend_,
-                                                  checkpoint_meta());
+                                                  checkpoint_meta(), std::move(snapshot_buffers_));
       last_saved_step_ = engine_->step();
       return dir;
     }
@@ -283,17 +282,18 @@ class TrainingRun {
     return dir;
   }
 
-  // Collective: publishes the background save (waiting for this rank's writer if it is not done).
+  // Collective: completes the background save (waiting for what is not done yet) and reports it.
   void finish_pending_save() {
     const auto start = std::chrono::steady_clock::now();
     const std::unique_ptr<AsyncSave> pending = std::move(pending_save_);
     const std::filesystem::path dir = pending->finish();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    snapshot_buffers_ = pending->release_buffers();
     if (root_) {
-      std::printf("  checkpoint: step %lld saved to %s (in the background: %.2f s of writing; training stalled "
-                  "%.3f s for the snapshot and %.3f s to publish)\n",
+      std::printf("  checkpoint: step %lld saved to %s (in the background: %.2f s writing, %.2f s publishing; "
+                  "training stalled %.3f s for the snapshot, %.3f s to exchange file entries, %.3f s waiting)\n",
                   static_cast<long long>(pending->step()), dir.string().c_str(), pending->write_seconds(),
-                  pending->snapshot_seconds(), waited);
+                  pending->publish_seconds(), pending->snapshot_seconds(), pending->exchange_seconds(), waited);
       std::fflush(stdout);
     }
   }
@@ -326,6 +326,7 @@ class TrainingRun {
   int64_t next_sample_ = 0;        // global index of the next training sample (layout-independent)
   int64_t last_saved_step_ = -1;   // the step the newest checkpoint holds
   std::unique_ptr<AsyncSave> pending_save_;  // a train.async_save save not yet published
+  StateSnapshot snapshot_buffers_;           // host memory of the previous async save, for the next
   std::string resumed_from_;
   double seconds_ = 0;
   int64_t tokens_ = 0;
