@@ -77,7 +77,7 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
         " sequences, got ", batch.batch);
   int64_t n_valid = 0;  // of the whole global batch: every rank sees it, so no communication needed
   for (int32_t t : batch.targets) n_valid += t >= 0;
-  check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
+  check(n_valid > 0, "step ", step_ + 1, ": the batch has no valid (non-ignored) targets");
   if (faults_.has(Fault::LocalTokenCount)) {  // only this DP rank's slice counted
     const int64_t first = dp_.rank() * local_batch() * batch.seq_len, count = local_batch() * batch.seq_len;
     n_valid = 0;
@@ -150,7 +150,7 @@ std::string DistributedTrainer::nonfinite_grads() {
   return names.empty() ? "none, another rank holds them" : names;
 }
 
-StepResult DistributedTrainer::train_step(const data::Batch& batch) {
+StepResult DistributedTrainer::train_step(const data::Batch& batch, const StepGate& gate) {
   const auto start = std::chrono::steady_clock::now();
   StepResult r;
   r.step = step_;
@@ -165,14 +165,19 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch) {
   r.loss = host[0] / static_cast<double>(loss.n_valid);
   r.grad_norm = std::sqrt(host[1]);
   // The loss and the norm are all-reduced, so every rank takes the same decision here.
-  check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
-        " (training diverged); parameters were not updated with this step's gradients");
-  if (!std::isfinite(r.grad_norm))
-    fail("step ", step_, ": the gradient norm is ", r.grad_norm, " (training diverged; non-finite gradients on this rank: ",
-         nonfinite_grads(), "); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
-  for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
-  ++step_;
+  const StepJudgement judgement = gate(r.loss, r.grad_norm);
+  r.verdict = judgement.verdict;
+  r.anomaly = judgement.reason;
+  if (judgement.verdict == StepVerdict::Stop) {
+    const bool bad_gradients = std::isfinite(r.loss) && !std::isfinite(r.grad_norm);
+    fail("step ", step_ + 1, ": ", judgement.reason, " (training diverged",
+         bad_gradients ? "; non-finite gradients on this rank: " + nonfinite_grads() : std::string(),
+         "); parameters were not updated with this step's gradients");
+  }
+  if (judgement.verdict == StepVerdict::Apply)
+    for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+  if (judgement.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -44,7 +44,9 @@ class DistributedTrainer final : public TrainingEngine {
   ~DistributedTrainer() override;
 
   void initialise() override;
-  StepResult train_step(const data::Batch& global_batch) override;  // every rank passes the same global batch
+  using TrainingEngine::train_step;
+  // Every rank passes the same global batch.
+  StepResult train_step(const data::Batch& global_batch, const StepGate& gate) override;
   double eval_loss(const data::Batch& global_batch) override;
   MemoryReport memory() const override;
   void reserve_activations() override;

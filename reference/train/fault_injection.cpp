@@ -1,5 +1,6 @@
 #include "train/fault_injection.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@ struct ArmedFault {
   FaultPoint point = FaultPoint::StepStart;
   int rank = 0;
   int64_t step = 0;
+  bool nan = false;  // a loss fault: NaN, else a spike
 };
 ArmedFault fault;
 
@@ -25,20 +27,28 @@ void arm_fault_injection(bool resumed) {
   const char* value = std::getenv("TRIPOD_FAULT");
   if (!value || !*value) return;
   const std::string text = value;
-  const auto first = text.find(':'), second = text.find(':', first == std::string::npos ? first : first + 1);
+  const auto first = text.find(':');
   const std::string kind = text.substr(0, first);
   ArmedFault f;
+  const bool loss_fault = kind == "nan-loss" || kind == "spike-loss";
+  check(kind == "kill" || kind == "kill-in-save" || loss_fault, "TRIPOD_FAULT='", text, "': unknown fault '", kind,
+        "' (expected kill, kill-in-save, nan-loss or spike-loss)");
   try {
-    check(first != std::string::npos && second != std::string::npos, "");
-    f.rank = std::stoi(text.substr(first + 1, second - first - 1));
-    f.step = std::stoll(text.substr(second + 1));
+    check(first != std::string::npos, "");
+    if (loss_fault) {
+      f.step = std::stoll(text.substr(first + 1));
+    } else {
+      const auto second = text.find(':', first + 1);
+      check(second != std::string::npos, "");
+      f.rank = std::stoi(text.substr(first + 1, second - first - 1));
+      f.step = std::stoll(text.substr(second + 1));
+    }
   } catch (...) {
-    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP or kill-in-save:RANK:STEP");
+    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP or spike-loss:STEP");
   }
-  check(kind == "kill" || kind == "kill-in-save", "TRIPOD_FAULT='", text,
-        "': unknown fault '", kind, "' (expected kill or kill-in-save)");
   check(f.rank >= 0 && f.step >= 1, "TRIPOD_FAULT='", text, "': the rank must be >= 0 and the step >= 1");
-  f.point = kind == "kill" ? FaultPoint::StepStart : FaultPoint::DuringSave;
+  f.point = kind == "kill" ? FaultPoint::StepStart : kind == "kill-in-save" ? FaultPoint::DuringSave : FaultPoint::Loss;
+  f.nan = kind == "nan-loss";
   f.armed = !resumed;
   fault = f;
 }
@@ -49,6 +59,12 @@ void maybe_inject_fault(FaultPoint point, int world_rank, int64_t step) {
                point == FaultPoint::StepStart ? "at the start of" : "in the save after", static_cast<long long>(step));
   std::fflush(stderr);
   std::raise(SIGKILL);
+}
+
+double maybe_inject_loss_fault(int64_t step, double loss) {
+  if (!fault.armed || fault.point != FaultPoint::Loss || fault.step != step) return loss;
+  fault.armed = false;  // once: a rolled-back run takes step S again
+  return fault.nan ? std::nan("") : 10 * loss;
 }
 
 }  // namespace tripod

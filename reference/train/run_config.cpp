@@ -20,6 +20,7 @@ json default_config_json() {
                  {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"decay_tensors", "matrices"},
                  {"grad_clip", 1.0}}},
       {"data", {{"dir", "data/kjv"}}},
+      {"anomaly", {{"policy", "stop"}, {"spike_factor", 0.0}, {"spike_window", 32}, {"skip_batches", 0}, {"max", 10}}},
   };
 }
 
@@ -185,6 +186,8 @@ RunConfig parse_run_config(const json& j) {
   c.train = parse_train_section(j.at("train"), c.model.context);
   parse_optim_section(j.at("optim"), c);
   c.data.dir = j.at("data").at("dir").get<std::string>();
+  // Configurations saved in checkpoints before the section existed have none: the default policy.
+  if (j.contains("anomaly")) c.anomaly = parse_anomaly_settings(j.at("anomaly"));
   return c;
 }
 

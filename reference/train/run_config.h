@@ -14,6 +14,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "perf/device_peak.h"
+#include "train/step_guard.h"
 
 namespace tripod {
 
@@ -54,6 +55,7 @@ struct RunConfig {
   LrSchedule schedule;  // total_steps = train.steps
   double grad_clip = 1.0;
   DataSettings data;
+  AnomalySettings anomaly;  // what a step with a non-finite or spiking loss does
   nlohmann::json json;  // the fully resolved configuration, as written to metrics and checkpoints
 };
 

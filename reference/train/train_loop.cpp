@@ -99,6 +99,7 @@ class TrainingRun {
     engine_->reserve_activations();
     print_memory(engine_->memory(), parallel_ ? parallel_->world : nullptr, root_);
     open_metrics();
+    keep_a_checkpoint_to_roll_back_to();
     const TrainSettings& t = config_.train;
     const data::BatchLoader loader(data_.train, t.seq_len, t.seed);
     if (data_.val) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
@@ -113,10 +114,16 @@ class TrainingRun {
       if (root_) gpu_health_.step_begin();
       if (parallel_ && world_rank() == options_.slow_rank)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
-      const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size));
+      const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size), [&](double loss, double norm) {
+        return guard_.judge(maybe_inject_loss_fault(engine_->step() + 1, loss), norm);
+      });
       next_sample_ += t.batch_size;
       rank_timer_.step_end();
       record_step(r, first_step);
+      if (r.verdict == StepVerdict::Rollback) {
+        roll_back(r);
+        continue;
+      }
       record_rank_times(engine_->step() == stop);
       if (pending_save_ && pending_save_->poll()) finish_pending_save();
       if (interrupts && any_rank(interrupts->interrupted())) {
@@ -186,8 +193,10 @@ class TrainingRun {
     tokens_ += r.tokens;
     const double tok_s = static_cast<double>(r.tokens) / r.seconds;
     const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak_.flops * ranks_);
-    if (r.step == first_step) summary_.first_loss = r.loss;
-    summary_.final_loss = r.loss;
+    if (r.verdict == StepVerdict::Apply) {  // an anomalous loss is not the run's
+      if (r.step == first_step) summary_.first_loss = r.loss;
+      summary_.final_loss = r.loss;
+    }
     json record = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens", (r.step + 1) * r.tokens}, {"step_seconds", r.seconds}, {"tokens_per_second", tok_s},
                    {"mfu", step_mfu}};
@@ -203,6 +212,14 @@ class TrainingRun {
       if (record.contains("val_loss")) std::printf(" | val loss %.4f", summary_.final_val_loss);
       std::printf("\n");
       std::fflush(stdout);
+    }
+    if (r.verdict != StepVerdict::Apply) {
+      record["anomaly"] = r.anomaly;
+      record["update"] = r.verdict == StepVerdict::Skip ? "skipped" : "rolled back";
+      if (root_ && r.verdict == StepVerdict::Skip)
+        std::printf("  step %lld: %s: update skipped (anomaly %lld of at most %lld)\n", static_cast<long long>(r.step + 1),
+                    r.anomaly.c_str(), static_cast<long long>(guard_.anomalies()),
+                    static_cast<long long>(config_.anomaly.max));
     }
     if (root_) gpu_health_.add_to(record, r.tokens, ranks_);
     if (metrics_.is_open()) metrics_ << record.dump() << "\n" << std::flush;
@@ -252,6 +269,42 @@ class TrainingRun {
     next_sample_ = m.data.next_sample;
     resumed_from_ = dir.string();
     last_saved_step_ = m.step;
+  }
+
+  // anomaly.policy=rollback rolls back to the newest checkpoint under --save: one exists from
+  // the start (this step's, saved now unless the run resumed from it).
+  void keep_a_checkpoint_to_roll_back_to() {
+    if (config_.anomaly.policy != AnomalyPolicy::Rollback) return;
+    check(!options_.save_dir.empty(), "anomaly.policy=rollback rolls back to the newest checkpoint under --save: "
+          "give --save ROOT");
+    save();
+  }
+
+  // Collective (every rank has the same verdict): reloads the newest checkpoint and continues the
+  // data after the bad batch (plus anomaly.skip_batches), not from the checkpoint's position:
+  // replaying those batches would, on this deterministic trainer, reproduce the anomaly.
+  void roll_back(const StepResult& r) {
+    if (pending_save_) finish_pending_save();
+    const auto latest = ckpt::find_latest(options_.save_dir);
+    check(latest.has_value(), "step ", r.step + 1, ": ", r.anomaly, "; anomaly.policy=rollback found no checkpoint in ",
+          options_.save_dir);
+    const ckpt::Manifest m = resume_from_checkpoint(world(), *latest, engine_->state_regions(), backend_, config_,
+                                                    /*allow_changes=*/true);
+    engine_->set_step(m.step);
+    last_saved_step_ = m.step;
+    next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
+    if (root_) {
+      std::printf("  step %lld: %s: rolled back to step %lld (%s); the data continues at sample %lld, skipping "
+                  "samples %lld to %lld (anomaly %lld of at most %lld)\n",
+                  static_cast<long long>(r.step + 1), r.anomaly.c_str(), static_cast<long long>(m.step),
+                  latest->string().c_str(), static_cast<long long>(next_sample_),
+                  static_cast<long long>(m.data.next_sample), static_cast<long long>(next_sample_ - 1),
+                  static_cast<long long>(guard_.anomalies()), static_cast<long long>(config_.anomaly.max));
+      std::fflush(stdout);
+    }
+    if (metrics_.is_open())
+      metrics_ << json{{"event", "rollback"}, {"step", r.step}, {"to_step", m.step}, {"next_sample", next_sample_}}.dump()
+               << "\n" << std::flush;
   }
 
   CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
@@ -327,6 +380,7 @@ class TrainingRun {
   int64_t last_saved_step_ = -1;   // the step the newest checkpoint holds
   std::unique_ptr<AsyncSave> pending_save_;  // a train.async_save save not yet published
   StateSnapshot snapshot_buffers_;           // host memory of the previous async save, for the next
+  StepGuard guard_{config_.anomaly};         // the anomaly policy's verdict on each step
   std::string resumed_from_;
   double seconds_ = 0;
   int64_t tokens_ = 0;

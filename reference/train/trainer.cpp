@@ -31,7 +31,7 @@ LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
   // The loss is normalised by the valid targets of the whole batch, known before any backward.
   int64_t n_valid = 0;
   for (int32_t t : batch.targets) n_valid += t >= 0;
-  check(n_valid > 0, "step ", step_, ": the batch has no valid (non-ignored) targets");
+  check(n_valid > 0, "step ", step_ + 1, ": the batch has no valid (non-ignored) targets");
   const double grad_scale = 1.0 / static_cast<double>(n_valid);
 
   backend_.fill(grads_.flat(), 0.0);
@@ -46,7 +46,7 @@ LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
   return total;
 }
 
-StepResult Trainer::train_step(const data::Batch& batch) {
+StepResult Trainer::train_step(const data::Batch& batch, const StepGate& gate) {
   const auto start = std::chrono::steady_clock::now();
   StepResult r;
   r.step = step_;
@@ -59,14 +59,19 @@ StepResult Trainer::train_step(const data::Batch& batch) {
   const std::vector<double> host = to_host_f64(backend_, scalars);
   r.loss = host[0] / static_cast<double>(loss.n_valid);
   r.grad_norm = std::sqrt(host[1]);
-  check(std::isfinite(r.loss), "step ", step_, ": the loss is ", r.loss,
-        " (training diverged); parameters were not updated with this step's gradients");
-  if (!std::isfinite(r.grad_norm))
-    fail("step ", step_, ": the gradient norm is ", r.grad_norm, " (training diverged; non-finite gradients: ",
-         nonfinite_tensors(backend_, grads_), "); parameters were not updated with this step's gradients");
   r.lr = config_.schedule.at(step_);
-  optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
-  ++step_;
+  const StepJudgement judgement = gate(r.loss, r.grad_norm);
+  r.verdict = judgement.verdict;
+  r.anomaly = judgement.reason;
+  if (judgement.verdict == StepVerdict::Stop) {
+    const bool bad_gradients = std::isfinite(r.loss) && !std::isfinite(r.grad_norm);
+    fail("step ", step_ + 1, ": ", judgement.reason, " (training diverged",
+         bad_gradients ? "; non-finite gradients: " + nonfinite_tensors(backend_, grads_) : std::string(),
+         "); parameters were not updated with this step's gradients");
+  }
+  if (judgement.verdict == StepVerdict::Apply)
+    optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+  if (judgement.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

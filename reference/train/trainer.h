@@ -23,7 +23,8 @@ class Trainer final : public TrainingEngine {
   void initialise() override;  // parameters from (seed, tensor name), optimizer state zero, step 0
   // Forward, backward and update on the global batch of step `step()`; throws on a non-finite loss
   // or gradient norm, naming the step, before the parameters are touched.
-  StepResult train_step(const data::Batch& batch) override;
+  using TrainingEngine::train_step;
+  StepResult train_step(const data::Batch& batch, const StepGate& gate) override;
   // Mean loss over valid targets of `batch`, forward only.
   double eval_loss(const data::Batch& batch) override;
   MemoryReport memory() const override;

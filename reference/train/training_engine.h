@@ -2,10 +2,12 @@
 // the *global* batch of a step (every rank loads the same one; a DP rank uses its slice).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "core/state_region.h"
 #include "data/batch_loader.h"
+#include "train/step_guard.h"
 
 namespace tripod {
 
@@ -16,7 +18,13 @@ struct StepResult {
   double lr = 0;
   int64_t tokens = 0;     // tokens processed (B * T of the global batch)
   double seconds = 0;     // wall time of the step
+  StepVerdict verdict = StepVerdict::Apply;  // Skip: no update; Rollback: no update, step not counted
+  std::string anomaly;    // why the update was not applied (train/step_guard.h)
 };
+
+// Asked by the engine between the gradients and the update, with the all-reduced loss and
+// gradient norm: whether the update is applied (train/step_guard.h).
+using StepGate = std::function<StepJudgement(double loss, double grad_norm)>;
 
 struct MemoryReport {  // bytes held by this rank
   std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
@@ -27,7 +35,14 @@ class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
   virtual void initialise() = 0;
-  virtual StepResult train_step(const data::Batch& global_batch) = 0;
+  // One step. A Stop verdict is an error naming the step (from 1, as the log counts) and the
+  // non-finite gradients, after which the parameters are as before the step.
+  virtual StepResult train_step(const data::Batch& global_batch, const StepGate& gate) = 0;
+  // The same under the default policy: stop on a non-finite loss or gradient norm.
+  StepResult train_step(const data::Batch& global_batch) {
+    StepGuard stop_on_divergence;
+    return train_step(global_batch, [&](double loss, double norm) { return stop_on_divergence.judge(loss, norm); });
+  }
   virtual double eval_loss(const data::Batch& global_batch) = 0;
   virtual int64_t step() const = 0;
   // Allocates the activations of one micro-batch now, so memory() can be reported before step 1.

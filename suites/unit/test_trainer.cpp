@@ -110,9 +110,43 @@ TEST(Trainer, NonFiniteLossStopsWithTheStepNamed) {
     trainer.train_step(testing::random_batch(4, 5, 11, 2));
     FAIL() << "a NaN loss must stop training";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("step 1"), std::string::npos) << e.what();
+    // The second step, counted from 1 as the log counts (the message once said "step 1").
+    EXPECT_NE(std::string(e.what()).find("step 2: the loss is nan"), std::string::npos) << e.what();
   }
   EXPECT_EQ(before, to_host_f64(*backend, trainer.params()["wte.weight"])) << "parameters must be untouched";
+}
+
+// The gate's verdict: Skip leaves parameters and moments as they were but counts the step;
+// Rollback counts nothing (the training loop reloads a checkpoint).
+TEST(Trainer, SkippedAndRolledBackStepsLeaveTheStateUntouched) {
+  RunConfig config = testing::tiny_run_config("fp32", true);
+  auto backend = testing::make_test_backend();
+  Trainer trainer(config, *backend);
+  trainer.initialise();
+  trainer.train_step(testing::random_batch(4, 5, 11, 1));
+  const auto state = [&] {
+    std::vector<double> all;
+    for (const StateRegion& r : trainer.state_regions()) {
+      const std::vector<double> v = to_host_f64(*backend, r.local);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<double> before = state();
+  const StepResult skipped = trainer.train_step(testing::random_batch(4, 5, 11, 2), [](double, double) {
+    return StepJudgement{StepVerdict::Skip, "test"};
+  });
+  EXPECT_EQ(skipped.verdict, StepVerdict::Skip);
+  EXPECT_EQ(trainer.step(), 2);
+  EXPECT_EQ(before, state());
+  const StepResult rolled = trainer.train_step(testing::random_batch(4, 5, 11, 3), [](double, double) {
+    return StepJudgement{StepVerdict::Rollback, "test"};
+  });
+  EXPECT_EQ(rolled.anomaly, "test");
+  EXPECT_EQ(trainer.step(), 2);
+  EXPECT_EQ(before, state());
+  trainer.train_step(testing::random_batch(4, 5, 11, 3));
+  EXPECT_NE(before, state());
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+#include "train/step_guard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tripod {
+
+AnomalySettings parse_anomaly_settings(const nlohmann::json& a) {
+  AnomalySettings s;
+  const std::string policy = a.at("policy").get<std::string>();
+  if (policy == "stop") s.policy = AnomalyPolicy::Stop;
+  else if (policy == "skip") s.policy = AnomalyPolicy::Skip;
+  else if (policy == "rollback") s.policy = AnomalyPolicy::Rollback;
+  else fail("anomaly.policy: stop, skip or rollback, not '", policy, "'");
+  s.spike_factor = a.at("spike_factor");
+  s.spike_window = a.at("spike_window");
+  s.skip_batches = a.at("skip_batches");
+  s.max = a.at("max");
+  check(s.spike_factor == 0 || s.spike_factor > 1, "anomaly.spike_factor must be 0 (off) or above 1, not ",
+        s.spike_factor);
+  check(s.spike_window >= 1, "anomaly.spike_window must be >= 1");
+  check(s.skip_batches >= 0, "anomaly.skip_batches must be >= 0");
+  check(s.max >= 0, "anomaly.max must be >= 0");
+  return s;
+}
+
+const char* anomaly_policy_name(AnomalyPolicy policy) {
+  switch (policy) {
+    case AnomalyPolicy::Stop: return "stop";
+    case AnomalyPolicy::Skip: return "skip";
+    case AnomalyPolicy::Rollback: return "rollback";
+  }
+  return "?";
+}
+
+double StepGuard::median_of_window() const {
+  std::vector<double> v(window_.begin(), window_.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+StepJudgement StepGuard::judge(double loss, double grad_norm) {
+  std::ostringstream why;
+  if (!std::isfinite(loss)) {
+    why << "the loss is " << loss;
+  } else if (!std::isfinite(grad_norm)) {
+    why << "the gradient norm is " << grad_norm;
+  } else if (settings_.spike_factor > 0 && static_cast<int64_t>(window_.size()) == settings_.spike_window &&
+             loss > settings_.spike_factor * median_of_window()) {
+    // Only over a full window: the first steps' losses fall too fast for a median to mean much.
+    why << "the loss " << loss << " is a spike: above " << settings_.spike_factor << " x the median "
+        << median_of_window() << " of the last " << settings_.spike_window << " accepted steps";
+  } else {
+    window_.push_back(loss);
+    if (static_cast<int64_t>(window_.size()) > settings_.spike_window) window_.pop_front();
+    return {};
+  }
+  ++anomalies_;
+  if (settings_.policy == AnomalyPolicy::Stop) return {StepVerdict::Stop, why.str()};
+  if (anomalies_ > settings_.max) {
+    why << "; that is anomaly " << anomalies_ << " of this run, more than anomaly.max (" << settings_.max << ")";
+    return {StepVerdict::Stop, why.str()};
+  }
+  return {settings_.policy == AnomalyPolicy::Skip ? StepVerdict::Skip : StepVerdict::Rollback, why.str()};
+}
+
+}  // namespace tripod

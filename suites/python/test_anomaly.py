@@ -1,0 +1,136 @@
+"""The anomaly policy (`anomaly` config section, train/step_guard.h): a non-finite or spiking loss
+stops the run naming the step the log counts, skips the update leaving the state exactly as it
+was, or rolls back to the newest checkpoint and continues the data after the bad batch - in one
+process and under mpirun, with synchronous and asynchronous saves. TRIPOD_FAULT=nan-loss:S and
+spike-loss:S make the guard see step S's loss as NaN or as 10 times what it is; the divergence
+tests use a real one (a learning rate of 1e30)."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
+from tripod_ckpt import read_checkpoint  # noqa: E402
+
+BATCH = 8
+MODEL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=4",
+         "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
+         "--set", f"train.batch_size={BATCH}", "--set", "train.eval_batches=1", "--set", "train.dtype=fp64",
+         "--set", "optim.warmup_steps=1", "--set", "train.log_every=1"]
+DIVERGE = ["--set", "optim.lr=1e30", "--set", "optim.min_lr=1e30", "--set", "optim.warmup_steps=0",
+           "--set", "optim.grad_clip=0"]
+SPIKES = ["--set", "anomaly.spike_factor=3", "--set", "anomaly.spike_window=2"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_markov_corpus(tmp_path_factory.mktemp("corpus") / "markov")
+
+
+def train(corpus, *args, ranks=1, fault=None, timeout=120):
+    require_tripod()
+    base = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, *args]
+    cmd = mpirun_command(ranks, *base) if ranks > 1 else [str(TRIPOD), *map(str, base)]
+    env = {**MPI_ENV, **({"TRIPOD_FAULT": fault} if fault else {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def ok(result):
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def logged_steps(stdout):
+    return [int(m) for m in re.findall(r"^step +(\d+)/", stdout, re.M)]
+
+
+def records(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_divergence_names_the_step_the_log_counts(corpus):
+    # The log counts from 1; the error once said "step 4" for the log's "step 5/20".
+    result = train(corpus, "--set", "train.steps=20", *DIVERGE)
+    assert result.returncode != 0 and "training diverged" in result.stderr, result.stdout + result.stderr
+    failed = int(re.search(r"step (\d+): ", result.stderr).group(1))
+    assert failed == max(logged_steps(result.stdout)) + 1, result.stdout + result.stderr
+
+
+def test_skip_leaves_the_state_exactly_as_it_was(corpus, tmp_path):
+    skipped = ok(train(corpus, "--set", "train.steps=3", "--set", "anomaly.policy=skip", "--save", tmp_path / "a",
+                       "--set", f"train.metrics={tmp_path / 'a.jsonl'}", fault="nan-loss:3"))
+    assert "step 3: the loss is nan: update skipped (anomaly 1 of at most 10)" in skipped.stdout
+    step3 = [r for r in records(tmp_path / "a.jsonl") if r.get("step") == 2 and "loss" in r]
+    assert step3[0]["update"] == "skipped" and step3[0]["anomaly"] == "the loss is nan"
+    # Same schedule (train.steps=3), saved after step 2: the skipped step changed nothing.
+    ok(train(corpus, "--set", "train.steps=3", "--set", "train.save_every=2", "--set", "train.keep_checkpoints=3",
+             "--save", tmp_path / "b"))
+    manifest_a, state_a = read_checkpoint(tmp_path / "a")
+    _, state_b = read_checkpoint(tmp_path / "b" / "step-00000002")
+    assert manifest_a["step"] == 3 and manifest_a["data"]["next_sample"] == 3 * BATCH  # the step and data moved on
+    for kind in state_b:
+        for name in state_b[kind]:
+            np.testing.assert_array_equal(state_a[kind][name], state_b[kind][name], err_msg=f"{kind} {name}")
+
+
+def rollback_run(corpus, tmp_path, *extra, ranks=1, fault="spike-loss:5"):
+    return ok(train(corpus, "--set", "train.steps=8", "--set", "train.save_every=2", "--set", "anomaly.policy=rollback",
+                    "--set", "anomaly.skip_batches=1", *SPIKES, "--save", tmp_path / "ck",
+                    "--set", f"train.metrics={tmp_path / 'm.jsonl'}", *extra, ranks=ranks, fault=fault))
+
+
+def test_rollback_reloads_the_newest_checkpoint_and_skips_the_bad_batches(corpus, tmp_path):
+    plain = ok(train(corpus, "--set", "train.steps=8", "--set", f"train.metrics={tmp_path / 'plain.jsonl'}"))
+    result = rollback_run(corpus, tmp_path)
+    # Step 5 (samples 32-39) spiked: back to step 4, the data continues after it and one more batch.
+    assert re.search(r"step 5: the loss \S+ is a spike: above 3 x the median \S+ of the last 2 accepted steps: "
+                     r"rolled back to step 4 \(\S+step-00000004\); the data continues at sample 48, skipping "
+                     r"samples 32 to 47 \(anomaly 1 of at most 10\)", result.stdout), result.stdout
+    assert logged_steps(result.stdout) == [1, 2, 3, 4, 5, 5, 6, 7, 8]
+    ran = [r for r in records(tmp_path / "m.jsonl") if "loss" in r]
+    before = {r["step"]: r["loss"] for r in records(tmp_path / "plain.jsonl") if "loss" in r}
+    assert [r["loss"] for r in ran[:5]] == [before[s] for s in range(5)]  # identical up to the spike
+    assert ran[4]["update"] == "rolled back"
+    assert {"event": "rollback", "step": 4, "to_step": 4, "next_sample": 48} in records(tmp_path / "m.jsonl")
+    manifest, _ = read_checkpoint(tmp_path / "ck")
+    assert manifest["step"] == 8 and manifest["data"]["next_sample"] == 48 + 4 * BATCH
+    assert "checkpoint: step 0 saved" in result.stdout  # a checkpoint to go back to from the start
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["sync-save", "async-save"])
+def test_rollback_under_mpirun_agrees_on_every_rank(corpus, tmp_path, background):
+    result = rollback_run(corpus, tmp_path, "--dp", 2, "--zero", 3, "--set", f"train.async_save={str(background).lower()}",
+                          ranks=2, fault="nan-loss:3")
+    assert "step 3: the loss is nan: rolled back to step 2" in result.stdout, result.stdout
+    manifest, _ = read_checkpoint(tmp_path / "ck")
+    assert manifest["step"] == 8 and manifest["data"]["next_sample"] == 4 * BATCH + 6 * BATCH
+    verified = subprocess.run([str(TRIPOD), "ckpt", "verify", str(tmp_path / "ck")], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_too_many_anomalies_stop_the_run(corpus):
+    result = train(corpus, "--set", "train.steps=20", "--set", "anomaly.policy=skip", "--set", "anomaly.max=2", *DIVERGE)
+    assert result.returncode != 0, result.stdout
+    assert result.stdout.count("update skipped") == 2, result.stdout
+    assert "that is anomaly 3 of this run, more than anomaly.max (2) (training diverged" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("anomaly.policy=retry", "anomaly.policy: stop, skip or rollback, not 'retry'"),
+    ("anomaly.spike_factor=0.5", "anomaly.spike_factor must be 0 (off) or above 1"),
+    ("anomaly.policy=rollback", "anomaly.policy=rollback rolls back to the newest checkpoint under --save"),
+])
+def test_bad_anomaly_settings_are_refused(corpus, setting, expected):
+    result = train(corpus, "--set", "train.steps=2", "--set", setting)
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
+
+
+def test_malformed_loss_fault_is_refused(corpus):
+    result = train(corpus, "--set", "train.steps=2", fault="nan-loss:x")
+    assert result.returncode != 0 and "nan-loss:STEP" in result.stderr, result.stderr
