@@ -5,10 +5,16 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from tripod_cli import MPI_ENV, MPIRUN, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
+from tripod_ckpt import read_checkpoint  # noqa: E402
 
 FAST = ["--restart-delay", "0", "--kill-grace", "1"]
 
@@ -206,3 +212,14 @@ def test_restarts_a_two_rank_training_job_from_its_checkpoint(tmp_path):
     assert 0 < failure["lost_seconds"] < failure["attempt_seconds"]
     assert (finish["status"], finish["attempts"]) == ("succeeded", 2)
     assert "step    12/12" in r.stdout and (root / "latest").read_text().strip() == "step-00000012"
+    # The recovered run ends exactly where an uninterrupted one does: same layout, bit for bit.
+    straight = tmp_path / "straight"
+    uninterrupted = subprocess.run([*job[:job.index("--save")], "--save", str(straight)], capture_output=True,
+                                   text=True, timeout=120, env=MPI_ENV)
+    assert uninterrupted.returncode == 0, uninterrupted.stdout + uninterrupted.stderr
+    recovered_manifest, recovered = read_checkpoint(root)
+    straight_manifest, expected = read_checkpoint(straight)
+    assert recovered_manifest["data"] == straight_manifest["data"]
+    for kind in expected:
+        for name in expected[kind]:
+            np.testing.assert_array_equal(recovered[kind][name], expected[kind][name], err_msg=f"{kind} {name}")
