@@ -23,6 +23,10 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung")
       ->capture_default_str();
   cmd->add_option("--inject-fault", o->faults, "plant a deliberate bug (repeatable; see --list-faults)");
+  cmd->add_flag("--reshard", o->reshard, "also run each layout halfway, save a sharded checkpoint and finish in the "
+               "next layout of the list from it (the last into the first)");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "--reshard's checkpoints go here and stay (default: a "
+                  "temporary folder, removed; across nodes give a shared one)");
   cmd->add_flag("--list-faults", o->list_faults, "print the catalogue of injectable faults and exit");
   cmd->callback([o]() { conform::run_suite(*o); });
 }

@@ -1,5 +1,6 @@
 #include "conform/conformance.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -35,25 +36,28 @@ data::Batch conformance_batch(const RunConfig& c, int step) {
                                   "conform.batch", 0.125);
 }
 
-namespace {
-template <typename Engine>
-void run_steps(Engine& engine, const RunConfig& config, int steps, Trajectory& t) {
+double run_conformance_steps(TrainingEngine& engine, const RunConfig& config, int first, int last, Trajectory& t) {
   double seconds = 0;
-  for (int s = 0; s < steps; ++s) {
+  for (int s = first; s < last; ++s) {
     const StepResult r = engine.train_step(conformance_batch(config, s));
     t.losses.push_back(r.loss);
     t.norms.push_back(r.grad_norm);
     seconds += r.seconds;
   }
-  t.seconds_per_step = steps > 0 ? seconds / steps : 0;
+  return seconds;
 }
-}  // namespace
+
+RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
+  nlohmann::json j = base.json;
+  j["train"]["micro_batches"] = layout.micro_batches;
+  return parse_run_config(j);
+}
 
 Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend) {
   Trainer trainer(config, backend);
   trainer.initialise();
   Trajectory t;
-  run_steps(trainer, config, steps, t);
+  t.seconds_per_step = run_conformance_steps(trainer, config, 0, steps, t) / std::max(steps, 1);
   for (std::size_t i = 0; i < trainer.params().size(); ++i) t.params.push_back(to_host_f64(backend, trainer.params().at(i)));
   return t;
 }
@@ -66,9 +70,7 @@ Trajectory run_layout(const RunConfig& base, const ParallelLayout& given, Commun
                       Backend& backend, const FaultPlan& faults) {
   check(group.size() == given.ranks(), "layout ", given.name(), " needs ", given.ranks(), " ranks, the group has ",
         group.size());
-  nlohmann::json j = base.json;
-  j["train"]["micro_batches"] = given.micro_batches;
-  const RunConfig config = parse_run_config(j);
+  const RunConfig config = layout_run_config(base, given);
   ParallelLayout layout = given;
   layout.bucket_bytes = 4096;  // several buckets even for the small model
   ProcessGrid grid(group, layout.grid(), layout.grid_order);
@@ -78,7 +80,7 @@ Trajectory run_layout(const RunConfig& base, const ParallelLayout& given, Commun
   {
     DistributedTrainer trainer(config, backend, grid, layout, faults);
     trainer.initialise();
-    run_steps(trainer, config, steps, t);
+    t.seconds_per_step = run_conformance_steps(trainer, config, 0, steps, t) / std::max(steps, 1);
     const MemoryReport m = trainer.memory();
     t.accounted_bytes = m.params + m.grads + m.optimizer + m.activations + m.transient;
     t.peak_bytes = backend.memory_stats().peak - before;  // before gathering: that is a report's, not training's

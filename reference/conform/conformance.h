@@ -58,6 +58,12 @@ RunConfig default_conformance_config(const std::string& dtype);
 // Global batch of step s: random tokens with about one target in eight ignored.
 data::Batch conformance_batch(const RunConfig& config, int step);
 
+// Steps first..last-1 of the conformance batches on `engine`, appended to `t`'s losses and norms;
+// returns their summed time.
+double run_conformance_steps(TrainingEngine& engine, const RunConfig& config, int first, int last, Trajectory& t);
+// The configuration a layout runs under: `base` with the layout's micro-batch count.
+RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout);
+
 // Every run computes on `backend` (its tensors on the backend's device; the group must accept them).
 Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend);
 // `group` holds exactly layout.ranks() ranks. Deliberate bugs (parallel/fault_plan.h) prove the

@@ -1,5 +1,7 @@
 #include "conform/suite.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "comm/world.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
+#include "conform/reshard.h"
 #include "conform/watchdog.h"
 #include "model/param_spec.h"
 
@@ -146,6 +149,7 @@ class Suite {
     if (root_) print_header();
     run_operator_checks();
     for (const ParallelLayout& layout : layouts_) run_one(layout);
+    if (o_.reshard) run_reshard_rows();
     finish();
   }
 
@@ -238,6 +242,58 @@ class Suite {
       out.peak_mib = static_cast<double>(got.peak_bytes) / (1 << 20);
       out.accounted_mib = static_cast<double>(got.accounted_bytes) / (1 << 20);
     });
+  }
+
+  // Layout i saves, layout i+1 loads: every layout is saved once and loaded once.
+  void run_reshard_rows() {
+    const std::filesystem::path root = reshard_root();
+    for (std::size_t i = 0; i < layouts_.size(); ++i) {
+      const ParallelLayout& saved = layouts_[i];
+      const ParallelLayout& loaded = layouts_[(i + 1) % layouts_.size()];
+      const bool tied = tied_for(saved);  // one model for both: the checkpoint holds its head
+      Outcome out;
+      out.name = "ckpt:" + saved.name() + ">" + loaded.name();
+      out.layout = loaded;
+      out.head = tied ? "tied" : "untied";
+      auto save_group = world_->split(world_->rank() / saved.ranks(), world_->rank(), out.name + ":save");
+      auto load_group = world_->split(world_->rank() / loaded.ranks(), world_->rank(), out.name + ":load");
+      const std::filesystem::path row_root = root / ("row-" + std::to_string(i));
+      run_row(out, [&] {
+        const RunConfig& config = tied ? tied_ : untied_;
+        const ReshardRun run{&saved, save_group.get(), world_->rank() / saved.ranks(), &loaded, load_group.get()};
+        const Trajectory got = run_through_checkpoint(config, run, *world_, o_.steps, *backend_, row_root);
+        out.errors = compare(got, tied ? reference_tied_ : reference_untied_, config, tied ? floor_tied_ : floor_untied_);
+        out.seconds_per_step = got.seconds_per_step;
+        out.fingerprint = fingerprint(got);
+      });
+    }
+    all_reduce_value(*world_, 0.0, ReduceOp::Sum);  // nobody reads the checkpoints any more
+    std::error_code ignored;
+    if (root_ && o_.checkpoint_dir.empty()) std::filesystem::remove_all(root, ignored);
+  }
+
+  // Rank 0 picks the folder (its own temporary one unless --checkpoint-dir, which must be empty or
+  // new); every rank uses it, or hears why not.
+  std::filesystem::path reshard_root() {
+    std::string dir, error;
+    if (root_) {
+      dir = !o_.checkpoint_dir.empty() ? o_.checkpoint_dir
+                                       : (std::filesystem::temp_directory_path() /
+                                          ("tripod-conform-" + std::to_string(::getpid()))).string();
+      try {
+        const bool used = std::filesystem::exists(dir) &&
+                          (!std::filesystem::is_directory(dir) || !std::filesystem::is_empty(dir));
+        check(!used, "--checkpoint-dir ", dir, " exists and is not an empty folder");
+        std::filesystem::create_directories(dir);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    const std::vector<std::string> chosen = all_gather_text(*world_, dir + '\n' + error, 8192);
+    const std::string& text = chosen[0];
+    const std::size_t split = text.find('\n');
+    check(split + 1 == text.size(), "conform --reshard: ", text.substr(split + 1));
+    return text.substr(0, split);
   }
 
   void finish() {

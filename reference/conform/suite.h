@@ -26,6 +26,11 @@ struct SuiteOptions {
   int steps = 5;
   double timeout_seconds = 300;  // per layout
   bool list_faults = false;
+  // --reshard: after the layouts, each one's state goes through a checkpoint (conform/reshard.h)
+  // into the next layout of the list (the last into the first), under checkpoint_dir (default: a
+  // fresh folder in the system's temporary directory; it must be shared across nodes).
+  bool reshard = false;
+  std::string checkpoint_dir;
 };
 
 void run_suite(const SuiteOptions& options);

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tripod_cli import MPI_ENV, mpirun_command, require_tripod
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 
 
 def conform(ranks, *args):
@@ -139,3 +139,35 @@ def test_overrides_start_from_the_conformance_model_and_are_printed():
 def test_one_step_is_refused():
     result = conform(2, "--steps", "1")
     assert result.returncode != 0 and "--steps must be at least 2" in result.stderr
+
+
+
+RESHARD_LAYOUTS = ["tp2-pp2-dp1-z0-mb2", "tp1-pp1-dp4-z3-mb1", "tp4-pp1-dp1-z0-mb1", "tp1-pp1-dp1-z0-mb1",
+                   "tp1-pp2-dp2-z1-mb2", "tp2-pp1-dp2-z2-mb1"]
+
+
+def test_reshard_rows_go_through_a_checkpoint_into_the_next_layout(tmp_path):
+    # Each layout trains 3 of 6 steps and saves; the next one (the last: the first) loads that
+    # checkpoint and finishes. The same reference and tolerance as the straight rows.
+    keep = tmp_path / "checkpoints"
+    r = conform(4, "--reshard", "--checkpoint-dir", keep, "--steps", 6, "--json", tmp_path / "c.json",
+                "--layouts", *RESHARD_LAYOUTS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    names = [rec["layout"] for rec in json.loads((tmp_path / "c.json").read_text())["layouts"]]
+    rows = [n for n in names if n.startswith("ckpt:")]
+    assert len(rows) == len(RESHARD_LAYOUTS), names
+    for row, saved, loaded in zip(rows, RESHARD_LAYOUTS, RESHARD_LAYOUTS[1:] + RESHARD_LAYOUTS[:1]):
+        first, second = row[len("ckpt:"):].split(">")
+        assert first.startswith(saved) and second.startswith(loaded), row
+    assert "14 rows (6 layouts), 14 passed, 0 failed" in r.stdout, r.stdout  # 2 operator checks, 6 + 6 rows
+    # With --checkpoint-dir the checkpoints stay, and are ordinary ones: row 0's verifies.
+    step = keep / "row-0" / "replica-0" / "step-00000003"
+    verified = subprocess.run([str(TRIPOD), "ckpt", "verify", str(step)], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_reshard_refuses_a_checkpoint_dir_that_holds_something(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    r = conform(2, "--reshard", "--checkpoint-dir", tmp_path, "--layouts", "tp2-pp1-dp1-z0-mb1")
+    assert r.returncode != 0 and "exists and is not an empty folder" in r.stderr, r.stdout + r.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep"
