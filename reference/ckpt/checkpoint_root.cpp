@@ -66,35 +66,37 @@ std::string step_dir_name(int64_t step) {
   return name;
 }
 
-fs::path partial_dir(const fs::path& root, int64_t step) { return root / ("." + std::string("partial-") + step_dir_name(step)); }
+int64_t checkpoint_step(const fs::path& dir) { return step_of(dir.filename().string()); }
 
-void check_save_root(const fs::path& root, uint64_t bytes_needed) {
+fs::path partial_dir(const fs::path& root, int64_t step) { return root / std::string(".partial-").append(step_dir_name(step)); }
+
+void check_save_root(const fs::path& root, uint64_t bytes_needed, const std::string& option) {
   std::error_code ec;
   if (fs::exists(root, ec)) {
-    check(fs::is_directory(root), "--save ", root.string(), ": a file of that name exists and is not a Tripod ",
+    check(fs::is_directory(root), option, " ", root.string(), ": a file of that name exists and is not a Tripod ",
           "checkpoint root; refusing to replace it (choose another path)");
-    check(!fs::exists(root / "state.json"), "--save ", root.string(), ": it holds a single checkpoint of Tripod's ",
+    check(!fs::exists(root / "state.json"), option, " ", root.string(), ": it holds a single checkpoint of Tripod's ",
           "old format (state.json); refusing to touch it (choose another path, or move it aside)");
-    check(fs::is_empty(root) || is_checkpoint_root(root), "--save ", root.string(),
+    check(fs::is_empty(root) || is_checkpoint_root(root), option, " ", root.string(),
           ": the folder exists and is not a Tripod checkpoint root (no 'latest', files other than step-* ",
           "checkpoints); refusing to write into it and risk its files (choose another path)");
   }
   fs::create_directories(root, ec);
-  check(fs::is_directory(root), "--save ", root.string(), ": cannot create it",
+  check(fs::is_directory(root), option, " ", root.string(), ": cannot create it",
         ec ? " (" + ec.message() + ")" : std::string());
   const fs::path probe = root / (".tripod-write-test-" + std::to_string(::getpid()));
   {
     std::ofstream out(probe);
     out << "x";
     out.flush();
-    check(out.good(), "--save ", root.string(), ": cannot write in it");
+    check(out.good(), option, " ", root.string(), ": cannot write in it");
   }
   fs::remove(probe, ec);
   if (bytes_needed == 0) return;
   struct statvfs st {};
   if (::statvfs(root.c_str(), &st) != 0) return;
   const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-  check(free_bytes >= bytes_needed, "--save ", root.string(), ": a checkpoint of this run needs about ",
+  check(free_bytes >= bytes_needed, option, " ", root.string(), ": a checkpoint of this run needs about ",
         mib(bytes_needed), " but only ", mib(free_bytes), " are free there");
 }
 

@@ -19,6 +19,8 @@ namespace tripod::ckpt {
 inline constexpr const char* kLatestFile = "latest";
 
 std::string step_dir_name(int64_t step);  // "step-00000010"
+// The step a checkpoint directory holds, from its name ("step-00000010": 10); -1 if not one.
+int64_t checkpoint_step(const std::filesystem::path& dir);
 // The staging directory of a save of `step` under `root`.
 std::filesystem::path partial_dir(const std::filesystem::path& root, int64_t step);
 
@@ -26,7 +28,8 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, int64_t ste
 // of other files, a plain file, a single checkpoint of the old format - is refused, never deleted.
 // Its parent must be creatable and ROOT writable, with at least `bytes_needed` free (0: unchecked).
 // Call at start-up, so a bad target is found before the training it would lose.
-void check_save_root(const std::filesystem::path& root, uint64_t bytes_needed);
+// `option` names the command-line option in messages ("--save", "--save-local").
+void check_save_root(const std::filesystem::path& root, uint64_t bytes_needed, const std::string& option = "--save");
 
 // Removes what dead saves left in `root` (.partial-* directories, *.tmp files); returns how many.
 int remove_leftovers(const std::filesystem::path& root);

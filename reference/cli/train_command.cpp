@@ -83,9 +83,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", o->job.options.save_dir,
                   "checkpoint root: a sharded checkpoint (ROOT/step-N, ROOT/latest) at the end, every "
                   "train.save_every steps and on SIGTERM/SIGINT; the newest train.keep_checkpoints are kept");
+  cmd->add_option("--save-local", o->job.options.save_local_dir,
+                  "a fast second checkpoint root (node-local disk, burst buffer) saved to every "
+                  "train.local_save_every steps between --save's saves; every rank must see it");
   cmd->add_option("--resume", o->job.options.resume_dir,
                   "continue from this checkpoint (a step directory, or a root's latest), saved under any layout; "
-                  "'auto': from --save's latest if there is one, else from step 0");
+                  "'auto': from the newest of --save's and --save-local's if there is one, else from step 0");
   cmd->add_flag("--allow-resume-changes", o->job.options.allow_resume_changes,
                 "resume even though the seed, batch size, sequence length, data or learning-rate schedule changed");
   cmd->add_option("--exit-after", o->job.options.exit_after,

@@ -39,7 +39,8 @@ struct TrainSettings {
   std::string metrics;        // JSONL metrics path ("" = none)
   int64_t save_every = 0;     // checkpoint every N steps to --save ROOT (0: only at the end)
   int keep_checkpoints = 2;   // the newest N checkpoints under --save ROOT are kept
-  bool async_save = false;    // write the train.save_every saves in the background (train/async_save.h)
+  int64_t local_save_every = 0;  // checkpoint every N steps to --save-local ROOT (train/run_checkpoints.h)
+  bool async_save = false;    // write the scheduled saves in the background (train/async_save.h)
   std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)
   int64_t rank_stats_every = 10;        // multi-rank runs: gather per-rank step times (train/rank_timing.h)
 };

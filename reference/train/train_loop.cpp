@@ -18,12 +18,12 @@
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "process/child_process.h"
-#include "train/async_save.h"
 #include "train/checkpointing.h"
 #include "train/fault_injection.h"
 #include "train/gpu_health_log.h"
 #include "train/pipeline_report.h"
 #include "train/rank_timing.h"
+#include "train/run_checkpoints.h"
 #include "train/trainer.h"
 
 namespace tripod {
@@ -90,7 +90,8 @@ class TrainingRun {
         peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
     make_engine();
     engine_->initialise();
-    prepare_save_root();
+    checkpoints_.emplace(config_, options_, backend_, world(), root_, *engine_, [this] { return checkpoint_meta(); });
+    checkpoints_->prepare();
     resume();
   }
 
@@ -107,7 +108,7 @@ class TrainingRun {
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
     // With --save, SIGTERM/SIGINT finish the step, save and stop (agreed by every rank).
     std::optional<process::InterruptScope> interrupts;
-    if (!options_.save_dir.empty()) interrupts.emplace();
+    if (checkpoints_->enabled()) interrupts.emplace();
     while (engine_->step() < stop) {
       maybe_inject_fault(FaultPoint::StepStart, world_rank(), engine_->step() + 1);
       rank_timer_.step_begin();
@@ -125,16 +126,14 @@ class TrainingRun {
         continue;
       }
       record_rank_times(engine_->step() == stop);
-      if (pending_save_ && pending_save_->poll()) finish_pending_save();
       if (interrupts && any_rank(interrupts->interrupted())) {
-        const std::filesystem::path saved = save();
+        const std::filesystem::path saved = checkpoints_->save_now();
         fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
              saved.string(), "; continue with --resume ", options_.save_dir);
       }
-      // The last step's save is the run's final one, which must be complete before it ends.
-      if (t.save_every > 0 && engine_->step() % t.save_every == 0) save(t.async_save && engine_->step() < stop);
+      checkpoints_->after_step(engine_->step() == stop);
     }
-    save();
+    checkpoints_->save_now();
     if (root_ && rank_times_) std::printf("  %s\n", describe_rank_times(*rank_times_).c_str());
     if (distributed_ && engine_->step() > first_step && distributed_->schedule().stages > 1)
       report_pipeline(*distributed_, root_, parallel_->pipeline_trace);
@@ -231,73 +230,36 @@ class TrainingRun {
     return world() ? all_reduce_value(*world(), mine ? 1.0 : 0.0, ReduceOp::Max) > 0 : mine;
   }
 
-  // The --save root is checked (absent, empty or a checkpoint root; writable; room for a
-  // checkpoint) before any training it could lose, and what dead saves left there is removed.
-  void prepare_save_root() {
-    if (options_.save_dir.empty()) return;
-    const uint64_t bytes = checkpoint_bytes(world(), engine_->state_regions());
-    std::string error;
-    int removed = 0;
-    if (root_) {
-      try {
-        ckpt::check_save_root(options_.save_dir, bytes);
-        removed = ckpt::remove_leftovers(options_.save_dir);
-      } catch (const Error& e) {
-        error = e.what();
-      }
-    }
-    const std::vector<std::string> errors = world() ? all_gather_text(*world(), error, 1024) : std::vector{error};
-    check(errors[0].empty(), errors[0]);
-    if (root_ && removed > 0)
-      std::printf("  removed %d leftover(s) of unfinished saves in %s\n", removed, options_.save_dir.c_str());
-  }
-
   // --resume: every rank loads what it holds from the checkpoint, whatever layout wrote it.
   void resume() {
-    std::filesystem::path dir;
-    if (options_.resume_dir == "auto") {
-      check(!options_.save_dir.empty(), "--resume auto resumes from the --save root's latest checkpoint: give --save");
-      if (auto latest = ckpt::find_latest(options_.save_dir)) dir = *latest;
-    } else if (!options_.resume_dir.empty()) {
-      dir = ckpt::resolve_checkpoint(options_.resume_dir);
-    }
-    arm_fault_injection(/*resumed=*/!dir.empty());
-    if (dir.empty()) return;
-    const ckpt::Manifest m = resume_from_checkpoint(world(), dir, engine_->state_regions(), backend_, config_,
-                                                    options_.allow_resume_changes);
-    engine_->set_step(m.step);
-    next_sample_ = m.data.next_sample;
-    resumed_from_ = dir.string();
-    last_saved_step_ = m.step;
+    const auto loaded = checkpoints_->resume();
+    arm_fault_injection(/*resumed=*/loaded.has_value());
+    if (!loaded) return;
+    next_sample_ = loaded->manifest.data.next_sample;
+    resumed_from_ = loaded->dir.string();
   }
 
-  // anomaly.policy=rollback rolls back to the newest checkpoint under --save: one exists from
+  // anomaly.policy=rollback rolls back to the newest checkpoint of either tier: one exists from
   // the start (this step's, saved now unless the run resumed from it).
   void keep_a_checkpoint_to_roll_back_to() {
     if (config_.anomaly.policy != AnomalyPolicy::Rollback) return;
-    check(!options_.save_dir.empty(), "anomaly.policy=rollback rolls back to the newest checkpoint under --save: "
+    check(checkpoints_->enabled(), "anomaly.policy=rollback rolls back to the newest checkpoint under --save: "
           "give --save ROOT");
-    save();
+    checkpoints_->save_now();
   }
 
   // Collective (every rank has the same verdict): reloads the newest checkpoint and continues the
   // data after the bad batch (plus anomaly.skip_batches), not from the checkpoint's position:
   // replaying those batches would, on this deterministic trainer, reproduce the anomaly.
   void roll_back(const StepResult& r) {
-    if (pending_save_) finish_pending_save();
-    const auto latest = ckpt::find_latest(options_.save_dir);
-    check(latest.has_value(), "step ", r.step + 1, ": ", r.anomaly, "; anomaly.policy=rollback found no checkpoint in ",
-          options_.save_dir);
-    const ckpt::Manifest m = resume_from_checkpoint(world(), *latest, engine_->state_regions(), backend_, config_,
-                                                    /*allow_changes=*/true);
-    engine_->set_step(m.step);
-    last_saved_step_ = m.step;
+    const RunCheckpoints::Loaded loaded = checkpoints_->load_newest();
+    const ckpt::Manifest& m = loaded.manifest;
     next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
     if (root_) {
       std::printf("  step %lld: %s: rolled back to step %lld (%s); the data continues at sample %lld, skipping "
                   "samples %lld to %lld (anomaly %lld of at most %lld)\n",
                   static_cast<long long>(r.step + 1), r.anomaly.c_str(), static_cast<long long>(m.step),
-                  latest->string().c_str(), static_cast<long long>(next_sample_),
+                  loaded.dir.c_str(), static_cast<long long>(next_sample_),
                   static_cast<long long>(m.data.next_sample), static_cast<long long>(next_sample_ - 1),
                   static_cast<long long>(guard_.anomalies()), static_cast<long long>(config_.anomaly.max));
       std::fflush(stdout);
@@ -308,48 +270,6 @@ class TrainingRun {
   }
 
   CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
-
-  // Saves (collectively) unless this step is already saved; returns the checkpoint's directory. A
-  // save still in flight is finished first, so saves publish in step order. `in_background`: only
-  // the snapshot happens now; the save is published at a later step boundary (finish_pending_save).
-  std::filesystem::path save(bool in_background = false) {
-    if (options_.save_dir.empty()) return {};
-    if (pending_save_) finish_pending_save();
-    const std::filesystem::path dir = std::filesystem::path(options_.save_dir) / ckpt::step_dir_name(engine_->step());
-    if (engine_->step() == last_saved_step_) return dir;
-    const auto start = std::chrono::steady_clock::now();
-    if (in_background) {
-      pending_save_ = std::make_unique<AsyncSave>(world(), options_.save_dir, engine_->state_regions(), backend_,
-                                                  checkpoint_meta(), std::move(snapshot_buffers_));
-      last_saved_step_ = engine_->step();
-      return dir;
-    }
-    save_checkpoint(world(), options_.save_dir, engine_->state_regions(), backend_, checkpoint_meta());
-    last_saved_step_ = engine_->step();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (root_) {
-      std::printf("  checkpoint: step %lld saved to %s (%.2f s)\n", static_cast<long long>(engine_->step()),
-                  dir.string().c_str(), seconds);
-      std::fflush(stdout);
-    }
-    return dir;
-  }
-
-  // Collective: completes the background save (waiting for what is not done yet) and reports it.
-  void finish_pending_save() {
-    const auto start = std::chrono::steady_clock::now();
-    const std::unique_ptr<AsyncSave> pending = std::move(pending_save_);
-    const std::filesystem::path dir = pending->finish();
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    snapshot_buffers_ = pending->release_buffers();
-    if (root_) {
-      std::printf("  checkpoint: step %lld saved to %s (in the background: %.2f s writing, %.2f s publishing; "
-                  "training stalled %.3f s for the snapshot, %.3f s to exchange file entries, %.3f s waiting)\n",
-                  static_cast<long long>(pending->step()), dir.string().c_str(), pending->write_seconds(),
-                  pending->publish_seconds(), pending->snapshot_seconds(), pending->exchange_seconds(), waited);
-      std::fflush(stdout);
-    }
-  }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
   void record_rank_times(bool last) {
@@ -377,9 +297,7 @@ class TrainingRun {
   GpuHealthLog gpu_health_{backend_};
   TrainSummary summary_;
   int64_t next_sample_ = 0;        // global index of the next training sample (layout-independent)
-  int64_t last_saved_step_ = -1;   // the step the newest checkpoint holds
-  std::unique_ptr<AsyncSave> pending_save_;  // a train.async_save save not yet published
-  StateSnapshot snapshot_buffers_;           // host memory of the previous async save, for the next
+  std::optional<RunCheckpoints> checkpoints_;  // --save, --save-local, --resume
   StepGuard guard_{config_.anomaly};         // the anomaly policy's verdict on each step
   std::string resumed_from_;
   double seconds_ = 0;

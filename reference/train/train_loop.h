@@ -13,8 +13,12 @@ struct TrainOptions {
   // A checkpoint root (ckpt/checkpoint_root.h): checkpoints at the end, every train.save_every
   // steps, and when SIGTERM/SIGINT stops the run.
   std::string save_dir;
-  // Continue from this checkpoint (a step directory, or a root's latest); "auto": from save_dir's
-  // latest if it has one, else from step 0 (what a supervised restart runs).
+  // The fast tier (train/run_checkpoints.h): a second checkpoint root, saved to every
+  // train.local_save_every steps; resuming takes the newest checkpoint of either root.
+  std::string save_local_dir;
+  // Continue from this checkpoint (a step directory, or a root's latest); "auto": from the newest
+  // of save_dir's and save_local_dir's if there is one, else from step 0 (what a supervised
+  // restart runs).
   std::string resume_dir;
   bool allow_resume_changes = false;  // resume even if the data order or schedule changed
   int64_t exit_after = 0;  // stop (and checkpoint) after this many steps of this invocation, as if

@@ -297,3 +297,39 @@ def test_full_disk_during_save_fails_clearly_and_keeps_the_previous(corpus, tmp_
         assert not list(root.glob(".partial-*")), "a failed save cleans up after itself"
     finally:
         subprocess.run(["umount", str(mount)])
+
+
+def test_two_tiers_resume_from_the_newest_and_end_where_a_straight_run_does(corpus, tmp_path):
+    # Durable saves every 4 steps to --save, fast ones every 2 to --save-local (in between). Rank 1
+    # dies at the start of step 8: the newest checkpoint is the local step 6, not the durable step 4.
+    durable, local = tmp_path / "durable", tmp_path / "local"
+    tiers = ["--set", "train.steps=10", "--set", "train.save_every=4", "--set", "train.local_save_every=2",
+             "--save", durable, "--save-local", local]
+    killed = train(corpus, 2, "--dp", 2, "--zero", 2, *tiers, env={"TRIPOD_FAULT": "kill:1:8"})
+    assert killed.returncode != 0
+    assert (durable / "latest").read_text().strip() == "step-00000004"
+    assert (local / "latest").read_text().strip() == "step-00000006"
+    assert sorted(p.name for p in local.glob("step-*")) == ["step-00000002", "step-00000006"]  # 4 went durable
+    resumed = ok(train(corpus, 2, "--dp", 2, "--zero", 2, *tiers, "--resume", "auto"))
+    assert f"resuming from {local / 'step-00000006'} at step 6 (next sample 48)" in resumed.stdout, resumed.stdout
+    assert f"checkpoint: step 8 saved to {durable / 'step-00000008'}" in resumed.stdout
+    straight = tmp_path / "straight"
+    ok(train(corpus, 2, "--dp", 2, "--zero", 2, "--set", "train.steps=10", "--save", straight))
+    _, a = read_checkpoint(straight)
+    _, b = read_checkpoint(durable)
+    for kind in a:
+        for tensor in a[kind]:
+            assert np.array_equal(a[kind][tensor], b[kind][tensor]), f"{kind} of {tensor} differs"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--save-local", "L", "--set", "train.local_save_every=2"], "--save-local is the fast tier beside --save's"),
+    (["--save", "D", "--save-local", "L"], "--save-local needs train.local_save_every"),
+    (["--save", "D", "--set", "train.local_save_every=2"], "train.local_save_every saves to --save-local ROOT"),
+    (["--save", "D", "--save-local", "D/", "--set", "train.local_save_every=2"], "name the same folder"),
+])
+def test_bad_tier_settings_are_refused(corpus, tmp_path, args, expected):
+    args = [str(tmp_path / a) if a in ("D", "L", "D/") else a for a in args]
+    result = train(corpus, 1, *args)
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
+    assert not (tmp_path / "D").exists() and not (tmp_path / "L").exists()  # refused before anything is written

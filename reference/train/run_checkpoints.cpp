@@ -1,0 +1,148 @@
+#include "train/run_checkpoints.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/checkpoint_root.h"
+#include "comm/host_collectives.h"
+
+namespace tripod {
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+RunCheckpoints::RunCheckpoints(const RunConfig& config, const TrainOptions& options, Backend& backend,
+                               Communicator* world, bool root_rank, TrainingEngine& engine,
+                               std::function<CheckpointMeta()> meta)
+    : config_(config), options_(options), backend_(backend), world_(world), root_rank_(root_rank), engine_(engine),
+      meta_(std::move(meta)),
+      durable_{options.save_dir, "--save", config.train.save_every},
+      local_{options.save_local_dir, "--save-local", config.train.local_save_every} {
+  check(local_.root.empty() || enabled(), "--save-local is the fast tier beside --save's durable one: give --save too");
+  check(local_.every == 0 || !local_.root.empty(), "train.local_save_every saves to --save-local ROOT: give it");
+  check(local_.root.empty() || local_.every > 0, "--save-local needs train.local_save_every (steps between its saves)");
+  check(local_.root.empty() || fs::weakly_canonical(local_.root) != fs::weakly_canonical(durable_.root),
+        "--save-local and --save name the same folder ", durable_.root.string(), ": the tiers must be apart");
+}
+
+void RunCheckpoints::prepare() {
+  const uint64_t bytes = enabled() ? checkpoint_bytes(world_, engine_.state_regions()) : 0;
+  for (const Tier* tier : {&durable_, &local_}) {
+    if (tier->root.empty()) continue;
+    std::string error;
+    int removed = 0;
+    if (root_rank_) {
+      try {
+        ckpt::check_save_root(tier->root, bytes, tier->option);
+        removed = ckpt::remove_leftovers(tier->root);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    const std::vector<std::string> errors = world_ ? all_gather_text(*world_, error, 1024) : std::vector{error};
+    check(errors[0].empty(), errors[0]);
+    if (root_rank_ && removed > 0)
+      std::printf("  removed %d leftover(s) of unfinished saves in %s\n", removed, tier->root.c_str());
+  }
+}
+
+std::optional<fs::path> RunCheckpoints::newest() const {
+  std::optional<fs::path> best;
+  for (const Tier* tier : {&durable_, &local_}) {
+    if (tier->root.empty()) continue;
+    const auto latest = ckpt::find_latest(tier->root);
+    if (latest && (!best || ckpt::checkpoint_step(*latest) > ckpt::checkpoint_step(*best))) best = latest;
+  }
+  return best;
+}
+
+std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
+  std::optional<fs::path> dir;
+  if (options_.resume_dir == "auto") {
+    check(enabled(), "--resume auto resumes from the --save root's latest checkpoint: give --save");
+    dir = newest();
+  } else if (!options_.resume_dir.empty()) {
+    dir = ckpt::resolve_checkpoint(options_.resume_dir);
+  }
+  if (!dir) return std::nullopt;
+  Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
+                                             options_.allow_resume_changes)};
+  engine_.set_step(loaded.manifest.step);
+  // This step counts as saved in a tier only if the checkpoint is that tier's.
+  for (Tier* tier : {&durable_, &local_})
+    if (std::error_code ec; !tier->root.empty() && fs::equivalent(dir->parent_path(), tier->root, ec))
+      tier->last_saved = loaded.manifest.step;
+  return loaded;
+}
+
+RunCheckpoints::Loaded RunCheckpoints::load_newest() {
+  finish_pending();
+  const auto dir = newest();
+  check(dir.has_value(), "no checkpoint under ", durable_.root.string(),
+        local_.root.empty() ? "" : " or " + local_.root.string());
+  Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
+                                             /*allow_changes=*/true)};
+  engine_.set_step(loaded.manifest.step);
+  return loaded;
+}
+
+void RunCheckpoints::after_step(bool last_step) {
+  if (!enabled()) return;
+  if (pending_ && pending_->poll()) finish_pending();
+  if (last_step) return;  // the run's final save follows, synchronous and durable
+  const int64_t step = engine_.step();
+  auto due = [&](const Tier& tier) { return !tier.root.empty() && tier.every > 0 && step % tier.every == 0; };
+  if (due(durable_)) save(durable_, config_.train.async_save);
+  else if (due(local_)) save(local_, config_.train.async_save);
+}
+
+fs::path RunCheckpoints::save_now() { return save(durable_, false); }
+
+fs::path RunCheckpoints::save(Tier& tier, bool in_background) {
+  if (tier.root.empty()) return {};
+  finish_pending();
+  const int64_t step = engine_.step();
+  const fs::path dir = tier.root / ckpt::step_dir_name(step);
+  if (step == tier.last_saved) return dir;
+  const auto start = std::chrono::steady_clock::now();
+  if (in_background) {
+    pending_ = std::make_unique<AsyncSave>(world_, tier.root, engine_.state_regions(), backend_, meta_(),
+                                           std::move(buffers_));
+    tier.last_saved = step;
+    return dir;
+  }
+  save_checkpoint(world_, tier.root, engine_.state_regions(), backend_, meta_());
+  tier.last_saved = step;
+  if (root_rank_) {
+    std::printf("  checkpoint: step %lld saved to %s (%.2f s)\n", static_cast<long long>(step), dir.c_str(),
+                seconds_since(start));
+    std::fflush(stdout);
+  }
+  return dir;
+}
+
+void RunCheckpoints::finish_pending() {
+  if (!pending_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const std::unique_ptr<AsyncSave> done = std::move(pending_);
+  done->finish();
+  buffers_ = done->release_buffers();
+  report_pending(*done, seconds_since(start));
+}
+
+void RunCheckpoints::report_pending(AsyncSave& done, double waited) const {
+  if (!root_rank_) return;
+  std::printf("  checkpoint: step %lld saved to %s (in the background: %.2f s writing, %.2f s publishing; training "
+              "stalled %.3f s for the snapshot, %.3f s to exchange file entries, %.3f s waiting)\n",
+              static_cast<long long>(done.step()), done.directory().c_str(), done.write_seconds(),
+              done.publish_seconds(), done.snapshot_seconds(), done.exchange_seconds(), waited);
+  std::fflush(stdout);
+}
+
+}  // namespace tripod
