@@ -166,18 +166,9 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch, const StepGa
   r.grad_norm = std::sqrt(host[1]);
   // The loss and the norm are all-reduced, so every rank takes the same decision here.
   r.lr = config_.schedule.at(step_);
-  const StepJudgement judgement = gate(r.loss, r.grad_norm);
-  r.verdict = judgement.verdict;
-  r.anomaly = judgement.reason;
-  if (judgement.verdict == StepVerdict::Stop) {
-    const bool bad_gradients = std::isfinite(r.loss) && !std::isfinite(r.grad_norm);
-    fail("step ", step_ + 1, ": ", judgement.reason, " (training diverged",
-         bad_gradients ? "; non-finite gradients on this rank: " + nonfinite_grads() : std::string(),
-         "); parameters were not updated with this step's gradients");
-  }
-  if (judgement.verdict == StepVerdict::Apply)
+  if (judge_step(gate, step_, r, [&] { return nonfinite_grads() + " (this rank's view)"; }))
     for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
-  if (judgement.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
+  if (r.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

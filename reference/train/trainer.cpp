@@ -60,18 +60,9 @@ StepResult Trainer::train_step(const data::Batch& batch, const StepGate& gate) {
   r.loss = host[0] / static_cast<double>(loss.n_valid);
   r.grad_norm = std::sqrt(host[1]);
   r.lr = config_.schedule.at(step_);
-  const StepJudgement judgement = gate(r.loss, r.grad_norm);
-  r.verdict = judgement.verdict;
-  r.anomaly = judgement.reason;
-  if (judgement.verdict == StepVerdict::Stop) {
-    const bool bad_gradients = std::isfinite(r.loss) && !std::isfinite(r.grad_norm);
-    fail("step ", step_ + 1, ": ", judgement.reason, " (training diverged",
-         bad_gradients ? "; non-finite gradients: " + nonfinite_tensors(backend_, grads_) : std::string(),
-         "); parameters were not updated with this step's gradients");
-  }
-  if (judgement.verdict == StepVerdict::Apply)
+  if (judge_step(gate, step_, r, [&] { return nonfinite_tensors(backend_, grads_); }))
     optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
-  if (judgement.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
+  if (r.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -26,6 +26,13 @@ struct StepResult {
 // gradient norm: whether the update is applied (train/step_guard.h).
 using StepGate = std::function<StepJudgement(double loss, double grad_norm)>;
 
+// What both engines do between the gradients and the update: asks `gate` about `r` (its loss and
+// norm filled in), records the verdict in `r`, and on Stop fails naming the step (`step` counts
+// from 0; the message from 1, as the log) and, when only the gradients are non-finite, the
+// tensors `nonfinite_gradients` lists. Returns whether the update is to be applied.
+bool judge_step(const StepGate& gate, int64_t step, StepResult& r,
+                const std::function<std::string()>& nonfinite_gradients);
+
 struct MemoryReport {  // bytes held by this rank
   std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
   std::size_t transient = 0;  // peak of gathered parameters and in-flight gradient buckets (ZeRO)
