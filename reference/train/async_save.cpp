@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint_root.h"
 #include "comm/host_collectives.h"
+#include "train/fault_injection.h"
 
 namespace tripod {
 namespace {
@@ -31,14 +32,30 @@ AsyncSave::AsyncSave(Communicator* world, std::filesystem::path root, const std:
     : world_(world), root_(std::move(root)), meta_(meta) {
   const auto start = std::chrono::steady_clock::now();
   staged_ = stage_checkpoint(world_, root_, meta_.step);
-  snapshot_ = snapshot_state(regions, backend, std::move(buffers));
+  // Host memory may be read by another thread while this one computes the next step's gradients
+  // (CpuBackend::download is a memcpy); a device's stream belongs to the training thread.
+  const bool copy_in_background = backend.device() == Device::Host;
+  if (!copy_in_background) {
+    snapshot_ = snapshot_state(regions, backend, std::move(buffers));
+    snapshotted_ = true;
+  }
   snapshot_seconds_ = seconds_since(start);
   // The writer touches only the snapshot, the staging directory and its own outcome; the training
-  // thread reads those only after the flag (or the join) says it is done.
-  writer_ = std::thread([this] {
+  // thread reads those only after the flags (or the join) say it is done.
+  writer_ = std::thread([this, copy_in_background, regions, &backend, buffers = std::move(buffers)]() mutable {
     lower_this_threads_priority();
     const auto begin = std::chrono::steady_clock::now();
     try {
+      if (copy_in_background) {
+        maybe_delay_snapshot();
+        try {
+          snapshot_ = snapshot_state(regions, backend, std::move(buffers));
+        } catch (...) {
+          mark_snapshotted();
+          throw;
+        }
+        mark_snapshotted();
+      }
       shard_ = write_shard(staged_, world_ ? world_->rank() : 0, meta_.step, snapshot_);
     } catch (const std::exception& e) {
       write_error_ = e.what();
@@ -46,6 +63,22 @@ AsyncSave::AsyncSave(Communicator* world, std::filesystem::path root, const std:
     write_seconds_ = seconds_since(begin);
     written_.store(true, std::memory_order_release);
   });
+}
+
+void AsyncSave::mark_snapshotted() {
+  {
+    const std::lock_guard<std::mutex> lock(snapshot_mutex_);
+    snapshotted_ = true;
+  }
+  snapshot_done_.notify_all();
+}
+
+void AsyncSave::wait_for_snapshot() {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(snapshot_mutex_);
+  if (snapshotted_) return;
+  snapshot_done_.wait(lock, [this] { return snapshotted_; });
+  snapshot_seconds_ += seconds_since(start);
 }
 
 AsyncSave::~AsyncSave() {

@@ -1,6 +1,10 @@
-// A checkpoint save that overlaps training (train.async_save). Between two steps the state is
-// copied to host memory - with the ranks' agreement on the staging directory, the only stall -;
-// a background thread writes this rank's shard file while the next steps run; once every rank's
+// A checkpoint save that overlaps training (train.async_save). The state is copied to host
+// memory: between two steps on a device backend, or - when the state already lives in host memory
+// (the CPU backend) - by the background thread while the next step computes its gradients, the
+// step's update waiting for the copy (wait_for_snapshot, from the step's gate: nothing changes the
+// parameters or AdamW moments before the update). That copy, and the ranks' agreement on the
+// staging directory, are the stall. The background thread then writes this rank's shard file
+// while the next steps run; once every rank's
 // file is written (poll(), at a step boundary), the ranks exchange their file entries and rank 0's
 // background thread writes the manifest and publishes the step directory and `latest`; a later
 // poll() hears the outcome. Until then the previous checkpoint stays the latest, so a crash during
@@ -10,7 +14,9 @@
 // snapshot is a copy into memory already mapped.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +37,9 @@ class AsyncSave {
   AsyncSave(const AsyncSave&) = delete;
   AsyncSave& operator=(const AsyncSave&) = delete;
 
+  // Blocks until the state is copied (at once where the constructor copied it); call before the
+  // next update of the saved state. Its wait counts into snapshot_seconds().
+  void wait_for_snapshot();
   // Collective, between steps: moves the save on as far as it can go without waiting. Returns
   // true once the checkpoint is published; throws on every rank, naming what failed.
   bool poll();
@@ -41,7 +50,7 @@ class AsyncSave {
 
   int64_t step() const { return meta_.step; }
   std::filesystem::path directory() const;
-  double snapshot_seconds() const { return snapshot_seconds_; }  // the training thread's stall
+  double snapshot_seconds() const { return snapshot_seconds_; }  // the training thread's stall for the copy
   double write_seconds() const { return write_seconds_; }        // the shard writer's own time
   double exchange_seconds() const { return exchange_seconds_; }  // the entry exchange (a stall)
   double publish_seconds() const { return publish_seconds_; }    // rank 0's publisher (background)
@@ -50,6 +59,7 @@ class AsyncSave {
   enum class Phase { Writing, Publishing, Published };
   bool all_ranks(bool mine) const;
   void start_publishing();  // collective: the entry exchange, then rank 0's publisher thread
+  void mark_snapshotted();  // the writer's: the copy is done (or failed), the update may go on
 
   Communicator* world_;
   std::filesystem::path root_, staged_;
@@ -60,6 +70,9 @@ class AsyncSave {
   std::string write_error_, publish_error_;
   double snapshot_seconds_ = 0, write_seconds_ = 0, exchange_seconds_ = 0, publish_seconds_ = 0;
   std::atomic<bool> written_{false}, published_{false};
+  std::mutex snapshot_mutex_;
+  std::condition_variable snapshot_done_;
+  bool snapshotted_ = false;  // under snapshot_mutex_
   std::thread writer_, publisher_;
 };
 

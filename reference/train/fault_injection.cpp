@@ -1,10 +1,12 @@
 #include "train/fault_injection.h"
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 
@@ -30,13 +32,13 @@ void arm_fault_injection(bool resumed) {
   const auto first = text.find(':');
   const std::string kind = text.substr(0, first);
   ArmedFault f;
-  const bool loss_fault = kind == "nan-loss" || kind == "spike-loss";
-  check(kind == "kill" || kind == "kill-in-save" || loss_fault, "TRIPOD_FAULT='", text, "': unknown fault '", kind,
-        "' (expected kill, kill-in-save, nan-loss or spike-loss)");
+  const bool loss_fault = kind == "nan-loss" || kind == "spike-loss", slow = kind == "slow-snapshot";
+  check(kind == "kill" || kind == "kill-in-save" || loss_fault || slow, "TRIPOD_FAULT='", text, "': unknown fault '",
+        kind, "' (expected kill, kill-in-save, nan-loss, spike-loss or slow-snapshot)");
   try {
     check(first != std::string::npos, "");
-    if (loss_fault) {
-      f.step = std::stoll(text.substr(first + 1));
+    if (loss_fault || slow) {
+      f.step = std::stoll(text.substr(first + 1));  // slow-snapshot: milliseconds
     } else {
       const auto second = text.find(':', first + 1);
       check(second != std::string::npos, "");
@@ -44,10 +46,14 @@ void arm_fault_injection(bool resumed) {
       f.step = std::stoll(text.substr(second + 1));
     }
   } catch (...) {
-    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP or spike-loss:STEP");
+    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP, spike-loss:STEP "
+         "or slow-snapshot:MS");
   }
   check(f.rank >= 0 && f.step >= 1, "TRIPOD_FAULT='", text, "': the rank must be >= 0 and the step >= 1");
-  f.point = kind == "kill" ? FaultPoint::StepStart : kind == "kill-in-save" ? FaultPoint::DuringSave : FaultPoint::Loss;
+  f.point = kind == "kill"           ? FaultPoint::StepStart
+            : kind == "kill-in-save" ? FaultPoint::DuringSave
+            : slow                   ? FaultPoint::Snapshot
+                                     : FaultPoint::Loss;
   f.nan = kind == "nan-loss";
   f.armed = !resumed;
   fault = f;
@@ -65,6 +71,11 @@ double maybe_inject_loss_fault(int64_t step, double loss) {
   if (!fault.armed || fault.point != FaultPoint::Loss || fault.step != step) return loss;
   fault.armed = false;  // once: a rolled-back run takes step S again
   return fault.nan ? std::nan("") : 10 * loss;
+}
+
+void maybe_delay_snapshot() {
+  if (fault.armed && fault.point == FaultPoint::Snapshot)
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault.step));
 }
 
 }  // namespace tripod

@@ -56,6 +56,10 @@ class RunCheckpoints {
   std::filesystem::path save_now();
   // Collective: waits for a background save.
   void finish_pending();
+  // Before each update of the state: a background save's copy of it must be complete.
+  void before_update() {
+    if (pending_) pending_->wait_for_snapshot();
+  }
 
  private:
   struct Tier {

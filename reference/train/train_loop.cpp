@@ -116,6 +116,7 @@ class TrainingRun {
       if (parallel_ && world_rank() == options_.slow_rank)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
       const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size), [&](double loss, double norm) {
+        checkpoints_->before_update();
         return guard_.judge(maybe_inject_loss_fault(engine_->step() + 1, loss), norm);
       });
       next_sample_ += t.batch_size;

@@ -142,14 +142,18 @@ def test_crash_during_save_keeps_the_previous_checkpoint(corpus, tmp_path):
 ASYNC = ["--set", "train.async_save=true"]
 
 
-def test_async_save_writes_the_same_checkpoints_and_resumes_exactly(corpus, tmp_path):
-    """Saves written in the background hold the same bytes as synchronous ones, publish in step
-    order, and resume to the same losses."""
+@pytest.mark.parametrize("layout", [["--tp", "2"], ["--dp", "2", "--zero", "3"], ["--pp", "2", "--microbatches", "2"]],
+                         ids=["tp2", "dp2-z3", "pp2"])
+def test_async_save_writes_the_same_checkpoints_and_resumes_exactly(corpus, tmp_path, layout):
+    """Saves written in the background hold the same bytes as synchronous ones - the background
+    copy of the state, overlapping the next step, is complete before that step's update -, publish
+    in step order, and resume to the same losses."""
     keep = ["--set", "train.save_every=2", "--set", "train.keep_checkpoints=3"]
     straight_metrics, resumed_metrics = tmp_path / "straight.jsonl", tmp_path / "resumed.jsonl"
-    background = ok(train(corpus, 2, "--tp", 2, "--save", tmp_path / "async", *keep, *ASYNC,
-                          "--set", f"train.metrics={straight_metrics}"))
-    ok(train(corpus, 2, "--tp", 2, "--save", tmp_path / "sync", *keep))
+    # The copy starts 300 ms late, well after the next step's update would have changed the state.
+    background = ok(train(corpus, 2, *layout, "--save", tmp_path / "async", *keep, *ASYNC,
+                          "--set", f"train.metrics={straight_metrics}", env={"TRIPOD_FAULT": "slow-snapshot:300"}))
+    ok(train(corpus, 2, *layout, "--save", tmp_path / "sync", *keep))
     assert background.stdout.count("in the background") == 2  # steps 2 and 4; step 6 is the final save
     assert [line.split()[2] for line in background.stdout.splitlines() if "checkpoint: step" in line] == ["2", "4", "6"]
     for step in ("step-00000002", "step-00000004", "step-00000006"):
