@@ -18,7 +18,7 @@ echo "== train: tiny GPT on the King James Bible =="
 
 echo "== conform: every layout of 8 ranks against the single-device reference =="
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE mpirun --oversubscribe --mca btl self,vader -np 8 \
+mpirun --oversubscribe --mca btl self,vader -np 8 \
   "$TRIPOD" conform --dtype fp64 --json "$OUT/conform.json" --junit "$OUT/conform.xml"
 
 echo "== bench --quick =="

@@ -1,5 +1,6 @@
 #include "comm/world.h"
 
+#include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
 #include "core/error.h"
@@ -45,6 +46,7 @@ std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& s
   set_comm_timeout(settings.timeout_seconds);
   const std::string kind = resolve_comm_kind(settings.kind, backend);
   std::unique_ptr<Communicator> host = mpi_world();
+  share_cores(*host);  // before any OpenMP team of this process computes
   if (kind == "mpi") return host;
   if (kind == "staged") return std::make_unique<StagedCommunicator>(std::move(host), backend);
 #ifdef TRIPOD_HAVE_NCCL

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "backend/backend_factory.h"
+#include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
@@ -176,6 +177,7 @@ class Suite {
                 fingerprint(reference_tied_).c_str(), fingerprint(reference_untied_).c_str(),
                 faults.empty() ? "" : (" (fault injected: " + faults + ")").c_str());
     std::printf("model: %s\n", tied_.json["model"].dump().c_str());
+    if (const auto share = process_core_share()) std::printf("threads: %s\n", describe(*share).c_str());
     if (!floor_tied_.empty())
       std::printf("rounding floor (largest |%s - fp64| of the reference; parameters%s may differ by twice it): "
                   "tied %s, untied %s\n", o_.dtype.c_str(), rounds_gemm_operands(tied_.train) ? ", losses and norms" : "",

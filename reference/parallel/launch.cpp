@@ -1,10 +1,8 @@
 #include "parallel/launch.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 
 namespace tripod {
@@ -89,12 +87,6 @@ void check_launch_matches(const LaunchInfo& launch, const Communicator& world) {
             "--mpi=pmix, or as a single process inside a batch allocation?)";
   fail("launch: the environment says ", describe(launch), " but the MPI world ", world.name(), " has rank ",
        world.rank(), " of ", world.size(), hint);
-}
-
-void pin_threads(const LaunchInfo& launch) {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr || launch.local_size <= 1) return;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  omp_set_num_threads(std::max(1, cores / launch.local_size));
 }
 
 }  // namespace tripod

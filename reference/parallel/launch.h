@@ -41,10 +41,6 @@ LaunchInfo detect_launch(const EnvLookup& env = process_env);
 // "openmpi: rank 3 of 8, local 1 of 2"
 std::string describe(const LaunchInfo& launch);
 
-// Several ranks on one machine share its cores: unless OMP_NUM_THREADS says otherwise, each rank
-// takes cores / local ranks threads so that the ranks' BLAS and OpenMP pools do not fight.
-void pin_threads(const LaunchInfo& launch);
-
 // Throws unless the world communicator has the launcher's rank and size. Local, no communication.
 void check_launch_matches(const LaunchInfo& launch, const Communicator& world);
 

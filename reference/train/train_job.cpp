@@ -39,7 +39,6 @@ void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backen
 
 void run_train_job(const TrainJob& job) {
   const LaunchInfo launch = detect_launch();
-  pin_threads(launch);
   auto backend = make_backend(job.backend);
   resolve_comm_kind(job.comm.kind, *backend);  // a bad --comm is refused even where no communicator is made
   if (job.parallel || launch.world_size > 1) {

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_root.h"
+#include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
@@ -170,6 +171,7 @@ class TrainingRun {
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
+    if (const auto share = process_core_share(); share && parallel_) std::printf("  %s\n", describe(*share).c_str());
     if (!resumed_from_.empty())
       std::printf("  resuming from %s at step %lld (next sample %lld)\n", resumed_from_.c_str(),
                   static_cast<long long>(engine_->step()), static_cast<long long>(next_sample_));

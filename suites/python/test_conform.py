@@ -2,6 +2,7 @@
 the JSON and JUnit outputs carry one record per layout, and a deliberately broken layout (a skipped
 gradient reduction) is reported as failing with a non-zero exit - the suite can fail."""
 import json
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -171,3 +172,22 @@ def test_reshard_refuses_a_checkpoint_dir_that_holds_something(tmp_path):
     r = conform(2, "--reshard", "--checkpoint-dir", tmp_path, "--layouts", "tp2-pp1-dp1-z0-mb1")
     assert r.returncode != 0 and "exists and is not an empty folder" in r.stderr, r.stdout + r.stderr
     assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_an_oversubscribed_run_needs_no_environment_variables():
+    # 8 ranks on this machine's cores, as a user types it (no OMP_NUM_THREADS, no wait policy): each
+    # rank takes its share of the CPUs. Before, every rank ran all cores' threads, and this command
+    # took 70 s on 2 cores instead of under 1 s (mpirun's own --timeout ends a crawl).
+    require_tripod()
+    env = {k: v for k, v in MPI_ENV.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    r = subprocess.run(mpirun_command(8, "conform", "--layouts", "tp2-pp2-dp2-z1-mb4-1f1b", "tp1-pp1-dp2-z3-mb2",
+                                      timeout=30), capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    share = re.search(r"threads: 8 ranks on this machine, (\d+) CPUs between them, (\d+) for this rank: "
+                      r"(\d+) threads? per rank\n", r.stdout)
+    assert share, r.stdout
+    machine, own, threads = map(int, share.groups())
+    assert threads == max(1, min(own, machine // 8))
+    # OMP_NUM_THREADS, where set, is the user's choice and is kept.
+    r = conform(2, "--layouts", "tp2-pp1-dp1-z0-mb1")
+    assert r.returncode == 0 and "1 thread per rank (OMP_NUM_THREADS)" in r.stdout, r.stdout + r.stderr
