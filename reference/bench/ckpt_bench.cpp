@@ -128,7 +128,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
     }
     save.finish();
     in_flight = nullptr;
-    const double copy_wait = save.snapshot_seconds() - before_training;  // inside a step: in `slower`
+    const double copy_wait = save.copy_wait_seconds();  // inside a step: part of `slower`
     buffers = save.release_buffers();
     // Against the mean of the steps without a save (a sum of max(0, step - median) would count
     // the ordinary noise of the steps as stall).

@@ -78,6 +78,7 @@ void AsyncSave::wait_for_snapshot() {
   std::unique_lock<std::mutex> lock(snapshot_mutex_);
   if (snapshotted_) return;
   snapshot_done_.wait(lock, [this] { return snapshotted_; });
+  copy_wait_seconds_ += seconds_since(start);
   snapshot_seconds_ += seconds_since(start);
 }
 

@@ -51,6 +51,7 @@ class AsyncSave {
   int64_t step() const { return meta_.step; }
   std::filesystem::path directory() const;
   double snapshot_seconds() const { return snapshot_seconds_; }  // the training thread's stall for the copy
+  double copy_wait_seconds() const { return copy_wait_seconds_; }  // the part of it in wait_for_snapshot
   double write_seconds() const { return write_seconds_; }        // the shard writer's own time
   double exchange_seconds() const { return exchange_seconds_; }  // the entry exchange (a stall)
   double publish_seconds() const { return publish_seconds_; }    // rank 0's publisher (background)
@@ -68,7 +69,7 @@ class AsyncSave {
   StateSnapshot snapshot_;
   ckpt::ShardFile shard_;
   std::string write_error_, publish_error_;
-  double snapshot_seconds_ = 0, write_seconds_ = 0, exchange_seconds_ = 0, publish_seconds_ = 0;
+  double snapshot_seconds_ = 0, copy_wait_seconds_ = 0, write_seconds_ = 0, exchange_seconds_ = 0, publish_seconds_ = 0;
   std::atomic<bool> written_{false}, published_{false};
   std::mutex snapshot_mutex_;
   std::condition_variable snapshot_done_;
