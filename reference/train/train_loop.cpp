@@ -104,7 +104,8 @@ class TrainingRun {
     keep_a_checkpoint_to_roll_back_to();
     const TrainSettings& t = config_.train;
     const data::BatchLoader loader(data_.train, t.seq_len, t.seed);
-    if (data_.val) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
+    // train.eval_batches = 0 turns evaluation off (a mean over no batches is not a loss of 0).
+    if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
     const int64_t first_step = engine_->step();
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
     // With --save, SIGTERM/SIGINT finish the step, save and stop (agreed by every rank).
@@ -167,7 +168,8 @@ class TrainingRun {
                 precision_name(t).c_str(), backend_.name().c_str(), layout_text().c_str());
     std::printf("  data %s: %lld train tokens, vocab %lld%s\n", config_.data.dir.c_str(),
                 static_cast<long long>(data_.train.size()), static_cast<long long>(data_.train.vocab_size()),
-                data_.val ? "" : " (no held-out split: no eval loss)");
+                !data_.val ? " (no held-out split: no eval loss)"
+                : t.eval_batches == 0 ? " (train.eval_batches = 0: no eval loss)" : "");
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());

@@ -209,3 +209,13 @@ def test_nan_loss_stops_with_step(corpus, tmp_path):
                           "--set", "train.steps=20", "--set", "optim.lr=1e30", "--set", "optim.min_lr=1e30",
                           "--set", "optim.warmup_steps=0", "--set", "optim.grad_clip=0", contains="diverged")
     assert "step" in result.stderr
+
+
+def test_zero_eval_batches_turn_evaluation_off(corpus, tmp_path):
+    # It once reported "val loss 0.0000": the mean over no batches.
+    result = tripod("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=2",
+                    "--set", "train.eval_batches=0", "--set", f"train.metrics={tmp_path / 'm.jsonl'}")
+    assert "| val loss" not in result.stdout and ", val loss" not in result.stdout, result.stdout
+    assert "(train.eval_batches = 0: no eval loss)" in result.stdout, result.stdout
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [0, 1] and not any("val_loss" in r for r in records)
