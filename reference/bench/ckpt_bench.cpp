@@ -10,6 +10,8 @@
 #include <fstream>
 
 #include "backend/backend_factory.h"
+#include "bench/timed_regions.h"
+#include "core/wall_clock.h"
 #include "data/random_batch.h"
 #include "train/async_save.h"
 #include "train/checkpointing.h"
@@ -21,17 +23,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 double mean(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
   return sum / static_cast<double>(v.size());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The disk's sequential write rate as a save sees it: one file of `bytes`, written in 4 MiB

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "backend/backend_factory.h"
+#include "bench/timed_regions.h"
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
 #include "comm/host_collectives.h"
@@ -16,15 +17,6 @@
 #include "train/run_config.h"
 
 namespace tripod::bench {
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 void run_overlap(const OverlapOptions& o) {
   auto backend = make_backend(o.backend);

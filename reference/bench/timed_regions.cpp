@@ -8,13 +8,14 @@
 
 #include "backend/transfer.h"
 #include "core/error.h"
+#include "core/wall_clock.h"
 
 namespace tripod::bench {
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double median(std::vector<double> values) {
+  check(!values.empty(), "median of no values");
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
-}  // namespace
 
 RegionTiming time_regions(Backend& backend, const std::function<void()>& call, int repeat, double min_time_ms) {
   check(repeat >= 1, "--repeat must be at least 1, got ", repeat);
@@ -33,9 +34,8 @@ RegionTiming time_regions(Backend& backend, const std::function<void()>& call, i
     backend.synchronize();
     per_call.push_back(seconds_since(start) / timing.calls_per_region);
   }
-  std::sort(per_call.begin(), per_call.end());
-  timing.median_seconds = per_call[per_call.size() / 2];
-  timing.best_seconds = per_call.front();
+  timing.median_seconds = median(per_call);
+  timing.best_seconds = *std::min_element(per_call.begin(), per_call.end());
   return timing;
 }
 

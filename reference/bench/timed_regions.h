@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -18,6 +19,9 @@ struct RegionTiming {
 };
 
 RegionTiming time_regions(Backend& backend, const std::function<void()>& call, int repeat, double min_time_ms);
+
+// The middle value (the upper one of an even count), as every benchmark here reports.
+double median(std::vector<double> values);
 
 // Normal(0, 1) values (never constants: some libraries and chips run faster on zeros): a block of
 // up to 2^20 drawn on the host and uploaded, then copied on the device over the rest.

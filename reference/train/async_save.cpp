@@ -8,14 +8,11 @@
 
 #include "ckpt/checkpoint_root.h"
 #include "comm/host_collectives.h"
+#include "core/wall_clock.h"
 #include "train/fault_injection.h"
 
 namespace tripod {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // The background threads yield the CPU to training: on a host whose cores all run the step (the
 // CPU backend), a writer at normal priority would slow the steps it overlaps by its whole copy
@@ -39,7 +36,7 @@ AsyncSave::AsyncSave(Communicator* world, std::filesystem::path root, const std:
     snapshot_ = snapshot_state(regions, backend, std::move(buffers));
     snapshotted_ = true;
   }
-  snapshot_seconds_ = seconds_since(start);
+  staging_seconds_ = seconds_since(start);
   // The writer touches only the snapshot, the staging directory and its own outcome; the training
   // thread reads those only after the flags (or the join) say it is done.
   writer_ = std::thread([this, copy_in_background, regions, &backend, buffers = std::move(buffers)]() mutable {
@@ -79,7 +76,6 @@ void AsyncSave::wait_for_snapshot() {
   if (snapshotted_) return;
   snapshot_done_.wait(lock, [this] { return snapshotted_; });
   copy_wait_seconds_ += seconds_since(start);
-  snapshot_seconds_ += seconds_since(start);
 }
 
 AsyncSave::~AsyncSave() {
@@ -118,23 +114,21 @@ void AsyncSave::start_publishing() {
   });
 }
 
+void AsyncSave::complete_publication() {
+  if (publisher_.joinable()) publisher_.join();
+  phase_ = Phase::Published;
+  agree_publication(world_, publish_error_);
+}
+
 bool AsyncSave::poll() {
   if (phase_ == Phase::Writing && all_ranks(written_.load(std::memory_order_acquire))) start_publishing();
-  if (phase_ == Phase::Publishing && all_ranks(published_.load(std::memory_order_acquire))) {
-    if (publisher_.joinable()) publisher_.join();
-    phase_ = Phase::Published;
-    agree_publication(world_, publish_error_);
-  }
+  if (phase_ == Phase::Publishing && all_ranks(published_.load(std::memory_order_acquire))) complete_publication();
   return phase_ == Phase::Published;
 }
 
 std::filesystem::path AsyncSave::finish() {
   if (phase_ == Phase::Writing) start_publishing();
-  if (phase_ == Phase::Publishing) {
-    if (publisher_.joinable()) publisher_.join();
-    phase_ = Phase::Published;
-    agree_publication(world_, publish_error_);
-  }
+  if (phase_ == Phase::Publishing) complete_publication();
   return directory();
 }
 

@@ -50,8 +50,10 @@ class AsyncSave {
 
   int64_t step() const { return meta_.step; }
   std::filesystem::path directory() const;
-  double snapshot_seconds() const { return snapshot_seconds_; }  // the training thread's stall for the copy
-  double copy_wait_seconds() const { return copy_wait_seconds_; }  // the part of it in wait_for_snapshot
+  // The training thread's stall for the copy: staging (and the copy itself on a device), plus
+  // any wait in wait_for_snapshot (copy_wait_seconds).
+  double snapshot_seconds() const { return staging_seconds_ + copy_wait_seconds_; }
+  double copy_wait_seconds() const { return copy_wait_seconds_; }
   double write_seconds() const { return write_seconds_; }        // the shard writer's own time
   double exchange_seconds() const { return exchange_seconds_; }  // the entry exchange (a stall)
   double publish_seconds() const { return publish_seconds_; }    // rank 0's publisher (background)
@@ -61,6 +63,7 @@ class AsyncSave {
   bool all_ranks(bool mine) const;
   void start_publishing();  // collective: the entry exchange, then rank 0's publisher thread
   void mark_snapshotted();  // the writer's: the copy is done (or failed), the update may go on
+  void complete_publication();  // collective: joins rank 0's publisher, every rank hears its outcome
 
   Communicator* world_;
   std::filesystem::path root_, staged_;
@@ -69,7 +72,7 @@ class AsyncSave {
   StateSnapshot snapshot_;
   ckpt::ShardFile shard_;
   std::string write_error_, publish_error_;
-  double snapshot_seconds_ = 0, copy_wait_seconds_ = 0, write_seconds_ = 0, exchange_seconds_ = 0, publish_seconds_ = 0;
+  double staging_seconds_ = 0, copy_wait_seconds_ = 0, write_seconds_ = 0, exchange_seconds_ = 0, publish_seconds_ = 0;
   std::atomic<bool> written_{false}, published_{false};
   std::mutex snapshot_mutex_;
   std::condition_variable snapshot_done_;

@@ -18,7 +18,8 @@ struct ArmedFault {
   FaultPoint point = FaultPoint::StepStart;
   int rank = 0;
   int64_t step = 0;
-  bool nan = false;  // a loss fault: NaN, else a spike
+  bool nan = false;        // a loss fault: NaN, else a spike
+  int64_t delay_ms = 0;    // slow-snapshot
 };
 ArmedFault fault;
 
@@ -37,8 +38,11 @@ void arm_fault_injection(bool resumed) {
         kind, "' (expected kill, kill-in-save, nan-loss, spike-loss or slow-snapshot)");
   try {
     check(first != std::string::npos, "");
-    if (loss_fault || slow) {
-      f.step = std::stoll(text.substr(first + 1));  // slow-snapshot: milliseconds
+    if (slow) {
+      f.delay_ms = std::stoll(text.substr(first + 1));
+      f.step = 1;  // every save
+    } else if (loss_fault) {
+      f.step = std::stoll(text.substr(first + 1));
     } else {
       const auto second = text.find(':', first + 1);
       check(second != std::string::npos, "");
@@ -49,7 +53,8 @@ void arm_fault_injection(bool resumed) {
     fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP, spike-loss:STEP "
          "or slow-snapshot:MS");
   }
-  check(f.rank >= 0 && f.step >= 1, "TRIPOD_FAULT='", text, "': the rank must be >= 0 and the step >= 1");
+  check(f.rank >= 0 && f.step >= 1 && f.delay_ms >= 0, "TRIPOD_FAULT='", text,
+        "': the rank must be >= 0, the step >= 1 and the delay >= 0");
   f.point = kind == "kill"           ? FaultPoint::StepStart
             : kind == "kill-in-save" ? FaultPoint::DuringSave
             : slow                   ? FaultPoint::Snapshot
@@ -75,7 +80,7 @@ double maybe_inject_loss_fault(int64_t step, double loss) {
 
 void maybe_delay_snapshot() {
   if (fault.armed && fault.point == FaultPoint::Snapshot)
-    std::this_thread::sleep_for(std::chrono::milliseconds(fault.step));
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault.delay_ms));
 }
 
 }  // namespace tripod

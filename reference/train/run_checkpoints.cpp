@@ -5,17 +5,10 @@
 
 #include "ckpt/checkpoint_root.h"
 #include "comm/host_collectives.h"
+#include "core/wall_clock.h"
 
 namespace tripod {
 namespace fs = std::filesystem;
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 RunCheckpoints::RunCheckpoints(const RunConfig& config, const TrainOptions& options, Backend& backend,
                                Communicator* world, bool root_rank, TrainingEngine& engine,
