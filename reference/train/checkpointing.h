@@ -36,8 +36,8 @@ std::filesystem::path save_checkpoint(Communicator* world, const std::filesystem
 
 // The phases of save_checkpoint, apart for the asynchronous save (train/async_save.h):
 //   stage_checkpoint      collective: rank 0 makes ROOT/.partial-step-N afresh; returns it
-//   snapshot_state        this rank's saved regions copied to host memory (between steps), into
-//                         the buffers of an earlier snapshot where their sizes fit
+//   snapshot_state        this rank's saved regions copied to host memory, into the buffers of an
+//                         earlier snapshot where their sizes fit (before the next update of them)
 //   write_shard           this rank's shard file from a snapshot: no communication, so it may
 //                         run on another thread while training goes on
 //   gather_shard_entries  collective: every rank's shard outcome agreed (`shard_error` empty:
