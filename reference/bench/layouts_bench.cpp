@@ -35,16 +35,32 @@ std::vector<std::pair<std::string, ParallelLayout>> layouts_to_run(const Layouts
     check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
     layouts.push_back({l.name(), l});
   }
-  return layouts;
+  std::vector<std::pair<std::string, ParallelLayout>> modes;  // each layout in each recomputation mode
+  for (const auto& [name, layout] : layouts)
+    for (const std::string& mode : o.recompute) {
+      ParallelLayout l = layout;
+      l.recompute = parse_recompute(mode);
+      const char* suffix = l.recompute == Recompute::Selective ? "-rsel" : l.recompute == Recompute::Full ? "-rfull" : "";
+      modes.push_back({name + (layout.recompute == Recompute::None ? suffix : ""), l});
+    }
+  return modes;
 }
+
+struct LayoutTiming {
+  double step_seconds = 0;
+  std::size_t peak_bytes = 0, activation_bytes = 0;  // this rank's allocator peak over the run; activations held
+};
 
 // The median over o.steps timed steps (after one warm-up) of the slowest rank's step time: a step
 // is over only when every rank has finished it.
-double median_step_seconds(const RunConfig& config, const ParallelLayout& shape, Backend& backend, Communicator& world,
-                           const LayoutsOptions& o) {
+LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, Backend& backend, Communicator& world,
+                         const LayoutsOptions& o) {
   nlohmann::json j = config.json;
   j["train"]["micro_batches"] = shape.micro_batches;
+  j["train"]["recompute"] = recompute_name(shape.recompute);
   const RunConfig run = parse_run_config(j);
+  backend.reset_peak_memory();
+  const std::size_t before = backend.memory_stats().live;
   ProcessGrid grid(world, shape.grid(), shape.grid_order);
   DistributedTrainer trainer(run, backend, grid, shape);
   trainer.initialise();
@@ -58,7 +74,7 @@ double median_step_seconds(const RunConfig& config, const ParallelLayout& shape,
     seconds.push_back(all_reduce_value(world, r.seconds, ReduceOp::Max));  // as slow as the slowest rank
   }
   std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return {seconds[seconds.size() / 2], backend.memory_stats().peak - before, trainer.memory().activations};
 }
 
 }  // namespace
@@ -81,23 +97,28 @@ void run_layouts(const LayoutsOptions& o) {
   if (world->rank() == 0)
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
                 "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
-                "  %-36s %10s %12s %8s %14s\n", o.config.c_str(),
+                "  %-40s %10s %12s %8s %14s %10s %10s\n", o.config.c_str(),
                 static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
-                "vs sgemm rate");
+                "vs sgemm rate", "peak MiB", "act MiB");
   for (const auto& [layout, shape] : layouts_to_run(o, n)) {
-    const double step = median_step_seconds(config, shape, *backend, *world, o);
+    const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
+    const double step = timing.step_seconds;
+    const double peak_mib = all_reduce_value(*world, static_cast<double>(timing.peak_bytes), ReduceOp::Max) / 1048576.0;
+    const double activation_mib =
+        all_reduce_value(*world, static_cast<double>(timing.activation_bytes), ReduceOp::Max) / 1048576.0;
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
     const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
     if (world->rank() == 0) {
-      std::printf("  %-36s %10.3f %12.0f %7.2f%% %13.2f%%\n", layout.c_str(), step, tokens / step, 100 * m,
-                  100 * m_sgemm);
+      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f\n", layout.c_str(), step, tokens / step,
+                  100 * m, 100 * m_sgemm, peak_mib, activation_mib);
       std::fflush(stdout);
     }
     records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
-                       {"micro_batches", shape.micro_batches},
+                       {"micro_batches", shape.micro_batches}, {"recompute", recompute_name(shape.recompute)},
+                       {"peak_mib_max_rank", peak_mib}, {"activation_mib_max_rank", activation_mib},
                        {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }

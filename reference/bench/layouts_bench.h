@@ -3,7 +3,9 @@
 // any tp x pp x dp layouts named as `tripod conform` names them (--layouts tp1-pp2-dp1-z0-mb8-1f1b). MFU counts
 // model FLOPs (perf/flops.h) against N x the per-rank peak (the nominal CPU peak of the threads a
 // rank uses, or --peak-tflops per rank) and, clearly labelled beside it, against the sgemm rate
-// measured on each rank's threads at the start (all ranks at once, as they will train).
+// measured on each rank's threads at the start (all ranks at once, as they will train). Each
+// layout runs once per activation-recomputation mode asked for (--recompute none,selective,full),
+// and reports its allocator's peak and its activation bytes next to the step time.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +20,7 @@ struct LayoutsOptions {
   std::vector<std::string> overrides;
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> layouts;  // conform names; replaces --zero
+  std::vector<std::string> recompute = {"none"};  // each layout once per mode (model/recompute.h)
   int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
   double peak_tflops = 0;
   std::string json_out, backend = "cpu";

@@ -12,6 +12,8 @@ void add_bench_layouts_command(CLI::App& bench) {
   cmd->add_option("--zero", o->zero, "ZeRO stages to time (data parallelism over every rank)")->capture_default_str();
   cmd->add_option("--layouts", o->layouts, "layouts to time instead, named as tripod conform names them "
                                            "(e.g. tp1-pp2-dp1-z0-mb8-1f1b)");
+  cmd->add_option("--recompute", o->recompute, "activation recomputation modes to time each layout in: none, "
+                  "selective, full (e.g. --recompute none selective full)")->capture_default_str();
   cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str();
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens")->capture_default_str();

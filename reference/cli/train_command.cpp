@@ -64,6 +64,7 @@ void run_train_command(TrainCommandOptions o) {
   parse_slow_rank(o.slow_rank, job.options);
   ParallelLayout& l = job.layout;
   l.micro_batches = static_cast<int>(job.config.train.micro_batches);
+  l.recompute = job.config.train.recompute;
   l.schedule = parse_schedule_kind(o.schedule);
   l.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
   job.parallel = l.dp > 1 || l.zero != 0 || l.tp != 1 || l.pp != 1;

@@ -50,6 +50,7 @@ double run_conformance_steps(TrainingEngine& engine, const RunConfig& config, in
 RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
   nlohmann::json j = base.json;
   j["train"]["micro_batches"] = layout.micro_batches;
+  j["train"]["recompute"] = recompute_name(layout.recompute);
   return parse_run_config(j);
 }
 

@@ -57,41 +57,48 @@ Gpt::ParamIndex::ParamIndex(const std::vector<ParamSpec>& specs, const StageSpan
   head = tied ? wte : of_role[static_cast<std::size_t>(ParamRole::LmHead)];
 }
 
+// What one block's backward reads. Under recomputation some of these are not the micro-batch's
+// own: they alias the shared buffers of Scratch::recomputed, which backward fills again first.
+struct Gpt::BlockActivations {
+  Tensor ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R]
+  Tensor qkv;                      // [N,3A]
+  Tensor probs;                    // [B,H,T,T]
+  Tensor atty;                     // [N,A] attention output before c_proj
+  Tensor res2;                     // [R,C] residual after attention
+  Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
+  Tensor fc, fc_gelu;              // [N,F]
+  Tensor res3;                     // [R,C] layer output (always the micro-batch's own)
+};
+
 // Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
 struct Gpt::Activations {
   Tensor tokens, targets;  // [B,T] int32
   Tensor encoded;          // [R,C] residual stream entering the span (embedding output on the first)
-  struct Layer {
-    Tensor ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R]
-    Tensor qkv;                      // [N,3A]
-    Tensor probs;                    // [B,H,T,T]
-    Tensor atty;                     // [N,A] attention output before c_proj
-    Tensor res2;                     // [R,C] residual after attention
-    Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
-    Tensor fc, fc_gelu;              // [N,F]
-    Tensor res3;                     // [R,C] layer output
-  };
-  std::vector<Layer> layers;       // the span's, first_layer first
+  std::vector<BlockActivations> layers;  // the span's, first_layer first
   Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only)
   Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
   Tensor losses;                   // [N] (head only)
   Tensor loss_sum;                 // fp64 [1]: sum of losses over valid targets (head only)
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;           // of the tensors above that are the micro-batch's own
 };
 
-// Backward scratch, shared by every layer and micro-batch (one backward runs at a time).
+// Backward scratch, shared by every layer and micro-batch (one backward runs at a time), and the
+// block activations that recomputation refills (undefined where kept per micro-batch).
 struct Gpt::Scratch {
   Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [R,C] x2, [N,A], [N,3A], [N,F] x2
+  BlockActivations recomputed;
   std::size_t bytes = 0;
 };
 
-Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers, StageSpan span)
+Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers, StageSpan span,
+         Recompute recompute)
     : config_(config),
       backend_(backend),
       dtype_(dtype),
       span_(span),
       own_layers_(layers ? nullptr : std::make_unique<SingleDeviceLayers>()),
-      layers_(layers ? layers : own_layers_.get()) {
+      layers_(layers ? layers : own_layers_.get()),
+      recompute_(recompute) {
   config_.validate();
   if (span_.end_layer < 0) span_.end_layer = config_.n_layer;
   specs_ = span_param_specs(config_, span_);
@@ -121,9 +128,25 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   a->tokens = make({B, T}, DType::I32);
   a->targets = make({B, T}, DType::I32);
   a->encoded = act({R, C});
+  // A recomputed tensor is the shared one; every other is the micro-batch's own.
+  const BlockActivations& shared = scratch_->recomputed;
+  auto own = [&](const Tensor& recomputed, Shape shape) { return recomputed.defined() ? recomputed : act(shape); };
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
-    a->layers.push_back({act({R, C}), act({R}), act({R}), act({B, T, 3 * A}), act({B, H, T, T}), act({B, T, A}),
-                         act({R, C}), act({R, C}), act({R}), act({R}), act({N, F}), act({N, F}), act({R, C})});
+    BlockActivations x;
+    x.ln1 = own(shared.ln1, {R, C});
+    x.ln1_mean = own(shared.ln1_mean, {R});
+    x.ln1_rstd = own(shared.ln1_rstd, {R});
+    x.qkv = own(shared.qkv, {B, T, 3 * A});
+    x.probs = own(shared.probs, {B, H, T, T});
+    x.atty = own(shared.atty, {B, T, A});
+    x.res2 = own(shared.res2, {R, C});
+    x.ln2 = own(shared.ln2, {R, C});
+    x.ln2_mean = own(shared.ln2_mean, {R});
+    x.ln2_rstd = own(shared.ln2_rstd, {R});
+    x.fc = own(shared.fc, {N, F});
+    x.fc_gelu = own(shared.fc_gelu, {N, F});
+    x.res3 = act({R, C});
+    a->layers.push_back(x);
   }
   if (span_.head) {
     a->lnf = act({R, C});
@@ -167,6 +190,24 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   s->dqkv = act({B, T, 3 * A});
   s->dfc = act({N, F});
   s->dfc_gelu = act({N, F});
+  if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
+    const int64_t H = local_heads();
+    BlockActivations& r = s->recomputed;
+    r.probs = act({B, H, T, T});
+    r.fc_gelu = act({N, F});
+    if (recompute_ == Recompute::Full) {  // all but the block output
+      r.ln1 = act({R, C});
+      r.ln1_mean = act({R});
+      r.ln1_rstd = act({R});
+      r.qkv = act({B, T, 3 * A});
+      r.atty = act({B, T, A});
+      r.res2 = act({R, C});
+      r.ln2 = act({R, C});
+      r.ln2_mean = act({R});
+      r.ln2_rstd = act({R});
+      r.fc = act({N, F});
+    }
+  }
   scratch_ = std::move(s);
   slots_.push_back(make_slot());
   slot_used_.push_back(false);
@@ -264,7 +305,6 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   }
 
   const int64_t L = config_.n_layer;
-  auto param = [&](std::size_t i) -> Tensor { return p.param(i); };
   const ParamIndex& at = index_;
   if (span_.embedding) {  // encoded[R,C] = wte[tokens] + wpe[t]; otherwise it was received
     p.acquire_params(embedding_group());
@@ -273,24 +313,11 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   }
   Tensor residual = a.encoded;
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
-    p.acquire_params(block_group(l));
     const std::size_t k = static_cast<std::size_t>(l - span_.first_layer);
-    const LayerTensors w = layer_tensors(param, at.blocks[k]);
-    Activations::Layer& x = a.layers[k];
-    // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-    be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
-    layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3A]
-    be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,A]
-    layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [R,C]
-    be.add(x.res2, x.res2, residual);
-    // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
-    layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b);              // [N,F]
-    be.gelu_forward(x.fc_gelu, x.fc);
-    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [R,C]
-    be.add(x.res3, x.res3, x.res2);
+    p.acquire_params(block_group(l));
+    block_forward(p, k, residual, a.layers[k]);
     p.release_params(block_group(l));
-    residual = x.res3;
+    residual = a.layers[k].res3;
   }
   LossSum result;
   if (!span_.head) return result;
@@ -307,6 +334,24 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   result.sum = a.loss_sum;
   for (int64_t n = 0; n < B * T; ++n) result.n_valid += targets[n] >= 0;
   return result;
+}
+
+void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, BlockActivations& x) {
+  Backend& be = backend_;
+  const double eps = config_.layernorm_eps;
+  const LayerTensors w = layer_tensors([&](std::size_t i) -> Tensor { return p.param(i); }, index_.blocks[k]);
+  // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
+  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
+  layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3A]
+  be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,A]
+  layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [R,C]
+  be.add(x.res2, x.res2, residual);
+  // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+  be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
+  layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b);              // [N,F]
+  be.gelu_forward(x.fc_gelu, x.fc);
+  layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [R,C]
+  be.add(x.res3, x.res3, x.res2);
 }
 
 void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
@@ -350,8 +395,15 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     const std::size_t k = static_cast<std::size_t>(l - span_.first_layer);
     const LayerTensors w = layer_tensors(param, at.blocks[k]);
     const LayerTensors g = layer_tensors(grad, at.blocks[k]);
-    Activations::Layer& x = a.layers[k];
+    BlockActivations& x = a.layers[k];
     const Tensor& residual = k == 0 ? a.encoded : a.layers[k - 1].res3;
+    // Recomputation refills what the forward did not keep, by the forward's own arithmetic.
+    if (recompute_ == Recompute::Full) {
+      block_forward(p, k, residual, x);  // x.res3 is rewritten with the values it holds
+    } else if (recompute_ == Recompute::Selective) {
+      be.gelu_forward(x.fc_gelu, x.fc);
+      be.attention_forward(s.datty, x.probs, x.qkv, local_heads());  // s.datty is overwritten before it is read
+    }
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
     layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w);
     be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);

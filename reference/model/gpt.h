@@ -12,6 +12,7 @@
 #include "model/layer_ops.h"
 #include "model/param_access.h"
 #include "model/param_set.h"
+#include "model/recompute.h"
 
 namespace tripod {
 
@@ -39,13 +40,15 @@ std::vector<ParamSpec> span_param_specs(const ModelConfig& config, const StageSp
 class Gpt {
  public:
   // `layers` (optional, not owned) says how the layers are computed - split across ranks, say;
-  // by default they are computed whole on this device.
+  // by default they are computed whole on this device. `recompute` says which block activations
+  // backward recomputes instead of keeping (model/recompute.h).
   Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* layers = nullptr,
-      StageSpan span = StageSpan{});
+      StageSpan span = StageSpan{}, Recompute recompute = Recompute::None);
   ~Gpt();
 
   const ModelConfig& config() const { return config_; }
   const StageSpan& span() const { return span_; }
+  Recompute recompute() const { return recompute_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }  // of the span
 
   // Several micro-batches in flight (a pipeline schedule, say): each holds its own activations (a
@@ -80,17 +83,21 @@ class Gpt {
   // Allocates the activations for (B, T) now (forward does it on demand).
   void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
   // Bytes of activation memory held: every slot allocated so far (the peak number of micro-batches
-  // in flight) plus the shared backward scratch.
+  // in flight) plus the shared backward scratch and recomputation buffers.
   std::size_t activation_bytes() const;
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
  private:
+  struct BlockActivations;
   struct Activations;
   struct Scratch;
   void ensure_activations(int64_t batch, int64_t seq_len);
   std::unique_ptr<Activations> make_slot() const;
   Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
+  // Block k of the span (layer first_layer + k) forward from `residual` into x; the parameters
+  // are acquired by the caller.
+  void block_forward(ParamAccess& params, std::size_t k, const Tensor& residual, BlockActivations& x);
 
   // Where each tensor the span uses sits in specs_ (found once by role, never by name).
   struct ParamIndex {
@@ -112,6 +119,7 @@ class Gpt {
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<LayerOps> own_layers_;
   LayerOps* layers_;
+  Recompute recompute_;
 };
 
 }  // namespace tripod

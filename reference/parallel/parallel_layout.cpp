@@ -14,6 +14,8 @@ std::string ParallelLayout::name() const {
   if (sequence_parallel) out << "-sp";
   if (pipelined()) out << "-" << schedule_kind_name(schedule);
   if (virtual_stages > 1) out << "-v" << virtual_stages;
+  if (recompute == Recompute::Selective) out << "-rsel";
+  if (recompute == Recompute::Full) out << "-rfull";
   return out.str();
 }
 
@@ -23,6 +25,7 @@ std::string ParallelLayout::describe() const {
   if (pipelined())
     text += ", " + schedule_kind_name(schedule) + " m=" + std::to_string(micro_batches) +
             (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
+  if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   return text;
 }
 
@@ -46,11 +49,14 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     else if (part.rfind("z", 0) == 0) l.zero = number(1);
     else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
+    else if (part == "rsel") l.recompute = Recompute::Selective;
+    else if (part == "rfull") l.recompute = Recompute::Full;
     else if (part == "afab" || part == "1f1b" || part == "interleaved") {
       l.schedule = parse_schedule_kind(part);
       has_schedule = true;
     } else {
-      fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b)");
+      fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
+           "with -sp, -v2, -rsel or -rfull)");
     }
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
@@ -110,6 +116,12 @@ std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig&
                 l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batches = micro;
                 l.schedule = schedule, l.virtual_stages = v, l.sequence_parallel = sp;
                 layouts.push_back(l);
+                // Recomputation as a dimension, on the stages where it meets the most: full with
+                // ZeRO-3 (parameters gathered again for the rerun forward), selective with ZeRO-1.
+                if (zero == 1 || zero == 3) {
+                  l.recompute = zero == 3 ? Recompute::Full : Recompute::Selective;
+                  layouts.push_back(l);
+                }
               }
       }
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
@@ -29,6 +30,7 @@ struct ParallelLayout {
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // with pp > 1
   int virtual_stages = 1;   // model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;
+  Recompute recompute = Recompute::None;  // mirrors train.recompute: "-rsel", "-rfull" in the name
   int64_t bucket_bytes = int64_t{4} << 20;  // gradient bucket size
   std::string grid_order = "tp-dp-pp";      // rank order of the grid axes, fastest first
 
@@ -51,7 +53,8 @@ struct ParallelLayout {
 
 // Every layout the implemented parallelism supports on `world_size` ranks for this model and step
 // (TP dividing the heads, PP up to the layers, every DP that divides the batch, ZeRO 0-3,
-// micro-batches 1 and 2 without PP and p and 2p with it, every schedule, SP on and off).
+// micro-batches 1 and 2 without PP and p and 2p with it, every schedule, SP on and off; each ZeRO-1
+// layout again with selective and each ZeRO-3 layout again with full activation recomputation).
 std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig& model, const StepShape& step);
 
 }  // namespace tripod

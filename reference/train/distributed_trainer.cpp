@@ -60,7 +60,8 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   Chunk c;
   c.index = index;
   const StageSpan span = split_.span(index);
-  c.model = std::make_unique<Gpt>(config_.model, backend_, config_.train.dtype, tp_layers_.get(), span);
+  c.model = std::make_unique<Gpt>(config_.model, backend_, config_.train.dtype, tp_layers_.get(), span,
+                                  config_.train.recompute);
   // This TP rank's shards of the chunk's tensors (local shapes, same identities) and their map to
   // the logical tensors.
   std::vector<ParamSpec> specs = c.model->specs();

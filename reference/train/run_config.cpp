@@ -13,7 +13,7 @@ json default_config_json() {
   return {
       {"model", {{"n_layer", 2}, {"n_head", 4}, {"d_model", 64}, {"d_ff", 256}, {"vocab_size", 0},
                  {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}}},
-      {"train", {{"dtype", "fp32"}, {"batch_size", 8}, {"seq_len", 64}, {"micro_batches", 1}, {"steps", 100},
+      {"train", {{"dtype", "fp32"}, {"batch_size", 8}, {"seq_len", 64}, {"micro_batches", 1}, {"recompute", "none"}, {"steps", 100},
                  {"seed", 1234}, {"log_every", 1}, {"eval_every", 0}, {"eval_batches", 4}, {"peak_tflops", 0.0},
                  {"metrics", ""}, {"save_every", 0}, {"keep_checkpoints", 2}, {"local_save_every", 0}, {"async_save", false}, {"pipeline_split", json::array()}, {"rank_stats_every", 10}}},
       {"optim", {{"lr", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 10}, {"decay", "cosine"}, {"beta1", 0.9},
@@ -107,6 +107,7 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   train.batch_size = t.at("batch_size");
   train.seq_len = t.at("seq_len");
   train.micro_batches = t.at("micro_batches");
+  train.recompute = parse_recompute(t.at("recompute").get<std::string>());
   train.steps = t.at("steps");
   train.seed = t.at("seed");
   train.log_every = t.at("log_every");

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "perf/device_peak.h"
@@ -30,6 +31,7 @@ struct TrainSettings {
   int64_t batch_size = 8;    // global batch, in sequences
   int64_t seq_len = 64;
   int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step
+  Recompute recompute = Recompute::None;  // activation recomputation (model/recompute.h)
   int64_t steps = 100;
   uint64_t seed = 1234;       // initialisation and data order
   int64_t log_every = 1;

@@ -172,6 +172,12 @@ class TrainingRun {
                 : t.eval_batches == 0 ? " (train.eval_batches = 0: no eval loss)" : "");
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
+    if (t.recompute == Recompute::Selective)
+      std::printf("  selective activation recomputation: attention probabilities and GELU outputs recomputed in "
+                  "backward (MFU counts model FLOPs, not the recomputed ones)\n");
+    if (t.recompute == Recompute::Full)
+      std::printf("  full activation recomputation: each block's forward rerun in backward from its input (MFU counts "
+                  "model FLOPs, not the recomputed ones)\n");
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
     if (const auto share = process_core_share(); share && parallel_) std::printf("  %s\n", describe(*share).c_str());
     if (!resumed_from_.empty())

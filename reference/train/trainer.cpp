@@ -9,7 +9,7 @@ namespace tripod {
 Trainer::Trainer(const RunConfig& config, Backend& backend)
     : config_(config),
       backend_(backend),
-      model_(config.model, backend, config.train.dtype),
+      model_(config.model, backend, config.train.dtype, nullptr, StageSpan{}, config.train.recompute),
       params_(model_.specs(), backend, config.train.dtype),
       grads_(model_.specs(), backend, config.train.dtype),
       optimizer_(model_.specs(), backend, config.train.dtype, config.adamw) {

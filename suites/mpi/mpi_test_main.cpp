@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
 
 namespace {
@@ -61,6 +62,10 @@ class RankAgreement : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   tripod::MpiRuntime mpi(&argc, &argv);
+  {  // as the tripod binary does: more ranks than cores must not spin in OpenMP's barriers
+    tripod::MpiCommunicator world(MPI_COMM_WORLD, "world");
+    tripod::share_cores(world);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = world_rank();
   ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
