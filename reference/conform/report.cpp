@@ -66,7 +66,7 @@ nlohmann::json outcome_json(const Outcome& o, const std::string& dtype) {
 
 std::string table_header() {
   char line[256];
-  std::snprintf(line, sizeof line, "%-44s %-6s %10s %10s %10s  %-28s %8s %13s  %s\n", "layout", "head", "loss rel",
+  std::snprintf(line, sizeof line, "%-48s %-6s %10s %10s %10s  %-28s %8s %13s  %s\n", "layout", "head", "loss rel",
                 "norm rel", "param rel", "worst parameter", "ms/step", "peak/acct MiB", "result");
   return line;
 }
@@ -75,7 +75,7 @@ std::string table_row(const Outcome& o) {
   char memory[32] = "";
   if (o.accounted_mib > 0) std::snprintf(memory, sizeof memory, "%.2f/%.2f", o.peak_mib, o.accounted_mib);
   char line[640];
-  std::snprintf(line, sizeof line, "%-44s %-6s %10.2e %10.2e %10.2e  %-28s %8.2f %13s  %s\n", o.name.c_str(),
+  std::snprintf(line, sizeof line, "%-48s %-6s %10.2e %10.2e %10.2e  %-28s %8.2f %13s  %s\n", o.name.c_str(),
                 o.head.c_str(), o.errors.loss_rel, o.errors.norm_rel, o.errors.param_rel, o.errors.worst_param.c_str(),
                 1e3 * o.seconds_per_step, memory, o.errors.pass ? "PASS" : ("FAIL: " + o.errors.failure).c_str());
   return line;

@@ -16,6 +16,7 @@ std::string ParallelLayout::name() const {
   if (virtual_stages > 1) out << "-v" << virtual_stages;
   if (recompute == Recompute::Selective) out << "-rsel";
   if (recompute == Recompute::Full) out << "-rfull";
+  if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
   return out.str();
 }
 
@@ -26,6 +27,7 @@ std::string ParallelLayout::describe() const {
     text += ", " + schedule_kind_name(schedule) + " m=" + std::to_string(micro_batches) +
             (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
+  if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
   return text;
 }
 
@@ -47,6 +49,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     else if (part.rfind("dp", 0) == 0) l.dp = number(2);
     else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
     else if (part.rfind("z", 0) == 0) l.zero = number(1);
+    else if (part.rfind("pf", 0) == 0) l.zero3_prefetch = number(2);
     else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
     else if (part == "rsel") l.recompute = Recompute::Selective;
@@ -56,7 +59,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
       has_schedule = true;
     } else {
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
-           "with -sp, -v2, -rsel or -rfull)");
+           "with -sp, -v2, -rsel, -rfull or -pf2)");
     }
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
@@ -72,6 +75,8 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step, i
 void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) const {
   check(zero >= 0 && zero <= 3, "the ZeRO stage (--zero) must be 0, 1, 2 or 3 (got ", zero, ")");
   check(bucket_bytes > 0, "the gradient bucket size (--bucket-mb) must be positive (got ", bucket_bytes, " bytes)");
+  check(zero3_prefetch >= 0 && zero3_prefetch <= 64, "the ZeRO-3 prefetch (--zero3-prefetch) must be 0-64 buckets (got ",
+        zero3_prefetch, ")");
   check(tp >= 1 && pp >= 1 && dp >= 1, "layout ", name(), ": every dimension must be at least 1");
   tp::validate_tensor_parallel(model, tp);  // heads and d_ff divisible, tp <= heads
   check(!sequence_parallel || tp > 1, "sequence parallelism (--sequence-parallel) needs tensor parallelism (tp > 1)");
@@ -117,9 +122,11 @@ std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig&
                 l.schedule = schedule, l.virtual_stages = v, l.sequence_parallel = sp;
                 layouts.push_back(l);
                 // Recomputation as a dimension, on the stages where it meets the most: full with
-                // ZeRO-3 (parameters gathered again for the rerun forward), selective with ZeRO-1.
+                // ZeRO-3 (parameters gathered again for the rerun forward, two buckets ahead),
+                // selective with ZeRO-1.
                 if (zero == 1 || zero == 3) {
                   l.recompute = zero == 3 ? Recompute::Full : Recompute::Selective;
+                  l.zero3_prefetch = zero == 3 ? 2 : 1;
                   layouts.push_back(l);
                 }
               }

@@ -1,12 +1,17 @@
 #include "parallel/param_gatherer.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace tripod {
 
+struct ParamGatherer::InFlight {
+  std::unique_ptr<CommRequest> request;
+};
+
 ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp,
                              Backend& backend, DType dtype, Tensor param_shard, TransientMemory& memory,
-                             const FaultPlan& faults)
+                             const FaultPlan& faults, int prefetch)
     : layout_(layout),
       specs_(specs),
       dp_(dp),
@@ -15,10 +20,20 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
       param_shard_(std::move(param_shard)),
       memory_(memory),
       faults_(faults),
+      // The stale-parameters fault reuses its first gather; prefetching would only hide that.
+      prefetch_(faults.has(Fault::StaleZero3Params) ? 0 : prefetch),
       gathered_(layout.buckets().size()),
+      in_flight_(layout.buckets().size()),
       users_(layout.buckets().size(), 0),
       views_(specs.size()),
-      stale_(layout.buckets().size()) {}
+      stale_(layout.buckets().size()) {
+  check(prefetch >= 0, "ZeRO-3 prefetch must be >= 0 buckets (got ", prefetch, ")");
+}
+
+ParamGatherer::~ParamGatherer() {
+  for (auto& f : in_flight_)  // collectives already started must complete on every rank
+    if (f) f->request->wait();
+}
 
 Tensor ParamGatherer::gather_bucket(int b) const {
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
@@ -27,31 +42,83 @@ Tensor ParamGatherer::gather_bucket(int b) const {
   return buffer;
 }
 
+void ParamGatherer::start_gather(int b) {
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  Tensor buffer = backend_.alloc({bucket.size}, dtype_);
+  account(static_cast<std::ptrdiff_t>(buffer.bytes()));
+  auto flight = std::make_unique<InFlight>();
+  flight->request = dp_.all_gather_async(param_shard_.view(layout_.shard_offset(b), {bucket.size / layout_.dp()}), buffer);
+  gathered_[static_cast<std::size_t>(b)] = buffer;
+  in_flight_[static_cast<std::size_t>(b)] = std::move(flight);
+}
+
+void ParamGatherer::finish_gather(int b) {
+  auto& flight = in_flight_[static_cast<std::size_t>(b)];
+  if (!flight) return;
+  flight->request->wait();
+  flight.reset();
+}
+
+void ParamGatherer::begin_pass(PassKind kind) {
+  // Leftovers of the previous pass (prefetched for an acquisition that did not come) go; a bucket
+  // still in use (a pass interrupted by an error) stays with its users.
+  for (std::size_t b = 0; b < gathered_.size(); ++b)
+    if (users_[b] == 0 && held(static_cast<int>(b))) drop(static_cast<int>(b));
+  if (trace_ && !trace_->recorded) trace_->recorded = true;  // the first pass of its kind is complete
+  trace_ = &traces_[kind == PassKind::Forward ? 0 : 1];
+  cursor_ = 0;
+}
+
+void ParamGatherer::prefetch_after(std::size_t event) {
+  if (prefetch_ == 0 || !trace_ || !trace_->recorded || !trace_->valid) return;
+  std::vector<int> window;  // the next `prefetch` distinct buckets not in use now
+  for (std::size_t e = event + 1; e < trace_->events.size() && static_cast<int>(window.size()) < prefetch_; ++e) {
+    const int b = trace_->events[e];
+    if (users_[static_cast<std::size_t>(b)] > 0 || std::find(window.begin(), window.end(), b) != window.end())
+      continue;  // in use now (it will be kept, not gathered), or counted already
+    window.push_back(b);
+    if (!held(b)) start_gather(b);
+  }
+}
+
 void ParamGatherer::acquire(int group) {
   const int b = layout_.bucket_of_group(group);
   if (users_[static_cast<std::size_t>(b)]++ > 0) return;
+  const std::size_t event = cursor_++;
+  if (trace_ && !trace_->recorded) {
+    trace_->events.push_back(b);
+  } else if (trace_ && trace_->valid && (event >= trace_->events.size() || trace_->events[event] != b)) {
+    trace_->valid = false;  // this pass is not the recorded one: no more guessing
+    for (std::size_t other = 0; other < gathered_.size(); ++other)
+      if (users_[other] == 0 && held(static_cast<int>(other))) drop(static_cast<int>(other));
+  }
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
-  Tensor buffer;
+  Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
   if (faults_.has(Fault::StaleZero3Params)) {  // the bug: what was gathered first is used for ever
     Tensor& first = stale_[static_cast<std::size_t>(b)];
     if (!first.defined()) first = gather_bucket(b);
     buffer = backend_.alloc({bucket.size}, dtype_);
+    account(static_cast<std::ptrdiff_t>(buffer.bytes()));
     backend_.copy(first, buffer);
+  } else if (buffer.defined()) {  // prefetched (perhaps still travelling) or kept from the last use
+    prefetch_hits_ += in_flight_[static_cast<std::size_t>(b)] != nullptr;
+    finish_gather(b);
   } else {
     buffer = gather_bucket(b);
+    account(static_cast<std::ptrdiff_t>(buffer.bytes()));
   }
-  memory_.add(static_cast<std::ptrdiff_t>(buffer.bytes()));
   for (std::size_t i : bucket.tensors) views_[i] = buffer.view(layout_.offsets()[i] - bucket.start, specs_[i].shape);
-  gathered_[static_cast<std::size_t>(b)] = buffer;
+  prefetch_after(event);
   if (faults_.has(Fault::UseAfterRelease)) drop(b);  // the bug: released before the model reads the views
 }
 
 void ParamGatherer::drop(int b) {
+  finish_gather(b);
   Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
   if (!buffer.defined()) return;
   // Poisoned, so that a view someone kept cannot go on reading the old values unnoticed.
   if (faults_.poison_released()) backend_.fill(buffer, std::numeric_limits<double>::quiet_NaN());
-  memory_.add(-static_cast<std::ptrdiff_t>(buffer.bytes()));
+  account(-static_cast<std::ptrdiff_t>(buffer.bytes()));
   buffer = Tensor();
 }
 
@@ -59,7 +126,17 @@ void ParamGatherer::release(int group) {
   const int b = layout_.bucket_of_group(group);
   if (--users_[static_cast<std::size_t>(b)] > 0) return;
   for (std::size_t i : layout_.buckets()[static_cast<std::size_t>(b)].tensors) views_[i] = Tensor();
-  drop(b);
+  // The trace's next acquisition is this bucket again (its next group): keep it for that.
+  const bool next_is_this = prefetch_ > 0 && trace_ && trace_->recorded && trace_->valid &&
+                            cursor_ < trace_->events.size() && trace_->events[cursor_] == b;
+  if (!next_is_this) drop(b);
+}
+
+void ParamGatherer::drop_all() {
+  for (std::size_t b = 0; b < gathered_.size(); ++b) {
+    check(users_[b] == 0, "ZeRO-3: parameters of bucket ", b, " dropped while in use");
+    drop(static_cast<int>(b));
+  }
 }
 
 const Tensor& ParamGatherer::view(std::size_t tensor) const {

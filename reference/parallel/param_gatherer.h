@@ -1,7 +1,19 @@
 // ZeRO-3's parameters: each rank keeps its shard; a bucket's parameters are all-gathered when the
 // model acquires one of its groups and dropped when the last user releases it (NaN-filled first
 // when the fault plan poisons released buffers, so that a read after release cannot pass).
+//
+// Prefetch: the order in which a pass acquires buckets is the model's program order, the same on
+// every step and every DP rank. The first forward and the first backward are recorded as traces;
+// in later passes, acquiring trace event i starts the non-blocking gathers of the next `prefetch`
+// buckets of the trace, so that they travel while bucket i computes. At most 1 + prefetch buckets
+// (2 + prefetch with a tied head, which holds the embedding's bucket too) are gathered or in
+// flight at once. A released bucket that the trace's next event acquires again is kept instead of
+// being dropped and gathered anew. Gathers copy values, so prefetching changes no result bit. A
+// pass's leftovers (prefetched, never acquired) are dropped when the next pass begins, so no pass
+// reads a gather made before the shards last changed (an update, a checkpoint load); drop_all()
+// also empties everything before the update and initialisation.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -12,19 +24,39 @@
 
 namespace tripod {
 
+enum class PassKind { Forward, Backward };
+
 class ParamGatherer {
  public:
-  // param_shard (this rank's slices of every bucket) must outlive the gatherer.
+  // param_shard (this rank's slices of every bucket) must outlive the gatherer. prefetch: buckets
+  // gathered ahead of use (0: each is gathered when it is acquired).
   ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp, Backend& backend,
-                DType dtype, Tensor param_shard, TransientMemory& memory, const FaultPlan& faults);
+                DType dtype, Tensor param_shard, TransientMemory& memory, const FaultPlan& faults, int prefetch);
+  ~ParamGatherer();
 
+  void begin_pass(PassKind kind);                // the model's next pass (enables the traces)
   void acquire(int group);                       // gathers the group's bucket on its first user
   void release(int group);                       // frees it after its last
   const Tensor& view(std::size_t tensor) const;  // the tensor in its gathered bucket, while acquired
+  void drop_all();                               // no gathered or in-flight bucket remains
   // The whole bucket, gathered into a fresh buffer (for reports and checkpoints; no bookkeeping).
   Tensor gather_bucket(int bucket) const;
+  int64_t prefetched() const { return prefetch_hits_; }  // acquisitions served by a prefetch, so far
+  std::size_t peak_bytes() const { return own_.peak; }    // of gathered buckets held at once, so far
 
  private:
+  struct Trace {
+    std::vector<int> events;  // bucket of every first-user acquisition, in order
+    bool recorded = false;    // complete: replayed from now on
+    bool valid = true;        // a pass that strayed from it turns prefetching off for this kind
+  };
+  struct InFlight;
+  void start_gather(int bucket);   // non-blocking, into a fresh buffer
+  void finish_gather(int bucket);  // waits for an in-flight gather
+  void prefetch_after(std::size_t event);
+  void drop(int bucket);           // poison (if asked) and free
+  bool held(int bucket) const { return gathered_[static_cast<std::size_t>(bucket)].defined() || in_flight_[static_cast<std::size_t>(bucket)] != nullptr; }
+
   const ShardLayout& layout_;
   const std::vector<ParamSpec>& specs_;
   Communicator& dp_;
@@ -33,11 +65,21 @@ class ParamGatherer {
   Tensor param_shard_;
   TransientMemory& memory_;
   const FaultPlan& faults_;
-  std::vector<Tensor> gathered_;  // per bucket, while acquired
+  const int prefetch_;
+  std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched)
+  std::vector<std::unique_ptr<InFlight>> in_flight_;  // per bucket, a gather not yet waited for
   std::vector<int> users_;        // per bucket
   std::vector<Tensor> views_;     // per tensor
   std::vector<Tensor> stale_;     // per bucket: the first gathered copy (the stale-parameters fault)
-  void drop(int bucket);          // the last user is done: poison (if asked) and free
+  Trace traces_[2];               // forward, backward
+  Trace* trace_ = nullptr;        // the current pass's (none outside a pass)
+  std::size_t cursor_ = 0;        // events of the current pass so far
+  int64_t prefetch_hits_ = 0;
+  TransientMemory own_;  // the gathered buckets alone (memory_ also counts gradient buckets)
+  void account(std::ptrdiff_t bytes) {
+    memory_.add(bytes);
+    own_.add(bytes);
+  }
 };
 
 }  // namespace tripod

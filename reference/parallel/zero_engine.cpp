@@ -31,7 +31,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
-                                                faults_);
+                                                faults_, s.zero3_prefetch);
   optimizer_ =
       std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_);
 }
@@ -45,6 +45,7 @@ ZeroMemory ZeroEngine::memory() const {
             (buffers_.grad_shard.defined() ? buffers_.grad_shard.bytes() : 0);
   m.optimizer = optimizer_->bytes();
   m.peak_transient = transient_.peak;
+  m.peak_gathered = gatherer_ ? gatherer_->peak_bytes() : 0;
   return m;
 }
 
@@ -56,6 +57,7 @@ std::vector<double> ZeroEngine::local_initial(std::size_t i, uint64_t seed) cons
 }
 
 void ZeroEngine::initialise(uint64_t seed) {
+  if (gatherer_) gatherer_->drop_all();
   if (policy_.full_params) {
     for (std::size_t i = 0; i < specs_.size(); ++i) {
       if (tp_) from_host_f64(backend_, local_initial(i, seed), param_views_[i]);

@@ -29,6 +29,7 @@ namespace tripod {
 struct ZeroMemory {  // bytes held by this rank
   std::size_t params = 0, grads = 0, optimizer = 0;  // persistent
   std::size_t peak_transient = 0;                    // gathered parameters and in-flight gradient buckets
+  std::size_t peak_gathered = 0;                     // ZeRO-3: gathered parameter buckets alone
 };
 
 // Tensor parallelism around the engine: the specs it is given are this TP rank's shards; these
@@ -48,6 +49,7 @@ struct ZeroSettings {
   // least deferred_bucket_min_elements (ShardLayout's own_bucket_min_elements).
   std::vector<int> deferred_groups;
   int64_t deferred_bucket_min_elements = 0;
+  int zero3_prefetch = 1;  // ZeRO-3: buckets gathered ahead of use (parallel/param_gatherer.h)
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -64,8 +66,15 @@ class ZeroEngine final : public ParamAccess {
 
   void initialise(uint64_t seed);  // each rank initialises only what it holds
   void zero_grads();
+  // Before each micro-batch's forward (ZeRO-3 prefetches along the recorded order of a pass).
+  void begin_forward() {
+    if (gatherer_) gatherer_->begin_pass(PassKind::Forward);
+  }
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
-  void begin_backward(bool reduce) { buckets_->begin_backward(reduce); }
+  void begin_backward(bool reduce) {
+    buckets_->begin_backward(reduce);
+    if (gatherer_) gatherer_->begin_pass(PassKind::Backward);
+  }
   void finish_backward() { buckets_->finish(); }  // waits for every reduction of this backward
   // Pipeline parallelism with tied embeddings: the buckets of the deferred groups (given at
   // construction) are not reduced during backward; the caller first sums the tied copies'
@@ -78,7 +87,12 @@ class ZeroEngine final : public ParamAccess {
   std::vector<std::pair<std::size_t, Tensor>> updated_grad_pieces() const { return optimizer_->updated_grad_pieces(); }
   // The tensors whose gradient pieces on this rank hold an infinite or NaN value (local).
   std::vector<std::string> nonfinite_grads();
-  void optimizer_step(double lr, int64_t step, double grad_scale) { optimizer_->step(lr, step, grad_scale); }
+  void optimizer_step(double lr, int64_t step, double grad_scale) {
+    if (gatherer_) gatherer_->drop_all();  // nothing gathered may outlive the shards it came from
+    optimizer_->step(lr, step, grad_scale);
+  }
+  // ZeRO-3 acquisitions served by a prefetched gather, so far (0 otherwise).
+  int64_t prefetch_hits() const { return gatherer_ ? gatherer_->prefetched() : 0; }
   // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
   // and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();

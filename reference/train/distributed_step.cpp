@@ -34,6 +34,7 @@ struct DistributedTrainer::StepRun {
     slots[{mb, index}] = slot;
     if (!backward) eval_slot[index] = slot;
     if (input) t.backend_.copy(*input, c.model->input(slot));
+    c.engine->begin_forward();
     const int64_t offset = (t.dp_.rank() * t.local_batch() + mb * per_micro) * batch.seq_len;
     const LossSum part = c.model->forward_slot(*c.engine, slot, batch.tokens.data() + offset,
                                                batch.targets.data() + offset);

@@ -83,7 +83,8 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   check(!defer || (grid_.embedding() != nullptr && grid_.embedding()->size() == 2), "pipeline stage ", pp_.rank(),
         " holds a tied wte but has no embedding group of the first and last stage (ProcessGrid::embedding)");
   ZeroSettings settings{layout_.zero, layout_.bucket_bytes, config_.train.dtype, config_.adamw,
-                        defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket};
+                        defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
+                        layout_.zero3_prefetch};
   c.engine = std::make_unique<ZeroEngine>(std::move(specs), settings, dp_, backend_, c.tp_shards.get(), faults_);
   return c;
 }

@@ -30,6 +30,7 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
     const ParallelLayout back = ParallelLayout::parse(l.name());
     EXPECT_EQ(back.name(), l.name());
     EXPECT_EQ(back.recompute, l.recompute) << l.name();
+    EXPECT_EQ(back.zero3_prefetch, l.zero3_prefetch) << l.name();
     EXPECT_EQ(back.grid().tp * back.grid().pp * back.grid().dp, back.ranks());
     EXPECT_NO_THROW(l.validate(config.model, conform::conformance_step(config), l.ranks())) << l.name();
     names.insert(l.name());
@@ -37,8 +38,9 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   EXPECT_EQ(names.size(), layouts.size()) << "names are unique";
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z1-mb4-sp-interleaved-v2"));
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z1-mb4-sp-interleaved-v2-rsel"));
-  EXPECT_TRUE(names.count("tp2-pp2-dp2-z3-mb4-sp-interleaved-v2-rfull"));
+  EXPECT_TRUE(names.count("tp2-pp2-dp2-z3-mb4-sp-interleaved-v2-rfull-pf2"));
   EXPECT_EQ(ParallelLayout::parse("tp2-pp1-dp1-z3-mb1-rfull").describe(), "tp=2 pp=1 dp=1, ZeRO-3, full recomputation");
+  EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-pf0").describe(), "tp=1 pp=1 dp=2, ZeRO-3, prefetch 0");
   EXPECT_EQ(ParallelLayout::parse("tp1-pp2-dp1-z0-mb2").name(), "tp1-pp2-dp1-z0-mb2-1f1b");  // the default schedule
   EXPECT_EQ(ParallelLayout::parse("tp2-pp2-dp2-z1-mb4-afab").describe(), "tp=2 pp=2 dp=2, ZeRO-1, afab m=4");
 }

@@ -1,0 +1,76 @@
+// ZeRO-3 prefetch: gathering the next buckets while the current one computes changes no bit of the
+// losses, norms or parameters (gathers copy values); later passes are served by the prefetched
+// gathers; and the gathered buckets held at once stay within the stated bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "support/test_backend.h"
+#include "mpi_test_util.h"
+#include "conform/conformance.h"
+#include "train/distributed_trainer.h"
+
+namespace tripod {
+namespace {
+
+struct PrefetchRun {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<double>> params;
+  int64_t hits = 0;
+  std::size_t peak_gathered = 0, largest_bucket = 0;
+};
+
+PrefetchRun run(const RunConfig& config, ParallelLayout layout, Communicator& group, int steps) {
+  ProcessGrid grid(group, layout.grid());
+  DistributedTrainer trainer(config, testing::shared_test_backend(), grid, layout);
+  trainer.initialise();
+  PrefetchRun r;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult step = trainer.train_step(conform::conformance_batch(config, s));
+    r.losses.push_back(step.loss);
+    r.norms.push_back(step.grad_norm);
+  }
+  r.hits = trainer.engine().prefetch_hits();
+  r.peak_gathered = trainer.engine().memory().peak_gathered;
+  for (const Bucket& b : trainer.engine().layout().buckets())
+    r.largest_bucket = std::max(r.largest_bucket, static_cast<std::size_t>(b.size) * dtype_size(config.train.dtype));
+  r.params = trainer.gather_params();
+  return r;
+}
+
+TEST(Zero3Prefetch, BitIdenticalAndServedAhead) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "prefetch");
+  if (group) {
+    for (bool tied : {true, false}) {
+      nlohmann::json j = conform::default_conformance_config("fp32").json;
+      j["model"]["tie_embeddings"] = tied;
+      j["train"]["micro_batches"] = 2;
+      const RunConfig config = parse_run_config(j);
+      ParallelLayout layout = testing::make_layout(1, 1, 2, 3, 2);
+      layout.zero3_prefetch = 0;
+      const PrefetchRun on_use = run(config, layout, *group, 3);
+      EXPECT_EQ(on_use.hits, 0);
+      for (int prefetch : {1, 2, 4}) {
+        layout.zero3_prefetch = prefetch;
+        const PrefetchRun got = run(config, layout, *group, 3);
+        const std::string what = (tied ? "tied, prefetch " : "untied, prefetch ") + std::to_string(prefetch);
+        EXPECT_EQ(got.losses, on_use.losses) << what;
+        EXPECT_EQ(got.norms, on_use.norms) << what;
+        EXPECT_EQ(got.params, on_use.params) << what;
+        // Every pass after the first of its kind acquires most buckets from a prefetch.
+        EXPECT_GT(got.hits, 10) << what;
+        // At most `prefetch` more buckets than gathering on use holds at once (which holds one,
+        // two under the tied head).
+        EXPECT_LE(got.peak_gathered, on_use.peak_gathered + static_cast<std::size_t>(prefetch) * got.largest_bucket)
+            << what;
+        EXPECT_LE(on_use.peak_gathered, (tied ? 2u : 1u) * got.largest_bucket) << what;
+      }
+    }
+  }
+  world->barrier();
+}
+
+}  // namespace
+}  // namespace tripod
