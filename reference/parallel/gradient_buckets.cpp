@@ -93,6 +93,9 @@ void GradientBuckets::launch(int b) {
 void GradientBuckets::complete(Pending& p) {
   if (p.done) return;
   p.done = true;
+  // A request holds its tensors (so that they outlive the transfer): a finished one must let go,
+  // or the bucket buffer freed below stays allocated until the whole backward is over.
+  p.request.reset();
   if (policy_.full_grads) return;
   const std::size_t b = static_cast<std::size_t>(p.bucket);
   const Bucket& bucket = layout_.buckets()[b];
@@ -112,6 +115,7 @@ void GradientBuckets::progress() {
 
 void GradientBuckets::finish() {
   for (auto& p : pending_) {
+    if (p->done) continue;
     p->request->wait();
     complete(*p);
   }
