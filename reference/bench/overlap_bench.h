@@ -1,11 +1,14 @@
-// tripod bench overlap (under mpirun -np N): how much of the data-parallel gradient reduction
-// hides behind backward. Three timings of the same forward+backward on every rank, in one run:
-//   compute   backward with no reduction at all
-//   bucketed  ZeRO-0 buckets of --bucket-mb, each all-reduced as soon as backward finishes it
-//   at end    one bucket holding every gradient, all-reduced after backward (no overlap)
-// exposed communication = time - compute time; hidden = 1 - exposed(bucketed) / exposed(at end).
-// Open MPI has no progress thread: a non-blocking collective advances only inside MPI calls, which
-// the ZeroEngine makes (test()) each time backward finishes a parameter group.
+// tripod bench overlap (under mpirun -np N): how much communication each overlap mechanism hides
+// behind computation, every timing of the same model on every rank, interleaved in one run so that
+// machine noise hits them alike (medians of --repeats):
+//   compute       forward + backward with no communication at all (the baseline)
+//   at end        ZeRO-0 with one bucket holding every gradient, all-reduced after backward
+//   bucketed      ZeRO-0 buckets of --bucket-mb, each all-reduced as soon as backward finishes it
+//   + progress    the same with an MPI progress thread polling every --progress-us (comm/mpi_progress.h)
+//   z3 on use     ZeRO-3 gathering each parameter bucket when it is needed (and reduce-scattering)
+//   z3 prefetch   ZeRO-3 gathering --prefetch buckets ahead (parallel/param_gatherer.h)
+// exposed = time - compute time. Hidden by bucketing (and by the progress thread) = 1 - exposed /
+// exposed(at end); hidden by prefetch = 1 - exposed(prefetch) / exposed(on use).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +23,8 @@ struct OverlapOptions {
   std::vector<std::string> overrides;
   int64_t batch = 4, seq_len = 128, vocab = 8192, repeats = 7;
   double bucket_mb = 1.0;
+  int progress_us = 200;  // the progress thread's polling interval (0: not measured)
+  int prefetch = 1;       // ZeRO-3 buckets gathered ahead
   std::string json_out, backend = "cpu";
   CommSettings comm;
 };

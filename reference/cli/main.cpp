@@ -25,6 +25,10 @@ void add_comm_options(CLI::App& command, CommSettings& comm) {
                      "seconds any rank may wait for its peers in one collective or message before the job"
                      " ends with the operation, group and rank named (0: never)")
       ->capture_default_str();
+  command.add_option("--mpi-progress-us", comm.progress_us,
+                     "run an MPI progress thread that polls every N microseconds while non-blocking operations"
+                     " are in flight (0: none; helps only where cores are left idle: measure with bench overlap)")
+      ->capture_default_str();
 }
 
 }  // namespace tripod::cli

@@ -1,5 +1,7 @@
 #include "comm/world.h"
 
+#include "comm/mpi_progress.h"
+
 #include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
 #include "comm/staged_communicator.h"
@@ -47,6 +49,8 @@ std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& s
   const std::string kind = resolve_comm_kind(settings.kind, backend);
   std::unique_ptr<Communicator> host = mpi_world();
   share_cores(*host);  // before any OpenMP team of this process computes
+  check(settings.progress_us >= 0, "--mpi-progress-us: ", settings.progress_us, " is negative (0: no progress thread)");
+  if (settings.progress_us > 0) MpiProgress::start(std::chrono::microseconds(settings.progress_us));
   if (kind == "mpi") return host;
   if (kind == "staged") return std::make_unique<StagedCommunicator>(std::move(host), backend);
 #ifdef TRIPOD_HAVE_NCCL

@@ -18,6 +18,7 @@ namespace tripod {
 struct CommSettings {
   std::string kind = "auto";  // auto, mpi, staged, nccl
   double timeout_seconds = kDefaultCommTimeoutSeconds;
+  int progress_us = 0;  // > 0: an MPI progress thread polling every N microseconds (comm/mpi_progress.h)
 };
 
 std::string comm_kind_names_text();  // "auto, mpi, staged, nccl"

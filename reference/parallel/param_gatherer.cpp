@@ -127,7 +127,7 @@ void ParamGatherer::release(int group) {
   if (--users_[static_cast<std::size_t>(b)] > 0) return;
   for (std::size_t i : layout_.buckets()[static_cast<std::size_t>(b)].tensors) views_[i] = Tensor();
   // The trace's next acquisition is this bucket again (its next group): keep it for that.
-  const bool next_is_this = prefetch_ > 0 && trace_ && trace_->recorded && trace_->valid &&
+  const bool next_is_this = !faults_.has(Fault::StaleZero3Params) && trace_ && trace_->recorded && trace_->valid &&
                             cursor_ < trace_->events.size() && trace_->events[cursor_] == b;
   if (!next_is_this) drop(b);
 }

@@ -7,8 +7,8 @@
 // in later passes, acquiring trace event i starts the non-blocking gathers of the next `prefetch`
 // buckets of the trace, so that they travel while bucket i computes. At most 1 + prefetch buckets
 // (2 + prefetch with a tied head, which holds the embedding's bucket too) are gathered or in
-// flight at once. A released bucket that the trace's next event acquires again is kept instead of
-// being dropped and gathered anew. Gathers copy values, so prefetching changes no result bit. A
+// flight at once. A released bucket that the trace's next event acquires again (the next block of
+// a bucket holding several) is kept instead of being dropped and gathered anew, prefetch or not. Gathers copy values, so prefetching changes no result bit. A
 // pass's leftovers (prefetched, never acquired) are dropped when the next pass begins, so no pass
 // reads a gather made before the shards last changed (an update, a checkpoint load); drop_all()
 // also empties everything before the update and initialisation.
