@@ -114,6 +114,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--pipeline-split", o->pipeline_split,
                   "layers per chunk, e.g. 2,1,1 (sets train.pipeline_split; default: even), or auto: balanced by "
                   "FLOPs with the LM head counted");
+  cmd->add_option("--receives-ahead", l.receives_ahead,
+                  "pipeline: receives posted ahead of the action that needs them (0: each blocks when it comes)")
+      ->capture_default_str();
   cmd->add_option("--pipeline-trace", o->job.pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   add_backend_option(*cmd, o->job.backend);

@@ -17,6 +17,7 @@ std::string ParallelLayout::name() const {
   if (recompute == Recompute::Selective) out << "-rsel";
   if (recompute == Recompute::Full) out << "-rfull";
   if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
+  if (receives_ahead != 2) out << "-ra" << receives_ahead;
   return out.str();
 }
 
@@ -28,6 +29,7 @@ std::string ParallelLayout::describe() const {
             (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
+  if (pipelined() && receives_ahead != 2) text += ", receives ahead " + std::to_string(receives_ahead);
   return text;
 }
 
@@ -50,6 +52,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
     else if (part.rfind("z", 0) == 0) l.zero = number(1);
     else if (part.rfind("pf", 0) == 0) l.zero3_prefetch = number(2);
+    else if (part.rfind("ra", 0) == 0) l.receives_ahead = number(2);
     else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
     else if (part == "rsel") l.recompute = Recompute::Selective;
@@ -59,7 +62,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
       has_schedule = true;
     } else {
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
-           "with -sp, -v2, -rsel, -rfull or -pf2)");
+           "with -sp, -v2, -rsel, -rfull, -pf2 or -ra0)");
     }
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
@@ -77,6 +80,8 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
   check(bucket_bytes > 0, "the gradient bucket size (--bucket-mb) must be positive (got ", bucket_bytes, " bytes)");
   check(zero3_prefetch >= 0 && zero3_prefetch <= 64, "the ZeRO-3 prefetch (--zero3-prefetch) must be 0-64 buckets (got ",
         zero3_prefetch, ")");
+  check(receives_ahead >= 0 && receives_ahead <= 1024, "pipeline receives posted ahead (--receives-ahead) must be "
+        "0-1024 (got ", receives_ahead, ")");
   check(tp >= 1 && pp >= 1 && dp >= 1, "layout ", name(), ": every dimension must be at least 1");
   tp::validate_tensor_parallel(model, tp);  // heads and d_ff divisible, tp <= heads
   check(!sequence_parallel || tp > 1, "sequence parallelism (--sequence-parallel) needs tensor parallelism (tp > 1)");

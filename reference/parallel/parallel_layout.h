@@ -32,6 +32,7 @@ struct ParallelLayout {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;  // mirrors train.recompute: "-rsel", "-rfull" in the name
   int zero3_prefetch = 1;   // ZeRO-3 buckets gathered ahead of use: "-pfN" in the name unless 1
+  int receives_ahead = 2;   // pipeline receives posted ahead of their action: "-raN" unless 2
   int64_t bucket_bytes = int64_t{4} << 20;  // gradient bucket size
   std::string grid_order = "tp-dp-pp";      // rank order of the grid axes, fastest first
 

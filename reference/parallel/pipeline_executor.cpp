@@ -35,29 +35,55 @@ bool is_gradient_action(ActionKind k) {
 }
 
 // One rank's side of a pipeline step: the tensors received but not yet consumed, by (micro-batch,
-// chunk), and the sends still in flight, each owning a copy of its tensor until it completes.
+// chunk), the receives posted ahead, the sends still in flight (each owning a pooled copy of its
+// tensor until it completes), and the pool of free message buffers.
 class RankExecution {
  public:
-  RankExecution(const PipelineSchedule& schedule, Communicator& pp, Backend& backend, const PipelineWork& work)
-      : schedule_(schedule), pp_(pp), backend_(backend), work_(work),
-        chunks_(schedule.stages * schedule.virtual_stages) {}
+  RankExecution(const PipelineSchedule& schedule, const std::vector<PipelineAction>& actions, Communicator& pp,
+                Backend& backend, const PipelineWork& work, bool forward_only, int receives_ahead)
+      : schedule_(schedule), actions_(actions), pp_(pp), backend_(backend), work_(work),
+        chunks_(schedule.stages * schedule.virtual_stages), forward_only_(forward_only),
+        receives_ahead_(receives_ahead) {}
 
-  void perform(const PipelineAction& a) {
+  bool skipped(const PipelineAction& a) const { return forward_only_ && is_gradient_action(a.kind); }
+
+  void perform(std::size_t index) {
+    const PipelineAction& a = actions_[index];
     switch (a.kind) {
       case ActionKind::Forward: forward(a); break;
       case ActionKind::Backward: backward(a); break;
       case ActionKind::SendActivation:
       case ActionKind::SendGradient: send(a); break;
       case ActionKind::RecvActivation:
-      case ActionKind::RecvGradient: receive(a); break;
+      case ActionKind::RecvGradient: receive(index); break;
+    }
+  }
+
+  // Starts the next receives of the action list (from `from` on) until receives_ahead are posted
+  // and not yet taken.
+  void post_receives(std::size_t from) {
+    for (std::size_t i = std::max(from, next_to_post_); i < actions_.size(); ++i) {
+      if (static_cast<int>(posted_.size()) >= receives_ahead_) return;
+      next_to_post_ = i + 1;
+      const PipelineAction& a = actions_[i];
+      if (skipped(a) || (a.kind != ActionKind::RecvActivation && a.kind != ActionKind::RecvGradient)) continue;
+      Posted p{pooled(), nullptr};
+      p.request = pp_.recv_async(p.buffer, a.peer, receive_tag(a));
+      posted_.emplace(i, std::move(p));
     }
   }
 
   // Sends complete while this rank computes only if MPI gets a chance to progress them; the
-  // finished ones free their copies (1F1B's memory bound holds for the messages too).
+  // finished ones return their copies to the pool (1F1B's memory bound holds for the messages too).
   void release_completed_sends() {
-    sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Sending& s) { return s.request->test(); }),
-                 sends_.end());
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      if (!it->request->test()) {
+        ++it;
+        continue;
+      }
+      pool_.push_back(it->copy);
+      it = sends_.erase(it);
+    }
   }
 
   void wait_for_sends() {
@@ -70,6 +96,22 @@ class RankExecution {
     Tensor copy;
     std::unique_ptr<CommRequest> request;
   };
+  struct Posted {
+    Tensor buffer;
+    std::unique_ptr<CommRequest> request;
+  };
+
+  Tensor pooled() {
+    if (pool_.empty()) return work_.boundary_buffer();
+    Tensor t = pool_.back();
+    pool_.pop_back();
+    return t;
+  }
+
+  int receive_tag(const PipelineAction& a) const {
+    const bool gradient = a.kind == ActionKind::RecvGradient;
+    return message_tag(schedule_, a.microbatch, gradient ? a.chunk + 1 : a.chunk - 1, gradient);
+  }
 
   void forward(const PipelineAction& a) {
     // Chunk 0 reads tokens; every other chunk's input arrived from the previous rank.
@@ -78,6 +120,7 @@ class RankExecution {
     } else {
       const Tensor input = take(activations_, a.microbatch, a.chunk);
       work_.forward(a.microbatch, a.chunk, &input);
+      pool_.push_back(input);  // consumed: the stage copied what it needs
     }
   }
 
@@ -87,22 +130,30 @@ class RankExecution {
     } else {
       const Tensor grad = take(gradients_, a.microbatch, a.chunk);
       work_.backward(a.microbatch, a.chunk, &grad);
+      pool_.push_back(grad);
     }
   }
 
   void send(const PipelineAction& a) {
     const bool gradient = a.kind == ActionKind::SendGradient;
-    Sending s{work_.boundary_buffer(), nullptr};
+    Sending s{pooled(), nullptr};
     backend_.copy(gradient ? work_.input_grad(a.microbatch, a.chunk) : work_.output(a.microbatch, a.chunk), s.copy);
     s.request = pp_.send_async(s.copy, a.peer, message_tag(schedule_, a.microbatch, a.chunk, gradient));
     sends_.push_back(std::move(s));
   }
 
-  void receive(const PipelineAction& a) {
-    const bool gradient = a.kind == ActionKind::RecvGradient;
-    Tensor buffer = work_.boundary_buffer();
-    pp_.recv(buffer, a.peer, message_tag(schedule_, a.microbatch, gradient ? a.chunk + 1 : a.chunk - 1, gradient));
-    (gradient ? gradients_ : activations_)[{a.microbatch, a.chunk}] = buffer;
+  void receive(std::size_t index) {
+    const PipelineAction& a = actions_[index];
+    Tensor buffer;
+    if (auto it = posted_.find(index); it != posted_.end()) {  // started earlier: only wait for it
+      it->second.request->wait();
+      buffer = it->second.buffer;
+      posted_.erase(it);
+    } else {
+      buffer = pooled();
+      pp_.recv(buffer, a.peer, receive_tag(a));
+    }
+    (a.kind == ActionKind::RecvGradient ? gradients_ : activations_)[{a.microbatch, a.chunk}] = buffer;
   }
 
   Tensor take(Received& from, int mb, int chunk) {
@@ -115,12 +166,18 @@ class RankExecution {
   }
 
   const PipelineSchedule& schedule_;
+  const std::vector<PipelineAction>& actions_;
   Communicator& pp_;
   Backend& backend_;
   const PipelineWork& work_;
   const int chunks_;
+  const bool forward_only_;
+  const int receives_ahead_;
   Received activations_, gradients_;
+  std::map<std::size_t, Posted> posted_;  // by action index
+  std::size_t next_to_post_ = 0;
   std::vector<Sending> sends_;
+  std::vector<Tensor> pool_;
 };
 
 }  // namespace
@@ -151,23 +208,27 @@ void check_executable(const PipelineSchedule& s) {
 }
 
 std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,
-                                       const PipelineWork& work, bool forward_only) {
+                                       const PipelineWork& work, bool forward_only, int receives_ahead) {
+  check(receives_ahead >= 0, "pipeline: receives posted ahead must be >= 0 (got ", receives_ahead, ")");
   // Neighbouring chunks on one rank (p = 1 with v > 1) would hand over without messages: not supported.
   check(schedule.stages > 1 || schedule.virtual_stages == 1, "pipeline: virtual stages need more than one stage");
   check(pp.size() == schedule.stages, "pipeline schedule for ", schedule.stages, " stages run on ", pp.name(),
         " of ", pp.size(), " ranks");
   check_executable(schedule);
   const auto& actions = schedule.ranks[static_cast<std::size_t>(pp.rank())];
-  RankExecution execution(schedule, pp, backend, work);
+  RankExecution execution(schedule, actions, pp, backend, work, forward_only, receives_ahead);
 
   std::vector<ActionTiming> timings;
   pp.barrier();
   const auto t0 = std::chrono::steady_clock::now();
   auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  for (const PipelineAction& a : actions) {
-    if (forward_only && is_gradient_action(a.kind)) continue;
+  execution.post_receives(0);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const PipelineAction& a = actions[i];
+    if (execution.skipped(a)) continue;
     ActionTiming timing{a, now(), 0};
-    execution.perform(a);
+    execution.perform(i);
+    execution.post_receives(i + 1);
     execution.release_completed_sends();
     backend.synchronize();  // a device computes asynchronously: the action ends when its work is done
     timing.end = now();

@@ -4,8 +4,14 @@
 //
 // Sends are non-blocking, of a copy of the tensor (the stage may reuse its buffer at once), and are
 // all waited for at the end - the buffered semantics the schedule simulator assumes, so a schedule
-// that validates cannot deadlock here. Receives block. Each message's tag names its micro-batch
-// and sending chunk, so a mismatched pair fails loudly instead of swapping micro-batches.
+// that validates cannot deadlock here. Receives are posted ahead: the next `receives_ahead`
+// receives of the rank's action list are started (non-blocking) as soon as earlier ones are taken,
+// so a message travels while the rank computes the actions before the one that needs it; the
+// receive action then only waits for it (0: each receive blocks when its action comes). Each
+// message's tag names its micro-batch and sending chunk, so a receive posted early can still only
+// match its own message, and a mismatched pair fails loudly instead of swapping micro-batches.
+// Message buffers come from a pool of boundary-shaped tensors, returned when a send completes or a
+// received tensor has been consumed, instead of a fresh allocation per message.
 //
 // The executor knows nothing of the model: what runs is in PipelineWork. It records the start and
 // end of every action (seconds from a common start, after synchronizing the backend), for
@@ -25,9 +31,11 @@ namespace tripod {
 struct PipelineWork {
   // A fresh tensor of the shape and dtype of the boundary (the residual stream between chunks).
   std::function<Tensor()> boundary_buffer;
-  // Forward of (micro-batch, chunk); `input` is the received activation, or nullptr on chunk 0.
+  // Forward of (micro-batch, chunk); `input` is the received activation, or nullptr on chunk 0
+  // (read during the call only: its buffer is reused afterwards).
   std::function<void(int microbatch, int chunk, const Tensor* input)> forward;
-  // Backward; `output_grad` is the received gradient, or nullptr on the last chunk.
+  // Backward; `output_grad` is the received gradient, or nullptr on the last chunk (read during the
+  // call only).
   std::function<void(int microbatch, int chunk, const Tensor* output_grad)> backward;
   // What to send after a forward (the chunk's output) and after a backward (d input); only read
   // until the next action.
@@ -50,7 +58,7 @@ void check_executable(const PipelineSchedule& schedule);
 // Executes schedule.ranks[pp.rank()]. forward_only (evaluation): only forwards and activation
 // messages. Returns the timing of every action, in order.
 std::vector<ActionTiming> run_pipeline(const PipelineSchedule& schedule, Communicator& pp, Backend& backend,
-                                       const PipelineWork& work, bool forward_only = false);
+                                       const PipelineWork& work, bool forward_only = false, int receives_ahead = 2);
 
 // Every rank's timings on every rank (collective over pp).
 std::vector<std::vector<ActionTiming>> gather_timings(Communicator& pp, const std::vector<ActionTiming>& mine);

@@ -93,7 +93,8 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
 
   StepRun run{*this, batch, backward, grad_scale, local_batch() / micro,
               backend_.alloc({micro}, DType::F64), {}, {}};
-  std::vector<ActionTiming> timings = run_pipeline(schedule_, pp_, backend_, run.work(), /*forward_only=*/!backward);
+  std::vector<ActionTiming> timings = run_pipeline(schedule_, pp_, backend_, run.work(), /*forward_only=*/!backward,
+                                                    layout_.receives_ahead);
   if (backward) {
     timings_ = std::move(timings);
     reduce_after_backward();

@@ -1,7 +1,9 @@
 // The pipeline executor without a model: every forward must receive exactly the activation that
 // the previous chunk produced for the same micro-batch, every backward the gradient of the next
-// chunk - for every schedule, p in {2, 4} (as the world allows), v in {1, 2} and several m - and the
-// recorded timings must list every action in order with start <= end.
+// chunk - for every schedule, p in {2, 4} (as the world allows), v in {1, 2}, several m and 0, 1, 2
+// and 64 receives posted ahead - and the recorded timings must list every action in order with
+// start <= end. Message buffers are pooled, so a stale buffer handed to the wrong action would show
+// here as another micro-batch's stamp.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -24,7 +26,8 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
     if (world->size() % p != 0) continue;
     auto pp = world->split(world->rank() / p, world->rank(), "pp");
     for (ScheduleKind kind : {ScheduleKind::AllForwardAllBackward, ScheduleKind::OneFOneB, ScheduleKind::Interleaved})
-      for (int m : {1, 3, 4, 8}) {
+      for (int m : {1, 3, 4, 8})
+      for (int ahead : {0, 1, 2, 64}) {
         const int v = kind == ScheduleKind::Interleaved ? 2 : 1;
         if (kind == ScheduleKind::Interleaved && m % p != 0) continue;
         const PipelineSchedule schedule = make_schedule(kind, p, m, v);
@@ -52,7 +55,8 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
         };
         work.output = [&](int, int) { return out; };
         work.input_grad = [&](int, int) { return out; };
-        const std::vector<ActionTiming> timings = run_pipeline(schedule, *pp, *backend, work);
+        const std::vector<ActionTiming> timings =
+            run_pipeline(schedule, *pp, *backend, work, /*forward_only=*/false, ahead);
         const auto& actions = schedule.ranks[static_cast<std::size_t>(pp->rank())];
         ASSERT_EQ(timings.size(), actions.size());
         for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -77,7 +81,7 @@ TEST(PipelineExecutor, EveryMessageReachesItsMicroBatchAndChunk) {
         // Forward-only (evaluation) runs just the forwards and activation messages.
         forwards.clear();
         backwards.clear();
-        run_pipeline(schedule, *pp, *backend, work, /*forward_only=*/true);
+        run_pipeline(schedule, *pp, *backend, work, /*forward_only=*/true, ahead);
         EXPECT_TRUE(backwards.empty());
         EXPECT_EQ(forwards.size(), static_cast<std::size_t>(m * v));
       }
