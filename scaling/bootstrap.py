@@ -36,7 +36,8 @@ def _approach2_and_frontier_values(sweep):
 
 
 def bootstrap(sweep, point_fit, n_resamples, seed=0, grid=None, starts_per_refit=2):
-    """{"ci": {key: [lo, hi] or None}, "n_ok": {key: count}, "samples": {key: [values]}}.
+    """{"ci": {key: [lo, hi] or None}, "n_ok": {key: count}, "samples": {key: [values]},
+    "approach3_laws": [[E, A, B, alpha, beta] per replicate], "frontier_fits": [[L_inf, k, gamma]]}.
 
     `point_fit` is the full-data ParametricFit (its theta seeds every Approach-3 refit).
     A replicate whose fit is undetermined (e.g. too few interior minima) is left out of that
@@ -44,17 +45,24 @@ def bootstrap(sweep, point_fit, n_resamples, seed=0, grid=None, starts_per_refit
     """
     rng = np.random.default_rng(seed)
     samples = {key: [] for key in APPROACH3_KEYS + APPROACH2_KEYS + FRONTIER_KEYS}
+    laws, frontiers = [], []  # whole replicates, for what is derived from several parameters at once
     for _ in range(n_resamples):
         within = sweep.take(resample_within_budgets(sweep, rng))
-        for key, value in _approach2_and_frontier_values(within).items():
+        values = _approach2_and_frontier_values(within)
+        for key, value in values.items():
             if value is not None and np.isfinite(value):
                 samples[key].append(value)
+        triple = [values[key] for key in FRONTIER_KEYS]
+        if all(v is not None and np.isfinite(v) for v in triple):
+            frontiers.append([float(v) for v in triple])
         whole = sweep.take(rng.integers(0, len(sweep), size=len(sweep)))
         refit = fit_approach3(whole, grid=grid, extra_starts=[point_fit.theta],
                               max_starts=starts_per_refit)
         for key, value in _approach3_values(refit).items():
             samples[key].append(value)
+        law = refit.law
+        laws.append([law.E, law.A, law.B, law.alpha, law.beta])
     ci = {key: ([float(v) for v in np.percentile(vals, CI_PERCENTILES)] if vals else None)
           for key, vals in samples.items()}
     return {"ci": ci, "n_ok": {key: len(vals) for key, vals in samples.items()},
-            "samples": samples}
+            "samples": samples, "approach3_laws": laws, "frontier_fits": frontiers}

@@ -55,6 +55,8 @@ def main(argv=None):
                        ("frontier", report["frontier"].get("note"))):
         if note and "fewer than" in note:
             print(f"warning: {part}: {note}", file=sys.stderr)
+    for flag in report["frontier"].get("flags") or []:
+        print(f"warning: frontier: {flag}", file=sys.stderr)
     if len(sweep) < 3 * APPROACH3_N_PARAMETERS:
         print(f"warning: Approach 3: {len(sweep)} runs for {APPROACH3_N_PARAMETERS} parameters; "
               f"E, A, B, alpha, beta are poorly determined", file=sys.stderr)

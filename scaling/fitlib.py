@@ -177,32 +177,80 @@ def lower_envelope(sweep):
     return np.array(points)
 
 
-def fit_frontier(sweep, max_gamma=3.0):
-    """Least squares L_inf + k C^-gamma through the lower envelope.
+MIN_GAMMA = 1e-4
 
-    For fixed gamma the model is linear in (L_inf, k), so only gamma is searched (scan, then a
-    bounded 1-D refinement) -- no starting values to guess. C is scaled by its geometric mean
-    C0 inside the fit so that the two columns are of comparable size.
+
+def _bounded_least_squares(x, y, lo, hi):
+    """min ||L + k x - y||^2 over k and L in [lo, hi] (two unknowns, one of them bounded).
+
+    The unconstrained optimum is used when its L is inside the bounds; otherwise the optimum lies
+    on the bound it crossed (the objective is a convex quadratic), where k is a 1-D least squares.
+    Returns (L, k, sse, bound) with bound None, "lower" or "upper".
+    """
+    design = np.column_stack([np.ones_like(x), x])
+    (L, k), *_ = np.linalg.lstsq(design, y, rcond=None)
+    bound = None
+    if L < lo or L > hi:
+        bound = "lower" if L < lo else "upper"
+        L = lo if L < lo else hi
+        k = float(np.dot(x, y - L) / np.dot(x, x))
+    sse = float(np.sum((L + k * x - y) ** 2))
+    return float(L), float(k), sse, bound
+
+
+def fit_frontier(sweep, max_gamma=3.0):
+    """Least squares L_inf + k C^-gamma through the lower envelope, with 0 <= L_inf <= min loss.
+
+    An irreducible loss is a loss: it cannot be negative, and it cannot exceed the lowest loss
+    observed (every run has reached below it otherwise). For fixed gamma the model is linear in
+    (L_inf, k), so only gamma is searched (scan, then a bounded 1-D refinement) -- no starting
+    values to guess. C is scaled by its geometric mean C0 inside the fit so that the two columns
+    are of comparable size. `flags` says in words where the fit is not to be trusted: L_inf or
+    gamma on a bound of its range.
     """
     envelope = lower_envelope(sweep)
-    result = {"points": envelope.tolist(), "L_inf": None, "k": None, "gamma": None}
+    result = {"points": envelope.tolist(), "L_inf": None, "k": None, "gamma": None, "flags": []}
     if len(envelope) < 3:
         result["note"] = "fewer than 3 budgets: L_inf + k C^-gamma is not determined"
         return result
     C, loss = envelope[:, 0], envelope[:, 1]
     C0 = float(np.exp(np.mean(np.log(C))))
+    upper = float(loss.min())
 
     def solve(gamma):
-        design = np.column_stack([np.ones_like(C), (C / C0) ** -gamma])
-        coef, *_ = np.linalg.lstsq(design, loss, rcond=None)
-        return coef, float(np.sum((design @ coef - loss) ** 2))
+        return _bounded_least_squares((C / C0) ** -gamma, loss, 0.0, upper)
 
-    scan = np.linspace(1e-4, max_gamma, 300)
-    i = int(np.argmin([solve(g)[1] for g in scan]))
+    scan = np.linspace(MIN_GAMMA, max_gamma, 300)
+    i = int(np.argmin([solve(g)[2] for g in scan]))
     bracket = (scan[max(i - 1, 0)], scan[min(i + 1, len(scan) - 1)])
-    gamma = minimize_scalar(lambda g: solve(g)[1], bounds=bracket, method="bounded",
-                            options={"xatol": 1e-10}).x
-    (l_inf, k0), sse = solve(gamma)
-    result.update(L_inf=float(l_inf), k=float(k0 * C0 ** gamma), gamma=float(gamma),
-                  C0=C0, k_at_C0=float(k0), sse=sse)
+    gamma = float(minimize_scalar(lambda g: solve(g)[2], bounds=bracket, method="bounded",
+                                  options={"xatol": 1e-10}).x)
+    l_inf, k0, sse, bound = solve(gamma)
+    residuals = (l_inf + k0 * (C / C0) ** -gamma - loss).tolist()
+    flags = []
+    if bound == "lower":
+        flags.append("L_inf sits on its lower bound 0: these budgets do not show the loss levelling "
+                     "off, so the irreducible loss is not determined (an unbounded fit would go negative)")
+    if bound == "upper":
+        flags.append("L_inf sits on its upper bound, the lowest observed loss: the envelope does not "
+                     "fall like a power law above a floor")
+    if gamma <= scan[1] or gamma >= max_gamma - (scan[1] - scan[0]):
+        flags.append(f"gamma = {gamma:.3g} sits at the end of its search range [{MIN_GAMMA}, {max_gamma}]")
+    result.update(L_inf=l_inf, k=float(k0 * C0 ** gamma), gamma=gamma, C0=C0, k_at_C0=k0, sse=sse,
+                  residuals=residuals, L_inf_bounds=[0.0, upper], L_inf_at_bound=bound, flags=flags)
     return result
+
+
+def interval_flags(name, ci, orders=1.0):
+    """Words for a bootstrap interval that says little: one spanning more than `orders` decades
+    (or reaching zero from a positive estimate's side)."""
+    if not ci or ci[0] is None or ci[1] is None:
+        return []
+    lo, hi = ci
+    if hi <= 0:
+        return []
+    if lo <= 0 or np.log10(hi / lo) > orders:
+        return [f"the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], spans more than "
+                f"{'a factor of 10' if orders == 1 else f'{orders:g} decades'}: these runs do not "
+                f"determine it"]
+    return []

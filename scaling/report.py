@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from scaling.fitlib import interval_flags
 from scaling.laws import (CHINCHILLA, CHINCHILLA_TOKENS_PER_PARAM, EPOCH_2024, ParametricLaw,
                           reference_block)
 
@@ -61,12 +62,19 @@ def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bo
         "k": estimate(frontier["k"], ci.get("frontier_k")),
         "gamma": estimate(frontier["gamma"], ci.get("frontier_gamma")),
         "gamma_implied_by_approach3": law.frontier_exponent,
-        "points": frontier["points"], "note": frontier.get("note")}
+        "points": frontier["points"], "note": frontier.get("note"),
+        "residuals": frontier.get("residuals"), "L_inf_bounds": frontier.get("L_inf_bounds"),
+        "flags": list(frontier.get("flags", []))}
+    for key in ("L_inf", "k", "gamma"):
+        report["frontier"]["flags"] += interval_flags(f"the frontier's {key}", ci.get(f"frontier_{key}"))
     report["tokens_per_parameter"] = tokens_per_parameter_rows(
         law, approach2, [C for _, _, C in sweep.budgets()])
     report["optimizer"] = fit3.optimizer_status()
     report["bootstrap"] = dict(bootstrap_settings, ci_percentiles=[2.5, 97.5],
-                               n_ok=boot["n_ok"] if boot else None)
+                               n_ok=boot["n_ok"] if boot else None,
+                               # whole replicates, for quantities of several parameters (scale advise)
+                               approach3_laws=boot["approach3_laws"] if boot else [],
+                               frontier_fits=boot["frontier_fits"] if boot else [])
     report["excluded"] = excluded
     report["n_runs"] = len(sweep)
     report["n_records"] = n_records
@@ -132,6 +140,14 @@ def render_markdown(report):
     out += [f"| {_fmt(r['C'])} | {r['source']} | {_fmt(r['approach3'])} | {_fmt(r['approach2'])} | "
             f"{_fmt(r['chinchilla_law'])} | {_fmt(r['epoch2024_law'])} | {_fmt(r['chinchilla_rule_of_thumb'])} |"
             for r in report["tokens_per_parameter"]]
+    flags = report["frontier"].get("flags") or []
+    if flags:
+        out += ["", "## Warnings: the compute frontier", ""]
+        out += [f"- **{flag}**" for flag in flags]
+    residuals = report["frontier"].get("residuals")
+    if residuals:
+        out += ["", "Frontier residuals (fit − envelope) per budget: "
+                + ", ".join(f"{r:+.3g}" for r in residuals) + "."]
     opt = report["optimizer"]
     out += ["", "## Approach 3 optimizer", "",
             f"L-BFGS-B, Huber delta {opt['huber_delta']}, {opt['n_starts']} starts screened from a "

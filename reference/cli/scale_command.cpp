@@ -1,5 +1,6 @@
 // tripod scale run SPEC [--out DIR] [--jobs N] [--dry-run]   expand and train a scaling-law sweep
 // tripod scale fit OUT [--bootstrap N] [--small-grid]        fit it with scaling/fit.py
+// tripod scale advise FIT --threshold T [--from approach3|frontier]   when to stop scaling
 // Options -> sweep/sweep_job.h. The spec schema and the conventions are in scaling/README.md.
 #include "cli/commands.h"
 #include "sweep/sweep_job.h"
@@ -27,6 +28,21 @@ void add_fit(CLI::App& scale) {
   cmd->callback([opts] { sweep::fit_sweep(*opts); });
 }
 
+void add_advise(CLI::App& scale) {
+  auto opts = std::make_shared<sweep::SweepAdviseOptions>();
+  auto* cmd = scale.add_subcommand("advise", "when to stop scaling: loss gained per doubling of compute, from a fit");
+  cmd->add_option("fit", opts->fit, "fit.json, a sweep directory (its fit.json), or a published law: chinchilla, epoch")
+      ->required();
+  cmd->add_option("--threshold", opts->threshold, "a loss gain per doubling worth paying for, e.g. 0.01")->required();
+  cmd->add_option("--from", opts->source, "approach3 (the parametric law) or frontier (L_inf + k C^-gamma)")
+      ->check(CLI::IsMember({"approach3", "frontier"}))
+      ->capture_default_str();
+  cmd->add_option("--budgets", opts->budgets, "compute budgets shown, LO:HI in FLOPs")->capture_default_str();
+  cmd->add_option("--json", opts->json_out, "also write the advice as JSON here");
+  cmd->add_option("--python", opts->python, "Python with numpy")->capture_default_str();
+  cmd->callback([opts] { sweep::advise_sweep(*opts); });
+}
+
 }  // namespace
 
 void add_scale_commands(CLI::App& app) {
@@ -34,6 +50,7 @@ void add_scale_commands(CLI::App& app) {
   scale->require_subcommand(1);
   add_run(*scale);
   add_fit(*scale);
+  add_advise(*scale);
 }
 
 }  // namespace tripod::cli

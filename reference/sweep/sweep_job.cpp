@@ -145,4 +145,19 @@ void fit_sweep(const SweepFitOptions& o) {
     summarise_fit(out);
 }
 
+void advise_sweep(const SweepAdviseOptions& o) {
+  const fs::path source = TRIPOD_SOURCE_DIR;
+  check(fs::exists(source / "scaling" / "advise.py"), "the adviser ", (source / "scaling" / "advise.py").string(),
+        " is missing (TRIPOD_SOURCE_DIR moved?)");
+  check(o.threshold > 0, "scale advise: --threshold must be positive (a loss gain per doubling), got ", o.threshold);
+  std::vector<std::string> args = {"-m", "scaling.advise", o.fit, "--threshold", std::to_string(o.threshold),
+                                   "--from", o.source, "--budgets", o.budgets};
+  if (!o.json_out.empty()) {
+    args.push_back("--json");
+    args.push_back(o.json_out);
+  }
+  const ChildExit exit = run_foreground(o.python, args, {{"PYTHONPATH", source.string()}});
+  check(!exit.signaled && exit.code == 0, "scaling/advise.py on ", o.fit, " failed (", describe_exit(exit), ")");
+}
+
 }  // namespace tripod::sweep

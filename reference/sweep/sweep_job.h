@@ -20,4 +20,13 @@ struct SweepFitOptions {
 };
 void fit_sweep(const SweepFitOptions& options);
 
+// "When to stop scaling" (scaling/advise.py): the loss a doubling of compute buys along a fitted
+// law's compute-optimal frontier, and the budget where it falls below a threshold, with intervals.
+struct SweepAdviseOptions {
+  std::string fit;  // fit.json, a sweep directory, or a published law: chinchilla, epoch
+  double threshold = 0;
+  std::string source = "approach3", budgets = "1e15:1e27", json_out, python = "/usr/bin/python3";
+};
+void advise_sweep(const SweepAdviseOptions& options);
+
 }  // namespace tripod::sweep

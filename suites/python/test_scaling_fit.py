@@ -182,3 +182,96 @@ def test_cli_end_to_end(tmp_path):
     for name in pngs:
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (plots / name).stat().st_size > 10_000
+
+
+def frontier_records(losses_of_C, budgets=(1e12, 1e13, 1e14, 1e15, 1e16)):
+    """One run per budget with the given envelope loss (N and D are placeholders)."""
+    return [{"name": f"r{i}", "N": 1e5, "D": C / 6e5, "C": C, "loss": float(losses_of_C(C)), "budget": f"b{i}"}
+            for i, C in enumerate(budgets)]
+
+
+def test_frontier_recovers_a_floor_noise_free():
+    frontier = fit_frontier(sweep_of(frontier_records(lambda C: 1.7 + 40.0 * C ** -0.1)))
+    assert abs(frontier["L_inf"] - 1.7) < 1e-6 and abs(frontier["gamma"] - 0.1) < 1e-6
+    assert frontier["L_inf_at_bound"] is None and frontier["flags"] == []
+    assert max(abs(r) for r in frontier["residuals"]) < 1e-9
+
+
+def test_frontier_never_reports_a_negative_irreducible_loss():
+    """An envelope that falls faster than any power law above a floor (what the KJV sweep gave:
+    an unbounded fit returned L_inf = -7.9) is fitted with L_inf on its bound 0, and said so."""
+    sweep = sweep_of(frontier_records(lambda C: -2.0 + 12.0 * C ** -0.02))
+    frontier = fit_frontier(sweep)
+    assert frontier["L_inf"] == 0.0 and frontier["L_inf_at_bound"] == "lower"
+    assert any("lower bound 0" in flag for flag in frontier["flags"])
+    assert frontier["L_inf_bounds"] == [0.0, min(r["loss"] for r in frontier_records(lambda C: -2.0 + 12.0 * C ** -0.02))]
+
+
+def test_frontier_flags_reach_the_report_and_stderr(tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(r) + "\n" for r in frontier_records(lambda C: -2.0 + 12.0 * C ** -0.02)))
+    out, md = tmp_path / "fit.json", tmp_path / "fit.md"
+    result = subprocess.run([sys.executable, *FIT, str(runs), "--json", str(out), "--markdown", str(md),
+                             "--bootstrap", "20", "--small-grid"], capture_output=True, text=True, cwd=REPO_ROOT,
+                            env=dict(os.environ, PYTHONPATH=REPO_ROOT), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "warning: frontier: L_inf sits on its lower bound 0" in result.stderr
+    report = json.loads(out.read_text())
+    assert report["frontier"]["L_inf"]["value"] >= 0 and report["frontier"]["L_inf"]["ci"][0] >= 0
+    assert any("lower bound" in f for f in report["frontier"]["flags"])
+    assert "Warnings: the compute frontier" in md.read_text()
+
+
+def brute_force_optimal_loss(law, C):
+    """min over N of L(N, C/(6N)), on a fine grid refined by a bounded 1-D search."""
+    from scipy.optimize import minimize_scalar
+    f = lambda log_n: float(law.loss(np.exp(log_n), C / (6.0 * np.exp(log_n))))
+    grid = np.linspace(np.log(1e3), np.log(C / 6.0 / 1e3), 4000)
+    i = int(np.argmin([f(x) for x in grid]))
+    return minimize_scalar(f, bounds=(grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]), method="bounded",
+                           options={"xatol": 1e-12}).fun
+
+
+@pytest.mark.parametrize("law", [CHINCHILLA, EPOCH_2024], ids=["chinchilla", "epoch2024"])
+def test_advise_matches_the_closed_form_and_brute_force(law):
+    """The gain per doubling from scale advise is L*(C) - L*(2C) of the law minimised numerically."""
+    from scaling.advise import advise, frontier_of_law
+    budgets = [1e18, 1e21, 1e24]
+    result = advise([frontier_of_law(law)], 0.01, budgets)
+    for row in result["rows"]:
+        C = row["C"]
+        expected = brute_force_optimal_loss(law, C) - brute_force_optimal_loss(law, 2 * C)
+        assert abs(row["gain_per_doubling"] / expected - 1) < 1e-6, C
+    # Where a doubling gains exactly the threshold.
+    C_stop = result["stop_budget"]
+    gain = brute_force_optimal_loss(law, C_stop) - brute_force_optimal_loss(law, 2 * C_stop)
+    assert abs(gain / 0.01 - 1) < 1e-6
+
+
+def test_advise_carries_the_bootstrap_through(tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    write_jsonl(synthetic_records(CHINCHILLA, noise=0.01, seed=3), str(runs))
+    fit = tmp_path / "fit.json"
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    fitted = subprocess.run([sys.executable, *FIT, str(runs), "--json", str(fit), "--bootstrap", "20", "--small-grid"],
+                            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=600)
+    assert fitted.returncode == 0, fitted.stderr
+    out = tmp_path / "advice.json"
+    for source in ("approach3", "frontier"):
+        result = subprocess.run([sys.executable, "-m", "scaling.advise", str(tmp_path / "fit.json"), "--threshold",
+                                 "0.02", "--from", source, "--json", str(out)], capture_output=True, text=True,
+                                cwd=REPO_ROOT, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "a doubling gains less than 0.02 from C =" in result.stdout
+        advice = json.loads(out.read_text())
+        lo, hi = advice["stop_budget_ci"]
+        assert lo <= advice["stop_budget"] <= hi, source
+        assert advice["n_replicates"] == 20 or source == "frontier"
+        assert all(r["ci"] is not None for r in advice["rows"])
+    # The true law's own stop budget lies inside the Approach-3 interval of a 1%-noise fit.
+    from scaling.advise import frontier_of_law, stop_budget
+    truth = stop_budget(*frontier_of_law(CHINCHILLA), 0.02)
+    subprocess.run([sys.executable, "-m", "scaling.advise", str(fit), "--threshold", "0.02", "--json", str(out)],
+                   capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120, check=True)
+    lo, hi = json.loads(out.read_text())["stop_budget_ci"]
+    assert lo <= truth <= hi

@@ -209,3 +209,17 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     bad_override = small_spec(overrides=[{"runs": "C9e99-*", "set": {"optim.lr": 1.0}}])
     result = run([tripod, "scale", "run", write_spec(tmp_path / "ov.json", bad_override), "--dry-run"], check=False)
     assert result.returncode != 0 and "matches no run" in result.stderr
+
+
+def test_scale_advise_from_the_command_line(tripod, tmp_path):
+    out = tmp_path / "advice.json"
+    result = subprocess.run([tripod, "scale", "advise", "chinchilla", "--threshold", "0.01", "--json", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "a doubling gains less than 0.01 from C = 1.87e+26 FLOPs" in result.stdout
+    assert json.loads(out.read_text())["gamma"] == pytest.approx(0.34 * 0.28 / 0.62)
+    for args, message in ((["chinchilla", "--threshold", "0"], "--threshold must be positive"),
+                          (["no-such-fit", "--threshold", "0.01"], "neither a fit.json"),
+                          (["chinchilla", "--threshold", "0.01", "--from", "kaplan"], "--from")):
+        bad = subprocess.run([tripod, "scale", "advise", *args], capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and message in bad.stdout + bad.stderr, args

@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""When to stop scaling: the loss a doubling of compute still buys, from a fitted law.
+
+    /usr/bin/python3 -m scaling.advise FIT --threshold 0.01 [--from approach3|frontier] [--json OUT]
+
+FIT is a fit.json of `scaling.fit` (or the sweep directory holding it), or a published law
+(`chinchilla`, `epoch`). Along the compute-optimal frontier the loss is L*(C) = E + K C^-gamma:
+  approach3  from L(N, D) = E + A/N^alpha + B/D^beta with N_opt, D_opt of C = 6ND:
+             gamma = alpha beta / (alpha + beta), K = (A G^-alpha + B G^beta) 6^gamma (laws.py);
+  frontier   the fitted L_inf + k C^-gamma through the best run of each budget.
+A doubling of compute from C gains  dL(C) = L*(C) - L*(2C) = K C^-gamma (1 - 2^-gamma),  which
+falls below a threshold t at  C_stop = (K (1 - 2^-gamma) / t)^(1/gamma).  The same is computed for
+every bootstrap replicate of the fit, so each figure comes with its 95% interval.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, ParametricLaw
+
+CI = (2.5, 97.5)
+
+
+def frontier_of_law(law):
+    """(K, gamma) of the compute-optimal loss E + K C^-gamma of a parametric law."""
+    gamma = law.frontier_exponent
+    G = law.G
+    K = (law.A * G ** -law.alpha + law.B * G ** law.beta) * FLOPS_PER_PARAM_TOKEN ** gamma
+    return K, gamma
+
+
+def gain_per_doubling(K, gamma, C):
+    return K * np.asarray(C, float) ** -gamma * (1.0 - 2.0 ** -gamma)
+
+
+def stop_budget(K, gamma, threshold):
+    """The compute at which a doubling gains less than `threshold` (None if the law never gains)."""
+    if not (K > 0 and gamma > 0):
+        return None
+    return float((K * (1.0 - 2.0 ** -gamma) / threshold) ** (1.0 / gamma))
+
+
+def _interval(values):
+    values = [v for v in values if v is not None and np.isfinite(v)]
+    return [float(v) for v in np.percentile(values, CI)] if len(values) >= 2 else None
+
+
+def load_frontiers(fit, source):
+    """[(K, gamma)] of the point estimate, then of every bootstrap replicate, and a description."""
+    if fit in LAWS_BY_NAME:
+        return [frontier_of_law(LAWS_BY_NAME[fit])], f"the published {fit} law"
+    path = os.path.join(fit, "fit.json") if os.path.isdir(fit) else fit
+    if not os.path.exists(path):
+        raise SystemExit(f"scale advise: {fit} is neither a fit.json, a sweep directory holding one, "
+                         f"nor a published law ({', '.join(LAWS_BY_NAME)})")
+    with open(path) as f:
+        report = json.load(f)
+    boot = report.get("bootstrap") or {}
+    if source == "approach3":
+        point = ParametricLaw(**{k: report[k]["value"] for k in ("E", "A", "B", "alpha", "beta")})
+        replicates = [ParametricLaw(*theta) for theta in boot.get("approach3_laws") or []]
+        return [frontier_of_law(law) for law in [point] + replicates], f"Approach 3 of {path}"
+    frontier = report["frontier"]
+    if frontier["gamma"]["value"] is None:
+        raise SystemExit(f"scale advise: {path} has no frontier fit ({frontier.get('note')})")
+    fits = [(frontier["k"]["value"], frontier["gamma"]["value"])]
+    fits += [(k, gamma) for _, k, gamma in boot.get("frontier_fits") or []]
+    return fits, f"the frontier fit of {path}"
+
+
+def advise(frontiers, threshold, budgets):
+    (K, gamma), replicates = frontiers[0], frontiers[1:]
+    rows = []
+    for C in budgets:
+        rows.append({"C": C, "gain_per_doubling": float(gain_per_doubling(K, gamma, C)),
+                     "ci": _interval([float(gain_per_doubling(k, g, C)) for k, g in replicates]),
+                     "below_threshold": bool(gain_per_doubling(K, gamma, C) < threshold)})
+    return {"threshold": threshold, "K": K, "gamma": gamma, "rows": rows,
+            "stop_budget": stop_budget(K, gamma, threshold),
+            "stop_budget_ci": _interval([stop_budget(k, g, threshold) for k, g in replicates]),
+            "n_replicates": len(replicates)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("fit", help="fit.json, a sweep directory, or a published law (chinchilla, epoch)")
+    parser.add_argument("--threshold", type=float, required=True, help="loss gain per doubling worth paying for")
+    parser.add_argument("--from", dest="source", choices=("approach3", "frontier"), default="approach3")
+    parser.add_argument("--budgets", default="1e15:1e27", help="range of compute budgets shown, LO:HI (powers of 10)")
+    parser.add_argument("--json", help="also write the advice here")
+    args = parser.parse_args(argv)
+    if not args.threshold > 0:
+        raise SystemExit(f"scale advise: --threshold must be positive (got {args.threshold})")
+    lo, hi = (math.log10(float(x)) for x in args.budgets.split(":"))
+    budgets = [10.0 ** k for k in range(int(math.floor(lo)), int(math.ceil(hi)) + 1)]
+    frontiers, described = load_frontiers(args.fit, args.source)
+    result = advise(frontiers, args.threshold, budgets)
+    result["source"] = described
+    print(f"loss gained per doubling of compute, from {described}: L*(C) = E + {result['K']:.4g} C^-{result['gamma']:.4g}")
+    print(f"{'C (FLOPs)':>12} {'gain':>10}  95% interval")
+    for row in result["rows"]:
+        ci = row["ci"]
+        print(f"{row['C']:12.3g} {row['gain_per_doubling']:10.4g}  "
+              + (f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "(no bootstrap)")
+              + ("  < threshold" if row["below_threshold"] else ""))
+    stop, ci = result["stop_budget"], result["stop_budget_ci"]
+    if stop is None:
+        print("the fitted law gains nothing from more compute (gamma or K not positive)")
+    else:
+        print(f"a doubling gains less than {args.threshold:g} from C = {stop:.3g} FLOPs"
+              + (f" (95% interval [{ci[0]:.3g}, {ci[1]:.3g}], {result['n_replicates']} replicates)" if ci else
+                 " (no bootstrap replicates: no interval)"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
