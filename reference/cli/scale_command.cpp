@@ -15,6 +15,11 @@ void add_run(CLI::App& scale) {
   cmd->add_option("--out", opts->out, "sweep directory (default: runs/scale-<spec name>)");
   cmd->add_option("--jobs", opts->jobs, "runs trained at once (default: one per core)");
   cmd->add_flag("--dry-run", opts->dry_run, "print the grid (name, N, D, C, steps, tokens/param) and stop");
+  cmd->add_option("--progress-every", opts->progress_every,
+                  "seconds between progress lines (step, loss, tokens/s, ETA of each running run and of the sweep;"
+                  " also in OUT/sweep.log); 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([opts] { sweep::run_sweep_job(*opts); });
 }
 

@@ -10,6 +10,7 @@ struct SweepRunOptions {
   std::string spec, out;  // out: default runs/scale-<spec name>
   int jobs = 0;           // runs at once; 0: one per core
   bool dry_run = false;   // print the grid and stop
+  double progress_every = 15;  // seconds between progress lines (0: none)
 };
 void run_sweep_job(const SweepRunOptions& options);
 

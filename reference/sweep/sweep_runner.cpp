@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "process/child_process.h"
 #include "sweep/run_record.h"
+#include "sweep/sweep_progress.h"
 
 namespace tripod::sweep {
 namespace fs = std::filesystem;
@@ -161,9 +162,34 @@ void rewrite_runs_jsonl(const fs::path& out, const std::vector<PlannedRun>& grid
 class Scheduler {
  public:
   Scheduler(const SweepSpec& spec, fs::path out, int jobs, std::map<std::string, std::string> child_env,
-            Clock::time_point sweep_start, std::deque<const PlannedRun*> pending, SweepOutcome& outcome)
+            Clock::time_point sweep_start, std::deque<const PlannedRun*> pending, SweepOutcome& outcome,
+            double progress_every)
       : spec_(spec), out_(std::move(out)), jobs_(jobs), child_env_(std::move(child_env)), sweep_start_(sweep_start),
-        pending_(std::move(pending)), outcome_(outcome), exe_(self_executable()), to_train_(pending_.size()) {}
+        pending_(std::move(pending)), outcome_(outcome), exe_(self_executable()), to_train_(pending_.size()),
+        progress_every_(progress_every), last_progress_(sweep_start) {}
+
+  // Every progress_every seconds: a line per running run and one for the sweep (stdout and sweep.log).
+  void report_progress() {
+    if (progress_every_ <= 0 || running_.empty() ||
+        std::chrono::duration<double>(Clock::now() - last_progress_).count() < progress_every_)
+      return;
+    last_progress_ = Clock::now();
+    double flops_left = 0, flops_per_second = 0;
+    for (const PlannedRun* run : pending_) flops_left += run->flops;
+    const std::string at = "[" + clock_text(elapsed()) + "]";
+    for (const auto& [pid, r] : running_) {
+      const PlannedRun& run = *r.run;
+      const RunProgress p = latest_progress(r.paths.metrics);
+      const int64_t tokens_per_step = run.tokens / std::max<int64_t>(run.steps, 1);
+      const double done = p.step < 0 ? 0.0 : static_cast<double>(p.step + 1) / static_cast<double>(run.steps);
+      flops_left += run.flops * (1.0 - done);
+      flops_per_second += p.tokens_per_second * run.flops_per_token;
+      say(str_cat(at, " run    ", run_progress_line(run.name, p, run.steps, tokens_per_step)));
+    }
+    say(str_cat(at, " sweep  ", finished_, "/", to_train_, " runs done, ", running_.size(), " running, ",
+                pending_.size(), " waiting; ETA ", duration_text(eta_seconds(flops_left, flops_per_second)),
+                " (", flops_left, " FLOPs left at ", flops_per_second, " FLOP/s)"));
+  }
 
   bool busy() const { return !pending_.empty() || !running_.empty(); }
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - sweep_start_).count(); }
@@ -195,12 +221,14 @@ class Scheduler {
       ++outcome_.failed;
       failures_.push_back(done.run->name + ": " + result.error);
     }
-    std::printf("[%6s] done   %-22s %-8s %s  %.1f s  (%zu/%zu done, %zu left)\n", clock_text(elapsed()).c_str(),
-                done.run->name.c_str(), run_status_name(result.status).c_str(),
-                result.status == RunStatus::Ok ? ("loss " + std::to_string(record.at("loss").is_number() ? record.at("loss").get<double>() : NAN)).c_str()
-                                               : result.error.c_str(),
-                seconds, finished_, to_train_, to_train_ - finished_);
-    std::fflush(stdout);
+    char line[1024];
+    std::snprintf(line, sizeof line, "[%6s] done   %-22s %-8s %s  %.1f s  (%zu/%zu done, %zu left)",
+                  clock_text(elapsed()).c_str(), done.run->name.c_str(), run_status_name(result.status).c_str(),
+                  result.status == RunStatus::Ok
+                      ? ("loss " + std::to_string(record.at("loss").is_number() ? record.at("loss").get<double>() : NAN)).c_str()
+                      : result.error.c_str(),
+                  seconds, finished_, to_train_, to_train_ - finished_);
+    say(line);
   }
 
   // Each checkpoint is whole: the stopped children resume from it on the next `scale run`.
@@ -238,12 +266,20 @@ class Scheduler {
     append_line(paths.log, "=== tripod scale: " + action + " (" + std::to_string(run.steps) + " steps) ===");
     const pid_t pid = spawn_logged(exe_, args, paths.log, child_env_);
     running_.emplace(pid, Running{&run, paths, Clock::now()});
-    std::printf("[%6s] start  %-22s N=%-9lld D=%-10lld steps=%-6lld%s  (%zu running, %zu waiting)\n",
-                clock_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
-                static_cast<long long>(run.tokens), static_cast<long long>(run.steps),
-                resume_step > 0 ? (" resuming at step " + std::to_string(resume_step)).c_str() : "", running_.size(),
-                pending_.size());
+    char line[512];
+    std::snprintf(line, sizeof line, "[%6s] start  %-22s N=%-9lld D=%-10lld steps=%-6lld%s  (%zu running, %zu waiting)",
+                  clock_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
+                  static_cast<long long>(run.tokens), static_cast<long long>(run.steps),
+                  resume_step > 0 ? (" resuming at step " + std::to_string(resume_step)).c_str() : "",
+                  running_.size(), pending_.size());
+    say(line);
+  }
+
+  // A line on stdout and in OUT/sweep.log (the sweep's own log, beside each run's train.log).
+  void say(const std::string& line) const {
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+    append_line(out_ / "sweep.log", line);
   }
 
   const SweepSpec& spec_;
@@ -255,6 +291,8 @@ class Scheduler {
   SweepOutcome& outcome_;
   const fs::path exe_;
   const std::size_t to_train_;
+  const double progress_every_;
+  Clock::time_point last_progress_;
   std::size_t finished_ = 0;
   std::map<pid_t, Running> running_;
   std::vector<std::string> failures_;
@@ -282,10 +320,12 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   if (pending.empty()) std::printf("tripod scale: nothing to train (delete runs/<name>/result.json to redo a run)\n");
   std::fflush(stdout);
 
-  Scheduler scheduler(spec, out, jobs, std::move(child_env), sweep_start, std::move(pending), outcome);
+  Scheduler scheduler(spec, out, jobs, std::move(child_env), sweep_start, std::move(pending), outcome,
+                      options.progress_every);
   InterruptScope interrupt;
   while (scheduler.busy() && !interrupt.interrupted()) {
     scheduler.fill_slots();
+    scheduler.report_progress();
     const ChildExit exit = poll_child_exit();
     if (exit.pid == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -5,6 +5,7 @@
 //   corpus/                 the synthetic corpus, when the spec asks for one
 //   runs.jsonl              one record per finished run (appended as runs finish, rewritten in grid
 //                           order at the end so a redone run appears once)
+//   sweep.log               what the driver printed: starts, progress lines, results
 //   runs/<name>/config.json the run's complete `tripod train --config` file
 //   runs/<name>/train.log   the child's stdout and stderr, appended across launches
 //   runs/<name>/metrics.jsonl, ckpt/   per-step metrics; the latest checkpoint
@@ -30,6 +31,7 @@ RunPaths run_paths(const std::filesystem::path& out_dir, const std::string& run_
 struct SweepOptions {
   std::filesystem::path out_dir;
   int jobs = 0;  // 0: one per core
+  double progress_every = 15;  // seconds between progress reports (sweep/sweep_progress.h); 0: none
 };
 
 struct SweepOutcome {

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -93,7 +94,7 @@ def sweep(tripod, tmp_path_factory):
     spec_path = write_spec(work / "spec.json", spec)
     out = work / "out"
     started = time.time()
-    result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--jobs", "2"])
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--jobs", "2", "--progress-every", "0.5"])
     return {"tripod": tripod, "work": work, "spec": spec, "spec_path": spec_path, "out": out,
             "diverging": diverging, "stdout": result.stdout, "seconds": time.time() - started}
 
@@ -133,6 +134,24 @@ def test_records(sweep):
     assert diverged["status"] == "diverged" and diverged["loss"] is None
     assert "training diverged" in diverged["error"]
     assert "diverged" in sweep["stdout"]
+
+
+def test_progress_lines_name_each_run_and_the_sweep(sweep):
+    """Progress every half second: per running run its step of steps, loss, tokens/s and ETA; for the
+    sweep the runs done and its ETA; all of it in OUT/sweep.log as well."""
+    stdout = sweep["stdout"]
+    run_lines = [line for line in stdout.splitlines() if "] run    " in line]
+    sweep_lines = [line for line in stdout.splitlines() if "] sweep  " in line]
+    assert run_lines and sweep_lines, stdout
+    names = {r["name"] for r in read_records(sweep["out"])}
+    stepping = [line for line in run_lines if re.search(r" step +\d+/\d+ ", line)]
+    assert stepping, run_lines
+    for line in stepping:
+        assert any(f" {name} " in line for name in names), line
+        assert "loss" in line and "tok/s" in line and "ETA" in line, line
+    assert all("runs done" in line and "ETA" in line for line in sweep_lines)
+    log = (sweep["out"] / "sweep.log").read_text()
+    assert stepping[0] in log and "] done   " in log
 
 
 def test_rerun_trains_nothing(sweep):
