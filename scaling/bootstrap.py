@@ -1,6 +1,6 @@
 """Percentile-bootstrap confidence intervals: resample runs with replacement and refit.
 
-Approach 2 and the frontier resample within each budget, so every budget keeps its number of
+Approach 1, Approach 2 and the frontier resample within each budget, so every budget keeps its number of
 points and still has a parabola; Approach 3 resamples the whole set of runs. Refits of
 Approach 3 start from the full-data optimum plus the best few screened grid starts of the
 resample: rerunning the whole multi-start search per replicate would cost ~10x as much and
@@ -9,9 +9,11 @@ the full-data optimum is, by construction, close to every replicate's optimum.
 
 import numpy as np
 
+from scaling.approach1 import compute_grid, curve_matrix, fit_approach1
 from scaling.fitlib import fit_approach2, fit_approach3, fit_frontier
 
 APPROACH3_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
+APPROACH1_KEYS = ("approach1_a", "approach1_b")
 APPROACH2_KEYS = ("approach2_a", "approach2_b")
 FRONTIER_KEYS = ("frontier_L_inf", "frontier_k", "frontier_gamma")
 CI_PERCENTILES = (2.5, 97.5)
@@ -44,11 +46,19 @@ def bootstrap(sweep, point_fit, n_resamples, seed=0, grid=None, starts_per_refit
     parameter's interval, and n_ok says how many remained.
     """
     rng = np.random.default_rng(seed)
-    samples = {key: [] for key in APPROACH3_KEYS + APPROACH2_KEYS + FRONTIER_KEYS}
+    samples = {key: [] for key in APPROACH3_KEYS + APPROACH2_KEYS + FRONTIER_KEYS + APPROACH1_KEYS}
+    # Approach 1's curves are interpolated once; a replicate takes their rows.
+    has_curves = any(c is not None for c in sweep.curves)
+    compute_values = compute_grid(sweep, 1500) if has_curves else None
+    matrix = curve_matrix(sweep, compute_values) if has_curves else None
     laws, frontiers = [], []  # whole replicates, for what is derived from several parameters at once
     for _ in range(n_resamples):
-        within = sweep.take(resample_within_budgets(sweep, rng))
+        picked = resample_within_budgets(sweep, rng)
+        within = sweep.take(picked)
         values = _approach2_and_frontier_values(within)
+        if has_curves:
+            approach1 = fit_approach1(within, matrix=matrix[picked], grid=compute_values)
+            values.update(approach1_a=approach1["a"], approach1_b=approach1["b"])
         for key, value in values.items():
             if value is not None and np.isfinite(value):
                 samples[key].append(value)

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""Fit a scaling-law sweep: Approach 2, Approach 3, the compute frontier, bootstrap CIs.
+"""Fit a scaling-law sweep: Approaches 1, 2 and 3, the compute frontier, bootstrap CIs.
 
     /usr/bin/python3 -m scaling.fit RUNS.jsonl --json OUT.json [--bootstrap 200] [--seed 0]
         [--markdown OUT.md] [--plots DIR] [--loss-key loss] [--small-grid]
 
 RUNS.jsonl: one run per line with N (parameters), D (tokens), C (FLOPs) and the loss; optional
 `budget` (IsoFLOP label; otherwise runs are grouped by C to 2 significant digits), `name`,
-`status`. Runs with a NaN/inf/missing loss or status "diverged" are excluded, each with a
+`status`, and `curve` ({"tokens": [...], "loss": [...]}: the training curve, for Approach 1;
+`tripod scale run` writes it). Runs with a NaN/inf/missing loss or status "diverged" are excluded, each with a
 warning on stderr, and listed under `excluded` in OUT.json.
 """
 
@@ -14,6 +15,7 @@ import argparse
 import sys
 import time
 
+from scaling.approach1 import fit_approach1
 from scaling.bootstrap import bootstrap
 from scaling.fitlib import SMALL_INIT_GRID, fit_approach2, fit_approach3, fit_frontier
 from scaling.report import build_report, render_markdown, write_json
@@ -25,12 +27,12 @@ APPROACH3_N_PARAMETERS = 5   # E, A, B, alpha, beta
 def analyse(sweep, excluded, n_records, n_bootstrap=200, seed=0, grid=None):
     """All fits of one sweep, as the OUT.json dict."""
     fit3 = fit_approach3(sweep, grid=grid)
-    approach2, frontier = fit_approach2(sweep), fit_frontier(sweep)
+    approach1, approach2, frontier = fit_approach1(sweep), fit_approach2(sweep), fit_frontier(sweep)
     boot = bootstrap(sweep, fit3, n_bootstrap, seed=seed, grid=grid) if n_bootstrap > 0 else None
     settings = {"n_resamples": n_bootstrap, "seed": seed,
                 "scheme": "runs resampled within each budget for Approach 2 and the frontier, "
                           "over all runs for Approach 3"}
-    return build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, settings)
+    return build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, settings, approach1)
 
 
 def main(argv=None):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from scaling.fitlib import interval_flags
-from scaling.laws import (CHINCHILLA, CHINCHILLA_TOKENS_PER_PARAM, EPOCH_2024, ParametricLaw,
+from scaling.laws import (CHINCHILLA, CHINCHILLA_TOKENS_PER_PARAM, EPOCH_2024, KAPLAN_N_OPT_EXPONENT, ParametricLaw,
                           reference_block)
 
 
@@ -41,7 +41,19 @@ def tokens_per_parameter_rows(law, approach2, data_budgets):
     return rows
 
 
-def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bootstrap_settings):
+def side_by_side(report):
+    """a of N_opt ~ C^a by each approach, and what its interval says about Kaplan's 0.73 and 0.5."""
+    rows = []
+    for name, est in (("Approach 1", report["approach1"]["a"]), ("Approach 2", report["approach2"]["a"]),
+                      ("Approach 3", report["a"])):
+        ci = est["ci"]
+        rows.append({"approach": name, "a": est["value"], "ci": ci,
+                     "excludes_kaplan_0.73": None if not ci else not (ci[0] <= KAPLAN_N_OPT_EXPONENT <= ci[1]),
+                     "includes_0.5": None if not ci else bool(ci[0] <= 0.5 <= ci[1])})
+    return rows
+
+
+def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bootstrap_settings, approach1=None):
     """Everything the fits found, as a JSON-ready dict (CIs are None without a bootstrap)."""
     ci = boot["ci"] if boot else {}
     law = fit3.law
@@ -56,6 +68,13 @@ def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bo
         "n_budgets_used": approach2["n_budgets_used"], "minima": approach2["minima"],
         "note": approach2.get("note", "power laws fitted to the interior minima only")}
     report["isoflop_minima"] = approach2["minima"]
+    approach1 = approach1 or {"a": None, "b": None, "note": "not fitted"}
+    report["approach1"] = {
+        "a": estimate(approach1["a"], ci.get("approach1_a")),
+        "b": estimate(approach1["b"], ci.get("approach1_b")),
+        "N_coefficient": approach1.get("N_coefficient"), "D_coefficient": approach1.get("D_coefficient"),
+        "n_points": approach1.get("n_points", 0), "envelope": approach1.get("envelope", []),
+        "note": approach1.get("note")}
     report["frontier"] = {
         "model": "L(C) = L_inf + k C^-gamma through the best run of each budget",
         "L_inf": estimate(frontier["L_inf"], ci.get("frontier_L_inf")),
@@ -67,6 +86,7 @@ def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bo
         "flags": list(frontier.get("flags", []))}
     for key in ("L_inf", "k", "gamma"):
         report["frontier"]["flags"] += interval_flags(f"the frontier's {key}", ci.get(f"frontier_{key}"))
+    report["a_side_by_side"] = side_by_side(report)
     report["tokens_per_parameter"] = tokens_per_parameter_rows(
         law, approach2, [C for _, _, C in sweep.budgets()])
     report["optimizer"] = fit3.optimizer_status()
@@ -117,7 +137,9 @@ def render_markdown(report):
     refs = report["references"]
     rows = [(k, report[k], refs["chinchilla"].get(k), refs["epoch2024"].get(k))
             for k in ("E", "A", "B", "alpha", "beta", "a", "b")]
-    rows += [("a (Approach 2)", report["approach2"]["a"], refs["chinchilla"]["a"], None),
+    rows += [("a (Approach 1)", report["approach1"]["a"], refs["chinchilla"]["a"], None),
+             ("b (Approach 1)", report["approach1"]["b"], refs["chinchilla"]["b"], None),
+             ("a (Approach 2)", report["approach2"]["a"], refs["chinchilla"]["a"], None),
              ("b (Approach 2)", report["approach2"]["b"], refs["chinchilla"]["b"], None)]
     rows += [(f"frontier {k}", report["frontier"][k], None, None) for k in ("L_inf", "k", "gamma")]
     out = ["# Scaling-law fit", "",
@@ -129,6 +151,12 @@ def render_markdown(report):
             for name, est, c, e in rows]
     out += ["", f"Kaplan et al. 2020: a = {refs['kaplan']['a']}. Frontier gamma implied by "
             f"Approach 3: {_fmt(report['frontier']['gamma_implied_by_approach3'])}.", "",
+            "## a of N_opt ∝ C^a by the three approaches", "",
+            "| approach | a | 95% CI | excludes Kaplan's 0.73 | includes 0.5 |", "|---|---|---|---|---|"]
+    yes_no = lambda x: "—" if x is None else ("yes" if x else "no")
+    out += [f"| {r['approach']} | {_fmt(r['a'])} | {_ci(r['ci'])} | {yes_no(r['excludes_kaplan_0.73'])} | "
+            f"{yes_no(r['includes_0.5'])} |" for r in report["a_side_by_side"]]
+    out += ["", f"Approach 1: {report['approach1'].get('note')}.", "",
             "## IsoFLOP minima (Approach 2)", "",
             "| budget | C | points | N_opt | D_opt | loss at min | interior |", "|---|---|---|---|---|---|---|"]
     out += [f"| {m['budget']} | {_fmt(m['C'])} | {m['n_points']} | {_fmt(m['N_opt'])} | "

@@ -22,6 +22,8 @@ class Sweep:
     loss: np.ndarray
     budget: np.ndarray   # str label per run: the record's `budget`, else C to 2 significant digits
     names: tuple
+    # Per run, its training curve (tokens, loss) as two arrays, or None (Approach 1 reads them).
+    curves: tuple = ()
 
     def __len__(self):
         return len(self.loss)
@@ -30,7 +32,8 @@ class Sweep:
         """A sub-sweep (indices may repeat: that is how the bootstrap resamples)."""
         idx = np.asarray(indices, int)
         return Sweep(self.N[idx], self.D[idx], self.C[idx], self.loss[idx], self.budget[idx],
-                     tuple(self.names[i] for i in idx))
+                     tuple(self.names[i] for i in idx),
+                     tuple(self.curves[i] for i in idx) if self.curves else ())
 
     def budgets(self):
         """[(label, run indices, representative C)] ordered by C.
@@ -101,13 +104,29 @@ def parse_records(lines, loss_key="loss", source="<runs>", warn_stream=None):
         C = float(record["C"])
         label = record.get("budget")
         kept.append((float(record["N"]), float(record["D"]), C, float(record[loss_key]),
-                     str(label) if label is not None else budget_label(C), name))
+                     str(label) if label is not None else budget_label(C), name, _curve(record)))
     if not kept:
         raise ValueError(f"{source}: no usable runs ({len(excluded)} excluded)")
-    N, D, C, loss, budget, names = zip(*kept)
+    N, D, C, loss, budget, names, curves = zip(*kept)
     sweep = Sweep(np.array(N), np.array(D), np.array(C), np.array(loss),
-                  np.array(budget, dtype=object), tuple(names))
+                  np.array(budget, dtype=object), tuple(names), tuple(curves))
     return sweep, excluded
+
+
+def _curve(record):
+    """The record's training curve as (tokens, loss) arrays of finite, positive points, or None."""
+    curve = record.get("curve")
+    if not isinstance(curve, dict):
+        return None
+    try:
+        tokens = np.asarray(curve.get("tokens"), float)
+        loss = np.asarray(curve.get("loss"), float)
+    except (TypeError, ValueError):
+        return None
+    if tokens.ndim != 1 or tokens.shape != loss.shape:
+        return None
+    keep = np.isfinite(tokens) & np.isfinite(loss) & (tokens > 0) & (loss > 0)
+    return (tokens[keep], loss[keep]) if keep.sum() >= 2 else None
 
 
 def load_runs(path, loss_key="loss", warn_stream=None):

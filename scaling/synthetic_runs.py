@@ -37,16 +37,26 @@ def isoflop_design(budgets, sizes_per_budget, span, center_N):
 
 
 def synthetic_records(law, budgets=CHINCHILLA_BUDGETS, sizes_per_budget=9, span=8.0,
-                      noise=0.0, seed=0, center="rule"):
-    """JSON-ready run records for `law` (a ParametricLaw) on an IsoFLOP design."""
+                      noise=0.0, seed=0, center="rule", curve_points=0, curve_span=100.0):
+    """JSON-ready run records for `law` (a ParametricLaw) on an IsoFLOP design.
+
+    curve_points > 0 adds each run's training curve (what Approach 1 reads): the law's loss at
+    `curve_points` token counts log-spaced from D/curve_span to D (with the same noise model). On
+    a real run the loss part-way through is above the law's (the learning rate has not decayed
+    yet); here it is the law's, so Approach 1's envelope is the law's own optimum."""
     center_N = law.optimal_N if center == "law" else chinchilla_rule_N
     rng = np.random.default_rng(seed)
     records = []
     for C, N in isoflop_design(budgets, sizes_per_budget, span, center_N):
         D = C / (FLOPS_PER_PARAM_TOKEN * N)
         loss = float(law.loss(N, D)) * float(np.exp(noise * rng.standard_normal()))
-        records.append({"name": f"C{C:.1e}_N{N:.3e}", "N": N, "D": D, "C": C,
-                        "budget": f"{C:.1e}", "loss": loss, "status": "ok"})
+        record = {"name": f"C{C:.1e}_N{N:.3e}", "N": N, "D": D, "C": C,
+                  "budget": f"{C:.1e}", "loss": loss, "status": "ok"}
+        if curve_points > 0:
+            tokens = np.geomspace(D / curve_span, D, curve_points)
+            noisy = law.loss(N, tokens) * np.exp(noise * rng.standard_normal(curve_points))
+            record["curve"] = {"tokens": tokens.tolist(), "loss": noisy.tolist()}
+        records.append(record)
     return records
 
 

@@ -14,6 +14,35 @@ namespace tripod::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+
+// Trailing means (causal: a point sees only its past) over 5% of the steps so far, sampled at up to
+// kCurvePoints log-spaced steps. Steps without a finite loss or a token count are skipped.
+void add_curve(const std::map<int64_t, json>& by_step, MetricsSummary& s) {
+  std::vector<double> tokens, losses;
+  for (const auto& [step, record] : by_step)
+    if (record.at("loss").is_number() && record.contains("tokens") && record.at("tokens").is_number()) {
+      tokens.push_back(record.at("tokens").get<double>());
+      losses.push_back(record.at("loss").get<double>());
+    }
+  const std::size_t n = losses.size();
+  if (n == 0) return;
+  std::vector<double> prefix(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + losses[i];
+  std::size_t last = n;  // one past the last index taken
+  for (int k = 0; k < kCurvePoints; ++k) {
+    const double at = std::exp(std::log(static_cast<double>(n)) * (k + 1) / kCurvePoints);  // 1 .. n
+    const std::size_t i = std::min(n, static_cast<std::size_t>(std::llround(at))) - 1;
+    if (i == last) continue;
+    last = i;
+    const std::size_t window = std::max<std::size_t>(1, (i + 1) / 20);
+    s.curve_tokens.push_back(tokens[i]);
+    s.curve_loss.push_back((prefix[i + 1] - prefix[i + 1 - window]) / static_cast<double>(window));
+  }
+}
+
+}  // namespace
+
 MetricsSummary summarize_metrics(const fs::path& metrics_jsonl) {
   MetricsSummary s;
   std::ifstream in(metrics_jsonl);
@@ -45,6 +74,7 @@ MetricsSummary summarize_metrics(const fs::path& metrics_jsonl) {
     }
   }
   if (count > 0) s.smoothed_loss = sum / static_cast<double>(count);
+  add_curve(by_step, s);
   return s;
 }
 
@@ -113,6 +143,9 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
       {"config_hash", config_hash(run.config)},
   };
   if (!outcome.error.empty()) r["error"] = outcome.error;
+  if (ok && !m.curve_tokens.empty())
+    r["curve"] = {{"tokens", m.curve_tokens}, {"loss", m.curve_loss},
+                  {"smoothing", "training loss, mean over the trailing 5% of the steps so far"}};
   return r;
 }
 

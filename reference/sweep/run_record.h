@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,11 @@ struct MetricsSummary {
   double smoothed_loss = NAN;  // mean training loss over the last 10% of steps
   double eval_loss = NAN;      // held-out loss of the final weights (NaN: no val split)
   double train_seconds = 0;    // sum of step times (excludes start-up, eval and checkpoints)
+  // The training curve for Chinchilla's Approach 1: at up to kCurvePoints log-spaced steps, the
+  // tokens seen so far and the training loss averaged over the trailing 5% of the steps so far.
+  std::vector<double> curve_tokens, curve_loss;
 };
+constexpr int kCurvePoints = 64;
 
 MetricsSummary summarize_metrics(const std::filesystem::path& metrics_jsonl);
 

@@ -176,7 +176,7 @@ class Scheduler {
     last_progress_ = Clock::now();
     double flops_left = 0, flops_per_second = 0;
     for (const PlannedRun* run : pending_) flops_left += run->flops;
-    const std::string at = "[" + clock_text(elapsed()) + "]";
+    const std::string at = str_cat("[", clock_text(elapsed()), "]");  // (not operator+: GCC 12 -Wrestrict false positive)
     for (const auto& [pid, r] : running_) {
       const PlannedRun& run = *r.run;
       const RunProgress p = latest_progress(r.paths.metrics);

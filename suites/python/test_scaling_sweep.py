@@ -129,6 +129,9 @@ def test_records(sweep):
             continue
         assert r["status"] == "ok", r
         assert r["loss"] == r["eval_loss"] and r["loss_source"] == "eval"
+        curve = r["curve"]  # Approach 1's training curve: log-spaced, trailing-mean smoothed
+        assert 2 <= len(curve["tokens"]) <= 64 and len(curve["loss"]) == len(curve["tokens"])
+        assert curve["tokens"] == sorted(curve["tokens"]) and curve["tokens"][-1] == r["D"]
         assert 0 < r["loss"] < math.log(32) + 0.2      # below (or near) a uniform guess over 32 tokens
     diverged = by_name[sweep["diverging"]]
     assert diverged["status"] == "diverged" and diverged["loss"] is None
