@@ -19,8 +19,12 @@ void add_prepare(CLI::App& data) {
   cmd->add_option("--input", options->input, "plain-text corpus (UTF-8)")->required();
   cmd->add_option("--out", options->out_dir, "output directory")->required();
   cmd->add_option("--vocab-size", options->vocab_size, "tokenizer vocabulary size")->required();
-  cmd->add_option("--val-fraction", options->val_fraction, "fraction of tokens held out for validation")
-      ->capture_default_str();
+  auto* fraction = cmd->add_option("--val-fraction", options->val_fraction,
+                                   "fraction of tokens held out for validation (the end of the input)")
+                       ->capture_default_str();
+  cmd->add_option("--val-input", options->val_input,
+                  "a held-out text of its own (e.g. documents drawn at random): --input is then all train")
+      ->excludes(fraction);
   cmd->add_option("--shard-tokens", options->shard_tokens, "tokens per shard file")->capture_default_str();
   cmd->callback([options] {
     const data::PrepareReport report = data::prepare_text_corpus(*options);

@@ -56,37 +56,47 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   const std::string text = read_text_file(options.input);
   check(text.find_first_not_of(" \t\r\n") != std::string::npos, "input text ", options.input,
         " is empty (no non-whitespace characters)");
+  const bool own_val = !options.val_input.empty();
+  const std::string val_text = own_val ? read_text_file(options.val_input) : std::string();
+  check(!own_val || val_text.find_first_not_of(" \t\r\n") != std::string::npos, "held-out text ",
+        options.val_input, " is empty (no non-whitespace characters)");
 
   invalidate_dataset(options.out_dir);
   train_bpe_tokenizer(options.input, options.out_dir / "tokenizer", options.vocab_size);
   const Tokenizer tokenizer = Tokenizer::load(options.out_dir / "tokenizer.model");
-  const std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
-  const auto total = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
+  const std::vector<int32_t> val_tokens = own_val ? encode_by_lines(tokenizer, val_text) : std::vector<int32_t>();
+  const auto total = static_cast<int64_t>(tokens.size() + val_tokens.size());
 
   PrepareReport report;
   report.vocab_size = tokenizer.vocab_size();
-  report.val_tokens = std::llround(static_cast<double>(total) * options.val_fraction);
+  report.val_tokens = own_val ? static_cast<int64_t>(val_tokens.size())
+                              : std::llround(static_cast<double>(total) * options.val_fraction);
   report.train_tokens = total - report.val_tokens;
-  report.bytes_per_token = static_cast<double>(text.size()) / static_cast<double>(total);
+  report.bytes_per_token = static_cast<double>(text.size() + val_text.size()) / static_cast<double>(total);
 
   const std::span<const int32_t> stream(tokens);
   const auto vocab = static_cast<uint64_t>(report.vocab_size);
   nlohmann::json splits;
   splits["train"] = write_split_shards(options.out_dir, "train", stream.first(report.train_tokens), vocab,
                                        options.shard_tokens);
-  splits["val"] = write_split_shards(options.out_dir, "val", stream.last(report.val_tokens), vocab,
-                                     options.shard_tokens);
+  splits["val"] = write_split_shards(options.out_dir, "val",
+                                     own_val ? std::span<const int32_t>(val_tokens) : stream.last(report.val_tokens),
+                                     vocab, options.shard_tokens);
   write_dataset_meta(options.out_dir, {{"format", kDatasetFormat},
                                        {"version", kDatasetVersion},
                                        {"vocab_size", report.vocab_size},
                                        {"tokenizer", "tokenizer.model"},
                                        {"splits", splits},
                                        {"source", fs::absolute(options.input).string()},
-                                       {"input_bytes", text.size()},
+                                       {"input_bytes", text.size() + val_text.size()},
                                        {"bytes_per_token", report.bytes_per_token},
                                        {"train_tokens", report.train_tokens},
                                        {"val_tokens", report.val_tokens},
-                                       {"val_fraction", options.val_fraction}});
+                                       {"val_fraction", own_val ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(options.val_fraction)},
+                                       {"val_source", own_val ? fs::absolute(options.val_input).string()
+                                                              : std::string("the last val_fraction of the input")}});
   return report;
 }
 

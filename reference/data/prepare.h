@@ -10,6 +10,9 @@ struct PrepareOptions {
   std::filesystem::path input, out_dir;
   int vocab_size = 4096;
   double val_fraction = 0.05;      // the last fraction of the token stream becomes "val"
+  // A held-out text of its own (a split drawn by document, say): then `input` is all "train",
+  // this file all "val", val_fraction is not used, and the tokenizer learns from `input` only.
+  std::filesystem::path val_input;
   int64_t shard_tokens = 1 << 24;  // tokens per shard file
 };
 

@@ -62,6 +62,18 @@ void print_grid(const SweepSpec& spec, const CorpusInfo& corpus, const std::vect
   std::fflush(stdout);
 }
 
+// A spec with max_epochs refuses a grid in which any run would read its corpus more often.
+void check_epochs(const SweepSpec& spec, const CorpusInfo& corpus, const std::vector<PlannedRun>& grid) {
+  if (spec.max_epochs <= 0 || corpus.train_tokens <= 0) return;
+  for (const PlannedRun& r : grid) {
+    const double epochs = static_cast<double>(r.tokens) / static_cast<double>(corpus.train_tokens);
+    check(epochs <= spec.max_epochs, spec.file.string(), ": run ", r.name, " would read ", r.tokens, " tokens, ",
+          epochs, " epochs of the corpus's ", corpus.train_tokens, " train tokens, more than max_epochs = ",
+          spec.max_epochs, " (repeated data distorts the fitted laws): lower the budgets or the span, or use a larger "
+          "corpus");
+  }
+}
+
 std::string estimate_text(const json& e) {
   if (!e.is_object() || !e.value("value", json()).is_number()) return "n/a";
   char text[96];
@@ -114,11 +126,14 @@ void run_sweep_job(const SweepRunOptions& o) {
     check(o.jobs >= 0, "--jobs must be >= 1");
     if (o.dry_run) {
       const CorpusInfo corpus = describe_corpus(spec, out);
-      print_grid(spec, corpus, expand_grid(spec, corpus));
+      const std::vector<PlannedRun> grid = expand_grid(spec, corpus);
+      print_grid(spec, corpus, grid);
+      check_epochs(spec, corpus, grid);
       return;
     }
     // The grid is checked before a corpus is generated: a bad spec fails in a second, not minutes in.
-    expand_grid(spec, describe_corpus(spec, out));
+    const CorpusInfo described = describe_corpus(spec, out);
+    check_epochs(spec, described, expand_grid(spec, described));
     const CorpusInfo corpus = prepare_corpus(spec, out);
     std::vector<PlannedRun> grid = expand_grid(spec, corpus);
     place_runs(grid, out);

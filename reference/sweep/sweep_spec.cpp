@@ -215,7 +215,7 @@ SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
   const Section top(j, "", file);
   top.allow_only({"name", "description", "corpus", "conventions", "budgets", "models", "context", "batch_size",
                   "lr", "warmup", "seeds", "min_steps", "eval_batches", "checkpoint_every", "settings",
-                  "overrides"});
+                  "overrides", "max_epochs"});
   spec.name = top.text("name", file.stem().string());
   spec.corpus = parse_corpus(top.section("corpus"));
   if (top.has("conventions")) parse_conventions(top.section("conventions"), spec);
@@ -228,6 +228,8 @@ SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
   if (top.has("seeds")) spec.seeds = parse_seeds(top.raw("seeds"), file);
   spec.min_steps = top.integer("min_steps", spec.min_steps);
   spec.eval_batches = top.integer("eval_batches", spec.eval_batches);
+  spec.max_epochs = top.number("max_epochs", spec.max_epochs);
+  check(spec.max_epochs >= 0, file.string(), ": 'max_epochs' must be >= 0 (0: no limit), got ", spec.max_epochs);
   spec.checkpoint_every = top.integer("checkpoint_every", spec.checkpoint_every);
   if (top.has("settings")) spec.settings = parse_settings(top.raw("settings"), "settings", file);
   if (top.has("overrides")) spec.overrides = parse_overrides(top.raw("overrides"), file);

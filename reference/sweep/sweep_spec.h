@@ -96,6 +96,7 @@ struct SweepSpec {
   std::vector<uint64_t> seeds = {1};
   int64_t min_steps = 10;        // a run with fewer steps is an error (its LR schedule is meaningless)
   int64_t eval_batches = 8;      // held-out batches for the final eval loss
+  double max_epochs = 0;         // > 0: a run reading more than this many epochs of the corpus is an error
   int64_t checkpoint_every = 200;  // steps between checkpoints (what an interrupted run resumes from)
   nlohmann::json settings = nlohmann::json::object();  // extra "section.key": value for every run
   std::vector<RunOverride> overrides;
