@@ -21,9 +21,8 @@ import sys
 
 import numpy as np
 
+from scaling.bootstrap import CI_PERCENTILES
 from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, ParametricLaw
-
-CI = (2.5, 97.5)
 
 
 def frontier_of_law(law):
@@ -47,7 +46,7 @@ def stop_budget(K, gamma, threshold):
 
 def _interval(values):
     values = [v for v in values if v is not None and np.isfinite(v)]
-    return [float(v) for v in np.percentile(values, CI)] if len(values) >= 2 else None
+    return [float(v) for v in np.percentile(values, CI_PERCENTILES)] if len(values) >= 2 else None
 
 
 def load_frontiers(fit, source):

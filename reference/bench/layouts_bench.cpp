@@ -56,10 +56,7 @@ struct LayoutTiming {
 // is over only when every rank has finished it.
 LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, Backend& backend, Communicator& world,
                          const LayoutsOptions& o) {
-  nlohmann::json j = config.json;
-  j["train"]["micro_batches"] = shape.micro_batches;
-  j["train"]["recompute"] = recompute_name(shape.recompute);
-  const RunConfig run = parse_run_config(j);
+  const RunConfig run = layout_run_config(config, shape);
   backend.reset_peak_memory();
   const std::size_t before = backend.memory_stats().live;
   ProcessGrid grid(world, shape.grid(), shape.grid_order);

@@ -65,10 +65,7 @@ class MpiRequest final : public CommRequest {
   MpiRequest(std::string what, CommCall call) : what_(std::move(what)), call_(std::move(call)) {}
   ~MpiRequest() override {
     if (done_ || request_ == MPI_REQUEST_NULL || !MpiRuntime::initialized()) return;
-    if (tracked_) {  // not waited for: the progress thread need not go on for it
-      tracked_ = false;
-      if (MpiProgress* progress = MpiProgress::instance()) progress->release();
-    }
+    untrack();  // not waited for: the progress thread need not go on for it
     if (std::uncaught_exceptions() > 0) {
       // Unwinding from an error: the peer this operation waits for may itself wait for us, so a
       // wait here could hang the job before the error is reported and the ranks aborted. Leave the
@@ -104,14 +101,16 @@ class MpiRequest final : public CommRequest {
     tracked_ = true;
     MpiProgress::instance()->hold();
   }
+  void untrack() {
+    if (!tracked_) return;
+    tracked_ = false;
+    if (MpiProgress* progress = MpiProgress::instance()) progress->release();
+  }
 
  private:
   void complete(int code, const MPI_Status& status) {
     done_ = true;
-    if (tracked_) {
-      tracked_ = false;
-      if (MpiProgress* progress = MpiProgress::instance()) progress->release();
-    }
+    untrack();
     mpi_check(code, what_);
     if (finish_) finish_(status);
   }

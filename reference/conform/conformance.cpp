@@ -47,13 +47,6 @@ double run_conformance_steps(TrainingEngine& engine, const RunConfig& config, in
   return seconds;
 }
 
-RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
-  nlohmann::json j = base.json;
-  j["train"]["micro_batches"] = layout.micro_batches;
-  j["train"]["recompute"] = recompute_name(layout.recompute);
-  return parse_run_config(j);
-}
-
 Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend) {
   Trainer trainer(config, backend);
   trainer.initialise();

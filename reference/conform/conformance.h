@@ -61,8 +61,6 @@ data::Batch conformance_batch(const RunConfig& config, int step);
 // Steps first..last-1 of the conformance batches on `engine`, appended to `t`'s losses and norms;
 // returns their summed time.
 double run_conformance_steps(TrainingEngine& engine, const RunConfig& config, int first, int last, Trajectory& t);
-// The configuration a layout runs under: `base` with the layout's micro-batch count.
-RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout);
 
 // Every run computes on `backend` (its tensors on the backend's device; the group must accept them).
 Trajectory run_single_device(const RunConfig& config, int steps, Backend& backend);

@@ -62,8 +62,7 @@ void ParamGatherer::finish_gather(int b) {
 void ParamGatherer::begin_pass(PassKind kind) {
   // Leftovers of the previous pass (prefetched for an acquisition that did not come) go; a bucket
   // still in use (a pass interrupted by an error) stays with its users.
-  for (std::size_t b = 0; b < gathered_.size(); ++b)
-    if (users_[b] == 0 && held(static_cast<int>(b))) drop(static_cast<int>(b));
+  drop_unused();
   if (trace_ && !trace_->recorded) trace_->recorded = true;  // the first pass of its kind is complete
   trace_ = &traces_[kind == PassKind::Forward ? 0 : 1];
   cursor_ = 0;
@@ -89,8 +88,7 @@ void ParamGatherer::acquire(int group) {
     trace_->events.push_back(b);
   } else if (trace_ && trace_->valid && (event >= trace_->events.size() || trace_->events[event] != b)) {
     trace_->valid = false;  // this pass is not the recorded one: no more guessing
-    for (std::size_t other = 0; other < gathered_.size(); ++other)
-      if (users_[other] == 0 && held(static_cast<int>(other))) drop(static_cast<int>(other));
+    drop_unused();
   }
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
   Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
@@ -130,6 +128,11 @@ void ParamGatherer::release(int group) {
   const bool next_is_this = !faults_.has(Fault::StaleZero3Params) && trace_ && trace_->recorded && trace_->valid &&
                             cursor_ < trace_->events.size() && trace_->events[cursor_] == b;
   if (!next_is_this) drop(b);
+}
+
+void ParamGatherer::drop_unused() {
+  for (std::size_t b = 0; b < gathered_.size(); ++b)
+    if (users_[b] == 0 && held(static_cast<int>(b))) drop(static_cast<int>(b));
 }
 
 void ParamGatherer::drop_all() {

@@ -55,6 +55,7 @@ class ParamGatherer {
   void finish_gather(int bucket);  // waits for an in-flight gather
   void prefetch_after(std::size_t event);
   void drop(int bucket);           // poison (if asked) and free
+  void drop_unused();              // every bucket held without a user (prefetched or kept)
   bool held(int bucket) const { return gathered_[static_cast<std::size_t>(bucket)].defined() || in_flight_[static_cast<std::size_t>(bucket)] != nullptr; }
 
   const ShardLayout& layout_;

@@ -59,13 +59,6 @@ void append_line(const fs::path& path, const std::string& line) {
   out << line << "\n";
 }
 
-std::string clock_text(double seconds) {
-  const long s = static_cast<long>(seconds);
-  char text[32];
-  std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
-  return text;
-}
-
 bool is_final(const json& result) {
   const std::string status = result.value("status", "");
   return status == "ok" || status == "diverged";
@@ -176,7 +169,7 @@ class Scheduler {
     last_progress_ = Clock::now();
     double flops_left = 0, flops_per_second = 0;
     for (const PlannedRun* run : pending_) flops_left += run->flops;
-    const std::string at = str_cat("[", clock_text(elapsed()), "]");  // (not operator+: GCC 12 -Wrestrict false positive)
+    const std::string at = str_cat("[", duration_text(elapsed()), "]");  // (not operator+: GCC 12 -Wrestrict false positive)
     for (const auto& [pid, r] : running_) {
       const PlannedRun& run = *r.run;
       const RunProgress p = latest_progress(r.paths.metrics);
@@ -223,7 +216,7 @@ class Scheduler {
     }
     char line[1024];
     std::snprintf(line, sizeof line, "[%6s] done   %-22s %-8s %s  %.1f s  (%zu/%zu done, %zu left)",
-                  clock_text(elapsed()).c_str(), done.run->name.c_str(), run_status_name(result.status).c_str(),
+                  duration_text(elapsed()).c_str(), done.run->name.c_str(), run_status_name(result.status).c_str(),
                   result.status == RunStatus::Ok
                       ? ("loss " + std::to_string(record.at("loss").is_number() ? record.at("loss").get<double>() : NAN)).c_str()
                       : result.error.c_str(),
@@ -239,7 +232,7 @@ class Scheduler {
 
   // Throws when the sweep was interrupted or runs failed.
   void check_finished(bool interrupted) const {
-    check(!interrupted, "sweep ", spec_.file.string(), " interrupted after ", clock_text(outcome_.seconds), ": ",
+    check(!interrupted, "sweep ", spec_.file.string(), " interrupted after ", duration_text(outcome_.seconds), ": ",
           running_.size(), " runs stopped at their last checkpoint, ", pending_.size(),
           " not started; rerun the same command to resume");
     if (!failures_.empty()) {
@@ -268,7 +261,7 @@ class Scheduler {
     running_.emplace(pid, Running{&run, paths, Clock::now()});
     char line[512];
     std::snprintf(line, sizeof line, "[%6s] start  %-22s N=%-9lld D=%-10lld steps=%-6lld%s  (%zu running, %zu waiting)",
-                  clock_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
+                  duration_text(elapsed()).c_str(), run.name.c_str(), static_cast<long long>(run.n),
                   static_cast<long long>(run.tokens), static_cast<long long>(run.steps),
                   resume_step > 0 ? (" resuming at step " + std::to_string(resume_step)).c_str() : "",
                   running_.size(), pending_.size());

@@ -95,6 +95,13 @@ Shape DistributedTrainer::local_shape(const ParamSpec& spec) const {
 
 DistributedTrainer::~DistributedTrainer() = default;
 
+RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
+  nlohmann::json j = base.json;
+  j["train"]["micro_batches"] = layout.micro_batches;
+  j["train"]["recompute"] = recompute_name(layout.recompute);
+  return parse_run_config(j);
+}
+
 int64_t DistributedTrainer::local_batch() const { return config_.train.batch_size / dp_.size(); }
 
 DistributedTrainer::Chunk& DistributedTrainer::chunk(int index) {

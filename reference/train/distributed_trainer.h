@@ -107,4 +107,9 @@ class DistributedTrainer final : public TrainingEngine {
   std::vector<ActionTiming> timings_;
 };
 
+// The configuration a layout runs under: `base` with the layout's micro-batch count and activation
+// recomputation (the settings a layout names that the run config carries). Conform and the layout
+// benchmark run layouts from one base configuration through it.
+RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout);
+
 }  // namespace tripod
