@@ -17,6 +17,9 @@ void add_conform_command(CLI::App& app);  // tripod conform
 void add_schedule_command(CLI::App& app);  // tripod schedule: print and simulate a pipeline schedule
 void add_check_backend_command(CLI::App& app);  // tripod check-backend: every op against the CPU backend
 void add_launch_command(CLI::App& app);  // tripod launch: restart a failed job from its latest checkpoint
+void add_golden_commands(CLI::App& app);  // tripod golden | golden run | golden check: bundles for other frameworks
+void add_import_command(CLI::App& app);   // tripod import nccl-tests | megatron | torchtitan: other tools' output
+void add_report_command(CLI::App& app);   // tripod report: one HTML page from a results directory
 
 // --backend NAME (default cpu), listing the backends built into this binary; the command makes
 // it with backend/backend_factory.h's make_backend.

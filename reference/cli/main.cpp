@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   tripod::cli::add_schedule_command(app);
   tripod::cli::add_check_backend_command(app);
   tripod::cli::add_launch_command(app);
+  tripod::cli::add_golden_commands(app);
+  tripod::cli::add_import_command(app);
+  tripod::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,9 +16,9 @@ bool is_conv1d_weight(ParamRole role) {
          role == ParamRole::FcProjWeight;
 }
 
-ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Tensor& t, const std::string& prefix,
-                              DType out) {
-  std::vector<double> values = to_host_f64(backend, t);
+ckpt::HostTensor to_hf_tensor(const ParamSpec& spec, std::vector<double> values, const std::string& prefix, DType out) {
+  check(static_cast<int64_t>(values.size()) == shape_numel(spec.shape), "HF export: ", spec.name, " has ",
+        values.size(), " values, its shape needs ", shape_numel(spec.shape));
   Shape shape = spec.shape;
   if (is_conv1d_weight(spec.role)) {
     // [out, in] -> [in, out]
@@ -32,6 +32,34 @@ ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Ten
   if (out == DType::F64) return ckpt::make_host_tensor<double>(prefix + spec.name, shape, values);
   check(out == DType::F32, "HF export supports fp32 and fp64, not ", dtype_name(out));
   return ckpt::make_host_tensor<float>(prefix + spec.name, shape, std::vector<float>(values.begin(), values.end()));
+}
+
+ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Tensor& t, const std::string& prefix,
+                              DType out) {
+  return to_hf_tensor(spec, to_host_f64(backend, t), prefix, out);
+}
+
+std::vector<double> from_hf_tensor(const ParamSpec& spec, const ckpt::HostTensor& hf, const std::string& origin) {
+  Shape expected = spec.shape;
+  if (is_conv1d_weight(spec.role)) std::swap(expected[0], expected[1]);
+  check(hf.shape == expected, origin, ": ", hf.name, " has shape ", shape_str(hf.shape), ", the model needs ",
+        shape_str(expected), " (Hugging Face layout)");
+  std::vector<double> values(static_cast<std::size_t>(hf.numel()));
+  if (hf.dtype == DType::F32) {
+    const float* v = hf.as<float>();
+    std::copy(v, v + hf.numel(), values.begin());
+  } else {
+    check(hf.dtype == DType::F64, origin, ": ", hf.name, " is ", dtype_name(hf.dtype), ", expected F32 or F64");
+    const double* v = hf.as<double>();
+    std::copy(v, v + hf.numel(), values.begin());
+  }
+  if (!is_conv1d_weight(spec.role)) return values;
+  // [in, out] -> [out, in]
+  const int64_t rows = expected[0], cols = expected[1];
+  std::vector<double> transposed(values.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) transposed[static_cast<std::size_t>(c * rows + r)] = values[static_cast<std::size_t>(r * cols + c)];
+  return transposed;
 }
 
 std::vector<ckpt::HostTensor> to_hf_tensors(Backend& backend, const ParamSet& set, const std::string& prefix,

@@ -20,6 +20,11 @@ bool is_conv1d_weight(ParamRole role);
 // (F32 or F64).
 ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Tensor& t, const std::string& prefix,
                               DType out);
+// The same from host values in Tripod's layout.
+ckpt::HostTensor to_hf_tensor(const ParamSpec& spec, std::vector<double> values, const std::string& prefix, DType out);
+// The inverse: an HF-layout tensor (F32 or F64) as values in Tripod's layout; throws naming
+// `origin` and the tensor when its shape is not the HF shape of `spec`.
+std::vector<double> from_hf_tensor(const ParamSpec& spec, const ckpt::HostTensor& hf, const std::string& origin);
 std::vector<ckpt::HostTensor> to_hf_tensors(Backend& backend, const ParamSet& set, const std::string& prefix,
                                             DType out);
 

@@ -1,0 +1,90 @@
+// tripod golden --config FILE --steps K --out DIR [--set key=value]...   cut a golden bundle
+// tripod golden run BUNDLE --precision fp32|fp64 --out RESULTS.json [--layout NAME]   Tripod as a peer
+// tripod golden check BUNDLE RESULTS.json [--json OUT]   compare a peer's results (reports/golden/check.py)
+// The bundle and results formats: reports/FORMATS.md; golden/ builds and replays bundles.
+#include <cstdio>
+
+#include "backend/backend_factory.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "golden/golden_replay.h"
+#include "golden/golden_writer.h"
+#include "process/python_module.h"
+
+namespace tripod::cli {
+namespace {
+
+struct GoldenWriteOptions {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  int64_t steps = 8;
+  std::string out, backend = "cpu";
+};
+
+struct GoldenCheckOptions {
+  std::string bundle, results, json_out, python = process::default_python();
+};
+
+void write_bundle(const GoldenWriteOptions& o) {
+  check(!o.out.empty(), "golden: --out DIR is required (or use `golden run` / `golden check`)");
+  const RunConfig config = parse_run_config(load_config_json(o.config, o.overrides));
+  auto backend = make_backend(o.backend);
+  const golden::GoldenWriteSummary s = golden::write_golden_bundle(config, o.steps, o.out, *backend);
+  std::printf("golden bundle: %lld steps of %lld tokens, %lld parameters; fp64 loss %.6f -> %.6f; Tripod's fp32 "
+              "within %.1e of its fp64 -> %s\n",
+              static_cast<long long>(s.steps), static_cast<long long>(s.tokens_per_step),
+              static_cast<long long>(s.parameters), s.first_loss, s.last_loss, s.fp32_worst_loss_rel_error,
+              o.out.c_str());
+  std::printf("next: a peer trains from it (reports/peers/), then tripod golden check %s RESULTS.json\n", o.out.c_str());
+}
+
+void add_run(CLI::App& golden) {
+  auto o = std::make_shared<golden::ReplayOptions>();
+  auto* cmd = golden.add_subcommand("run", "train a bundle's steps with Tripod in any layout; write peer results");
+  cmd->add_option("bundle", o->bundle, "a golden bundle directory")->required();
+  cmd->add_option("--precision", o->precision, "fp32 or fp64")
+      ->check(CLI::IsMember({"fp32", "fp64"}))
+      ->capture_default_str();
+  cmd->add_option("--out", o->out, "RESULTS.json (parameters after steps 1 and K are written beside it)")->required();
+  cmd->add_option("--layout", o->layout,
+                  "a parallel layout by name, e.g. tp2-pp1-dp2-z1-mb2 (default: data parallel over every rank)");
+  add_backend_option(*cmd, o->backend);
+  add_comm_options(*cmd, o->comm);
+  cmd->callback([o] { golden::replay_golden_bundle(*o); });
+}
+
+void add_check(CLI::App& golden) {
+  auto o = std::make_shared<GoldenCheckOptions>();
+  auto* cmd = golden.add_subcommand("check", "compare a peer's results with a bundle's reference, per step and tensor");
+  cmd->add_option("bundle", o->bundle, "a golden bundle directory")->required();
+  cmd->add_option("results", o->results, "the peer's RESULTS.json (reports/FORMATS.md section 2)")->required();
+  cmd->add_option("--json", o->json_out, "also write the verdict as JSON here");
+  cmd->add_option("--python", o->python, "Python with numpy")->capture_default_str();
+  cmd->callback([o] {
+    std::vector<std::string> args = {o->bundle, o->results};
+    if (!o->json_out.empty()) args.insert(args.end(), {"--json", o->json_out});
+    // The checker prints its verdict (or what it could not read); an empty error exits 1 quietly.
+    if (process::run_python_module(o->python, "reports.golden.check", args) != 0) throw Error("");
+  });
+}
+
+}  // namespace
+
+void add_golden_commands(CLI::App& app) {
+  auto o = std::make_shared<GoldenWriteOptions>();
+  auto* golden = app.add_subcommand("golden", "golden bundles: what another framework needs to reproduce a short run");
+  golden->require_subcommand(0, 1);
+  golden->add_option("-c,--config", o->config, "preset name (tiny, small, gpt2-124m) or JSON config file")
+      ->capture_default_str();
+  golden->add_option("--set", o->overrides, "override a config key, e.g. --set train.batch_size=4 (repeatable)");
+  golden->add_option("--steps", o->steps, "K: the steps recorded")->check(CLI::PositiveNumber)->capture_default_str();
+  golden->add_option("--out", o->out, "the bundle directory (new or empty)");
+  add_backend_option(*golden, o->backend);
+  add_run(*golden);
+  add_check(*golden);
+  golden->callback([o, golden] {
+    if (golden->get_subcommands().empty()) write_bundle(*o);
+  });
+}
+
+}  // namespace tripod::cli
