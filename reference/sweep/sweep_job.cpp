@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "process/child_process.h"
+#include "process/python_module.h"
 #include "sweep/sweep_corpus.h"
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
@@ -148,31 +149,25 @@ void fit_sweep(const SweepFitOptions& o) {
     const fs::path out = o.out, runs = out / "runs.jsonl";
     check(fs::exists(runs), "no ", runs.string(), ": run `tripod scale run SPEC --out ", out.string(), "` first");
     // The fitter is the Python package scaling/ of the source tree, run as a module.
-    const fs::path source = TRIPOD_SOURCE_DIR;
-    check(fs::exists(source / "scaling" / "fit.py"), "the fitter ", (source / "scaling" / "fit.py").string(),
-          " is missing (TRIPOD_SOURCE_DIR moved?)");
-    std::vector<std::string> args = {"-m", "scaling.fit", runs.string(), "--json", (out / "fit.json").string(),
+    std::vector<std::string> args = {runs.string(), "--json", (out / "fit.json").string(),
                                      "--markdown", (out / "fit.md").string(), "--plots", (out / "plots").string(),
                                      "--bootstrap", std::to_string(o.bootstrap)};
     if (o.small_grid) args.push_back("--small-grid");
-    const ChildExit exit = run_foreground(o.python, args, {{"PYTHONPATH", source.string()}});
-    check(!exit.signaled && exit.code == 0, "scaling/fit.py on ", runs.string(), " failed (", describe_exit(exit), ")");
+    const int code = process::run_python_module(o.python, "scaling.fit", args);
+    check(code == 0, "scaling/fit.py on ", runs.string(), " failed (exit status ", code, ")");
     summarise_fit(out);
 }
 
 void advise_sweep(const SweepAdviseOptions& o) {
-  const fs::path source = TRIPOD_SOURCE_DIR;
-  check(fs::exists(source / "scaling" / "advise.py"), "the adviser ", (source / "scaling" / "advise.py").string(),
-        " is missing (TRIPOD_SOURCE_DIR moved?)");
   check(o.threshold > 0, "scale advise: --threshold must be positive (a loss gain per doubling), got ", o.threshold);
-  std::vector<std::string> args = {"-m", "scaling.advise", o.fit, "--threshold", std::to_string(o.threshold),
+  std::vector<std::string> args = {o.fit, "--threshold", std::to_string(o.threshold),
                                    "--from", o.source, "--budgets", o.budgets};
   if (!o.json_out.empty()) {
     args.push_back("--json");
     args.push_back(o.json_out);
   }
-  const ChildExit exit = run_foreground(o.python, args, {{"PYTHONPATH", source.string()}});
-  check(!exit.signaled && exit.code == 0, "scaling/advise.py on ", o.fit, " failed (", describe_exit(exit), ")");
+  const int code = process::run_python_module(o.python, "scaling.advise", args);
+  check(code == 0, "scaling/advise.py on ", o.fit, " failed (exit status ", code, ")");
 }
 
 }  // namespace tripod::sweep
