@@ -7,6 +7,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "golden/bundle.h"
 #include "golden/golden_replay.h"
 #include "golden/golden_writer.h"
 #include "process/python_module.h"
@@ -35,6 +36,10 @@ void write_bundle(const GoldenWriteOptions& o) {
               static_cast<long long>(s.steps), static_cast<long long>(s.tokens_per_step),
               static_cast<long long>(s.parameters), s.first_loss, s.last_loss, s.fp32_worst_loss_rel_error,
               o.out.c_str());
+  if (s.steps > golden::kFp32StepsWithinTolerance)
+    std::printf("note: beyond %lld steps an fp32 peer's rounding drift (amplified by AdamW) outgrows the fp32 "
+                "tolerance; check fp32 peers on a shorter bundle, or compare in fp64\n",
+                static_cast<long long>(golden::kFp32StepsWithinTolerance));
   std::printf("next: a peer trains from it (reports/peers/), then tripod golden check %s RESULTS.json\n", o.out.c_str());
 }
 

@@ -26,9 +26,12 @@ inline constexpr const char* kTargetsFile = "targets.npy";
 inline constexpr const char* kReferenceDir = "reference";
 
 // The tolerance a peer of each precision is held to against the fp64 reference (bundle.json
-// "tolerances"; the justification is in reports/golden/check.py and the README).
+// "tolerances"; the justification and measurements are in reports/golden/check.py and the README).
+// fp32's holds for K <= kFp32StepsWithinTolerance: beyond that, rounding drift amplified by Adam
+// outgrows it (measured: the grad norm of a float32 peer is 8e-4 off at step 16 of the tiny preset).
 inline constexpr double kRtolFp64 = 1e-10;
-inline constexpr double kRtolFp32 = 1e-5;
+inline constexpr double kRtolFp32 = 1e-4;
+inline constexpr int64_t kFp32StepsWithinTolerance = 8;
 
 struct Bundle {
   std::filesystem::path dir;

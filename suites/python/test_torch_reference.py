@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import gpt2_torch as ref
-import safetensors_np as st
+from reports import safetensors_np as st
 
 RTOL = {"fp64": 1e-10, "fp32": 1e-5}
 NP_DTYPE = {"fp64": np.float64, "fp32": np.float32}

@@ -133,12 +133,13 @@ TEST_F(GoldenTest, BundleReplaysToItsReferenceBitForBit) {
   const auto final_params = read_hf_params(dir_ / "bundle" / kReferenceDir / "fp64-step3.safetensors", specs);
   for (std::size_t i = 0; i < specs.size(); ++i)
     EXPECT_EQ(to_host_f64(*backend, trainer.params().at(i)), final_params[i]) << specs[i].name;
-  // The drift allowance is tight where gradients carry signal: far below lr for most elements.
+  // The drift allowance is tight where gradients carry signal: for most elements far below its cap
+  // (2 u_max lr per step, about 6 lr over 3 steps), where the gradient is noise.
   const auto slack = read_hf_params(dir_ / "bundle" / kReferenceDir / "slack-fp32-step3.safetensors", specs);
   std::vector<double> all;
   for (const auto& t : slack) all.insert(all.end(), t.begin(), t.end());
   std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2), all.end());
-  EXPECT_LT(all[all.size() / 2], 1e-3 * config.schedule.max_lr);
+  EXPECT_LT(all[all.size() / 2], 1e-2 * config.schedule.max_lr);
 }
 
 TEST_F(GoldenTest, TamperedBundlesAreRefusedNamingTheFile) {

@@ -1,7 +1,8 @@
 """A minimal safetensors reader/writer on numpy + json (Debian ships no `safetensors` package).
 
 Written independently of Tripod's C++ reader so that the Python suites also cross-check the file
-format: a layout the C++ side gets wrong fails here. Runs under Debian's /usr/bin/python3.
+format: a layout the C++ side gets wrong fails here. Used by the suites (suites/python), the golden
+check (reports/golden) and the PyTorch peers (reports/peers); needs only numpy.
 Format: u64 little-endian header length N, N bytes of JSON, then the raw little-endian data.
 """
 import json
@@ -19,15 +20,12 @@ class SafetensorsError(ValueError):
     pass
 
 
-def load(path):
-    """Returns ({name: ndarray} in file order, {metadata}); raises SafetensorsError naming the path."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) < 8:
-        raise SafetensorsError(f"{path}: {len(blob)} bytes, shorter than the header length")
-    (n,) = struct.unpack("<Q", blob[:8])
-    if n > len(blob) - 8:
+def _read_header(path, blob_prefix, file_size):
+    """(header dict without __metadata__, metadata, data start) from the file's first bytes."""
+    if file_size < 8:
+        raise SafetensorsError(f"{path}: {file_size} bytes, shorter than the header length")
+    (n,) = struct.unpack("<Q", blob_prefix[:8])
+    if n > file_size - 8:
         raise SafetensorsError(f"{path}: header length {n} runs past the end of the file")
 
     def no_duplicates(pairs):
@@ -37,12 +35,39 @@ def load(path):
         return dict(pairs)
 
     try:
-        header = json.loads(blob[8:8 + n].decode("utf-8"), object_pairs_hook=no_duplicates)
+        header = json.loads(bytes(blob_prefix[8:8 + n]).decode("utf-8"), object_pairs_hook=no_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SafetensorsError(f"{path}: header is not valid JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{path}: header is not a JSON object")
     metadata = header.pop("__metadata__", {}) or {}
-    data = memoryview(blob)[8 + n:]
-    entries = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    for name, info in header.items():
+        if not (isinstance(info, dict) and {"dtype", "shape", "data_offsets"} <= set(info)):
+            raise SafetensorsError(f"{path}: tensor '{name}' lacks dtype, shape or data_offsets")
+    return header, dict(metadata), 8 + n
+
+
+def header(path):
+    """{name: (dtype name, shape)} in file order, reading only the header (cheap for large files)."""
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+        if len(prefix) == 8:
+            prefix += f.read(min(struct.unpack("<Q", prefix)[0], max(size - 8, 0)))
+    entries, _, _ = _read_header(path, prefix, size)
+    entries = sorted(entries.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    return {name: (info["dtype"], tuple(int(d) for d in info["shape"])) for name, info in entries}
+
+
+def load(path):
+    """Returns ({name: ndarray} in file order, {metadata}); raises SafetensorsError naming the path."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        blob = f.read()
+    header_, metadata, start = _read_header(path, memoryview(blob), len(blob))
+    data = memoryview(blob)[start:]
+    entries = sorted(header_.items(), key=lambda kv: kv[1]["data_offsets"][0])
     tensors, expected = {}, 0
     for name, info in entries:
         if info["dtype"] not in _DTYPES:
