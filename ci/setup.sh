@@ -14,6 +14,7 @@ PACKAGES=(
   bible-kjv
   dict-gcide jargon-text  # the natural-text scaling corpus (scaling/natural_corpus.py)
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for ci/fuzz.sh (clang 14 on Debian 12)
+  chromium  # headless: `tripod report --check` renders the report to a PNG (reports/report/render_check.py)
 )
 
 missing=()

@@ -11,6 +11,9 @@
 
 Usage: /usr/bin/python3 reports/plot_bench.py RESULTS/bench.json --out RESULTS/plots
 Any section missing from the JSON (e.g. no collectives) is skipped with a note.
+
+The *_figure(section) functions return a matplotlib Figure (or None when the section is empty);
+`tripod report` (reports/report/) embeds the same figures, with imported peers drawn on them.
 """
 import argparse
 import html
@@ -42,24 +45,61 @@ def save(fig, out, name):
     return name
 
 
-def plot_busbw(comm, out):
-    rows = [r for r in comm.get("results", []) if not r.get("in_place") and r.get("size", 0) > 0]
-    if not rows:
+def out_of_place_rows(comm):
+    return [r for r in comm.get("results", []) if not r.get("in_place") and r.get("size", 0) > 0]
+
+
+def busbw_figure(comm, peers=()):
+    """Bus bandwidth vs message size. Alone: one line per collective on one axes. With peers
+    ([(label, comm section)], e.g. an imported nccl-tests run): one panel per collective, Tripod
+    solid and each peer dashed on the same axes, so the two are read against each other."""
+    rows = out_of_place_rows(comm)
+    peers = [(label, out_of_place_rows(p)) for label, p in peers]
+    peers = [(label, p) for label, p in peers if p]
+    if not rows and not peers:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in sorted({r["collective"] for r in rows}):
-        pts = sorted((r["size"], r["busbw"]) for r in rows if r["collective"] == name)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=name)
+    title = f"Collectives, {comm.get('group_size', '?')} ranks per group ({comm.get('group', '')})"
+    if not peers:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name in sorted({r["collective"] for r in rows}):
+            draw_busbw_line(ax, rows, name, name)
+        decorate_busbw(ax, title)
+        return fig
+    names = sorted({r["collective"] for r in rows} | {r["collective"] for _, p in peers for r in p})
+    cols = min(4, len(names))
+    nrows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.8 * nrows + 0.6), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        draw_busbw_line(ax, rows, name, "Tripod")
+        for label, p in peers:
+            draw_busbw_line(ax, p, name, label, ls="--")
+        decorate_busbw(ax, name, small=True)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    fig.suptitle(title + ", vs " + ", ".join(label for label, _ in peers), fontsize=10)
+    return fig
+
+
+def draw_busbw_line(ax, rows, collective, label, **style):
+    pts = sorted((r["size"], r["busbw"]) for r in rows if r["collective"] == collective)
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label, **style)
+
+
+def decorate_busbw(ax, title, small=False):
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title(f"Collectives, {comm.get('group_size', '?')} ranks per group ({comm.get('group', '')})")
+    ax.set_xlabel("message size (bytes)", fontsize=8 if small else None)
+    ax.set_ylabel("bus bandwidth (GB/s)", fontsize=8 if small else None)
+    ax.set_title(title, fontsize=9 if small else None)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return save(fig, out, "busbw.png")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6 if small else 8)
+    if small:
+        ax.tick_params(labelsize=7)
 
 
-def plot_gemm(gemm, out):
+def gemm_figure(gemm):
+    """sgemm/dgemm TFLOP/s vs square size, each with its peak as a dashed line."""
     peak = gemm.get("peak", {})
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drew = False
@@ -81,10 +121,10 @@ def plot_gemm(gemm, out):
     ax.set_title("Square GEMM throughput vs the device's peak")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, out, "gemm.png")
+    return fig
 
 
-def plot_layer_gemms(gemm, out):
+def layer_gemms_figure(gemm):
     rows = gemm.get("layer_gemms", [])
     if not rows:
         return None
@@ -97,24 +137,30 @@ def plot_layer_gemms(gemm, out):
     ax.set_title(f"GEMMs of one layer: {setup.get('model', '')}, tp={setup.get('tp', 1)}, "
                  f"{setup.get('tokens', '?')} tokens")
     ax.grid(True, axis="x", alpha=0.3)
-    return save(fig, out, "gemm_layers.png")
+    return fig
 
 
-def plot_mfu(layouts, out):
+def mfu_figure(layouts, peers=()):
+    """MFU per training layout (tokens/s on each bar); peers ([(label, mfu fraction)], e.g. the
+    mean MFU of an imported Megatron-LM run) as extra bars in another colour."""
     rows = layouts.get("layouts", [])
-    if not rows:
+    if not rows and not peers:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([r["layout"] for r in rows], [100 * r["mfu"] for r in rows])
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * (len(rows) + len(peers)) + 2), 3.8))
+    ax.bar([r["layout"] for r in rows], [100 * r["mfu"] for r in rows], label="Tripod")
     for i, r in enumerate(rows):
         ax.annotate(f"{r['tokens_per_second']:.0f} tok/s", (i, 100 * r["mfu"]), ha="center", va="bottom", fontsize=8)
+    if peers:
+        ax.bar([label for label, _ in peers], [100 * mfu for _, mfu in peers], color="tab:orange", label="imported")
+        ax.legend(fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
     ax.set_ylabel("MFU (%)")
     ax.set_title(f"End-to-end training, {layouts.get('model', '')} ({layouts.get('n_params', 0) / 1e6:.1f} M params)")
     ax.grid(True, axis="y", alpha=0.3)
-    return save(fig, out, "mfu.png")
+    return fig
 
 
-def plot_bubble(pipeline, out):
+def bubble_figure(pipeline):
     rows = pipeline.get("results", [])
     if not rows:
         return None
@@ -129,15 +175,26 @@ def plot_bubble(pipeline, out):
     ax.set_title(f"Pipeline bubble, p={pipeline.get('stages', '?')} stages")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, out, "bubble.png")
+    return fig
 
 
-def plot_timeline(timeline, out):
+def timeline_figure(timeline):
     fig, ax = plt.subplots(figsize=figure_size(timeline))
     if not draw_timeline(timeline, ax):
         plt.close(fig)
         return None
-    return save(fig, out, "timeline.png")
+    return fig
+
+
+# (file name, bench.json section, figure function): what plot_bench.py draws, in page order.
+BENCH_FIGURES = (
+    ("busbw.png", "comm", busbw_figure),
+    ("gemm.png", "gemm", gemm_figure),
+    ("gemm_layers.png", "gemm", layer_gemms_figure),
+    ("mfu.png", "layouts", mfu_figure),
+    ("bubble.png", "pipeline", bubble_figure),
+    ("timeline.png", "pipeline_timeline", timeline_figure),
+)
 
 
 def summary_rows(bench):
@@ -182,13 +239,12 @@ def main(argv=None):
     bench = json.loads(args.bench_json.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     figures = []
-    for section, plot in (("comm", plot_busbw), ("gemm", plot_gemm), ("gemm", plot_layer_gemms), ("layouts", plot_mfu),
-                          ("pipeline", plot_bubble), ("pipeline_timeline", plot_timeline)):
-        name = plot(bench.get(section, {}), args.out)
-        if name:
-            figures.append(name)
+    for name, section, make_figure in BENCH_FIGURES:
+        fig = make_figure(bench.get(section, {}))
+        if fig:
+            figures.append(save(fig, args.out, name))
         else:
-            print(f"plot_bench: no '{section}' results for {plot.__name__}, skipped", file=sys.stderr)
+            print(f"plot_bench: no '{section}' results for {make_figure.__name__}, skipped", file=sys.stderr)
     write_html(bench, figures, args.out)
     print(f"wrote {len(figures)} figures and index.html to {args.out}")
     return 0

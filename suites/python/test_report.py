@@ -1,0 +1,237 @@
+"""`tripod report` end to end: a results directory made by `tripod bench --quick`, `tripod conform`
+(2 ranks, a few layouts) and the quick scaling preset (run and fit), plus hand-made imported peers
+(nccl-tests, Megatron-LM: reports/FORMATS.md section 3) and a golden-check result, becomes one
+self-contained page holding every expected figure, which renders cleanly in headless Chromium to
+a non-blank PNG of the expected size. And the render check can fail: a broken image, a console
+error (console.error or an uncaught exception) and a blank page are each caught.
+
+Chromium is required (ci/setup.sh installs it): without it these tests fail, they do not skip.
+About 2 minutes on 2 cores, most of it the quick sweep (~70 s) and the bench (~20 s), run once
+for the module."""
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from matplotlib import image as mpimg
+from matplotlib.figure import Figure
+
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+
+PYTHON = "/usr/bin/python3"  # Debian's, with matplotlib: what `tripod report` runs
+CONFORM_LAYOUTS = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp2-pp1-dp1-z0-mb1", "tp1-pp2-dp1-z0-mb2-1f1b"]
+SCALE_PLOTS = ("loss-vs-compute", "isoflop-curves", "optimal-allocation", "approach3-residuals")
+
+
+def require_chromium():
+    if not shutil.which("chromium"):
+        pytest.fail("chromium is not installed: run ci/setup.sh (it installs Debian's chromium for the report's "
+                    "render check)")
+
+
+def run(cmd, timeout, env=None):
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, f"{cmd}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def python_module(module, *args, timeout=120):
+    return subprocess.run([PYTHON, "-m", module, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.environ.get("TRIPOD_SOURCE_DIR", os.getcwd())})
+
+
+def imported_nccl_tests():
+    """A hand-made nccl-tests import (kind "comm"): all_reduce and all_gather, 8 B to 4 MiB."""
+    rows = []
+    for collective, factor in (("all_reduce", 1.0), ("all_gather", 1.3)):
+        for exponent in range(3, 23, 2):
+            size = 2 ** exponent
+            busbw = factor * 40.0 * size / (size + 2 ** 16)
+            rows.append({"collective": collective, "size": size, "count": size // 4, "type": "float", "redop": "sum",
+                         "root": -1, "in_place": False, "time_us": size / busbw / 1e3, "algbw": busbw / factor,
+                         "busbw": busbw, "wrong": 0})
+    return {"schema": "tripod-results", "version": 1, "kind": "comm",
+            "source": {"tool": "nccl-tests", "file": "all_reduce_perf.log", "version": "2.13.8"},
+            "comm": {"results": rows,
+                     "summaries": [{"collective": "all_reduce", "avg_busbw": 20.0, "out_of_bounds": 0}]}}
+
+
+def imported_megatron():
+    """A hand-made Megatron-LM import (kind "train"): a falling loss, steps counted from 1."""
+    steps = [{"step": s, "loss": 4.2 - 1.2 * (1 - 0.97 ** s), "lr": 1e-3, "grad_norm": 1.0, "step_seconds": 0.5,
+              "tokens_per_second": 32768.0, "tflops_per_gpu": 120.0, "mfu": 0.38, "memory_gib": None}
+             for s in range(1, 201, 10)]
+    return {"schema": "tripod-results", "version": 1, "kind": "train",
+            "source": {"tool": "megatron", "file": "train.log", "version": None}, "steps": steps}
+
+
+def golden_check():
+    """What `tripod golden check BUNDLE RESULTS --json OUT` writes, for a peer that matches."""
+    steps = [{"step": s, "ref_loss": 6.3 - 0.2 * s, "loss": (6.3 - 0.2 * s) * (1 + 3e-7), "loss_rel_error": 3e-7,
+              "grad_norm": 2.0 / s, "ref_grad_norm": 2.0 / s, "grad_norm_rel_error": 1e-6 * s, "ok": True}
+             for s in range(1, 9)]
+    tensors = [{"step": step, "name": name, "max_abs_error": 2e-7, "allowed": 1e-5, "ok": True}
+               for step in (1, 8) for name in ("wte.weight", "h.0.attn.c_attn.weight")]
+    return {"bundle": "runs/golden/bundle", "framework": "pytorch 1.13.1 (single process)", "precision": "fp32",
+            "verdict": "match", "steps": steps, "tensors": tensors}
+
+
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory):
+    """One results directory for the module: the quick bench, a small conform, the quick sweep
+    (run and fitted), imported peers and a golden check (the slow part, ~95 s on 2 cores)."""
+    require_tripod()
+    require_chromium()
+    out = tmp_path_factory.mktemp("results")
+    # `tripod bench` launches mpirun itself and refuses to run inside one
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "PMIX_"))}
+    run([TRIPOD, "bench", "--quick", "--out", out / "bench"], timeout=300, env=env)
+    run(mpirun_command(2, "conform", "--layouts", *CONFORM_LAYOUTS, "--json", out / "conform.json", timeout=120),
+        timeout=150, env=MPI_ENV)
+    run([TRIPOD, "scale", "run", "quick", "--out", out / "scale", "--jobs", "2", "--progress-every", "0"], timeout=600)
+    run([TRIPOD, "scale", "fit", out / "scale", "--bootstrap", "0", "--small-grid"], timeout=300)
+    (out / "imported").mkdir()
+    (out / "imported" / "nccl.json").write_text(json.dumps(imported_nccl_tests()))
+    (out / "golden").mkdir()
+    (out / "golden" / "pytorch-fp32.json").write_text(json.dumps(golden_check()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(results_dir, tmp_path_factory):
+    """`tripod report DIR --extra ... --check`: the page, its screenshot and the command's output.
+    The extras come from elsewhere: a Megatron-LM import and one quick-sweep run's real metrics.jsonl."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "megatron.json").write_text(json.dumps(imported_megatron()))
+    metrics = sorted((results_dir / "scale" / "runs").glob("*/metrics.jsonl"))[-1]
+    page = results_dir / "report.html"
+    result = run([TRIPOD, "report", results_dir, "--out", page, "--extra", elsewhere / "megatron.json", metrics,
+                  "--check"], timeout=180)
+    return page, results_dir / "report.png", result.stdout
+
+
+def expected_figures():
+    ids = ["fig-bench-busbw", "fig-bench-gemm", "fig-bench-gemm-layers", "fig-bench-mfu", "fig-bench-bubble",
+           "fig-conform-conform-json", "fig-timeline-bench-bench-json-pipeline-timeline", "fig-train-loss",
+           "fig-golden-golden-pytorch-fp32-json"]
+    return ids + [f"fig-scale-scale-{name}" for name in SCALE_PLOTS]
+
+
+def test_report_holds_every_figure_and_renders_in_chromium(report):
+    page, png, stdout = report
+    assert "render check ok" in stdout, stdout
+    html = page.read_text()
+    ids = re.findall(r"<img id='([^']+)'", html)
+    assert set(expected_figures()) <= set(ids), sorted(set(expected_figures()) - set(ids))
+    assert len(ids) == len(set(ids))
+    # self-contained: every image inline, nothing fetched from elsewhere
+    assert html.count("src='data:image/png;base64,") == len(ids)
+    assert not re.search(r"(src|href)=['\"](https?:|//|file:)", html)
+    # the imported peers are drawn with Tripod: nccl-tests on the busbw panels, Megatron-LM on the loss curves
+    assert "dashed: imported" in html and "nccl-tests (nccl)" in html and "megatron (megatron)" in html
+    assert "Tripod (scale/runs/" in html  # the real Tripod metrics.jsonl, labelled by its run
+    assert ">match<" in html  # the golden verdict table
+    assert "No imported" not in html and "No golden" not in html  # no section fell back to a note
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_rendered_png_is_full_size_and_every_figure_is_visible(report, tmp_path):
+    page, _, _ = report
+    findings = tmp_path / "findings.json"
+    result = python_module("reports.report.render_check", page, "--png", tmp_path / "shot.png", "--json", findings)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(findings.read_text())
+    width, height = found["size"]
+    assert found["ok"] and not found["failures"] and not found["console_errors"]
+    assert found["render_check"] == f"images ok: {len(expected_figures())}/{len(expected_figures())}"
+    # the whole page in one screenshot, at the window's width
+    assert width == 1280 and height == found["page_height"] and 4000 < height < 16000, (width, height)
+    assert found["background_fraction"] < 0.9  # figures, not an empty page
+    images = {img["id"]: img for img in found["images"]}
+    for fig_id in expected_figures():
+        img = images[fig_id]
+        assert img["naturalWidth"] > 300 and img["width"] > 300 and img["y"] + img["height"] <= height, img
+    assert mpimg.imread(tmp_path / "shot.png").shape[:2] == (height, width)
+
+
+def test_missing_sections_are_noted_not_fatal(tmp_path):
+    require_chromium()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "unrelated.json").write_text('{"hello": 1}')
+    result = python_module("reports.report", tmp_path / "results", "--extra", tmp_path / "absent.json")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "results" / "report.html").read_text()
+    for note in ("No bench.json found", "No conform JSON found", "No training metrics", "No sweep directory",
+                 "No golden-check results", "absent.json: no such file"):
+        assert note in html, note
+    result = python_module("reports.report.render_check", tmp_path / "results" / "report.html")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def a_figure_png():
+    fig = Figure(figsize=(4, 3))
+    fig.add_subplot().plot([1, 3, 2, 4])
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def check_page(tmp_path, body):
+    """The render check of a hand-written page: (exit status, its messages)."""
+    require_chromium()
+    page = tmp_path / "page.html"
+    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>t</title></head>"
+                    f"<body>{body}</body></html>")
+    result = python_module("reports.report.render_check", page, timeout=120)
+    return result.returncode, result.stdout + result.stderr
+
+
+def good_content():
+    return f"<h1>A page</h1><p>Some text.</p><img id='good' alt='a plot' src='data:image/png;base64,{a_figure_png()}'>"
+
+
+def test_checker_passes_a_good_page(tmp_path):
+    status, output = check_page(tmp_path, good_content())
+    assert status == 0, output
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_checker_fails_on_a_broken_image(tmp_path, damage):
+    png = a_figure_png()
+    # truncated: Chromium draws what there is and calls it decoded; corrupt: it does not decode at all
+    broken = png[:len(png) // 2] if damage == "truncated" else png[:100] + "A" * 40
+    status, output = check_page(tmp_path,
+                                good_content() + f"<img id='broken' alt='x' src='data:image/png;base64,{broken}'>")
+    assert status == 1 and "broken image: broken" in output, output
+    assert "broken image: good" not in output
+
+
+def test_checker_fails_on_a_missing_image_file(tmp_path):
+    status, output = check_page(tmp_path, good_content() + "<img id='absent' alt='x' src='absent.png'>")
+    assert status == 1 and "broken image: absent" in output, output
+    assert "ERR_FILE_NOT_FOUND" in output, output  # the failed load, from the browser's error log
+
+
+@pytest.mark.parametrize("script, message", [("console.error('deliberate error')", "console.error: deliberate error"),
+                                             ("throw new Error('deliberate throw')", "deliberate throw")])
+def test_checker_fails_on_a_console_error(tmp_path, script, message):
+    status, output = check_page(tmp_path, good_content() + f"<script>console.log('fine'); {script}</script>")
+    assert status == 1 and message in output, output
+    assert "broken image" not in output and "blank" not in output  # the console error alone fails it
+
+
+def test_checker_fails_on_a_blank_page(tmp_path):
+    status, output = check_page(tmp_path, "")
+    assert status == 1 and "blank render" in output, output
+
+
+def test_checker_without_chromium_says_to_run_setup(tmp_path):
+    (tmp_path / "p.html").write_text("<p>x</p>")
+    result = python_module("reports.report.render_check", tmp_path / "p.html", "--chromium", tmp_path / "no-chromium")
+    assert result.returncode == 2 and "run ci/setup.sh" in result.stderr
+
+
