@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The closing summary of the README's main job (ci/main.sh): layouts passed (tripod conform),
 best bus bandwidth, GEMM % of peak, MFU and pipeline bubbles (tripod bench), and where everything
-was written.
+was written: the one page to open is RESULTS_DIR/report.html (`tripod report`).
 
 Usage: /usr/bin/python3 -m reports.main_summary RESULTS_DIR   (holding conform.json and bench/)"""
 import json
@@ -37,8 +37,21 @@ def main(results):
     for r in bench.get("pipeline", {}).get("results", []):
         print(f"pipeline:    {r['schedule']} p={r['stages']} m={r['microbatches']}: bubble {r['measured_bubble']:.3f} "
               f"measured, {r['theoretical_bubble']:.3f} theory (synthetic balanced stages)")
+    golden = results / "golden" / "torch-fp32-check.json"
+    if golden.is_file():
+        g = json.loads(golden.read_text())
+        print(f"golden:      {g['framework']} ({g['precision']}) {g['verdict'].upper()} against Tripod's fp64 "
+              f"reference over {len(g['steps'])} steps (worst loss error "
+              f"{max(s['loss_rel_error'] for s in g['steps']):.1e}, rtol {g['rtol']:g})")
     print(f"full results: {results}/conform.json, conform.xml, bench/bench.json, bench/*.log")
     print(f"plots:        {results}/bench/plots/index.html")
+    report = results / "report.html"
+    if report.is_file():
+        rendered = results / "report.png"
+        print(f"report:       {report}  (every figure on one page; open it in a browser"
+              + (f", screenshot {rendered})" if rendered.is_file() else ")"))
+    else:
+        print(f"report:       not built: tripod report {results}")
     return 0 if passed == len(layouts) and all(r["pass"] for r in checks) else 1
 
 
