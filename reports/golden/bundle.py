@@ -151,15 +151,17 @@ def _float_list(where, value, length):
     return np.array([_number(f"{where}[{i}]", v) for i, v in enumerate(value)], dtype=np.float64)
 
 
-def _read_json(path):
+def read_json_object(path, error=None):
+    """The JSON object in `path`; anything else raises `error` (BundleError by default) naming it."""
+    error = error or BundleError
     try:
-        value = json.loads(path.read_text())
+        value = json.loads(pathlib.Path(path).read_text())
     except FileNotFoundError:
-        raise BundleError(f"{path}: missing") from None
+        raise error(f"{path}: missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BundleError(f"{path}: unreadable ({e})") from e
+        raise error(f"{path}: unreadable ({e})") from e
     if not isinstance(value, dict):
-        raise BundleError(f"{path}: not a JSON object")
+        raise error(f"{path}: not a JSON object")
     return value
 
 
@@ -208,7 +210,7 @@ def _batches(path, K, B, T, vocab):
 
 def _reference(dir_, precision, K, shapes):
     path = dir_ / "reference" / f"{precision}.json"
-    r = _read_json(path)
+    r = read_json_object(path)
     if r.get("precision") != precision:
         raise BundleError(f"{path}: field 'precision' is {r.get('precision')!r}, expected {precision!r}")
     if "steps" in r and r["steps"] != K:
@@ -239,7 +241,7 @@ def read_bundle(directory):
     if not d.is_dir():
         raise BundleError(f"{d}: not a directory (a golden bundle is a folder holding bundle.json)")
     path = d / "bundle.json"
-    meta = _read_json(path)
+    meta = read_json_object(path)
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BundleError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}, "
                           f"expected {FORMAT!r} version {VERSION}")

@@ -51,7 +51,8 @@ import sys
 import numpy as np
 
 from reports import safetensors_np as st
-from reports.golden.bundle import PRECISIONS, BundleError, load_tensors, read_bundle, tensor_file_problem
+from reports.golden.bundle import (PRECISIONS, BundleError, load_tensors, read_bundle, read_json_object,
+                                   tensor_file_problem)
 
 WHY = {
     "fp64": "double rounding (~1e-16 per operation) over the model's reductions stays near 1e-13; "
@@ -89,14 +90,7 @@ def _finite_list(path, r, key, K):
 def read_results(path, bundle):
     """Reads and validates RESULTS.json against the bundle (tensor values are read in compare)."""
     path = pathlib.Path(path)
-    try:
-        r = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(f"{path}: unreadable ({e})") from e
-    if not isinstance(r, dict):
-        raise ResultsError(f"{path}: not a JSON object")
+    r = read_json_object(path, ResultsError)
     framework = r.get("framework")
     if not isinstance(framework, str) or not framework:
         raise ResultsError(f"{path}: field 'framework' is {framework!r}, expected a name such as 'pytorch 2.4'")

