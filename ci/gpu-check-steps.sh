@@ -187,6 +187,29 @@ step_train-rerun() {
   compare_runs second first --bitwise --steps "$steps" --label "tiny fp32: $device rerun, bit for bit"
 }
 
+golden_check() {  # NAME RESULTS: the bundle's checker on a peer's results; its verdict line goes to key.txt
+  local log="$STEP_DIR/check-$1.log" status=0
+  PYTHONPATH="$ROOT" "$PY" -m reports.golden.check "$STEP_DIR/bundle" "$2" --json "$STEP_DIR/check-$1.json" \
+      > "$log" || status=$?
+  echo "$1: $(tail -n 1 "$log")" | tee -a "$STEP_DIR/key.txt"
+  return $status
+}
+step_golden() {
+  # A golden bundle of tiny's first 5 steps (cut on the CPU), replayed by Tripod on the GPU and by
+  # the PyTorch peer on the same device, fp64 and fp32, each held to the bundle's fp64 reference.
+  local device=cuda torch_device=cuda small=() failed=0
+  if dry; then device=emulated; torch_device=cpu; small=(--set train.batch_size=4 --set train.seq_len=32); fi
+  tripod golden --config tiny --set data.dir="$WORK/data" "${small[@]}" --steps 5 --out "$STEP_DIR/bundle"
+  for p in fp64 fp32; do
+    tripod golden run "$STEP_DIR/bundle" --backend "$device" --precision "$p" --out "$STEP_DIR/tripod-$p.json" || failed=1
+    golden_check "tripod-$device-$p" "$STEP_DIR/tripod-$p.json" || failed=1
+    PYTHONPATH="$ROOT" "$PY" -m reports.peers.single "$STEP_DIR/bundle" --device "$torch_device" --precision "$p" \
+        --out "$STEP_DIR/torch-$p.json" || failed=1
+    golden_check "torch-$torch_device-$p" "$STEP_DIR/torch-$p.json" || failed=1
+  done
+  exit $failed
+}
+
 gemm_rate() {  # DTYPE SIZES
   if dry; then
     tripod bench gemm-rate --backend cpu --dtype "$1" --sizes 64 --shapes gpt2 --tokens 16 --repeat 2 \

@@ -27,6 +27,8 @@
 #   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
 #   train-fp32   the same in fp32: within 1e-5                                             [e]
 #   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
+#   golden       a golden bundle (tiny, 5 steps): Tripod on cuda and the PyTorch peer on cuda,
+#                fp64 and fp32, each through `tripod golden check` against the fp64 reference
 #   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
 #   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1 (#wrong 0)
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
@@ -150,6 +152,7 @@ PLAN=(
   "train-fp64 60 1 1"
   "train-fp32 60 1 1"
   "train-rerun 45 1 1"
+  "golden 60 1 1"
   "health 15 1 0"
   "nccl-1 45 1 1"
   "staged-conform 100 1 1"

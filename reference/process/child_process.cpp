@@ -103,12 +103,13 @@ ChildExit run_foreground(const fs::path& executable, const std::vector<std::stri
   std::vector<char*> argv;
   for (std::string& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Made before fork: the child may only make async-signal-safe calls before exec.
+  const std::string failed = "tripod: error: cannot execute " + executable.string() + "\n";
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     ::execv(argv[0], argv.data());
-    const char message[] = "tripod scale: error: cannot execute the fitter's Python interpreter\n";
-    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    (void)!::write(STDERR_FILENO, failed.data(), failed.size());
     ::_exit(127);
   }
   check(pid > 0, "cannot start ", executable.string(), ": ", std::strerror(errno));

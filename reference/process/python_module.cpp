@@ -1,5 +1,7 @@
 #include "process/python_module.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/error.h"
@@ -16,6 +18,9 @@ int run_python_module(const std::string& python, const std::string& module, cons
   for (char& c : relative) c = c == '.' ? '/' : c;
   const bool found = fs::exists(source / (relative + ".py")) || fs::exists(source / relative / "__main__.py");
   check(found, "the Python module ", module, " is missing from ", source.string(), " (TRIPOD_SOURCE_DIR moved?)");
+  if (::access(python.c_str(), X_OK) != 0)
+    fail("cannot run ", module, ": the Python interpreter ", python,
+         " is not an executable file (--python; Debian's /usr/bin/python3 after ci/setup.sh)");
   std::vector<std::string> argv = {"-m", module};
   argv.insert(argv.end(), args.begin(), args.end());
   const ChildExit exit = run_foreground(python, argv, {{"PYTHONPATH", source.string()}});

@@ -133,6 +133,8 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
     assert (busy / "notes.txt").read_text() == "mine"
     result = tripod("golden", "run", tmp_path / "nowhere", "--out", tmp_path / "r.json")
     assert result.returncode == 1 and "bundle.json: cannot open" in result.stderr
+    result = tripod("golden", "check", bundle, tmp_path / "r.json", "--python", tmp_path / "no-python")
+    assert result.returncode == 1 and "no-python is not an executable file (--python" in result.stderr
     broken = tmp_path / "broken"
     shutil.copytree(bundle, broken)
     (broken / "tokens.npy").write_bytes((broken / "tokens.npy").read_bytes()[:-10])
