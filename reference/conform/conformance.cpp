@@ -52,7 +52,7 @@ Trajectory run_single_device(const RunConfig& config, int steps, Backend& backen
   trainer.initialise();
   Trajectory t;
   t.seconds_per_step = run_conformance_steps(trainer, config, 0, steps, t) / std::max(steps, 1);
-  for (std::size_t i = 0; i < trainer.params().size(); ++i) t.params.push_back(to_host_f64(backend, trainer.params().at(i)));
+  t.params = host_values(backend, trainer.params());
   return t;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "backend/transfer.h"
 #include "ckpt/safetensors.h"
@@ -89,13 +90,13 @@ RunConfig with_precision(const RunConfig& config, const std::string& precision) 
 std::vector<std::vector<double>> read_hf_params(const fs::path& file, const std::vector<ParamSpec>& specs) {
   const ckpt::SafetensorsFile st = ckpt::SafetensorsFile::read(file);
   std::vector<std::vector<double>> values;
-  for (const ParamSpec& spec : specs) values.push_back(from_hf_tensor(spec, st.get(spec.name), file.string()));
-  if (st.tensors().size() != specs.size())
-    for (const auto& t : st.tensors()) {
-      bool known = false;
-      for (const ParamSpec& spec : specs) known = known || spec.name == t.name;
-      check(known, file.string(), ": tensor ", t.name, " is not a parameter of this model");
-    }
+  std::set<std::string> names;
+  for (const ParamSpec& spec : specs) {
+    values.push_back(from_hf_tensor(spec, st.get(spec.name), file.string()));
+    names.insert(spec.name);
+  }
+  for (const auto& t : st.tensors())
+    check(names.count(t.name) != 0, file.string(), ": tensor ", t.name, " is not a parameter of this model");
   return values;
 }
 

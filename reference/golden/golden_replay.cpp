@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "backend/backend_factory.h"
-#include "backend/transfer.h"
 #include "ckpt/durable_file.h"
 #include "comm/mpi_communicator.h"
 #include "comm/rank_errors.h"
@@ -64,11 +63,7 @@ void write_results(const ReplayOptions& o, const std::string& framework, const R
 void replay_single(const ReplayOptions& o, const Bundle& bundle, const RunConfig& config, Backend& backend) {
   Trainer trainer(config, backend);
   const std::vector<ParamSpec> specs = trainer.params().specs();
-  const Replayed r = replay(trainer, bundle, specs, [&] {
-    Tensors values;
-    for (std::size_t i = 0; i < trainer.params().size(); ++i) values.push_back(to_host_f64(backend, trainer.params().at(i)));
-    return values;
-  }, backend);
+  const Replayed r = replay(trainer, bundle, specs, [&] { return host_values(backend, trainer.params()); }, backend);
   write_results(o, "tripod single device (" + backend.name() + ")", r, specs);
 }
 

@@ -21,12 +21,6 @@ namespace {
 
 using Tensors = std::vector<std::vector<double>>;
 
-Tensors host_values(Backend& backend, const ParamSet& set) {
-  Tensors values;
-  for (std::size_t i = 0; i < set.size(); ++i) values.push_back(to_host_f64(backend, set.at(i)));
-  return values;
-}
-
 // How far AdamW may move each element in one update when every gradient so far is off by up to
 // grad_error (in units of lr). The derivation is gpt2_torch.adam_drift_bound's (suites/python):
 // m_hat and sqrt(v_hat) are weighted averages of the gradients and move by at most ~grad_error, so
@@ -85,13 +79,14 @@ Trajectory run_reference(const RunConfig& config, const Tensors& init, const std
     }
     if (std::find(record.begin(), record.end(), step) != record.end()) {
       t.params[step] = host_values(backend, trainer.params());
-      if (drift) t.slack32[step] = slack32, t.slack64[step] = slack64;
+      if (drift) {
+        t.slack32[step] = slack32;
+        t.slack64[step] = slack64;
+      }
     }
   }
   return t;
 }
-
-json float_array(const std::vector<double>& v) { return json(v); }
 
 // reference/<precision>.json and its tensors.
 void write_reference(const fs::path& dir, const std::string& precision, const Trajectory& t,
@@ -108,8 +103,8 @@ void write_reference(const fs::path& dir, const std::string& precision, const Tr
     write_hf_params(dir / name, specs, values, DType::F64);
     slacks[std::to_string(step)] = name;
   }
-  const json reference = {{"precision", precision}, {"steps", t.losses.size()}, {"losses", float_array(t.losses)},
-                          {"grad_norms", float_array(t.norms)}, {"params", params}, {"slack", slacks}};
+  const json reference = {{"precision", precision}, {"steps", t.losses.size()}, {"losses", t.losses},
+                          {"grad_norms", t.norms}, {"params", params}, {"slack", slacks}};
   ckpt::write_text_durably(dir / (precision + ".json"), reference.dump(1) + "\n");
 }
 

@@ -52,4 +52,10 @@ void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed) 
   for (std::size_t i = 0; i < params.size(); ++i) fill_initial_values(backend, params.specs()[i], seed, 0, params.at(i));
 }
 
+std::vector<std::vector<double>> host_values(Backend& backend, const ParamSet& set) {
+  std::vector<std::vector<double>> values;
+  for (std::size_t i = 0; i < set.size(); ++i) values.push_back(to_host_f64(backend, set.at(i)));
+  return values;
+}
+
 }  // namespace tripod

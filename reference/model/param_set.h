@@ -37,6 +37,9 @@ class ParamSet {
   std::unordered_map<std::string, std::size_t> index_;
 };
 
+// Every tensor of `set` copied to the host as doubles, in spec order (references and comparisons).
+std::vector<std::vector<double>> host_values(Backend& backend, const ParamSet& set);
+
 // Writes every tensor's layout-independent initial values (see initial_values) into `params`.
 void initialise_params(const ParamSet& params, Backend& backend, uint64_t seed);
 // Writes elements [first, first + dst.numel()) of `spec`'s initial values into `dst`, in chunks, so
