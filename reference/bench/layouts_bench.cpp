@@ -13,6 +13,7 @@
 #include "perf/device_peak.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
+#include "perf/process_memory.h"
 #include "train/distributed_trainer.h"
 
 namespace tripod::bench {
@@ -50,6 +51,9 @@ struct LayoutTiming {
   double step_seconds = 0;
   std::size_t peak_bytes = 0, activation_bytes = 0;  // this rank's allocator peak over the run; activations held
   std::size_t accounted_bytes = 0;  // what the memory report itemises (its transient column at its peak)
+  // The process's resident memory before the trainer existed (program, libraries, MPI, BLAS) and its
+  // high-water mark while this layout ran (perf/process_memory.h).
+  std::size_t base_resident_bytes = 0, peak_resident_bytes = 0;
 };
 
 // The median over o.steps timed steps (after one warm-up) of the slowest rank's step time: a step
@@ -59,6 +63,8 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   const RunConfig run = layout_run_config(config, shape);
   backend.reset_peak_memory();
   const std::size_t before = backend.memory_stats().live;
+  reset_peak_resident();
+  const std::size_t base_resident = resident_bytes();
   ProcessGrid grid(world, shape.grid(), shape.grid_order);
   DistributedTrainer trainer(run, backend, grid, shape);
   trainer.initialise();
@@ -74,7 +80,7 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   std::sort(seconds.begin(), seconds.end());
   const MemoryReport m = trainer.memory();
   return {seconds[seconds.size() / 2], backend.memory_stats().peak - before, m.activations,
-          m.params + m.grads + m.optimizer + m.activations + m.transient};
+          m.params + m.grads + m.optimizer + m.activations + m.transient, base_resident, peak_resident_bytes()};
 }
 
 }  // namespace
@@ -97,11 +103,11 @@ void run_layouts(const LayoutsOptions& o) {
   if (world->rank() == 0)
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
                 "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
-                "  %-40s %10s %12s %8s %14s %10s %10s %10s\n", o.config.c_str(),
+                "  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s\n", o.config.c_str(),
                 static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
-                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB");
+                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB");
   for (const auto& [layout, shape] : layouts_to_run(o, n)) {
     const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
     const double step = timing.step_seconds;
@@ -110,18 +116,26 @@ void run_layouts(const LayoutsOptions& o) {
         all_reduce_value(*world, static_cast<double>(timing.accounted_bytes), ReduceOp::Max) / 1048576.0;
     const double activation_mib =
         all_reduce_value(*world, static_cast<double>(timing.activation_bytes), ReduceOp::Max) / 1048576.0;
+    // The rank whose resident peak is furthest above its own base, with that base.
+    const std::vector<double> resident = all_gather_values(
+        *world, {static_cast<double>(timing.peak_resident_bytes), static_cast<double>(timing.base_resident_bytes)});
+    std::size_t worst = 0;
+    for (std::size_t r = 0; r < resident.size(); r += 2)
+      if (resident[r] - resident[r + 1] > resident[worst] - resident[worst + 1]) worst = r;
+    const double rss_mib = resident[worst] / 1048576.0, base_mib = resident[worst + 1] / 1048576.0;
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
     const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
     if (world->rank() == 0) {
-      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f\n", layout.c_str(), step,
-                  tokens / step, 100 * m, 100 * m_sgemm, peak_mib, accounted_mib, activation_mib);
+      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f\n", layout.c_str(), step,
+                  tokens / step, 100 * m, 100 * m_sgemm, peak_mib, accounted_mib, activation_mib, rss_mib, base_mib);
       std::fflush(stdout);
     }
     records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
                        {"micro_batches", shape.micro_batches}, {"recompute", recompute_name(shape.recompute)},
                        {"peak_mib_max_rank", peak_mib}, {"accounted_mib_max_rank", accounted_mib},
-                       {"activation_mib_max_rank", activation_mib},
+                       {"activation_mib_max_rank", activation_mib}, {"resident_peak_mib", rss_mib},
+                       {"resident_base_mib", base_mib},
                        {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }

@@ -10,6 +10,7 @@
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
+#include "perf/process_memory.h"
 #include "train/trainer.h"
 
 namespace tripod::bench {
@@ -32,7 +33,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   // The sgemm baseline first, so its matrices are freed before the model exists and the peak RSS
   // below is the training's own.
   const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
-  const std::size_t baseline_rss = peak_rss_bytes();  // the program, its libraries and the sgemm
+  const std::size_t baseline_rss = peak_resident_bytes();  // the program, its libraries and the sgemm
   Trainer trainer(config, *backend);
   trainer.initialise();
   trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, 0, "bench.train"));  // warm-up step
@@ -50,7 +51,7 @@ void run_bench_train(const BenchTrainOptions& o) {
 
   const std::size_t state_bytes = trainer.params().flat().bytes() * 4;  // weights + grads + Adam m, v
   const std::size_t act_bytes = trainer.model().activation_bytes();
-  const std::size_t rss = peak_rss_bytes();
+  const std::size_t rss = peak_resident_bytes();
   const double ratio = achieved / gemm.median_flops;
   const PeakFlops peak = backend_peak(backend->name(), gemm_peak_precision(config.train), config.train.peak_tflops);
   std::printf("  median step %.3f s | %.0f tokens/s | %.1f GFLOP/s model FLOPs (%.3g FLOP/step)\n", median_step,

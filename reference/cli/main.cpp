@@ -29,6 +29,10 @@ void add_comm_options(CLI::App& command, CommSettings& comm) {
                      "run an MPI progress thread that polls every N microseconds while non-blocking operations"
                      " are in flight (0: none; helps only where cores are left idle: measure with bench overlap)")
       ->capture_default_str();
+  command.add_option("--mpi-chunk-mb", comm.mpi_chunk_mb,
+                     "MPI all-reduces and reduce-scatters larger than this go as a sequence of pieces, which bounds"
+                     " Open MPI's temporaries (it allocates up to twice the message per call; 0: whole messages)")
+      ->capture_default_str();
 }
 
 }  // namespace tripod::cli

@@ -44,7 +44,8 @@ std::string reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 // A started operation. wait() blocks until it is complete (then the output tensors hold the
 // result); test() makes progress and says whether it is complete. Both may be called again after
 // completion. Destroying an incomplete request waits for it, because the library may still be
-// writing into its buffers. Call them from the thread that started the operation.
+// writing into its buffers. Call them from the thread that started the operation, and let no
+// request outlive its communicator.
 class CommRequest {
  public:
   virtual ~CommRequest() = default;

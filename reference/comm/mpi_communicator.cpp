@@ -2,7 +2,11 @@
 
 #include "comm/comm_watchdog.h"
 #include "comm/mpi_progress.h"
+#include "comm/reduction_pieces.h"
 #include "core/bf16.h"
+#include "core/host_memory.h"
+
+#include <malloc.h>
 
 #include <climits>
 #include <cstdlib>
@@ -237,6 +241,13 @@ int issue_recv(const MpiIssue& s) {
 MpiRuntime::MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // Open MPI's non-blocking collectives malloc and free a temporary as large as each message (up
+  // to a chunk, comm/reduction_pieces.h), several in flight at once. glibc's adaptive threshold then
+  // serves such blocks from its heap and keeps them after free: GPT-2 124M, ZeRO-3, 4 ranks held
+  // 120-180 MiB of freed heap per rank (README: Memory). A fixed 1 MiB threshold maps and unmaps
+  // them instead (our own large tensors come from core/block_cache.h, not malloc).
+  // A threshold the user set (MALLOC_MMAP_THRESHOLD_) stands.
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   int already = 0;
   MPI_Initialized(&already);
   if (already) {
@@ -268,7 +279,9 @@ bool MpiRuntime::initialized() {
 
 // ---- communicator ----
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, int64_t chunk_bytes)
+    : comm_(comm), name_(std::move(name)), chunk_bytes_(chunk_bytes) {
+  check(chunk_bytes_ >= 0, "communicator ", name_, ": chunk size ", chunk_bytes_, " bytes is negative");
   check(MpiRuntime::initialized(), "communicator ", name_, ": MPI is not initialised (create an MpiRuntime first)");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
@@ -276,6 +289,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm),
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  if (piece_comm_ != MPI_COMM_NULL && MpiRuntime::initialized()) MPI_Comm_free(&piece_comm_);
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && MpiRuntime::initialized()) MPI_Comm_free(&comm_);
 }
 
@@ -283,16 +297,24 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, cons
   MPI_Comm sub = MPI_COMM_NULL;
   mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), str_cat("split of ", name_));
   if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<MpiCommunicator>(sub, name);
+  return std::make_unique<MpiCommunicator>(sub, name, chunk_bytes_);
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool blocking) {
   const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
-  if (reduction && call.in.dtype() == DType::BF16) return start_bf16_reduction(call, blocking);
+  if (reduction && call.op != CommOp::Reduce && chunk_bytes_ > 0 && size_ > 1 &&
+      static_cast<int64_t>(call.in.bytes()) > chunk_bytes_)
+    return start_in_pieces(call, blocking);
+  return start_whole(call, blocking, comm_);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::start_whole(const CommCall& call, bool blocking, MPI_Comm comm) {
+  const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
+  if (reduction && call.in.dtype() == DType::BF16) return start_bf16_reduction(call, blocking, comm);
   auto request = std::make_unique<MpiRequest>(where(call.op), call);
   void* in = call.in.defined() ? call.in.raw() : nullptr;  // a barrier has no tensors
   void* out = call.out.defined() ? call.out.raw() : nullptr;
-  const MpiIssue issue{call, *request, comm_, rank_, size_, blocking, mpi_type(call.in.dtype()), mpi_op(call.reduce),
+  const MpiIssue issue{call, *request, comm, rank_, size_, blocking, mpi_type(call.in.dtype()), mpi_op(call.reduce),
                        in, out};
   int code = MPI_SUCCESS;
   switch (call.op) {
@@ -304,7 +326,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool b
     case CommOp::AllToAll: code = issue_alltoall(issue); break;
     case CommOp::Send: code = issue_send(issue); break;
     case CommOp::Recv: code = issue_recv(issue); break;
-    case CommOp::Barrier: code = blocking ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, request->handle()); break;
+    case CommOp::Barrier: code = blocking ? MPI_Barrier(comm) : MPI_Ibarrier(comm, request->handle()); break;
   }
   mpi_check(code, request->what());
   if (!blocking) request->track();
@@ -314,7 +336,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool b
 // bf16 has no MPI type that reduces: every rank widens its contribution to fp32 (exactly), MPI
 // reduces fp32, and the result is rounded once to bf16 (nearest even) when the operation completes
 // (after Avg's division). In-place calls need nothing special: the fp32 copies are separate.
-std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCall& call, bool blocking) {
+std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCall& call, bool blocking,
+                                                                   MPI_Comm comm) {
   auto request = std::make_unique<MpiRequest>(where(call.op), call);
   const std::string& at = request->what();
   const int64_t n_in = call.in.numel(), n_out = call.out.numel();
@@ -331,16 +354,16 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCal
   const int count = mpi_count(n_out, at);
   switch (call.op) {
     case CommOp::AllReduce:
-      code = blocking ? MPI_Allreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm_)
-                      : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm_, handle);
+      code = blocking ? MPI_Allreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm)
+                      : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm, handle);
       break;
     case CommOp::ReduceScatter:
-      code = blocking ? MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm_)
-                      : MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm_, handle);
+      code = blocking ? MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm)
+                      : MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm, handle);
       break;
     default:  // Reduce
-      code = blocking ? MPI_Reduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm_)
-                      : MPI_Ireduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm_,
+      code = blocking ? MPI_Reduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm)
+                      : MPI_Ireduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm,
                                     handle);
       break;
   }
@@ -357,11 +380,46 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCal
   return request;
 }
 
-std::unique_ptr<Communicator> mpi_world() {
+// all_reduce and reduce_scatter over chunk_bytes_, one piece after another (comm/reduction_pieces.h)
+// on a duplicate of this group's MPI_Comm made at the first such call (collective: every rank
+// makes the same calls). Each piece is an ordinary call (bf16 included); reduce_scatter's pieces
+// are packed into one staging buffer, reused, since only one piece is in flight.
+std::unique_ptr<CommRequest> MpiCommunicator::start_in_pieces(const CommCall& call, bool blocking) {
+  if (!piece_queue_) {
+    mpi_check(MPI_Comm_dup(comm_, &piece_comm_), str_cat(name_, ": MPI_Comm_dup for reductions in pieces"));
+    MPI_Comm_set_errhandler(piece_comm_, MPI_ERRORS_RETURN);
+    piece_queue_ = std::make_shared<PieceQueue>();
+  }
+  const bool scatter = call.op == CommOp::ReduceScatter;
+  const int64_t block = call.out.numel();
+  const int ranks = scatter ? size_ : 1;
+  std::vector<ReductionPiece> pieces = reduction_pieces(block, ranks, dtype_size(call.in.dtype()), chunk_bytes_);
+  const std::size_t count = pieces.size();  // > 0: the input is larger than a chunk
+  // The staging buffer is made when the sequence's first piece starts, not now: several large
+  // reductions may wait in the queue, and it goes with the sequence when its last piece is done.
+  auto staging = std::make_shared<Tensor>();
+  auto start_piece = [this, call, pieces = std::move(pieces), staging, scatter, block, blocking](std::size_t j) {
+    const ReductionPiece& piece = pieces[j];
+    CommCall part = call;
+    part.out = call.out.view(piece.first, {piece.length});
+    if (scatter) {
+      if (!staging->defined()) *staging = host_alloc({size_ * pieces.front().length}, call.in.dtype());
+      pack_piece(call.in, block, size_, piece, *staging);
+      part.in = staging->view(0, {size_ * piece.length});
+      part.in_place = false;
+    } else {
+      part.in = call.in.view(piece.first, {piece.length});
+    }
+    return start_whole(part, blocking, piece_comm_);  // (one element per rank may still be over the size)
+  };
+  return std::make_unique<QueuedRequest>(piece_queue_, count, std::move(start_piece));
+}
+
+std::unique_ptr<Communicator> mpi_world(int64_t chunk_bytes) {
   check(MpiRuntime::initialized(), "mpi_world: MPI is not initialised (create an MpiRuntime first)");
   MPI_Comm dup = MPI_COMM_NULL;
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi_world: MPI_Comm_dup");
-  auto world = std::make_unique<MpiCommunicator>(dup, "mpi:world");
+  auto world = std::make_unique<MpiCommunicator>(dup, "mpi:world", chunk_bytes);
   if (world->size() > 1) set_comm_process_label(str_cat("rank ", world->rank(), " of ", world->size()));
   return world;
 }

@@ -16,6 +16,10 @@
 // gradient sync does exactly that between layers of the backward pass. NCCL, by contrast, runs
 // collectives on the GPU and overlaps without help.
 //
+// Reductions larger than the chunk size (--mpi-chunk-mb) run as a sequence of smaller ones
+// (comm/reduction_pieces.h): Open MPI's non-blocking reductions allocate temporaries as large as
+// the whole message, twice over for reduce_scatter.
+//
 // MPI_THREAD_FUNNELED is requested: only the thread that initialised MPI may call these methods,
 // including wait() and test(). Errors come back as tripod::Error (communicators are switched to
 // MPI_ERRORS_RETURN) with MPI's own error string.
@@ -26,6 +30,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/reduction_pieces.h"
 
 namespace tripod {
 
@@ -48,10 +53,16 @@ class MpiRuntime {
   int thread_level_ = MPI_THREAD_SINGLE;
 };
 
+// 16 MiB: large enough that the pieces cost nothing measurable over one message (README: Memory),
+// small enough that Open MPI's temporaries stay a fixed allowance.
+constexpr int64_t kDefaultMpiChunkBytes = int64_t{16} << 20;
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD or MPI_COMM_SELF.
-  MpiCommunicator(MPI_Comm comm, std::string name);
+  // all_reduce and reduce_scatter inputs over chunk_bytes go in pieces (0: never); split groups
+  // inherit it.
+  MpiCommunicator(MPI_Comm comm, std::string name, int64_t chunk_bytes = kDefaultMpiChunkBytes);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -66,15 +77,20 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) const override;
 
  private:
-  std::unique_ptr<CommRequest> start_bf16_reduction(const CommCall& call, bool blocking);
+  std::unique_ptr<CommRequest> start_whole(const CommCall& call, bool blocking, MPI_Comm comm);
+  std::unique_ptr<CommRequest> start_bf16_reduction(const CommCall& call, bool blocking, MPI_Comm comm);
+  std::unique_ptr<CommRequest> start_in_pieces(const CommCall& call, bool blocking);
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0;
   int size_ = 1;
+  int64_t chunk_bytes_;
+  MPI_Comm piece_comm_ = MPI_COMM_NULL;      // for reductions in pieces, made when first needed
+  std::shared_ptr<PieceQueue> piece_queue_;  // their order (comm/reduction_pieces.h)
 };
 
 // A private duplicate of MPI_COMM_WORLD named "mpi:world" (collective over all processes), so
 // Tripod's traffic never matches messages of other code that uses MPI_COMM_WORLD.
-std::unique_ptr<Communicator> mpi_world();
+std::unique_ptr<Communicator> mpi_world(int64_t chunk_bytes = kDefaultMpiChunkBytes);
 
 }  // namespace tripod

@@ -47,7 +47,8 @@ std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& s
         " s is negative (0 turns the timeout off)");
   set_comm_timeout(settings.timeout_seconds);
   const std::string kind = resolve_comm_kind(settings.kind, backend);
-  std::unique_ptr<Communicator> host = mpi_world();
+  check(settings.mpi_chunk_mb >= 0, "--mpi-chunk-mb: ", settings.mpi_chunk_mb, " is negative (0: whole messages)");
+  std::unique_ptr<Communicator> host = mpi_world(static_cast<int64_t>(settings.mpi_chunk_mb * 1048576.0));
   share_cores(*host);  // before any OpenMP team of this process computes
   check(settings.progress_us >= 0, "--mpi-progress-us: ", settings.progress_us, " is negative (0: no progress thread)");
   if (settings.progress_us > 0) MpiProgress::start(std::chrono::microseconds(settings.progress_us));

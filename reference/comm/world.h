@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "comm/comm_watchdog.h"
 #include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
 
 namespace tripod {
 
@@ -19,6 +20,7 @@ struct CommSettings {
   std::string kind = "auto";  // auto, mpi, staged, nccl
   double timeout_seconds = kDefaultCommTimeoutSeconds;
   int progress_us = 0;  // > 0: an MPI progress thread polling every N microseconds (comm/mpi_progress.h)
+  double mpi_chunk_mb = kDefaultMpiChunkBytes / 1048576.0;  // larger MPI reductions go in pieces (0: never)
 };
 
 std::string comm_kind_names_text();  // "auto, mpi, staged, nccl"

@@ -1,6 +1,5 @@
 #include "perf/gemm_rate.h"
 
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,12 +24,6 @@ GemmRate measure_square_gemm(Backend& backend, int64_t n, DType dtype, int repet
   }
   std::sort(rates.begin(), rates.end());
   return {n, rates[rates.size() / 2], rates.back()};
-}
-
-std::size_t peak_rss_bytes() {
-  struct rusage usage {};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
 }
 
 }  // namespace tripod

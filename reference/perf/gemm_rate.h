@@ -16,7 +16,4 @@ struct GemmRate {
 // Times `repetitions` n x n x n GEMMs (after one warm-up) in `dtype` through the backend.
 GemmRate measure_square_gemm(Backend& backend, int64_t n, DType dtype, int repetitions);
 
-// Peak resident set size of this process so far, in bytes.
-std::size_t peak_rss_bytes();
-
 }  // namespace tripod

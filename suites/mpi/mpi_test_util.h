@@ -80,7 +80,7 @@ struct TestGroups {
   std::unique_ptr<ProcessGrid> strided_grid;
   std::vector<std::pair<std::string, Communicator*>> list;
 
-  TestGroups() : world(test_world()) {
+  explicit TestGroups(int64_t chunk_bytes = kDefaultMpiChunkBytes) : world(test_world(chunk_bytes)) {
     const int n = world->size(), r = world->rank();
     list.emplace_back("world", world.get());
     add("self", std::make_unique<SelfCommunicator>());

@@ -33,7 +33,8 @@ def metric_lines(path):  # every step's record, without the header and the wall-
 
 def test_mechanisms_change_no_bit(corpus, tmp_path):
     runs = {"plain": [], "progress": ["--mpi-progress-us", "100"], "prefetch": ["--zero3-prefetch", "3"],
-            "selective": ["--set", "train.recompute=selective"], "full": ["--set", "train.recompute=full"]}
+            "selective": ["--set", "train.recompute=selective"], "full": ["--set", "train.recompute=full"],
+            "pieces": ["--mpi-chunk-mb", "0.002"]}  # every bucket's reduce-scatter in 2 KiB pieces
     got = {}
     for name, extra in runs.items():
         metrics = tmp_path / f"{name}.jsonl"
@@ -65,6 +66,7 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["train", "--config", "tiny", "--mpi-progress-us", "-5"], "--mpi-progress-us: -5 is negative"),
     (["train", "--config", "tiny", "--zero", "3", "--zero3-prefetch", "-1"], "--zero3-prefetch"),
+    (["train", "--config", "tiny", "--mpi-chunk-mb", "-1"], "--mpi-chunk-mb: -1 is negative"),
     (["train", "--config", "tiny", "--set", "train.recompute=most"], "train.recompute: none, selective or full"),
     (["bench", "overlap", "--mpi-progress-us", "100"], "leave --mpi-progress-us at 0"),
 ])

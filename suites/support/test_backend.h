@@ -28,6 +28,9 @@ inline Backend& shared_test_backend() {
 }
 
 // The world as the suites' tensors need it: MPI's, staged through the host for a device backend.
-inline std::unique_ptr<Communicator> test_world() { return communicator_for(mpi_world(), shared_test_backend()); }
+// chunk_bytes: MPI reductions larger than this go in pieces (comm/reduction_pieces.h).
+inline std::unique_ptr<Communicator> test_world(int64_t chunk_bytes = kDefaultMpiChunkBytes) {
+  return communicator_for(mpi_world(chunk_bytes), shared_test_backend());
+}
 
 }  // namespace tripod::testing

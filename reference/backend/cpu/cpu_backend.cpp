@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/convert_dispatch.h"
+#include "core/block_cache.h"
 #include "backend/cpu/kernels.h"
 
 namespace tripod {
@@ -26,18 +27,26 @@ void CpuBackend::wrong_device(const Tensor& t, const char* op) const {
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // 64-byte alignment for AVX-512 loads
-  void* p = padded ? std::aligned_alloc(64, padded) : nullptr;
+  // Large blocks from the block cache (core/block_cache.h says why not malloc); both zero-filled.
+  const bool cached = padded >= kCachedBlockMinBytes;
+  void* p = nullptr;
+  if (cached) {
+    p = host_block_cache().allocate(padded);
+  } else if (padded) {
+    p = std::aligned_alloc(64, padded);
+    if (p) std::memset(p, 0, padded);
+  }
   if (padded != 0 && p == nullptr)
     fail("out of ", device_name(device_), " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape));
-  if (p) std::memset(p, 0, padded);
   const std::size_t live = counters_->live.fetch_add(padded) + padded;
   for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
   }
   auto counters = counters_;
   return Tensor(std::make_shared<Storage>(p, bytes, device_,
-                                          [counters, padded](void* q) {
+                                          [counters, padded, cached](void* q) {
                                             counters->live.fetch_sub(padded);
-                                            std::free(q);
+                                            if (cached) host_block_cache().release(q, padded);
+                                            else std::free(q);
                                           }),
                 0, shape, dtype);
 }
