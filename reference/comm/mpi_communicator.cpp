@@ -6,8 +6,6 @@
 #include "core/bf16.h"
 #include "core/host_memory.h"
 
-#include <malloc.h>
-
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -241,13 +239,6 @@ int issue_recv(const MpiIssue& s) {
 MpiRuntime::MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
-  // Open MPI's non-blocking collectives malloc and free a temporary as large as each message (up
-  // to a chunk, comm/reduction_pieces.h), several in flight at once. glibc's adaptive threshold then
-  // serves such blocks from its heap and keeps them after free: GPT-2 124M, ZeRO-3, 4 ranks held
-  // 120-180 MiB of freed heap per rank (README: Memory). A fixed 1 MiB threshold maps and unmaps
-  // them instead (our own large tensors come from core/block_cache.h, not malloc).
-  // A threshold the user set (MALLOC_MMAP_THRESHOLD_) stands.
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   int already = 0;
   MPI_Initialized(&already);
   if (already) {

@@ -6,8 +6,8 @@
 // memory goes back to the kernel only from the heap's top. So activations, gradient-bucket buffers
 // and ZeRO-3's gathered buckets, freed in one order and allocated again in another, left the process
 // holding far more than it used: ZeRO-3 on GPT-2 124M, 4 ranks, measured 1242-1542 MiB of resident
-// memory for 910 MiB in use (README: Memory). Mapping and unmapping every block returned it all but
-// made a `small` step 8-15 % slower in page faults.
+// memory for 910 MiB in use (README: Memory that is really returned). Mapping and unmapping every
+// block returned it all but made a `small` step 8-15 % slower in page faults.
 //
 // The rule here: a freed block is kept, by size, for the next request of exactly that size (a
 // training step asks for the same sizes every step, so steady state maps nothing); a request that
