@@ -56,6 +56,12 @@ void BlockCache::release(void* block, std::size_t bytes) {
   stats_.kept += bytes;
 }
 
+void BlockCache::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!kept_.empty()) unmap_oldest();
+  stats_.peak_in_use = stats_.peak_held = stats_.in_use;
+}
+
 void BlockCache::unmap_oldest() {
   const Kept oldest = kept_.front();
   for (auto it = by_size_.lower_bound(oldest.bytes); it != by_size_.end() && it->first == oldest.bytes; ++it)

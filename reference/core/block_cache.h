@@ -34,6 +34,7 @@ class BlockCache {
 
   void* allocate(std::size_t bytes);  // zero-filled; null when the kernel refuses
   void release(void* block, std::size_t bytes);
+  void trim();  // unmaps every kept block (and forgets the peak in use): for a measurement's start
 
   struct Stats {
     std::size_t in_use = 0, kept = 0, peak_in_use = 0, peak_held = 0;  // held = in use + kept

@@ -109,6 +109,8 @@ def test_bench_layouts_times_pipelined_layouts(tmp_path):
     assert [r["layout"] for r in records] == layouts
     assert [r["pp"] for r in records] == [2, 2, 1] and records[0]["schedule"] == "1f1b"
     assert all(0 < r["mfu"] < 1 and r["tokens_per_second"] > 0 for r in records)
+    # the process's resident memory, per layout: a high-water mark at or above its base
+    assert all(0 < r["resident_base_mib"] <= r["resident_peak_mib"] for r in records)
     wrong = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", "tp1-pp4-dp1-z0-mb4-1f1b"),
                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
     assert wrong.returncode != 0 and "needs 4 ranks, launched with 2" in wrong.stderr

@@ -67,6 +67,17 @@ TEST(BlockCache, HeldNeverExceedsThePeakInUseOverARandomWorkload) {
   EXPECT_EQ(cache.stats().in_use, 0u);
 }
 
+TEST(BlockCache, TrimReturnsWhatIsKept) {
+  BlockCache cache;
+  void* a = cache.allocate(2 * kMiB);
+  void* b = cache.allocate(3 * kMiB);
+  cache.release(b, 3 * kMiB);
+  cache.trim();
+  EXPECT_EQ(cache.stats().kept, 0u);
+  EXPECT_EQ(cache.stats().peak_in_use, 2 * kMiB);  // a new peak starts from what is in use
+  cache.release(a, 2 * kMiB);
+}
+
 TEST(BlockCache, SizesAreWholePages) {
   EXPECT_EQ(BlockCache::rounded(1), BlockCache::rounded(4096));
   EXPECT_EQ(BlockCache::rounded(kMiB) % 4096, 0u);
