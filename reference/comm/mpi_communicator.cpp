@@ -292,9 +292,9 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, cons
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool blocking) {
-  const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
-  if (reduction && call.op != CommOp::Reduce && chunk_bytes_ > 0 && size_ > 1 &&
-      static_cast<int64_t>(call.in.bytes()) > chunk_bytes_)
+  // (reduce: only `bench comm` uses it, at the sizes its user asks for)
+  const bool piecewise = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter;
+  if (piecewise && chunk_bytes_ > 0 && size_ > 1 && static_cast<int64_t>(call.in.bytes()) > chunk_bytes_)
     return start_in_pieces(call, blocking);
   return start_whole(call, blocking, comm_);
 }
