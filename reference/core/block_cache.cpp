@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace tripod {
@@ -77,6 +78,18 @@ void BlockCache::unmap_oldest() {
 BlockCache::Stats BlockCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
+}
+
+void* allocate_host_block(std::size_t bytes) {
+  if (bytes >= kCachedBlockMinBytes) return host_block_cache().allocate(bytes);
+  void* block = bytes ? std::aligned_alloc(64, bytes) : nullptr;
+  if (block) std::memset(block, 0, bytes);
+  return block;
+}
+
+void free_host_block(void* block, std::size_t bytes) {
+  if (bytes >= kCachedBlockMinBytes) host_block_cache().release(block, bytes);
+  else std::free(block);
 }
 
 BlockCache& host_block_cache() {

@@ -60,4 +60,9 @@ class BlockCache {
 constexpr std::size_t kCachedBlockMinBytes = std::size_t{1} << 20;
 BlockCache& host_block_cache();
 
+// A zero-filled, 64-byte-aligned host block of `bytes` (a multiple of 64): from the cache when
+// large, else from malloc; null when out of memory. Free it with the same size.
+void* allocate_host_block(std::size_t bytes);
+void free_host_block(void* block, std::size_t bytes);
+
 }  // namespace tripod

@@ -2,23 +2,16 @@
 
 #include "core/block_cache.h"
 
-#include <cstdlib>
-#include <cstring>
 
 namespace tripod {
 
 Tensor host_alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-  const bool cached = padded >= kCachedBlockMinBytes;  // large: core/block_cache.h says why not malloc
-  void* ptr = cached ? host_block_cache().allocate(padded) : padded ? std::aligned_alloc(64, padded) : nullptr;
+  void* ptr = allocate_host_block(padded);  // large ones cached: core/block_cache.h says why not malloc
   check(padded == 0 || ptr != nullptr, "out of host memory allocating ", bytes, " bytes for a tensor of shape ",
         shape_str(shape));
-  if (ptr && !cached) std::memset(ptr, 0, padded);  // the cache's blocks come zero-filled
-  auto release = [padded, cached](void* p) {
-    if (cached) host_block_cache().release(p, padded);
-    else std::free(p);
-  };
+  auto release = [padded](void* p) { free_host_block(p, padded); };
   return Tensor(std::make_shared<Storage>(ptr, bytes, Device::Host, release), 0, shape, dtype);
 }
 

@@ -27,15 +27,7 @@ void CpuBackend::wrong_device(const Tensor& t, const char* op) const {
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // 64-byte alignment for AVX-512 loads
-  // Large blocks from the block cache (core/block_cache.h says why not malloc); both zero-filled.
-  const bool cached = padded >= kCachedBlockMinBytes;
-  void* p = nullptr;
-  if (cached) {
-    p = host_block_cache().allocate(padded);
-  } else if (padded) {
-    p = std::aligned_alloc(64, padded);
-    if (p) std::memset(p, 0, padded);
-  }
+  void* p = allocate_host_block(padded);  // zero-filled; large ones cached (core/block_cache.h says why)
   if (padded != 0 && p == nullptr)
     fail("out of ", device_name(device_), " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape));
   const std::size_t live = counters_->live.fetch_add(padded) + padded;
@@ -43,10 +35,9 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   }
   auto counters = counters_;
   return Tensor(std::make_shared<Storage>(p, bytes, device_,
-                                          [counters, padded, cached](void* q) {
+                                          [counters, padded](void* q) {
                                             counters->live.fetch_sub(padded);
-                                            if (cached) host_block_cache().release(q, padded);
-                                            else std::free(q);
+                                            free_host_block(q, padded);
                                           }),
                 0, shape, dtype);
 }
