@@ -12,6 +12,7 @@
 #include "comm/mpi_progress.h"
 #include "comm/world.h"
 #include "comm/host_collectives.h"
+#include "comm/mpi_algorithms.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
 #include "parallel/zero_engine.h"
@@ -23,7 +24,11 @@ namespace {
 struct Mechanism {
   const char* name;
   const char* label;
-  std::vector<double> seconds;
+  std::vector<double> seconds, in_calls;  // per repetition: the pass, and the engine's communication calls
+};
+
+struct Pass {
+  double seconds = 0, in_calls = 0;  // each the slowest rank's
 };
 
 }  // namespace
@@ -41,10 +46,11 @@ void run_overlap(const OverlapOptions& o) {
   const data::Batch batch = data::random_token_batch(o.batch, o.seq_len, o.vocab, world->rank(), "bench.overlap");
   const double scale = 1.0 / static_cast<double>(o.batch * o.seq_len * world->size());
 
-  // Seconds of one forward + backward, reductions included when `reduce` (the slowest rank's).
+  // One forward + backward, reductions included when `reduce`.
   auto time_pass = [&](ZeroEngine& engine, bool reduce) {
     engine.zero_grads();
     world->barrier();
+    const double calls_before = engine.communication_seconds();
     const auto start = std::chrono::steady_clock::now();
     engine.begin_forward();
     model.forward(engine, batch.tokens.data(), batch.targets.data(), o.batch, o.seq_len);
@@ -54,7 +60,11 @@ void run_overlap(const OverlapOptions& o) {
     engine.finish_backward();
     backend->synchronize();
     const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return all_reduce_value(*world, local, ReduceOp::Max);  // the step is as slow as its slowest rank
+    // The step is as slow as its slowest rank. A rank that finished its computation early also waits
+    // in its calls for the others: the rank that spent least time in calls shows the communication
+    // itself, without that skew.
+    const double in_calls = engine.communication_seconds() - calls_before;
+    return Pass{all_reduce_value(*world, local, ReduceOp::Max), all_reduce_value(*world, in_calls, ReduceOp::Min)};
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
   auto engine = [&](int stage, int64_t bytes, int prefetch) {
@@ -66,12 +76,12 @@ void run_overlap(const OverlapOptions& o) {
   auto bucketed = engine(0, bucket_bytes, 0), at_end = engine(0, int64_t{1} << 40, 0);
   auto z3_on_use = engine(3, bucket_bytes, 0), z3_prefetch = engine(3, bucket_bytes, o.prefetch);
   const bool progress = o.progress_us > 0;
-  std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}},
-                                 {"at_end", "ZeRO-0, one all-reduce after backward", {}},
-                                 {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}},
-                                 {"bucketed_progress", "  + MPI progress thread", {}},
-                                 {"zero3_on_use", "ZeRO-3, gathered on use", {}},
-                                 {"zero3_prefetch", "ZeRO-3, prefetched", {}}};
+  std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}, {}},
+                                 {"at_end", "ZeRO-0, one all-reduce after backward", {}, {}},
+                                 {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}, {}},
+                                 {"bucketed_progress", "  + MPI progress thread", {}, {}},
+                                 {"zero3_on_use", "ZeRO-3, gathered on use", {}, {}},
+                                 {"zero3_prefetch", "ZeRO-3, prefetched", {}, {}}};
   auto measure = [&](std::size_t row) {
     switch (row) {
       case 0: return time_pass(*bucketed, false);
@@ -79,9 +89,9 @@ void run_overlap(const OverlapOptions& o) {
       case 2: return time_pass(*bucketed, true);
       case 3: {
         MpiProgress::start(std::chrono::microseconds(o.progress_us));
-        const double s = time_pass(*bucketed, true);
+        const Pass p = time_pass(*bucketed, true);
         MpiProgress::stop();
-        return s;
+        return p;
       }
       case 4: return time_pass(*z3_on_use, true);
       default: return time_pass(*z3_prefetch, true);
@@ -91,40 +101,81 @@ void run_overlap(const OverlapOptions& o) {
     if (row != 3 || progress) measure(row);  // warm-up (and ZeRO-3's recorded passes)
   for (int64_t r = 0; r < o.repeats; ++r)  // interleaved, so machine noise hits every row alike
     for (std::size_t row = 0; row < rows.size(); ++row)
-      if (row != 3 || progress) rows[row].seconds.push_back(measure(row));
+      if (row != 3 || progress) {
+        const Pass p = measure(row);
+        rows[row].seconds.push_back(p.seconds);
+        rows[row].in_calls.push_back(p.in_calls);
+      }
 
-  std::vector<double> med(rows.size(), 0.0);
-  for (std::size_t i = 0; i < rows.size(); ++i) med[i] = rows[i].seconds.empty() ? 0.0 : median(rows[i].seconds);
+  std::vector<double> med(rows.size(), 0.0), calls(rows.size(), 0.0);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (!rows[i].seconds.empty()) {
+      med[i] = median(rows[i].seconds);
+      calls[i] = median(rows[i].in_calls);
+    }
   auto exposed = [&](std::size_t i) { return std::max(0.0, med[i] - med[0]); };
   auto hidden = [&](std::size_t i, std::size_t reference) {
     return exposed(reference) > 0 ? 1.0 - exposed(i) / exposed(reference) : 0.0;
   };
+  auto hidden_in_calls = [&](std::size_t i, std::size_t reference) {
+    return calls[reference] > 0 ? 1.0 - calls[i] / calls[reference] : 0.0;
+  };
   const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(3, 1) : 0.0;
   const double hidden_prefetch = hidden(5, 4);
+  // The bucket finished last (the embeddings) is reduced after backward's last computation: no
+  // mechanism can hide it behind backward, so its share of the bytes bounds what bucketing can hide.
+  const ShardLayout& layout = bucketed->layout();
+  const double last_bucket_share =
+      static_cast<double>(layout.buckets().back().size) / static_cast<double>(layout.total());
   if (world->rank() != 0) return;
-  const double grad_mib = bucketed->layout().total() * dtype_size(config.train.dtype) / 1048576.0;
+  const double grad_mib = layout.total() * dtype_size(config.train.dtype) / 1048576.0;
   std::printf("tripod bench overlap: %d ranks, %s, %.1f MiB of gradients, %zu buckets of <= %.2f MiB, "
-              "medians of %lld\n", world->size(), o.config.c_str(), grad_mib, bucketed->layout().buckets().size(),
+              "medians of %lld\n", world->size(), o.config.c_str(), grad_mib, layout.buckets().size(),
               o.bucket_mb, static_cast<long long>(o.repeats));
+  const int algorithm = iallreduce_algorithm();
+  std::printf("  non-blocking all-reduce: %s (Open MPI coll_libnbc_iallreduce_algorithm %d)\n",
+              iallreduce_algorithm_name(algorithm).c_str(), algorithm);
+  std::printf("  %-42s %11s %11s %11s\n", "", "pass", "exposed", "in calls");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].seconds.empty()) continue;
     std::printf("  %-42s %8.2f ms", rows[i].label, 1e3 * med[i]);
-    if (i > 0) std::printf("  (exposed communication %.2f ms)", 1e3 * exposed(i));
+    if (i > 0) std::printf(" %8.2f ms %8.2f ms", 1e3 * exposed(i), 1e3 * calls[i]);
     std::printf("\n");
   }
-  std::printf("  hidden by bucketing: %.0f%%", 100 * hidden_bucketed);
-  if (progress) std::printf("; with a progress thread every %d us: %.0f%%", o.progress_us, 100 * hidden_progress);
-  std::printf("; ZeRO-3 gathers hidden by prefetching %d: %.0f%%\n", o.prefetch, 100 * hidden_prefetch);
+  std::printf("  exposed = pass - compute, the slowest rank's; in calls = time inside the engine's communication\n"
+              "  calls, the rank with least (no wait for a slower peer; a progress thread's own work is not in it)\n");
+  std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
+  if (progress)
+    std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,
+                100 * hidden_progress, 100 * hidden_in_calls(3, 1));
+  std::printf("; ZeRO-3 gathers hidden by prefetching %d: %.0f%% (in calls: %.0f%%)\n", o.prefetch,
+              100 * hidden_prefetch, 100 * hidden_in_calls(5, 4));
+  std::printf("  the last bucket (%.2f MiB, %.0f%% of the gradient bytes) is reduced after backward's last "
+              "computation: bucketing can hide at most about %.0f%%\n",
+              layout.buckets().back().size * dtype_size(config.train.dtype) / 1048576.0, 100 * last_bucket_share,
+              100 * (1 - last_bucket_share));
   if (o.json_out.empty()) return;
-  nlohmann::json seconds;
+  nlohmann::json seconds, in_calls;
   for (std::size_t i = 0; i < rows.size(); ++i)
-    if (!rows[i].seconds.empty()) seconds[rows[i].name] = med[i];
+    if (!rows[i].seconds.empty()) {
+      seconds[rows[i].name] = med[i];
+      in_calls[rows[i].name] = calls[i];
+    }
   nlohmann::json mechanisms = {{"bucketing", hidden_bucketed}, {"zero3_prefetch", hidden_prefetch}};
-  if (progress) mechanisms["bucketing_with_progress_thread"] = hidden_progress;
+  nlohmann::json mechanisms_in_calls = {{"bucketing", hidden_in_calls(2, 1)},
+                                        {"zero3_prefetch", hidden_in_calls(5, 4)}};
+  if (progress) {
+    mechanisms["bucketing_with_progress_thread"] = hidden_progress;
+    mechanisms_in_calls["bucketing_with_progress_thread"] = hidden_in_calls(3, 1);
+  }
   std::ofstream(o.json_out) << nlohmann::json{{"benchmark", "dp_overlap"}, {"ranks", world->size()},
                                               {"compute_seconds", med[0]}, {"bucketed_seconds", med[2]},
                                               {"single_allreduce_seconds", med[1]}, {"seconds", seconds},
+                                              {"communication_call_seconds", in_calls},
                                               {"hidden_fraction", hidden_bucketed}, {"hidden_by_mechanism", mechanisms},
+                                              {"hidden_in_calls_by_mechanism", mechanisms_in_calls},
+                                              {"last_bucket_share", last_bucket_share},
+                                              {"iallreduce_algorithm", iallreduce_algorithm_name(algorithm)},
                                               {"progress_us", o.progress_us}, {"prefetch", o.prefetch},
                                               {"bucket_mb", o.bucket_mb}, {"gradient_mib", grad_mib}}
                                    .dump(2)

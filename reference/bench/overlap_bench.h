@@ -7,8 +7,14 @@
 //   + progress    the same with an MPI progress thread polling every --progress-us (comm/mpi_progress.h)
 //   z3 on use     ZeRO-3 gathering each parameter bucket when it is needed (and reduce-scattering)
 //   z3 prefetch   ZeRO-3 gathering --prefetch buckets ahead (parallel/param_gatherer.h)
-// exposed = time - compute time. Hidden by bucketing (and by the progress thread) = 1 - exposed /
-// exposed(at end); hidden by prefetch = 1 - exposed(prefetch) / exposed(on use).
+// exposed = time - compute time (each the slowest rank's). Hidden by bucketing (and by the progress
+// thread) = 1 - exposed / exposed(at end); hidden by prefetch = 1 - exposed(prefetch) / exposed(on use).
+// The same fractions are also computed from the time a rank spends inside the engine's communication
+// calls (ZeroEngine::communication_seconds, the rank with least, so that no wait for a slower peer
+// counts): a direct measurement, far less noisy on a shared machine than a difference of two pass
+// times, but blind to slowdowns communication causes outside the calls and to a progress thread's
+// work. The last bucket's share of the bytes bounds what bucketing can hide: nothing is left to
+// compute when it is ready.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -90,19 +90,27 @@ const Tensor& ZeroEngine::grad(std::size_t index) {
 }
 
 void ZeroEngine::acquire_params(int group) {
-  buckets_->progress();  // each hook is a chance for MPI to move the buckets in flight
-  if (gatherer_) gatherer_->acquire(group);
+  timed([&] {
+    buckets_->progress();  // each hook is a chance for MPI to move the buckets in flight
+    if (gatherer_) gatherer_->acquire(group);
+  });
 }
 
 void ZeroEngine::release_params(int group) {
   if (!gatherer_) return;
-  gatherer_->release(group);
-  buckets_->progress();
+  timed([&] {
+    gatherer_->release(group);
+    buckets_->progress();
+  });
 }
 
-void ZeroEngine::acquire_grads(int group) { buckets_->acquire(group); }
+void ZeroEngine::acquire_grads(int group) {
+  timed([&] { buckets_->acquire(group); });
+}
 
-void ZeroEngine::grads_ready(int group) { buckets_->ready(group); }
+void ZeroEngine::grads_ready(int group) {
+  timed([&] { buckets_->ready(group); });
+}
 
 std::vector<std::string> ZeroEngine::nonfinite_grads() {
   Tensor counts = backend_.alloc({static_cast<int64_t>(specs_.size())}, DType::F64);

@@ -8,6 +8,7 @@
 // trainer's: the engine offers the reduced gradient pieces it updates. Deliberate bugs come from a
 // FaultPlan (parallel/fault_plan.h), never from flags of the engine's own.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,18 +69,22 @@ class ZeroEngine final : public ParamAccess {
   void zero_grads();
   // Before each micro-batch's forward (ZeRO-3 prefetches along the recorded order of a pass).
   void begin_forward() {
-    if (gatherer_) gatherer_->begin_pass(PassKind::Forward);
+    if (gatherer_) timed([&] { gatherer_->begin_pass(PassKind::Forward); });
   }
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
   void begin_backward(bool reduce) {
     buckets_->begin_backward(reduce);
-    if (gatherer_) gatherer_->begin_pass(PassKind::Backward);
+    if (gatherer_) timed([&] { gatherer_->begin_pass(PassKind::Backward); });
   }
-  void finish_backward() { buckets_->finish(); }  // waits for every reduction of this backward
+  void finish_backward() {  // waits for every reduction of this backward
+    timed([&] { buckets_->finish(); });
+  }
   // Pipeline parallelism with tied embeddings: the buckets of the deferred groups (given at
   // construction) are not reduced during backward; the caller first sums the tied copies'
   // gradients across stages (through grad()), then reduce_deferred() launches and waits for them.
-  void reduce_deferred() { buckets_->reduce_deferred(); }
+  void reduce_deferred() {
+    timed([&] { buckets_->reduce_deferred(); });
+  }
   // See ShardedOptimizer: the DP-summed sum of squares over counted tensors, and the pieces updated.
   Tensor grad_sum_squares(const std::function<bool(std::size_t tensor)>& counted) {
     return optimizer_->grad_sum_squares(counted);
@@ -93,6 +98,12 @@ class ZeroEngine final : public ParamAccess {
   }
   // ZeRO-3 acquisitions served by a prefetched gather, so far (0 otherwise).
   int64_t prefetch_hits() const { return gatherer_ ? gatherer_->prefetched() : 0; }
+  // Seconds this rank has spent inside the engine's communication since construction: starting,
+  // testing and waiting for gradient reductions and ZeRO-3 gathers (with what completing them
+  // does: accumulating a reduced bucket into the shard). Without a progress thread a rank does
+  // nothing else meanwhile, so this is its exposed communication, measured directly instead of
+  // as the difference of two noisy step times (bench overlap prints both).
+  double communication_seconds() const { return communication_seconds_; }
   // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
   // and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();
@@ -112,6 +123,12 @@ class ZeroEngine final : public ParamAccess {
 
  private:
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
+  template <class F>
+  void timed(F&& communicate) {
+    const auto start = std::chrono::steady_clock::now();
+    communicate();
+    communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 
   std::vector<ParamSpec> specs_;
   FaultPlan faults_;
@@ -127,6 +144,7 @@ class ZeroEngine final : public ParamAccess {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  double communication_seconds_ = 0;
 };
 
 }  // namespace tripod

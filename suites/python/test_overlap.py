@@ -3,6 +3,7 @@ prefetch (`--zero3-prefetch`) and activation recomputation (`train.recompute`) c
 training - the metrics are identical to a run without them - and `tripod bench overlap` reports the
 fraction hidden per mechanism, in its table and as JSON."""
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from tripod_cli import MPI_ENV, make_markov_corpus, mpirun_command, require_tripod
 
+ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
 SMALL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=2",
          "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
          "--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set", "train.steps=4",
@@ -61,6 +63,23 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
     assert set(report["seconds"]) == {"compute", "at_end", "bucketed", "bucketed_progress", "zero3_on_use",
                                       "zero3_prefetch"}
     assert all(s > 0 for s in report["seconds"].values())
+    assert set(report["communication_call_seconds"]) == set(report["seconds"])
+    calls = report["communication_call_seconds"]
+    assert 0 <= calls["compute"] < calls["at_end"]  # without reductions the hooks only look for work in flight
+    assert set(report["hidden_in_calls_by_mechanism"]) == set(report["hidden_by_mechanism"])
+    assert 0 < report["last_bucket_share"] < 1
+    if ALGORITHM_VARIABLE not in os.environ:  # Tripod asks Open MPI for its ring unless the user chose
+        assert report["iallreduce_algorithm"] == "ring"
+        assert "non-blocking all-reduce: ring" in result.stdout
+
+
+def test_a_users_all_reduce_algorithm_is_kept():
+    env = {**MPI_ENV, ALGORITHM_VARIABLE: "2"}  # mpirun passes OMPI_MCA_ variables on to every rank
+    result = subprocess.run(mpirun_command(2, "bench", "overlap", "--config", "tiny", "--batch", "1", "--seq-len", "8",
+                                           "--vocab", "64", "--repeats", "1", "--progress-us", "0"),
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "non-blocking all-reduce: binomial (Open MPI coll_libnbc_iallreduce_algorithm 2)" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [
