@@ -1,6 +1,7 @@
 #include "comm/mpi_communicator.h"
 
 #include "comm/comm_watchdog.h"
+#include "comm/mpi_algorithms.h"
 #include "comm/mpi_progress.h"
 #include "comm/reduction_pieces.h"
 #include "core/bf16.h"
@@ -59,14 +60,15 @@ void divide_by(const Tensor& t, int divisor) {
   if (t.dtype() == DType::F64) divide_all(t.data<double>(), t.numel(), divisor);
 }
 
-// One started MPI operation. It holds the call (so the tensors' storage outlives the transfer)
-// and an optional finishing step run once on completion: Avg's division, moving an in-place
+// One started MPI operation: one MPI request, or several issued together (a reduce_scatter made of
+// one reduce per block). It holds the call (so the tensors' storage outlives the transfer) and an
+// optional finishing step run once on completion: Avg's division, moving an in-place
 // reduce_scatter result to its block, checking a received message's length.
 class MpiRequest final : public CommRequest {
  public:
   MpiRequest(std::string what, CommCall call) : what_(std::move(what)), call_(std::move(call)) {}
   ~MpiRequest() override {
-    if (done_ || request_ == MPI_REQUEST_NULL || !MpiRuntime::initialized()) return;
+    if (done_ || requests_.empty() || !MpiRuntime::initialized()) return;
     untrack();  // not waited for: the progress thread need not go on for it
     if (std::uncaught_exceptions() > 0) {
       // Unwinding from an error: the peer this operation waits for may itself wait for us, so a
@@ -75,31 +77,44 @@ class MpiRequest final : public CommRequest {
       new CommCall(std::move(call_));
       return;
     }
-    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    for (MPI_Request& request : requests_) MPI_Wait(&request, MPI_STATUS_IGNORE);
   }
 
+  // One request at a time (MPI_Wait/MPI_Test, not Waitall/Testall: Open MPI 4.1's MPI_Waitall
+  // did not return for a receive that failed with MPI_ERR_TRUNCATE); a completed request is null.
   void wait() override {
-    if (done_) return;
-    MPI_Status status{};
-    const int code = MPI_Wait(&request_, &status);
-    complete(code, status);
+    for (std::size_t i = 0; i < requests_.size() && !done_; ++i) {
+      MPI_Status status{};
+      const int code = MPI_Wait(&requests_[i], &status);
+      if (i == 0) first_status_ = status;
+      if (code != MPI_SUCCESS) complete(code);
+    }
+    if (!done_) complete(MPI_SUCCESS);
   }
   bool test() override {
-    if (done_) return true;
-    MPI_Status status{};
-    int flag = 0;
-    const int code = MPI_Test(&request_, &flag, &status);
-    if (code != MPI_SUCCESS || flag) complete(code, status);
-    return done_;
+    for (std::size_t i = 0; i < requests_.size() && !done_; ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL) continue;
+      MPI_Status status{};
+      int flag = 0;
+      const int code = MPI_Test(&requests_[i], &flag, &status);
+      if (code != MPI_SUCCESS) complete(code);
+      if (!flag) return done_;
+      if (i == 0) first_status_ = status;
+    }
+    if (!done_) complete(MPI_SUCCESS);
+    return true;
   }
 
   const std::string& what() const { return what_; }
-  MPI_Request* handle() { return &request_; }
+  // A slot for one more MPI request of this operation (blocking calls take none: wait() returns at once).
+  // (MPI writes the handle before it returns, so a later slot may move the vector freely.)
+  MPI_Request* handle() { return &requests_.emplace_back(MPI_REQUEST_NULL); }
   std::vector<char>& scratch() { return scratch_; }
+  // Run once on completion, with the status of the first request (a receive's).
   void on_complete(std::function<void(const MPI_Status&)> finish) { finish_ = std::move(finish); }
   // A non-blocking operation now in flight: the progress thread (if any) advances it until done.
   void track() {
-    if (request_ == MPI_REQUEST_NULL || !MpiProgress::instance()) return;
+    if (requests_.empty() || !MpiProgress::instance()) return;
     tracked_ = true;
     MpiProgress::instance()->hold();
   }
@@ -110,16 +125,17 @@ class MpiRequest final : public CommRequest {
   }
 
  private:
-  void complete(int code, const MPI_Status& status) {
+  void complete(int code) {
     done_ = true;
     untrack();
     mpi_check(code, what_);
-    if (finish_) finish_(status);
+    if (finish_) finish_(first_status_);
   }
 
   std::string what_;
   CommCall call_;
-  MPI_Request request_ = MPI_REQUEST_NULL;  // stays null for blocking calls: wait() returns at once
+  std::vector<MPI_Request> requests_;
+  MPI_Status first_status_{};
   std::vector<char> scratch_;
   std::function<void(const MPI_Status&)> finish_;
   bool done_ = false;
@@ -156,16 +172,45 @@ int issue_allreduce(const MpiIssue& s) {
   return code;
 }
 
+// A non-blocking reduce_scatter of two ranks as two MPI_Ireduce, one per block, rooted at the rank
+// that keeps it, issued in block order on both. Open MPI 4.1's MPI_Ireduce_scatter_block reduces
+// the whole input to rank 0 (binomial) and scatters from there: rank 0 adds both blocks while the
+// other waits, and half the data crosses twice. Two reduces are a ring: each rank adds one block.
+// Measured with microbench/bare_nonblocking_reductions.cpp (README: Measured): 0.44-0.88x the
+// time from 2 to 32 MiB at two ranks; at four ranks on two cores it was 1.06-1.22x slower except
+// at 16 MiB, so from three ranks on the library's algorithm stays. The bits are the library's:
+// with two contributions a + b is b + a. `in` holds size blocks of `count`; in place, `out` is
+// this rank's block of it.
+int ireduce_per_block(const void* in, void* out, bool in_place, int count, MPI_Datatype type, MPI_Op op,
+                      MPI_Comm comm, int rank, int size, MpiRequest& request) {
+  int type_bytes = 0;
+  MPI_Type_size(type, &type_bytes);
+  const std::size_t block_bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(type_bytes);
+  for (int root = 0; root < size; ++root) {
+    const void* send = static_cast<const char*>(in) + static_cast<std::size_t>(root) * block_bytes;
+    if (root == rank && in_place) send = MPI_IN_PLACE;
+    const int code = MPI_Ireduce(send, root == rank ? out : nullptr, count, type, op, root, comm, request.handle());
+    if (code != MPI_SUCCESS) return code;
+  }
+  return MPI_SUCCESS;
+}
+
 int issue_reduce_scatter(const MpiIssue& s) {
+  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const bool avg = s.call.reduce == ReduceOp::Avg;
+  if (!s.blocking && s.size == 2) {
+    const int code = ireduce_per_block(s.in, s.out, s.call.in_place, count, s.type, s.op, s.comm, s.rank, s.size,
+                                       s.request);
+    if (avg) divide_on_complete(s.request, s.call.out, s.size);
+    return code;
+  }
   // With MPI_IN_PLACE the whole input sits in the receive buffer and the result lands at its
   // start (block 0), so an in-place result is moved to this rank's block afterwards.
-  const int count = mpi_count(s.call.out.numel(), s.request.what());
   const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
   void* recv = s.call.in_place ? s.in : s.out;
   const int code = s.blocking ? MPI_Reduce_scatter_block(send, recv, count, s.type, s.op, s.comm)
                               : MPI_Ireduce_scatter_block(send, recv, count, s.type, s.op, s.comm, s.request.handle());
   const bool move = s.call.in_place && s.rank != 0;
-  const bool avg = s.call.reduce == ReduceOp::Avg;
   if (move || avg) {
     s.request.on_complete([result = s.call.out, recv, move, avg, group_size = s.size](const MPI_Status&) {
       if (move) std::memmove(result.raw(), recv, result.bytes());
@@ -236,6 +281,7 @@ int issue_recv(const MpiIssue& s) {
 
 // ---- runtime ----
 
+
 MpiRuntime::MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
@@ -244,6 +290,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   if (already) {
     MPI_Query_thread(&thread_level_);
   } else {
+    prefer_ring_allreduce();  // comm/mpi_algorithms.h: why
     // MULTIPLE for the optional progress thread (comm/mpi_progress.h; measured to cost 1-5 % on
     // an 8-rank conform here, within noise); FUNNELED is enough without it.
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_), "MPI_Init_thread");
@@ -339,23 +386,24 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCal
   const bf16* in = call.in.data<bf16>();
   for (int64_t i = 0; i < n_in; ++i) wide_in[i] = bf16_to_float(in[i]);
   const MPI_Op op = mpi_op(call.reduce);
-  MPI_Request* handle = request->handle();
   const bool writes_out = call.op != CommOp::Reduce || rank_ == call.peer;
   int code = MPI_SUCCESS;
   const int count = mpi_count(n_out, at);
   switch (call.op) {
     case CommOp::AllReduce:
       code = blocking ? MPI_Allreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm)
-                      : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm, handle);
+                      : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm, request->handle());
       break;
     case CommOp::ReduceScatter:
-      code = blocking ? MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm)
-                      : MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm, handle);
+      if (blocking) code = MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm);
+      else if (size_ == 2)
+        code = ireduce_per_block(wide_in, wide_out, false, count, MPI_FLOAT, op, comm, rank_, size_, *request);
+      else code = MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm, request->handle());
       break;
     default:  // Reduce
       code = blocking ? MPI_Reduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm)
                       : MPI_Ireduce(wide_in, writes_out ? wide_out : nullptr, count, MPI_FLOAT, op, call.peer, comm,
-                                    handle);
+                                    request->handle());
       break;
   }
   mpi_check(code, at);

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
+#include "comm/mpi_algorithms.h"
 #include "core/bf16.h"
 #include "core/host_memory.h"
 
@@ -124,6 +126,42 @@ TEST(Reductions, PiecesBitIdenticalToWholeWithTwoRanks) {
       }
 }
 
+// With two ranks the non-blocking reduce_scatter is two reduces, one rooted at each rank
+// (comm/mpi_communicator.cpp); the blocking one is Open MPI's MPI_Reduce_scatter_block. Both must
+// give each rank exactly float(a) + float(b) for its block: the same bits.
+TEST(Reductions, NonBlockingReduceScatterOfTwoRanksIsBitIdenticalToBlocking) {
+  auto comm = test_world(0);
+  if (comm->size() != 2) GTEST_SKIP() << "needs exactly 2 ranks (this run has " << comm->size() << ")";
+  const int r = comm->rank();
+  auto value = [](int rank, int64_t i) {
+    return static_cast<float>(std::cos(0.91 * static_cast<double>(i) + 3 * rank) * 1e2 / (1.0 + i % 7));
+  };
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), in_place ? " in place" : ""));
+      const int64_t k = 4099;
+      auto run = [&](bool blocking) {
+        Tensor in = host_alloc({2 * k}, dtype);
+        for (int64_t i = 0; i < 2 * k; ++i) {
+          if (dtype == DType::F32) in.data<float>()[i] = value(r, i);
+          else in.data<bf16>()[i] = float_to_bf16(value(r, i));
+        }
+        Tensor out = in_place ? in.view(r * k, {k}) : host_alloc({k}, dtype);
+        if (blocking) comm->reduce_scatter(in, out, ReduceOp::Sum);
+        else finish(comm->reduce_scatter_async(in, out, ReduceOp::Sum));
+        const char* bytes = static_cast<const char*>(out.raw());
+        return std::vector<char>(bytes, bytes + out.bytes());
+      };
+      const std::vector<char> async = run(false);
+      EXPECT_TRUE(async == run(true));
+      if (dtype != DType::F32) continue;
+      const float* got = reinterpret_cast<const float*>(async.data());
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < k; ++i) wrong += got[i] != value(0, r * k + i) + value(1, r * k + i);
+      EXPECT_EQ(wrong, 0);
+    }
+}
+
 // Pieces start inside test() and wait(), at different moments on different ranks: two reductions
 // in pieces and a whole collective in flight together, driven differently on each rank (even
 // ranks test the first one until its pieces finish before they issue the others, odd ranks not at
@@ -174,6 +212,14 @@ TEST(Reductions, ReduceToEachRoot) {
       }
     }
   });
+}
+
+// MpiRuntime asks Open MPI for its ring all-reduce before MPI_Init (comm/mpi_algorithms.h), unless
+// the environment already chose: what Open MPI reports is what the environment holds.
+TEST(Reductions, NonBlockingAllReduceUsesTheAlgorithmTheRuntimeChose) {
+  const char* chosen = std::getenv(kIallreduceAlgorithmVariable);
+  ASSERT_NE(chosen, nullptr) << kIallreduceAlgorithmVariable << " was not set before MPI_Init";
+  EXPECT_EQ(iallreduce_algorithm(), std::atoi(chosen));
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// tripod_bare_nonblocking_reductions: why MpiCommunicator issues a non-blocking reduce_scatter as
+// one MPI_Ireduce per block (comm/mpi_communicator.cpp, ireduce_per_block) instead of
+// MPI_Ireduce_scatter_block. Bare MPI, nothing of Tripod: for each size (the whole input, float
+// sum, in place as the gradient buckets do it), the two forms alternate -r times in one run, each
+// started and then waited for, and the slowest rank's time per call is kept; the medians print
+// side by side, with MPI_Iallreduce of the same input for reference (its algorithm is whatever
+// the environment chose: Tripod asks for the ring, see comm/mpi_algorithms.h).
+//
+// usage: mpirun -np N tripod_bare_nonblocking_reductions [-b minbytes] [-e maxbytes] [-f factor] [-r repeats]
+// prints one line per size: "bytes reduce_scatter_block_us per_block_reduces_us ratio iallreduce_us"
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+long long parse_size(const char* text) {
+  char* end = nullptr;
+  const double number = std::strtod(text, &end);
+  const double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                      : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+  return static_cast<long long>(number * unit);
+}
+
+double slowest_rank_seconds(const std::function<void()>& call) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = MPI_Wtime();
+  call();
+  double seconds = MPI_Wtime() - start;
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  long long min_bytes = 1 << 20, max_bytes = 32 << 20, factor = 4;
+  int repeats = 9;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "-b") min_bytes = parse_size(argv[i + 1]);
+    else if (flag == "-e") max_bytes = parse_size(argv[i + 1]);
+    else if (flag == "-f") factor = std::atoll(argv[i + 1]);
+    else if (flag == "-r") repeats = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "tripod_bare_nonblocking_reductions: unknown flag %s\n", argv[i]);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (min_bytes < 4 * ranks || factor < 2 || repeats < 1) {
+    std::fprintf(stderr, "tripod_bare_nonblocking_reductions: need -b >= 4 * ranks, -f >= 2, -r >= 1\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  std::vector<float> data(static_cast<std::size_t>(max_bytes / 4), 1.0f);
+  if (rank == 0)
+    std::printf("# %d ranks, in place, float sum, medians of %d (slowest rank)\n"
+                "# bytes  reduce_scatter_block_us  per_block_reduces_us  ratio  iallreduce_us\n",
+                ranks, repeats);
+  for (long long bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+    const int block = static_cast<int>(bytes / 4 / ranks);
+    float* in = data.data();
+    float* mine = in + static_cast<std::size_t>(rank) * block;
+    auto library = [&] {
+      MPI_Request request;
+      MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    };
+    auto per_block = [&] {
+      std::vector<MPI_Request> requests(static_cast<std::size_t>(ranks));
+      for (int root = 0; root < ranks; ++root) {
+        const void* send = root == rank ? MPI_IN_PLACE : in + static_cast<std::size_t>(root) * block;
+        MPI_Ireduce(send, root == rank ? mine : nullptr, block, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD,
+                    &requests[static_cast<std::size_t>(root)]);
+      }
+      MPI_Waitall(ranks, requests.data(), MPI_STATUSES_IGNORE);
+    };
+    auto all_reduce = [&] {
+      MPI_Request request;
+      MPI_Iallreduce(MPI_IN_PLACE, in, block * ranks, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    };
+    std::vector<double> a, b, c;
+    library();  // warm-up: connections, temporaries
+    per_block();
+    all_reduce();
+    for (int r = 0; r < repeats; ++r) {
+      std::fill(data.begin(), data.end(), 1.0f);  // in place sums grow: start from the same values
+      a.push_back(slowest_rank_seconds(library));
+      std::fill(data.begin(), data.end(), 1.0f);
+      b.push_back(slowest_rank_seconds(per_block));
+      std::fill(data.begin(), data.end(), 1.0f);
+      c.push_back(slowest_rank_seconds(all_reduce));
+    }
+    if (rank == 0)
+      std::printf("%lld %.1f %.1f %.2f %.1f\n", bytes, 1e6 * median(a), 1e6 * median(b), median(b) / median(a),
+                  1e6 * median(c));
+  }
+  MPI_Finalize();
+  return 0;
+}
