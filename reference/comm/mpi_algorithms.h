@@ -4,7 +4,7 @@
 // (every gradient bucket's), as a binomial reduce to rank 0 and a broadcast back: rank 0 adds every
 // contribution while the others wait, and the whole message crosses twice. Its ring gives each rank
 // 1/p of the additions and sends 2(p-1)/p of the message: `tripod bench overlap`, 2 ranks, 26 MiB in
-// place, about 10 ms in communication calls against 25 ms (README: Measured). So MpiRuntime asks for
+// place, 11-12 ms in communication calls against 29-32 ms (README: Benchmarks). So MpiRuntime asks for
 // the ring before MPI_Init, which reads the choice from the environment; a value the user gave
 // (environment or `mpirun -x`) is kept. The order of the additions changes only from 3 ranks on
 // (a + b is b + a), and stays fixed by the group size and message length alone: never by timing.

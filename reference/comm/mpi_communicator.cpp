@@ -176,7 +176,7 @@ int issue_allreduce(const MpiIssue& s) {
 // that keeps it, issued in block order on both. Open MPI 4.1's MPI_Ireduce_scatter_block reduces
 // the whole input to rank 0 (binomial) and scatters from there: rank 0 adds both blocks while the
 // other waits, and half the data crosses twice. Two reduces are a ring: each rank adds one block.
-// Measured with microbench/bare_nonblocking_reductions.cpp (README: Measured): 0.44-0.88x the
+// Measured with microbench/bare_nonblocking_reductions.cpp (README: Benchmarks): 0.44-0.88x the
 // time from 2 to 32 MiB at two ranks; at four ranks on two cores it was 1.06-1.22x slower except
 // at 16 MiB, so from three ranks on the library's algorithm stays. The bits are the library's:
 // with two contributions a + b is b + a. `in` holds size blocks of `count`; in place, `out` is
