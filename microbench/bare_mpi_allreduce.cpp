@@ -18,15 +18,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "size_argument.h"
 
-long long parse_size(const char* text) {
-  char* end = nullptr;
-  const double number = std::strtod(text, &end);
-  const double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                      : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
-  return static_cast<long long>(number * unit);
-}
+namespace {
 
 double mean_seconds_per_call(std::vector<float>& send, std::vector<float>& recv, int count, bool in_place, int iters,
                              int warmup) {

@@ -17,15 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "size_argument.h"
 
-long long parse_size(const char* text) {
-  char* end = nullptr;
-  const double number = std::strtod(text, &end);
-  const double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                      : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
-  return static_cast<long long>(number * unit);
-}
+namespace {
 
 double slowest_rank_seconds(const std::function<void()>& call) {
   MPI_Barrier(MPI_COMM_WORLD);
