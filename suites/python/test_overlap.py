@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import MPI_ENV, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import BINARY_DIR, MPI_ENV, MPIRUN, make_markov_corpus, mpirun_command, require_tripod
 
 ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
 SMALL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=2",
@@ -80,6 +80,19 @@ def test_a_users_all_reduce_algorithm_is_kept():
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "non-blocking all-reduce: binomial (Open MPI coll_libnbc_iallreduce_algorithm 2)" in result.stdout
+
+
+def test_bare_reduction_comparison_prints_each_size():
+    """microbench/bare_nonblocking_reductions.cpp, the measurement behind the two-rank reduce_scatter."""
+    require_tripod()
+    program = Path(BINARY_DIR or "build/release") / "microbench" / "tripod_bare_nonblocking_reductions"
+    result = subprocess.run([MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "60", "-np", "2",
+                             str(program), "-b", "8K", "-e", "32K", "-f", "2", "-r", "1"],
+                            capture_output=True, text=True, timeout=90, env=MPI_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert [int(row[0]) for row in rows] == [8192, 16384, 32768]
+    assert all(len(row) == 5 and float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
 
 
 @pytest.mark.parametrize("args, message", [
