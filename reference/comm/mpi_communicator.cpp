@@ -80,10 +80,13 @@ class MpiRequest final : public CommRequest {
     for (MPI_Request& request : requests_) MPI_Wait(&request, MPI_STATUS_IGNORE);
   }
 
-  // One request at a time (MPI_Wait/MPI_Test, not Waitall/Testall: Open MPI 4.1's MPI_Waitall
-  // did not return for a receive that failed with MPI_ERR_TRUNCATE); a completed request is null.
+  // One request at a time, with MPI_Wait/MPI_Test, not Waitall/Testall: under MPI_THREAD_MULTIPLE,
+  // Open MPI 4.1.4's MPI_Waitall never returns for a receive that failed with MPI_ERR_TRUNCATE
+  // (reproduced on bare MPI: an Isend of 7 floats to self, an Irecv of 5, MPI_Waitall). A request
+  // that completed is null, and an earlier test() may have completed the first (a receive's status).
   void wait() override {
     for (std::size_t i = 0; i < requests_.size() && !done_; ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL) continue;
       MPI_Status status{};
       const int code = MPI_Wait(&requests_[i], &status);
       if (i == 0) first_status_ = status;
