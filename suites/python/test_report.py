@@ -6,8 +6,8 @@ a non-blank PNG of the expected size. And the render check can fail: a broken im
 error (console.error or an uncaught exception) and a blank page are each caught.
 
 Chromium is required (ci/setup.sh installs it): without it these tests fail, they do not skip.
-About 2 minutes on 2 cores, most of it the quick sweep (~70 s) and the bench (~20 s), run once
-for the module."""
+About 4 minutes on 2 cores, most of it the quick sweep (~150 s) and the bench, run once for the
+module; under CTest the sweep is the fixture's, already trained (tripod_cli.quick_sweep)."""
 import base64
 import io
 import json
@@ -20,7 +20,7 @@ import pytest
 from matplotlib import image as mpimg
 from matplotlib.figure import Figure
 
-from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, quick_sweep, require_tripod
 
 PYTHON = "/usr/bin/python3"  # Debian's, with matplotlib: what `tripod report` runs
 CONFORM_LAYOUTS = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp2-pp1-dp1-z0-mb1", "tp1-pp2-dp1-z0-mb2-1f1b"]
@@ -83,7 +83,7 @@ def golden_check():
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory):
     """One results directory for the module: the quick bench, a small conform, the quick sweep
-    (run and fitted), imported peers and a golden check (the slow part, ~95 s on 2 cores)."""
+    (run and fitted), imported peers and a golden check (the slow part)."""
     require_tripod()
     require_chromium()
     out = tmp_path_factory.mktemp("results")
@@ -92,7 +92,7 @@ def results_dir(tmp_path_factory):
     run([TRIPOD, "bench", "--quick", "--out", out / "bench"], timeout=300, env=env)
     run(mpirun_command(2, "conform", "--layouts", *CONFORM_LAYOUTS, "--json", out / "conform.json", timeout=120),
         timeout=150, env=MPI_ENV)
-    run([TRIPOD, "scale", "run", "quick", "--out", out / "scale", "--jobs", "2", "--progress-every", "0"], timeout=600)
+    quick_sweep(out / "scale")
     run([TRIPOD, "scale", "fit", out / "scale", "--bootstrap", "0", "--small-grid"], timeout=300)
     (out / "imported").mkdir()
     (out / "imported" / "nccl.json").write_text(json.dumps(imported_nccl_tests()))

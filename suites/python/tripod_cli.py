@@ -22,6 +22,24 @@ def require_tripod():
         pytest.skip(f"{TRIPOD} not built")
 
 
+def quick_sweep(out):
+    """The quick scaling preset's sweep (`tripod scale run quick`), trained into OUT. Under CTest the
+    fixture test scale.quick_sweep trains it once (TRIPOD_QUICK_SWEEP names its folder; ~150 s on 2
+    cores) and each suite that needs one gets a copy, so that its fits write only into its own; run
+    by hand, each suite trains its own."""
+    require_tripod()
+    shared = os.environ.get("TRIPOD_QUICK_SWEEP")
+    if shared:
+        runs = Path(shared) / "runs.jsonl"
+        assert runs.exists(), f"{runs} is missing: the fixture test scale.quick_sweep did not finish"
+        shutil.copytree(shared, out)
+        return out
+    result = subprocess.run([str(TRIPOD), "scale", "run", "quick", "--out", str(out), "--jobs", "2",
+                             "--progress-every", "0"], capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
 def mpirun_command(ranks, *args, timeout=100):
     """mpirun ... tripod ARGS, with mpirun's own timeout so a hang kills every rank."""
     assert MPIRUN, "mpirun not found (install openmpi-bin)"
