@@ -355,7 +355,9 @@ tripod_ranks() {
 }
 
 # NCCL at world size 1: the plumbing (unique id, communicator, streams, events) and every
-# collective's values (#wrong must be 0), up to 256 MiB.
+# collective's values (#wrong must be 0), up to 32 MiB: bench comm fills and checks every element
+# on the host (one thread per rank), which for the six collectives up to 128 MiB took 164 s of
+# host work here, past this step's limit; up to 32 MiB, 18 s.
 step_nccl-1() {
   local c rc=0
   for c in all_reduce all_gather reduce_scatter broadcast reduce alltoall; do
@@ -363,7 +365,7 @@ step_nccl-1() {
       tripod_ranks 2 bench comm "$c" --backend emulated --comm staged -b 8 -e 64K -f 8 -n 2 \
           -J "$STEP_DIR/$c.json" || rc=1
     else
-      tripod_ranks 1 bench comm "$c" --backend cuda --comm nccl -b 8 -e 256M -f 8 -n 5 -d all \
+      tripod_ranks 1 bench comm "$c" --backend cuda --comm nccl -b 8 -e 32M -f 8 -n 5 -d all \
           -J "$STEP_DIR/$c.json" || rc=1
     fi
   done
@@ -389,7 +391,7 @@ step_staged-conform() {
 step_nccl-socket-conform() {
   local rc=0
   tripod_ranks 'NCCL_HOSTID=tripod-rank-{rank}' NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket 2 \
-      conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" \
+      conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" --timeout 20 --comm-timeout 20 \
       --layouts tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2 || rc=$?
   if [ $rc -ne 0 ] && grep -qi 'duplicate gpu' "$STEP_DIR/log.txt"; then
     skip "NCCL refuses two ranks on one GPU even with NCCL_HOSTID and sockets: $(grep -i -m1 'duplicate gpu' "$STEP_DIR/log.txt")"

@@ -12,8 +12,8 @@
 #                    runs each step's CPU form in miniature, reports the GPU steps "skipped: no GPU"
 #   --only LIST      run only these steps (comma-separated names from the table below)
 #   --budget S       the whole run's time limit (default 420 s = 7 min): a step never gets more
-#                    than what is left, and a step with under 5 s left is skipped, so one slow step
-#                    cannot push the run past the limit
+#                    than what is left, and a step with under 5 s left is "unrun" (the verdict is
+#                    then INCOMPLETE), so one slow step cannot push the run past the limit
 #   --export DIR     also put summary.json, summary.txt and gpu-check.tar.gz (everything) in DIR:
 #                    few files, for a tool that brings back only a handful (the device tool's $OUT)
 #
@@ -30,11 +30,11 @@
 #   golden       a golden bundle (tiny, 5 steps): Tripod on cuda and the PyTorch peer on cuda,
 #                fp64 and fp32, each through `tripod golden check` against the fp64 reference
 #   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
-#   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1 (#wrong 0)
+#   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1, 8 B - 32 MiB
+#                (#wrong 0; every element is filled and checked on the host, so larger sizes
+#                would spend the step's time there)
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
-#   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
-#                sockets only; skipped with NCCL's words where it still refuses
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
@@ -44,6 +44,9 @@
 #   gtest        tripod_gpu_tests --gtest_output=json                                     [c]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
+#   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
+#                sockets only; skipped with NCCL's words where it still refuses. Last: the most
+#                likely to be refused or to hang, so it can cost nothing of the rest
 #
 # Binaries: tripod and tripod_gpu_tests, from a copy of the bundle with lib-packed.tar.xz unpacked
 # in it, run with LD_LIBRARY_PATH = the bundle's lib/ (plus lib/compat only where the node's
@@ -51,7 +54,8 @@
 # is) + the node's CUDA libraries: $CUDA_HOME/lib64, /usr/local/cuda/lib64,
 # /usr/local/cuda/targets/x86_64-linux/lib, then the lib folders of the nvidia-* pip packages of
 # the Python that has torch. Python (reports/*.py, torch) never gets the bundle's folders.
-# Statuses: pass, fail, timeout (killed at its limit), skipped (with the reason).
+# Statuses: pass, fail, timeout (killed at its limit), skipped (with the reason), unrun (the
+# budget ran out first: the verdict is then INCOMPLETE, never PASS).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -156,7 +160,6 @@ PLAN=(
   "health 15 1 0"
   "nccl-1 45 1 1"
   "staged-conform 100 1 1"
-  "nccl-socket-conform 60 1 0"
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"
   "kernels 40 1 1"
@@ -164,6 +167,7 @@ PLAN=(
   "peer 90 1 1"
   "gtest 90 1 0"
   "sanitizer 90 1 0"
+  "nccl-socket-conform 60 1 0"
 )
 # A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit or
 # fails, to prove that such a step is reported as what it is and turns the run red.
@@ -173,6 +177,27 @@ case "${TRIPOD_GPU_CHECK_FAKE_STEP:-}" in
   "") ;;
   *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang or fail, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
 esac
+
+# The summary and the export, written again after every step: a run killed from outside (the
+# device lease's own time limit) still leaves everything up to its last finished step.
+summarise_and_export() {  # quiet|loud; returns the summary's status
+  local status
+  set +e
+  "$PY" "$ROOT/reports/gpu_check_summary.py" "$OUT_DIR" --dry-run "$DRY_RUN" --budget "$BUDGET" \
+      --elapsed "$(( $(date +%s) - START ))" >"$OUT_DIR/summary.txt.new"
+  status=$?
+  set -e
+  mv "$OUT_DIR/summary.txt.new" "$OUT_DIR/summary.txt"
+  [ "$1" = quiet ] || cat "$OUT_DIR/summary.txt"
+  if [ -n "$EXPORT_DIR" ]; then
+    mkdir -p "$EXPORT_DIR"
+    tar -C "$OUT_DIR" --exclude=./work -czf "$EXPORT_DIR/gpu-check.tar.gz.new" . &&
+        mv "$EXPORT_DIR/gpu-check.tar.gz.new" "$EXPORT_DIR/gpu-check.tar.gz"
+    cp "$OUT_DIR/summary.json" "$OUT_DIR/summary.txt" "$EXPORT_DIR/" 2>/dev/null || true
+    [ "$1" = quiet ] || echo "exported: $EXPORT_DIR/{summary.json,summary.txt,gpu-check.tar.gz}"
+  fi
+  return "$status"
+}
 
 print_plan
 GPU_REASON=""
@@ -190,17 +215,9 @@ for entry in "${PLAN[@]}"; do
   fi
   run_step "$name" "$limit" "step_$name"
   if [ "$name" = probe ] && [ "$DRY_RUN" = 0 ] && [ -f "$WORK/no_gpu" ]; then GPU_REASON=$(cat "$WORK/no_gpu"); fi
+  summarise_and_export quiet || true
 done
 
-set +e
-"$PY" "$ROOT/reports/gpu_check_summary.py" "$OUT_DIR" --dry-run "$DRY_RUN" --budget "$BUDGET" \
-    --elapsed "$(( $(date +%s) - START ))" | tee "$OUT_DIR/summary.txt"
-status=${PIPESTATUS[0]}
-set -e
-if [ -n "$EXPORT_DIR" ]; then
-  mkdir -p "$EXPORT_DIR"
-  tar -C "$OUT_DIR" --exclude=./work -czf "$EXPORT_DIR/gpu-check.tar.gz" .
-  cp "$OUT_DIR/summary.json" "$OUT_DIR/summary.txt" "$EXPORT_DIR/" 2>/dev/null || true
-  echo "exported: $EXPORT_DIR/{summary.json,summary.txt,gpu-check.tar.gz}"
-fi
+status=0
+summarise_and_export loud || status=$?
 exit "$status"

@@ -219,10 +219,13 @@ def main(argv=None):
             name, status, seconds, reason = row[:4]
             steps.append({"name": name, "status": status, "seconds": float(seconds or 0), "reason": reason,
                           "key": (row[4] if len(row) > 4 and row[4] else "") or key_for(out_dir, name)})
-    counts = {s: sum(x["status"] == s for x in steps) for s in ("pass", "fail", "timeout", "skipped")}
-    ok = bool(steps) and counts["fail"] == 0 and counts["timeout"] == 0
+    counts = {s: sum(x["status"] == s for x in steps) for s in ("pass", "fail", "timeout", "skipped", "unrun")}
+    failed = counts["fail"] > 0 or counts["timeout"] > 0
+    # A step the budget left no time for ("unrun") measured nothing: the check is incomplete, not green.
+    ok = bool(steps) and not failed and counts["unrun"] == 0
     bundle = load(out_dir / "bundle.json")  # the bundle's build: commit, date, whether dirty
-    summary = {"mode": "dry-run" if args.dry_run else "gpu", "overall": "pass" if ok else "fail", "counts": counts,
+    overall = "pass" if ok else "incomplete" if steps and not failed else "fail"
+    summary = {"mode": "dry-run" if args.dry_run else "gpu", "overall": overall, "counts": counts,
                "bundle": bundle,
                "elapsed_seconds": args.elapsed, "budget_seconds": args.budget, "steps": steps,
                "targets": [] if args.dry_run else targets(out_dir, steps)}
@@ -241,13 +244,14 @@ def main(argv=None):
         for t in summary["targets"]:
             met = {True: "MET", False: "NOT MET", None: "-"}[t["met"]]
             print(f"  {met:<8} {t['target']}: {t['measured']}")
-    verdict = "PASS" if ok else "FAIL"
+    verdict = overall.upper()
     label = "DRY RUN (nothing measured on a GPU)" if args.dry_run else "GPU CHECK"
     if not steps:
         print(f"{label}: FAIL - no step ran")
     else:
         print(f"{label}: {verdict} - {counts['pass']} passed, {counts['fail']} failed, {counts['timeout']} timed out, "
-              f"{counts['skipped']} skipped, in {args.elapsed:.0f} s of a {args.budget:.0f} s budget")
+              f"{counts['skipped']} skipped, {counts['unrun']} not run (out of time), in {args.elapsed:.0f} s of a "
+              f"{args.budget:.0f} s budget")
     return 0 if ok else 1
 
 

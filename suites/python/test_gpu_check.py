@@ -177,6 +177,11 @@ def test_summary_is_never_green_on_a_failure_or_on_nothing(tmp_path):
     (tmp_path / "steps.tsv").write_text("")
     result = run_summary(tmp_path)
     assert result.returncode == 1 and "no step ran" in result.stdout
+    # steps the budget left no time for: nothing failed, but the check is not green either
+    (tmp_path / "steps.tsv").write_text("probe\tpass\t1.0\t\t\npeer\tunrun\t0\tout of the 420 s budget\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode == 1 and "GPU CHECK: INCOMPLETE" in result.stdout and "1 not run" in result.stdout
+    assert summary(tmp_path)["overall"] == "incomplete"
 
 
 def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
