@@ -109,6 +109,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> start_collective(const CommCall& call, bool blocking);
   std::unique_ptr<CommRequest> start_p2p(const CommCall& call, bool blocking);
   NcclGroup& sender_group(int sender);
+  void connect_senders();
 
   std::unique_ptr<Communicator> host_;
   cuda::CudaBackend& backend_;
@@ -222,8 +223,42 @@ NcclGroup& NcclCommunicator::sender_group(int sender) {
       group_->check(ncclCommSplit(group_->comm(), 0, rank(), &dup, nullptr), what);
       senders_.push_back(std::make_unique<NcclGroup>(dup, str_cat(name_, " (sends of rank ", k, ")")));
     }
+    connect_senders();
   }
   return *senders_[static_cast<std::size_t>(sender)];
+}
+
+// NCCL connects a pair at its first send or receive between them on a communicator, and that call
+// waits on the host until the peer makes its own first call there. A pipeline's first calls are
+// receives posted ahead on different sender communicators (stage 0 from rank 1 on senders_[1],
+// stage 1 from rank 0 on senders_[0]): each would wait for the other forever. So every rank sends
+// one element to every other on its own sender communicator, and receives one from every other on
+// theirs, all in one group: NCCL sets up the connections of a group together.
+void NcclCommunicator::connect_senders() {
+  const int n = size(), me = rank();
+  if (n == 1) return;
+  const std::string what = name_ + ": connecting every pair of the sender communicators";
+  Tensor ping = backend_.alloc({n}, DType::F32);  // element k: received from rank k (this rank's: sent)
+  auto* element = static_cast<float*>(ping.device_raw());
+  std::vector<std::shared_ptr<Completion>> completions;
+  for (auto& g : senders_) completions.push_back(begin(*g, "connect"));
+  ncclResult_t r = ncclSuccess;
+  {
+    CommWaitScope scope(what);  // the connections block on the host
+    r = ncclGroupStart();
+    for (int k = 0; k < n && r == ncclSuccess; ++k) {
+      NcclGroup& g = *senders_[static_cast<std::size_t>(k)];
+      for (int peer = 0; peer < n && r == ncclSuccess; ++peer) {
+        if (k == me && peer != me) r = ncclSend(element + me, 1, ncclFloat, peer, g.comm(), g.stream());
+        if (k != me && peer == me) r = ncclRecv(element + k, 1, ncclFloat, k, g.comm(), g.stream());
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    if (r == ncclSuccess) r = ended;
+  }
+  group_->check(r, what);
+  for (std::size_t k = 0; k < senders_.size(); ++k) end(*senders_[k], *completions[k]);
+  for (std::size_t k = 0; k < senders_.size(); ++k) await(*senders_[k], *completions[k], what);
 }
 
 std::unique_ptr<CommRequest> NcclCommunicator::start_p2p(const CommCall& call, bool blocking) {
