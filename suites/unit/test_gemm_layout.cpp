@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -58,14 +59,16 @@ void column_major_reference(const CublasLtGemm& g) {
   }
 }
 
-// What cublaslt_gemm.cpp does for GemmWork::ScaleC: scale each run of C's memory by beta.
+// What cublaslt_gemm.cpp does for GemmWork::ScaleC and ZeroC: scale each run of C's memory by
+// beta, or set it to zero.
 template <typename T>
 void scale_runs_reference(const CublasLtGemm& g) {
-  ASSERT_EQ(g.work, GemmWork::ScaleC);
+  ASSERT_TRUE(g.work == GemmWork::ScaleC || g.work == GemmWork::ZeroC);
   const ScaleRuns runs = scale_c_runs(g);
   T* c = static_cast<T*>(g.c);
   for (int64_t r = 0; r < runs.runs; ++r)
-    for (int64_t i = 0; i < runs.run_length; ++i) c[r * runs.stride + i] *= static_cast<T>(g.beta);
+    for (int64_t i = 0; i < runs.run_length; ++i)
+      c[r * runs.stride + i] = g.work == GemmWork::ZeroC ? T(0) : c[r * runs.stride + i] * static_cast<T>(g.beta);
 }
 
 struct Case {
@@ -195,7 +198,7 @@ TEST(GemmLayout, WorkFollowsTheSizesAsOpenBlasDoes) {
   EXPECT_EQ(work(4, 0, 4, 0.5), GemmWork::Nothing);
   EXPECT_EQ(work(4, 4, 0, 1.0), GemmWork::Nothing);
   EXPECT_EQ(work(4, 4, 0, 0.5), GemmWork::ScaleC);
-  EXPECT_EQ(work(4, 4, 0, 0.0), GemmWork::ScaleC);
+  EXPECT_EQ(work(4, 4, 0, 0.0), GemmWork::ZeroC);
   EXPECT_EQ(work(4, 4, 4, 0.0), GemmWork::Matmul);
 }
 
@@ -214,6 +217,29 @@ TEST(GemmLayout, EmptyProductScalesCLikeOpenBlasAndLeavesPaddingAlone) {
         scale_runs_reference<double>(lt);
         EXPECT_EQ(got, want) << "m=" << m << " pad=" << pad << " beta=" << beta;  // one multiply each: exact
       }
+}
+
+TEST(GemmLayout, EmptyProductWithBetaZeroOverwritesNanAndInfinityLikeOpenBlas) {
+  // A recycled C may hold anything: BLAS never reads C when beta == 0, so 0 * NaN must not appear.
+  for (int64_t pad : {0, 3}) {
+    const int64_t m = 4, n = 5, ldc = n + pad;
+    std::vector<double> c0 = random_buffer<double>(m * ldc, 78);
+    c0[1] = std::nan("");
+    c0[ldc + 2] = -INFINITY;
+    if (pad) c0[n] = std::nan("");  // padding: left as it was
+    std::vector<double> want = c0, got = c0;
+    double unused = 0;
+    cpu::gemm<double>(false, false, m, n, 0, 1.0, &unused, 1, &unused, n, 0.0, want.data(), ldc);
+    const CublasLtGemm lt =
+        map_row_major_gemm({false, false, m, n, 0, 1.0, 0.0, &unused, 0, &unused, n, got.data(), ldc, 8, 8}, "gemm");
+    scale_runs_reference<double>(lt);
+    for (int64_t i = 0; i < m * ldc; ++i) {
+      const bool padding = i % ldc >= n;
+      EXPECT_EQ(want[i] == 0, !padding) << "OpenBLAS itself, element " << i;
+      EXPECT_TRUE(std::memcmp(&got[i], &want[i], sizeof(double)) == 0) << "element " << i << ": " << got[i] << " vs "
+                                                                          << want[i];
+    }
+  }
 }
 
 TEST(GemmLayout, ScaleRunsAreOneSpanWhenContiguous) {

@@ -73,7 +73,9 @@ CublasLtGemm map_row_major_gemm(const RowMajorGemm& g, const char* op) {
   if (g.m == 0 || g.n == 0) {
     lt.work = GemmWork::Nothing;  // as OpenBLAS: no element of C exists, nothing is read
   } else if (g.k == 0) {
-    lt.work = g.beta == 1 ? GemmWork::Nothing : GemmWork::ScaleC;  // the empty sum: C = beta * C
+    // The empty sum: C = beta * C; with beta == 0, BLAS sets C to zero without reading it, so a
+    // recycled buffer's NaN or infinity does not survive into the result.
+    lt.work = g.beta == 1 ? GemmWork::Nothing : g.beta == 0 ? GemmWork::ZeroC : GemmWork::ScaleC;
   } else {
     lt.work = GemmWork::Matmul;
   }

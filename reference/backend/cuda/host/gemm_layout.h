@@ -46,6 +46,7 @@ struct LtMatrix {
 enum class GemmWork {
   Nothing,  // m == 0 or n == 0 (no C), or k == 0 with beta == 1 (C = C)
   ScaleC,   // k == 0: C = beta * C (cuBLASLt is not asked: an empty product is not its case)
+  ZeroC,    // k == 0 with beta == 0: C = 0 without reading C, as BLAS (0 * NaN would be NaN)
   Matmul,   // D = C = alpha * op(lt_a) @ op(lt_b) + beta * C through cublasLtMatmul
 };
 
@@ -68,7 +69,7 @@ struct CublasLtGemm {
 // element sizes > 0. A failure throws tripod::Error naming `op`, the operand and the sizes.
 CublasLtGemm map_row_major_gemm(const RowMajorGemm& call, const char* op);
 
-// C = beta * C (GemmWork::ScaleC) over C's memory: `runs` contiguous runs of `run_length`
+// C = beta * C (GemmWork::ScaleC) or C = 0 (ZeroC) over C's memory: `runs` contiguous runs of `run_length`
 // elements, run r starting at c + r * stride: one run when C's rows lie back to back, else one per
 // row-major row of C (a column of the column-major layout), stepping over the ld padding, which
 // is never touched.
