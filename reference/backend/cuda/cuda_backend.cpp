@@ -46,7 +46,15 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
           ", device " + std::to_string(device_) + ")";
   ctx_.limits = limits_of(props);
-  check_cuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cuda(cudaStreamCreateWithFlags(&counters_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  ctx_.stream = counters_->stream;
+  // Tensors come from the device's stream-ordered pool (alloc), which keeps what is freed for the
+  // next allocation instead of giving it back at every synchronisation.
+  cudaMemPool_t pool = nullptr;
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep_everything = UINT64_MAX;
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+             "cudaMemPoolSetAttribute (release threshold)");
   check_cublas(cublasLtCreate(&ctx_.lt), "cublasLtCreate");
   check_cuda(cudaMalloc(&ctx_.workspace, kGemmWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
   ctx_.workspace_bytes = kGemmWorkspaceBytes;
@@ -60,10 +68,16 @@ std::string CudaBackend::device_bus_id() const {
 
 CudaBackend::~CudaBackend() {
   // Errors here cannot be reported (a destructor); the work is finished first so frees are safe.
+  // The stream stays for the tensors still alive (DeviceMemory destroys it after the last).
   cudaStreamSynchronize(ctx_.stream);
   cudaFree(ctx_.workspace);
   cublasLtDestroy(ctx_.lt);
-  cudaStreamDestroy(ctx_.stream);
+}
+
+CudaBackend::DeviceMemory::~DeviceMemory() {
+  if (stream == nullptr) return;  // the constructor failed before making it
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
 }
 
 void CudaBackend::wrong_device(const Tensor& t, const char* op) const {
@@ -73,10 +87,10 @@ void CudaBackend::wrong_device(const Tensor& t, const char* op) const {
 
 Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  const std::size_t padded = (bytes + 255) / 256 * 256;  // cudaMalloc's own granularity: count what it holds
+  const std::size_t padded = (bytes + 255) / 256 * 256;  // 256-byte aligned as cudaMalloc's: count what it holds
   void* p = nullptr;
   if (padded != 0) {
-    const cudaError_t status = cudaMalloc(&p, padded);
+    const cudaError_t status = cudaMallocAsync(&p, padded, ctx_.stream);
     if (status != cudaSuccess) {
       cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
       std::size_t free_bytes = 0, total = 0;
@@ -91,11 +105,14 @@ Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
   }
   auto counters = counters_;
-  // cudaFree waits for the device, so memory is never reused while a kernel may still read it.
+  // Stream-ordered: the memory is reused only by work issued on this stream after the kernels that
+  // read it (NCCL's streams are ordered before it by the requests, which keep their tensors until
+  // waited for). Not cudaFree: it waits for the whole device, NCCL kernels included, and a receive
+  // posted ahead on a pipeline waits for a peer that may be waiting for this rank: a deadlock.
   return Tensor(std::make_shared<Storage>(p, bytes, Device::Cuda,
                                           [counters, padded](void* q) {
                                             counters->live.fetch_sub(padded);
-                                            cudaFree(q);
+                                            if (q != nullptr) cudaFreeAsync(q, counters->stream);
                                           }),
                 0, shape, dtype);
 }

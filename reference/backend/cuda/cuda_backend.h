@@ -97,14 +97,19 @@ class CudaBackend final : public Backend {
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
   // The first `elements` of fp32 x rounded to bf16 in `scratch` (grown to fit); its device address.
   const void* bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch);
-  struct Counters {
+  // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
+  // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
+  struct DeviceMemory {
     std::atomic<std::size_t> live{0}, peak{0};
+    cudaStream_t stream = nullptr;
+    ~DeviceMemory();
   };
   int device_;
   std::string name_;
   CudaContext ctx_;
-  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  std::shared_ptr<DeviceMemory> counters_ = std::make_shared<DeviceMemory>();
   Tensor scratch_a_, scratch_b_;  // bf16 operands of fp32 GEMMs under Fp32Matmul::Bf16Operands
+  Tensor score_grads_;            // attention backward's B*H*T*T score gradients
 };
 
 }  // namespace tripod::cuda

@@ -106,8 +106,14 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   const char* op = "attention_backward";
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    cuda::attention_backward<T>(ptr<T>(dqkv, op), ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), qkv.dim(0),
-                                qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
+    // The score gradients (as large as probs) in a buffer of the backend's own, counted by its
+    // allocator and grown, never shrunk: every layer's backward has the same shape, and freeing
+    // through cudaFree would wait for the whole device after each one.
+    const int64_t scores = cuda::attention_score_grad_elements(qkv.dim(0), qkv.dim(1), n_head);
+    if (!score_grads_.defined() || score_grads_.dtype() != qkv.dtype() || score_grads_.numel() < scores)
+      score_grads_ = alloc({scores}, qkv.dtype());
+    cuda::attention_backward<T>(ptr<T>(dqkv, op), score_grads_.device_data<T>(), ptr<T>(dout, op), ptr<T>(qkv, op),
+                                ptr<T>(probs, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
   });
 }
 

@@ -4,8 +4,8 @@
 // order, so a rerun is bit-identical.
 //
 // Memory: probs[B,H,T,T] is kept for backward, as the Backend interface states (GPT-2 124M at
-// B=8, T=1024: 8*12*1024*1024 fp32 = 384 MiB); backward takes a second buffer of that size for the
-// score gradients, stream-ordered (cudaMallocAsync) and freed when it returns.
+// B=8, T=1024: 8*12*1024*1024 fp32 = 384 MiB); backward needs a second buffer of that size for the
+// score gradients, which the caller passes in (the CUDA backend keeps one, counted by its allocator).
 //
 // Forward, a block of kAttentionThreads per query row (b, h, t): q_t goes to shared memory; each
 // warp takes keys j = warp, warp + 4, ... <= t and computes q_t . k_j (lanes over the head
@@ -91,7 +91,7 @@ __device__ void load_vector(T* dst, const T* src, int64_t n) {
 template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     attention_forward_kernel(T* out, T* probs, const T* qkv, AttentionShape s) {
-  extern __shared__ unsigned char shared_bytes[];
+  extern __shared__ __align__(16) unsigned char shared_bytes[];  // read as T (double: 8-byte aligned)
   RowShared<T> sh(reinterpret_cast<T*>(shared_bytes), s.seq_len, s.head_dim);
   const T scale = kernels::attention_scale<T>(s.head_dim);
   const int64_t rows = s.batch * s.n_head * s.seq_len, ld = s.qkv_ld();
@@ -124,7 +124,7 @@ template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     attention_backward_rows_kernel(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* probs,
                                    AttentionShape s) {
-  extern __shared__ unsigned char shared_bytes[];
+  extern __shared__ __align__(16) unsigned char shared_bytes[];  // read as T (double: 8-byte aligned)
   RowShared<T> sh(reinterpret_cast<T*>(shared_bytes), s.seq_len, s.head_dim);
   const T scale = kernels::attention_scale<T>(s.head_dim);
   const int64_t rows = s.batch * s.n_head * s.seq_len, ld = s.qkv_ld();
@@ -154,7 +154,7 @@ template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads, kAttentionBlocksPerSm)
     attention_backward_columns_kernel(T* dqkv, const T* dscores, const T* dout, const T* qkv, const T* probs,
                                       AttentionShape s) {
-  extern __shared__ unsigned char shared_bytes[];
+  extern __shared__ __align__(16) unsigned char shared_bytes[];  // read as T (double: 8-byte aligned)
   RowShared<T> sh(reinterpret_cast<T*>(shared_bytes), s.seq_len, s.head_dim);
   const int64_t rows = s.batch * s.n_head * s.seq_len, ld = s.qkv_ld(), tt = s.seq_len;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -208,33 +208,25 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t se
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch, int64_t seq_len,
-                        int64_t channels, int64_t n_head, const CudaContext& ctx) {
+void attention_backward(T* dqkv, T* score_grads, const T* dout, const T* qkv, const T* probs, int64_t batch,
+                        int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
   const char* op = "attention_backward";
   const AttentionShape s = checked_shape(op, batch, seq_len, channels, n_head);
   if (batch * seq_len * channels == 0) return;
-  const std::size_t score_bytes = static_cast<std::size_t>(batch * n_head * seq_len * seq_len) * sizeof(T);
-  void* dscores = nullptr;
-  check_cuda(cudaMallocAsync(&dscores, score_bytes, ctx.stream), "attention_backward (score gradient buffer)");
   const LaunchShape rows = row_launch<T>(attention_backward_rows_kernel<T>, s, ctx, op);
+  const LaunchShape cols = row_launch<T>(attention_backward_columns_kernel<T>, s, ctx, op);
   attention_backward_rows_kernel<T><<<grid_of(rows), rows.block, rows.shared_bytes, ctx.stream>>>(
-      dqkv, static_cast<T*>(dscores), dout, qkv, probs, s);
-  const cudaError_t rows_status = cudaGetLastError();
-  if (rows_status == cudaSuccess) {
-    const LaunchShape cols = row_launch<T>(attention_backward_columns_kernel<T>, s, ctx, op);
-    attention_backward_columns_kernel<T><<<grid_of(cols), cols.block, cols.shared_bytes, ctx.stream>>>(
-        dqkv, static_cast<const T*>(dscores), dout, qkv, probs, s);
-  }
-  const cudaError_t free_status = cudaFreeAsync(dscores, ctx.stream);  // after both kernels, on the stream
-  check_cuda(rows_status, "attention_backward (rows)");
+      dqkv, score_grads, dout, qkv, probs, s);
+  check_launch("attention_backward (rows)");
+  attention_backward_columns_kernel<T><<<grid_of(cols), cols.block, cols.shared_bytes, ctx.stream>>>(
+      dqkv, score_grads, dout, qkv, probs, s);
   check_launch("attention_backward (columns)");
-  check_cuda(free_status, "attention_backward (freeing the score gradients)");
 }
 
 #define TRIPOD_INSTANTIATE(T)                                                                                    \
   template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, const CudaContext&); \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,    \
-                                      const CudaContext&);
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,       \
+                                      int64_t, const CudaContext&);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)
 #undef TRIPOD_INSTANTIATE

@@ -11,9 +11,14 @@ namespace tripod::cuda {
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
                        int64_t n_head, const CudaContext& ctx);
-// Overwrites dqkv.
+// Overwrites dqkv. `score_grads` is scratch of attention_score_grad_elements(...) elements (the
+// gradient of the scores, B*H*T*T, as large as probs): the caller provides it, so that the
+// backend's allocator counts it and keeps it from step to step.
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch, int64_t seq_len,
-                        int64_t channels, int64_t n_head, const CudaContext& ctx);
+void attention_backward(T* dqkv, T* score_grads, const T* dout, const T* qkv, const T* probs, int64_t batch,
+                        int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
+inline int64_t attention_score_grad_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
+  return batch * n_head * seq_len * seq_len;
+}
 
 }  // namespace tripod::cuda
