@@ -391,7 +391,8 @@ step_staged-conform() {
 step_nccl-socket-conform() {
   local rc=0
   tripod_ranks 'NCCL_HOSTID=tripod-rank-{rank}' NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket 2 \
-      conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" --timeout 20 --comm-timeout 20 \
+      conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" \
+      --timeout 20 --comm-timeout 20 \
       --layouts tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2 || rc=$?
   if [ $rc -ne 0 ] && grep -qi 'duplicate gpu' "$STEP_DIR/log.txt"; then
     skip "NCCL refuses two ranks on one GPU even with NCCL_HOSTID and sockets: $(grep -i -m1 'duplicate gpu' "$STEP_DIR/log.txt")"
