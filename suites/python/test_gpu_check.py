@@ -75,6 +75,19 @@ def test_a_hanging_or_failing_step_turns_the_run_red(tmp_path, fake, status):
     assert exported == ["gpu-check.tar.gz", "summary.json", "summary.txt"]
 
 
+def test_steps_the_budget_leaves_no_time_for_make_the_run_incomplete_not_green(tmp_path):
+    # with a 1 s budget no step may start: nothing fails, nothing is measured, and the verdict
+    # says so (and the export is written all the same)
+    out = tmp_path / "short"
+    result = gpu_check(out, "--dry-run", "--only", "probe,data", "--budget", "1", "--export", tmp_path / "export",
+                       timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    s = summary(out)
+    assert [(x["name"], x["status"]) for x in s["steps"]] == [("probe", "unrun"), ("data", "unrun")]
+    assert s["overall"] == "incomplete" and "INCOMPLETE" in result.stdout and "2 not run" in result.stdout
+    assert (tmp_path / "export" / "summary.json").exists()
+
+
 def test_missing_binaries_fail_the_probe(tmp_path):
     empty = tmp_path / "empty-build"
     (empty / "reference").mkdir(parents=True)
