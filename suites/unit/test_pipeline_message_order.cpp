@@ -10,11 +10,15 @@
 //     expect them (what the MPI communicator's tags would have matched);
 //   - nothing deadlocks.
 // It also shows why one communicator (sends and receives in one queue, paired at each receive)
-// is not enough: the interleaved schedules deadlock there.
+// is not enough: the interleaved schedules deadlock there; and why the sender communicators are
+// connected when they are made: NCCL connects a pair lazily, at its first call on a communicator,
+// and that call waits on the host for the peer's first call there, so receives posted ahead
+// (--receives-ahead) on different sender communicators would wait for each other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -66,9 +70,15 @@ std::string text(const Message& m) {
 }
 
 enum class Queues { PerSender, One };
+// When a pair of ranks is connected on a communicator: all up front (NcclCommunicator's
+// connect_senders), or by NCCL at the pair's first call there, which blocks the caller's host until
+// the peer makes its own first call on that communicator.
+enum class Connect { UpFront, Lazily };
 
-// Checks FIFO matching and simulates the queues; returns "" or what went wrong.
-std::string check_schedule(const PipelineSchedule& s, Queues queues = Queues::PerSender) {
+// Checks FIFO matching and simulates the queues, with the executor posting the next
+// `receives_ahead` receives before each action; returns "" or what went wrong.
+std::string check_schedule(const PipelineSchedule& s, Queues queues = Queues::PerSender, int receives_ahead = 0,
+                           Connect connect = Connect::UpFront) {
   auto ranks = p2p_ops(s);
   const int p = static_cast<int>(ranks.size());
   // partner[r][i]: (rank, index) of the operation that op i of rank r meets, by order per pair.
@@ -110,15 +120,43 @@ std::string check_schedule(const PipelineSchedule& s, Queues queues = Queues::Pe
     return true;
   };
   std::vector<std::size_t> host(p, 0);  // the next operation each rank's host issues
-  for (bool progress = true; progress;) {
+  using Pair = std::tuple<int, int, int>;  // (queue, lower rank, higher rank)
+  std::set<Pair> connected;
+  std::map<Pair, std::set<int>> arrived;  // ranks whose host waits in the pair's first call
+  bool progress = true;
+  // Issues op i of rank r; false while its host waits for a lazy connection.
+  auto issue = [&](int r, Op& op) {
+    if (op.issued) return true;
+    if (connect == Connect::Lazily) {
+      const Pair pair{queue_of(r, op), std::min(r, op.peer), std::max(r, op.peer)};
+      if (!connected.count(pair)) {
+        arrived[pair].insert(r);
+        if (arrived[pair].size() < 2) return false;
+        connected.insert(pair);
+      }
+    }
+    op.issued = true;
+    progress = true;
+    return true;
+  };
+  // The executor posts the next `receives_ahead` receives (from the host's position on) first.
+  auto post_ahead = [&](int r) {
+    int posted = 0;
+    for (std::size_t i = host[r]; i < ranks[r].size() && posted < receives_ahead; ++i) {
+      Op& op = ranks[r][i];
+      if (op.send) continue;
+      if (!issue(r, op)) return false;
+      ++posted;
+    }
+    return true;
+  };
+  while (progress) {
     progress = false;
     for (int r = 0; r < p; ++r)  // sends are issued without waiting; a receive blocks until done
       while (host[r] < ranks[r].size()) {
+        if (!post_ahead(r)) break;
         Op& op = ranks[r][host[r]];
-        if (!op.issued) {
-          op.issued = true;
-          progress = true;
-        }
+        if (!issue(r, op)) break;
         if (!op.send && !op.done) break;
         ++host[r];
       }
@@ -139,7 +177,7 @@ std::string check_schedule(const PipelineSchedule& s, Queues queues = Queues::Pe
     for (int i = 0; i < static_cast<int>(ranks[r].size()); ++i)
       if (!ranks[r][i].done) {
         const Op& op = ranks[r][i];
-        stuck += "rank " + std::to_string(r) + " deadlocks at its " + (op.send ? "send " : "receive ") + text(op.message);
+        stuck += std::string(stuck.empty() ? "" : "; ") + "rank " + std::to_string(r) + " deadlocks at its " + (op.send ? "send " : "receive ") + text(op.message);
         break;
       }
   return stuck;
@@ -158,6 +196,31 @@ TEST(PipelineMessageOrder, EveryScheduleMatchesByOrderAndCannotDeadlockWithAQueu
           ++checked;
         }
   EXPECT_GT(checked, 50);
+}
+
+TEST(PipelineMessageOrder, ReceivesPostedAheadChangeNothingOnceThePairsAreConnected) {
+  for (int ahead : {1, 2, 64})
+    for (int p = 2; p <= 4; ++p)
+      for (int m : {1, 4, 8})
+        for (int v : {1, 2})
+          for (ScheduleKind kind : {ScheduleKind::AllForwardAllBackward, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+            if (v > 1 && kind != ScheduleKind::Interleaved) continue;
+            if (kind == ScheduleKind::Interleaved && m % p != 0) continue;
+            const PipelineSchedule s = make_schedule(kind, p, m, v);
+            EXPECT_EQ(check_schedule(s, Queues::PerSender, ahead), "") << describe(s) << ", " << ahead << " ahead";
+          }
+}
+
+// Why NcclCommunicator::connect_senders connects every pair up front: with NCCL's lazy connection,
+// stage 0's first call is the gradient receive posted ahead on rank 1's communicator and stage 1's
+// the activation receive on rank 0's; each waits on the host for the other. Without receives
+// ahead the first calls meet (a send and its receive), so the executor's default exposed it.
+TEST(PipelineMessageOrder, LazyConnectionsDeadlockReceivesPostedAhead) {
+  const PipelineSchedule s = make_schedule(ScheduleKind::OneFOneB, 2, 4);
+  EXPECT_EQ(check_schedule(s, Queues::PerSender, 0, Connect::Lazily), "");
+  const std::string lazy = check_schedule(s, Queues::PerSender, 2, Connect::Lazily);
+  EXPECT_NE(lazy.find("deadlocks"), std::string::npos) << lazy;
+  EXPECT_EQ(check_schedule(s, Queues::PerSender, 2, Connect::UpFront), "");
 }
 
 // Why the NCCL communicator does not put a rank's sends and receives in one queue, even paired
