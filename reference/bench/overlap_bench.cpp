@@ -24,11 +24,13 @@ namespace {
 struct Mechanism {
   const char* name;
   const char* label;
-  std::vector<double> seconds, in_calls;  // per repetition: the pass, and the engine's communication calls
+  std::vector<double> seconds, in_calls, gathers;  // per repetition: the pass, the engine's communication
+                                                   // calls, and of those ZeRO-3's parameter gathers
 };
 
 struct Pass {
-  double seconds = 0, in_calls = 0;  // each the slowest rank's
+  double seconds = 0;              // the slowest rank's
+  double in_calls = 0, gathers = 0;  // each the rank with least
 };
 
 }  // namespace
@@ -50,7 +52,7 @@ void run_overlap(const OverlapOptions& o) {
   auto time_pass = [&](ZeroEngine& engine, bool reduce) {
     engine.zero_grads();
     world->barrier();
-    const double calls_before = engine.communication_seconds();
+    const double calls_before = engine.communication_seconds(), gathers_before = engine.gather_seconds();
     const auto start = std::chrono::steady_clock::now();
     engine.begin_forward();
     model.forward(engine, batch.tokens.data(), batch.targets.data(), o.batch, o.seq_len);
@@ -64,7 +66,9 @@ void run_overlap(const OverlapOptions& o) {
     // in its calls for the others: the rank that spent least time in calls shows the communication
     // itself, without that skew.
     const double in_calls = engine.communication_seconds() - calls_before;
-    return Pass{all_reduce_value(*world, local, ReduceOp::Max), all_reduce_value(*world, in_calls, ReduceOp::Min)};
+    const double gathers = engine.gather_seconds() - gathers_before;
+    return Pass{all_reduce_value(*world, local, ReduceOp::Max), all_reduce_value(*world, in_calls, ReduceOp::Min),
+                all_reduce_value(*world, gathers, ReduceOp::Min)};
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
   auto engine = [&](int stage, int64_t bytes, int prefetch) {
@@ -76,12 +80,13 @@ void run_overlap(const OverlapOptions& o) {
   auto bucketed = engine(0, bucket_bytes, 0), at_end = engine(0, int64_t{1} << 40, 0);
   auto z3_on_use = engine(3, bucket_bytes, 0), z3_prefetch = engine(3, bucket_bytes, o.prefetch);
   const bool progress = o.progress_us > 0;
-  std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}, {}},
-                                 {"at_end", "ZeRO-0, one all-reduce after backward", {}, {}},
-                                 {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}, {}},
-                                 {"bucketed_progress", "  + MPI progress thread", {}, {}},
-                                 {"zero3_on_use", "ZeRO-3, gathered on use", {}, {}},
-                                 {"zero3_prefetch", "ZeRO-3, prefetched", {}, {}}};
+  std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}, {}, {}},
+                                 {"at_end", "ZeRO-0, one all-reduce after backward", {}, {}, {}},
+                                 {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}, {}, {}},
+                                 {"bucketed_progress", "  + MPI progress thread", {}, {}, {}},
+                                 {"zero3_on_use", "ZeRO-3, gathered on use", {}, {}, {}},
+                                 {"zero3_prefetch", "ZeRO-3, prefetched", {}, {}, {}}};
+  const auto is_zero3 = [](std::size_t row) { return row >= 4; };
   auto measure = [&](std::size_t row) {
     switch (row) {
       case 0: return time_pass(*bucketed, false);
@@ -105,13 +110,15 @@ void run_overlap(const OverlapOptions& o) {
         const Pass p = measure(row);
         rows[row].seconds.push_back(p.seconds);
         rows[row].in_calls.push_back(p.in_calls);
+        rows[row].gathers.push_back(p.gathers);
       }
 
-  std::vector<double> med(rows.size(), 0.0), calls(rows.size(), 0.0);
+  std::vector<double> med(rows.size(), 0.0), calls(rows.size(), 0.0), gathers(rows.size(), 0.0);
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (!rows[i].seconds.empty()) {
       med[i] = median(rows[i].seconds);
       calls[i] = median(rows[i].in_calls);
+      gathers[i] = median(rows[i].gathers);
     }
   auto exposed = [&](std::size_t i) { return std::max(0.0, med[i] - med[0]); };
   auto hidden = [&](std::size_t i, std::size_t reference) {
@@ -135,15 +142,17 @@ void run_overlap(const OverlapOptions& o) {
   const int algorithm = iallreduce_algorithm();
   std::printf("  non-blocking all-reduce: %s (Open MPI coll_libnbc_iallreduce_algorithm %d)\n",
               iallreduce_algorithm_name(algorithm).c_str(), algorithm);
-  std::printf("  %-42s %11s %11s %11s\n", "", "pass", "exposed", "in calls");
+  std::printf("  %-42s %11s %11s %11s %11s\n", "", "pass", "exposed", "in calls", "gathers");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].seconds.empty()) continue;
     std::printf("  %-42s %8.2f ms", rows[i].label, 1e3 * med[i]);
     if (i > 0) std::printf(" %8.2f ms %8.2f ms", 1e3 * exposed(i), 1e3 * calls[i]);
+    if (is_zero3(i)) std::printf(" %8.2f ms", 1e3 * gathers[i]);
     std::printf("\n");
   }
   std::printf("  exposed = pass - compute, the slowest rank's; in calls = time inside the engine's communication\n"
-              "  calls, the rank with least (no wait for a slower peer; a progress thread's own work is not in it)\n");
+              "  calls, the rank with least (no wait for a slower peer; a progress thread's own work is not in it);\n"
+              "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient reduce-scatters)\n");
   std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
   if (progress)
     std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,
@@ -155,11 +164,12 @@ void run_overlap(const OverlapOptions& o) {
               layout.buckets().back().size * dtype_size(config.train.dtype) / 1048576.0, 100 * last_bucket_share,
               100 * (1 - last_bucket_share));
   if (o.json_out.empty()) return;
-  nlohmann::json seconds, in_calls;
+  nlohmann::json seconds, in_calls, in_gathers;
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (!rows[i].seconds.empty()) {
       seconds[rows[i].name] = med[i];
       in_calls[rows[i].name] = calls[i];
+      if (is_zero3(i)) in_gathers[rows[i].name] = gathers[i];
     }
   nlohmann::json mechanisms = {{"bucketing", hidden_bucketed}, {"zero3_prefetch", hidden_prefetch}};
   nlohmann::json mechanisms_in_calls = {{"bucketing", hidden_in_calls(2, 1)},
@@ -172,6 +182,7 @@ void run_overlap(const OverlapOptions& o) {
                                               {"compute_seconds", med[0]}, {"bucketed_seconds", med[2]},
                                               {"single_allreduce_seconds", med[1]}, {"seconds", seconds},
                                               {"communication_call_seconds", in_calls},
+                                              {"gather_call_seconds", in_gathers},
                                               {"hidden_fraction", hidden_bucketed}, {"hidden_by_mechanism", mechanisms},
                                               {"hidden_in_calls_by_mechanism", mechanisms_in_calls},
                                               {"last_bucket_share", last_bucket_share},

@@ -90,26 +90,22 @@ const Tensor& ZeroEngine::grad(std::size_t index) {
 }
 
 void ZeroEngine::acquire_params(int group) {
-  timed([&] {
-    buckets_->progress();  // each hook is a chance for MPI to move the buckets in flight
-    if (gatherer_) gatherer_->acquire(group);
-  });
+  timed(Traffic::Reductions, [&] { buckets_->progress(); });  // each hook is a chance for MPI to move the buckets
+  if (gatherer_) timed(Traffic::Gathers, [&] { gatherer_->acquire(group); });
 }
 
 void ZeroEngine::release_params(int group) {
   if (!gatherer_) return;
-  timed([&] {
-    gatherer_->release(group);
-    buckets_->progress();
-  });
+  timed(Traffic::Gathers, [&] { gatherer_->release(group); });
+  timed(Traffic::Reductions, [&] { buckets_->progress(); });
 }
 
 void ZeroEngine::acquire_grads(int group) {
-  timed([&] { buckets_->acquire(group); });
+  timed(Traffic::Reductions, [&] { buckets_->acquire(group); });
 }
 
 void ZeroEngine::grads_ready(int group) {
-  timed([&] { buckets_->ready(group); });
+  timed(Traffic::Reductions, [&] { buckets_->ready(group); });
 }
 
 std::vector<std::string> ZeroEngine::nonfinite_grads() {

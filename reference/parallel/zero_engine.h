@@ -69,21 +69,21 @@ class ZeroEngine final : public ParamAccess {
   void zero_grads();
   // Before each micro-batch's forward (ZeRO-3 prefetches along the recorded order of a pass).
   void begin_forward() {
-    if (gatherer_) timed([&] { gatherer_->begin_pass(PassKind::Forward); });
+    if (gatherer_) timed(Traffic::Gathers, [&] { gatherer_->begin_pass(PassKind::Forward); });
   }
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
   void begin_backward(bool reduce) {
     buckets_->begin_backward(reduce);
-    if (gatherer_) timed([&] { gatherer_->begin_pass(PassKind::Backward); });
+    if (gatherer_) timed(Traffic::Gathers, [&] { gatherer_->begin_pass(PassKind::Backward); });
   }
   void finish_backward() {  // waits for every reduction of this backward
-    timed([&] { buckets_->finish(); });
+    timed(Traffic::Reductions, [&] { buckets_->finish(); });
   }
   // Pipeline parallelism with tied embeddings: the buckets of the deferred groups (given at
   // construction) are not reduced during backward; the caller first sums the tied copies'
   // gradients across stages (through grad()), then reduce_deferred() launches and waits for them.
   void reduce_deferred() {
-    timed([&] { buckets_->reduce_deferred(); });
+    timed(Traffic::Reductions, [&] { buckets_->reduce_deferred(); });
   }
   // See ShardedOptimizer: the DP-summed sum of squares over counted tensors, and the pieces updated.
   Tensor grad_sum_squares(const std::function<bool(std::size_t tensor)>& counted) {
@@ -103,7 +103,10 @@ class ZeroEngine final : public ParamAccess {
   // does: accumulating a reduced bucket into the shard). Without a progress thread a rank does
   // nothing else meanwhile, so this is its exposed communication, measured directly instead of
   // as the difference of two noisy step times (bench overlap prints both).
-  double communication_seconds() const { return communication_seconds_; }
+  double communication_seconds() const { return gather_seconds_ + reduction_seconds_; }
+  // Of which ZeRO-3's parameter gathers (starting, waiting for and releasing them); the rest is the
+  // gradient reductions.
+  double gather_seconds() const { return gather_seconds_; }
   // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
   // and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();
@@ -123,11 +126,13 @@ class ZeroEngine final : public ParamAccess {
 
  private:
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
+  enum class Traffic { Gathers, Reductions };
   template <class F>
-  void timed(F&& communicate) {
+  void timed(Traffic traffic, F&& communicate) {
     const auto start = std::chrono::steady_clock::now();
     communicate();
-    communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (traffic == Traffic::Gathers ? gather_seconds_ : reduction_seconds_) += seconds;
   }
 
   std::vector<ParamSpec> specs_;
@@ -144,7 +149,7 @@ class ZeroEngine final : public ParamAccess {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<ShardedOptimizer> optimizer_;
-  double communication_seconds_ = 0;
+  double gather_seconds_ = 0, reduction_seconds_ = 0;
 };
 
 }  // namespace tripod

@@ -66,6 +66,11 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
     assert set(report["communication_call_seconds"]) == set(report["seconds"])
     calls = report["communication_call_seconds"]
     assert 0 <= calls["compute"] < calls["at_end"]  # without reductions the hooks only look for work in flight
+    # ZeRO-3's calls split: parameter gathers, and the rest (reduce-scatters); some time in each
+    gathers = report["gather_call_seconds"]
+    assert set(gathers) == {"zero3_on_use", "zero3_prefetch"}
+    assert all(0 < gathers[row] < calls[row] for row in gathers), (gathers, calls)
+    assert "gathers = of those calls" in result.stdout
     assert set(report["hidden_in_calls_by_mechanism"]) == set(report["hidden_by_mechanism"])
     assert 0 < report["last_bucket_share"] < 1
     if ALGORITHM_VARIABLE not in os.environ:  # Tripod asks Open MPI for its ring unless the user chose
