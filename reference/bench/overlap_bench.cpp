@@ -152,7 +152,8 @@ void run_overlap(const OverlapOptions& o) {
   }
   std::printf("  exposed = pass - compute, the slowest rank's; in calls = time inside the engine's communication\n"
               "  calls, the rank with least (no wait for a slower peer; a progress thread's own work is not in it);\n"
-              "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient reduce-scatters)\n");
+              "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient buckets, allocated and\n"
+              "  zeroed when first written under ZeRO-2/3, and reduced)\n");
   std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
   if (progress)
     std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,

@@ -105,7 +105,8 @@ class ZeroEngine final : public ParamAccess {
   // as the difference of two noisy step times (bench overlap prints both).
   double communication_seconds() const { return gather_seconds_ + reduction_seconds_; }
   // Of which ZeRO-3's parameter gathers (starting, waiting for and releasing them); the rest is the
-  // gradient reductions.
+  // gradient buckets' (under ZeRO-2/3 a bucket's buffer is allocated and zeroed when backward first
+  // writes it) and their reductions.
   double gather_seconds() const { return gather_seconds_; }
   // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
   // and under tensor parallelism).
