@@ -40,20 +40,19 @@ double mean_seconds_per_call(std::vector<float>& send, std::vector<float>& recv,
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  long long min_bytes = 8, max_bytes = 32 << 20, factor = 2;
+  SizeSweep sweep{8, 32 << 20, 2};
   int iters = 20, warmup = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "-b") min_bytes = parse_size(argv[i + 1]);
-    else if (flag == "-e") max_bytes = parse_size(argv[i + 1]);
-    else if (flag == "-f") factor = std::atoll(argv[i + 1]);
-    else if (flag == "-n") iters = std::atoi(argv[i + 1]);
+    if (read_sweep_flag(flag, argv[i + 1], sweep)) continue;
+    if (flag == "-n") iters = std::atoi(argv[i + 1]);
     else if (flag == "-w") warmup = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "tripod_bare_mpi_allreduce: unknown flag %s\n", argv[i]);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+  const auto [min_bytes, max_bytes, factor] = sweep;
   if (min_bytes < 1 || factor < 2 || iters < 1) {
     std::fprintf(stderr, "tripod_bare_mpi_allreduce: need -b >= 1, -f >= 2, -n >= 1\n");
     MPI_Abort(MPI_COMM_WORLD, 1);

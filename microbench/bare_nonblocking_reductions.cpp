@@ -39,19 +39,18 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  long long min_bytes = 1 << 20, max_bytes = 32 << 20, factor = 4;
+  SizeSweep sweep{1 << 20, 32 << 20, 4};
   int repeats = 9;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "-b") min_bytes = parse_size(argv[i + 1]);
-    else if (flag == "-e") max_bytes = parse_size(argv[i + 1]);
-    else if (flag == "-f") factor = std::atoll(argv[i + 1]);
-    else if (flag == "-r") repeats = std::atoi(argv[i + 1]);
+    if (read_sweep_flag(flag, argv[i + 1], sweep)) continue;
+    if (flag == "-r") repeats = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "tripod_bare_nonblocking_reductions: unknown flag %s\n", argv[i]);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+  const auto [min_bytes, max_bytes, factor] = sweep;
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);

@@ -121,12 +121,10 @@ void run_overlap(const OverlapOptions& o) {
       gathers[i] = median(rows[i].gathers);
     }
   auto exposed = [&](std::size_t i) { return std::max(0.0, med[i] - med[0]); };
-  auto hidden = [&](std::size_t i, std::size_t reference) {
-    return exposed(reference) > 0 ? 1.0 - exposed(i) / exposed(reference) : 0.0;
-  };
-  auto hidden_in_calls = [&](std::size_t i, std::size_t reference) {
-    return calls[reference] > 0 ? 1.0 - calls[i] / calls[reference] : 0.0;
-  };
+  // The share of the reference's communication time a mechanism no longer shows.
+  auto hidden_share = [](double with, double reference) { return reference > 0 ? 1.0 - with / reference : 0.0; };
+  auto hidden = [&](std::size_t i, std::size_t reference) { return hidden_share(exposed(i), exposed(reference)); };
+  auto hidden_in_calls = [&](std::size_t i, std::size_t reference) { return hidden_share(calls[i], calls[reference]); };
   const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(3, 1) : 0.0;
   const double hidden_prefetch = hidden(5, 4);
   // The bucket finished last (the embeddings) is reduced after backward's last computation: no

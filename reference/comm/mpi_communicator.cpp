@@ -284,7 +284,6 @@ int issue_recv(const MpiIssue& s) {
 
 // ---- runtime ----
 
-
 MpiRuntime::MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
