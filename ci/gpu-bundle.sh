@@ -5,7 +5,9 @@
 #   bash ci/gpu-bundle.sh [OUT_DIR]                  # build preset gpu-bundle, bundle, verify
 #   bash ci/gpu-bundle.sh OUT_DIR --build-dir DIR    # bundle an existing build instead (no build)
 #   bash ci/gpu-bundle.sh --verify OUT_DIR           # only the proof, on an existing bundle
-#   (--no-verify: bundle without the proof, which needs root; --pack-over MiB: see lib-packed)
+#   (--no-verify: bundle without the proof, which needs root; --pack-over MiB: see lib-packed;
+#    --any-march: accept a --build-dir not built for x86-64-v3, e.g. -march=native, which may
+#    stop with "illegal instruction" on the node's CPU: for tests on this machine only)
 #
 # OUT_DIR (default dist/gpu-bundle, git-ignored; it travels to the GPU node as a carried path):
 #   bin/               tripod, tripod_gpu_tests (stripped; packed below when over the threshold)
@@ -50,12 +52,14 @@ BUILD_DIR=""
 VERIFY_ONLY=0
 NO_VERIFY=0
 PACK_OVER_MIB=1
+ANY_MARCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD_DIR=$(cd "$2" && pwd); shift 2 ;;
     --verify) VERIFY_ONLY=1; OUT=${2:?--verify needs the bundle folder}; shift 2 ;;
     --pack-over) PACK_OVER_MIB=${2:?--pack-over needs MiB}; shift 2 ;;
     --no-verify) NO_VERIFY=1; shift ;;
+    --any-march) ANY_MARCH=1; shift ;;
     -h|--help) usage ;;
     -*) echo "gpu-bundle: unknown option $1" >&2; usage ;;
     *) OUT=$1; shift ;;
@@ -128,6 +132,7 @@ add_openmpi() {
   local o=$OUT/openmpi f soname path
   mkdir -p "$o/bin" "$o/lib/openmpi3" "$o/lib/pmix" "$o/share" "$o/etc"
   cp /usr/bin/orterun /usr/bin/orted "$o/bin/"
+  ln -s orterun "$o/bin/mpirun"  # the name the README's commands use (openmpi/env.sh puts bin/ on PATH)
   for f in "$OMPI_PKGLIB"/*.so; do
     [[ "$(basename "$f")" =~ $OMPI_LEFT_OUT ]] || cp "$f" "$o/lib/openmpi3/"
   done
@@ -172,6 +177,13 @@ bundle() {
     echo "gpu-bundle: note: $BUILD_DIR has no suites/tripod_gpu_tests (a build without CUDA): bundling tripod alone"
   fi
   [ -x "${binaries[0]}" ] || { echo "gpu-bundle: error: ${binaries[0]} not found (build first)" >&2; exit 1; }
+  local march
+  march=$(grep -s '^TRIPOD_MARCH' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2 || true)
+  if [ "$march" != x86-64-v3 ] && [ "$ANY_MARCH" = 0 ]; then
+    echo "gpu-bundle: error: $BUILD_DIR is built for -march=${march:-?}, not x86-64-v3: on the GPU node's CPU it may" \
+         "stop with 'illegal instruction'. Bundle the gpu-bundle preset (no --build-dir), or pass --any-march." >&2
+    exit 1
+  fi
   rm -rf "$OUT"
   mkdir -p "$OUT/bin" "$OUT/lib"
   PACK_DIR=$(mktemp -d)

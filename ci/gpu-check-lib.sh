@@ -21,15 +21,17 @@ unpack_xz() {
   fi
 }
 
-# The first Python that imports numpy and torch (the peer needs torch), else one with numpy.
+# The first Python that has numpy and torch (the peer needs torch), else one with numpy. Found, not
+# imported: importing torch first reads its large CUDA libraries (seconds on a freshly started node),
+# and the probe imports it anyway.
 pick_python() {
   if [ -n "${TRIPOD_PYTHON:-}" ]; then echo "$TRIPOD_PYTHON"; return; fi
-  local p
-  for p in python3 /usr/bin/python3; do
-    command -v "$p" >/dev/null && "$p" -c 'import numpy, torch' 2>/dev/null && { echo "$p"; return; }
-  done
-  for p in python3 /usr/bin/python3; do
-    command -v "$p" >/dev/null && "$p" -c 'import numpy' 2>/dev/null && { echo "$p"; return; }
+  local p modules
+  for modules in "numpy torch" "numpy"; do
+    for p in python3 /usr/bin/python3; do
+      command -v "$p" >/dev/null && "$p" -c 'import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' $modules 2>/dev/null && { echo "$p"; return; }
+    done
   done
   echo python3
 }
@@ -140,26 +142,57 @@ record() {  # name status seconds reason key
   printf '[%4ss] %-18s %-8s %s\n' "$(( $(date +%s) - START ))" "$1" "$2" "$(oneline "$4")"
 }
 
+# Every process a step left behind, killed: Open MPI starts each rank in a process group of its
+# own, so `timeout`'s kill of the step's group misses ranks whose mpirun was killed first (-k), and
+# they would hold the GPU through the next steps. A step's processes carry its marker in their
+# environment (inherited through mpirun); one grep over /proc finds them.
+kill_step_leftovers() {  # marker name
+  local files pid pids=()
+  files=$(grep -lzxF "TRIPOD_GPU_CHECK_STEP=$1" /proc/[0-9]*/environ 2>/dev/null || true)
+  for pid in $files; do
+    pid=${pid#/proc/}
+    pids+=("${pid%/environ}")
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+  echo "gpu-check: killed ${#pids[@]} process(es) step $2 left running: ${pids[*]}" | tee -a "$OUT_DIR/$2/log.txt"
+}
+
 run_step() {  # name limit function
   local name=$1 limit=$2 fn=$3
-  local left=$((DEADLINE - $(date +%s)))
+  local left=$((DEADLINE - $(date +%s))) cut=0
   if [ "$left" -lt 5 ]; then
     # not "skipped": a step that never ran leaves the check incomplete, never green
     record "$name" unrun 0 "out of the ${BUDGET} s budget" ""
     return 0
   fi
-  [ "$limit" -le "$left" ] || limit=$left
-  local dir=$OUT_DIR/$name rc=0 t0 secs status reason=""
+  if [ "$limit" -gt "$left" ]; then limit=$left; cut=1; fi
+  local dir=$OUT_DIR/$name rc=0 t0 secs status reason="" marker="$name.$$.$RANDOM"
   mkdir -p "$dir"
   t0=$(date +%s.%N)
-  STEP_DIR=$dir STEP_LIMIT=$limit timeout -k 5 "$limit" \
+  STEP_DIR=$dir STEP_LIMIT=$limit TRIPOD_GPU_CHECK_STEP=$marker timeout -k 5 "$limit" \
       bash -c 'set -euo pipefail; source "$ROOT/ci/gpu-check-steps.sh"; '"$fn" >"$dir/log.txt" 2>&1 || rc=$?
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  kill_step_leftovers "$marker" "$name"
+  # The step's last words (an empty log is no reason to stop the whole run under pipefail).
+  local last
+  last=$({ grep -v '^[[:space:]]*$' "$dir/log.txt" || true; } | tail -1)
   case $rc in
     0) status=pass ;;
     77) status=skipped; reason=$(cat "$dir/skip.txt" 2>/dev/null || echo "skipped") ;;
-    124|137) status=timeout; reason="killed at its ${limit} s limit" ;;
-    *) status=fail; reason="exit $rc: $(grep -v '^[[:space:]]*$' "$dir/log.txt" | tail -1)" ;;
+    75) status=unrun; reason=$(cat "$dir/skip.txt" 2>/dev/null || echo "incomplete") ;;
+    124|137)
+      if awk -v s="$secs" -v l="$limit" 'BEGIN { exit !(s < l - 1) }'; then
+        # before its limit: the program's own exit (tripod's communication watchdog exits 124,
+        # a kill for memory 137), not `timeout`'s
+        status=fail; reason="exit $rc after ${secs} s, before its ${limit} s limit (the program's own: a communication timeout, or killed for memory?): $last"
+      elif [ "$cut" = 1 ]; then
+        # its limit was what the budget had left, not its own: not measured, not failed
+        status=unrun; reason="cut at ${limit} s, all the budget had left (its own limit is $2 s)"
+      else
+        status=timeout; reason="killed at its ${limit} s limit"
+      fi ;;
+    *) status=fail; reason="exit $rc: $last" ;;
   esac
   record "$name" "$status" "$secs" "$reason" ""
 }

@@ -71,7 +71,7 @@ GEMM_BF16_SIZES=${GEMM_BF16_SIZES:-4096,8192}
 GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLOP/s: smaller squares
 GEMM_TOKENS=${GEMM_TOKENS:-8192}      # B*T rows of the GPT-2 shapes, as the training benchmark
 TRAIN_STEPS=${TRAIN_STEPS:-10}
-# One compute-sanitizer run per name (check-backend --only takes one substring): each kernel family.
+# The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel family.
 SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gemm NN"}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -169,22 +169,27 @@ PLAN=(
   "sanitizer 90 1 0"
   "nccl-socket-conform 60 1 0"
 )
-# A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit or
-# fails, to prove that such a step is reported as what it is and turns the run red.
+# A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit, fails,
+# leaves a process running in a session of its own, or exits 124 at once without a word (as
+# tripod's watchdog does), to prove that such a step is reported as what it is and turns the run
+# red, and that what it left behind is killed.
 case "${TRIPOD_GPU_CHECK_FAKE_STEP:-}" in
-  hang) PLAN+=("fake-hang 2 0 0") ;;
+  hang) PLAN+=("fake-hang 8 0 0") ;;
   fail) PLAN+=("fake-fail 10 0 0") ;;
+  orphan) PLAN+=("fake-orphan 10 0 0") ;;
+  exit124) PLAN+=("fake-exit124 10 0 0") ;;
   "") ;;
-  *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang or fail, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
+  *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang, fail, orphan or exit124, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
 esac
 
 # The summary and the export, written again after every step: a run killed from outside (the
-# device lease's own time limit) still leaves everything up to its last finished step.
-summarise_and_export() {  # quiet|loud; returns the summary's status
+# device lease's own time limit) still leaves everything up to its last finished step, and the
+# steps it has not reached are listed as pending, so such a summary says INCOMPLETE, never PASS.
+summarise_and_export() {  # quiet|loud [pending step names, comma-separated]; returns the summary's status
   local status
   set +e
   "$PY" "$ROOT/reports/gpu_check_summary.py" "$OUT_DIR" --dry-run "$DRY_RUN" --budget "$BUDGET" \
-      --elapsed "$(( $(date +%s) - START ))" >"$OUT_DIR/summary.txt.new"
+      --elapsed "$(( $(date +%s) - START ))" --pending "${2:-}" >"$OUT_DIR/summary.txt.new"
   status=$?
   set -e
   mv "$OUT_DIR/summary.txt.new" "$OUT_DIR/summary.txt"
@@ -200,22 +205,35 @@ summarise_and_export() {  # quiet|loud; returns the summary's status
 }
 
 print_plan
+SELECTED=()  # the steps this run will take, in order
+for entry in "${PLAN[@]}"; do
+  read -r name _ <<<"$entry"
+  [ -z "$ONLY" ] || [[ "$ONLY" == *",$name,"* ]] || continue
+  SELECTED+=("$name")
+done
+pending_after() {  # NAME: the selected steps after it, comma-separated
+  local seen=0 out="" n
+  for n in "${SELECTED[@]}"; do
+    if [ "$seen" = 1 ]; then out=${out:+$out,}$n; fi
+    [ "$n" != "$1" ] || seen=1
+  done
+  printf '%s' "$out"
+}
+summarise_and_export quiet "$(IFS=,; echo "${SELECTED[*]:-}")" || true
 GPU_REASON=""
 for entry in "${PLAN[@]}"; do
   read -r name limit needs_gpu has_dry <<<"$entry"
   [ -z "$ONLY" ] || [[ "$ONLY" == *",$name,"* ]] || continue
   if [ "$DRY_RUN" = 1 ] && [ "$needs_gpu" = 1 ]; then
     record "$name" skipped 0 "no GPU (dry run)" ""
-    [ "$has_dry" = 1 ] && run_step "dry-$name" "$limit" "step_$name"
-    continue
-  fi
-  if [ "$needs_gpu" = 1 ] && [ -n "$GPU_REASON" ]; then
+    if [ "$has_dry" = 1 ]; then run_step "dry-$name" "$limit" "step_$name"; fi
+  elif [ "$needs_gpu" = 1 ] && [ -n "$GPU_REASON" ]; then
     record "$name" skipped 0 "no GPU: $GPU_REASON" ""
-    continue
+  else
+    run_step "$name" "$limit" "step_$name"
+    if [ "$name" = probe ] && [ "$DRY_RUN" = 0 ] && [ -f "$WORK/no_gpu" ]; then GPU_REASON=$(cat "$WORK/no_gpu"); fi
   fi
-  run_step "$name" "$limit" "step_$name"
-  if [ "$name" = probe ] && [ "$DRY_RUN" = 0 ] && [ -f "$WORK/no_gpu" ]; then GPU_REASON=$(cat "$WORK/no_gpu"); fi
-  summarise_and_export quiet || true
+  summarise_and_export quiet "$(pending_after "$name")" || true
 done
 
 status=0

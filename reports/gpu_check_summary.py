@@ -2,7 +2,11 @@
 seconds, reason) and each step's JSON, writes OUT_DIR/summary.json and prints a table with one key
 figure per step, then the issue's targets with what was measured against each.
 
-    python3 reports/gpu_check_summary.py OUT_DIR [--dry-run 0|1] [--budget S] [--elapsed S]
+    python3 reports/gpu_check_summary.py OUT_DIR [--dry-run 0|1] [--budget S] [--elapsed S] [--pending a,b]
+
+--pending names the steps the run has not reached yet: gpu-check.sh writes the summary after every
+step, and one written mid-run (all that comes back when the run is killed from outside) must say
+INCOMPLETE, not PASS.
 
 Exit status 1 when any step failed or timed out, or when no step ran at all: a summary is never
 green on a failure. Standard library only (the GPU node's Python has numpy, but nothing here needs it).
@@ -176,12 +180,13 @@ def targets(out_dir, steps):
         ", ".join(f"{n}: {status.get(n, 'not run')}" for n in ("check-fp64", "check-fp32", "check-bf16")),
         False if bf16 in BAD else verdict([fp64, fp32]))
     add("compute-sanitizer finds nothing", f"sanitizer: {status.get('sanitizer', 'not run')}",
-        {"pass": True, "fail": False}.get(status.get("sanitizer")))
+        {"pass": True, "fail": False, "timeout": False}.get(status.get("sanitizer")))
     gemm = load(out_dir / "gemm-bf16" / "gemm.json")
     sq8192 = next((r for r in (gemm or {}).get("results", []) if r["group"] == "square" and r["m"] == 8192), None)
     add("cuBLASLt bf16 GEMM 8192^3 >= 75% of dense bf16 peak",
         f"{sq8192['median_tflops']:.1f} TFLOP/s = {pct(sq8192['pct_of_peak_median'])}" if sq8192 else "not measured",
-        (sq8192["pct_of_peak_median"] or 0) >= 75 if sq8192 else None)
+        # no peak for this device (pct null): measured, but nothing to judge it against
+        sq8192["pct_of_peak_median"] >= 75 if sq8192 and sq8192["pct_of_peak_median"] is not None else None)
     bench = load(out_dir / "bench-train" / "bench.json")
     peer = load(out_dir / "peer" / "peer.json")
     if bench:
@@ -209,6 +214,7 @@ def main(argv=None):
     p.add_argument("--dry-run", type=int, default=0)
     p.add_argument("--budget", type=float, default=0)
     p.add_argument("--elapsed", type=float, default=0)
+    p.add_argument("--pending", default="", help="steps not reached yet, comma-separated")
     args = p.parse_args(argv)
     out_dir = pathlib.Path(args.out_dir)
     steps = []
@@ -219,10 +225,17 @@ def main(argv=None):
             name, status, seconds, reason = row[:4]
             steps.append({"name": name, "status": status, "seconds": float(seconds or 0), "reason": reason,
                           "key": (row[4] if len(row) > 4 and row[4] else "") or key_for(out_dir, name)})
-    counts = {s: sum(x["status"] == s for x in steps) for s in ("pass", "fail", "timeout", "skipped", "unrun")}
+    recorded = {s["name"] for s in steps}
+    for name in filter(None, args.pending.split(",")):
+        if name not in recorded:
+            steps.append({"name": name, "status": "pending", "seconds": 0.0,
+                          "reason": "not reached: the run is still going, or was stopped from outside", "key": ""})
+    counts = {s: sum(x["status"] == s for x in steps)
+              for s in ("pass", "fail", "timeout", "skipped", "unrun", "pending")}
     failed = counts["fail"] > 0 or counts["timeout"] > 0
-    # A step the budget left no time for ("unrun") measured nothing: the check is incomplete, not green.
-    ok = bool(steps) and not failed and counts["unrun"] == 0
+    # A step the budget left no time for ("unrun") or not reached yet ("pending") measured nothing:
+    # the check is incomplete, not green.
+    ok = bool(steps) and not failed and counts["unrun"] == 0 and counts["pending"] == 0
     bundle = load(out_dir / "bundle.json")  # the bundle's build: commit, date, whether dirty
     overall = "pass" if ok else "incomplete" if steps and not failed else "fail"
     summary = {"mode": "dry-run" if args.dry_run else "gpu", "overall": overall, "counts": counts,
@@ -250,7 +263,8 @@ def main(argv=None):
         print(f"{label}: FAIL - no step ran")
     else:
         print(f"{label}: {verdict} - {counts['pass']} passed, {counts['fail']} failed, {counts['timeout']} timed out, "
-              f"{counts['skipped']} skipped, {counts['unrun']} not run (out of time), in {args.elapsed:.0f} s of a "
+              f"{counts['skipped']} skipped, {counts['unrun']} not run (out of time)"
+              + (f", {counts['pending']} not reached yet" if counts["pending"] else "") + f", in {args.elapsed:.0f} s of a "
               f"{args.budget:.0f} s budget")
     return 0 if ok else 1
 

@@ -1,6 +1,8 @@
 #include "backend/transfer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <type_traits>
 
 #include "core/bf16.h"
@@ -56,6 +58,20 @@ double read_scalar(Backend& backend, const Tensor& scalar) {
   double value = 0;
   backend.download(scalar, &value);
   return value;
+}
+
+void fill_random(Backend& backend, const Tensor& t, uint64_t seed) {
+  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 20);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> values(static_cast<std::size_t>(block));
+  for (double& v : values) v = normal(rng);
+  const Tensor first = t.view(0, {block});
+  from_host_f64(backend, values, first);
+  for (int64_t offset = block; offset < n; offset += block) {
+    const int64_t len = std::min(block, n - offset);
+    backend.copy(first.view(0, {len}), t.view(offset, {len}));
+  }
 }
 
 }  // namespace tripod

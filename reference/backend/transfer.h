@@ -17,4 +17,8 @@ Tensor alloc_scalar(Backend& backend);
 // The value of a one-element fp64 device tensor (waits for the work that writes it).
 double read_scalar(Backend& backend, const Tensor& scalar);
 
+// Normal(0, 1) values (never constants: some libraries and chips run faster on zeros): a block of
+// up to 2^20 drawn on the host and uploaded, then copied on the device over the rest.
+void fill_random(Backend& backend, const Tensor& t, uint64_t seed);
+
 }  // namespace tripod

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
+#include "backend/transfer.h"
 #include "bench/timed_regions.h"
 #include "core/error.h"
 #include "perf/backend_peak.h"

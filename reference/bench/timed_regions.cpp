@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "backend/transfer.h"
@@ -37,20 +36,6 @@ RegionTiming time_regions(Backend& backend, const std::function<void()>& call, i
   timing.median_seconds = median(per_call);
   timing.best_seconds = *std::min_element(per_call.begin(), per_call.end());
   return timing;
-}
-
-void fill_random(Backend& backend, const Tensor& t, uint64_t seed) {
-  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 20);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<double> values(static_cast<std::size_t>(block));
-  for (double& v : values) v = normal(rng);
-  const Tensor first = t.view(0, {block});
-  from_host_f64(backend, values, first);
-  for (int64_t offset = block; offset < n; offset += block) {
-    const int64_t len = std::min(block, n - offset);
-    backend.copy(first.view(0, {len}), t.view(offset, {len}));
-  }
 }
 
 }  // namespace tripod::bench

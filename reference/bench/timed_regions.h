@@ -23,8 +23,4 @@ RegionTiming time_regions(Backend& backend, const std::function<void()>& call, i
 // The middle value (the upper one of an even count), as every benchmark here reports.
 double median(std::vector<double> values);
 
-// Normal(0, 1) values (never constants: some libraries and chips run faster on zeros): a block of
-// up to 2^20 drawn on the host and uploaded, then copied on the device over the rest.
-void fill_random(Backend& backend, const Tensor& t, uint64_t seed);
-
 }  // namespace tripod::bench

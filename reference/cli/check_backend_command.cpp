@@ -17,9 +17,17 @@ namespace tripod::cli {
 namespace {
 
 struct CheckOptions {
-  std::string backend = "emulated", against = "cpu", json_out, only;
+  std::string backend = "emulated", against = "cpu", json_out;
   std::vector<std::string> dtypes = {"fp64", "fp32"};
+  std::vector<std::string> only;  // name substrings: a case runs when its name holds any of them
 };
+
+bool selected(const std::string& op, const std::vector<std::string>& only) {
+  if (only.empty()) return true;
+  for (const std::string& part : only)
+    if (op.find(part) != std::string::npos) return true;
+  return false;
+}
 
 nlohmann::json result_json(const backend_check::OpResult& r) {
   return {{"op", r.op},           {"dtype", dtype_name(r.dtype)}, {"shape", r.shape},
@@ -38,8 +46,15 @@ void run_check(const CheckOptions& o) {
   }
   std::vector<backend_check::OpCase> cases;
   for (auto& c : backend_check::all_op_cases(dtypes))
-    if (o.only.empty() || c.op.find(o.only) != std::string::npos) cases.push_back(std::move(c));
-  check(!cases.empty(), "--only '", o.only, "' matches no operation");
+    if (selected(c.op, o.only)) cases.push_back(std::move(c));
+  std::string only_text;
+  for (const std::string& part : o.only) {
+    if (!only_text.empty()) only_text += ", ";
+    only_text += "'";
+    only_text += part;
+    only_text += "'";
+  }
+  check(!cases.empty(), "--only ", only_text, " matches no operation");
   const auto tested = make_backend(o.backend);
   const auto reference = make_backend(o.against);
   std::printf("tripod check-backend: %s against %s, %zu cases\n", tested->name().c_str(), reference->name().c_str(),
@@ -78,7 +93,7 @@ void add_check_backend_command(CLI::App& app) {
   add_backend_option(*cmd, o->backend);
   cmd->add_option("--against", o->against, "the reference backend")->capture_default_str();
   cmd->add_option("--dtype", o->dtypes, "fp64 and/or fp32")->capture_default_str();
-  cmd->add_option("--only", o->only, "only the operations whose name contains this");
+  cmd->add_option("--only", o->only, "only the operations whose name contains one of these (several may follow)");
   cmd->add_option("--json", o->json_out, "write one record per case here");
   cmd->callback([o]() { run_check(*o); });
 }

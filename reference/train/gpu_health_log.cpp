@@ -1,5 +1,7 @@
 #include "train/gpu_health_log.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace tripod {
@@ -23,14 +25,31 @@ std::string GpuHealthLog::startup_line() const {
          "memory, energy)";
 }
 
+// A failed reading (NVML can refuse for a moment, or lose the GPU) stops the health metrics with a
+// line saying why; it never ends the run, as the header promises.
+void GpuHealthLog::stop_reading(const Error& e) {
+  error_ = e.what();
+  std::fprintf(stderr, "GPU health: no more readings (%s); training goes on without them\n", error_.c_str());
+}
+
 void GpuHealthLog::step_begin() {
   if (!nvml_ || !nvml_->available() || !error_.empty()) return;
-  energy_at_begin_ = nvml_->read_bus_id(bus_id_).energy_joules;
+  try {
+    energy_at_begin_ = nvml_->read_bus_id(bus_id_).energy_joules;
+  } catch (const Error& e) {
+    stop_reading(e);
+  }
 }
 
 void GpuHealthLog::add_to(nlohmann::json& record, int64_t step_tokens, int ranks) {
   if (!nvml_ || !nvml_->available() || !error_.empty()) return;
-  const GpuHealth h = nvml_->read_bus_id(bus_id_);
+  GpuHealth h;
+  try {
+    h = nvml_->read_bus_id(bus_id_);
+  } catch (const Error& e) {
+    stop_reading(e);
+    return;
+  }
   record["gpu"] = {{"temperature_c", h.temperature_c},
                    {"power_w", h.power_w},
                    {"sm_clock_mhz", h.sm_clock_mhz},

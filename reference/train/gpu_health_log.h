@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "perf/nvml_reader.h"
 
 namespace tripod {
@@ -28,6 +29,7 @@ class GpuHealthLog {
   double total_energy_joules() const { return total_energy_; }  // rank 0's GPU over the recorded steps
 
  private:
+  void stop_reading(const Error& e);
   std::string bus_id_;
   std::unique_ptr<NvmlReader> nvml_;  // null for host backends
   std::string gpu_name_, error_;

@@ -113,8 +113,8 @@ class TrainingRun {
     if (checkpoints_->enabled()) interrupts.emplace();
     while (engine_->step() < stop) {
       maybe_inject_fault(FaultPoint::StepStart, world_rank(), engine_->step() + 1);
+      if (root_) gpu_health_.step_begin();  // before the timer: NVML's reading is no part of the step
       rank_timer_.step_begin();
-      if (root_) gpu_health_.step_begin();
       if (parallel_ && world_rank() == options_.slow_rank)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
       const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size), [&](double loss, double norm) {

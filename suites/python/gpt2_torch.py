@@ -82,7 +82,7 @@ def forward(p, cfg, tokens):
     hd, eps = C // nh, cfg.layer_norm_epsilon
     tokens = tokens.long()
     x = p["wte.weight"][tokens] + p["wpe.weight"][:T]  # [B, T, C]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps)

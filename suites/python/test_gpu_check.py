@@ -75,6 +75,44 @@ def test_a_hanging_or_failing_step_turns_the_run_red(tmp_path, fake, status):
     assert exported == ["gpu-check.tar.gz", "summary.json", "summary.txt"]
 
 
+def test_a_silent_exit_124_before_the_limit_is_the_programs_own_failure_not_a_timeout(tmp_path):
+    # tripod's communication watchdog exits 124, as `timeout` does; an empty log once ended the
+    # whole script under pipefail, with no record and an earlier summary saying PASS
+    out = tmp_path / "exit124"
+    result = gpu_check(out, "--dry-run", "--only", "probe,fake-exit124", env={"TRIPOD_GPU_CHECK_FAKE_STEP": "exit124"},
+                       timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    step = {x["name"]: x for x in summary(out)["steps"]}["fake-exit124"]
+    assert step["status"] == "fail" and "before its 10 s limit" in step["reason"], step
+    assert summary(out)["overall"] == "fail"
+
+
+def test_a_step_cut_by_the_budget_is_unrun_not_a_timeout(tmp_path):
+    # its own limit is 8 s; a 6 s budget gives it what is left, and reaching that is not its fault
+    out = tmp_path / "cut"
+    result = gpu_check(out, "--dry-run", "--only", "fake-hang", "--budget", "6",
+                       env={"TRIPOD_GPU_CHECK_FAKE_STEP": "hang"}, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    step = summary(out)["steps"][0]
+    assert step["status"] == "unrun" and "all the budget had left" in step["reason"], step
+    assert summary(out)["overall"] == "incomplete" and "INCOMPLETE" in result.stdout
+
+
+def test_a_process_a_step_leaves_running_is_killed(tmp_path):
+    # a rank in a process group of its own outlives `timeout`'s kill of mpirun; the step's marker finds it
+    out = tmp_path / "orphan"
+    result = gpu_check(out, "--dry-run", "--only", "fake-orphan", env={"TRIPOD_GPU_CHECK_FAKE_STEP": "orphan"},
+                       timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    pid = int((out / "fake-orphan" / "orphan.pid").read_text())
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z", "X"), f"process {pid} still running ({state})"
+    assert "killed 1 process(es) step fake-orphan left running" in (out / "fake-orphan" / "log.txt").read_text()
+
+
 def test_steps_the_budget_leaves_no_time_for_make_the_run_incomplete_not_green(tmp_path):
     # with a 1 s budget no step may start: nothing fails, nothing is measured, and the verdict
     # says so (and the export is written all the same)
@@ -195,6 +233,13 @@ def test_summary_is_never_green_on_a_failure_or_on_nothing(tmp_path):
     result = run_summary(tmp_path)
     assert result.returncode == 1 and "GPU CHECK: INCOMPLETE" in result.stdout and "1 not run" in result.stdout
     assert summary(tmp_path)["overall"] == "incomplete"
+    # written mid-run (all that comes back of a run stopped from outside): the steps not reached
+    # yet make it incomplete, never a PASS of what happened to finish
+    (tmp_path / "steps.tsv").write_text("probe\tpass\t1.0\t\t\n")
+    result = run_summary(tmp_path, "--pending", "probe,data,peer")
+    assert result.returncode == 1 and "GPU CHECK: INCOMPLETE" in result.stdout and "2 not reached yet" in result.stdout
+    s = summary(tmp_path)
+    assert [(x["name"], x["status"]) for x in s["steps"]] == [("probe", "pass"), ("data", "pending"), ("peer", "pending")]
 
 
 def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
@@ -210,6 +255,16 @@ def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     assert "8192^3 700.0 TFLOP/s (70.7% of peak)" in s["steps"][0]["key"]
     target = next(t for t in s["targets"] if "8192^3" in t["target"])
     assert target["met"] is False and "NOT MET" in result.stdout
+    # a device with no entry in the peak table: measured, nothing to judge it against (not NOT MET)
+    row["pct_of_peak_median"] = None
+    (tmp_path / "gemm-bf16" / "gemm.json").write_text(json.dumps({"dtype": "bf16", "results": [row], "gpt2_step": None}))
+    run_summary(tmp_path)
+    target = next(t for t in summary(tmp_path)["targets"] if "8192^3" in t["target"])
+    assert target["met"] is None and "700.0 TFLOP/s" in target["measured"]
+    # a sanitizer that ran out of its own time did not show "finds nothing"
+    (tmp_path / "steps.tsv").write_text("sanitizer\ttimeout\t90.0\tkilled at its 90 s limit\t\n")
+    run_summary(tmp_path)
+    assert next(t for t in summary(tmp_path)["targets"] if "sanitizer" in t["target"])["met"] is False
 
 
 # ---- the PyTorch peer, on the CPU ----
@@ -252,7 +307,7 @@ def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_
     require_tripod()
     bundle = tmp_path / "bundle"
     made = subprocess.run(["bash", str(SOURCE / "ci" / "gpu-bundle.sh"), str(bundle), "--build-dir",
-                           str(TRIPOD.parent.parent), "--no-verify"], capture_output=True, text=True, timeout=400,
+                           str(TRIPOD.parent.parent), "--no-verify", "--any-march"], capture_output=True, text=True, timeout=400,
                           env={**os.environ, "TRIPOD_BUNDLE_XZ_LEVEL": "0"})  # fast: what is checked is the content
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
     manifest = (bundle / "MANIFEST.txt").read_text()

@@ -42,6 +42,27 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
               Tensor c = in.normal_as({64, 3072}, c_dtype, 1.0);
               be.gemm(false, false, 64, 3072, 768, 1.0, a, 768, b, 3072, 0.0, c, 3072, gemm_accumulate_dtype(ab));
               return std::vector<Output>{output(be, "c", c)};
+            });  // The LM head over an odd vocabulary (97 here; GPT-2's 50257): the logits' leading dimension is
+  // odd, so rows start at 2- or 4-byte alignment, below the 16 bytes tensor-core kernels like. The
+  // forward (logits = x W^T) and dX (dlogits W) must still find an algorithm and agree.
+  const int64_t vocab = 97, tokens = 64, channels = 768;
+  cases.add(std::string("gemm NT ") + dtype_name(ab) + "->" + dtype_name(c_dtype) + " lm-head odd-vocab", c_dtype,
+            dims({tokens, vocab, channels}), [=](Backend& be) {
+              Inputs in(be, ab, kSeed + 10);
+              Tensor x = in.normal_as({tokens, channels}, ab, 1.0), w = in.normal_as({vocab, channels}, ab, 0.02);
+              Tensor logits = in.normal_as({tokens, vocab}, c_dtype, 1.0);
+              be.gemm(false, true, tokens, vocab, channels, 1.0, x, channels, w, channels, 0.0, logits, vocab,
+                      gemm_accumulate_dtype(ab));
+              return std::vector<Output>{output(be, "logits", logits)};
+            });
+  cases.add(std::string("gemm NN ") + dtype_name(ab) + "->" + dtype_name(c_dtype) + " lm-head-dx odd-vocab", c_dtype,
+            dims({tokens, channels, vocab}), [=](Backend& be) {
+              Inputs in(be, ab, kSeed + 11);
+              Tensor dlogits = in.normal_as({tokens, vocab}, ab, 1.0), w = in.normal_as({vocab, channels}, ab, 0.02);
+              Tensor dx = in.normal_as({tokens, channels}, c_dtype, 1.0);
+              be.gemm(false, false, tokens, channels, vocab, 1.0, dlogits, vocab, w, channels, 0.0, dx, channels,
+                      gemm_accumulate_dtype(ab));
+              return std::vector<Output>{output(be, "dx", dx)};
             });
 }
 

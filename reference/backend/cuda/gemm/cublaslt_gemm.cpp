@@ -12,6 +12,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
@@ -89,6 +90,15 @@ struct Preference {
   }
 };
 
+// The problem in words, for every error: which GEMM of the step it is shows in its sizes.
+std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
+  return str_cat("m = ", g.n, ", n = ", g.m, ", k = ", g.k, " (row-major; cuBLASLt op A ", g.trans_lt_a ? "T" : "N",
+                 ", op B ", g.trans_lt_b ? "T" : "N", "), cudaDataType A/B ", static_cast<int>(types.ab), ", C ",
+                 static_cast<int>(types.c), ", compute type ", static_cast<int>(types.compute), ", leading dimensions ",
+                 g.a_layout.ld, "/", g.b_layout.ld, "/", g.c_layout.ld, ", alignments ", g.a_layout.alignment_bytes,
+                 "/", g.b_layout.alignment_bytes, "/", g.c_layout.alignment_bytes, " bytes");
+}
+
 // The heuristic's choice depends only on these, so it is asked once per distinct problem (the
 // training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
 using AlgoKey = std::tuple<cublasLtHandle_t, int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t,
@@ -110,15 +120,19 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b_layout.alignment_bytes);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c_layout.alignment_bytes);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c_layout.alignment_bytes);
+  // Split-K only with partial sums kept in the compute type and reduced in a separate pass: the
+  // in-place scheme adds them into C in C's type (a bf16 C rounded once per part, not once, as
+  // the backend promises and the CPU emulation does), as does the output-type scheme.
+  pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_cublas(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout, c.layout, pref.pref,
-                                              1, &result, &found),
-               "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    fail("gemm: cuBLASLt has no algorithm for m = ", g.n, ", n = ", g.m, ", k = ", g.k,
-         " (row-major) with these dtypes, leading dimensions and alignments (", g.a_layout.alignment_bytes, ", ",
-         g.b_layout.alignment_bytes, ", ", g.c_layout.alignment_bytes, " bytes)");
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
+                                                               c.layout, pref.pref, 1, &result, &found);
+  // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result: either way say which problem.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
+    fail("gemm: cuBLASLt has no algorithm for ", describe(g, types),
+         " (run with CUBLASLT_LOG_LEVEL=2 for cuBLASLt's own reason)");
+  check_cublas(status, str_cat("cublasLtMatmulAlgoGetHeuristic for ", describe(g, types)).c_str());
   chosen.emplace(key, result.algo);
   return result.algo;
 }
@@ -171,10 +185,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   const bool fp64 = types.scale == CUDA_R_64F;
   const void* alpha_ptr = fp64 ? static_cast<const void*>(&g.alpha) : &alpha32;
   const void* beta_ptr = fp64 ? static_cast<const void*>(&g.beta) : &beta32;
-  check_cublas(cublasLtMatmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b, b_layout.layout,
-                              beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout, &algo, ctx.workspace,
-                              ctx.workspace_bytes, ctx.stream),
-               "cublasLtMatmul");
+  const cublasStatus_t status = cublasLtMatmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b,
+                                               b_layout.layout, beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout,
+                                               &algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
+  // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
+  if (status != CUBLAS_STATUS_SUCCESS) check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types)).c_str());
 }
 
 }  // namespace tripod::cuda
