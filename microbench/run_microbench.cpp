@@ -78,8 +78,13 @@ BenchSetup resolve_setup(const MicrobenchOptions& o) {
 }
 
 int run_microbench(Suite suite, MicrobenchOptions o) {
-  const BenchSetup setup = resolve_setup(o);
   const bool gemm = suite == Suite::Gemm;
+  // These suites judge against the CPU's nominal peak and a CPU STREAM triad: on a GPU the figures
+  // would mislead. The GPU has its own, against the device's peak table and a device copy.
+  check(o.backend != "cuda", gemm ? "tripod bench gemm" : "tripod bench kernels",
+        " measures the CPU (its peak and STREAM baseline are the CPU's): on a GPU run `tripod bench ",
+        gemm ? "gemm-rate" : "kernel-rate", " --backend cuda`");
+  const BenchSetup setup = resolve_setup(o);
   auto backend = make_backend(o.backend);
   const Peaks peaks{nominal_cpu_peak(DType::F32), nominal_cpu_peak(DType::F64)};
 

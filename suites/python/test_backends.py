@@ -114,3 +114,21 @@ def test_an_unavailable_backend_is_a_clear_error(corpus, backend):
         assert message in result.stderr
     result = run(mpirun_command(2, "conform", "--backend", backend))
     assert result.returncode != 0 and message in result.stderr
+
+
+def test_check_backend_only_takes_several_names():
+    # the GPU check's sanitizer step runs every kernel family in one process
+    result = run([TRIPOD, "check-backend", "--dtype", "fp32", "--only", "layernorm", "adamw"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    ops = {line.split()[0] for line in result.stdout.splitlines()[2:] if line.endswith("PASS")}
+    assert ops == {"layernorm_forward/backward", "adamw"}, result.stdout
+    result = run([TRIPOD, "check-backend", "--only", "no-such-op", "nor-this"])
+    assert result.returncode == 1 and "--only 'no-such-op', 'nor-this' matches no operation" in result.stderr
+
+
+@pytest.mark.parametrize("suite,instead", [("gemm", "gemm-rate"), ("kernels", "kernel-rate")])
+def test_the_cpu_microbenchmarks_refuse_a_gpu_and_name_the_gpu_ones(suite, instead):
+    # their yardsticks (the CPU's nominal peak, a STREAM triad) would make a GPU's figures nonsense
+    result = run([TRIPOD, "bench", suite, "--backend", "cuda", "--quick"])
+    assert result.returncode != 0
+    assert f"on a GPU run `tripod bench {instead} --backend cuda`" in result.stderr, result.stderr
