@@ -54,8 +54,10 @@
 # is) + the node's CUDA libraries: $CUDA_HOME/lib64, /usr/local/cuda/lib64,
 # /usr/local/cuda/targets/x86_64-linux/lib, then the lib folders of the nvidia-* pip packages of
 # the Python that has torch. Python (reports/*.py, torch) never gets the bundle's folders.
-# Statuses: pass, fail, timeout (killed at its limit), skipped (with the reason), unrun (the
-# budget ran out first: the verdict is then INCOMPLETE, never PASS).
+# Statuses: pass, fail (an exit 124/137 well before the limit included: the program's own),
+# timeout (killed at its own limit), skipped (with the reason), unrun (the budget ran out first, or
+# cut the step at what it had left), pending (in a summary written mid-run: not reached yet). unrun
+# and pending make the verdict INCOMPLETE, never PASS.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
