@@ -5,7 +5,6 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/transfer.h"
 #include "core/error.h"
 #include "core/wall_clock.h"
 

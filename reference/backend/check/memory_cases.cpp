@@ -42,7 +42,8 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
               Tensor c = in.normal_as({64, 3072}, c_dtype, 1.0);
               be.gemm(false, false, 64, 3072, 768, 1.0, a, 768, b, 3072, 0.0, c, 3072, gemm_accumulate_dtype(ab));
               return std::vector<Output>{output(be, "c", c)};
-            });  // The LM head over an odd vocabulary (97 here; GPT-2's 50257): the logits' leading dimension is
+            });
+  // The LM head over an odd vocabulary (97 here; GPT-2's 50257): the logits' leading dimension is
   // odd, so rows start at 2- or 4-byte alignment, below the 16 bytes tensor-core kernels like. The
   // forward (logits = x W^T) and dX (dlogits W) must still find an algorithm and agree.
   const int64_t vocab = 97, tokens = 64, channels = 768;
