@@ -12,6 +12,7 @@
 namespace tripod::cuda {
 
 struct CudaContext {
+  int device = 0;  // the ordinal the stream and handle belong to
   cudaStream_t stream = nullptr;
   DeviceLimits limits;
   cublasLtHandle_t lt = nullptr;

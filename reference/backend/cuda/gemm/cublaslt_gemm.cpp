@@ -10,6 +10,7 @@
 // dimension), so a view at an odd offset gets a kernel that handles it instead of a misaligned read.
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
@@ -101,7 +102,9 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
 
 // The heuristic's choice depends only on these, so it is asked once per distinct problem (the
 // training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
-using AlgoKey = std::tuple<cublasLtHandle_t, int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t,
+// The device and workspace size are part of the key because a handle's address can be reused by
+// a later backend on another device (another architecture) or with a smaller workspace.
+using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t,
                            int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
 
 cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
@@ -109,7 +112,7 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
                                  const MatrixLayout& c) {
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> chosen;
-  const AlgoKey key{ctx.lt, types.compute, types.scale, types.ab, types.c, g.trans_lt_a, g.trans_lt_b, g.m, g.n,
+  const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c, g.trans_lt_a, g.trans_lt_b, g.m, g.n,
                     g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld, g.a_layout.alignment_bytes,
                     g.b_layout.alignment_bytes, g.c_layout.alignment_bytes};
   std::lock_guard<std::mutex> lock(mutex);
