@@ -73,7 +73,10 @@ struct KernelRegistrar {
 // "1024x768": shapes in names without spaces or brackets, so --benchmark_filter needs no escaping.
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s;
-  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  for (int64_t x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
   return s;
 }
 

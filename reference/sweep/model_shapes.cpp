@@ -74,7 +74,7 @@ ModelShape shape_for_target(double target_n, const ShapeRule& rule, int64_t voca
 }
 
 std::string shape_label(const ModelShape& shape) {
-  return "L" + std::to_string(shape.n_layer) + "-d" + std::to_string(shape.d_model);
+  return str_cat("L", shape.n_layer, "-d", shape.d_model);
 }
 
 }  // namespace tripod::sweep

@@ -24,7 +24,8 @@ void report_pipeline(DistributedTrainer& trainer, bool print, const std::string&
     const double slots = table[static_cast<std::size_t>(r) * 2], bytes = table[static_cast<std::size_t>(r) * 2 + 1];
     j["in_flight"].push_back(static_cast<int>(slots));
     j["activation_bytes"].push_back(bytes);
-    in_flight += (r ? "," : "") + std::to_string(static_cast<int>(slots));
+    if (r) in_flight += ',';
+    in_flight += std::to_string(static_cast<int>(slots));
     char mib[32];
     std::snprintf(mib, sizeof mib, "%s%.1f", r ? "," : "", bytes / (1 << 20));
     memory += mib;

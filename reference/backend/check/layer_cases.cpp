@@ -3,6 +3,7 @@
 #include "backend/check/backend_check.h"
 #include "backend/check/case_list.h"
 #include "backend/transfer.h"
+#include "core/error.h"
 
 namespace tripod::backend_check {
 namespace {
@@ -12,8 +13,7 @@ constexpr uint64_t kSeed = 1201;
 struct Sizes {
   int64_t batch, seq, channels, heads, vocab;
   std::string text() const {
-    return "B" + std::to_string(batch) + " T" + std::to_string(seq) + " C" + std::to_string(channels) + " H" +
-           std::to_string(heads) + " V" + std::to_string(vocab);
+    return str_cat("B", batch, " T", seq, " C", channels, " H", heads, " V", vocab);
   }
 };
 const Sizes kOdd{3, 11, 40, 4, 97};
