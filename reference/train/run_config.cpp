@@ -42,6 +42,18 @@ bool same_kind(const json& a, const json& b) {
   return a.type() == b.type();
 }
 
+// What a key expects, in words: json's own type names call integers and reals both "number",
+// which made "should be a number, got number (2.5)" out of an integer key given 2.5.
+std::string kind_in_words(const json& value) {
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_boolean()) return "true or false";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "a list";
+  if (value.is_null()) return "null";
+  return "an object";
+}
+
 // Overlays `update` on `base`, rejecting keys that the defaults do not have and wrong types.
 void merge_checked(json& base, const json& update, const std::string& where, const std::string& origin) {
   check(update.is_object(), origin, ": '", where.empty() ? "<top level>" : where, "' must be an object");
@@ -52,8 +64,8 @@ void merge_checked(json& base, const json& update, const std::string& where, con
     if (target.is_object()) {
       merge_checked(target, it.value(), key, origin);
     } else {
-      check(same_kind(target, it.value()), origin, ": config key '", key, "' should be a ", target.type_name(),
-            ", got ", it.value().type_name(), " (", it.value().dump(), ")");
+      check(same_kind(target, it.value()), origin, ": config key '", key, "' should be ", kind_in_words(target),
+            ", got ", kind_in_words(it.value()), " (", it.value().dump(), ")");
       target = it.value().is_number_integer() && target.is_number_float() ? json(it.value().get<double>())
                                                                           : it.value();
     }

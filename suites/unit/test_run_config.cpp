@@ -43,7 +43,11 @@ TEST(RunConfig, UnknownKeyIsNamed) {
 
 TEST(RunConfig, WrongTypeIsNamed) {
   EXPECT_NE(error_of([] { with({"train.steps=\"ten\""}); }).find("train.steps"), std::string::npos);
-  EXPECT_NE(error_of([] { with({"train.steps=1.5"}); }).find("train.steps"), std::string::npos);
+  // An integer key given a real says "integer" (json's type names call both "number").
+  EXPECT_NE(error_of([] { with({"train.steps=1.5"}); }).find("'train.steps' should be an integer, got a number (1.5)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with({"model.tie_embeddings=1"}); }).find("should be true or false, got an integer (1)"),
+            std::string::npos);
 }
 
 TEST(RunConfig, ContradictionsAreNamed) {
