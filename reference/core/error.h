@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tripod {
 
@@ -22,6 +23,18 @@ std::string str_cat(const Parts&... parts) {
 template <typename... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   throw Error(str_cat(parts...));
+}
+
+// "a, b, c and 49 more (52 in all)": names in a message, the first `shown` of them, so that an
+// error about every tensor of a model stays one readable line.
+inline std::string name_list(const std::vector<std::string>& names, std::size_t shown = 8) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < shown; ++i) {
+    if (i) out += ", ";
+    out += names[i];
+  }
+  if (names.size() > shown) out += str_cat(" and ", names.size() - shown, " more (", names.size(), " in all)");
+  return out;
 }
 
 // check(condition, "message parts", ...): throws tripod::Error with the concatenated message.

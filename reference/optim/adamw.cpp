@@ -1,6 +1,10 @@
 #include "optim/adamw.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 
 namespace tripod {
 
@@ -38,10 +42,10 @@ std::string nonfinite_tensors(Backend& backend, const ParamSet& set) {
   const Tensor counts = backend.alloc({static_cast<int64_t>(set.size())}, DType::F64);
   for (std::size_t i = 0; i < set.size(); ++i) backend.count_nonfinite(counts.view(static_cast<int64_t>(i), {1}), set.at(i));
   const std::vector<double> host = to_host_f64(backend, counts);
-  std::string names;
+  std::vector<std::string> names;
   for (std::size_t i = 0; i < set.size(); ++i)
-    if (host[i] > 0) names += (names.empty() ? "" : ", ") + set.specs()[i].name;
-  return names.empty() ? "none" : names;
+    if (host[i] > 0) names.push_back(set.specs()[i].name);
+  return names.empty() ? "none" : name_list(names);
 }
 
 double clip_coefficient(double norm, double max_norm) {

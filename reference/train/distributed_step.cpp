@@ -146,10 +146,10 @@ Tensor DistributedTrainer::grad_sum_squares() {
 }
 
 std::string DistributedTrainer::nonfinite_grads() {
-  std::string names;
+  std::vector<std::string> names;
   for (Chunk& c : chunks_)
-    for (const std::string& name : c.engine->nonfinite_grads()) names += (names.empty() ? "" : ", ") + name;
-  return names.empty() ? "none, another rank holds them" : names;
+    for (const std::string& name : c.engine->nonfinite_grads()) names.push_back(name);
+  return names.empty() ? "none, another rank holds them" : name_list(names);
 }
 
 StepResult DistributedTrainer::train_step(const data::Batch& batch, const StepGate& gate) {

@@ -103,6 +103,15 @@ TEST(DeviceScalars, ANonFiniteGradientIsNamed) {
   EXPECT_EQ(nonfinite_tensors(*be, trainer.grads()), "none");
   from_host_f64(*be, {std::numeric_limits<double>::infinity()}, trainer.grads()["h.1.mlp.c_fc.bias"].view(3, {1}));
   EXPECT_EQ(nonfinite_tensors(*be, trainer.grads()), "h.1.mlp.c_fc.bias");
+  // Every gradient non-finite (a diverged step): the first eight named and the rest counted, one
+  // readable line instead of every tensor of the model.
+  for (std::size_t i = 0; i < trainer.grads().size(); ++i)
+    from_host_f64(*be, {std::numeric_limits<double>::quiet_NaN()}, trainer.grads().at(i).view(0, {1}));
+  const std::string all = nonfinite_tensors(*be, trainer.grads());
+  const std::size_t n = trainer.grads().size();
+  EXPECT_EQ(all.rfind(trainer.grads().specs()[0].name + ", ", 0), 0u) << all;
+  EXPECT_NE(all.find(str_cat(" and ", n - 8, " more (", n, " in all)")), std::string::npos) << all;
+  EXPECT_EQ(all.find(trainer.grads().specs()[8].name), std::string::npos) << all;
 }
 
 // Every training step of the emulated device equals the CPU's, bit for bit: the same kernels on
