@@ -15,7 +15,8 @@ PipelineSplit::PipelineSplit(int64_t n_layer, int stages, int virtual_stages, st
         ", v=", virtual_stages, ")");
   const int64_t n_chunks = chunks();
   check(n_chunks <= n_layer, "pipeline of pp=", stages, " x ", virtual_stages, " virtual stages needs ", n_chunks,
-        " chunks of at least one layer each, but the model has only ", n_layer, " layers (model.n_layer)");
+        " chunks of at least one layer each, but the model has only ", n_layer, n_layer == 1 ? " layer" : " layers",
+        " (model.n_layer)");
   if (layers_.empty()) {
     for (int64_t c = 0; c < n_chunks; ++c) layers_.push_back(n_layer / n_chunks + (c < n_layer % n_chunks ? 1 : 0));
   } else {

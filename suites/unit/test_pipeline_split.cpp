@@ -44,6 +44,12 @@ TEST(PipelineSplit, ExplicitSplitIsChecked) {
   EXPECT_THROW(PipelineSplit(4, 2, 1, {1, 1, 2}), Error);  // three counts for two chunks
   EXPECT_THROW(PipelineSplit(3, 4, 1), Error);             // more stages than layers
   EXPECT_THROW(PipelineSplit(3, 2, 2), Error);             // 4 chunks, 3 layers
+  try {
+    PipelineSplit(1, 2, 1);
+    ADD_FAILURE() << "two stages of a one-layer model were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model has only 1 layer (model.n_layer)"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(parse_pipeline_split("2,1,1"), (std::vector<int64_t>{2, 1, 1}));
   EXPECT_TRUE(parse_pipeline_split("").empty());
   EXPECT_THROW(parse_pipeline_split("2,x"), Error);
