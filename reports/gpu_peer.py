@@ -9,7 +9,8 @@ The model is what a PyTorch user writes (nn.Embedding, nn.LayerNorm, nn.Linear, 
 LM head), trained on random tokens by AdamW (lr 6e-4, betas 0.9/0.95, weight decay 0.1 on the
 matrices) with global-norm clipping at 1.0, as Tripod's preset does. Precisions:
   bf16  torch.autocast(bfloat16) over fp32 weights (PyTorch's usual mixed precision)
-  fp32  plain fp32 with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False), as Tripod's fp32
+  fp32  plain fp32 with TF32 off (reports/torch_fp32.py: fp32_precision 'ieee', or allow_tf32 =
+        False before PyTorch 2.9), as Tripod's fp32
 Attention: torch's fused scaled_dot_product_attention (flash / memory-efficient kernels) where it
 exists (torch >= 2.0), else the explicit masked softmax; --attention naive forces the latter.
 
@@ -36,6 +37,9 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from torch_fp32 import ieee_fp32  # noqa: E402  (the sibling module, run as a script or bundled)
 
 # The presets of reference/configs/ that the peer runs (tiny's vocabulary comes from its data in
 # Tripod; 2048 is the KJV tokenizer's).
@@ -218,13 +222,14 @@ def main(argv=None):
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("gpu_peer: --device cuda but torch sees no CUDA device")
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in Tripod
-        torch.backends.cudnn.allow_tf32 = False
+        fp32_settings = ieee_fp32(torch)  # fp32 means fp32, as in Tripod
+    else:
+        fp32_settings = "not applicable on the CPU"
     cfg = model_config(args)
     per_token, n_matmul = flops_per_token(cfg, args.seq_len)
     print(f"gpu_peer: PyTorch {torch.__version__} eager on {device_name(device)}, GPT-2 {args.config} "
           f"({n_matmul / 1e6:.1f} M matmul parameters), batch {args.batch} x context {args.seq_len}, "
-          f"attention {args.attention}, {per_token:.4g} model FLOPs/token", flush=True)
+          f"attention {args.attention}, {per_token:.4g} model FLOPs/token; TF32 off: {fp32_settings}", flush=True)
     results = []
     for precision in args.precisions:
         r = run_precision(cfg, args, device, precision)
@@ -235,7 +240,7 @@ def main(argv=None):
               f"MFU {mfu}  ({r['peak_source']})", flush=True)
     out = {"benchmark": "pytorch_peer", "torch": torch.__version__, "device": device_name(device),
            "config": args.config, "model": cfg, "batch": args.batch, "seq_len": args.seq_len,
-           "attention": args.attention, "warmup_steps": args.warmup, "timed_steps": args.steps,
+           "attention": args.attention, "fp32_settings": fp32_settings, "warmup_steps": args.warmup, "timed_steps": args.steps,
            "model_flops_per_token": per_token, "n_params_matmul": n_matmul,
            "flop_formula": "6 * N_matmul + 12 * n_layer * d_model * seq_len (reference/perf/flops.h)",
            "results": results}

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from reports import safetensors_np as st
+from reports.torch_fp32 import ieee_fp32
 from reports.peers.gpt2 import GPT2, load_hf_weights
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -29,8 +30,7 @@ def configure_precision(device):
     """Plain IEEE float32 on GPUs: TF32 matmuls round inputs to 10 mantissa bits (~1e-3), far
     beyond the fp32 tolerance (1e-5). PyTorch >= 1.12 defaults matmul TF32 off, cuDNN's on."""
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        ieee_fp32(torch)
 
 
 def make_model(bundle, precision, device):

@@ -301,6 +301,34 @@ def test_peer_rejects_what_it_cannot_run():
     assert result.returncode == 2 and "--precision" in result.stderr
 
 
+def test_tf32_is_turned_off_through_whichever_api_the_torch_has():
+    sys.path.insert(0, str(SOURCE / "reports"))
+    from torch_fp32 import ieee_fp32
+
+    class Old:  # before PyTorch 2.9: only allow_tf32, and unknown names raise AssertionError
+        def __init__(self):
+            object.__setattr__(self, "values", {})
+
+        def __setattr__(self, name, value):
+            if name != "allow_tf32":
+                raise AssertionError("Unknown attribute " + name)
+            self.values[name] = value
+
+    class New:  # 2.9 and later: fp32_precision per backend
+        pass
+
+    def torch_with(matmul, cudnn):
+        return type("T", (), {"backends": type("B", (), {"cuda": type("C", (), {"matmul": matmul}), "cudnn": cudnn})})
+
+    matmul, cudnn = Old(), type("Cudnn", (), {})()  # old cuDNN module: no .conv, a plain allow_tf32
+    assert ieee_fp32(torch_with(matmul, cudnn)) == "cuda.matmul.allow_tf32=False, cudnn.allow_tf32=False"
+    assert matmul.values == {"allow_tf32": False} and cudnn.allow_tf32 is False
+    matmul, cudnn = New(), type("Cudnn", (), {"conv": New()})()
+    assert ieee_fp32(torch_with(matmul, cudnn)) == "cuda.matmul.fp32_precision='ieee', cudnn.conv.fp32_precision='ieee'"
+    assert matmul.fp32_precision == "ieee" and cudnn.conv.fp32_precision == "ieee"
+    assert not hasattr(matmul, "allow_tf32")  # the deprecated name left alone where the new one exists
+
+
 # ---- the bundle for a bare GPU node (ci/gpu-bundle.sh; its chroot proof needs root: by hand) ----
 
 def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_path):
