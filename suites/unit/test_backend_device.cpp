@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "backend/backend_factory.h"
 #include "backend/transfer.h"
@@ -73,6 +75,24 @@ TEST(BackendFactory, MakesBuiltBackendsByNameAndNamesThemOnError) {
   EXPECT_NE(m.find("not built into this binary"), std::string::npos) << m;
 #endif
 }
+
+#ifdef TRIPOD_HAVE_CUDA_BACKEND
+// The CUDA backend asks for 32 hardware work queues before the runtime starts (more streams than
+// queues can deadlock NCCL receives against sends), unless the user chose a number.
+TEST(BackendFactory, CudaAsksForEveryHardwareQueueUnlessTheUserChose) {
+  const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::string saved = before ? before : "";
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  error_of([] { make_backend("cuda"); });  // made, or "no usable CUDA device": either way it was asked
+  ASSERT_NE(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), nullptr);
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+  error_of([] { make_backend("cuda"); });
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4");
+  if (before) setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
+  else unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+}
+#endif
 
 TEST(DeviceScalars, SumsOfSquaresCountsAndLossSumsStayOnTheDevice) {
   for (const std::string& name : {"cpu", "emulated"}) {

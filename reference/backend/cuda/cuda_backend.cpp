@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/backend_factory.h"
 #include "backend/convert_dispatch.h"
@@ -253,6 +254,13 @@ void CudaBackend::sum_valid_losses(const Tensor& out, const Tensor& losses, cons
 }  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend() {
+  // Before the first CUDA call, since the runtime reads it once. Tripod issues work on several
+  // streams: compute, one per NCCL group (world, TP, DP, PP, embedding) and one per pipeline
+  // sender. With more streams than hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS, default 8)
+  // streams share queues, and an NCCL receive waiting for its peer can hold up a send queued
+  // behind it on another stream: a deadlock across ranks. So ask for the most (32), unless the
+  // user has chosen a value.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess)

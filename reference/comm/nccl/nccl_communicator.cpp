@@ -110,6 +110,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> start_p2p(const CommCall& call, bool blocking);
   NcclGroup& sender_group(int sender);
   void connect_senders();
+  void connect_pairs(float* element, const std::string& what);
 
   std::unique_ptr<Communicator> host_;
   cuda::CudaBackend& backend_;
@@ -119,8 +120,17 @@ class NcclCommunicator final : public Communicator {
   std::vector<std::unique_ptr<NcclGroup>> senders_;
 };
 
+// Leaves `tensors` allocated for good: memory an abandoned NCCL operation may still write must
+// not go back to the pool for another tensor (the job is ending; the leak is the safe side).
+void abandon(std::vector<Tensor>& tensors) { static_cast<void>(new std::vector<Tensor>(std::move(tensors))); }
+
 NcclRequest::~NcclRequest() {
-  if (completion_->finished || std::uncaught_exceptions() > 0) return;
+  if (completion_->finished) return;
+  if (std::uncaught_exceptions() > 0) {  // abandoned in flight by an error: stop it, keep its memory
+    group_.abort_quietly();
+    abandon(completion_->keep);
+    return;
+  }
   try {
     wait();
   } catch (...) {  // a destructor must not throw; the error was the caller's to see in wait()
@@ -143,7 +153,9 @@ bool is_reduction(CommOp op) { return op == CommOp::AllReduce || op == CommOp::R
 std::unique_ptr<CommRequest> NcclCommunicator::start(const CommCall& call, bool blocking) {
   // Host tensors and barriers go through the group's MPI communicator.
   if (call.op == CommOp::Barrier || call.in.on_host()) {
-    if (call.op == CommOp::Barrier) backend_.synchronize();  // a barrier also waits for this rank's device work
+    // A barrier also waits for this rank's compute stream, but not for NCCL operations in flight:
+    // those may be receives posted ahead that the peer serves only after the barrier.
+    if (call.op == CommOp::Barrier) backend_.synchronize();
     return reissue(*host_, call, /*blocking=*/true);
   }
   if (call.op == CommOp::Send || call.op == CommOp::Recv) return start_p2p(call, blocking);
@@ -217,13 +229,21 @@ NcclGroup& NcclCommunicator::sender_group(int sender) {
     // Collective over the group: every member makes them at its first send or receive, in the
     // same order (a pipeline's ranks all send and receive).
     const std::string what = name_ + ": ncclCommSplit (one communicator per sender)";
-    CommWaitScope scope(what);
-    for (int k = 0; k < size(); ++k) {
-      ncclComm_t dup = nullptr;
-      group_->check(ncclCommSplit(group_->comm(), 0, rank(), &dup, nullptr), what);
-      senders_.push_back(std::make_unique<NcclGroup>(dup, str_cat(name_, " (sends of rank ", k, ")")));
+    try {
+      CommWaitScope scope(what);
+      for (int k = 0; k < size(); ++k) {
+        ncclComm_t dup = nullptr;
+        group_->check(ncclCommSplit(group_->comm(), 0, rank(), &dup, nullptr), what);
+        senders_.push_back(std::make_unique<NcclGroup>(dup, str_cat(name_, " (sends of rank ", k, ")")));
+      }
+      connect_senders();
+    } catch (...) {
+      // A half-made set must not stay: a later send would index past its end. Its communicators
+      // go aborted (note_failure), not destroyed.
+      NcclGroup::note_failure();
+      senders_.clear();
+      throw;
     }
-    connect_senders();
   }
   return *senders_[static_cast<std::size_t>(sender)];
 }
@@ -235,11 +255,22 @@ NcclGroup& NcclCommunicator::sender_group(int sender) {
 // one element to every other on its own sender communicator, and receives one from every other on
 // theirs, all in one group: NCCL sets up the connections of a group together.
 void NcclCommunicator::connect_senders() {
-  const int n = size(), me = rank();
+  const int n = size();
   if (n == 1) return;
   const std::string what = name_ + ": connecting every pair of the sender communicators";
-  Tensor ping = backend_.alloc({n}, DType::F32);  // element k: received from rank k (this rank's: sent)
-  auto* element = static_cast<float*>(ping.device_raw());
+  std::vector<Tensor> ping{backend_.alloc({n}, DType::F32)};  // element k: from rank k (this rank's: sent)
+  auto* element = static_cast<float*>(ping[0].device_raw());
+  try {
+    connect_pairs(element, what);
+  } catch (...) {  // the pings may be in flight: stop them and keep their memory
+    for (auto& g : senders_) g->abort_quietly();
+    abandon(ping);
+    throw;
+  }
+}
+
+void NcclCommunicator::connect_pairs(float* element, const std::string& what) {
+  const int n = size(), me = rank();
   std::vector<std::shared_ptr<Completion>> completions;
   for (auto& g : senders_) completions.push_back(begin(*g, "connect"));
   ncclResult_t r = ncclSuccess;

@@ -1,12 +1,20 @@
 #include "comm/nccl/nccl_group.h"
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <thread>
 
 #include "comm/comm_watchdog.h"
 #include "core/error.h"
 
 namespace tripod::nccl {
+
+namespace {
+std::atomic<bool> any_failure{false};
+}  // namespace
+
+void NcclGroup::note_failure() { any_failure = true; }
 
 ncclDataType_t nccl_dtype(DType dtype) {
   switch (dtype) {
@@ -25,9 +33,28 @@ NcclGroup::NcclGroup(ncclComm_t comm, std::string label) : comm_(comm), label_(s
 }
 
 NcclGroup::~NcclGroup() {
-  // ncclCommDestroy waits for the communicator's outstanding work; after an abort there is none.
-  if (comm_ && !aborted_) ncclCommDestroy(comm_);
+  // ncclCommDestroy waits for the communicator's outstanding work. After a failure anywhere in the
+  // process, or while an error unwinds the stack (a sibling's receive may still wait for a peer
+  // that has failed), that wait could be forever: abort instead, so that the error reaches the
+  // user and the job ends.
+  if (comm_) {
+    if (any_failure || std::uncaught_exceptions() > 0) ncclCommAbort(comm_);
+    else ncclCommDestroy(comm_);
+  }
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+ncclComm_t NcclGroup::comm() const {
+  if (aborted_) fail(label_, ": the NCCL communicator was aborted after an earlier failure");
+  return comm_;
+}
+
+void NcclGroup::abort_quietly() {
+  any_failure = true;
+  if (aborted_ || !comm_) return;
+  aborted_ = true;
+  ncclCommAbort(comm_);
+  comm_ = nullptr;  // freed by the abort: never passed to NCCL again
 }
 
 void NcclGroup::check_cuda(cudaError_t status, const std::string& what) {
@@ -35,10 +62,7 @@ void NcclGroup::check_cuda(cudaError_t status, const std::string& what) {
 }
 
 void NcclGroup::abort_and_fail(const std::string& what, const std::string& why) {
-  if (!aborted_ && comm_) {
-    aborted_ = true;
-    ncclCommAbort(comm_);  // frees the GPU from kernels that wait for peers that will not come
-  }
+  abort_quietly();  // frees the GPU from kernels that wait for peers that will not come
   fail(what, ": ", why, "; the NCCL communicator was aborted");
 }
 
@@ -50,6 +74,7 @@ void NcclGroup::check(ncclResult_t result, const std::string& what) {
 }
 
 bool NcclGroup::poll(cudaEvent_t done, const std::string& what) {
+  if (aborted_) fail(what, ": the NCCL communicator ", label_, " was aborted after an earlier failure");
   ncclResult_t async = ncclSuccess;
   check(ncclCommGetAsyncError(comm_, &async), what + ": ncclCommGetAsyncError");
   if (async != ncclSuccess && async != ncclInProgress)

@@ -22,7 +22,8 @@ class NcclGroup {
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
-  ncclComm_t comm() const { return comm_; }
+  // The communicator for a new operation; throws once it has been aborted (its handle is freed).
+  ncclComm_t comm() const;
   cudaStream_t stream() const { return stream_; }
 
   // A failed NCCL call: aborts the communicator and throws "`what`: NCCL ...".
@@ -34,6 +35,13 @@ class NcclGroup {
   void await(cudaEvent_t done, const std::string& what);
   // Non-blocking: has `done` completed? (asynchronous errors are raised as in await)
   bool poll(cudaEvent_t done, const std::string& what);
+  // Aborts without throwing: an operation abandoned in flight (its request destroyed while the
+  // stack unwinds) must stop before the memory it writes is given back.
+  void abort_quietly();
+  // Any NCCL failure in this process, or a CUDA failure around NCCL work: from then on every
+  // communicator is aborted, not destroyed, when it goes (ncclCommDestroy waits for outstanding
+  // operations, which after a failure may wait for peers that will never come).
+  static void note_failure();
 
  private:
   [[noreturn]] void abort_and_fail(const std::string& what, const std::string& why);
