@@ -4,6 +4,8 @@
 // with the reason, where there is no GPU or no NCCL.
 #include <gtest/gtest.h>
 
+#include "test_errors.h"
+
 #include <memory>
 #include <string>
 
@@ -14,15 +16,6 @@
 
 namespace tripod {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(NcclCommunicator, AFailedOperationAbortsAndLaterOnesAreRefused) {
   if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL communicator";

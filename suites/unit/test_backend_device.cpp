@@ -3,6 +3,8 @@
 // against the CPU backend: the same training steps give the same bits.
 #include <gtest/gtest.h>
 
+#include "test_errors.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -17,15 +19,6 @@
 
 namespace tripod {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(DeviceGuard, HostReadsOfEmulatedDeviceMemoryFailNamingTheTensor) {
   auto device = make_emulated_backend();

@@ -1,5 +1,7 @@
 // Token shard format and TokenDataset: round trips, and every corruption reported with the file's name.
 #include <gtest/gtest.h>
+
+#include "test_errors.h"
 #include <unistd.h>
 
 #include <atomic>
@@ -33,18 +35,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-// Runs `body`, expects a tripod::Error, and returns its message.
-template <typename Body>
-std::string error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tripod::Error";
-  return "";
-}
 
 void patch_byte(const fs::path& path, std::streamoff offset, char value) {
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -107,13 +97,13 @@ TEST(ShardFormat, TruncatedShardIsReported) {
   const fs::path path = dir.path() / "truncated.bin";
   write_shard(path, std::vector<int32_t>(100, 3), 10);
   fs::resize_file(path, 64 + 150);
-  const std::string message = error_of([&] { read_shard(path); });
+  const std::string message = expected_error([&] { read_shard(path); });
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
   EXPECT_NE(message.find("expected 264 bytes, found 214"), std::string::npos) << message;
 
   fs::resize_file(path, 20);  // not even a whole header
-  EXPECT_NE(error_of([&] { read_shard(path); }).find("truncated"), std::string::npos);
+  EXPECT_NE(expected_error([&] { read_shard(path); }).find("truncated"), std::string::npos);
 }
 
 TEST(ShardFormat, FlippedPayloadByteFailsChecksum) {
@@ -123,7 +113,7 @@ TEST(ShardFormat, FlippedPayloadByteFailsChecksum) {
   std::iota(tokens.begin(), tokens.end(), 0);
   write_shard(path, tokens, 1000);
   patch_byte(path, 64 + 501, 0x01);
-  const std::string message = error_of([&] { read_shard(path); });
+  const std::string message = expected_error([&] { read_shard(path); });
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
 }
@@ -133,7 +123,7 @@ TEST(ShardFormat, BadMagicIsReported) {
   const fs::path path = dir.path() / "magic.bin";
   write_shard(path, std::vector<int32_t>{1, 2, 3}, 10);
   patch_byte(path, 0, 'X');
-  const std::string message = error_of([&] { read_shard_header(path); });
+  const std::string message = expected_error([&] { read_shard_header(path); });
   EXPECT_NE(message.find("magic"), std::string::npos) << message;
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
 }
@@ -143,16 +133,16 @@ TEST(ShardFormat, UnsupportedVersionIsReported) {
   const fs::path path = dir.path() / "version.bin";
   write_shard(path, std::vector<int32_t>{1}, 10);
   patch_byte(path, 8, 2);
-  EXPECT_NE(error_of([&] { read_shard(path); }).find("version 2"), std::string::npos);
+  EXPECT_NE(expected_error([&] { read_shard(path); }).find("version 2"), std::string::npos);
 }
 
 TEST(ShardFormat, TokenOutsideVocabularyIsRejectedOnWrite) {
   TempDir dir;
   const fs::path path = dir.path() / "bad.bin";
-  std::string message = error_of([&] { write_shard(path, std::vector<int32_t>{1, 10}, 10); });
+  std::string message = expected_error([&] { write_shard(path, std::vector<int32_t>{1, 10}, 10); });
   EXPECT_NE(message.find("token 10 at position 1"), std::string::npos) << message;
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
-  error_of([&] { write_shard(path, std::vector<int32_t>{-1}, 10); });
+  expected_error([&] { write_shard(path, std::vector<int32_t>{-1}, 10); });
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(dir.path() / "bad.bin.tmp"));
 }
@@ -162,13 +152,13 @@ TEST(ShardFormat, TokenOutsideVocabularyIsRejectedOnRead) {
   const fs::path path = dir.path() / "vocab.bin";
   write_shard(path, std::vector<int32_t>{5, 50}, 100);
   patch_byte(path, 16, 20);  // vocab_size 100 -> 20; the checksum covers only the payload
-  const std::string message = error_of([&] { read_shard(path); });
+  const std::string message = expected_error([&] { read_shard(path); });
   EXPECT_NE(message.find("token 50"), std::string::npos) << message;
 }
 
 TEST(ShardFormat, MissingShardNamesThePath) {
   const fs::path path = fs::temp_directory_path() / "tripod_no_such_shard.bin";
-  const std::string message = error_of([&] { read_shard(path); });
+  const std::string message = expected_error([&] { read_shard(path); });
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
 }
 
@@ -198,16 +188,16 @@ TEST(DataTokenDataset, OpensSplitsAsOneContiguousArray) {
 TEST(DataTokenDataset, ErrorsNameWhatIsMissing) {
   TempDir dir;
   const fs::path missing_dir = dir.path() / "nope";
-  EXPECT_NE(error_of([&] { TokenDataset::open(missing_dir, "train"); }).find(missing_dir.string()),
+  EXPECT_NE(expected_error([&] { TokenDataset::open(missing_dir, "train"); }).find(missing_dir.string()),
             std::string::npos);
-  EXPECT_NE(error_of([&] { TokenDataset::open(dir.path(), "train"); }).find("meta.json"), std::string::npos);
+  EXPECT_NE(expected_error([&] { TokenDataset::open(dir.path(), "train"); }).find("meta.json"), std::string::npos);
 
   write_small_dataset(dir.path(), {1, 2, 3, 4, 5}, {6}, 20);
-  std::string message = error_of([&] { TokenDataset::open(dir.path(), "test"); });
+  std::string message = expected_error([&] { TokenDataset::open(dir.path(), "test"); });
   EXPECT_NE(message.find("no split \"test\""), std::string::npos) << message;
 
   fs::remove(dir.path() / "train_000001.bin");
-  message = error_of([&] { TokenDataset::open(dir.path(), "train"); });
+  message = expected_error([&] { TokenDataset::open(dir.path(), "train"); });
   EXPECT_NE(message.find((dir.path() / "train_000001.bin").string()), std::string::npos) << message;
 }
 
@@ -215,7 +205,7 @@ TEST(DataTokenDataset, ShardVocabularyMustMatchMeta) {
   TempDir dir;
   write_small_dataset(dir.path(), {1, 2, 3}, {4}, 20);
   write_shard(dir.path() / "val_000000.bin", std::vector<int32_t>{4}, 30);
-  const std::string message = error_of([&] { TokenDataset::open(dir.path(), "val"); });
+  const std::string message = expected_error([&] { TokenDataset::open(dir.path(), "val"); });
   EXPECT_NE(message.find("vocab_size 30"), std::string::npos) << message;
 }
 

@@ -3,6 +3,8 @@
 // reference bit for bit, and a bundle tampered with (learning rates, tokens, model) is refused.
 // Peers and the golden check are tested in suites/python/test_golden*.py.
 #include <gtest/gtest.h>
+
+#include "test_errors.h"
 #include <unistd.h>
 
 #include <fstream>
@@ -52,15 +54,6 @@ class GoldenTest : public ::testing::Test {
 
   fs::path dir_;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 void write_bytes(const fs::path& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 

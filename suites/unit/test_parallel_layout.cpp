@@ -3,6 +3,8 @@
 // conformance model). ZeroPolicy: the stage table.
 #include <gtest/gtest.h>
 
+#include "test_errors.h"
+
 #include <set>
 
 #include "conform/conformance.h"
@@ -11,15 +13,6 @@
 
 namespace tripod {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   const RunConfig config = conform::default_conformance_config("fp64");

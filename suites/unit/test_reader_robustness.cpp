@@ -2,6 +2,8 @@
 // each failing before its fix; and the in-memory entry points the fuzzers call, which must read
 // exactly what the file readers read.
 #include <gtest/gtest.h>
+
+#include "test_errors.h"
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -39,21 +41,6 @@ class TempDir {
   fs::path path_;
 };
 
-// Runs `body`, expects a tripod::Error (not any other exception), and returns its message.
-template <typename Body>
-std::string error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a tripod::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected a tripod::Error, got none";
-  return "";
-}
-
 std::vector<std::byte> bytes_of(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(in), {}};
@@ -89,8 +76,8 @@ TEST(ReaderRobustness, ShardWithAVocabularyAboveInt32IsRefused) {
   const fs::path path = dir.path() / "wide.bin";
   write_bytes(path, shard);
   for (const std::string& message :
-       {error_of([&] { data::read_shard(path); }),
-        error_of([&] { data::parse_shard(bytes_of(path), path); })}) {
+       {expected_error([&] { data::read_shard(path); }),
+        expected_error([&] { data::parse_shard(bytes_of(path), path); })}) {
     EXPECT_NE(message.find("vocab_size 4294967296"), std::string::npos) << message;
     EXPECT_NE(message.find("wide.bin"), std::string::npos) << message;
   }
@@ -102,12 +89,12 @@ TEST(ReaderRobustness, DatasetMetaWithWronglyTypedFormatOrVersionIsATripodError)
   for (const char* text : {R"({"format": {}})", R"({"format": 1, "version": 1})",
                            R"({"format": "tripod-tokens", "version": "1"})",
                            R"({"format": "tripod-tokens", "version": [1]})"}) {
-    const std::string message = error_of([&] { data::TokenDataset::parse_meta(text, "d/meta.json"); });
+    const std::string message = expected_error([&] { data::TokenDataset::parse_meta(text, "d/meta.json"); });
     EXPECT_NE(message.find("d/meta.json"), std::string::npos) << text << " -> " << message;
   }
   TempDir dir;
   std::ofstream(dir.path() / "meta.json") << R"({"format": "tripod-tokens", "version": "1"})";
-  EXPECT_NE(error_of([&] { data::TokenDataset::read_meta(dir.path()); }).find("version"), std::string::npos);
+  EXPECT_NE(expected_error([&] { data::TokenDataset::read_meta(dir.path()); }).find("version"), std::string::npos);
 }
 
 // A safetensors header as the file's bytes: the u64 length, then the text.
@@ -127,7 +114,7 @@ std::string nested_arrays(int depth) { return std::string(depth, '[') + std::str
 // deeper one is now refused before it is built.
 TEST(ReaderRobustness, DeeplyNestedSafetensorsHeaderIsRefused) {
   const std::string deep = nested_arrays(1'000'000);
-  const std::string message = error_of([&] {
+  const std::string message = expected_error([&] {
     ckpt::SafetensorsFile::parse(
         safetensors_bytes(R"({"a":{"dtype":"F32","shape":[)" + deep + R"(],"data_offsets":[0,4],"x":1}})"),
         "deep.safetensors");
@@ -141,7 +128,7 @@ TEST(ReaderRobustness, DeeplyNestedSafetensorsHeaderIsRefused) {
 TEST(ReaderRobustness, DeeplyNestedDatasetMetaIsRefused) {
   const std::string text = R"({"format": "tripod-tokens", "version": 1, "vocab_size": 2, "splits": {},
                                "source": )" + nested_arrays(1'000'000) + "}";
-  const std::string message = error_of([&] { data::TokenDataset::parse_meta(text, "d/meta.json"); });
+  const std::string message = expected_error([&] { data::TokenDataset::parse_meta(text, "d/meta.json"); });
   EXPECT_NE(message.find("d/meta.json"), std::string::npos) << message.substr(0, 300);
   EXPECT_NE(message.find("nests deeper"), std::string::npos) << message.substr(0, 300);
 }
@@ -197,8 +184,8 @@ TEST(ReaderRobustness, InMemoryReadersMatchTheFileReaders) {
   truncated.pop_back();
   write_bytes(tensors, std::vector<unsigned char>(reinterpret_cast<unsigned char*>(truncated.data()),
                                                   reinterpret_cast<unsigned char*>(truncated.data()) + truncated.size()));
-  EXPECT_EQ(error_of([&] { ckpt::SafetensorsFile::parse(truncated, tensors); }),
-            error_of([&] { ckpt::SafetensorsFile::read(tensors); }));
+  EXPECT_EQ(expected_error([&] { ckpt::SafetensorsFile::parse(truncated, tensors); }),
+            expected_error([&] { ckpt::SafetensorsFile::read(tensors); }));
 }
 
 }  // namespace

@@ -1,19 +1,12 @@
 // Configuration loading: presets, overrides, and clear errors for contradictory or unknown input.
 #include <gtest/gtest.h>
 
+#include "test_errors.h"
+
 #include "train/run_config.h"
 
 namespace tripod {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 RunConfig with(std::vector<std::string> overrides) { return parse_run_config(load_config_json("", overrides)); }
 

@@ -4,6 +4,8 @@
 #include "ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include "test_errors.h"
 #include <unistd.h>
 
 #include <cstring>
@@ -28,15 +30,6 @@ class SafetensorsTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 #define EXPECT_ERROR_WITH(statement, ...)                                          \
   do {                                                                             \
