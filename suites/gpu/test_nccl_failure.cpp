@@ -4,8 +4,6 @@
 // with the reason, where there is no GPU or no NCCL.
 #include <gtest/gtest.h>
 
-#include "test_errors.h"
-
 #include <memory>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "test_errors.h"
 
 namespace tripod {
 namespace {

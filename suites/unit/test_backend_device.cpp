@@ -3,8 +3,6 @@
 // against the CPU backend: the same training steps give the same bits.
 #include <gtest/gtest.h>
 
-#include "test_errors.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -15,6 +13,7 @@
 #include "core/host_memory.h"
 #include "model_test_util.h"
 #include "optim/adamw.h"
+#include "test_errors.h"
 #include "train/trainer.h"
 
 namespace tripod {

@@ -1,7 +1,5 @@
 // Token shard format and TokenDataset: round trips, and every corruption reported with the file's name.
 #include <gtest/gtest.h>
-
-#include "test_errors.h"
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +12,7 @@
 #include "core/error.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
+#include "test_errors.h"
 
 namespace tripod::data {
 namespace {

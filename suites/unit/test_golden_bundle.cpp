@@ -3,8 +3,6 @@
 // reference bit for bit, and a bundle tampered with (learning rates, tokens, model) is refused.
 // Peers and the golden check are tested in suites/python/test_golden*.py.
 #include <gtest/gtest.h>
-
-#include "test_errors.h"
 #include <unistd.h>
 
 #include <fstream>
@@ -15,6 +13,7 @@
 #include "golden/bundle.h"
 #include "golden/golden_writer.h"
 #include "support/test_backend.h"
+#include "test_errors.h"
 #include "train/trainer.h"
 
 namespace tripod::golden {

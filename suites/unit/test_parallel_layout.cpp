@@ -3,13 +3,12 @@
 // conformance model). ZeroPolicy: the stage table.
 #include <gtest/gtest.h>
 
-#include "test_errors.h"
-
 #include <set>
 
 #include "conform/conformance.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/zero_policy.h"
+#include "test_errors.h"
 
 namespace tripod {
 namespace {

@@ -2,8 +2,6 @@
 // each failing before its fix; and the in-memory entry points the fuzzers call, which must read
 // exactly what the file readers read.
 #include <gtest/gtest.h>
-
-#include "test_errors.h"
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,6 +18,7 @@
 #include "core/error.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
+#include "test_errors.h"
 
 namespace tripod {
 namespace {

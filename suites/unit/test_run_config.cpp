@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include "test_errors.h"
-
 #include "train/run_config.h"
 
 namespace tripod {

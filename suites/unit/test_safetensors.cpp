@@ -4,14 +4,14 @@
 #include "ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
-
-#include "test_errors.h"
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
+
+#include "test_errors.h"
 
 namespace tripod::ckpt {
 namespace {
