@@ -163,7 +163,8 @@ TEST(PipelineTraining, BadSettingsFailOnEveryRank) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([&] { make(1, 2, ScheduleKind::OneFOneB, 1); }).find("only 1 layers"), std::string::npos);
+  EXPECT_NE(message([&] { make(1, 2, ScheduleKind::OneFOneB, 1); }).find("only 1 layer (model.n_layer)"),
+            std::string::npos);
   EXPECT_NE(message([&] { make(4, 3, ScheduleKind::OneFOneB, 1); }).find("must divide train.batch_size"),
             std::string::npos);
   EXPECT_NE(message([&] { make(4, 1, ScheduleKind::Interleaved, 2); }).find("multiple of the pipeline stages"),
