@@ -11,7 +11,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
 #include "core/error.h"
-#include "test_errors.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {

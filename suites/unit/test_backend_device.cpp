@@ -13,7 +13,7 @@
 #include "core/host_memory.h"
 #include "model_test_util.h"
 #include "optim/adamw.h"
-#include "test_errors.h"
+#include "support/error_text.h"
 #include "train/trainer.h"
 
 namespace tripod {

@@ -12,8 +12,8 @@
 #include "data/synthetic_corpus.h"
 #include "golden/bundle.h"
 #include "golden/golden_writer.h"
+#include "support/error_text.h"
 #include "support/test_backend.h"
-#include "test_errors.h"
 #include "train/trainer.h"
 
 namespace tripod::golden {

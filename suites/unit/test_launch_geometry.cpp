@@ -9,8 +9,6 @@
 namespace tripod::cuda {
 namespace {
 
-using testing::error_text;
-
 TEST(LaunchGeometry, ElementwiseCoversEverySizeAndCapsTheGrid) {
   const DeviceLimits h200 = h200_limits();
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{124'439'808}}) {
@@ -43,19 +41,19 @@ TEST(LaunchGeometry, RowsGetWholeWarpsAndSharedMemoryOptIn) {
 
 TEST(LaunchGeometry, ImpossibleLaunchesNameTheKernelAndTheLimit) {
   const DeviceLimits h200 = h200_limits();
-  std::string m = error_text([&] { check_fits(rows_launch(10, 1024, 2, 0, h200), h200, "layernorm_forward"); });
+  std::string m = error_of([&] { check_fits(rows_launch(10, 1024, 2, 0, h200), h200, "layernorm_forward"); });
   EXPECT_NE(m.find("layernorm_forward: 2048 threads a block, the device allows 1024"), std::string::npos) << m;
-  m = error_text([&] { check_fits(rows_launch(10, 32, 1, 300 * 1024, h200), h200, "attention_forward"); });
+  m = error_of([&] { check_fits(rows_launch(10, 32, 1, 300 * 1024, h200), h200, "attention_forward"); });
   EXPECT_NE(m.find("attention_forward: 307200 bytes of shared memory"), std::string::npos) << m;
   LaunchShape forgot = rows_launch(10, 256, 1, 64 * 1024, h200);
   forgot.needs_shared_optin = false;
-  m = error_text([&] { check_fits(forgot, h200, "softmax"); });
+  m = error_of([&] { check_fits(forgot, h200, "softmax"); });
   EXPECT_NE(m.find("need the opt-in attribute"), std::string::npos) << m;
   LaunchShape ragged;
   ragged.block = 48;
-  m = error_text([&] { check_fits(ragged, h200, "bias_grad"); });
+  m = error_of([&] { check_fits(ragged, h200, "bias_grad"); });
   EXPECT_NE(m.find("not a whole number of 32-thread warps"), std::string::npos) << m;
-  m = error_text([&] { elementwise_launch(10, 2048, h200); });
+  m = error_of([&] { elementwise_launch(10, 2048, h200); });
   EXPECT_NE(m.find("2048 threads a block"), std::string::npos) << m;
 }
 

@@ -8,7 +8,7 @@
 #include "conform/conformance.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/zero_policy.h"
-#include "test_errors.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
-#include "test_errors.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {

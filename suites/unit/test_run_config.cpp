@@ -1,7 +1,7 @@
 // Configuration loading: presets, overrides, and clear errors for contradictory or unknown input.
 #include <gtest/gtest.h>
 
-#include "test_errors.h"
+#include "support/error_text.h"
 #include "train/run_config.h"
 
 namespace tripod {

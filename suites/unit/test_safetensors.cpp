@@ -11,7 +11,7 @@
 #include <functional>
 #include <iterator>
 
-#include "test_errors.h"
+#include "support/error_text.h"
 
 namespace tripod::ckpt {
 namespace {
