@@ -147,8 +147,10 @@ Tensor DistributedTrainer::grad_sum_squares() {
 
 std::string DistributedTrainer::nonfinite_grads() {
   std::vector<std::string> names;
-  for (Chunk& c : chunks_)
-    for (const std::string& name : c.engine->nonfinite_grads()) names.push_back(name);
+  for (Chunk& c : chunks_) {
+    const std::vector<std::string> chunk = c.engine->nonfinite_grads();
+    names.insert(names.end(), chunk.begin(), chunk.end());
+  }
   return names.empty() ? "none, another rank holds them" : name_list(names);
 }
 

@@ -45,14 +45,13 @@ NcclGroup::~NcclGroup() {
 }
 
 ncclComm_t NcclGroup::comm() const {
-  if (aborted_) fail(label_, ": the NCCL communicator was aborted after an earlier failure");
+  if (!comm_) fail(label_, ": the NCCL communicator was aborted after an earlier failure");
   return comm_;
 }
 
 void NcclGroup::abort_quietly() {
   any_failure = true;
-  if (aborted_ || !comm_) return;
-  aborted_ = true;
+  if (!comm_) return;
   ncclCommAbort(comm_);
   comm_ = nullptr;  // freed by the abort: never passed to NCCL again
 }
@@ -74,7 +73,7 @@ void NcclGroup::check(ncclResult_t result, const std::string& what) {
 }
 
 bool NcclGroup::poll(cudaEvent_t done, const std::string& what) {
-  if (aborted_) fail(what, ": the NCCL communicator ", label_, " was aborted after an earlier failure");
+  if (!comm_) fail(what, ": the NCCL communicator ", label_, " was aborted after an earlier failure");
   ncclResult_t async = ncclSuccess;
   check(ncclCommGetAsyncError(comm_, &async), what + ": ncclCommGetAsyncError");
   if (async != ncclSuccess && async != ncclInProgress)

@@ -45,10 +45,9 @@ class NcclGroup {
 
  private:
   [[noreturn]] void abort_and_fail(const std::string& what, const std::string& why);
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t comm_ = nullptr;  // null once aborted (ncclCommAbort frees it)
   cudaStream_t stream_ = nullptr;
   std::string label_;
-  bool aborted_ = false;
 };
 
 }  // namespace tripod::nccl

@@ -104,17 +104,17 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
 // training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
 // The device and workspace size are part of the key because a handle's address can be reused by
 // a later backend on another device (another architecture) or with a smaller workspace.
-using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
 
 cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
                                  const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
                                  const MatrixLayout& c) {
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> chosen;
-  const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c, g.trans_lt_a, g.trans_lt_b, g.m, g.n,
-                    g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld, g.a_layout.alignment_bytes,
-                    g.b_layout.alignment_bytes, g.c_layout.alignment_bytes};
+  const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c,
+                    g.trans_lt_a, g.trans_lt_b, g.m, g.n, g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld,
+                    g.a_layout.alignment_bytes, g.b_layout.alignment_bytes, g.c_layout.alignment_bytes};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   Preference pref;
