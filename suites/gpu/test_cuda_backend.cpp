@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
 #include "conform/conformance.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {
@@ -56,6 +59,27 @@ TEST(CudaBackend, TrainingMatchesTheCpuReference) {
     EXPECT_TRUE(e.pass) << dtype << ": " << e.failure << " (loss rel " << e.loss_rel << ", parameter rel "
                         << e.param_rel << " in " << e.worst_param << ")";
   }
+}
+
+// The memory pool keeps what is freed. With the device full of 1 GiB tensors and every other one
+// freed, a 2 GiB tensor fits only once the pool gives the freed pieces back (alloc trims the pool
+// and retries); and the allocation that finds the device full fails naming what the pool holds.
+TEST(CudaBackend, ALargeTensorFitsWhereSmallerFreedOnesWere) {
+  REQUIRE_GPU(cuda);
+  constexpr int64_t kGiBFloats = int64_t(1) << 28;
+  std::vector<Tensor> chunks;
+  std::string full;
+  for (int i = 0; i < 1024 && full.empty(); ++i) {
+    full = error_of([&] { chunks.push_back(cuda->alloc({kGiBFloats}, DType::F32)); });
+    if (full == "no error") full.clear();
+  }
+  ASSERT_GE(chunks.size(), 4u) << full;
+  EXPECT_NE(full.find("out of CUDA device memory allocating 1073741824 bytes"), std::string::npos) << full;
+  EXPECT_NE(full.find("after giving back what it could"), std::string::npos) << full;
+  for (std::size_t i = 0; i < chunks.size(); i += 2) chunks[i] = Tensor();
+  EXPECT_EQ(error_of([&] { cuda->alloc({2 * kGiBFloats}, DType::F32); }), "no error");
+  chunks.clear();
+  cuda->synchronize();
 }
 
 TEST(CudaBackend, ARerunIsBitIdentical) {

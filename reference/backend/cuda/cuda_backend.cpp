@@ -73,6 +73,10 @@ CudaBackend::~CudaBackend() {
   // The stream stays for the tensors still alive (DeviceMemory destroys it after the last).
   cudaStreamSynchronize(ctx_.stream);
   cudaFree(ctx_.workspace);
+  // The pool's unused memory goes back to the device (a later backend, NCCL or another library of
+  // this process can use it); what live tensors hold stays.
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
   cublasLtDestroy(ctx_.lt);
 }
 
@@ -87,20 +91,40 @@ void CudaBackend::wrong_device(const Tensor& t, const char* op) const {
        "host data in with upload)");
 }
 
+// cudaMallocAsync from the device's pool, once more after giving the pool's unused memory back
+// if the first try fails. The pool keeps what is freed (release threshold: everything), so its
+// free pieces can be too small for a larger request while together they would fit: trimming
+// returns them to the device, and the retry maps fresh memory. The pool's frees are stream-ordered;
+// the synchronisation lets the trim see them complete.
+void* CudaBackend::pool_alloc(std::size_t bytes, const Shape& shape) {
+  void* p = nullptr;
+  cudaError_t status = cudaMallocAsync(&p, bytes, ctx_.stream);
+  if (status == cudaSuccess) return p;
+  cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
+  cudaMemPool_t pool = nullptr;
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+  check_cuda(cudaStreamSynchronize(ctx_.stream), "synchronize before trimming the memory pool (a kernel failed)");
+  check_cuda(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+  status = cudaMallocAsync(&p, bytes, ctx_.stream);
+  if (status == cudaSuccess) return p;
+  cudaGetLastError();
+  std::size_t free_bytes = 0, total = 0;
+  cudaMemGetInfo(&free_bytes, &total);
+  uint64_t reserved = 0, used = 0;
+  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+  fail("out of CUDA device memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape), " (",
+       free_bytes >> 20, " MiB free of ", total >> 20, " MiB; ", counters_->live.load() >> 20,
+       " MiB held by this backend; its pool reserves ", reserved >> 20, " MiB, ", used >> 20,
+       " MiB of it in use, after giving back what it could): ", cudaGetErrorString(status));
+}
+
 Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   const std::size_t padded = (bytes + 255) / 256 * 256;  // 256-byte aligned as cudaMalloc's: count what it holds
   void* p = nullptr;
   if (padded != 0) {
-    const cudaError_t status = cudaMallocAsync(&p, padded, ctx_.stream);
-    if (status != cudaSuccess) {
-      cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
-      std::size_t free_bytes = 0, total = 0;
-      cudaMemGetInfo(&free_bytes, &total);
-      fail("out of CUDA device memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape), " (",
-           free_bytes >> 20, " MiB free of ", total >> 20, " MiB; ", counters_->live.load() >> 20,
-           " MiB held by this backend): ", cudaGetErrorString(status));
-    }
+    p = pool_alloc(padded, shape);
     check_cuda(cudaMemsetAsync(p, 0, padded, ctx_.stream), "cudaMemsetAsync (alloc zero-fill)");
   }
   const std::size_t live = counters_->live.fetch_add(padded) + padded;

@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
 
  private:
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
+  void* pool_alloc(std::size_t bytes, const Shape& shape);  // `bytes` from the pool, or an error naming `shape`
   // The first `elements` of fp32 x rounded to bf16 in `scratch` (grown to fit); its device address.
   const void* bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
