@@ -32,13 +32,13 @@ class Watchdog {
     if (thread_.joinable()) thread_.join();
   }
 
-  void open(const Communicator* comm, CommOp op, const std::string* what) {
+  void open(const Communicator* comm, CommOp op, const std::string* what, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { watch(); });
     comm_ = comm;
     op_ = op;
     what_ = what;
-    since_ = Clock::now();
+    since_ = now;
     timeout_ = timeout_seconds.load();
     open_ = true;
   }
@@ -94,7 +94,8 @@ class Watchdog {
 thread_local int scope_depth = 0;
 std::atomic<double> total_wait_seconds{0};
 
-double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+double seconds_of(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+double steady_seconds() { return seconds_of(Clock::now()); }
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -130,8 +131,9 @@ CommWaitScope::CommWaitScope(const std::string& what) { open(nullptr, CommOp::Ba
 void CommWaitScope::open(const Communicator* comm, CommOp op, const std::string* what) {
   if (scope_depth++ > 0) return;
   outermost_ = true;
-  opened_at_ = steady_seconds();
-  if (comm_timeout_seconds() > 0) Watchdog::instance().open(comm, op, what);
+  const Clock::time_point now = Clock::now();  // one clock read for both (a small call's cost counts)
+  opened_at_ = seconds_of(now);
+  if (comm_timeout_seconds() > 0) Watchdog::instance().open(comm, op, what, now);
 }
 
 CommWaitScope::~CommWaitScope() {

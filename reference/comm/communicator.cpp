@@ -120,17 +120,18 @@ namespace {
 // (comm/comm_watchdog.h); test() never blocks and needs no watching.
 class WatchedRequest final : public CommRequest {
  public:
-  WatchedRequest(std::unique_ptr<CommRequest> inner, std::string what)
-      : inner_(std::move(inner)), what_(std::move(what)) {}
+  WatchedRequest(std::unique_ptr<CommRequest> inner, const Communicator& comm, CommOp op)
+      : inner_(std::move(inner)), comm_(comm), op_(op) {}
   void wait() override {
-    CommWaitScope scope(what_);
+    CommWaitScope scope(comm_, op_);
     inner_->wait();
   }
   bool test() override { return inner_->test(); }
 
  private:
   std::unique_ptr<CommRequest> inner_;
-  std::string what_;
+  const Communicator& comm_;  // requests do not outlive their communicator
+  CommOp op_;
 };
 
 }  // namespace
@@ -138,7 +139,7 @@ class WatchedRequest final : public CommRequest {
 std::unique_ptr<CommRequest> Communicator::submit(CommCall call, bool blocking) {
   validate(call);
   if (times_out_itself()) return start(call, blocking);
-  if (!blocking) return std::make_unique<WatchedRequest>(start(call, false), where(call.op));
+  if (!blocking) return std::make_unique<WatchedRequest>(start(call, false), *this, call.op);
   // A blocking call may block inside start() (MPI's blocking collectives) or in wait().
   CommWaitScope scope(*this, call.op);
   std::unique_ptr<CommRequest> request = start(call, true);

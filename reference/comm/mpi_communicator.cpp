@@ -66,7 +66,12 @@ void divide_by(const Tensor& t, int divisor) {
 // reduce_scatter result to its block, checking a received message's length.
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(std::string what, CommCall call) : what_(std::move(what)), call_(std::move(call)) {}
+  // Named after `comm`'s where() only when a message needs it: a small call's cost is mostly this
+  // layer's, and building the name took about a third of it.
+  // A blocking call's tensors are the caller's until it returns: only a non-blocking one holds them.
+  MpiRequest(const Communicator& comm, const CommCall& call, bool blocking) : comm_(&comm), op_(call.op) {
+    if (!blocking) call_ = call;
+  }
   ~MpiRequest() override {
     if (done_ || requests_.empty() || !MpiRuntime::initialized()) return;
     untrack();  // not waited for: the progress thread need not go on for it
@@ -108,7 +113,7 @@ class MpiRequest final : public CommRequest {
     return true;
   }
 
-  const std::string& what() const { return what_; }
+  std::string what() const { return comm_->where(op_); }
   // A slot for one more MPI request of this operation (blocking calls take none: wait() returns at once).
   // (MPI writes the handle before it returns, so a later slot may move the vector freely.)
   MPI_Request* handle() { return &requests_.emplace_back(MPI_REQUEST_NULL); }
@@ -131,12 +136,13 @@ class MpiRequest final : public CommRequest {
   void complete(int code) {
     done_ = true;
     untrack();
-    mpi_check(code, what_);
+    if (code != MPI_SUCCESS) mpi_check(code, what());
     if (finish_) finish_(first_status_);
   }
 
-  std::string what_;
-  CommCall call_;
+  const Communicator* comm_;  // requests do not outlive their communicator (comm/communicator.h)
+  CommOp op_;
+  CommCall call_;  // (non-blocking calls)
   std::vector<MPI_Request> requests_;
   MPI_Status first_status_{};
   std::vector<char> scratch_;
@@ -149,6 +155,15 @@ class MpiRequest final : public CommRequest {
 // runs in. `blocking` picks MPI's blocking algorithm (the request then completes at once). The
 // issue_* helpers below return MPI's error code; their finishing steps capture values, never this
 // struct, which does not outlive MpiCommunicator::start.
+// The checks above for a request's operation, its name built only for an error.
+int mpi_count(int64_t elements, const MpiRequest& request) {
+  if (elements <= INT_MAX) return static_cast<int>(elements);
+  return mpi_count(elements, request.what());
+}
+void mpi_check(int code, const MpiRequest& request) {
+  if (code != MPI_SUCCESS) mpi_check(code, request.what());
+}
+
 struct MpiIssue {
   const CommCall& call;
   MpiRequest& request;
@@ -167,7 +182,7 @@ void divide_on_complete(MpiRequest& request, const Tensor& result, int group_siz
 }
 
 int issue_allreduce(const MpiIssue& s) {
-  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const int count = mpi_count(s.call.out.numel(), s.request);
   const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
   const int code = s.blocking ? MPI_Allreduce(send, s.out, count, s.type, s.op, s.comm)
                               : MPI_Iallreduce(send, s.out, count, s.type, s.op, s.comm, s.request.handle());
@@ -199,7 +214,7 @@ int ireduce_per_block(const void* in, void* out, bool in_place, int count, MPI_D
 }
 
 int issue_reduce_scatter(const MpiIssue& s) {
-  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const int count = mpi_count(s.call.out.numel(), s.request);
   const bool avg = s.call.reduce == ReduceOp::Avg;
   if (!s.blocking && s.size == 2) {
     const int code = ireduce_per_block(s.in, s.out, s.call.in_place, count, s.type, s.op, s.comm, s.rank, s.size,
@@ -224,14 +239,14 @@ int issue_reduce_scatter(const MpiIssue& s) {
 }
 
 int issue_allgather(const MpiIssue& s) {
-  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  const int count = mpi_count(s.call.in.numel(), s.request);
   const void* send = s.call.in_place ? MPI_IN_PLACE : s.in;
   return s.blocking ? MPI_Allgather(send, count, s.type, s.out, count, s.type, s.comm)
                     : MPI_Iallgather(send, count, s.type, s.out, count, s.type, s.comm, s.request.handle());
 }
 
 int issue_broadcast(const MpiIssue& s) {
-  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  const int count = mpi_count(s.call.in.numel(), s.request);
   return s.blocking ? MPI_Bcast(s.in, count, s.type, s.call.peer, s.comm)
                     : MPI_Ibcast(s.in, count, s.type, s.call.peer, s.comm, s.request.handle());
 }
@@ -239,7 +254,7 @@ int issue_broadcast(const MpiIssue& s) {
 int issue_reduce(const MpiIssue& s) {
   // MPI_IN_PLACE is legal only at the root; other ranks send `in` and receive nothing.
   const bool root = s.rank == s.call.peer;
-  const int count = mpi_count(s.call.in.numel(), s.request.what());
+  const int count = mpi_count(s.call.in.numel(), s.request);
   const void* send = root && s.call.in_place ? MPI_IN_PLACE : s.in;
   void* recv = root ? s.out : nullptr;
   const int code = s.blocking ? MPI_Reduce(send, recv, count, s.type, s.op, s.call.peer, s.comm)
@@ -250,7 +265,7 @@ int issue_reduce(const MpiIssue& s) {
 
 int issue_alltoall(const MpiIssue& s) {
   // In place: send from a private copy of the input (what Open MPI would do internally).
-  const int count = mpi_count(s.call.in.numel() / s.size, s.request.what());
+  const int count = mpi_count(s.call.in.numel() / s.size, s.request);
   const void* send = s.in;
   if (s.call.in_place) {
     const char* in = static_cast<const char*>(s.in);
@@ -263,19 +278,20 @@ int issue_alltoall(const MpiIssue& s) {
 
 int issue_send(const MpiIssue& s) {
   // Point-to-point has no separate blocking algorithm: always Isend, the caller waits.
-  return MPI_Isend(s.in, mpi_count(s.call.in.numel(), s.request.what()), s.type, s.call.peer, s.call.tag, s.comm,
+  return MPI_Isend(s.in, mpi_count(s.call.in.numel(), s.request), s.type, s.call.peer, s.call.tag, s.comm,
                    s.request.handle());
 }
 
 int issue_recv(const MpiIssue& s) {
-  const int count = mpi_count(s.call.out.numel(), s.request.what());
+  const int count = mpi_count(s.call.out.numel(), s.request);
   const int code = MPI_Irecv(s.out, count, s.type, s.call.peer, s.call.tag, s.comm, s.request.handle());
   s.request.on_complete(
-      [type = s.type, count, at = s.request.what(), peer = s.call.peer, tag = s.call.tag](const MPI_Status& status) {
+      [type = s.type, count, &request = s.request, peer = s.call.peer, tag = s.call.tag](const MPI_Status& status) {
         int received = 0;
         MPI_Get_count(&status, type, &received);
-        check(received == count, at, ": expected ", count, " elements from rank ", peer, " (tag ", tag,
-              ") but the message has ", received);
+        if (received != count)
+          fail(request.what(), ": expected ", count, " elements from rank ", peer, " (tag ", tag,
+               ") but the message has ", received);
       });
   return code;
 }
@@ -351,7 +367,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::start(const CommCall& call, bool b
 std::unique_ptr<CommRequest> MpiCommunicator::start_whole(const CommCall& call, bool blocking, MPI_Comm comm) {
   const bool reduction = call.op == CommOp::AllReduce || call.op == CommOp::ReduceScatter || call.op == CommOp::Reduce;
   if (reduction && call.in.dtype() == DType::BF16) return start_bf16_reduction(call, blocking, comm);
-  auto request = std::make_unique<MpiRequest>(where(call.op), call);
+  auto request = std::make_unique<MpiRequest>(*this, call, blocking);
   void* in = call.in.defined() ? call.in.raw() : nullptr;  // a barrier has no tensors
   void* out = call.out.defined() ? call.out.raw() : nullptr;
   const MpiIssue issue{call, *request, comm, rank_, size_, blocking, mpi_type(call.in.dtype()), mpi_op(call.reduce),
@@ -368,7 +384,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_whole(const CommCall& call, 
     case CommOp::Recv: code = issue_recv(issue); break;
     case CommOp::Barrier: code = blocking ? MPI_Barrier(comm) : MPI_Ibarrier(comm, request->handle()); break;
   }
-  mpi_check(code, request->what());
+  mpi_check(code, *request);
   if (!blocking) request->track();
   return request;
 }
@@ -378,8 +394,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_whole(const CommCall& call, 
 // (after Avg's division). In-place calls need nothing special: the fp32 copies are separate.
 std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCall& call, bool blocking,
                                                                    MPI_Comm comm) {
-  auto request = std::make_unique<MpiRequest>(where(call.op), call);
-  const std::string& at = request->what();
+  auto request = std::make_unique<MpiRequest>(*this, call, blocking);
+  const std::string at = request->what();
   const int64_t n_in = call.in.numel(), n_out = call.out.numel();
   std::vector<char>& scratch = request->scratch();
   scratch.resize(static_cast<std::size_t>(n_in + n_out) * sizeof(float));
