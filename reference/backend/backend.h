@@ -105,7 +105,9 @@ class Backend {
   virtual void sum_squares(const Tensor& acc, const Tensor& t) = 0;
   // acc[0] (fp64) += the number of elements of t that are infinite or NaN.
   virtual void count_nonfinite(const Tensor& acc, const Tensor& t) = 0;
-  // out[0] (fp64) = sum over n with targets[n] >= 0 of losses[n], in fp64 and token order.
+  // out[0] (fp64) = sum over n with targets[n] >= 0 of losses[n], in fp64 and in a fixed order:
+  // token order on the CPU, the device's own on a GPU (the same bits on every run; across the two
+  // backends within rounding).
   virtual void sum_valid_losses(const Tensor& out, const Tensor& losses, const Tensor& targets) = 0;
 
   // ---- transformer kernels ----
@@ -152,8 +154,9 @@ class Backend {
   // dout[n] for every n; each element sums its tokens in token order.
   virtual void embedding_backward_window(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                          const Tensor& tokens, VocabWindow window, int64_t seq_len) = 0;
-  // row_max[N] = max of logits[n, :valid] (-inf when valid = 0); the targets are checked here,
-  // before the caller's first reduction.
+  // row_max[N] = max of logits[n, :valid] (-inf when valid = 0). The CPU backend checks the
+  // targets here, before the caller's first reduction; a device backend cannot without a host copy
+  // and does not (the model checks every target on the host before uploading them).
   virtual void logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& targets,
                               VocabWindow window) = 0;
   // sums[2,N]: sums[0,n] = sum_j<valid exp(logits[n,j] - row_max[n]);

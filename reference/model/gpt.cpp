@@ -329,7 +329,8 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   p.release_params(head_group(L));
   layers_->loss_forward(be, a.losses, a.logits, a.targets);
 
-  // Summed on the device in token order, in fp64, so the result does not depend on the device.
+  // Summed on the device in fp64 and a fixed order (backend.h: token order on the CPU), so a rerun
+  // gives the same bits; no host copy of the losses is needed.
   be.sum_valid_losses(a.loss_sum, a.losses, a.targets);
   result.sum = a.loss_sum;
   for (int64_t n = 0; n < B * T; ++n) result.n_valid += targets[n] >= 0;

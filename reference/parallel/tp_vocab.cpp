@@ -112,7 +112,8 @@ void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const V
   const DType dt = logits.dtype();
   Tensor row_max = be.alloc({N}, dt), sums = be.alloc({2, N}, dt);  // sums: [sum of exp | target logit]
   const VocabWindow window = softmax_window(shard, faults);
-  be.logits_row_max(row_max, logits, targets, window);  // targets checked before communicating
+  // Targets are checked before communicating: by the model on the host, and again by the CPU backend.
+  be.logits_row_max(row_max, logits, targets, window);
   // The max is exact in any order; any other shift is exact in real arithmetic but overflows or
   // underflows exp() once the logits are large (the MAX->SUM fault).
   tp.all_reduce(row_max, row_max, has(faults, Fault::MaxToSumShift) ? ReduceOp::Sum : ReduceOp::Max);

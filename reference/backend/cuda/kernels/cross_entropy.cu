@@ -8,8 +8,11 @@
 // only the columns it read). A row of GPT-2's 50257 logits is ~196 columns a thread; rows are
 // independent, so the grid is one block a row (grid-stride beyond the grid limit).
 //
-// A target the device cannot index (>= the vocabulary) is not checked on the host here: its loss
-// and gradient row become NaN (cross_entropy_math.h), which the trainer's finite check names.
+// A target the device cannot index (>= the vocabulary) is not checked on the host here. In the
+// whole-vocabulary kernels its loss and gradient row become NaN (cross_entropy_math.h), which the
+// trainer's finite check names; the window kernels know no vocabulary size, so there it is just a
+// target outside the window (a finite, wrong loss). The model checks every target on the host
+// before uploading them (model/gpt.cpp), so neither reaches a kernel from the trainer.
 #include <cmath>
 
 #include "backend/cuda/kernels/cross_entropy.h"
