@@ -29,6 +29,8 @@
 #   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
 #   golden       a golden bundle (tiny, 5 steps): Tripod on cuda and the PyTorch peer on cuda,
 #                fp64 and fp32, each through `tripod golden check` against the fp64 reference
+#   gtest        tripod_gpu_tests --gtest_output=json (the last correctness step: before the
+#                benchmarks, so a short budget leaves benchmarks unrun, not it)          [c]
 #   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
 #   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1, 8 B - 32 MiB
 #                (#wrong 0; every element is filled and checked on the host, so larger sizes
@@ -41,7 +43,6 @@
 #                and % of a device-to-device copy measured in the same run
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g]
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
-#   gtest        tripod_gpu_tests --gtest_output=json                                     [c]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
@@ -159,6 +160,7 @@ PLAN=(
   "train-fp32 60 1 1"
   "train-rerun 45 1 1"
   "golden 60 1 1"
+  "gtest 90 1 0"
   "health 15 1 0"
   "nccl-1 45 1 1"
   "staged-conform 100 1 1"
@@ -167,7 +169,6 @@ PLAN=(
   "kernels 40 1 1"
   "bench-train 90 1 1"
   "peer 90 1 1"
-  "gtest 90 1 0"
   "sanitizer 90 1 0"
   "nccl-socket-conform 60 1 0"
 )

@@ -11,15 +11,16 @@
 #include <string>
 
 #include "core/error.h"
+#include "perf/cpu_clock.h"
 
 namespace tripod {
 
 PeakFlops nominal_cpu_peak(DType dtype) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line, flags;
-  double mhz = 0;
+  double cpuinfo_mhz = 0;
   while (std::getline(cpuinfo, line)) {
-    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) mhz = std::stod(line.substr(line.find(':') + 1));
+    if (cpuinfo_mhz == 0 && line.rfind("cpu MHz", 0) == 0) cpuinfo_mhz = std::stod(line.substr(line.find(':') + 1));
     if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
   }
   const bool avx512 = flags.find(" avx512f") != std::string::npos;
@@ -27,11 +28,18 @@ PeakFlops nominal_cpu_peak(DType dtype) {
   double per_cycle = avx512 ? 64 : avx2 ? 32 : 8;
   if (dtype == DType::F64) per_cycle /= 2;
   const int cores = omp_get_max_threads();
+  // The faster of the two clocks: cpuinfo's can be a fixed base clock (perf/cpu_clock.h), the
+  // measured one a core slowed by a busy machine.
+  const double measured_mhz = measured_cpu_clock_mhz();
+  const double mhz = std::max(cpuinfo_mhz, measured_mhz);
   PeakFlops p;
   p.flops = cores * mhz * 1e6 * per_cycle;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "nominal CPU peak: %d threads x %.0f MHz x %.0f %s FLOP/cycle", cores, mhz, per_cycle,
-                dtype_name(dtype).c_str());
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                "nominal CPU peak: %d threads x %.0f MHz x %.0f %s FLOP/cycle (clock: %s; measured %.0f MHz, "
+                "/proc/cpuinfo %.0f MHz)",
+                cores, mhz, per_cycle, dtype_name(dtype).c_str(), measured_mhz >= cpuinfo_mhz ? "measured" : "/proc/cpuinfo",
+                measured_mhz, cpuinfo_mhz);
   p.source = buf;
   return p;
 }

@@ -5,8 +5,10 @@
 // Datasheets quote tensor-core figures "with sparsity" (2:4); the table holds half of those,
 // the dense rate a GEMM can reach.
 //
-// CPU: the nominal peak is estimated from /proc/cpuinfo: cores x clock x FLOPs per cycle (two FMA
-// units: 64 fp32 FLOP/cycle with AVX-512, 32 with AVX2; half for fp64). It is an upper bound:
+// CPU: the nominal peak is estimated as cores x clock x FLOPs per cycle (two FMA units: 64 fp32
+// FLOP/cycle with AVX-512, 32 with AVX2; half for fp64; the vector units from /proc/cpuinfo's
+// flags), the clock the faster of /proc/cpuinfo's and a measured one (perf/cpu_clock.h: a VM's
+// cpuinfo gives a fixed base clock below the one its cores run at). It is an upper bound:
 // sustained AVX-512 clocks are often lower, so a measured sgemm rate is reported beside it
 // (tripod bench train, tripod bench gemm), each labelled as what it is.
 #pragma once
