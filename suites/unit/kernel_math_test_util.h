@@ -90,24 +90,33 @@ inline void record_measure(const std::string& what, double value) {
   ::testing::Test::RecordProperty(what, text);
 }
 
-// The column sums of column_sums.cuh, replayed: the block of strip c / 32 gives column c to lane
-// c % 32; warp w (of kColumnSumWarps) sums term(r, c) over rows r = w, w + W, ... in order, from
-// 0; the warps' partials are added in warp order starting from warp 0's. Columns never mix, so
-// the strip and grid loops do not change any column's order. Returns the totals [channels] that
-// the kernel's finish() adds into the gradient.
+// The column sums of column_sums.cuh, replayed: the rows split into chunks of kColumnChunkRows;
+// in each chunk, warp w (of kColumnSumWarps) sums term(r, c) over the chunk's rows r = first + w,
+// first + w + W, ... in order, from 0, and the warps' partials are added in warp order starting
+// from warp 0's; the chunks' partials are then added in chunk order starting from chunk 0's (one
+// chunk: its partial is the total). Columns never mix, so the strip and grid loops do not change
+// any column's order. Returns the totals [channels] that the kernel's finish() adds into the
+// gradient.
 template <typename T, class Term>
 std::vector<T> column_sums_in_device_order(const Term& term, int64_t rows, int64_t channels) {
   constexpr int kWarps = kernels::kColumnSumWarps;
+  const int64_t chunks = kernels::column_chunks(rows);
   std::vector<T> totals(static_cast<std::size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) {
-    T warp_sums[kWarps];
-    for (int w = 0; w < kWarps; ++w) {
-      T sum = 0;
-      for (int64_t r = w; r < rows; r += kWarps) sum += term(r, c);
-      warp_sums[w] = sum;
+    T total = 0;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t first = chunk * kernels::kColumnChunkRows;
+      const int64_t end = std::min(rows, first + kernels::kColumnChunkRows);
+      T warp_sums[kWarps];
+      for (int w = 0; w < kWarps; ++w) {
+        T sum = 0;
+        for (int64_t r = first + w; r < end; r += kWarps) sum += term(r, c);
+        warp_sums[w] = sum;
+      }
+      T chunk_total = warp_sums[0];
+      for (int w = 1; w < kWarps; ++w) chunk_total += warp_sums[w];
+      total = chunk == 0 ? chunk_total : total + chunk_total;
     }
-    T total = warp_sums[0];
-    for (int w = 1; w < kWarps; ++w) total += warp_sums[w];
     totals[static_cast<std::size_t>(c)] = total;
   }
   return totals;

@@ -232,14 +232,15 @@ TEST(KernelReductionMath, ReplayIsReproducibleAndNotASequentialSum) {
 
 // ---- column sums (bias_grad): dbias[c] += the totals of column_sums_in_device_order ----
 
-// The CPU adds the rows one by one into dbias[c]; the device adds each warp's every-16th rows, the
-// 16 partials in order, then the total into dbias[c]. Both orders have random-signed rounding
+// The CPU adds the rows one by one into dbias[c]; the device adds, in each chunk of 512 rows, each
+// warp's every-16th rows and the 16 partials in order, then the chunks' partials in order (1000
+// and 1537 rows: two chunks, and four with a last chunk of one row), then the total into dbias[c]. Both orders have random-signed rounding
 // errors of about u per addition, so the difference is ~sqrt(rows) u times the partial sums'
 // size: measured up to 9e-7 of the largest element in fp32 and 3e-15 in fp64 at 1000 rows, under
 // the caps kRelativeCap (1e-5, 1e-12); a lost or doubled row moves a column by ~1/sqrt(rows).
 template <typename T>
 void expect_bias_grad_matches_cpu(uint64_t seed) {
-  for (int64_t rows : {1, 5, 64, 1000})
+  for (int64_t rows : {1, 5, 64, 1000, 1537})
     for (int64_t channels : {1, 7, 33, 769}) {
       const std::vector<T> dout = uniform_values<T>(rows * channels, seed, "test.reduce.dout", -1, 1);
       std::vector<T> want = uniform_values<T>(channels, seed, "test.reduce.dbias", -1, 1);  // accumulates

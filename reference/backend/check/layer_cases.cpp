@@ -133,6 +133,7 @@ void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
       add_row_cases(cases, t, s);
       add_loss_cases(cases, t, s, 1.0);
     }
+    add_row_cases(cases, t, {3, 367, 40, 4, 97});  // 1101 rows: column sums in three chunks of rows
     add_embedding_cases(cases, t, kOdd);
     add_embedding_cases(cases, t, {1, 64, 768, 12, 4096});  // GPT-2's width; a table of 50257 rows adds nothing
     add_loss_cases(cases, t, kOdd, big_logits);

@@ -8,9 +8,12 @@
 // a single block sums the partials in a fixed tree. Everything in fp64 (counts are exact in fp64
 // below 2^53).
 //
-// Column sums over rows (bias and LayerNorm weight gradients): a block per strip of 32 columns,
-// lane l of warp w summing rows w, w + kColumnSumWarps, ... of column strip * 32 + l; the block
-// then adds its warps' partials in warp order. No atomics anywhere.
+// Column sums over rows (bias and LayerNorm weight gradients): the rows split into chunks of
+// kColumnChunkRows; a block per (strip of 32 columns, chunk), lane l of warp w summing the chunk's
+// rows w, w + kColumnSumWarps, ... of column strip * 32 + l; the block adds its warps' partials in
+// warp order into the chunk's partial, and a second pass adds the chunks' partials in chunk order
+// (one chunk: no second pass). The chunks give a GPT-2 layer's [8192, 768] gradient 16 x 24
+// blocks instead of 24, on a device of 132 multiprocessors. No atomics anywhere.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -74,6 +77,13 @@ TRIPOD_HD double valid_loss_term(T loss, int32_t target) {
 }
 
 constexpr int kColumnStrip = 32;     // columns a block: one per lane
-constexpr int kColumnSumWarps = 16;  // warps a block: each sums every 16th row of the strip
+constexpr int kColumnSumWarps = 16;  // warps a block: each sums every 16th row of the strip's chunk
+constexpr int64_t kColumnChunkRows = 512;  // rows a block: 32 for each of its warps
+
+// Row chunks of a column sum over `rows` rows: depends on the rows only, never on the device.
+TRIPOD_HD int64_t column_chunks(int64_t rows) {
+  const int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  return chunks < 1 ? 1 : chunks;
+}
 
 }  // namespace tripod::kernels

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/kernels/column_sums.cuh"
 #include "backend/cuda/kernels/reductions.h"
+#include "backend/cuda/kernels/stream_scratch.cuh"
 #include "backend/cuda/kernels/warp_reduce.cuh"
 #include "backend/kernels/reduction_math.h"
 #include "core/error.h"
@@ -70,23 +71,6 @@ __global__ void __launch_bounds__(kMaxReduceBlocks)
   if (threadIdx.x == 0) *out = accumulate ? *out + total : total;
 }
 
-// Device memory ordered on one stream; freed on the same stream when the object goes, so a
-// kernel launch that throws in between does not leak it.
-class StreamScratch {
- public:
-  StreamScratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    check_cuda(cudaMallocAsync(&ptr_, bytes, stream), "cudaMallocAsync (reduction partials)");
-  }
-  ~StreamScratch() { (void)cudaFreeAsync(ptr_, stream_); }  // after the kernels issued before it on the stream
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  double* doubles() const { return static_cast<double*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
-
 // *out (+)= the sum of term(i) over [0, n), in the order of reduction_math.h.
 template <class Term>
 void reduce_to_scalar(const Term& term, int64_t n, double* out, bool accumulate, const CudaContext& ctx,
@@ -101,12 +85,13 @@ void reduce_to_scalar(const Term& term, int64_t n, double* out, bool accumulate,
     check_launch(op);
     return;
   }
-  StreamScratch partials(static_cast<std::size_t>(blocks) * sizeof(double), ctx.stream);
-  partial_sums_kernel<<<grid_of(shape), shape.block, 0, ctx.stream>>>(term, n, partials.doubles(), false);
+  StreamScratch partials(static_cast<std::size_t>(blocks) * sizeof(double), ctx.stream,
+                         "cudaMallocAsync (reduction partials)");
+  partial_sums_kernel<<<grid_of(shape), shape.block, 0, ctx.stream>>>(term, n, partials.as<double>(), false);
   check_launch(op);
   const LaunchShape finish = rows_launch(1, static_cast<int>(kMaxReduceBlocks), 1, 0, ctx.limits);
   check_fits(finish, ctx.limits, op);
-  finish_sums_kernel<<<grid_of(finish), finish.block, 0, ctx.stream>>>(partials.doubles(), blocks, out, accumulate);
+  finish_sums_kernel<<<grid_of(finish), finish.block, 0, ctx.stream>>>(partials.as<double>(), blocks, out, accumulate);
   check_launch(op);
 }
 
