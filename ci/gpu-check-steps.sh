@@ -366,18 +366,18 @@ tripod_ranks() {
 # NCCL at world size 1: the plumbing (unique id, communicator, streams, events) and every
 # collective's values (#wrong must be 0), up to 32 MiB: bench comm fills and checks every element
 # on the host (one thread per rank), which for the six collectives up to 128 MiB took 164 s of
-# host work here, past this step's limit; up to 32 MiB, 18 s.
+# host work here, past this step's limit; up to 32 MiB, 18 s. One launch for the six (a list of
+# collectives), so CUDA, cuBLASLt and NCCL start once. Not sendrecv: at world size 1 it is a send
+# to itself and a receive from itself issued apart, which NCCL refuses outside one group.
 step_nccl-1() {
-  local c rc=0
-  for c in all_reduce all_gather reduce_scatter broadcast reduce alltoall; do
-    if dry; then
-      tripod_ranks 2 bench comm "$c" --backend emulated --comm staged -b 8 -e 64K -f 8 -n 2 \
-          -J "$STEP_DIR/$c.json" || rc=1
-    else
-      tripod_ranks 1 bench comm "$c" --backend cuda --comm nccl -b 8 -e 32M -f 8 -n 5 -d all \
-          -J "$STEP_DIR/$c.json" || rc=1
-    fi
-  done
+  local rc=0 collectives=all_reduce,all_gather,reduce_scatter,broadcast,reduce,alltoall
+  if dry; then
+    tripod_ranks 2 bench comm "$collectives" --backend emulated --comm staged -b 8 -e 64K -f 8 -n 2 \
+        -J "$STEP_DIR/comm.json" || rc=1
+  else
+    tripod_ranks 1 bench comm "$collectives" --backend cuda --comm nccl -b 8 -e 32M -f 8 -n 5 -d all \
+        -J "$STEP_DIR/comm.json" || rc=1
+  fi
   # (no row at all is no reason to end the step here: its exit code is rc's, under pipefail too)
   { grep -h '# Out of bounds' "$STEP_DIR/log.txt" || true; } | sort | uniq -c | tee "$STEP_DIR/key.txt"
   return $rc

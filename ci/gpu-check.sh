@@ -32,7 +32,7 @@
 #   gtest        tripod_gpu_tests --gtest_output=json (the last correctness step: before the
 #                benchmarks, so a short budget leaves benchmarks unrun, not it)          [c]
 #   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
-#   nccl-1       tripod bench comm, every collective, --comm nccl at world size 1, 8 B - 32 MiB
+#   nccl-1       tripod bench comm, six collectives in one launch, --comm nccl at world size 1, 8 B - 32 MiB
 #                (#wrong 0; every element is filled and checked on the host, so larger sizes
 #                would spend the step's time there)
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),

@@ -14,7 +14,8 @@ using commbench::CommBenchOptions;
 // nccl-tests' flags (commbench/plan.h describes them), plus the 3D-layout groups and --backend.
 void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
   cmd.add_option("collective", o.collective,
-                 "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv or all")
+                 "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, all, or a "
+                 "comma-separated list of them (one launch)")
       ->capture_default_str();
   cmd.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
   cmd.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();

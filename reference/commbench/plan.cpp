@@ -86,19 +86,27 @@ std::vector<std::string> header_notes(const CommBenchOptions& o) {
   return notes;
 }
 
-// `base` for the named collective, or for each of them ("all").
-std::vector<CommBenchPlan> plans_for(const std::string& name, const CommBenchPlan& base) {
+// `base` for the named collective, for each of them ("all"), or for each of a comma-separated list
+// in its order ("all_reduce,alltoall": one launch, one start-up of the communicator, for several).
+std::vector<CommBenchPlan> plans_for(const std::string& names, const CommBenchPlan& base) {
   std::vector<CommBenchPlan> plans;
-  if (name == "all") {
+  if (names == "all") {
     for (Collective c : all_collectives()) plans.push_back(base), plans.back().collective = c;
-  } else {
-    std::string known;
-    for (Collective c : all_collectives()) known += collective_name(c) + ", ";
+    return plans;
+  }
+  std::string known;
+  for (Collective c : all_collectives()) known += collective_name(c) + ", ";
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = names.find(',', begin);
+    const std::string name = names.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     check(std::find_if(all_collectives().begin(), all_collectives().end(),
                        [&](Collective c) { return collective_name(c) == name; }) != all_collectives().end(),
-          "unknown collective '", name, "' (expected ", known, "or all)");
+          "unknown collective '", name, "' (expected ", known, "all, or a comma-separated list)");
     plans.push_back(base);
     plans.back().collective = parse_collective(name);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
   }
   return plans;
 }

@@ -65,7 +65,8 @@ struct CommBenchPlan {
   std::vector<int> roots_for(int group_size) const;
 };
 
-// One plan per collective ("all" gives seven). Throws tripod::Error for a bad flag.
+// One plan per collective ("all" gives seven; "a,b" two, in that order). Throws tripod::Error for a
+// bad flag.
 std::vector<CommBenchPlan> make_plans(const CommBenchOptions& options);
 // Checks what needs the group size (the root); throws the same error on every rank.
 void check_plan_for_group(const CommBenchPlan& plan, int group_size);

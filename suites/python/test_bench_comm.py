@@ -156,6 +156,15 @@ def test_bfloat16_reduces_in_fp32_and_rounds_once():
     assert bad.returncode != 0 and "results had wrong values" in bad.stderr
 
 
+def test_a_list_of_collectives_runs_in_one_launch_in_its_order():
+    # ci/gpu-check.sh's nccl-1 step: one communicator start-up for six collectives
+    result = mpirun(2, "alltoall,all_reduce,broadcast", *SMALL, "-d", "float")
+    assert result.returncode == 0, result.stdout + result.stderr
+    blocks = parse_output(result.stdout)
+    assert [b["name"] for b in blocks] == ["alltoall_perf", "all_reduce_perf", "broadcast_perf"]
+    assert all(b["out_of_bounds"] == 0 and b["rows"] for b in blocks)
+
+
 def test_ops_and_no_check(tmp_path):
     result = mpirun(2, "all_reduce", *SMALL, "-o", "all", "-d", "double", "-c", "0", "-a", "2")
     assert result.returncode == 0, result.stderr
@@ -184,6 +193,8 @@ def test_groups_of_a_3d_layout_run_concurrently():
     (["reduce", "-r", "2"], "-r 2 is not a rank of a group of 2"),
     (["--tp", "4"], "needs 4 ranks but the world has 2"),
     (["bogus"], "unknown collective 'bogus'"),
+    (["all_reduce,bogus"], "unknown collective 'bogus'"),
+    (["all_reduce,"], "unknown collective ''"),
 ])
 def test_bad_flags_fail_on_every_rank(args, message):
     result = mpirun(2, *args, "-b", "8", "-e", "8")
