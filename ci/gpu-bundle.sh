@@ -323,12 +323,23 @@ step with-glibc /bin/sh -c 'TRIPOD_OPENMPI=/bundle/openmpi . /bundle/openmpi/env
      orterun --oversubscribe --mca btl self,vader -np 2 /bundle/bin/tripod train \
      --config /src/reference/configs/tiny.json --set data.dir=/work/data --set train.steps=2 --set train.eval_every=0 \
      --set train.metrics=/work/metrics2.jsonl'
+# A singleton (MPI started without a launcher, as tripod_gpu_tests' NCCL test does): Open MPI then
+# starts its own orted, which it finds through env.sh too (gpu-check's gtest step sources it).
+step with-glibc /bin/sh -c 'TRIPOD_OPENMPI=/bundle/openmpi . /bundle/openmpi/env.sh && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     /bundle/bin/tripod bench comm all_reduce -b 8 -e 1K'
 echo "== 1b. control: without openmpi/env.sh, Open MPI finds no plugins and a 2-rank run fails"
 if run with-glibc /bin/sh -c 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 /bundle/openmpi/bin/orterun \
      --oversubscribe -np 2 /bundle/bin/tripod bench comm all_reduce -b 8 -e 1K' >"$work/control-mpi.log" 2>&1; then
   echo "FAIL: the 2-rank run worked without openmpi/env.sh: this machine's Open MPI is visible"; status=1
 else
   head -2 "$work/control-mpi.log" | sed 's/^/    /'
+fi
+echo "== 1c. control: without openmpi/env.sh, a singleton fails too"
+if run with-glibc /bin/sh -c 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     /bundle/bin/tripod bench comm all_reduce -b 8 -e 1K' >"$work/control-singleton.log" 2>&1; then
+  echo "FAIL: a singleton started without openmpi/env.sh: this machine's Open MPI is visible"; status=1
+else
+  tail -1 "$work/control-singleton.log" | sed 's/^/    /'
 fi
 echo "== 2. a root with no system library at all: through the bundle's own loader"
 step bare /bundle/lib/glibc/ld-linux-x86-64.so.2 --library-path /bundle/lib/glibc:$libs \

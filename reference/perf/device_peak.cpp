@@ -23,8 +23,14 @@ PeakFlops nominal_cpu_peak(DType dtype) {
     if (cpuinfo_mhz == 0 && line.rfind("cpu MHz", 0) == 0) cpuinfo_mhz = std::stod(line.substr(line.find(':') + 1));
     if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
   }
+#if defined(__x86_64__)
+  // From CPUID, which needs no /proc (a chroot or a bare container may have none).
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
   const bool avx512 = flags.find(" avx512f") != std::string::npos;
   const bool avx2 = flags.find(" avx2") != std::string::npos && flags.find(" fma") != std::string::npos;
+#endif
   double per_cycle = avx512 ? 64 : avx2 ? 32 : 8;
   if (dtype == DType::F64) per_cycle /= 2;
   const int cores = omp_get_max_threads();
