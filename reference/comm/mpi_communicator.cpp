@@ -61,14 +61,14 @@ void divide_by(const Tensor& t, int divisor) {
 }
 
 // One started MPI operation: one MPI request, or several issued together (a reduce_scatter made of
-// one reduce per block). It holds the call (so the tensors' storage outlives the transfer) and an
-// optional finishing step run once on completion: Avg's division, moving an in-place
-// reduce_scatter result to its block, checking a received message's length.
+// one reduce per block). A non-blocking one holds the call (so the tensors' storage outlives the
+// transfer); any may hold a finishing step run once on completion: Avg's division, moving an
+// in-place reduce_scatter result to its block, checking a received message's length.
 class MpiRequest final : public CommRequest {
  public:
-  // Named after `comm`'s where() only when a message needs it: a small call's cost is mostly this
-  // layer's, and building the name took about a third of it.
-  // A blocking call's tensors are the caller's until it returns: only a non-blocking one holds them.
+  // Named after `comm`'s where() only when a message needs it, and a blocking call's tensors are
+  // the caller's until it returns: on a small call this layer's own cost dominates (an 8-byte
+  // all-reduce of 2 ranks took 1.70 us with both done eagerly, 1.2 us without; bare MPI 0.41 us).
   MpiRequest(const Communicator& comm, const CommCall& call, bool blocking) : comm_(&comm), op_(call.op) {
     if (!blocking) call_ = call;
   }
@@ -151,11 +151,7 @@ class MpiRequest final : public CommRequest {
   bool tracked_ = false;
 };
 
-// One operation being issued: the call, the request that will own the transfer, and the group it
-// runs in. `blocking` picks MPI's blocking algorithm (the request then completes at once). The
-// issue_* helpers below return MPI's error code; their finishing steps capture values, never this
-// struct, which does not outlive MpiCommunicator::start.
-// The checks above for a request's operation, its name built only for an error.
+// mpi_count and mpi_check for a request's operation: its name is built only for an error.
 int mpi_count(int64_t elements, const MpiRequest& request) {
   if (elements <= INT_MAX) return static_cast<int>(elements);
   return mpi_count(elements, request.what());
@@ -164,6 +160,10 @@ void mpi_check(int code, const MpiRequest& request) {
   if (code != MPI_SUCCESS) mpi_check(code, request.what());
 }
 
+// One operation being issued: the call, the request that will own the transfer, and the group it
+// runs in. `blocking` picks MPI's blocking algorithm (the request then completes at once). The
+// issue_* helpers below return MPI's error code; their finishing steps capture values, never this
+// struct, which does not outlive MpiCommunicator::start.
 struct MpiIssue {
   const CommCall& call;
   MpiRequest& request;
