@@ -21,7 +21,9 @@ PeakFlops nominal_cpu_peak(DType dtype) {
   double cpuinfo_mhz = 0;
   while (std::getline(cpuinfo, line)) {
     if (cpuinfo_mhz == 0 && line.rfind("cpu MHz", 0) == 0) cpuinfo_mhz = std::stod(line.substr(line.find(':') + 1));
+#if !defined(__x86_64__)
     if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+#endif
   }
 #if defined(__x86_64__)
   // From CPUID, which needs no /proc (a chroot or a bare container may have none).

@@ -52,10 +52,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   ctx_.stream = counters_->stream;
   // Tensors come from the device's stream-ordered pool (alloc), which keeps what is freed for the
   // next allocation instead of giving it back at every synchronisation.
-  cudaMemPool_t pool = nullptr;
-  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool_, device_), "cudaDeviceGetDefaultMemPool");
   uint64_t keep_everything = UINT64_MAX;
-  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+  check_cuda(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything),
              "cudaMemPoolSetAttribute (release threshold)");
   check_cublas(cublasLtCreate(&ctx_.lt), "cublasLtCreate");
   check_cuda(cudaMalloc(&ctx_.workspace, kGemmWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
@@ -75,8 +74,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(ctx_.workspace);
   // The pool's unused memory goes back to the device (a later backend, NCCL or another library of
   // this process can use it); what live tensors hold stays.
-  cudaMemPool_t pool = nullptr;
-  if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+  cudaMemPoolTrimTo(pool_, 0);
   cublasLtDestroy(ctx_.lt);
 }
 
@@ -101,18 +99,16 @@ void* CudaBackend::pool_alloc(std::size_t bytes, const Shape& shape) {
   cudaError_t status = cudaMallocAsync(&p, bytes, ctx_.stream);
   if (status == cudaSuccess) return p;
   cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
-  cudaMemPool_t pool = nullptr;
-  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
   check_cuda(cudaStreamSynchronize(ctx_.stream), "synchronize before trimming the memory pool (a kernel failed)");
-  check_cuda(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+  check_cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo");
   status = cudaMallocAsync(&p, bytes, ctx_.stream);
   if (status == cudaSuccess) return p;
   cudaGetLastError();
   std::size_t free_bytes = 0, total = 0;
   cudaMemGetInfo(&free_bytes, &total);
   uint64_t reserved = 0, used = 0;
-  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
-  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+  cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used);
   fail("out of CUDA device memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape), " (",
        free_bytes >> 20, " MiB free of ", total >> 20, " MiB; ", counters_->live.load() >> 20,
        " MiB held by this backend; its pool reserves ", reserved >> 20, " MiB, ", used >> 20,

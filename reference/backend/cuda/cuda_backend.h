@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
     ~DeviceMemory();
   };
   int device_;
+  cudaMemPool_t pool_ = nullptr;  // the device's default pool, which alloc draws from
   std::string name_;
   CudaContext ctx_;
   std::shared_ptr<DeviceMemory> counters_ = std::make_shared<DeviceMemory>();
