@@ -49,13 +49,23 @@ is_cuda_soname() {
   return 1
 }
 
-# The CUDA sonames the binaries need (from ldd with the bundle's libraries only).
+# CUDA libraries the CUDA backend loads at run time (dlopen), which ldd therefore does not list:
+# cuBLASLt (reference/backend/cuda/gemm/cublaslt_library.h; suites/python/test_gpu_check.py keeps
+# this name equal to the one the binaries load).
+CUDA_SONAMES_LOADED_AT_RUN_TIME="libcublasLt.so.13"
+
+# The CUDA sonames the binaries need (from ldd with the bundle's libraries only), and those loaded
+# at run time by binaries built with the CUDA backend (those linking libcudart).
 cuda_sonames_needed() {
   local bin
   for bin in "$TRIPOD_BIN" "$GTEST_BIN"; do
     [ -x "$bin" ] || continue
     LD_LIBRARY_PATH=$BUNDLE_LIBS ldd "$bin" 2>/dev/null | awk '/=>/ {print $1}'
-  done | while read -r soname; do is_cuda_soname "$soname" && echo "$soname"; done | sort -u
+  done | while read -r soname; do
+    is_cuda_soname "$soname" || continue
+    echo "$soname"
+    case "$soname" in libcudart.so.*) printf '%s\n' $CUDA_SONAMES_LOADED_AT_RUN_TIME ;; esac
+  done | sort -u
 }
 
 # Folders holding the node's CUDA libraries: the toolkit's and the nvidia-* pip packages' of the

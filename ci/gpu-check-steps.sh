@@ -27,6 +27,16 @@ list_libs() {
     LD_LIBRARY_PATH=$TRIPOD_LIBS ldd "$1"
   fi
 }
+# The first folder of the ':'-separated PATH holding SONAME, else the system's loader cache entry
+# (dlopen searches both); nothing when neither has it.
+find_soname() {  # SONAME PATH
+  local dir folders=()
+  IFS=: read -ra folders <<<"$2"
+  for dir in "${folders[@]}"; do
+    [ -n "$dir" ] && [ -e "$dir/$1" ] && { echo "$dir/$1"; return 0; }
+  done
+  { ldconfig -p 2>/dev/null || true; } | awk -v so="$1" '$1 == so {print $NF; exit}'
+}
 skip() { echo "$*" >"$STEP_DIR/skip.txt"; echo "skipped: $*"; exit 77; }
 # Part of the step ran and what ran passed, but it measured less than it should: "unrun", so the
 # verdict is INCOMPLETE, neither PASS nor FAIL.
@@ -96,6 +106,17 @@ EOF
     [ -z "$missing" ] || problems+=("$name: $(echo "$missing" | tr -s ' \t\n' ' ')")
   done
   if [ -x "$TRIPOD_BIN" ] && has_cuda_backend; then has_cuda=1; fi
+  # What the CUDA backend loads itself (ldd cannot list it): found now, or a clear probe failure
+  # instead of an error at the first CUDA step.
+  if [ "$has_cuda" = 1 ]; then
+    local soname found
+    for soname in $CUDA_SONAMES_LOADED_AT_RUN_TIME; do
+      found=$(find_soname "$soname" "$TRIPOD_LIBS")
+      echo "    $soname (loaded by the CUDA backend) => ${found:-not found}"
+      echo "$soname (loaded at run time) => ${found:-not found}" >>"$STEP_DIR/ldd-$(basename "$TRIPOD_BIN").txt"
+      [ -n "$found" ] || dry || problems+=("$soname, which the CUDA backend loads, is in none of $TRIPOD_LIBS nor the loader cache")
+    done
+  fi
   if ! dry; then
     [ "$has_cuda" = 1 ] || problems+=("$TRIPOD_BIN has no cuda backend (build with CUDA: ci/gpu-bundle.sh)")
     echo "== GPU"

@@ -5,6 +5,7 @@ binaries fail the probe, a folder of other files is never emptied - plus the pie
 training comparison, the summary, and the PyTorch peer on the CPU."""
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -137,6 +138,23 @@ def test_missing_binaries_fail_the_probe(tmp_path):
     assert result.returncode != 0
     probe = summary(out)["steps"][0]
     assert probe["status"] == "fail" and "not found" in (out / "probe" / "log.txt").read_text()
+
+
+def test_the_cuda_backends_run_time_library_is_the_one_the_check_looks_for_and_is_not_linked():
+    # The CUDA backend loads cuBLASLt itself (dlopen), so ldd does not list it: gpu-check finds it
+    # by a name of its own, which must be the one the binary loads. Linking it again would cost
+    # every process start ~0.1 s.
+    require_tripod()
+    linked = subprocess.run(["ldd", str(TRIPOD)], capture_output=True, text=True, timeout=60).stdout
+    if "libcudart" not in linked:
+        pytest.skip("this build has no CUDA backend")
+    assert "libcublasLt" not in linked, linked
+    # the name as a C string (the compiler may also build it from immediates, in pieces)
+    loaded = set(re.findall(rb"libcublasLt\.so\.[0-9]+(?=\x00)", TRIPOD.read_bytes()))
+    assert len(loaded) == 1, loaded
+    check_lib = (SOURCE / "ci" / "gpu-check-lib.sh").read_text()
+    names = re.search(r'^CUDA_SONAMES_LOADED_AT_RUN_TIME="([^"]*)"', check_lib, re.M).group(1).split()
+    assert names == [loaded.pop().decode()]
 
 
 def test_a_folder_of_other_files_is_never_emptied(tmp_path):

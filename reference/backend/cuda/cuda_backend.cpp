@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
+#include "backend/cuda/gemm/cublaslt_library.h"
 #include "backend/cuda/host/device_choice.h"
 #include "backend/cuda/host/gemm_layout.h"
 #include "backend/cuda/kernels/elementwise.h"
@@ -56,7 +57,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   uint64_t keep_everything = UINT64_MAX;
   check_cuda(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything),
              "cudaMemPoolSetAttribute (release threshold)");
-  check_cublas(cublasLtCreate(&ctx_.lt), "cublasLtCreate");
+  check_cublas(cublaslt().create(&ctx_.lt), "cublasLtCreate");
   check_cuda(cudaMalloc(&ctx_.workspace, kGemmWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
   ctx_.workspace_bytes = kGemmWorkspaceBytes;
 }
@@ -75,7 +76,7 @@ CudaBackend::~CudaBackend() {
   // The pool's unused memory goes back to the device (a later backend, NCCL or another library of
   // this process can use it); what live tensors hold stays.
   cudaMemPoolTrimTo(pool_, 0);
-  cublasLtDestroy(ctx_.lt);
+  cublaslt().destroy(ctx_.lt);
 }
 
 CudaBackend::DeviceMemory::~DeviceMemory() {

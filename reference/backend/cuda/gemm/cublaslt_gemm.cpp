@@ -9,6 +9,7 @@
 // Alignment: the mapping promises cuBLASLt each operand's real alignment (address and leading
 // dimension), so a view at an odd offset gets a kernel that handles it instead of a misaligned read.
 #include "backend/cuda/gemm/cublaslt_gemm.h"
+#include "backend/cuda/gemm/cublaslt_library.h"
 
 #include <cstddef>
 #include <map>
@@ -55,38 +56,38 @@ GemmTypes gemm_types(DType ab, DType c, DType accumulate, bool fp32_on_tf32) {
 struct MatmulDesc {
   cublasLtMatmulDesc_t desc = nullptr;
   MatmulDesc(cublasComputeType_t compute, cudaDataType_t scale) {
-    check_cublas(cublasLtMatmulDescCreate(&desc, compute, scale), "cublasLtMatmulDescCreate");
+    check_cublas(cublaslt().desc_create(&desc, compute, scale), "cublasLtMatmulDescCreate");
   }
-  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  ~MatmulDesc() { cublaslt().desc_destroy(desc); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
   void set_transpose(cublasLtMatmulDescAttributes_t attribute, bool transposed) {
     const cublasOperation_t op = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, attribute, &op, sizeof op), "cublasLtMatmulDescSetAttribute");
+    check_cublas(cublaslt().desc_set_attribute(desc, attribute, &op, sizeof op), "cublasLtMatmulDescSetAttribute");
   }
 };
 
 struct MatrixLayout {
   cublasLtMatrixLayout_t layout = nullptr;
   MatrixLayout(cudaDataType_t type, const LtMatrix& m) {
-    check_cublas(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(m.rows),
+    check_cublas(cublaslt().layout_create(&layout, type, static_cast<uint64_t>(m.rows),
                                             static_cast<uint64_t>(m.cols), m.ld),
                  "cublasLtMatrixLayoutCreate");
   }
-  ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout); }
+  ~MatrixLayout() { cublaslt().layout_destroy(layout); }
   MatrixLayout(const MatrixLayout&) = delete;
   MatrixLayout& operator=(const MatrixLayout&) = delete;
 };
 
 struct Preference {
   cublasLtMatmulPreference_t pref = nullptr;
-  Preference() { check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+  Preference() { check_cublas(cublaslt().preference_create(&pref), "cublasLtMatmulPreferenceCreate"); }
+  ~Preference() { cublaslt().preference_destroy(pref); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   template <typename V>
   void set(cublasLtMatmulPreferenceAttributes_t attribute, V value) {
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value),
+    check_cublas(cublaslt().preference_set_attribute(pref, attribute, &value, sizeof value),
                  "cublasLtMatmulPreferenceSetAttribute");
   }
 };
@@ -129,7 +130,7 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
   pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
+  const cublasStatus_t status = cublaslt().algo_get_heuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
                                                                c.layout, pref.pref, 1, &result, &found);
   // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result: either way say which problem.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
@@ -188,7 +189,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   const bool fp64 = types.scale == CUDA_R_64F;
   const void* alpha_ptr = fp64 ? static_cast<const void*>(&g.alpha) : &alpha32;
   const void* beta_ptr = fp64 ? static_cast<const void*>(&g.beta) : &beta32;
-  const cublasStatus_t status = cublasLtMatmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b,
+  const cublasStatus_t status = cublaslt().matmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b,
                                                b_layout.layout, beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout,
                                                &algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
   // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
