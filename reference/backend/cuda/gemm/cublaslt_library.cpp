@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-
 #include "core/error.h"
 
 namespace tripod::cuda {
