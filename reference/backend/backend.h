@@ -101,6 +101,12 @@ class Backend {
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
   virtual void add_inplace(const Tensor& acc, const Tensor& x) = 0;           // acc += x
   virtual void scale(const Tensor& t, double factor) = 0;                    // t *= factor
+  // Rows by id, for the packing of a sparse gradient's rows (parallel/gradient_buckets.h), with
+  // table [N, C], packed [R, C], rows int32 [R] in [0, N):
+  //   gather_rows       packed[r, :] = table[rows[r], :]
+  //   scatter_add_rows  table[rows[r], :] += packed[r, :]; rows distinct, so each element is one addition
+  virtual void gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) = 0;
+  virtual void scatter_add_rows(const Tensor& table, const Tensor& packed, const Tensor& rows) = 0;
   // acc[0] (fp64) += sum of t^2 accumulated in fp64, in blocks summed in a fixed order.
   virtual void sum_squares(const Tensor& acc, const Tensor& t) = 0;
   // acc[0] (fp64) += the number of elements of t that are infinite or NaN.

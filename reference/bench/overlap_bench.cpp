@@ -71,42 +71,48 @@ void run_overlap(const OverlapOptions& o) {
                 all_reduce_value(*world, gathers, ReduceOp::Min)};
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
-  auto engine = [&](int stage, int64_t bytes, int prefetch) {
-    ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch};
+  auto engine = [&](int stage, int64_t bytes, int prefetch, bool split = false) {
+    ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}};
+    if (split) s.split_groups = {embedding_group()};
     auto e = std::make_unique<ZeroEngine>(model.specs(), s, *world, *backend);
     e->initialise(config.train.seed);
     return e;
   };
   auto bucketed = engine(0, bucket_bytes, 0), at_end = engine(0, int64_t{1} << 40, 0);
+  const bool tied = config.model.tie_embeddings;  // the split applies to a tied wte only
+  auto bucketed_split = tied ? engine(0, bucket_bytes, 0, true) : nullptr;
   auto z3_on_use = engine(3, bucket_bytes, 0), z3_prefetch = engine(3, bucket_bytes, o.prefetch);
   const bool progress = o.progress_us > 0;
   std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}, {}, {}},
                                  {"at_end", "ZeRO-0, one all-reduce after backward", {}, {}, {}},
                                  {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}, {}, {}},
+                                 {"bucketed_split", "  + tied wte's gradient in two parts", {}, {}, {}},
                                  {"bucketed_progress", "  + MPI progress thread", {}, {}, {}},
                                  {"zero3_on_use", "ZeRO-3, gathered on use", {}, {}, {}},
                                  {"zero3_prefetch", "ZeRO-3, prefetched", {}, {}, {}}};
-  const auto is_zero3 = [](std::size_t row) { return row >= 4; };
+  const auto is_zero3 = [](std::size_t row) { return row >= 5; };
+  const auto measured = [&](std::size_t row) { return (row != 3 || tied) && (row != 4 || progress); };
   auto measure = [&](std::size_t row) {
     switch (row) {
       case 0: return time_pass(*bucketed, false);
       case 1: return time_pass(*at_end, true);
       case 2: return time_pass(*bucketed, true);
-      case 3: {
+      case 3: return time_pass(*bucketed_split, true);
+      case 4: {
         MpiProgress::start(std::chrono::microseconds(o.progress_us));
         const Pass p = time_pass(*bucketed, true);
         MpiProgress::stop();
         return p;
       }
-      case 4: return time_pass(*z3_on_use, true);
+      case 5: return time_pass(*z3_on_use, true);
       default: return time_pass(*z3_prefetch, true);
     }
   };
   for (std::size_t row = 0; row < rows.size(); ++row)
-    if (row != 3 || progress) measure(row);  // warm-up (and ZeRO-3's recorded passes)
+    if (measured(row)) measure(row);  // warm-up (and ZeRO-3's recorded passes)
   for (int64_t r = 0; r < o.repeats; ++r)  // interleaved, so machine noise hits every row alike
     for (std::size_t row = 0; row < rows.size(); ++row)
-      if (row != 3 || progress) {
+      if (measured(row)) {
         const Pass p = measure(row);
         rows[row].seconds.push_back(p.seconds);
         rows[row].in_calls.push_back(p.in_calls);
@@ -125,13 +131,18 @@ void run_overlap(const OverlapOptions& o) {
   auto hidden_share = [](double with, double reference) { return reference > 0 ? 1.0 - with / reference : 0.0; };
   auto hidden = [&](std::size_t i, std::size_t reference) { return hidden_share(exposed(i), exposed(reference)); };
   auto hidden_in_calls = [&](std::size_t i, std::size_t reference) { return hidden_share(calls[i], calls[reference]); };
-  const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(3, 1) : 0.0;
-  const double hidden_prefetch = hidden(5, 4);
+  const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(4, 1) : 0.0;
+  const double hidden_split = tied ? hidden(3, 1) : 0.0;
+  const double hidden_prefetch = hidden(6, 5);
   // The bucket finished last (the embeddings) is reduced after backward's last computation: no
   // mechanism can hide it behind backward, so its share of the bytes bounds what bucketing can hide.
   const ShardLayout& layout = bucketed->layout();
   const double last_bucket_share =
       static_cast<double>(layout.buckets().back().size) / static_cast<double>(layout.total());
+  // With the split, what is left after backward is the second part: the union of the ranks' token
+  // rows of wte, and wpe.
+  const double split_rest_share =
+      tied ? static_cast<double>(bucketed_split->last_split_elements()) / static_cast<double>(layout.total()) : 0.0;
   if (world->rank() != 0) return;
   const double grad_mib = layout.total() * dtype_size(config.train.dtype) / 1048576.0;
   std::printf("tripod bench overlap: %d ranks, %s, %.1f MiB of gradients, %zu buckets of <= %.2f MiB, "
@@ -153,15 +164,23 @@ void run_overlap(const OverlapOptions& o) {
               "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient buckets, allocated and\n"
               "  zeroed when first written under ZeRO-2/3, and reduced)\n");
   std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
+  if (tied)
+    std::printf("; with the tied gradient split: %.0f%% (in calls: %.0f%%)", 100 * hidden_split,
+                100 * hidden_in_calls(3, 1));
   if (progress)
     std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,
-                100 * hidden_progress, 100 * hidden_in_calls(3, 1));
+                100 * hidden_progress, 100 * hidden_in_calls(4, 1));
   std::printf("; ZeRO-3 gathers hidden by prefetching %d: %.0f%% (in calls: %.0f%%)\n", o.prefetch,
-              100 * hidden_prefetch, 100 * hidden_in_calls(5, 4));
+              100 * hidden_prefetch, 100 * hidden_in_calls(6, 5));
   std::printf("  the last bucket (%.2f MiB, %.0f%% of the gradient bytes) is reduced after backward's last "
               "computation: bucketing can hide at most about %.0f%%\n",
               layout.buckets().back().size * dtype_size(config.train.dtype) / 1048576.0, 100 * last_bucket_share,
               100 * (1 - last_bucket_share));
+  if (tied)
+    std::printf("  with the tied gradient split, what is reduced after backward is %.2f MiB (%.1f%%: the batches' "
+                "token rows of wte, and wpe): at most about %.0f%%\n",
+                bucketed_split->last_split_elements() * dtype_size(config.train.dtype) / 1048576.0,
+                100 * split_rest_share, 100 * (1 - split_rest_share));
   if (o.json_out.empty()) return;
   nlohmann::json seconds, in_calls, in_gathers;
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -172,10 +191,14 @@ void run_overlap(const OverlapOptions& o) {
     }
   nlohmann::json mechanisms = {{"bucketing", hidden_bucketed}, {"zero3_prefetch", hidden_prefetch}};
   nlohmann::json mechanisms_in_calls = {{"bucketing", hidden_in_calls(2, 1)},
-                                        {"zero3_prefetch", hidden_in_calls(5, 4)}};
+                                        {"zero3_prefetch", hidden_in_calls(6, 5)}};
+  if (tied) {
+    mechanisms["bucketing_with_tied_grad_split"] = hidden_split;
+    mechanisms_in_calls["bucketing_with_tied_grad_split"] = hidden_in_calls(3, 1);
+  }
   if (progress) {
     mechanisms["bucketing_with_progress_thread"] = hidden_progress;
-    mechanisms_in_calls["bucketing_with_progress_thread"] = hidden_in_calls(3, 1);
+    mechanisms_in_calls["bucketing_with_progress_thread"] = hidden_in_calls(4, 1);
   }
   std::ofstream(o.json_out) << nlohmann::json{{"benchmark", "dp_overlap"}, {"ranks", world->size()},
                                               {"compute_seconds", med[0]}, {"bucketed_seconds", med[2]},
@@ -185,6 +208,7 @@ void run_overlap(const OverlapOptions& o) {
                                               {"hidden_fraction", hidden_bucketed}, {"hidden_by_mechanism", mechanisms},
                                               {"hidden_in_calls_by_mechanism", mechanisms_in_calls},
                                               {"last_bucket_share", last_bucket_share},
+                                              {"split_rest_share", split_rest_share},
                                               {"iallreduce_algorithm", iallreduce_algorithm_name(algorithm)},
                                               {"progress_us", o.progress_us}, {"prefetch", o.prefetch},
                                               {"bucket_mb", o.bucket_mb}, {"gradient_mib", grad_mib}}

@@ -4,6 +4,8 @@
 //   compute       forward + backward with no communication at all (the baseline)
 //   at end        ZeRO-0 with one bucket holding every gradient, all-reduced after backward
 //   bucketed      ZeRO-0 buckets of --bucket-mb, each all-reduced as soon as backward finishes it
+//   + split       the same with a tied wte's gradient reduced in two parts: the LM head's as soon as
+//                 it is written, the lookup's token rows after backward (parallel/gradient_buckets.h)
 //   + progress    the same with an MPI progress thread polling every --progress-us (comm/mpi_progress.h)
 //   z3 on use     ZeRO-3 gathering each parameter bucket when it is needed (and reduce-scattering)
 //   z3 prefetch   ZeRO-3 gathering --prefetch buckets ahead (parallel/param_gatherer.h)
@@ -14,7 +16,7 @@
 // counts): a direct measurement, far less noisy on a shared machine than a difference of two pass
 // times, but blind to slowdowns communication causes outside the calls and to a progress thread's
 // work. The last bucket's share of the bytes bounds what bucketing can hide: nothing is left to
-// compute when it is ready.
+// compute when it is ready; with the split, the second part's share bounds it instead.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/host_memory.h"
 
 namespace tripod {
 namespace {
@@ -73,6 +74,7 @@ struct Gpt::BlockActivations {
 // Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
 struct Gpt::Activations {
   Tensor tokens, targets;  // [B,T] int32
+  Tensor host_tokens;       // [B,T] int32 on the host: the wte rows the embedding backward writes
   Tensor encoded;          // [R,C] residual stream entering the span (embedding output on the first)
   std::vector<BlockActivations> layers;  // the span's, first_layer first
   Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only)
@@ -126,6 +128,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   };
   auto act = [&](Shape shape) { return make(std::move(shape), dtype_); };
   a->tokens = make({B, T}, DType::I32);
+  a->host_tokens = host_alloc({B, T}, DType::I32);
   a->targets = make({B, T}, DType::I32);
   a->encoded = act({R, C});
   // A recomputed tensor is the shared one; every other is the micro-batch's own.
@@ -298,6 +301,7 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   if (span_.embedding) {
     check_ids("token", tokens, B * T, config_.vocab_size, false);
     be.upload(tokens, a.tokens);
+    std::copy(tokens, tokens + B * T, a.host_tokens.data<int32_t>());
   }
   if (span_.head) {
     check_ids("target", targets, B * T, config_.vocab_size, true);
@@ -385,8 +389,10 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     if (tied) p.release_params(embedding_group());
     p.release_params(head_group(L));
     p.grads_ready(head_group(L));
-    // A pipeline stage holding the tied wte only for the head has its gradient final now.
+    // A pipeline stage holding the tied wte only for the head has its gradient final now; one that
+    // also holds the embedding adds the lookup's part, to the rows of the batch's tokens, last.
     if (tied && !span_.embedding) p.grads_ready(embedding_group());
+    if (tied && span_.embedding) p.grads_ready_except_rows(embedding_group(), at.wte, a.host_tokens);
   }  // otherwise s.dres holds the received d(output)
 
   // s.dres holds d(loss)/d(residual stream) at the current depth, walking down the layers.

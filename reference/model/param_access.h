@@ -27,6 +27,13 @@ class ParamAccess {
   virtual void acquire_grads(int /*group*/) {}
   // The group's gradients are complete for this backward pass (written for the last time).
   virtual void grads_ready(int /*group*/) {}
+  // The group's gradients are complete except for what the rest of this backward adds to the rows
+  // `rows` (int32 ids on the host, logical, into the first dimension) of tensor `sparse` and to the group's
+  // other tensors; grads_ready(group) follows when that is done. An owner may start reducing the
+  // part that is final, and grad() of the group's tensors may then return other (zeroed) storage
+  // for the additions: callers ask grad() again after this call. A tied embedding: the LM head has
+  // written its part of wte's gradient; the lookup's backward adds only the batch's token rows.
+  virtual void grads_ready_except_rows(int /*group*/, std::size_t /*sparse*/, const Tensor& /*rows*/) {}
 };
 
 // Parameters and gradients fully resident in two ParamSets; every hook is a no-op.

@@ -1,9 +1,21 @@
 #include "parallel/zero_engine.h"
 
+#include <algorithm>
+
 #include "backend/transfer.h"
 #include "model/param_set.h"
 
 namespace tripod {
+
+namespace {
+
+std::vector<int> own_bucket_groups(const ZeroSettings& s) {
+  std::vector<int> groups = s.deferred_groups;
+  groups.insert(groups.end(), s.split_groups.begin(), s.split_groups.end());
+  return groups;
+}
+
+}  // namespace
 
 ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Communicator& dp, Backend& backend,
                        const TensorParallelShards* tp, const FaultPlan& faults)
@@ -16,7 +28,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
       // Every stage uses the same buckets, so stages 1-3 shard identically (and agree bit for bit).
       layout_(specs_, param_groups(specs_), dp.size(),
               std::max<int64_t>(1, s.bucket_bytes / static_cast<int64_t>(dtype_size(s.dtype))),
-              /*one_group_per_bucket=*/false, s.deferred_groups, s.deferred_bucket_min_elements) {
+              /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements) {
   check(s.bucket_bytes > 0, "the gradient bucket size must be positive (got ", s.bucket_bytes, " bytes)");
   if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
   buffers_ = ZeroBuffers::allocate(layout_, policy_, backend_, dtype_);
@@ -29,6 +41,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
   buckets_ = std::make_unique<GradientBuckets>(layout_, specs_, policy_, dp_, backend_, dtype_, buffers_.full_grads,
                                                buffers_.grad_shard, transient_, faults_);
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
+  for (int group : s.split_groups) buckets_->allow_split(layout_.bucket_of_group(group));
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
                                                 faults_, s.zero3_prefetch);
@@ -86,6 +99,7 @@ const Tensor& ZeroEngine::param(std::size_t index) {
 }
 
 const Tensor& ZeroEngine::grad(std::size_t index) {
+  if (const Tensor* redirected = buckets_->redirected(index)) return *redirected;
   return policy_.full_grads ? grad_views_[index] : buckets_->view(index);
 }
 
@@ -106,6 +120,34 @@ void ZeroEngine::acquire_grads(int group) {
 
 void ZeroEngine::grads_ready(int group) {
   timed(Traffic::Reductions, [&] { buckets_->ready(group); });
+}
+
+void ZeroEngine::grads_ready_except_rows(int group, std::size_t sparse, const Tensor& rows) {
+  timed(Traffic::Reductions, [&] {
+    // Every DP rank's micro-batch has as many tokens, so their count bounds each rank's rows alike.
+    if (buckets_->splits(group)) buckets_->ready_except_rows(group, sparse, local_rows(sparse, rows), rows.numel());
+  });
+}
+
+std::vector<int64_t> ZeroEngine::local_rows(std::size_t sparse, const Tensor& rows) const {
+  // On the host, so that no device work is waited for in the middle of backward.
+  check(rows.dtype() == DType::I32 && rows.on_host(), "ZeroEngine: the rows of '", specs_[sparse].name,
+        "' must be int32 ids on the host");
+  const int32_t* ids = rows.data<int32_t>();
+  int64_t first = 0;  // the logical row of local row 0
+  if (tp_) {
+    const tp::TpShard& shard = tp_->shards[sparse];
+    check(shard.split == tp::TpSplit::VocabRows || shard.split == tp::TpSplit::Replicated, "ZeroEngine: '",
+          specs_[sparse].name, "' is split ", tp::tp_split_name(shard.split), " over tensor parallelism, not by rows");
+    if (shard.split == tp::TpSplit::VocabRows) first = static_cast<int64_t>(shard.rank) * shard.local.at(0);
+  }
+  const int64_t count = specs_[sparse].shape.at(0);
+  std::vector<int64_t> local;
+  for (int64_t n = 0; n < rows.numel(); ++n)
+    if (ids[n] >= first && ids[n] < first + count) local.push_back(ids[n] - first);
+  std::sort(local.begin(), local.end());
+  local.erase(std::unique(local.begin(), local.end()), local.end());
+  return local;
 }
 
 std::vector<std::string> ZeroEngine::nonfinite_grads() {

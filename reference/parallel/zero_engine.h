@@ -51,6 +51,10 @@ struct ZeroSettings {
   std::vector<int> deferred_groups;
   int64_t deferred_bucket_min_elements = 0;
   int zero3_prefetch = 1;  // ZeRO-3: buckets gathered ahead of use (parallel/param_gatherer.h)
+  // Groups whose gradient may be reduced in two parts (a tied embedding with its LM head in the
+  // same span), each in a bucket of its own: the part final early in backward, then the rows the
+  // rest of backward adds (grads_ready_except_rows; parallel/gradient_buckets.h).
+  std::vector<int> split_groups;
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -124,9 +128,15 @@ class ZeroEngine final : public ParamAccess {
   void release_params(int group) override;
   void acquire_grads(int group) override;
   void grads_ready(int group) override;
+  void grads_ready_except_rows(int group, std::size_t sparse, const Tensor& rows) override;
+  // Elements in the last split bucket's second reduction (0 when none has split).
+  int64_t last_split_elements() const { return buckets_->last_split_elements(); }
 
  private:
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
+  // This rank's rows of tensor `sparse` among the logical row ids (int32 on the host): the same
+  // rows without tensor parallelism, those of its vocabulary shard with it; sorted, each once.
+  std::vector<int64_t> local_rows(std::size_t sparse, const Tensor& rows) const;
   enum class Traffic { Gathers, Reductions };
   template <class F>
   void timed(Traffic traffic, F&& communicate) {

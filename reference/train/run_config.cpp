@@ -15,7 +15,7 @@ json default_config_json() {
                  {"context", 64}, {"tie_embeddings", true}, {"layernorm_eps", 1e-5}}},
       {"train", {{"dtype", "fp32"}, {"batch_size", 8}, {"seq_len", 64}, {"micro_batches", 1}, {"recompute", "none"}, {"steps", 100},
                  {"seed", 1234}, {"log_every", 1}, {"eval_every", 0}, {"eval_batches", 4}, {"peak_tflops", 0.0},
-                 {"metrics", ""}, {"save_every", 0}, {"keep_checkpoints", 2}, {"local_save_every", 0}, {"async_save", false}, {"pipeline_split", json::array()}, {"rank_stats_every", 10}}},
+                 {"metrics", ""}, {"save_every", 0}, {"keep_checkpoints", 2}, {"local_save_every", 0}, {"async_save", false}, {"split_tied_grad", true}, {"pipeline_split", json::array()}, {"rank_stats_every", 10}}},
       {"optim", {{"lr", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 10}, {"decay", "cosine"}, {"beta1", 0.9},
                  {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}, {"decay_tensors", "matrices"},
                  {"grad_clip", 1.0}}},
@@ -130,6 +130,7 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   train.save_every = t.at("save_every");
   train.keep_checkpoints = t.at("keep_checkpoints");
   train.async_save = t.at("async_save");
+  train.split_tied_grad = t.at("split_tied_grad");
   train.local_save_every = t.at("local_save_every");
   check(train.local_save_every >= 0, "train.local_save_every must be >= 0 (0: no saves to --save-local)");
   check(train.save_every >= 0, "train.save_every must be >= 0 (0: save only at the end)");

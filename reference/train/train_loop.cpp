@@ -178,6 +178,10 @@ class TrainingRun {
     if (t.recompute == Recompute::Full)
       std::printf("  full activation recomputation: each block's forward rerun in backward from its input (MFU counts "
                   "model FLOPs, not the recomputed ones)\n");
+    if (parallel_ && parallel_->layout.dp > 1 && parallel_->layout.pp == 1 && config_.model.tie_embeddings &&
+        t.split_tied_grad)
+      std::printf("  tied wte's gradient reduced over DP in two parts: the LM head's during backward, the lookup's "
+                  "token rows after it (train.split_tied_grad)\n");
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
     if (const auto share = process_core_share(); share && parallel_) std::printf("  %s\n", describe(*share).c_str());
     if (!resumed_from_.empty())

@@ -49,19 +49,35 @@ def test_mechanisms_change_no_bit(corpus, tmp_path):
         assert got[name] == got["plain"], name
 
 
+def test_the_tied_gradient_split_can_be_turned_off_and_changes_only_rounding(corpus, tmp_path):
+    got = {}
+    for split in ("true", "false"):
+        metrics = tmp_path / f"{split}.jsonl"
+        result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
+                        f"train.metrics={metrics}", *SMALL, "--zero", "1", "--set", f"train.split_tied_grad={split}")
+        assert result.returncode == 0, split + ": " + result.stdout + result.stderr
+        assert ("wte's gradient reduced over DP in two parts" in result.stdout) == (split == "true"), result.stdout
+        got[split] = metric_lines(metrics)
+    assert len(got["true"]) == len(got["false"]) >= 4
+    for on, off in zip(got["true"], got["false"]):  # fp32: the two parts are summed over DP separately
+        for key in set(on) & {"loss", "val_loss"}:
+            assert abs(on[key] - off[key]) <= 1e-5 * abs(off[key]), (on, off)
+
+
 def test_bench_overlap_reports_each_mechanism(tmp_path):
     out = tmp_path / "overlap.json"
     result = mpirun(2, "bench", "overlap", "--config", "tiny", "--batch", "2", "--seq-len", "16", "--vocab", "64",
                     "--repeats", "2", "--progress-us", "100", "--json", out)
     assert result.returncode == 0, result.stdout + result.stderr
-    for label in ("no communication", "bucketed all-reduce", "progress thread", "gathered on use", "prefetched",
-                  "hidden by bucketing"):
+    for label in ("no communication", "bucketed all-reduce", "tied wte's gradient in two parts", "progress thread",
+                  "gathered on use", "prefetched", "hidden by bucketing", "with the tied gradient split"):
         assert label in result.stdout, label
     report = json.loads(out.read_text())
-    assert set(report["hidden_by_mechanism"]) == {"bucketing", "bucketing_with_progress_thread", "zero3_prefetch"}
+    assert set(report["hidden_by_mechanism"]) == {"bucketing", "bucketing_with_tied_grad_split",
+                                                  "bucketing_with_progress_thread", "zero3_prefetch"}
     assert report["hidden_fraction"] == report["hidden_by_mechanism"]["bucketing"]
-    assert set(report["seconds"]) == {"compute", "at_end", "bucketed", "bucketed_progress", "zero3_on_use",
-                                      "zero3_prefetch"}
+    assert set(report["seconds"]) == {"compute", "at_end", "bucketed", "bucketed_split", "bucketed_progress",
+                                      "zero3_on_use", "zero3_prefetch"}
     assert all(s > 0 for s in report["seconds"].values())
     assert set(report["communication_call_seconds"]) == set(report["seconds"])
     calls = report["communication_call_seconds"]
@@ -73,6 +89,8 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
     assert "gathers = of those calls" in result.stdout
     assert set(report["hidden_in_calls_by_mechanism"]) == set(report["hidden_by_mechanism"])
     assert 0 < report["last_bucket_share"] < 1
+    # The split's second part: the token rows of wte (and wpe), within the embeddings' last bucket.
+    assert 0 < report["split_rest_share"] <= report["last_bucket_share"]
     if ALGORITHM_VARIABLE not in os.environ:  # Tripod asks Open MPI for its ring unless the user chose
         assert report["iallreduce_algorithm"] == "ring"
         assert "non-blocking all-reduce: ring" in result.stdout

@@ -128,6 +128,31 @@ TEST(DeviceScalars, ANonFiniteGradientIsNamed) {
 
 // Every training step of the emulated device equals the CPU's, bit for bit: the same kernels on
 // the same bytes, reached only through uploads and downloads.
+// gather_rows / scatter_add_rows, the packing of a sparse gradient's rows: by id, in the ids' order,
+// and ids the CPU backends can check refused with the id named.
+TEST(RowIndexing, GathersAndScatterAddsRowsByIdAndRefusesBadIds) {
+  auto be = make_emulated_backend();
+  Tensor table = be->alloc({5, 3}, DType::F64), packed = be->alloc({3, 3}, DType::F64);
+  std::vector<double> values(15);
+  for (int i = 0; i < 15; ++i) values[static_cast<std::size_t>(i)] = i;
+  from_host_f64(*be, values, table);
+  auto ids = [&](std::vector<int32_t> v) {
+    Tensor t = be->alloc({static_cast<int64_t>(v.size())}, DType::I32);
+    be->upload(v.data(), t);
+    return t;
+  };
+  be->gather_rows(packed, table, ids({4, 0, 2}));
+  EXPECT_EQ(to_host_f64(*be, packed), (std::vector<double>{12, 13, 14, 0, 1, 2, 6, 7, 8}));
+  be->scatter_add_rows(table, packed, ids({1, 3, 4}));  // rows 1, 3, 4 += rows 4, 0, 2 of the table
+  EXPECT_EQ(to_host_f64(*be, table), (std::vector<double>{0, 1, 2, 15, 17, 19, 6, 7, 8, 9, 11, 13, 18, 20, 22}));
+  const std::string outside = error_of([&] { be->gather_rows(packed, table, ids({4, 5, 0})); });
+  EXPECT_NE(outside.find("gather_rows: id 5 at 1 is outside the table's 5 rows"), std::string::npos) << outside;
+  const std::string twice = error_of([&] { be->scatter_add_rows(table, packed, ids({2, 0, 2})); });
+  EXPECT_NE(twice.find("scatter_add_rows: id 2 appears twice"), std::string::npos) << twice;
+  const std::string shapes = error_of([&] { be->gather_rows(packed, table, ids({0, 1})); });
+  EXPECT_NE(shapes.find("gather_rows: expected a table [N, C]"), std::string::npos) << shapes;
+}
+
 TEST(EmulatedBackend, TrainsBitIdenticallyToTheCpuBackend) {
   for (const char* dtype : {"fp32", "fp64"})
     for (bool tied : {true, false}) {

@@ -136,6 +136,19 @@ void add_elementwise_cases(CaseList& cases, DType t) {
     be.scale(b, -0.37);
     return std::vector<Output>{output(be, "out", out), output(be, "a", a), output(be, "b", b)};
   });
+  cases.add("gather_rows, scatter_add_rows", t, "1031 x 77, 300 ids", [=](Backend& be) {
+    // Distinct ids in a scattered order, the last row of the table among them.
+    std::vector<int32_t> ids;
+    for (int32_t r = 0; r < 300; ++r) ids.push_back(static_cast<int32_t>((r * 337 + 1030) % 1031));
+    Tensor rows = be.alloc({300}, DType::I32);
+    be.upload(ids.data(), rows);
+    Inputs in(be, t, kSeed);
+    Tensor table = in.normal({1031, 77}), packed = in.normal({300, 77});
+    Tensor gathered = be.alloc({300, 77}, t);
+    be.gather_rows(gathered, table, rows);
+    be.scatter_add_rows(table, packed, rows);
+    return std::vector<Output>{output(be, "gathered", gathered), output(be, "table", table)};
+  });
   cases.add("sum_squares, count_nonfinite", t, std::to_string(n), [=](Backend& be) {
     Inputs in(be, t, kSeed);
     Tensor x = in.normal({n});

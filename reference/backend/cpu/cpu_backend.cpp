@@ -4,8 +4,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend/convert_dispatch.h"
+#include "backend/row_indexing.h"
 #include "core/block_cache.h"
 #include "backend/cpu/kernels.h"
 
@@ -157,6 +159,49 @@ void CpuBackend::sum_valid_losses(const Tensor& out, const Tensor& losses, const
     using T = decltype(zero);
     *sum = cpu::sum_valid_losses<T>(ptr<T>(losses, "sum_valid_losses"), ptr<int32_t>(targets, "sum_valid_losses"),
                                     losses.numel());
+  });
+}
+
+// The ids are checked here (the host can): each in range, and for scatter_add_rows each once.
+static void check_row_ids(const char* op, const int32_t* ids, const RowIndexing& shape, bool distinct) {
+  std::vector<bool> seen(distinct ? static_cast<std::size_t>(shape.table_rows) : 0);
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    if (ids[r] < 0 || ids[r] >= shape.table_rows)
+      fail(op, ": id ", ids[r], " at ", r, " is outside the table's ", shape.table_rows, " rows");
+    if (!distinct) continue;
+    if (seen[static_cast<std::size_t>(ids[r])]) fail(op, ": id ", ids[r], " appears twice (the ids must be distinct)");
+    seen[static_cast<std::size_t>(ids[r])] = true;
+  }
+}
+
+void CpuBackend::gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) {
+  const char* op = "gather_rows";
+  const RowIndexing shape = check_row_indexing(op, table, packed, rows);
+  const int32_t* ids = ptr<int32_t>(rows, op);
+  check_row_ids(op, ids, shape, false);
+  dispatch_float(table.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const T* t = ptr<T>(table, op);
+    T* p = ptr<T>(packed, op);
+    const int64_t C = shape.channels;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < shape.rows; ++r) std::memcpy(p + r * C, t + ids[r] * C, sizeof(T) * C);
+  });
+}
+
+void CpuBackend::scatter_add_rows(const Tensor& table, const Tensor& packed, const Tensor& rows) {
+  const char* op = "scatter_add_rows";
+  const RowIndexing shape = check_row_indexing(op, table, packed, rows);
+  const int32_t* ids = ptr<int32_t>(rows, op);
+  check_row_ids(op, ids, shape, true);
+  dispatch_float(table.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    T* t = ptr<T>(table, op);
+    const T* p = ptr<T>(packed, op);
+    const int64_t C = shape.channels;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < shape.rows; ++r)
+      for (int64_t c = 0; c < C; ++c) t[ids[r] * C + c] += p[r * C + c];
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/convert_dispatch.h"
+#include "backend/row_indexing.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
@@ -269,6 +270,28 @@ void CudaBackend::sum_valid_losses(const Tensor& out, const Tensor& losses, cons
     using T = decltype(zero);
     cuda::sum_valid_losses<T>(sum, ptr<T>(losses, "sum_valid_losses"), ptr<int32_t>(targets, "sum_valid_losses"),
                               losses.numel(), ctx_);
+  });
+}
+
+// The ids are the caller's to get right (in range; distinct for scatter_add_rows): reading them
+// back to check would wait for the device.
+void CudaBackend::gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) {
+  const char* op = "gather_rows";
+  const RowIndexing shape = check_row_indexing(op, table, packed, rows);
+  dispatch_float(table.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::gather_rows<T>(ptr<T>(packed, op), ptr<T>(table, op), ptr<int32_t>(rows, op), shape.rows, shape.channels,
+                         ctx_);
+  });
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& table, const Tensor& packed, const Tensor& rows) {
+  const char* op = "scatter_add_rows";
+  const RowIndexing shape = check_row_indexing(op, table, packed, rows);
+  dispatch_float(table.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::scatter_add_rows<T>(ptr<T>(table, op), ptr<T>(packed, op), ptr<int32_t>(rows, op), shape.rows,
+                              shape.channels, ctx_);
   });
 }
 

@@ -46,6 +46,8 @@ class CudaBackend final : public Backend {
   void sum_squares(const Tensor& acc, const Tensor& t) override;
   void count_nonfinite(const Tensor& acc, const Tensor& t) override;
   void sum_valid_losses(const Tensor& out, const Tensor& losses, const Tensor& targets) override;
+  void gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) override;
+  void scatter_add_rows(const Tensor& table, const Tensor& packed, const Tensor& rows) override;
 
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;

@@ -102,6 +102,28 @@ struct BiasAddRow {
   }
 };
 
+// A warp per packed row: packed[r, :] = table[ids[r], :], or table[ids[r], :] += packed[r, :]. The
+// ids are distinct for the addition, so no two warps write one element.
+template <typename T, bool kAdd>
+struct IndexedRow {
+  T* __restrict__ to;
+  const T* __restrict__ from;
+  const int32_t* __restrict__ ids;
+  int64_t channels;
+  __device__ void operator()(int64_t row, int lane) const {
+    const int64_t table_row = ids[row];
+    if constexpr (kAdd) {
+      T* t = to + table_row * channels;
+      const T* p = from + row * channels;
+      for (int64_t c = lane; c < channels; c += kWarpSize) t[c] += p[c];
+    } else {
+      T* p = to + row * channels;
+      const T* t = from + table_row * channels;
+      for (int64_t c = lane; c < channels; c += kWarpSize) p[c] = t[c];
+    }
+  }
+};
+
 void check_size(int64_t n, const char* op) { check(n >= 0, op, ": negative element count ", n); }
 
 }  // namespace
@@ -133,6 +155,19 @@ template <typename T>
 void scale(T* x, int64_t n, double factor, const CudaContext& ctx) {
   check_size(n, "scale");
   launch_elementwise(ScaleOp<T>{x, static_cast<T>(factor)}, n, ctx, "scale");
+}
+
+template <typename T>
+void gather_rows(T* packed, const T* table, const int32_t* ids, int64_t rows, int64_t channels, const CudaContext& ctx) {
+  check(rows >= 0 && channels >= 0, "gather_rows: bad shape [", rows, ", ", channels, "]");
+  launch_warp_rows(IndexedRow<T, false>{packed, table, ids, channels}, rows, ctx, "gather_rows");
+}
+
+template <typename T>
+void scatter_add_rows(T* table, const T* packed, const int32_t* ids, int64_t rows, int64_t channels,
+                      const CudaContext& ctx) {
+  check(rows >= 0 && channels >= 0, "scatter_add_rows: bad shape [", rows, ", ", channels, "]");
+  launch_warp_rows(IndexedRow<T, true>{table, packed, ids, channels}, rows, ctx, "scatter_add_rows");
 }
 
 template <typename T>
@@ -182,6 +217,8 @@ TRIPOD_CONVERT(bf16, double)
   template void add<T>(T*, const T*, const T*, int64_t, const CudaContext&);                                   \
   template void scale<T>(T*, int64_t, double, const CudaContext&);                                             \
   template void bias_add<T>(T*, const T*, int64_t, int64_t, const CudaContext&);                              \
+  template void gather_rows<T>(T*, const T*, const int32_t*, int64_t, int64_t, const CudaContext&);            \
+  template void scatter_add_rows<T>(T*, const T*, const int32_t*, int64_t, int64_t, const CudaContext&);       \
   template void gelu_forward<T>(T*, const T*, int64_t, const CudaContext&);                                    \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t, const CudaContext&);                         \
   template void adamw<T>(T*, const T*, T*, T*, int64_t, double, double, double, double, double, int64_t, double, \

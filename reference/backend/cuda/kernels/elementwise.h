@@ -20,6 +20,12 @@ template <typename T>
 void scale(T* x, int64_t n, double factor, const CudaContext& ctx);
 template <typename T>
 void bias_add(T* out, const T* bias, int64_t rows, int64_t channels, const CudaContext& ctx);
+// packed[r, :] = table[ids[r], :] and table[ids[r], :] += packed[r, :] (ids distinct), [rows, C].
+template <typename T>
+void gather_rows(T* packed, const T* table, const int32_t* ids, int64_t rows, int64_t channels, const CudaContext& ctx);
+template <typename T>
+void scatter_add_rows(T* table, const T* packed, const int32_t* ids, int64_t rows, int64_t channels,
+                      const CudaContext& ctx);
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx);
 template <typename T>
