@@ -174,34 +174,31 @@ static void check_row_ids(const char* op, const int32_t* ids, const RowIndexing&
   }
 }
 
-void CpuBackend::gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) {
-  const char* op = "gather_rows";
+// row(table row ids[r], packed row r, C) for every r, after the checks; rows in parallel.
+template <class RowFn>
+static void for_each_row_by_id(const CpuBackend& be, const char* op, const Tensor& table, const Tensor& packed,
+                               const Tensor& rows, bool distinct, RowFn row) {
   const RowIndexing shape = check_row_indexing(op, table, packed, rows);
-  const int32_t* ids = ptr<int32_t>(rows, op);
-  check_row_ids(op, ids, shape, false);
+  const int32_t* ids = be.ptr<int32_t>(rows, op);
+  check_row_ids(op, ids, shape, distinct);
   dispatch_float(table.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    const T* t = ptr<T>(table, op);
-    T* p = ptr<T>(packed, op);
+    T* t = be.ptr<T>(table, op);
+    T* p = be.ptr<T>(packed, op);
     const int64_t C = shape.channels;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < shape.rows; ++r) std::memcpy(p + r * C, t + ids[r] * C, sizeof(T) * C);
+    for (int64_t r = 0; r < shape.rows; ++r) row(t + ids[r] * C, p + r * C, C);
   });
 }
 
+void CpuBackend::gather_rows(const Tensor& packed, const Tensor& table, const Tensor& rows) {
+  for_each_row_by_id(*this, "gather_rows", table, packed, rows, false,
+                     [](const auto* t, auto* p, int64_t C) { std::memcpy(p, t, sizeof(*p) * C); });
+}
+
 void CpuBackend::scatter_add_rows(const Tensor& table, const Tensor& packed, const Tensor& rows) {
-  const char* op = "scatter_add_rows";
-  const RowIndexing shape = check_row_indexing(op, table, packed, rows);
-  const int32_t* ids = ptr<int32_t>(rows, op);
-  check_row_ids(op, ids, shape, true);
-  dispatch_float(table.dtype(), op, [&](auto zero) {
-    using T = decltype(zero);
-    T* t = ptr<T>(table, op);
-    const T* p = ptr<T>(packed, op);
-    const int64_t C = shape.channels;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < shape.rows; ++r)
-      for (int64_t c = 0; c < C; ++c) t[ids[r] * C + c] += p[r * C + c];
+  for_each_row_by_id(*this, "scatter_add_rows", table, packed, rows, true, [](auto* t, const auto* p, int64_t C) {
+    for (int64_t c = 0; c < C; ++c) t[c] += p[c];
   });
 }
 
