@@ -195,7 +195,8 @@ void GradientBuckets::launch_rest() {
     const auto count = static_cast<int64_t>(union_rows.size());
     Tensor packed = backend_.alloc({count, channels}, dtype_);
     const Tensor table = split->rest.view(sparse_at, {table_rows, channels});
-    backend_.gather_rows(packed, table, upload_rows(union_rows, 0, count, 0));
+    const Tensor all_ids = upload_rows(union_rows, 0, count, 0);
+    backend_.gather_rows(packed, table, all_ids);
     // Where they go: rows wholly inside what this rank holds are scattered by id in one call, the
     // (at most two) rows that straddle its edges added piece by piece.
     const int64_t first_row = std::clamp<int64_t>((held.begin - sparse_at + channels - 1) / channels, 0, table_rows);
@@ -207,8 +208,8 @@ void GradientBuckets::launch_rest() {
       if (i >= 0 && i < count) straddling.push_back({sparse_at + union_rows[i] * channels, i * channels, channels});
     Pending* pending = start(std::move(packed), std::move(straddling));
     if (i1 > i0)
-      pending->scatter = {upload_rows(union_rows, i0, i1, first_row), i0, i1 - i0, sparse_at + first_row * channels,
-                          end_row - first_row, channels};
+      pending->scatter = {i1 - i0 == count && first_row == 0 ? all_ids : upload_rows(union_rows, i0, i1, first_row),
+                          i0, i1 - i0, sparse_at + first_row * channels, end_row - first_row, channels};
   }
   // The bucket's other tensors, whole.
   std::vector<Piece> whole;

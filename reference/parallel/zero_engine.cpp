@@ -4,6 +4,7 @@
 
 #include "backend/transfer.h"
 #include "model/param_set.h"
+#include "parallel/tp_vocab.h"
 
 namespace tripod {
 
@@ -139,7 +140,8 @@ std::vector<int64_t> ZeroEngine::local_rows(std::size_t sparse, const Tensor& ro
     const tp::TpShard& shard = tp_->shards[sparse];
     check(shard.split == tp::TpSplit::VocabRows || shard.split == tp::TpSplit::Replicated, "ZeroEngine: '",
           specs_[sparse].name, "' is split ", tp::tp_split_name(shard.split), " over tensor parallelism, not by rows");
-    if (shard.split == tp::TpSplit::VocabRows) first = static_cast<int64_t>(shard.rank) * shard.local.at(0);
+    if (shard.split == tp::TpSplit::VocabRows)
+      first = tp::vocab_shard(shard.logical.at(0), shard.size, shard.rank).start;
   }
   const int64_t count = specs_[sparse].shape.at(0);
   std::vector<int64_t> local;
