@@ -135,6 +135,9 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
   check(floor.empty() || floor.params.size() == names.size(), "conformance: a rounding floor of ", floor.params.size(),
         " tensors for a model of ", names.size());
   for (std::size_t i = 0; i < ref.params.size(); ++i) {
+    // A layout that hands back another shape (a padded or partial shard) is wrong, not close.
+    check(got.params[i].size() == ref.params[i].size(), "conformance: parameter ", names[i], " came back with ",
+          got.params[i].size(), " elements, the reference has ", ref.params[i].size());
     double scale = 1e-300, worst = 0;
     for (std::size_t k = 0; k < ref.params[i].size(); ++k) {
       scale = std::max(scale, std::fabs(ref.params[i][k]));
