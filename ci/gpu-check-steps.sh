@@ -260,12 +260,23 @@ step_kernels() {
 }
 
 step_bench-train() {
+  # The vocabulary as it is (as the PyTorch peer runs it), then padded to a multiple of
+  # $GPT2_VOCAB_MULTIPLE (50257 -> 50304, as Megatron-LM and llm.c train GPT-2): aligned rows and
+  # whole tiles for the LM head's GEMMs, measured against the unpadded run in the same step.
+  local padding=()
+  [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
   if dry; then
-    tripod bench train --backend cpu --config tiny --set model.vocab_size=512 --set train.dtype="$GPT2_PRECISION" \
+    tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
         --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench.json"
+    [ ${#padding[@]} -eq 0 ] || tripod bench train --backend cpu --config tiny --set model.vocab_size=500 \
+        --set train.dtype="$GPT2_PRECISION" --batch 2 --seq-len 32 --steps 2 --gemm-size 128 "${padding[@]}" \
+        --json "$STEP_DIR/bench-padded.json"
   else
     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json"
+    [ ${#padding[@]} -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
+        --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" "${padding[@]}" \
+        --json "$STEP_DIR/bench-padded.json"
   fi
 }
 

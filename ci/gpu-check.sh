@@ -41,7 +41,8 @@
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
 #                and % of a device-to-device copy measured in the same run
-#   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g]
+#   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
+#                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304)
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
@@ -69,6 +70,7 @@ GPT2_PRECISION=${GPT2_PRECISION:-bf16-mixed}
 GPT2_BATCH=${GPT2_BATCH:-8}           # sequences per step
 GPT2_SEQ=${GPT2_SEQ:-1024}            # context: 8 x 1024 = 8192 tokens per step
 GPT2_STEPS=${GPT2_STEPS:-5}           # timed steps after one warm-up
+GPT2_VOCAB_MULTIPLE=${GPT2_VOCAB_MULTIPLE:-128}  # bench-train's second run: vocabulary padded to it (1: no second run)
 PEER_PRECISIONS=${PEER_PRECISIONS:-bf16,fp32}
 GEMM_BF16_SIZES=${GEMM_BF16_SIZES:-4096,8192}
 GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLOP/s: smaller squares
@@ -146,7 +148,7 @@ else
   TRIPOD_LIBS=$(join_path "$BUNDLE_LIBS" "$(compat_dir_if_needed)" "$CUDA_LIBS" "${LD_LIBRARY_PATH:-}")
 fi
 export ROOT OUT_DIR WORK DRY_RUN TRIPOD_BIN GTEST_BIN TRIPOD_LIBS TRIPOD_LOADER CUDA_SONAMES_LOADED_AT_RUN_TIME PY BUNDLE BUILD_DIR GPT2_PRECISION \
-       GPT2_BATCH GPT2_SEQ GPT2_STEPS PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
+       GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
        SANITIZER_CASES
 
 # name, time limit (s), needs a GPU, has a CPU form for the dry run
@@ -167,7 +169,7 @@ PLAN=(
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"
   "kernels 40 1 1"
-  "bench-train 90 1 1"
+  "bench-train 120 1 1"
   "peer 90 1 1"
   "sanitizer 90 1 0"
   "nccl-socket-conform 60 1 0"

@@ -112,8 +112,18 @@ def key_bench(d):
     if not j:
         return ""
     mfu = pct(100 * j["mfu"]) if j.get("mfu") is not None else "n/a"
-    return (f"{j['config']} B{j['batch']}xT{j['seq_len']} {j.get('dtype', '?')}: {j['tokens_per_second']:.0f} tokens/s, "
+    text = (f"{j['config']} B{j['batch']}xT{j['seq_len']} {j.get('dtype', '?')}: {j['tokens_per_second']:.0f} tokens/s, "
             f"MFU {mfu}, step {1e3 * j['median_step_seconds']:.1f} ms")
+    return text + padded_text(j, load(d / "bench-padded.json"))
+
+
+def padded_text(plain, padded):
+    """'; vocabulary padded to 50304: ... tokens/s (1.07x)' from bench-train's second run, if it ran."""
+    if not plain or not padded:
+        return ""
+    ratio = padded["tokens_per_second"] / plain["tokens_per_second"]
+    return (f"; vocabulary padded to {padded.get('padded_vocab', '?')}: {padded['tokens_per_second']:.0f} tokens/s "
+            f"({ratio:.2f}x)")
 
 
 def key_peer(d):
@@ -192,6 +202,7 @@ def targets(out_dir, steps):
     if bench:
         mfu = bench.get("mfu")
         measured = f"{bench.get('dtype', '?')} MFU {pct(100 * mfu) if mfu is not None else 'n/a'}, {bench['tokens_per_second']:.0f} tokens/s"
+        measured += padded_text(bench, load(out_dir / "bench-train" / "bench-padded.json"))
         same = {"bf16-mixed": "bf16"}.get(bench.get("dtype"), bench.get("dtype"))  # autocast is the peer's bf16-mixed
         peer_same = [r for r in (peer or {}).get("results", []) if r["precision"] == same]
         if peer_same:

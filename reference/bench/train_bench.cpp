@@ -11,6 +11,9 @@
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
 #include "perf/process_memory.h"
+#include "comm/self_communicator.h"
+#include "parallel/tp_vocab.h"
+#include "train/distributed_trainer.h"
 #include "train/trainer.h"
 
 namespace tripod::bench {
@@ -34,7 +37,24 @@ void run_bench_train(const BenchTrainOptions& o) {
   // below is the training's own.
   const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
   const std::size_t baseline_rss = peak_resident_bytes();  // the program, its libraries and the sgemm
-  Trainer trainer(config, *backend);
+  // A padded vocabulary lives in TP shards (of one rank here): the distributed trainer's storage.
+  std::unique_ptr<SelfCommunicator> world;
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<TrainingEngine> engine;
+  if (o.vocab_multiple > 1) {
+    ParallelLayout layout;
+    layout.vocab_multiple = o.vocab_multiple;
+    world = std::make_unique<SelfCommunicator>("world", backend.get());
+    grid = std::make_unique<ProcessGrid>(*world, layout.grid());
+    engine = std::make_unique<DistributedTrainer>(config, *backend, *grid, layout);
+    std::printf("  vocabulary %lld padded to %lld rows (a multiple of %d); model FLOPs count the %lld real ones\n",
+                static_cast<long long>(config.model.vocab_size),
+                static_cast<long long>(tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)),
+                o.vocab_multiple, static_cast<long long>(config.model.vocab_size));
+  } else {
+    engine = std::make_unique<Trainer>(config, *backend);
+  }
+  TrainingEngine& trainer = *engine;
   trainer.initialise();
   trainer.train_step(data::random_token_batch(o.batch, o.seq_len, config.model.vocab_size, 0, "bench.train"));  // warm-up step
   std::vector<double> step_seconds;
@@ -49,8 +69,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   const double flops_per_step = flops.model_flops_per_token * static_cast<double>(o.batch * o.seq_len);
   const double achieved = flops_per_step / median_step;
 
-  const std::size_t state_bytes = trainer.params().flat().bytes() * 4;  // weights + grads + Adam m, v
-  const std::size_t act_bytes = trainer.model().activation_bytes();
+  const MemoryReport held = trainer.memory();
+  const std::size_t state_bytes = held.params + held.grads + held.optimizer;  // weights + grads + Adam m, v
+  const std::size_t act_bytes = held.activations;
   const std::size_t rss = peak_resident_bytes();
   const double ratio = achieved / gemm.median_flops;
   const PeakFlops peak = backend_peak(backend->name(), gemm_peak_precision(config.train), config.train.peak_tflops);
@@ -75,7 +96,8 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
+                        {"peak_rss_bytes", rss}, {"vocab_multiple", o.vocab_multiple},
+                        {"padded_vocab", tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
                         {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},
                         {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
                         {"peak_source", peak.source},

@@ -67,7 +67,8 @@ void run_train_command(TrainCommandOptions o) {
   l.recompute = job.config.train.recompute;
   l.schedule = parse_schedule_kind(o.schedule);
   l.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
-  job.parallel = l.dp > 1 || l.zero != 0 || l.tp != 1 || l.pp != 1;
+  // A padded vocabulary is stored as a (one-rank) TP shard: the distributed trainer's work.
+  job.parallel = l.dp > 1 || l.zero != 0 || l.tp != 1 || l.pp != 1 || l.vocab_multiple != 1;
   run_train_job(job);
 }
 
@@ -116,6 +117,11 @@ void add_train_command(CLI::App& app) {
                   "FLOPs with the LM head counted");
   cmd->add_option("--receives-ahead", l.receives_ahead,
                   "pipeline: receives posted ahead of the action that needs them (0: each blocks when it comes)")
+      ->capture_default_str();
+  cmd->add_option("--make-vocab-size-divisible-by", l.vocab_multiple,
+                  "pad each tensor-parallel rank's vocabulary rows (embedding, LM head, logits) to a multiple of N, "
+                  "as Megatron-LM's option of this name (e.g. 128: GPT-2's 50257 -> 50304 at tp=1); the padding "
+                  "is never a token nor in the softmax, and checkpoints keep the real vocabulary")
       ->capture_default_str();
   cmd->add_option("--pipeline-trace", o->job.pipeline_trace,
                   "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");

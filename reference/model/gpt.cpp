@@ -259,7 +259,8 @@ std::size_t Gpt::activation_bytes() const {
 
 Tensor Gpt::logits() const {
   check(!slots_.empty() && span_.head, "logits() called before forward() (or on a stage without the LM head)");
-  return slots_[0]->logits.reshape({batch_, seq_len_, config_.vocab_size});
+  const Tensor& logits = slots_[0]->logits;  // [N, local vocabulary width]: padded or split by the layers
+  return logits.reshape({batch_, seq_len_, logits.numel() / (batch_ * seq_len_)});
 }
 
 LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {

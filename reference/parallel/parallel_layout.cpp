@@ -18,6 +18,7 @@ std::string ParallelLayout::name() const {
   if (recompute == Recompute::Full) out << "-rfull";
   if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
   if (receives_ahead != 2) out << "-ra" << receives_ahead;
+  if (vocab_multiple != 1) out << "-pad" << vocab_multiple;
   return out.str();
 }
 
@@ -30,6 +31,7 @@ std::string ParallelLayout::describe() const {
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
   if (pipelined() && receives_ahead != 2) text += ", receives ahead " + std::to_string(receives_ahead);
+  if (vocab_multiple != 1) text += ", vocabulary padded to a multiple of " + std::to_string(vocab_multiple) + " per TP rank";
   return text;
 }
 
@@ -46,7 +48,8 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
         fail("layout '", name, "': cannot read a number in '", part, "'");
       }
     };
-    if (part.rfind("tp", 0) == 0) l.tp = number(2);
+    if (part.rfind("pad", 0) == 0) l.vocab_multiple = number(3);
+    else if (part.rfind("tp", 0) == 0) l.tp = number(2);
     else if (part.rfind("pp", 0) == 0) l.pp = number(2);
     else if (part.rfind("dp", 0) == 0) l.dp = number(2);
     else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
@@ -62,7 +65,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
       has_schedule = true;
     } else {
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
-           "with -sp, -v2, -rsel, -rfull, -pf2 or -ra0)");
+           "with -sp, -v2, -rsel, -rfull, -pf2, -ra0 or -pad64)");
     }
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
@@ -82,6 +85,8 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
         zero3_prefetch, ")");
   check(receives_ahead >= 0 && receives_ahead <= 1024, "pipeline receives posted ahead (--receives-ahead) must be "
         "0-1024 (got ", receives_ahead, ")");
+  check(vocab_multiple >= 1 && vocab_multiple <= 65536, "the vocabulary padding multiple "
+        "(--make-vocab-size-divisible-by) must be 1-65536 (got ", vocab_multiple, ")");
   check(tp >= 1 && pp >= 1 && dp >= 1, "layout ", name(), ": every dimension must be at least 1");
   tp::validate_tensor_parallel(model, tp);  // heads and d_ff divisible, tp <= heads
   check(!sequence_parallel || tp > 1, "sequence parallelism (--sequence-parallel) needs tensor parallelism (tp > 1)");
@@ -126,6 +131,15 @@ std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig&
                 l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batches = micro;
                 l.schedule = schedule, l.virtual_stages = v, l.sequence_parallel = sp;
                 layouts.push_back(l);
+                // A padded vocabulary as a dimension: each ZeRO-2 layout (a tied head, so the tied
+                // gradient's split and the pipeline's tied copy) of the first micro-batch count,
+                // without SP, again with 16 rows per TP rank (97 -> 112, 2 x 64 or 4 x 32 rows:
+                // TP rank 3 of 4 holds one real row).
+                if (zero == 2 && micro == micros.front() && !sp) {
+                  ParallelLayout padded = l;
+                  padded.vocab_multiple = 16;
+                  layouts.push_back(padded);
+                }
                 // Recomputation as a dimension, on the stages where it meets the most: full with
                 // ZeRO-3 (parameters gathered again for the rerun forward, two buckets ahead),
                 // selective with ZeRO-1.

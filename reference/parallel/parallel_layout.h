@@ -33,11 +33,18 @@ struct ParallelLayout {
   Recompute recompute = Recompute::None;  // mirrors train.recompute: "-rsel", "-rfull" in the name
   int zero3_prefetch = 1;   // ZeRO-3 buckets gathered ahead of use: "-pfN" in the name unless 1
   int receives_ahead = 2;   // pipeline receives posted ahead of their action: "-raN" unless 2
+  // Each TP rank's vocabulary rows (wte, LM head, logit columns) padded up to a multiple of this
+  // (Megatron's --make-vocab-size-divisible-by): "-padN" unless 1. Storage only: the padding rows
+  // are never selected nor in a softmax, and checkpoints hold the logical [V, C].
+  int vocab_multiple = 1;
   int64_t bucket_bytes = int64_t{4} << 20;  // gradient bucket size
   std::string grid_order = "tp-dp-pp";      // rank order of the grid axes, fastest first
 
   int ranks() const { return tp * pp * dp; }
   bool pipelined() const { return pp > 1; }
+  // Whether parameters are stored as TP shards (tp_shard.h): with tensor parallelism, and with a
+  // padded vocabulary even on one TP rank.
+  bool sharded_parameters() const { return tp > 1 || vocab_multiple > 1; }
   GridShape grid() const { return {tp, pp, dp}; }
   // "tp1-pp2-dp2-z1-mb4-1f1b" (no schedule without a pipeline): parse() reads it back.
   std::string name() const;
@@ -56,7 +63,8 @@ struct ParallelLayout {
 // Every layout the implemented parallelism supports on `world_size` ranks for this model and step
 // (TP dividing the heads, PP up to the layers, every DP that divides the batch, ZeRO 0-3,
 // micro-batches 1 and 2 without PP and p and 2p with it, every schedule, SP on and off; each ZeRO-1
-// layout again with selective and each ZeRO-3 layout again with full activation recomputation).
+// layout again with selective and each ZeRO-3 layout again with full activation recomputation, and
+// the ZeRO-2 layouts of the first micro-batch count without SP again with a padded vocabulary).
 std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig& model, const StepShape& step);
 
 }  // namespace tripod

@@ -5,8 +5,9 @@
 namespace tripod::tp {
 
 TensorParallelLayers::TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel,
-                                           const FaultPlan* faults)
-    : group_{tp, sequence_parallel, faults}, vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank())) {
+                                           const FaultPlan* faults, int vocab_multiple)
+    : group_{tp, sequence_parallel, faults},
+      vocab_(vocab_shard(config.vocab_size, tp.size(), tp.rank(), vocab_multiple)) {
   validate_tensor_parallel(config, tp.size());
 }
 

@@ -21,9 +21,11 @@ namespace tripod::tp {
 
 class TensorParallelLayers final : public LayerOps {
  public:
-  // validates; `faults` (conformance self-tests, optional) must outlive the layers
+  // validates; `faults` (conformance self-tests, optional) must outlive the layers. Each rank's
+  // vocabulary rows are padded to a multiple of `vocab_multiple` (tp_vocab.h); with one rank and
+  // a multiple above 1 these are the layers of a padded vocabulary on one device.
   TensorParallelLayers(const ModelConfig& config, Communicator& tp, bool sequence_parallel,
-                       const FaultPlan* faults = nullptr);
+                       const FaultPlan* faults = nullptr, int vocab_multiple = 1);
 
   int64_t local_width(LinearRole role, int64_t full) const override;
   int64_t local_tokens(int64_t n_tokens) const override;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "parallel/tp_group.h"
+#include "parallel/tp_vocab.h"
 
 namespace tripod::tp {
 namespace {
@@ -45,9 +46,9 @@ TpSplit tp_split_of(ParamRole role) {
   }
 }
 
-TpShard tp_shard(const ParamSpec& spec, int size, int rank) {
+TpShard tp_shard(const ParamSpec& spec, int size, int rank, int vocab_multiple) {
   check(size >= 1 && rank >= 0 && rank < size, "tensor parallel rank ", rank, " of size ", size, " is invalid");
-  TpShard s{spec.name, tp_split_of(spec.role), spec.shape, spec.shape, size, rank};
+  TpShard s{spec.name, tp_split_of(spec.role), spec.shape, spec.shape, size, rank, vocab_multiple};
   const auto divide = [&](std::size_t axis, int64_t parts, const char* how) {
     check(s.logical.size() > axis && s.logical[axis] % parts == 0, "cannot split ", spec.name, " ",
           shape_str(s.logical), " ", how, " over tensor parallel size ", size, ": dimension ", axis,
@@ -62,15 +63,15 @@ TpShard tp_shard(const ParamSpec& spec, int size, int rank) {
       divide(1, size, "by columns");
       break;
     case TpSplit::QkvRows: divide(0, 3 * static_cast<int64_t>(size), "by heads within the q, k and v blocks"); break;
-    case TpSplit::VocabRows: s.local[0] = (s.logical[0] + size - 1) / size; break;  // padded up
+    case TpSplit::VocabRows: s.local[0] = vocab_shard(s.logical[0], size, rank, vocab_multiple).rows; break;
   }
   return s;
 }
 
-std::vector<TpShard> tp_shards(const ModelConfig& config, int size, int rank) {
+std::vector<TpShard> tp_shards(const ModelConfig& config, int size, int rank, int vocab_multiple) {
   validate_tensor_parallel(config, size);
   std::vector<TpShard> shards;
-  for (const ParamSpec& spec : gpt_param_specs(config)) shards.push_back(tp_shard(spec, size, rank));
+  for (const ParamSpec& spec : gpt_param_specs(config)) shards.push_back(tp_shard(spec, size, rank, vocab_multiple));
   return shards;
 }
 

@@ -10,8 +10,9 @@
 //   Columns    attn.c_proj.weight [C,C], mlp.c_proj.weight [C,F]   [C, C/tp], [C, F/tp] (row-parallel)
 //   QkvRows    attn.c_attn.weight [3C,C], attn.c_attn.bias [3C]     [3C/tp, C], [3C/tp]: rank r's heads
 //              in each of the q, k, v blocks, so the local qkv activation is q|k|v of its heads
-//   VocabRows  wte.weight, lm_head.weight [V,C]             [ceil(V/tp), C]; rank r holds padded rows
-//              [r*rows, (r+1)*rows), rows >= V are padding (zero, no logical element; tp_vocab.h)
+//   VocabRows  wte.weight, lm_head.weight [V,C]             [ceil(V/tp), C], rounded up to a multiple of
+//              the layout's vocabulary padding; rank r holds padded rows [r*rows, (r+1)*rows), rows >= V
+//              are padding (zero, no logical element; tp_vocab.h)
 //
 // Every rank's shard has the same local shape, so shards all-gather in equal blocks.
 #pragma once
@@ -37,14 +38,16 @@ struct TpShard {
   Shape local;    // this rank's shard, the same on every rank
   int size = 1;   // TP group size
   int rank = 0;   // TP rank the shard belongs to
+  int vocab_multiple = 1;  // VocabRows: the local rows are a multiple of it (tp_vocab.h)
 };
 
 // The shard of `spec` on `tp_rank` of `tp_size`; throws (the same message on every rank) when the
 // split dimension does not divide. The head alignment of QkvRows needs the model config: see
 // tp_shards, or call validate_tensor_parallel first.
-TpShard tp_shard(const ParamSpec& spec, int tp_size, int tp_rank);
+// `vocab_multiple` pads the vocabulary rows of each rank up to a multiple of it.
+TpShard tp_shard(const ParamSpec& spec, int tp_size, int tp_rank, int vocab_multiple = 1);
 // All of a model's shards on one rank, in spec order, after validate_tensor_parallel.
-std::vector<TpShard> tp_shards(const ModelConfig& config, int tp_size, int tp_rank);
+std::vector<TpShard> tp_shards(const ModelConfig& config, int tp_size, int tp_rank, int vocab_multiple = 1);
 
 // A contiguous run of elements: local [local, local+length) holds logical [logical, logical+length),
 // both flattened row-major. Local elements in no run are padding.

@@ -17,7 +17,7 @@ void check_shape(const char* what, const char* arg, const Tensor& t, int64_t exp
 }
 
 void check_shard(const char* what, const VocabShard& shard, const Communicator& tp) {
-  const VocabShard expected = vocab_shard(shard.vocab, tp.size(), tp.rank());
+  const VocabShard expected = vocab_shard(shard.vocab, tp.size(), tp.rank(), shard.multiple);
   check(shard.rows == expected.rows && shard.start == expected.start, what,
         ": the vocab shard was made for another tensor-parallel size or rank than the group ", tp.name());
 }
@@ -26,16 +26,18 @@ void check_shard(const char* what, const VocabShard& shard, const Communicator& 
 
 int64_t VocabShard::valid() const { return std::clamp<int64_t>(vocab - start, 0, rows); }
 
-int64_t padded_vocab(int64_t vocab, int tp) {
+int64_t padded_vocab(int64_t vocab, int tp, int multiple) {
   check(tp >= 1, "tensor parallel size must be >= 1 (got ", tp, ")");
-  return (vocab + tp - 1) / tp * tp;
+  check(multiple >= 1, "the vocabulary padding multiple must be >= 1 (got ", multiple, ")");
+  const int64_t rows = (vocab + tp - 1) / tp;
+  return (rows + multiple - 1) / multiple * multiple * tp;
 }
 
-VocabShard vocab_shard(int64_t vocab, int tp, int rank) {
+VocabShard vocab_shard(int64_t vocab, int tp, int rank, int multiple) {
   check(vocab >= 1, "vocabulary size must be >= 1 (got ", vocab, ")");
   check(rank >= 0 && rank < tp, "tensor parallel rank ", rank, " is outside a group of ", tp);
-  const int64_t rows = padded_vocab(vocab, tp) / tp;
-  return VocabShard{vocab, rows, rank * rows};
+  const int64_t rows = padded_vocab(vocab, tp, multiple) / tp;
+  return VocabShard{vocab, rows, rank * rows, multiple};
 }
 
 VocabWindow VocabShard::window() const { return {start, valid(), vocab}; }

@@ -3,8 +3,11 @@
 // logits of a token are split across ranks by vocabulary and the full [N, V] logits never exist on
 // one rank.
 //
-// Padding. V rows do not split evenly in general; the table is padded to V_padded = tp*ceil(V/tp)
-// rows, rows = ceil(V/tp) per rank. Rows >= V are padding: no token selects them, their logits are
+// Padding. V rows do not split evenly in general; the table is padded to V_padded = tp * rows rows,
+// rows = ceil(V/tp) per rank, rounded up to a multiple of `multiple` when one is asked for
+// (Megatron's --make-vocab-size-divisible-by: GEMM widths that are a multiple of 64 or 128 give
+// aligned rows and whole tiles on a GPU; V_padded is then divisible by multiple * tp, as
+// Megatron's). Rows >= V are padding: no token selects them, their logits are
 // excluded from the max and the sum of exponentials (never read), their logit gradients are exactly
 // 0 (so the LM head gives them a zero weight gradient) and the embedding backward never touches
 // them. With V small and tp large a rank may hold only padding (V=11, tp=8: ranks 6 and 7).
@@ -24,15 +27,16 @@ namespace tripod::tp {
 
 struct VocabShard {
   int64_t vocab = 0;  // V, the real vocabulary size
-  int64_t rows = 0;   // ceil(V/tp): table rows (and logit columns) on every rank
+  int64_t rows = 0;   // ceil(V/tp), rounded up to `multiple`: table rows (and logit columns) on every rank
   int64_t start = 0;  // first vocabulary id of this rank: rank * rows
+  int multiple = 1;   // rows are a multiple of it
   // Rows that are real tokens, [start, start + valid()); the rest of the shard is padding.
   int64_t valid() const;
   VocabWindow window() const;  // what the backend's vocabulary-window operations take
 };
 
-int64_t padded_vocab(int64_t vocab, int tp_size);  // tp * ceil(V/tp)
-VocabShard vocab_shard(int64_t vocab, int tp_size, int tp_rank);
+int64_t padded_vocab(int64_t vocab, int tp_size, int multiple = 1);  // tp * round_up(ceil(V/tp), multiple)
+VocabShard vocab_shard(int64_t vocab, int tp_size, int tp_rank, int multiple = 1);
 
 // out[N,C] (no SP) or [Ns,C] (SP) = wte[tokens] + wpe[n % seq_len]:
 //   partial[n] = wte_shard[tokens[n] - start] if this rank holds the token, else 0   [N,C]

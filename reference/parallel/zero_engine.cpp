@@ -31,7 +31,13 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
               std::max<int64_t>(1, s.bucket_bytes / static_cast<int64_t>(dtype_size(s.dtype))),
               /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements) {
   check(s.bucket_bytes > 0, "the gradient bucket size must be positive (got ", s.bucket_bytes, " bytes)");
-  if (tp && tp->comm && tp->comm->size() > 1) tp_ = std::make_unique<TensorParallelShards>(*tp);
+  // One TP rank holds the logical tensors, unless the vocabulary is padded (tp_shard.h).
+  const auto padded = [&] {
+    for (const tp::TpShard& shard : tp->shards)
+      if (shard.local != shard.logical) return true;
+    return false;
+  };
+  if (tp && tp->comm && (tp->comm->size() > 1 || padded())) tp_ = std::make_unique<TensorParallelShards>(*tp);
   buffers_ = ZeroBuffers::allocate(layout_, policy_, backend_, dtype_);
   param_views_.resize(specs_.size());
   grad_views_.resize(specs_.size());
@@ -141,7 +147,7 @@ std::vector<int64_t> ZeroEngine::local_rows(std::size_t sparse, const Tensor& ro
     check(shard.split == tp::TpSplit::VocabRows || shard.split == tp::TpSplit::Replicated, "ZeroEngine: '",
           specs_[sparse].name, "' is split ", tp::tp_split_name(shard.split), " over tensor parallelism, not by rows");
     if (shard.split == tp::TpSplit::VocabRows)
-      first = tp::vocab_shard(shard.logical.at(0), shard.size, shard.rank).start;
+      first = tp::vocab_shard(shard.logical.at(0), shard.size, shard.rank, shard.vocab_multiple).start;
   }
   const int64_t count = specs_[sparse].shape.at(0);
   std::vector<int64_t> local;

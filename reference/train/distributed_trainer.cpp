@@ -40,9 +40,10 @@ DistributedTrainer::DistributedTrainer(const RunConfig& config, Backend& backend
       faults_(faults),
       dp_(grid.dp()),
       pp_(grid.pp()),
-      tp_layers_(layout_.tp > 1 ? std::make_unique<tp::TensorParallelLayers>(config.model, grid.tp(),
-                                                                              layout_.sequence_parallel, &faults_)
-                                : nullptr),
+      tp_layers_(layout_.sharded_parameters()
+                     ? std::make_unique<tp::TensorParallelLayers>(config.model, grid.tp(), layout_.sequence_parallel,
+                                                                  &faults_, layout_.vocab_multiple)
+                     : nullptr),
       split_(config.model.n_layer, layout_.pp, layout_.virtual_stages, config.train.pipeline_split),
       schedule_(make_schedule(layout_.schedule, layout_.pp, layout_.micro_batches, layout_.virtual_stages)) {
   apply_precision_policy(config.train, backend_);
@@ -65,12 +66,12 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   // This TP rank's shards of the chunk's tensors (local shapes, same identities) and their map to
   // the logical tensors.
   std::vector<ParamSpec> specs = c.model->specs();
-  if (layout_.tp > 1) {
+  if (layout_.sharded_parameters()) {
     c.tp_shards = std::make_unique<TensorParallelShards>();
     c.tp_shards->comm = &grid_.tp();
     c.tp_shards->logical = specs;
     for (ParamSpec& spec : specs) {
-      c.tp_shards->shards.push_back(tp::tp_shard(spec, layout_.tp, grid_.tp_rank()));
+      c.tp_shards->shards.push_back(tp::tp_shard(spec, layout_.tp, grid_.tp_rank(), layout_.vocab_multiple));
       spec.shape = local_shape(spec);
     }
   }
@@ -93,7 +94,8 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
 }
 
 Shape DistributedTrainer::local_shape(const ParamSpec& spec) const {
-  return layout_.tp > 1 ? tp::tp_shard(spec, layout_.tp, grid_.tp_rank()).local : spec.shape;
+  return layout_.sharded_parameters() ? tp::tp_shard(spec, layout_.tp, grid_.tp_rank(), layout_.vocab_multiple).local
+                                      : spec.shape;
 }
 
 DistributedTrainer::~DistributedTrainer() = default;

@@ -99,7 +99,7 @@ class DistributedTrainer final : public TrainingEngine {
   FaultPlan faults_;  // a copy: the engines refer to it
   Communicator& dp_;
   Communicator& pp_;
-  std::unique_ptr<tp::TensorParallelLayers> tp_layers_;  // null without tensor parallelism
+  std::unique_ptr<tp::TensorParallelLayers> tp_layers_;  // null without TP or a padded vocabulary
   PipelineSplit split_;
   PipelineSchedule schedule_;
   std::vector<Chunk> chunks_;

@@ -74,6 +74,7 @@ LAYOUTS = {
     "pp2-interleaved": (2, ["--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
                             "--microbatches", "2", "--set", "model.n_layer=4"]),
     "tp2-pp2-dp2-z1": (8, ["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "1"]),
+    "tp2-padded": (2, ["--tp", "2", "--make-vocab-size-divisible-by", "48"]),
 }
 
 
@@ -116,6 +117,34 @@ def test_resharding_between_layouts(corpus, tmp_path):
         assert sorted(got) == [3, 4, 5]
         for step, loss in got.items():
             assert abs(loss - want[step]) <= 1e-10 * abs(want[step]), (layout, step, loss, want[step])
+
+
+def test_a_padded_vocabulary_is_storage_only(corpus, tmp_path):
+    """--make-vocab-size-divisible-by 48 pads wte's 64 rows to 96 in memory only: the losses equal
+    the unpadded run's within the fp64 conformance tolerance, the checkpoint holds the real [64, C]
+    table, and a run resumes from it without padding, or with another (tp2: 2 x 48 rows)."""
+    single = tmp_path / "single.jsonl"
+    ok(train(corpus, 1, "--set", f"train.metrics={single}"))
+    want = metrics_losses(single)
+    saved, padded = tmp_path / "saved", tmp_path / "padded.jsonl"
+    result = ok(train(corpus, 1, "--make-vocab-size-divisible-by", 48, "--save", saved, "--exit-after", 3,
+                      "--set", f"train.metrics={padded}"))
+    assert "vocabulary padded to a multiple of 48 per TP rank" in result.stdout
+    assert "memory per rank" in result.stdout
+    manifest, state = read_checkpoint(saved)
+    assert manifest["tensors"]["wte.weight"] == [64, 32]
+    assert state["param"]["wte.weight"].size == 64 * 32 and np.isfinite(state["param"]["wte.weight"]).all()
+    for ranks, layout in [(1, []), (2, ["--tp", "2", "--make-vocab-size-divisible-by", "48"])]:
+        metrics = tmp_path / f"resumed{ranks}.jsonl"
+        resumed = ok(train(corpus, ranks, *layout, "--resume", saved, "--set", f"train.metrics={metrics}"))
+        assert "at step 3 (next sample 24)" in resumed.stdout
+        got = {**metrics_losses(padded), **metrics_losses(metrics)}
+        assert sorted(got) == list(range(6))
+        for step, loss in got.items():
+            assert abs(loss - want[step]) <= 1e-10 * abs(want[step]), (layout, step, loss, want[step])
+    bad = train(corpus, 1, "--make-vocab-size-divisible-by", 0)
+    assert bad.returncode != 0
+    assert "(--make-vocab-size-divisible-by) must be 1-65536 (got 0)" in bad.stderr
 
 
 def test_crash_during_save_keeps_the_previous_checkpoint(corpus, tmp_path):

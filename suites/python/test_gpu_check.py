@@ -55,6 +55,9 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert json.loads((out / "dry-train-rerun" / "compare.json").read_text())["pass"]
     assert json.loads((out / "dry-gemm-bf16" / "gemm.json").read_text())["dtype"] == "bf16"
     assert json.loads((out / "dry-peer" / "peer.json").read_text())["benchmark"] == "pytorch_peer"
+    # bench-train's second run, with the vocabulary padded (500 -> 512), in the key figure
+    assert json.loads((out / "dry-bench-train" / "bench-padded.json").read_text())["padded_vocab"] == 512
+    assert "vocabulary padded to 512" in steps["dry-bench-train"]["key"]
     for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
         assert steps[name]["key"], name  # a key figure read from the step's JSON
 

@@ -16,13 +16,15 @@ namespace {
 TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   const RunConfig config = conform::default_conformance_config("fp64");
   const std::vector<ParallelLayout> layouts = enumerate_layouts(8, config.model, conform::conformance_step(config));
-  EXPECT_EQ(layouts.size(), 552u);  // 368, with the ZeRO-1 and ZeRO-3 ones again recomputing
+  // 368, with the ZeRO-1 and ZeRO-3 ones again recomputing (552) and 33 ZeRO-2 ones with a padded vocabulary
+  EXPECT_EQ(layouts.size(), 585u);
   std::set<std::string> names;
   for (const ParallelLayout& l : layouts) {
     const ParallelLayout back = ParallelLayout::parse(l.name());
     EXPECT_EQ(back.name(), l.name());
     EXPECT_EQ(back.recompute, l.recompute) << l.name();
     EXPECT_EQ(back.zero3_prefetch, l.zero3_prefetch) << l.name();
+    EXPECT_EQ(back.vocab_multiple, l.vocab_multiple) << l.name();
     EXPECT_EQ(back.grid().tp * back.grid().pp * back.grid().dp, back.ranks());
     EXPECT_NO_THROW(l.validate(config.model, conform::conformance_step(config), l.ranks())) << l.name();
     names.insert(l.name());
@@ -31,6 +33,12 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z1-mb4-sp-interleaved-v2"));
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z1-mb4-sp-interleaved-v2-rsel"));
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z3-mb4-sp-interleaved-v2-rfull-pf2"));
+  EXPECT_TRUE(names.count("tp2-pp2-dp2-z2-mb2-1f1b-pad16"));
+  EXPECT_TRUE(names.count("tp4-pp1-dp2-z2-mb1-pad16"));  // 4 x 32 rows of 97: TP rank 3 holds one real row
+  EXPECT_EQ(ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-pad128").describe(),
+            "tp=2 pp=1 dp=1, ZeRO-0, vocabulary padded to a multiple of 128 per TP rank");
+  EXPECT_TRUE(ParallelLayout::parse("tp1-pp1-dp1-z0-mb1-pad64").sharded_parameters());
+  EXPECT_FALSE(ParallelLayout::parse("tp1-pp2-dp2-z3-mb2").sharded_parameters());
   EXPECT_EQ(ParallelLayout::parse("tp2-pp1-dp1-z3-mb1-rfull").describe(), "tp=2 pp=1 dp=1, ZeRO-3, full recomputation");
   EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-pf0").describe(), "tp=1 pp=1 dp=2, ZeRO-3, prefetch 0");
   EXPECT_EQ(ParallelLayout::parse("tp1-pp2-dp1-z0-mb2").name(), "tp1-pp2-dp1-z0-mb2-1f1b");  // the default schedule
@@ -42,6 +50,7 @@ TEST(ParallelLayout, ParseRefusesWhatItCannotRead) {
   EXPECT_NE(error_of([] { ParallelLayout::parse("tpx"); }).find("cannot read a number in 'tpx'"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp1-z0-mb1-1f1b"); }).find("needs pp > 1"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp0-pp1"); }).find("sizes must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-padx"); }).find("cannot read a number in 'padx'"), std::string::npos);
 }
 
 TEST(ParallelLayout, EveryRuleIsCheckedWithTheSettingNamed) {
@@ -70,6 +79,8 @@ TEST(ParallelLayout, EveryRuleIsCheckedWithTheSettingNamed) {
   EXPECT_NE(message("tp1-pp2-dp1-z0-mb2-v2", 2, none).find("virtual stages (2) need the interleaved schedule"),
             std::string::npos);
   EXPECT_NE(message("tp1-pp1-dp1-z0-mb1", 1, [](ParallelLayout& l) { l.grid_order = "tp-tp-dp"; }).find("order"),
+            std::string::npos);
+  EXPECT_NE(message("tp1-pp1-dp1-z0-mb1-pad0", 1, none).find("(--make-vocab-size-divisible-by) must be 1-65536 (got 0)"),
             std::string::npos);
   EXPECT_EQ(message("tp2-pp2-dp2-z3-mb4-sp-1f1b", 8, none), "no error");
 }

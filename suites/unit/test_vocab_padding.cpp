@@ -1,0 +1,89 @@
+// Vocabulary padding (parallel/tp_vocab.h, tp_shard.h): each TP rank's rows rounded up to a
+// multiple, as Megatron-LM's --make-vocab-size-divisible-by, whose padded sizes these match
+// (GPT-2's 50257 -> 50304 at tp 1, 50432 at tp 2), and the shard maps that keep checkpoints in
+// the real vocabulary.
+#include <gtest/gtest.h>
+
+#include "model/param_spec.h"
+#include "parallel/tp_shard.h"
+#include "parallel/tp_vocab.h"
+#include "support/error_text.h"
+
+namespace tripod {
+namespace {
+
+// Megatron's rule: the smallest multiple of multiple * tp that holds the vocabulary.
+int64_t megatron_padded(int64_t vocab, int tp, int multiple) {
+  const int64_t m = static_cast<int64_t>(multiple) * tp;
+  return (vocab + m - 1) / m * m;
+}
+
+TEST(VocabPadding, PaddedSizesAreMegatrons) {
+  EXPECT_EQ(tp::padded_vocab(50257, 1, 128), 50304);
+  EXPECT_EQ(tp::padded_vocab(50257, 2, 128), 50432);
+  EXPECT_EQ(tp::padded_vocab(50257, 8, 1), 50264);  // TP's own padding, as before
+  for (int64_t vocab : {1, 11, 97, 50257, 65536})
+    for (int tp : {1, 2, 3, 4, 8})
+      for (int multiple : {1, 8, 16, 128})
+        EXPECT_EQ(tp::padded_vocab(vocab, tp, multiple), megatron_padded(vocab, tp, multiple))
+            << vocab << " " << tp << " " << multiple;
+}
+
+TEST(VocabPadding, ShardsCoverTheVocabularyOnceAndTheLastRanksMayHoldOnlyPadding) {
+  // 97 rows over 8 ranks of 16: ranks 0-5 hold 16 real rows, rank 6 one, rank 7 none.
+  int64_t covered = 0;
+  for (int rank = 0; rank < 8; ++rank) {
+    const tp::VocabShard s = tp::vocab_shard(97, 8, rank, 16);
+    EXPECT_EQ(s.rows, 16);
+    EXPECT_EQ(s.start, 16 * rank);
+    EXPECT_EQ(s.valid(), rank < 6 ? 16 : rank == 6 ? 1 : 0);
+    EXPECT_EQ(s.window().start, s.start);
+    EXPECT_EQ(s.window().valid, s.valid());
+    EXPECT_EQ(s.window().vocab, 97);
+    covered += s.valid();
+  }
+  EXPECT_EQ(covered, 97);
+  EXPECT_NE(error_of([] { tp::padded_vocab(97, 1, 0); }).find("padding multiple must be >= 1 (got 0)"),
+            std::string::npos);
+}
+
+TEST(VocabPadding, TheParameterShardHoldsTheRealRowsAndNothingElse) {
+  ModelConfig config;
+  config.vocab_size = 97;
+  config.d_model = 32;
+  const ParamSpec* wte = nullptr;
+  const std::vector<ParamSpec> specs = gpt_param_specs(config);
+  for (const ParamSpec& spec : specs)
+    if (spec.role == ParamRole::TokenEmbedding) wte = &spec;
+  ASSERT_NE(wte, nullptr);
+  const tp::TpShard one = tp::tp_shard(*wte, 1, 0, 128);  // one TP rank, padded
+  EXPECT_EQ(one.local, (Shape{128, 32}));
+  EXPECT_EQ(one.logical, (Shape{97, 32}));
+  const std::vector<tp::ShardRun> runs = tp::shard_runs(one);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].local, 0);
+  EXPECT_EQ(runs[0].logical, 0);
+  EXPECT_EQ(runs[0].length, 97 * 32);
+  EXPECT_EQ(tp::logical_index(one, 97 * 32 - 1), 97 * 32 - 1);
+  EXPECT_EQ(tp::logical_index(one, 97 * 32), -1);  // the first padding element
+
+  // Initial values: the real rows' are the full tensor's, the padding's 0.
+  std::vector<double> full(97 * 32), local(128 * 32);
+  initial_values(*wte, 5, 0, static_cast<int64_t>(full.size()), full.data());
+  tp::init_local_shard(*wte, one, 5, local.data());
+  EXPECT_TRUE(std::equal(full.begin(), full.end(), local.begin()));
+  EXPECT_TRUE(std::all_of(local.begin() + 97 * 32, local.end(), [](double v) { return v == 0; }));
+  EXPECT_EQ(tp::extract_shard(one, full), local);
+
+  // Other tensors are not padded; rank 1 of 2 starts at row 64.
+  for (const ParamSpec& spec : specs)
+    if (spec.role != ParamRole::TokenEmbedding && spec.role != ParamRole::LmHead)
+      EXPECT_EQ(tp::tp_shard(spec, 1, 0, 128).local, spec.shape) << spec.name;
+  const tp::TpShard second = tp::tp_shard(*wte, 2, 1, 16);
+  EXPECT_EQ(second.local, (Shape{64, 32}));
+  EXPECT_EQ(tp::shard_runs(second).at(0).logical, 64 * 32);
+  EXPECT_EQ(tp::shard_runs(second).at(0).length, 33 * 32);
+}
+
+}  // namespace
+}  // namespace tripod
