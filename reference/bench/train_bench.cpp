@@ -6,13 +6,13 @@
 #include <omp.h>
 
 #include "backend/backend_factory.h"
+#include "comm/self_communicator.h"
 #include "data/random_batch.h"
+#include "parallel/tp_vocab.h"
 #include "perf/backend_peak.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
 #include "perf/process_memory.h"
-#include "comm/self_communicator.h"
-#include "parallel/tp_vocab.h"
 #include "train/distributed_trainer.h"
 #include "train/trainer.h"
 
@@ -96,8 +96,9 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"vocab_multiple", o.vocab_multiple},
-                        {"padded_vocab", tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
+                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
+                        {"vocab_multiple", o.vocab_multiple},
+                        {"padded_vocab", tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)},
                         {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},
                         {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
                         {"peak_source", peak.source},
