@@ -71,27 +71,29 @@ void run_overlap(const OverlapOptions& o) {
                 all_reduce_value(*world, gathers, ReduceOp::Min)};
   };
   const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
+  const bool tied = config.model.tie_embeddings;
   auto engine = [&](int stage, int64_t bytes, int prefetch, bool split = false) {
-    ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}};
+    ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}, {}};
     if (split) s.split_groups = {embedding_group()};
+    if (split && !tied) s.sparse_groups = {embedding_group()};  // untied: the lookup's rows alone
     auto e = std::make_unique<ZeroEngine>(model.specs(), s, *world, *backend);
     e->initialise(config.train.seed);
     return e;
   };
   auto bucketed = engine(0, bucket_bytes, 0), at_end = engine(0, int64_t{1} << 40, 0);
-  const bool tied = config.model.tie_embeddings;  // the split applies to a tied wte only
-  auto bucketed_split = tied ? engine(0, bucket_bytes, 0, true) : nullptr;
+  auto bucketed_split = engine(0, bucket_bytes, 0, true);
   auto z3_on_use = engine(3, bucket_bytes, 0), z3_prefetch = engine(3, bucket_bytes, o.prefetch);
   const bool progress = o.progress_us > 0;
   std::vector<Mechanism> rows = {{"compute", "forward + backward, no communication", {}, {}, {}},
                                  {"at_end", "ZeRO-0, one all-reduce after backward", {}, {}, {}},
                                  {"bucketed", "ZeRO-0, bucketed all-reduce in backward", {}, {}, {}},
-                                 {"bucketed_split", "  + tied wte's gradient in two parts", {}, {}, {}},
+                                 {"bucketed_split", tied ? "  + tied wte's gradient in two parts"
+                                                         : "  + untied wte's gradient as its rows", {}, {}, {}},
                                  {"bucketed_progress", "  + MPI progress thread", {}, {}, {}},
                                  {"zero3_on_use", "ZeRO-3, gathered on use", {}, {}, {}},
                                  {"zero3_prefetch", "ZeRO-3, prefetched", {}, {}, {}}};
   const auto is_zero3 = [](std::size_t row) { return row >= 5; };
-  const auto measured = [&](std::size_t row) { return (row != 3 || tied) && (row != 4 || progress); };
+  const auto measured = [&](std::size_t row) { return row != 4 || progress; };
   auto measure = [&](std::size_t row) {
     switch (row) {
       case 0: return time_pass(*bucketed, false);
@@ -132,7 +134,7 @@ void run_overlap(const OverlapOptions& o) {
   auto hidden = [&](std::size_t i, std::size_t reference) { return hidden_share(exposed(i), exposed(reference)); };
   auto hidden_in_calls = [&](std::size_t i, std::size_t reference) { return hidden_share(calls[i], calls[reference]); };
   const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(4, 1) : 0.0;
-  const double hidden_split = tied ? hidden(3, 1) : 0.0;
+  const double hidden_split = hidden(3, 1);
   const double hidden_prefetch = hidden(6, 5);
   // The bucket finished last (the embeddings) is reduced after backward's last computation: no
   // mechanism can hide it behind backward, so its share of the bytes bounds what bucketing can hide.
@@ -140,9 +142,9 @@ void run_overlap(const OverlapOptions& o) {
   const double last_bucket_share =
       static_cast<double>(layout.buckets().back().size) / static_cast<double>(layout.total());
   // With the split, what is left after backward is the second part: the union of the ranks' token
-  // rows of wte, and wpe.
+  // rows of wte, and wpe (untied: all that is sent of the embeddings).
   const double split_rest_share =
-      tied ? static_cast<double>(bucketed_split->last_split_elements()) / static_cast<double>(layout.total()) : 0.0;
+      static_cast<double>(bucketed_split->last_split_elements()) / static_cast<double>(layout.total());
   if (world->rank() != 0) return;
   const double grad_mib = layout.total() * dtype_size(config.train.dtype) / 1048576.0;
   std::printf("tripod bench overlap: %d ranks, %s, %.1f MiB of gradients, %zu buckets of <= %.2f MiB, "
@@ -164,9 +166,8 @@ void run_overlap(const OverlapOptions& o) {
               "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient buckets, allocated and\n"
               "  zeroed when first written under ZeRO-2/3, and reduced)\n");
   std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
-  if (tied)
-    std::printf("; with the tied gradient split: %.0f%% (in calls: %.0f%%)", 100 * hidden_split,
-                100 * hidden_in_calls(3, 1));
+  std::printf("; with the %s gradient split: %.0f%% (in calls: %.0f%%)", tied ? "tied" : "untied", 100 * hidden_split,
+              100 * hidden_in_calls(3, 1));
   if (progress)
     std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,
                 100 * hidden_progress, 100 * hidden_in_calls(4, 1));
@@ -176,11 +177,11 @@ void run_overlap(const OverlapOptions& o) {
               "computation: bucketing can hide at most about %.0f%%\n",
               layout.buckets().back().size * dtype_size(config.train.dtype) / 1048576.0, 100 * last_bucket_share,
               100 * (1 - last_bucket_share));
-  if (tied)
-    std::printf("  with the tied gradient split, what is reduced after backward is %.2f MiB (%.1f%%: the batches' "
-                "token rows of wte, and wpe): at most about %.0f%%\n",
-                bucketed_split->last_split_elements() * dtype_size(config.train.dtype) / 1048576.0,
-                100 * split_rest_share, 100 * (1 - split_rest_share));
+  std::printf("  with the %s gradient split, what is reduced after backward is %.2f MiB (%.1f%%: the batches' "
+              "token rows of wte, and wpe)%s: at most about %.0f%%\n", tied ? "tied" : "untied",
+              bucketed_split->last_split_elements() * dtype_size(config.train.dtype) / 1048576.0,
+              100 * split_rest_share, tied ? "" : ", and nothing else of the embeddings is sent",
+              100 * (1 - split_rest_share));
   if (o.json_out.empty()) return;
   nlohmann::json seconds, in_calls, in_gathers;
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -192,10 +193,9 @@ void run_overlap(const OverlapOptions& o) {
   nlohmann::json mechanisms = {{"bucketing", hidden_bucketed}, {"zero3_prefetch", hidden_prefetch}};
   nlohmann::json mechanisms_in_calls = {{"bucketing", hidden_in_calls(2, 1)},
                                         {"zero3_prefetch", hidden_in_calls(6, 5)}};
-  if (tied) {
-    mechanisms["bucketing_with_tied_grad_split"] = hidden_split;
-    mechanisms_in_calls["bucketing_with_tied_grad_split"] = hidden_in_calls(3, 1);
-  }
+  const char* split_key = tied ? "bucketing_with_tied_grad_split" : "bucketing_with_untied_grad_rows";
+  mechanisms[split_key] = hidden_split;
+  mechanisms_in_calls[split_key] = hidden_in_calls(3, 1);
   if (progress) {
     mechanisms["bucketing_with_progress_thread"] = hidden_progress;
     mechanisms_in_calls["bucketing_with_progress_thread"] = hidden_in_calls(4, 1);

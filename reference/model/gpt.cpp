@@ -426,6 +426,9 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     p.grads_ready(block_group(l));
   }
   if (!span_.embedding) return;  // s.dres is d(input), for the previous stage
+  // An untied embedding's gradient gets only the lookup's additions, to the rows of the batch's
+  // tokens (and wpe): said before its owner provides the storage they go to.
+  if (!tied) p.grads_ready_except_rows(embedding_group(), at.wte, a.host_tokens);
   // The embedding backward reads no parameters, only the token ids.
   if (!tied || !span_.head) p.acquire_grads(embedding_group());
   layers_->embedding_backward(be, p.grad(at.wte), p.grad(at.wpe), s.dres, a.tokens, T);

@@ -32,7 +32,8 @@ class ParamAccess {
   // other tensors; grads_ready(group) follows when that is done. An owner may start reducing the
   // part that is final, and grad() of the group's tensors may then return other (zeroed) storage
   // for the additions: callers ask grad() again after this call. A tied embedding: the LM head has
-  // written its part of wte's gradient; the lookup's backward adds only the batch's token rows.
+  // written its part of wte's gradient; the lookup's backward adds only the batch's token rows. An
+  // untied one: said before the lookup's backward (and before acquire_grads), nothing written yet.
   virtual void grads_ready_except_rows(int /*group*/, std::size_t /*sparse*/, const Tensor& /*rows*/) {}
 };
 

@@ -11,6 +11,7 @@ struct GradientBuckets::Pending {
   std::unique_ptr<CommRequest> request;
   int bucket = 0;
   bool done = false;
+  bool zero = false;  // launch_zero: nothing was sent, and nothing is to be added
   // A split bucket's second part: the packed rows or tensors, where they go (pieces added one by
   // one, and rows scattered by id), and the first part, which must have arrived before this one is
   // added to it.
@@ -75,6 +76,7 @@ void GradientBuckets::acquire(int group) {
   if (policy_.full_grads) return;
   const int b = layout_.bucket_of_group(group);
   if (buffers_[static_cast<std::size_t>(b)].defined()) return;
+  if (split_ && split_->bucket == b) return;  // its writes go to the split's buffer (redirected)
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
   Tensor buffer = backend_.alloc({bucket.size}, dtype_);  // zeroed
   memory_.add(static_cast<std::ptrdiff_t>(buffer.bytes()));
@@ -113,7 +115,7 @@ bool GradientBuckets::splits(int group) const {
 }
 
 void GradientBuckets::ready_except_rows(int group, std::size_t sparse, const std::vector<int64_t>& rows,
-                                        int64_t most_rows) {
+                                        int64_t most_rows, bool first_part_zero) {
   check(splits(group), "ZeroEngine: group ", group, "'s gradient bucket cannot be reduced in two parts now");
   check(!split_, "ZeroEngine: a second bucket split before the first was ready");
   const int b = layout_.bucket_of_group(group);
@@ -126,7 +128,14 @@ void GradientBuckets::ready_except_rows(int group, std::size_t sparse, const std
           row_count, " rows");
   check(static_cast<int64_t>(rows.size()) <= most_rows, "ZeroEngine: ", rows.size(), " rows, more than the ",
         most_rows, " every rank was to send at most");
-  launch(b);  // the part that is final now
+  if (first_part_zero) {
+    check(policy_.full_grads || !buffers_[static_cast<std::size_t>(b)].defined(), "ZeroEngine: group ", group,
+          "'s gradient bucket was written before its split, so its first part is not zero");
+    launch_zero(b);
+  } else {
+    launch(b);  // the part that is final now
+  }
+  last_split_first_elements_ = first_part_zero ? 0 : bucket.size;
   auto split = std::make_unique<Split>();
   split->bucket = b;
   split->sparse = sparse;
@@ -261,8 +270,28 @@ void GradientBuckets::launch(int b) {
   pending_.push_back(std::move(pending));
 }
 
+// Every rank's bucket holds zeros, so their sum is zero: where the reduction would overwrite this
+// rank's reduced values (the shard slice of stage 1) they are zeroed; the full gradients (stages
+// 0-1) already hold zeros, and stages 2-3 add the sum into the shard, which adding zero leaves as it is.
+void GradientBuckets::launch_zero(int b) {
+  auto pending = std::make_unique<Pending>();
+  pending->bucket = b;
+  pending->zero = true;
+  if (policy_.full_grads && policy_.reduce_scatter) {
+    const int64_t slice = layout_.buckets()[static_cast<std::size_t>(b)].size / layout_.dp();
+    backend_.fill(grad_shard_.view(layout_.shard_offset(b), {slice}), 0.0);
+  }
+  pending->request = std::make_unique<CompletedRequest>();
+  pending_.push_back(std::move(pending));
+}
+
 void GradientBuckets::complete(Pending& p) {
   if (p.done) return;
+  if (p.zero) {
+    p.done = true;
+    p.request.reset();
+    return;
+  }
   if (p.after) {
     complete_rest(p);
     return;

@@ -18,6 +18,9 @@
 // the bucket's other tensors; once the first part has arrived, these are added to it. Every rank
 // does the same, in the same order, whatever the timing, so results stay deterministic; they
 // differ from the unsplit reduction in rounding only (the two parts are summed over DP separately).
+// An untied embedding's gradient is the lookup's alone, so where no earlier micro-batch has written
+// its bucket (one micro-batch per step, or ZeRO-2/3, which reduce each one) the first part is zero
+// and is not sent: only the union's rows and wpe are reduced, a fraction of the table.
 #pragma once
 #include <memory>
 #include <vector>
@@ -49,12 +52,17 @@ class GradientBuckets {
   // The group's gradients are final except for rows `rows` (local row ids of tensor `sparse`) and
   // the bucket's other tensors: launches the bucket, starts gathering every DP rank's rows (each
   // padded to most_rows, which must be the same on every rank) and redirects later writes (see
-  // above). Only where splits(group).
-  void ready_except_rows(int group, std::size_t sparse, const std::vector<int64_t>& rows, int64_t most_rows);
+  // above). Only where splits(group). `first_part_zero`: the bucket holds nothing yet (an untied
+  // embedding, written only by the lookup, before it): its first part is not sent at all, and the
+  // rows and other tensors are the whole reduction.
+  void ready_except_rows(int group, std::size_t sparse, const std::vector<int64_t>& rows, int64_t most_rows,
+                         bool first_part_zero = false);
   // Where the tensor's gradient is written after a split, until its group is ready (null otherwise).
   const Tensor* redirected(std::size_t tensor) const;
   // Elements in the last split's second reduction (0 before any): its rows and other tensors.
   int64_t last_split_elements() const { return last_split_elements_; }
+  // Elements in the last split's first part (the bucket; 0 when it was known to be zero).
+  int64_t last_split_first_elements() const { return last_split_first_elements_; }
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true (or the
   // policy reduces every micro-batch).
   void begin_backward(bool reduce);
@@ -80,6 +88,7 @@ class GradientBuckets {
   };
   HeldWindow held_window(int bucket) const;
   void launch(int bucket);
+  void launch_zero(int bucket);  // a bucket known to be zero on every rank: its sum, without sending it
   void launch_rest();  // the second part of the split bucket
   Tensor upload_rows(const std::vector<int64_t>& rows, int64_t begin, int64_t end, int64_t first);
   void complete(Pending& pending);
@@ -100,7 +109,7 @@ class GradientBuckets {
   std::vector<int> groups_ready_;  // per bucket, this backward
   std::vector<bool> deferred_, splittable_;
   std::unique_ptr<Split> split_;  // between ready_except_rows and ready of the split group
-  int64_t last_split_elements_ = 0;
+  int64_t last_split_elements_ = 0, last_split_first_elements_ = 0;
   std::vector<std::unique_ptr<Pending>> pending_;
   bool reduce_ = false;
 };

@@ -49,6 +49,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
                                                buffers_.grad_shard, transient_, faults_);
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
   for (int group : s.split_groups) buckets_->allow_split(layout_.bucket_of_group(group));
+  sparse_groups_ = s.sparse_groups;
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
                                                 faults_, s.zero3_prefetch);
@@ -99,7 +100,10 @@ void ZeroEngine::initialise(uint64_t seed) {
   optimizer_->zero_state();
 }
 
-void ZeroEngine::zero_grads() { backend_.fill(policy_.full_grads ? buffers_.full_grads : buffers_.grad_shard, 0.0); }
+void ZeroEngine::zero_grads() {
+  backend_.fill(policy_.full_grads ? buffers_.full_grads : buffers_.grad_shard, 0.0);
+  backwards_since_zero_ = 0;
+}
 
 const Tensor& ZeroEngine::param(std::size_t index) {
   return policy_.full_params ? param_views_[index] : gatherer_->view(index);
@@ -131,8 +135,15 @@ void ZeroEngine::grads_ready(int group) {
 
 void ZeroEngine::grads_ready_except_rows(int group, std::size_t sparse, const Tensor& rows) {
   timed(Traffic::Reductions, [&] {
+    // A group only the lookup writes is zero until now unless earlier micro-batches accumulated in
+    // it (stages 0-1 reduce once per step): then its first part would be all of it, and one
+    // reduction at ready() sends less than two.
+    const bool lookup_only = std::count(sparse_groups_.begin(), sparse_groups_.end(), group) > 0;
+    const bool first_part_zero = lookup_only && (policy_.reduce_every_microbatch || backwards_since_zero_ == 1);
+    if (lookup_only && !first_part_zero) return;
     // Every DP rank's micro-batch has as many tokens, so their count bounds each rank's rows alike.
-    if (buckets_->splits(group)) buckets_->ready_except_rows(group, sparse, local_rows(sparse, rows), rows.numel());
+    if (buckets_->splits(group))
+      buckets_->ready_except_rows(group, sparse, local_rows(sparse, rows), rows.numel(), first_part_zero);
   });
 }
 

@@ -55,6 +55,9 @@ struct ZeroSettings {
   // same span), each in a bucket of its own: the part final early in backward, then the rows the
   // rest of backward adds (grads_ready_except_rows; parallel/gradient_buckets.h).
   std::vector<int> split_groups;
+  // Of those, the groups only an embedding lookup writes (an untied embedding): while nothing has
+  // been accumulated in their bucket, the first part is zero and is not sent.
+  std::vector<int> sparse_groups;
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -77,6 +80,7 @@ class ZeroEngine final : public ParamAccess {
   }
   // Before each micro-batch's backward; reductions are launched only when `reduce` is true.
   void begin_backward(bool reduce) {
+    ++backwards_since_zero_;
     buckets_->begin_backward(reduce);
     if (gatherer_) timed(Traffic::Gathers, [&] { gatherer_->begin_pass(PassKind::Backward); });
   }
@@ -131,6 +135,7 @@ class ZeroEngine final : public ParamAccess {
   void grads_ready_except_rows(int group, std::size_t sparse, const Tensor& rows) override;
   // Elements in the last split bucket's second reduction (0 when none has split).
   int64_t last_split_elements() const { return buckets_->last_split_elements(); }
+  int64_t last_split_first_elements() const { return buckets_->last_split_first_elements(); }
 
  private:
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
@@ -161,6 +166,8 @@ class ZeroEngine final : public ParamAccess {
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<ShardedOptimizer> optimizer_;
   double gather_seconds_ = 0, reduction_seconds_ = 0;
+  std::vector<int> sparse_groups_;  // ZeroSettings::sparse_groups
+  int backwards_since_zero_ = 0;    // backward passes since zero_grads()
 };
 
 }  // namespace tripod

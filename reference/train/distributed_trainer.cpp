@@ -85,10 +85,15 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
         " holds a tied wte but has no embedding group of the first and last stage (ProcessGrid::embedding)");
   ZeroSettings settings{layout_.zero, layout_.bucket_bytes, config_.train.dtype, config_.adamw,
                         defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
-                        layout_.zero3_prefetch, {}};
+                        layout_.zero3_prefetch, {}, {}};
   // A tied wte with its head in this chunk: the head's part of the gradient is reduced while the
   // rest of backward runs, the lookup's rows after it (parallel/gradient_buckets.h).
   if (tied && span.embedding && span.head && config_.train.split_tied_grad) settings.split_groups = {embedding_group()};
+  // An untied embedding's gradient is the lookup's rows alone: those rows and wpe are all it sends.
+  if (!tied && span.embedding && config_.train.split_tied_grad) {
+    settings.split_groups = {embedding_group()};
+    settings.sparse_groups = {embedding_group()};
+  }
   c.engine = std::make_unique<ZeroEngine>(std::move(specs), settings, dp_, backend_, c.tp_shards.get(), faults_);
   return c;
 }

@@ -45,7 +45,8 @@ struct TrainSettings {
   bool async_save = false;    // write the scheduled saves in the background (train/async_save.h)
   std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)
   // Data parallelism, tied head and embedding in one stage: wte's gradient reduced in two parts, the
-  // head's during backward and the lookup's token rows after it (parallel/gradient_buckets.h).
+  // head's during backward and the lookup's token rows after it (parallel/gradient_buckets.h). An
+  // untied wte: only its token rows (and wpe) are reduced, where nothing accumulated in the table.
   bool split_tied_grad = true;
   int64_t rank_stats_every = 10;        // multi-rank runs: gather per-rank step times (train/rank_timing.h)
 };

@@ -182,6 +182,11 @@ class TrainingRun {
         t.split_tied_grad)
       std::printf("  tied wte's gradient reduced over DP in two parts: the LM head's during backward, the lookup's "
                   "token rows after it (train.split_tied_grad)\n");
+    if (parallel_ && parallel_->layout.dp > 1 && !config_.model.tie_embeddings && t.split_tied_grad)
+      std::printf("  untied wte's gradient reduced over DP as the batches' token rows only%s (train.split_tied_grad)\n",
+                  parallel_->layout.zero <= 1 && t.micro_batches > 1 ? " (not with ZeRO 0-1 and micro-batches: "
+                                                                       "they accumulate in the whole table)"
+                                                                     : "");
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
     if (const auto share = process_core_share(); share && parallel_) std::printf("  %s\n", describe(*share).c_str());
     if (!resumed_from_.empty())

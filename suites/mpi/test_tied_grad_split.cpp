@@ -3,6 +3,9 @@
 // The two parts are summed over DP separately, so the result differs from the one-part reduction
 // in rounding only: checked in fp64 for every ZeRO stage, with and without tensor parallelism and
 // gradient accumulation. A dropped row, a row added twice or a missing wpe would be O(1) errors.
+// An untied wte's gradient is the lookup's rows alone: where nothing has accumulated in its bucket
+// (one micro-batch, or ZeRO-2/3) the first part is not sent at all, and otherwise the bucket is
+// reduced once, as before; checked the same way, with pipelines too (the first stage's embedding).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,14 +25,17 @@ constexpr int64_t kLargeVocab = 997;  // much larger than a batch's tokens
 struct SplitRun {
   std::vector<double> losses, norms;
   std::vector<std::vector<double>> params;
-  int64_t split_elements = 0;
+  bool holds_embedding = true;  // this rank's stage holds the embedding (the first pipeline stage)
+  int64_t split_elements = 0, first_elements = 0;  // of the embedding's engine
 };
 
-SplitRun run(bool split, const ParallelLayout& layout, Communicator& group, int64_t vocab = kLargeVocab) {
+SplitRun run(bool split, const ParallelLayout& layout, Communicator& group, int64_t vocab = kLargeVocab,
+             bool tied = true) {
   nlohmann::json j = conform::default_conformance_config("fp64").json;
   j["model"]["vocab_size"] = vocab;
   j["model"]["d_model"] = kWidth;
   j["model"]["context"] = kContext;
+  j["model"]["tie_embeddings"] = tied;
   j["train"]["micro_batches"] = layout.micro_batches;
   j["train"]["split_tied_grad"] = split;
   const RunConfig config = parse_run_config(j);
@@ -42,24 +48,39 @@ SplitRun run(bool split, const ParallelLayout& layout, Communicator& group, int6
     r.losses.push_back(step.loss);
     r.norms.push_back(step.grad_norm);
   }
+  r.holds_embedding = grid.is_first_stage();
   r.split_elements = trainer.engine().last_split_elements();
+  r.first_elements = trainer.engine().last_split_first_elements();
   r.params = trainer.gather_params();
   return r;
 }
 
 double relative_difference(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
 
-void expect_split_matches(const ParallelLayout& layout, Communicator& group, int64_t vocab = kLargeVocab) {
-  const std::string what = layout.name() + ", vocabulary " + std::to_string(vocab);
-  const SplitRun whole = run(false, layout, group, vocab), split = run(true, layout, group, vocab);
+void expect_split_matches(const ParallelLayout& layout, Communicator& group, int64_t vocab = kLargeVocab,
+                          bool tied = true) {
+  const std::string what = layout.name() + ", vocabulary " + std::to_string(vocab) + (tied ? ", tied" : ", untied");
+  const SplitRun whole = run(false, layout, group, vocab, tied), split = run(true, layout, group, vocab, tied);
   EXPECT_EQ(whole.split_elements, 0) << what;
-  // The second part holds wpe and the union of the ranks' token rows of this TP rank's wte shard:
-  // more than wpe (a batch touches some rows), far fewer than the shard's rows.
   const int64_t wpe = kContext * kWidth, wte_shard = (vocab + layout.tp - 1) / layout.tp * kWidth;
-  EXPECT_GT(split.split_elements, wpe) << what;
-  EXPECT_LE(split.split_elements, wpe + wte_shard) << what;
-  if (vocab == kLargeVocab) {
-    EXPECT_LT(split.split_elements, wpe + wte_shard / 2) << what;
+  if (!tied && layout.zero <= 1 && layout.micro_batches > 1) {
+    // Earlier micro-batches' rows are in the untied bucket: it is reduced once, not in two parts.
+    EXPECT_EQ(split.split_elements, 0) << what;
+  } else if (split.holds_embedding) {
+    // The first part: the head's, the whole bucket (tied; padded to divide among the DP ranks), or
+    // nothing, since it was zero (untied).
+    if (tied) {
+      EXPECT_GE(split.first_elements, wte_shard + wpe) << what;
+    } else {
+      EXPECT_EQ(split.first_elements, 0) << what;
+    }
+    // The second part holds wpe and the union of the ranks' token rows of this TP rank's wte shard:
+    // more than wpe (a batch touches some rows), far fewer than the shard's rows.
+    EXPECT_GT(split.split_elements, wpe) << what;
+    EXPECT_LE(split.split_elements, wpe + wte_shard) << what;
+    if (vocab == kLargeVocab) {
+      EXPECT_LT(split.split_elements, wpe + wte_shard / 2) << what;
+    }
   }
   for (std::size_t s = 0; s < whole.losses.size(); ++s) {
     EXPECT_LE(relative_difference(split.losses[s], whole.losses[s]), 1e-13) << what << ", step " << s + 1;
@@ -83,6 +104,30 @@ TEST(TiedGradSplit, MatchesTheWholeReductionOnEveryZeroStage) {
     for (int64_t vocab : {kLargeVocab, int64_t{97}})
       for (int zero : {0, 1, 2, 3})
         for (int micro : {1, 2}) expect_split_matches(testing::make_layout(1, 1, 2, zero, micro), *pair, vocab);
+  world->barrier();
+}
+
+TEST(TiedGradSplit, AnUntiedEmbeddingSendsOnlyItsRowsAndWpe) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto pair = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "split2");
+  if (pair)
+    for (int64_t vocab : {kLargeVocab, int64_t{97}})
+      for (int zero : {0, 1, 2, 3})
+        for (int micro : {1, 2})
+          expect_split_matches(testing::make_layout(1, 1, 2, zero, micro), *pair, vocab, /*tied=*/false);
+  world->barrier();
+}
+
+TEST(TiedGradSplit, AnUntiedEmbeddingUnderTensorAndPipelineParallelism) {
+  auto world = testing::test_world();
+  if (world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  auto four = world->split(world->rank() < 4 ? 0 : -1, world->rank(), "split4");
+  if (four)
+    for (int zero : {1, 3}) {
+      expect_split_matches(testing::make_layout(2, 1, 2, zero, 1), *four, kLargeVocab, /*tied=*/false);
+      expect_split_matches(testing::make_layout(1, 2, 2, zero, 2), *four, kLargeVocab, /*tied=*/false);
+    }
   world->barrier();
 }
 

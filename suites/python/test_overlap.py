@@ -49,14 +49,20 @@ def test_mechanisms_change_no_bit(corpus, tmp_path):
         assert got[name] == got["plain"], name
 
 
-def test_the_tied_gradient_split_can_be_turned_off_and_changes_only_rounding(corpus, tmp_path):
+# Tied: the head's part during backward, the rows after it; untied (ZeRO-2, which reduces every
+# micro-batch): only the rows and wpe are ever sent.
+@pytest.mark.parametrize("head,zero,says", [
+    ("tied", "1", "tied wte's gradient reduced over DP in two parts"),
+    ("untied", "2", "untied wte's gradient reduced over DP as the batches' token rows only (train.split_tied_grad)")])
+def test_the_embedding_gradient_split_can_be_turned_off_and_changes_only_rounding(corpus, tmp_path, head, zero, says):
     got = {}
     for split in ("true", "false"):
         metrics = tmp_path / f"{split}.jsonl"
         result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
-                        f"train.metrics={metrics}", *SMALL, "--zero", "1", "--set", f"train.split_tied_grad={split}")
+                        f"train.metrics={metrics}", *SMALL, "--zero", zero, "--set", f"train.split_tied_grad={split}",
+                        "--set", f"model.tie_embeddings={'true' if head == 'tied' else 'false'}")
         assert result.returncode == 0, split + ": " + result.stdout + result.stderr
-        assert ("wte's gradient reduced over DP in two parts" in result.stdout) == (split == "true"), result.stdout
+        assert (says in result.stdout) == (split == "true"), result.stdout
         got[split] = metric_lines(metrics)
     assert len(got["true"]) == len(got["false"]) >= 4
     for on, off in zip(got["true"], got["false"]):  # fp32: the two parts are summed over DP separately
