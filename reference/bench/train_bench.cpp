@@ -41,6 +41,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   std::unique_ptr<SelfCommunicator> world;
   std::unique_ptr<ProcessGrid> grid;
   std::unique_ptr<TrainingEngine> engine;
+  const int64_t padded_vocab = tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple);
   if (o.vocab_multiple > 1) {
     ParallelLayout layout;
     layout.vocab_multiple = o.vocab_multiple;
@@ -49,7 +50,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     engine = std::make_unique<DistributedTrainer>(config, *backend, *grid, layout);
     std::printf("  vocabulary %lld padded to %lld rows (a multiple of %d); model FLOPs count the %lld real ones\n",
                 static_cast<long long>(config.model.vocab_size),
-                static_cast<long long>(tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)),
+                static_cast<long long>(padded_vocab),
                 o.vocab_multiple, static_cast<long long>(config.model.vocab_size));
   } else {
     engine = std::make_unique<Trainer>(config, *backend);
@@ -98,7 +99,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
                         {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
                         {"vocab_multiple", o.vocab_multiple},
-                        {"padded_vocab", tp::padded_vocab(config.model.vocab_size, 1, o.vocab_multiple)},
+                        {"padded_vocab", padded_vocab},
                         {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},
                         {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
                         {"peak_source", peak.source},

@@ -68,10 +68,10 @@ TpShard tp_shard(const ParamSpec& spec, int size, int rank, int vocab_multiple) 
   return s;
 }
 
-std::vector<TpShard> tp_shards(const ModelConfig& config, int size, int rank, int vocab_multiple) {
+std::vector<TpShard> tp_shards(const ModelConfig& config, int size, int rank) {
   validate_tensor_parallel(config, size);
   std::vector<TpShard> shards;
-  for (const ParamSpec& spec : gpt_param_specs(config)) shards.push_back(tp_shard(spec, size, rank, vocab_multiple));
+  for (const ParamSpec& spec : gpt_param_specs(config)) shards.push_back(tp_shard(spec, size, rank));
   return shards;
 }
 

@@ -47,7 +47,7 @@ struct TpShard {
 // `vocab_multiple` pads the vocabulary rows of each rank up to a multiple of it.
 TpShard tp_shard(const ParamSpec& spec, int tp_size, int tp_rank, int vocab_multiple = 1);
 // All of a model's shards on one rank, in spec order, after validate_tensor_parallel.
-std::vector<TpShard> tp_shards(const ModelConfig& config, int tp_size, int tp_rank, int vocab_multiple = 1);
+std::vector<TpShard> tp_shards(const ModelConfig& config, int tp_size, int tp_rank);
 
 // A contiguous run of elements: local [local, local+length) holds logical [logical, logical+length),
 // both flattened row-major. Local elements in no run are padding.

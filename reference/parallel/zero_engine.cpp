@@ -31,13 +31,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
               std::max<int64_t>(1, s.bucket_bytes / static_cast<int64_t>(dtype_size(s.dtype))),
               /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements) {
   check(s.bucket_bytes > 0, "the gradient bucket size must be positive (got ", s.bucket_bytes, " bytes)");
-  // One TP rank holds the logical tensors, unless the vocabulary is padded (tp_shard.h).
-  const auto padded = [&] {
-    for (const tp::TpShard& shard : tp->shards)
-      if (shard.local != shard.logical) return true;
-    return false;
-  };
-  if (tp && tp->comm && (tp->comm->size() > 1 || padded())) tp_ = std::make_unique<TensorParallelShards>(*tp);
+  if (tp && tp->comm) tp_ = std::make_unique<TensorParallelShards>(*tp);
   buffers_ = ZeroBuffers::allocate(layout_, policy_, backend_, dtype_);
   param_views_.resize(specs_.size());
   grad_views_.resize(specs_.size());

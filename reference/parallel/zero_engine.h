@@ -62,7 +62,8 @@ struct ZeroSettings {
 
 class ZeroEngine final : public ParamAccess {
  public:
-  // `tp` (optional) is copied; so is the fault plan.
+  // `tp` (optional: when the specs are TP shards, a one-rank group's padded vocabulary included) is
+  // copied; so is the fault plan.
   ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& settings, Communicator& dp, Backend& backend,
              const TensorParallelShards* tp = nullptr, const FaultPlan& faults = FaultPlan());
   ~ZeroEngine() override;
