@@ -19,7 +19,7 @@ TEST(CublasLtLibrary, TheToolkitsLibraryLoadsWithEveryEntryPointOfTheCompiledVer
        {(const void*)lt.create, (const void*)lt.destroy, (const void*)lt.matmul, (const void*)lt.algo_get_heuristic,
         (const void*)lt.desc_create, (const void*)lt.desc_destroy, (const void*)lt.desc_set_attribute,
         (const void*)lt.preference_create, (const void*)lt.preference_destroy, (const void*)lt.preference_set_attribute,
-        (const void*)lt.layout_create, (const void*)lt.layout_destroy, (const void*)lt.get_version})
+        (const void*)lt.layout_create, (const void*)lt.layout_destroy, (const void*)lt.layout_set_attribute, (const void*)lt.get_version})
     EXPECT_NE(entry, nullptr);
   // The library's own version (callable without a device) is the major version compiled against.
   EXPECT_EQ(lt.get_version() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/host/gemm_layout.h"
+#include "column_major_gemm_reference.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
 
@@ -27,37 +28,7 @@ std::vector<T> random_buffer(int64_t n, uint64_t seed) {
   return v;
 }
 
-// What cublasLtMatmul computes for the described call, in place (D = C), every matrix column-major:
-// element (i, j) of a layout is at ptr[i + j * ld]. It first checks what cuBLASLt checks (the
-// layouts agree with m, n, k under the transposes; ld >= rows), so an inconsistent mapping fails
-// here as cuBLASLt would reject it. beta == 0 does not read C (BLAS and cuBLASLt semantics).
-template <typename T>
-void column_major_reference(const CublasLtGemm& g) {
-  ASSERT_EQ(g.work, GemmWork::Matmul);
-  const LtMatrix &la = g.a_layout, &lb = g.b_layout, &lc = g.c_layout;
-  // op(lt_a) is [m, k], op(lt_b) is [k, n], C is [m, n].
-  ASSERT_EQ(g.trans_lt_a ? la.cols : la.rows, g.m);
-  ASSERT_EQ(g.trans_lt_a ? la.rows : la.cols, g.k);
-  ASSERT_EQ(g.trans_lt_b ? lb.cols : lb.rows, g.k);
-  ASSERT_EQ(g.trans_lt_b ? lb.rows : lb.cols, g.n);
-  ASSERT_EQ(lc.rows, g.m);
-  ASSERT_EQ(lc.cols, g.n);
-  for (const LtMatrix* l : {&la, &lb, &lc}) ASSERT_GE(l->ld, std::max<int64_t>(1, l->rows));
-  const T* a = static_cast<const T*>(g.lt_a);
-  const T* b = static_cast<const T*>(g.lt_b);
-  T* c = static_cast<T*>(g.c);
-  auto op_a = [&](int64_t i, int64_t p) { return g.trans_lt_a ? a[p + i * la.ld] : a[i + p * la.ld]; };
-  auto op_b = [&](int64_t p, int64_t j) { return g.trans_lt_b ? b[j + p * lb.ld] : b[p + j * lb.ld]; };
-  for (int64_t j = 0; j < g.n; ++j) {
-    for (int64_t i = 0; i < g.m; ++i) {
-      double sum = 0;
-      for (int64_t p = 0; p < g.k; ++p) sum += static_cast<double>(op_a(i, p)) * static_cast<double>(op_b(p, j));
-      T& out = c[i + j * lc.ld];
-      const double scaled_c = g.beta == 0 ? 0.0 : g.beta * static_cast<double>(out);
-      out = static_cast<T>(g.alpha * sum + scaled_c);
-    }
-  }
-}
+using testing::column_major_reference;
 
 // What cublaslt_gemm.cpp does for GemmWork::ScaleC and ZeroC: scale each run of C's memory by
 // beta, or set it to zero.
@@ -142,6 +113,85 @@ TEST(GemmLayout, ColumnMajorCallOnMappedArgumentsMatchesOpenBlasFp32) {
     EXPECT_LE(mapped_vs_openblas<float>(t, seed), 1e-5) << t.str();
     seed += 3;
   }
+}
+
+void expect_error(const RowMajorGemm& call, const std::vector<std::string>& parts) {
+  try {
+    map_row_major_gemm(call, "gemm");
+    ADD_FAILURE() << "expected an error mentioning " << parts.front();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what << " lacks " << p;
+  }
+}
+
+// A strided batch: each matrix of the batch as OpenBLAS computes it alone, the gaps between C's
+// matrices untouched (strides larger than a matrix's span leave gaps to check).
+TEST(GemmLayout, StridedBatchMatchesOpenBlasMatrixByMatrix) {
+  uint64_t seed = 500;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t batch : {1, 3}) {
+        const int64_t m = 5, n = 4, k = 6, pad = 2, gap = 7;
+        const int64_t a_rows = ta ? k : m, a_len = ta ? m : k, b_rows = tb ? n : k, b_len = tb ? k : n;
+        const int64_t lda = a_len + pad, ldb = b_len + pad, ldc = n + pad;
+        const int64_t sa = a_rows * lda + gap, sb = b_rows * ldb + gap, sc = m * ldc + gap;
+        const std::vector<double> a = random_buffer<double>(batch * sa, seed), b = random_buffer<double>(batch * sb, seed + 1);
+        const std::vector<double> c0 = random_buffer<double>(batch * sc, seed + 2);
+        seed += 3;
+        std::vector<double> want = c0, got = c0;
+        for (int64_t i = 0; i < batch; ++i)
+          cpu::gemm<double>(ta, tb, m, n, k, 0.5, a.data() + i * sa, lda, b.data() + i * sb, ldb, 0.0,
+                            want.data() + i * sc, ldc);
+        RowMajorGemm call{ta, tb, m, n, k, 0.5, 0.0, a.data(), lda, b.data(), ldb, got.data(), ldc, 8, 8};
+        call.batch_count = batch;
+        call.stride_a = sa;
+        call.stride_b = sb;
+        call.stride_c = sc;
+        const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
+        EXPECT_EQ(lt.batch_count, batch);
+        // One product: cuBLASLt gets no strides; several: each operand its own (A and B swapped).
+        EXPECT_EQ(lt.a_layout.batch_stride, batch > 1 ? sb : 0);
+        EXPECT_EQ(lt.b_layout.batch_stride, batch > 1 ? sa : 0);
+        EXPECT_EQ(lt.c_layout.batch_stride, batch > 1 ? sc : 0);
+        column_major_reference<double>(lt);
+        double worst = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+        EXPECT_LE(worst, 1e-14) << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch " << batch;
+      }
+}
+
+TEST(GemmLayout, BatchStridesJoinTheAlignmentAndOverlappingOutputsAreErrors) {
+  auto at = [](uintptr_t address) { return reinterpret_cast<const void*>(address); };
+  RowMajorGemm call{false, false, 4, 8, 8, 1.0, 0.0, at(0x1000), 8, at(0x2000), 8,
+                    reinterpret_cast<void*>(0x3000), 8, 4, 4};
+  call.batch_count = 2;
+  call.stride_a = 4 * 8 + 1;  // 33 elements = 132 bytes: every other A starts 4-byte aligned
+  call.stride_b = 64;         // 256 bytes
+  call.stride_c = 40;         // 160 bytes: 32-byte aligned
+  const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
+  EXPECT_EQ(lt.b_layout.alignment_bytes, 4u);   // caller's A
+  EXPECT_EQ(lt.a_layout.alignment_bytes, 32u);  // caller's B: ld 8 * 4 bytes = 32 decides
+  EXPECT_EQ(lt.c_layout.alignment_bytes, 32u);
+  call.batch_count = 1;  // one product: the strides mean nothing
+  EXPECT_EQ(map_row_major_gemm(call, "gemm").b_layout.alignment_bytes, 32u);
+
+  double x[1];
+  RowMajorGemm overlap{false, false, 4, 5, 6, 1, 0, x, 6, x, 5, x, 5, 8, 8};
+  overlap.batch_count = 2;
+  overlap.stride_c = 19;  // C spans 3 * 5 + 5 = 20 elements
+  expect_error(overlap, {"gemm", "overlap", "stride_c = 19", "span 20", "batch of 2"});
+  overlap.stride_c = 20;
+  EXPECT_NO_THROW(map_row_major_gemm(overlap, "gemm"));
+  overlap.stride_a = -1;
+  expect_error(overlap, {"negative batch stride", "A -1"});
+  overlap.stride_a = 0;  // a shared A (stride 0) is allowed: it is only read
+  overlap.batch_count = -1;
+  expect_error(overlap, {"batch count -1"});
+  overlap.batch_count = int64_t{1} << 31;
+  expect_error(overlap, {"batch count 2147483648", "2^31 - 1"});
+  overlap.batch_count = 0;
+  EXPECT_EQ(map_row_major_gemm(overlap, "gemm").work, GemmWork::Nothing);
 }
 
 TEST(GemmLayout, SwapsOperandsAndSizesKeepsTransposes) {
@@ -254,16 +304,6 @@ TEST(GemmLayout, ScaleRunsAreOneSpanWhenContiguous) {
   const CublasLtGemm one_row = map_row_major_gemm({false, false, 1, 7, 0, 1.0, 2.0, buf, 0, buf, 7, buf, 9, 8, 8}, "gemm");
   EXPECT_EQ(scale_c_runs(one_row).runs, 1);
   EXPECT_EQ(scale_c_runs(one_row).run_length, 7);
-}
-
-void expect_error(const RowMajorGemm& call, const std::vector<std::string>& parts) {
-  try {
-    map_row_major_gemm(call, "gemm");
-    ADD_FAILURE() << "expected an error mentioning " << parts.front();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what << " lacks " << p;
-  }
 }
 
 TEST(GemmLayout, LeadingDimensionsShorterThanTheStoredRowAreErrorsNamingTheOperand) {

@@ -69,10 +69,25 @@ struct MatmulDesc {
 
 struct MatrixLayout {
   cublasLtMatrixLayout_t layout = nullptr;
-  MatrixLayout(cudaDataType_t type, const LtMatrix& m) {
+  MatrixLayout(cudaDataType_t type, const LtMatrix& m, int64_t batch_count) {
     check_cublas(cublaslt().layout_create(&layout, type, static_cast<uint64_t>(m.rows),
                                             static_cast<uint64_t>(m.cols), m.ld),
                  "cublasLtMatrixLayoutCreate");
+    if (batch_count == 1) return;
+    // A strided batch: every layout of the call carries the count (cuBLASLt requires them equal)
+    // and its own stride, in the attributes' types (int32_t count, int64_t stride in elements).
+    const int32_t count = static_cast<int32_t>(batch_count);
+    const int64_t stride = m.batch_stride;
+    try {
+      check_cublas(cublaslt().layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                   "cublasLtMatrixLayoutSetAttribute (batch count)");
+      check_cublas(cublaslt().layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                   sizeof stride),
+                   "cublasLtMatrixLayoutSetAttribute (batch stride)");
+    } catch (...) {
+      cublaslt().layout_destroy(layout);  // the destructor does not run for a throwing constructor
+      throw;
+    }
   }
   ~MatrixLayout() { cublaslt().layout_destroy(layout); }
   MatrixLayout(const MatrixLayout&) = delete;
@@ -98,7 +113,10 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
                  ", op B ", g.trans_lt_b ? "T" : "N", "), cudaDataType A/B ", static_cast<int>(types.ab), ", C ",
                  static_cast<int>(types.c), ", compute type ", static_cast<int>(types.compute), ", leading dimensions ",
                  g.a_layout.ld, "/", g.b_layout.ld, "/", g.c_layout.ld, ", alignments ", g.a_layout.alignment_bytes,
-                 "/", g.b_layout.alignment_bytes, "/", g.c_layout.alignment_bytes, " bytes");
+                 "/", g.b_layout.alignment_bytes, "/", g.c_layout.alignment_bytes, " bytes",
+                 g.batch_count > 1 ? str_cat(", a batch of ", g.batch_count, " (strides ", g.a_layout.batch_stride,
+                                             "/", g.b_layout.batch_stride, "/", g.c_layout.batch_stride, ")")
+                                   : std::string());
 }
 
 // The heuristic's choice depends only on these, so it is asked once per distinct problem (the
@@ -106,7 +124,8 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
 // The device and workspace size are part of the key because a handle's address can be reused by
 // a later backend on another device (another architecture) or with a smaller workspace.
 using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+                           int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
+                           int64_t, int64_t>;
 
 cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
                                  const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
@@ -115,7 +134,8 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> chosen;
   const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c,
                     g.trans_lt_a, g.trans_lt_b, g.m, g.n, g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld,
-                    g.a_layout.alignment_bytes, g.b_layout.alignment_bytes, g.c_layout.alignment_bytes};
+                    g.a_layout.alignment_bytes, g.b_layout.alignment_bytes, g.c_layout.alignment_bytes,
+                    g.batch_count, g.a_layout.batch_stride, g.b_layout.batch_stride, g.c_layout.batch_stride};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   Preference pref;
@@ -144,15 +164,17 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
 // C = beta * C for an empty product (k == 0), run by run, the padding untouched.
 void scale_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
   const ScaleRuns runs = scale_c_runs(g);
-  for (int64_t r = 0; r < runs.runs; ++r) {
-    if (c_dtype == DType::F32)
-      cuda::scale(static_cast<float*>(g.c) + r * runs.stride, runs.run_length, g.beta, ctx);
-    else if (c_dtype == DType::F64)
-      cuda::scale(static_cast<double*>(g.c) + r * runs.stride, runs.run_length, g.beta, ctx);
-    else
-      fail("gemm: k = 0 with a ", dtype_name(c_dtype), " C and beta = ", g.beta,
-           " (an empty product scaling a bf16 C) is not supported");
-  }
+  for (int64_t i = 0; i < g.batch_count; ++i)
+    for (int64_t r = 0; r < runs.runs; ++r) {
+      const int64_t offset = i * g.c_layout.batch_stride + r * runs.stride;
+      if (c_dtype == DType::F32)
+        cuda::scale(static_cast<float*>(g.c) + offset, runs.run_length, g.beta, ctx);
+      else if (c_dtype == DType::F64)
+        cuda::scale(static_cast<double*>(g.c) + offset, runs.run_length, g.beta, ctx);
+      else
+        fail("gemm: k = 0 with a ", dtype_name(c_dtype), " C and beta = ", g.beta,
+             " (an empty product scaling a bf16 C) is not supported");
+    }
 }
 
 // C = 0 for an empty product with beta == 0 (all-zero bits are +0 in fp32, fp64 and bf16), run by
@@ -160,10 +182,12 @@ void scale_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
 void zero_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
   const ScaleRuns runs = scale_c_runs(g);
   const std::size_t element = dtype_size(c_dtype);
-  check_cuda(cudaMemset2DAsync(g.c, static_cast<std::size_t>(runs.stride) * element, 0,
-                               static_cast<std::size_t>(runs.run_length) * element,
-                               static_cast<std::size_t>(runs.runs), ctx.stream),
-             "cudaMemset2DAsync (gemm: k = 0, beta = 0)");
+  for (int64_t i = 0; i < g.batch_count; ++i)
+    check_cuda(cudaMemset2DAsync(static_cast<char*>(g.c) + i * g.c_layout.batch_stride * element,
+                                 static_cast<std::size_t>(runs.stride) * element, 0,
+                                 static_cast<std::size_t>(runs.run_length) * element,
+                                 static_cast<std::size_t>(runs.runs), ctx.stream),
+               "cudaMemset2DAsync (gemm: k = 0, beta = 0)");
 }
 
 }  // namespace
@@ -171,9 +195,17 @@ void zero_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
           bool fp32_on_tf32, const CudaContext& ctx) {
-  const GemmTypes types = gemm_types(ab, c_dtype, accumulate, fp32_on_tf32);
   const RowMajorGemm call{trans_a, trans_b, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, dtype_size(ab),
                           dtype_size(c_dtype)};
+  gemm(call, ab, c_dtype, accumulate, fp32_on_tf32, ctx);
+}
+
+void gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
+          const CudaContext& ctx) {
+  const GemmTypes types = gemm_types(ab, c_dtype, accumulate, fp32_on_tf32);
+  if (call.ab_element_bytes != dtype_size(ab) || call.c_element_bytes != dtype_size(c_dtype))
+    fail("gemm: element sizes ", call.ab_element_bytes, "/", call.c_element_bytes, " do not match ",
+         dtype_name(ab), "/", dtype_name(c_dtype));
   const CublasLtGemm g = map_row_major_gemm(call, "gemm");
   if (g.work == GemmWork::Nothing) return;
   if (g.work == GemmWork::ScaleC) return scale_c(g, c_dtype, ctx);
@@ -182,7 +214,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   MatmulDesc desc(types.compute, types.scale);
   desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSA, g.trans_lt_a);
   desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSB, g.trans_lt_b);
-  const MatrixLayout a_layout(types.ab, g.a_layout), b_layout(types.ab, g.b_layout), c_layout(types.c, g.c_layout);
+  const MatrixLayout a_layout(types.ab, g.a_layout, g.batch_count), b_layout(types.ab, g.b_layout, g.batch_count),
+      c_layout(types.c, g.c_layout, g.batch_count);
   const cublasLtMatmulAlgo_t algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout);
   // alpha and beta in the scale type, read from the host (the default pointer mode).
   const float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/host/gemm_layout.h"
 #include "core/dtype.h"
 
 namespace tripod::cuda {
@@ -14,5 +15,10 @@ namespace tripod::cuda {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
           bool fp32_on_tf32, const CudaContext& ctx);
+
+// The same for a call described whole, a strided batch included (gemm_layout.h): one cuBLASLt
+// call for the batch. The element sizes must be those of `ab` and `c_dtype`.
+void gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
+          const CudaContext& ctx);
 
 }  // namespace tripod::cuda

@@ -52,6 +52,7 @@ CublasLt load_cublaslt(const std::string& soname) {
   resolve(library, soname, "cublasLtMatmulPreferenceSetAttribute", lt.preference_set_attribute);
   resolve(library, soname, "cublasLtMatrixLayoutCreate", lt.layout_create);
   resolve(library, soname, "cublasLtMatrixLayoutDestroy", lt.layout_destroy);
+  resolve(library, soname, "cublasLtMatrixLayoutSetAttribute", lt.layout_set_attribute);
   resolve(library, soname, "cublasLtGetVersion", lt.get_version);
   return lt;
 }

@@ -27,6 +27,7 @@ struct CublasLt {
   decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
   decltype(&cublasLtMatrixLayoutCreate) layout_create;
   decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatrixLayoutSetAttribute) layout_set_attribute;
   decltype(&cublasLtGetVersion) get_version;
 };
 

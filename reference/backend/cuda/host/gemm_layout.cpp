@@ -1,5 +1,8 @@
 #include "backend/cuda/host/gemm_layout.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -24,9 +27,15 @@ void check_leading_dimension(const char* op, const char* operand, const char* ld
          ", k = ", g.k);
 }
 
-// A stored row-major [rows, row_length] matrix, read column-major: [row_length, rows], same ld.
-LtMatrix column_major_view(StoredRowMajor s, const void* address, int64_t ld, std::size_t element_bytes) {
-  return LtMatrix{s.row_length, s.rows, ld, gemm_alignment_bytes(address, ld, element_bytes)};
+// A stored row-major [rows, row_length] matrix, read column-major: [row_length, rows], same ld;
+// in a batch, every matrix's start is `batch_stride` elements after the previous one's.
+LtMatrix column_major_view(StoredRowMajor s, const void* address, int64_t ld, std::size_t element_bytes,
+                           int64_t batch_count, int64_t batch_stride) {
+  const int64_t stride = batch_count > 1 ? batch_stride : 0;
+  // The stride's bytes join the leading dimension's: the power of two dividing both divides every start.
+  const uint32_t column_alignment = gemm_alignment_bytes(address, ld, element_bytes);
+  const uint32_t batch_alignment = gemm_alignment_bytes(nullptr, stride, element_bytes);
+  return LtMatrix{s.row_length, s.rows, ld, std::min(column_alignment, batch_alignment), stride};
 }
 
 }  // namespace
@@ -52,6 +61,16 @@ CublasLtGemm map_row_major_gemm(const RowMajorGemm& g, const char* op) {
   check_leading_dimension(op, "A", "lda", a, g.lda, g.trans_a, g);
   check_leading_dimension(op, "B", "ldb", b, g.ldb, g.trans_b, g);
   check_leading_dimension(op, "C", "ldc", c, g.ldc, false, g);
+  if (g.batch_count < 0 || g.batch_count > std::numeric_limits<int32_t>::max())
+    fail(op, ": batch count ", g.batch_count, " is outside cuBLASLt's [0, 2^31 - 1]");
+  if (g.batch_count > 1) {
+    if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0)
+      fail(op, ": negative batch stride (A ", g.stride_a, ", B ", g.stride_b, ", C ", g.stride_c, ")");
+    const int64_t c_span = gemm_operand_span(c.rows, c.row_length, g.ldc);
+    if (g.stride_c < c_span)
+      fail(op, ": the batch's C matrices overlap: stride_c = ", g.stride_c, " is less than C's span ", c_span,
+           " ([", g.m, ", ", g.n, "], ldc = ", g.ldc, ") over a batch of ", g.batch_count);
+  }
 
   CublasLtGemm lt;
   lt.alpha = g.alpha;
@@ -66,11 +85,12 @@ CublasLtGemm map_row_major_gemm(const RowMajorGemm& g, const char* op) {
   lt.m = g.n;
   lt.n = g.m;
   lt.k = g.k;
-  lt.a_layout = column_major_view(b, g.b, g.ldb, g.ab_element_bytes);
-  lt.b_layout = column_major_view(a, g.a, g.lda, g.ab_element_bytes);
-  lt.c_layout = column_major_view(c, g.c, g.ldc, g.c_element_bytes);
+  lt.batch_count = g.batch_count;
+  lt.a_layout = column_major_view(b, g.b, g.ldb, g.ab_element_bytes, g.batch_count, g.stride_b);
+  lt.b_layout = column_major_view(a, g.a, g.lda, g.ab_element_bytes, g.batch_count, g.stride_a);
+  lt.c_layout = column_major_view(c, g.c, g.ldc, g.c_element_bytes, g.batch_count, g.stride_c);
 
-  if (g.m == 0 || g.n == 0) {
+  if (g.m == 0 || g.n == 0 || g.batch_count == 0) {
     lt.work = GemmWork::Nothing;  // as OpenBLAS: no element of C exists, nothing is read
   } else if (g.k == 0) {
     // The empty sum: C = beta * C; with beta == 0, BLAS sets C to zero without reading it, so a

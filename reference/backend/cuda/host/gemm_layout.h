@@ -30,16 +30,24 @@ struct RowMajorGemm {
   int64_t ldc = 0;
   std::size_t ab_element_bytes = 0;  // A and B share a dtype
   std::size_t c_element_bytes = 0;
+  // A strided batch: `batch_count` products, product i reading A + i * stride_a, B + i * stride_b
+  // and writing C + i * stride_c (strides in elements). The C matrices must not overlap (stride_c
+  // at least C's span), so no element of C has two writers.
+  int64_t batch_count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 // One stored matrix as cublasLtMatrixLayoutCreate describes it: column-major, `rows` x `cols`,
 // column j starting `ld` elements after column j - 1 (so each column is `rows` contiguous
 // elements). `alignment_bytes` is the largest power of two (at most 256, cuBLASLt's default
 // preference) dividing both the address and ld * element size: the alignment of every column's
-// start, which is what CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES promises the kernels.
+// start, which is what CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES promises the kernels; in a
+// batch, the batch stride's bytes divide it too (every matrix's start). `batch_stride` is
+// CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET (elements; 0 when there is one product).
 struct LtMatrix {
   int64_t rows = 0, cols = 0, ld = 0;
   uint32_t alignment_bytes = 0;
+  int64_t batch_stride = 0;
 };
 
 // What the GEMM has to do once the sizes are known.
@@ -62,17 +70,20 @@ struct CublasLtGemm {
   int64_t m = 0, n = 0, k = 0;                  // cuBLASLt's: the caller's n, m, k
   LtMatrix a_layout, b_layout, c_layout;        // of lt_a, lt_b and C (= D)
   double alpha = 1, beta = 0;
+  int64_t batch_count = 1;  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT of every layout
 };
 
 // Maps the row-major call, after validating it: sizes >= 0, every leading dimension at least the
 // row length of its stored row-major matrix (A: k, or m transposed; B: n, or k transposed; C: n),
-// element sizes > 0. A failure throws tripod::Error naming `op`, the operand and the sizes.
+// element sizes > 0; in a batch (batch_count > 1) strides >= 0 and C's matrices apart (stride_c at
+// least C's span). A failure throws tripod::Error naming `op`, the operand and the sizes. An empty
+// batch (batch_count == 0) is GemmWork::Nothing.
 CublasLtGemm map_row_major_gemm(const RowMajorGemm& call, const char* op);
 
 // C = beta * C (GemmWork::ScaleC) or C = 0 (ZeroC) over C's memory: `runs` contiguous runs of `run_length`
 // elements, run r starting at c + r * stride: one run when C's rows lie back to back, else one per
 // row-major row of C (a column of the column-major layout), stepping over the ld padding, which
-// is never touched.
+// is never touched. In a batch: the same runs for each product, from c + i * c_layout.batch_stride.
 struct ScaleRuns {
   int64_t runs = 0, run_length = 0, stride = 0;
 };

@@ -1,6 +1,8 @@
 // Causal multi-head attention (attention.cu), the CPU backend's layout: qkv[B,T,3C] with q|k|v,
 // head h in columns [h*hd, (h+1)*hd) of each third; out[B,T,C]; probs[B,H,T,T] kept for backward
-// (the memory cost the Backend interface states: B*H*T*T elements).
+// (the memory cost the Backend interface states: B*H*T*T elements). The products run on cuBLASLt
+// (backend/cuda/host/attention_gemms.h) in T's own precision, true fp32 whatever the backend's fp32
+// matmul mode (the CPU backend's attention ignores it too, so the two agree under every policy).
 #pragma once
 #include <cstdint>
 

@@ -1,0 +1,207 @@
+// The CUDA backend's attention (backend/cuda/kernels/attention.cu), replayed on the host step by
+// step against cpu::attention_forward / attention_backward: every product is the call
+// backend/cuda/host/attention_gemms.h makes, mapped by map_row_major_gemm and run through the
+// column-major reference GEMM (what cuBLASLt computes with those arguments), and the softmax rows
+// run attention_math.h's functions in the kernels' thread order (kAttentionSoftmaxThreads
+// threads a row, row_reduce_math.h's block reduction). A wrong head offset, leading dimension,
+// batch stride, transpose, scale or mask moves a result by O(1).
+//
+// Tolerances, relative to each output's largest element (out, probs, and dq, dk, dv separately):
+// the caps kRelativeCap (1e-12 fp64, 1e-5 fp32). The replay's sums run in other orders than
+// OpenBLAS's blocked, fused ones (and the reference GEMM sums in fp64), over at most
+// max(T, hd) = 64 terms of size ~1: a few ulps of the largest partial sums.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/host/attention_gemms.h"
+#include "backend/kernels/attention_math.h"
+#include "backend/kernels/row_reduce_math.h"
+#include "column_major_gemm_reference.h"
+#include "core/error.h"
+#include "kernel_math_test_util.h"
+
+namespace tripod::cuda {
+namespace {
+
+using kernels::kAttentionSoftmaxThreads;
+using tripod::testing::kRelativeCap;
+using tripod::testing::relative_difference;
+
+struct Shape {
+  int64_t batch, seq_len, n_head, head_dim;
+  int64_t channels() const { return n_head * head_dim; }
+  AttentionDims dims() const { return AttentionDims{batch, seq_len, channels(), n_head}; }
+  std::string str() const { return str_cat("B=", batch, " T=", seq_len, " H=", n_head, " hd=", head_dim); }
+  std::string key() const { return str_cat("B", batch, "_T", seq_len, "_H", n_head, "_hd", head_dim); }
+};
+
+// What cuBLASLt does with the call the backend builds.
+template <typename T>
+void run(const RowMajorGemm& call) {
+  const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
+  ASSERT_EQ(lt.work, GemmWork::Matmul);
+  testing::column_major_reference<T>(lt);
+}
+
+// A block's reduction of per-thread values (softmax_block_reduce.cuh).
+template <typename T, class ThreadValue, class Combine>
+T block_reduce(const ThreadValue& thread_value, Combine combine) {
+  T values[kAttentionSoftmaxThreads];
+  for (int tid = 0; tid < kAttentionSoftmaxThreads; ++tid) values[tid] = thread_value(tid);
+  return kernels::block_reduce_in_device_order(values, kAttentionSoftmaxThreads, combine);
+}
+
+// causal_softmax_forward_kernel over every row of the [B*H*T, T] scores, in place.
+template <typename T>
+void softmax_forward_rows(std::vector<T>& probs, int64_t seq_len) {
+  const int64_t rows = static_cast<int64_t>(probs.size()) / seq_len;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t n = row % seq_len + 1;
+    T* p = probs.data() + row * seq_len;
+    const T row_max = block_reduce<T>(
+        [&](int tid) { return kernels::strided_max_partial(p, n, tid, kAttentionSoftmaxThreads); }, kernels::MaxOf{});
+    const T denom = block_reduce<T>(
+        [&](int tid) { return kernels::exp_in_place_partial(p, n, row_max, tid, kAttentionSoftmaxThreads); },
+        kernels::SumOf{});
+    for (int64_t j = 0; j < seq_len; ++j) p[j] = j < n ? p[j] / denom : T(0);
+  }
+}
+
+// causal_softmax_backward_kernel: dp in, ds out, in place.
+template <typename T>
+void softmax_backward_rows(std::vector<T>& dscores, const std::vector<T>& probs, int64_t seq_len, T scale) {
+  const int64_t rows = static_cast<int64_t>(probs.size()) / seq_len;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t n = row % seq_len + 1;
+    const T* p = probs.data() + row * seq_len;
+    T* ds = dscores.data() + row * seq_len;
+    const T row_dot = block_reduce<T>(
+        [&](int tid) { return kernels::strided_dot_partial(p, ds, n, tid, kAttentionSoftmaxThreads); },
+        kernels::SumOf{});
+    for (int64_t j = 0; j < seq_len; ++j)
+      ds[j] = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
+  }
+}
+
+// attention_forward of attention.cu, in its order: the score GEMMs of every head, the softmax, the
+// value GEMMs. probs starts as garbage: the GEMMs must overwrite it (beta = 0).
+template <typename T>
+void forward_as_the_backend(const Shape& s, const std::vector<T>& qkv, std::vector<T>& out, std::vector<T>& probs) {
+  const AttentionDims d = s.dims();
+  const double scale = kernels::attention_scale<T>(s.head_dim);
+  for (int64_t h = 0; h < s.n_head; ++h) run<T>(attention_scores_gemm(d, h, qkv.data(), probs.data(), sizeof(T), scale));
+  softmax_forward_rows(probs, s.seq_len);
+  for (int64_t h = 0; h < s.n_head; ++h) run<T>(attention_values_gemm(d, h, probs.data(), qkv.data(), out.data(), sizeof(T)));
+}
+
+template <typename T>
+void backward_as_the_backend(const Shape& s, const std::vector<T>& qkv, const std::vector<T>& dout,
+                             const std::vector<T>& probs, std::vector<T>& dqkv) {
+  const AttentionDims d = s.dims();
+  std::vector<T> score_grads(probs.size(), T(7));  // the backend's reused buffer: stale values
+  for (int64_t h = 0; h < s.n_head; ++h)
+    run<T>(attention_dprobs_gemm(d, h, dout.data(), qkv.data(), score_grads.data(), sizeof(T)));
+  softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<T>(s.head_dim));
+  for (int64_t h = 0; h < s.n_head; ++h) {
+    run<T>(attention_dquery_gemm(d, h, score_grads.data(), qkv.data(), dqkv.data(), sizeof(T)));
+    run<T>(attention_dkey_gemm(d, h, score_grads.data(), qkv.data(), dqkv.data(), sizeof(T)));
+    run<T>(attention_dvalue_gemm(d, h, probs.data(), dout.data(), dqkv.data(), sizeof(T)));
+  }
+}
+
+// The columns [part * C, (part + 1) * C) of every row of dqkv [B*T, 3C]: dq, dk or dv.
+template <typename T>
+std::vector<T> third(const std::vector<T>& dqkv, int64_t rows, int64_t channels, int part) {
+  std::vector<T> out;
+  for (int64_t r = 0; r < rows; ++r)
+    out.insert(out.end(), dqkv.begin() + r * 3 * channels + part * channels,
+               dqkv.begin() + r * 3 * channels + (part + 1) * channels);
+  return out;
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> all;
+  for (int64_t seq_len : {1, 7, 64})
+    for (int64_t head_dim : {1, 8, 64})
+      for (int64_t n_head : {1, 3}) all.push_back({2, seq_len, n_head, head_dim});
+  all.push_back({3, 33, 2, 48});   // three batch rows a call, an odd T past a warp
+  all.push_back({1, 130, 1, 16});  // rows longer than the block (130 > 128 threads)
+  all.push_back({1, 9, 1, 160});
+  return all;
+}
+
+template <typename T>
+void expect_attention_matches_cpu(uint64_t seed) {
+  for (const Shape& s : shapes()) {
+    const int64_t rows = s.batch * s.seq_len, C = s.channels();
+    const std::vector<T> qkv = tripod::testing::uniform_values<T>(rows * 3 * C, seed, "test.attention.qkv", -2, 2);
+    const std::vector<T> dout = tripod::testing::uniform_values<T>(rows * C, seed, "test.attention.dout", -1, 1);
+    const auto n_probs = static_cast<std::size_t>(s.batch * s.n_head * s.seq_len * s.seq_len);
+
+    std::vector<T> want_out(rows * C), want_probs(n_probs), got_out(rows * C, T(-9)), got_probs(n_probs, T(-9));
+    cpu::attention_forward<T>(want_out.data(), want_probs.data(), qkv.data(), s.batch, s.seq_len, C, s.n_head);
+    forward_as_the_backend(s, qkv, got_out, got_probs);
+    const double d_out = relative_difference(got_out, want_out), d_probs = relative_difference(got_probs, want_probs);
+    EXPECT_LE(d_out, kRelativeCap<T>) << "out, " << s.str();
+    EXPECT_LE(d_probs, kRelativeCap<T>) << "probs, " << s.str();
+    int64_t masked_nonzero = 0;  // the causal mask: exactly 0 past the diagonal, as the CPU stores it
+    for (std::size_t i = 0; i < n_probs; ++i) {
+      const int64_t t = static_cast<int64_t>(i) / s.seq_len % s.seq_len, j = static_cast<int64_t>(i) % s.seq_len;
+      masked_nonzero += j > t && (got_probs[i] != T(0) || want_probs[i] != T(0));
+    }
+    EXPECT_EQ(masked_nonzero, 0) << s.str();
+
+    // Backward from the replay's own probabilities, as the backend runs it; it overwrites dqkv.
+    std::vector<T> want_dqkv(qkv.size(), T(5)), got_dqkv(qkv.size(), T(-5));
+    cpu::attention_backward<T>(want_dqkv.data(), dout.data(), qkv.data(), want_probs.data(), s.batch, s.seq_len, C,
+                               s.n_head);
+    backward_as_the_backend(s, qkv, dout, got_probs, got_dqkv);
+    double worst_grad = 0;
+    for (int part = 0; part < 3; ++part) {
+      const double d = relative_difference(third(got_dqkv, rows, C, part), third(want_dqkv, rows, C, part));
+      EXPECT_LE(d, kRelativeCap<T>) << "d" << "qkv"[part] << ", " << s.str();
+      worst_grad = std::max(worst_grad, d);
+    }
+    tripod::testing::record_measure("out_" + s.key(), d_out);
+    tripod::testing::record_measure("probs_" + s.key(), d_probs);
+    tripod::testing::record_measure("dqkv_" + s.key(), worst_grad);
+  }
+}
+
+TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp32) { expect_attention_matches_cpu<float>(141); }
+TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp64) { expect_attention_matches_cpu<double>(142); }
+
+TEST(AttentionGemms, EachCallIsOneProductPerBatchRowAndHeadWithoutInterleavedOutputs) {
+  // GPT-2 124M's shapes at B8 x T1024: 12 calls a product, each a batch of 8 whole matrices.
+  const AttentionDims d{8, 1024, 768, 12};
+  double base[1];
+  const RowMajorGemm scores = attention_scores_gemm(d, 5, base, base, 4, 0.125);
+  EXPECT_EQ(scores.batch_count, 8);
+  EXPECT_EQ(scores.m, 1024);
+  EXPECT_EQ(scores.n, 1024);
+  EXPECT_EQ(scores.k, 64);
+  EXPECT_EQ(scores.alpha, 0.125);
+  EXPECT_EQ(scores.beta, 0.0);  // never reads the buffer it overwrites
+  EXPECT_EQ(scores.stride_a, 1024 * 3 * 768);
+  EXPECT_EQ(scores.stride_c, 12 * 1024 * 1024);
+  EXPECT_EQ(static_cast<const char*>(scores.a) - reinterpret_cast<const char*>(base), 5 * 64 * 4);  // q of head 5
+  EXPECT_EQ(static_cast<const char*>(scores.b) - reinterpret_cast<const char*>(base), (768 + 5 * 64) * 4);  // its k
+  for (const RowMajorGemm& g :
+       {scores, attention_values_gemm(d, 5, base, base, base, 4), attention_dprobs_gemm(d, 5, base, base, base, 4),
+        attention_dquery_gemm(d, 5, base, base, base, 4), attention_dkey_gemm(d, 5, base, base, base, 4),
+        attention_dvalue_gemm(d, 5, base, base, base, 4)}) {
+    EXPECT_NO_THROW(map_row_major_gemm(g, "gemm"));  // which checks that C's matrices do not overlap
+    EXPECT_GE(g.stride_c, gemm_operand_span(g.m, g.n, g.ldc));
+  }
+  EXPECT_THROW(checked_attention_dims("attention_forward", 1, 4, 10, 3), Error);
+  EXPECT_THROW(checked_attention_dims("attention_forward", 1, 4, 12, 0), Error);
+  EXPECT_EQ(kernels::attention_scale<float>(64), 0.125f);  // 1/sqrt(hd) rounded as the CPU rounds it
+  EXPECT_EQ(kernels::attention_scale<double>(48), 1.0 / std::sqrt(48.0));
+}
+
+}  // namespace
+}  // namespace tripod::cuda
