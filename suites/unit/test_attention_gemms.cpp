@@ -1,10 +1,11 @@
 // The CUDA backend's attention (backend/cuda/kernels/attention.cu), replayed on the host step by
-// step against cpu::attention_forward / attention_backward: every product is the call
+// step against cpu::attention_forward / attention_backward: the head-major copies by
+// attention_math.h's token_major_index, every product as the call
 // backend/cuda/host/attention_gemms.h makes, mapped by map_row_major_gemm and run through the
 // column-major reference GEMM (what cuBLASLt computes with those arguments), and the softmax rows
-// run attention_math.h's functions in the kernels' thread order (kAttentionSoftmaxThreads
-// threads a row, row_reduce_math.h's block reduction). A wrong head offset, leading dimension,
-// batch stride, transpose, scale or mask moves a result by O(1).
+// by attention_math.h's functions in the kernels' thread order (kAttentionSoftmaxThreads threads a
+// row, row_reduce_math.h's block reduction); with 1 to 4 causal row blocks. A wrong head offset,
+// leading dimension, batch stride, transpose, block bound, scale or mask moves a result by O(1).
 //
 // Tolerances, relative to each output's largest element (out, probs, and dq, dk, dv separately):
 // the caps kRelativeCap (1e-12 fp64, 1e-5 fp32). The replay's sums run in other orders than
@@ -12,6 +13,8 @@
 // max(T, hd) = 64 terms of size ~1: a few ulps of the largest partial sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,19 +35,38 @@ using tripod::testing::kRelativeCap;
 using tripod::testing::relative_difference;
 
 struct Shape {
-  int64_t batch, seq_len, n_head, head_dim;
+  int64_t batch, seq_len, n_head, head_dim, row_blocks;
   int64_t channels() const { return n_head * head_dim; }
-  AttentionDims dims() const { return AttentionDims{batch, seq_len, channels(), n_head}; }
-  std::string str() const { return str_cat("B=", batch, " T=", seq_len, " H=", n_head, " hd=", head_dim); }
-  std::string key() const { return str_cat("B", batch, "_T", seq_len, "_H", n_head, "_hd", head_dim); }
+  AttentionDims dims() const { return AttentionDims{batch, seq_len, channels(), n_head, row_blocks}; }
+  std::string str() const {
+    return str_cat("B=", batch, " T=", seq_len, " H=", n_head, " hd=", head_dim, " row blocks ", row_blocks);
+  }
+  std::string key() const {
+    return str_cat("B", batch, "_T", seq_len, "_H", n_head, "_hd", head_dim, "_R", row_blocks);
+  }
 };
 
-// What cuBLASLt does with the call the backend builds.
+// What cuBLASLt does with the call the backend builds (an empty block, T < row blocks: nothing).
 template <typename T>
 void run(const RowMajorGemm& call) {
   const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
+  if (lt.work == GemmWork::Nothing) return;
   ASSERT_EQ(lt.work, GemmWork::Matmul);
   testing::column_major_reference<T>(lt);
+}
+
+// attention.cu's copies between token-major [B,T,parts*C] and head-major [parts][B*H][T][hd].
+template <typename T>
+std::vector<T> to_head_major(const std::vector<T>& token_major, const Shape& s, int64_t parts) {
+  std::vector<T> head_major(token_major.size(), T(-3));
+  for (int64_t i = 0; i < static_cast<int64_t>(head_major.size()); ++i)
+    head_major[i] = token_major[kernels::token_major_index(i, s.batch, s.seq_len, s.n_head, s.head_dim, parts)];
+  return head_major;
+}
+template <typename T>
+void to_token_major(std::vector<T>& token_major, const std::vector<T>& head_major, const Shape& s, int64_t parts) {
+  for (int64_t i = 0; i < static_cast<int64_t>(head_major.size()); ++i)
+    token_major[kernels::token_major_index(i, s.batch, s.seq_len, s.n_head, s.head_dim, parts)] = head_major[i];
 }
 
 // A block's reduction of per-thread values (softmax_block_reduce.cuh).
@@ -87,30 +109,39 @@ void softmax_backward_rows(std::vector<T>& dscores, const std::vector<T>& probs,
   }
 }
 
-// attention_forward of attention.cu, in its order: the score GEMMs of every head, the softmax, the
-// value GEMMs. probs starts as garbage: the GEMMs must overwrite it (beta = 0).
+// attention_forward of attention.cu, in its order: the head-major copy, the score GEMMs of every
+// row block, the softmax, the value GEMMs, the copy back. probs starts as garbage: the GEMMs and
+// the softmax must overwrite all of it.
 template <typename T>
 void forward_as_the_backend(const Shape& s, const std::vector<T>& qkv, std::vector<T>& out, std::vector<T>& probs) {
   const AttentionDims d = s.dims();
+  const std::vector<T> qkvh = to_head_major(qkv, s, 3);
+  std::vector<T> outh(out.size(), T(-4));
   const double scale = kernels::attention_scale<T>(s.head_dim);
-  for (int64_t h = 0; h < s.n_head; ++h) run<T>(attention_scores_gemm(d, h, qkv.data(), probs.data(), sizeof(T), scale));
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<T>(attention_scores_gemm(d, r, qkvh.data(), probs.data(), sizeof(T), scale));
   softmax_forward_rows(probs, s.seq_len);
-  for (int64_t h = 0; h < s.n_head; ++h) run<T>(attention_values_gemm(d, h, probs.data(), qkv.data(), out.data(), sizeof(T)));
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<T>(attention_values_gemm(d, r, probs.data(), qkvh.data(), outh.data(), sizeof(T)));
+  to_token_major(out, outh, s, 1);
 }
 
 template <typename T>
 void backward_as_the_backend(const Shape& s, const std::vector<T>& qkv, const std::vector<T>& dout,
                              const std::vector<T>& probs, std::vector<T>& dqkv) {
   const AttentionDims d = s.dims();
+  const std::vector<T> qkvh = to_head_major(qkv, s, 3), douth = to_head_major(dout, s, 1);
+  std::vector<T> dqkvh(dqkv.size(), T(-6));
   std::vector<T> score_grads(probs.size(), T(7));  // the backend's reused buffer: stale values
-  for (int64_t h = 0; h < s.n_head; ++h)
-    run<T>(attention_dprobs_gemm(d, h, dout.data(), qkv.data(), score_grads.data(), sizeof(T)));
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<T>(attention_dprobs_gemm(d, r, douth.data(), qkvh.data(), score_grads.data(), sizeof(T)));
   softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<T>(s.head_dim));
-  for (int64_t h = 0; h < s.n_head; ++h) {
-    run<T>(attention_dquery_gemm(d, h, score_grads.data(), qkv.data(), dqkv.data(), sizeof(T)));
-    run<T>(attention_dkey_gemm(d, h, score_grads.data(), qkv.data(), dqkv.data(), sizeof(T)));
-    run<T>(attention_dvalue_gemm(d, h, probs.data(), dout.data(), dqkv.data(), sizeof(T)));
+  for (int64_t r = 0; r < d.row_blocks; ++r) {
+    run<T>(attention_dquery_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), sizeof(T)));
+    run<T>(attention_dkey_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), sizeof(T)));
+    run<T>(attention_dvalue_gemm(d, r, probs.data(), douth.data(), dqkvh.data(), sizeof(T)));
   }
+  to_token_major(dqkv, dqkvh, s, 3);
 }
 
 // The columns [part * C, (part + 1) * C) of every row of dqkv [B*T, 3C]: dq, dk or dv.
@@ -127,10 +158,13 @@ std::vector<Shape> shapes() {
   std::vector<Shape> all;
   for (int64_t seq_len : {1, 7, 64})
     for (int64_t head_dim : {1, 8, 64})
-      for (int64_t n_head : {1, 3}) all.push_back({2, seq_len, n_head, head_dim});
-  all.push_back({3, 33, 2, 48});   // three batch rows a call, an odd T past a warp
-  all.push_back({1, 130, 1, 16});  // rows longer than the block (130 > 128 threads)
-  all.push_back({1, 9, 1, 160});
+      for (int64_t n_head : {1, 3})
+        for (int64_t row_blocks : {int64_t{1}, int64_t{3}}) all.push_back({2, seq_len, n_head, head_dim, row_blocks});
+  all.push_back({3, 33, 2, 48, 2});   // three batch rows, an odd T past a warp, blocks of 16 and 17
+  all.push_back({1, 130, 1, 16, 4});  // rows longer than the block (130 > 128 threads); ragged blocks
+  all.push_back({1, 9, 1, 160, 4});
+  all.push_back({1, 2, 2, 4, 4});     // more blocks than rows: empty blocks do nothing
+  all.push_back({1, 512, 1, 8, attention_row_blocks(512)});  // what the backend picks at T = 512
   return all;
 }
 
@@ -175,32 +209,60 @@ void expect_attention_matches_cpu(uint64_t seed) {
 TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp32) { expect_attention_matches_cpu<float>(141); }
 TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp64) { expect_attention_matches_cpu<double>(142); }
 
-TEST(AttentionGemms, EachCallIsOneProductPerBatchRowAndHeadWithoutInterleavedOutputs) {
-  // GPT-2 124M's shapes at B8 x T1024: 12 calls a product, each a batch of 8 whole matrices.
-  const AttentionDims d{8, 1024, 768, 12};
-  double base[1];
-  const RowMajorGemm scores = attention_scores_gemm(d, 5, base, base, 4, 0.125);
-  EXPECT_EQ(scores.batch_count, 8);
-  EXPECT_EQ(scores.m, 1024);
-  EXPECT_EQ(scores.n, 1024);
+TEST(AttentionGemms, EachProductIsOneBatchOverEveryHeadPerCausalRowBlock) {
+  // GPT-2 124M's shapes at B8 x T1024: 4 row blocks of 256, each call a batch of 96 (b, h) pairs.
+  const AttentionDims d = checked_attention_dims("attention_forward", 8, 1024, 768, 12);
+  EXPECT_EQ(d.row_blocks, 4);
+  float base[1];
+  const int64_t part = 8 * 1024 * 768;  // one of q, k, v head-major
+  const RowMajorGemm scores = attention_scores_gemm(d, 2, base, base, 4, 0.125);
+  EXPECT_EQ(scores.batch_count, 96);
+  EXPECT_EQ(scores.m, 256);  // query rows 512..767
+  EXPECT_EQ(scores.n, 768);  // keys 0..767: the causal blocks past them skipped
   EXPECT_EQ(scores.k, 64);
   EXPECT_EQ(scores.alpha, 0.125);
   EXPECT_EQ(scores.beta, 0.0);  // never reads the buffer it overwrites
-  EXPECT_EQ(scores.stride_a, 1024 * 3 * 768);
-  EXPECT_EQ(scores.stride_c, 12 * 1024 * 1024);
-  EXPECT_EQ(static_cast<const char*>(scores.a) - reinterpret_cast<const char*>(base), 5 * 64 * 4);  // q of head 5
-  EXPECT_EQ(static_cast<const char*>(scores.b) - reinterpret_cast<const char*>(base), (768 + 5 * 64) * 4);  // its k
-  for (const RowMajorGemm& g :
-       {scores, attention_values_gemm(d, 5, base, base, base, 4), attention_dprobs_gemm(d, 5, base, base, base, 4),
-        attention_dquery_gemm(d, 5, base, base, base, 4), attention_dkey_gemm(d, 5, base, base, base, 4),
-        attention_dvalue_gemm(d, 5, base, base, base, 4)}) {
-    EXPECT_NO_THROW(map_row_major_gemm(g, "gemm"));  // which checks that C's matrices do not overlap
-    EXPECT_GE(g.stride_c, gemm_operand_span(g.m, g.n, g.ldc));
-  }
+  EXPECT_EQ(scores.lda, 64);
+  EXPECT_EQ(scores.stride_a, 1024 * 64);
+  EXPECT_EQ(scores.stride_c, 1024 * 1024);
+  EXPECT_EQ(static_cast<const float*>(scores.a) - base, 512 * 64);         // q, row 512
+  EXPECT_EQ(static_cast<const float*>(scores.b) - base, part);             // k, row 0
+  EXPECT_EQ(static_cast<const float*>(scores.c) - base, 512 * 1024);       // probs row 512
+  const RowMajorGemm dkey = attention_dkey_gemm(d, 1, base, base, base, 4);
+  EXPECT_EQ(dkey.m, 256);
+  EXPECT_EQ(dkey.k, 1024 - 256);  // queries 256.. see keys 256..511
+  EXPECT_EQ(static_cast<const float*>(dkey.a) - base, 256 * 1024 + 256);
+  EXPECT_EQ(static_cast<const float*>(dkey.c) - base, part + 256 * 64);  // dk rows 256..
+  // (R + 1) / 2R of the square: 62.5 % of the score products' multiply-adds at R = 4.
+  int64_t columns = 0;
+  for (int64_t r = 0; r < d.row_blocks; ++r) columns += attention_scores_gemm(d, r, base, base, 4, 1).n * 256;
+  EXPECT_EQ(columns * 8, 1024 * 1024 * 5);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    for (const RowMajorGemm& g :
+         {attention_scores_gemm(d, r, base, base, 4, 1), attention_values_gemm(d, r, base, base, base, 4),
+          attention_dprobs_gemm(d, r, base, base, base, 4), attention_dquery_gemm(d, r, base, base, base, 4),
+          attention_dkey_gemm(d, r, base, base, base, 4), attention_dvalue_gemm(d, r, base, base, base, 4)})
+      EXPECT_NO_THROW(map_row_major_gemm(g, "gemm"));  // which checks that C's matrices do not overlap
+
+  EXPECT_EQ(attention_row_blocks(1), 1);
+  EXPECT_EQ(attention_row_blocks(255), 1);
+  EXPECT_EQ(attention_row_blocks(512), 2);
+  EXPECT_EQ(attention_row_blocks(1 << 16), 4);
   EXPECT_THROW(checked_attention_dims("attention_forward", 1, 4, 10, 3), Error);
   EXPECT_THROW(checked_attention_dims("attention_forward", 1, 4, 12, 0), Error);
   EXPECT_EQ(kernels::attention_scale<float>(64), 0.125f);  // 1/sqrt(hd) rounded as the CPU rounds it
   EXPECT_EQ(kernels::attention_scale<double>(48), 1.0 / std::sqrt(48.0));
+}
+
+TEST(AttentionGemms, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {
+  const int64_t batch = 2, seq_len = 3, n_head = 4, head_dim = 5, parts = 3, n = parts * batch * seq_len * n_head * head_dim;
+  std::vector<int> hits(static_cast<std::size_t>(n), 0);
+  for (int64_t i = 0; i < n; ++i) ++hits[kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts)];
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), n);
+  // Element d of head h, token t, batch row b, part p: head-major ((p*B + b)*H + h)*T + t)*hd + d.
+  const int64_t i = (((2 * batch + 1) * n_head + 3) * seq_len + 2) * head_dim + 4;
+  EXPECT_EQ(kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts),
+            ((1 * seq_len + 2) * parts + 2) * (n_head * head_dim) + 3 * head_dim + 4);
 }
 
 }  // namespace

@@ -225,9 +225,16 @@ const void* CudaBackend::bf16_copy(const Tensor& x, int64_t elements, Tensor& sc
   // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the
   // first step. Work on the one stream is ordered, so a GEMM still reading the old contents
   // finishes before the next conversion overwrites them.
-  if (!scratch.defined() || scratch.numel() < elements) scratch = alloc({elements}, DType::BF16);
+  grown(scratch, elements, DType::BF16);
   cuda::convert<float, bf16>(ptr<float>(x, "gemm"), scratch.device_data<bf16>(), elements, ctx_);
   return scratch.device_raw();
+}
+
+Tensor& CudaBackend::grown(Tensor& buffer, int64_t elements, DType dtype) {
+  // Replacing a buffer frees the old one with cudaFreeAsync on the one stream, after the work
+  // already issued that reads it.
+  if (!buffer.defined() || buffer.dtype() != dtype || buffer.numel() < elements) buffer = alloc({elements}, dtype);
+  return buffer;
 }
 
 void CudaBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

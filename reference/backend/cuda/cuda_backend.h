@@ -100,6 +100,10 @@ class CudaBackend final : public Backend {
   void* pool_alloc(std::size_t bytes, const Shape& shape);  // `bytes` from the pool, or an error naming `shape`
   // The first `elements` of fp32 x rounded to bf16 in `scratch` (grown to fit); its device address.
   const void* bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch);
+  // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
+  // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
+  // the whole device), counted by the allocator like any tensor.
+  Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {
@@ -114,6 +118,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceMemory> counters_ = std::make_shared<DeviceMemory>();
   Tensor scratch_a_, scratch_b_;  // bf16 operands of fp32 GEMMs under Fp32Matmul::Bf16Operands
   Tensor score_grads_;            // attention backward's B*H*T*T score gradients
+  Tensor attention_scratch_;      // attention's head-major copies of qkv, out/dout and dqkv (7*B*T*C)
 };
 
 }  // namespace tripod::cuda

@@ -96,8 +96,10 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
   const char* op = "attention_forward";
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    cuda::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
-                               qkv.dim(2) / 3, n_head, ctx_);
+    const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+    Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());
+    cuda::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), scratch.device_data<T>(), batch,
+                               seq_len, channels, n_head, ctx_);
   });
 }
 
@@ -106,14 +108,13 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   const char* op = "attention_backward";
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    // The score gradients (as large as probs) in a buffer of the backend's own, counted by its
-    // allocator and grown, never shrunk: every layer's backward has the same shape, and freeing
-    // through cudaFree would wait for the whole device after each one.
-    const int64_t scores = cuda::attention_score_grad_elements(qkv.dim(0), qkv.dim(1), n_head);
-    if (!score_grads_.defined() || score_grads_.dtype() != qkv.dtype() || score_grads_.numel() < scores)
-      score_grads_ = alloc({scores}, qkv.dtype());
-    cuda::attention_backward<T>(ptr<T>(dqkv, op), score_grads_.device_data<T>(), ptr<T>(dout, op), ptr<T>(qkv, op),
-                                ptr<T>(probs, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
+    const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+    Tensor& score_grads =
+        grown(score_grads_, cuda::attention_score_grad_elements(batch, seq_len, n_head), qkv.dtype());
+    Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());
+    cuda::attention_backward<T>(ptr<T>(dqkv, op), score_grads.device_data<T>(), scratch.device_data<T>(),
+                                ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), batch, seq_len, channels, n_head,
+                                ctx_);
   });
 }
 

@@ -1,5 +1,6 @@
-// The arithmetic of the causal softmax rows of attention (backend/cuda/kernels/attention.cu),
-// written once for the device and for the host replay in suites/unit/test_attention_gemms.cpp.
+// The arithmetic of the causal softmax rows of attention (backend/cuda/kernels/attention.cu), and
+// its head-major copies' indexing, written once for the device and for the host replay in
+// suites/unit/test_attention_gemms.cpp.
 //
 // Layout: the scores, probabilities and their gradients are [B,H,T,T], row (b, h, t) holding key
 // columns j = 0..T-1 of which j <= t are kept (the causal mask). A block of
@@ -42,6 +43,22 @@ TRIPOD_HD T exp_in_place_partial(T* row, int64_t n, T row_max, int64_t tid, int6
     sum += row[j];
   }
   return sum;
+}
+
+// Where element i of a head-major copy [parts][B][H][T][hd] lives in its token-major tensor
+// [B][T][parts * C] (C = H * hd: qkv with parts = 3, out and dout with parts = 1). The CUDA
+// attention copies qkv and dout into head-major form so that every (b, h) pair's [T, hd] matrix
+// is contiguous and a product is one uniformly strided batch (backend/cuda/host/attention_gemms.h).
+TRIPOD_HD int64_t token_major_index(int64_t i, int64_t batch, int64_t seq_len, int64_t n_head, int64_t head_dim,
+                                    int64_t parts) {
+  const int64_t d = i % head_dim;
+  int64_t rest = i / head_dim;
+  const int64_t t = rest % seq_len;
+  rest /= seq_len;
+  const int64_t h = rest % n_head;
+  rest /= n_head;
+  const int64_t b = rest % batch, part = rest / batch;
+  return ((b * seq_len + t) * parts + part) * (n_head * head_dim) + h * head_dim + d;
 }
 
 // Softmax backward of one score, the CPU's expression: dscore = p * (dp - sum_j p_j dp_j) * scale.

@@ -1,5 +1,7 @@
 #include "backend/cuda/host/attention_gemms.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -13,99 +15,97 @@ void* at(void* base, int64_t offset, std::size_t element_bytes) {
   return static_cast<char*>(base) + offset * static_cast<int64_t>(element_bytes);
 }
 
-// Where head h's matrices start (batch row 0) and how far apart the batch rows' matrices are.
-struct HeadOperands {
-  int64_t q, k, v;      // in qkv (and dqkv): the three thirds' column offsets
-  int64_t o;            // in out and dout
-  int64_t scores;       // in probs and the score gradients
-  int64_t qkv_stride, o_stride, scores_stride;
+// One operand of a batched product: where pair 0's matrix starts, its leading dimension, and the
+// distance to the next pair's matrix (Ptr: const void* for inputs, void* for the output).
+template <typename Ptr>
+struct Operand {
+  Ptr first;
+  int64_t ld, stride;
 };
 
-HeadOperands head_operands(const AttentionDims& d, int64_t h) {
-  const int64_t hd = d.head_dim(), t = d.seq_len, c = d.channels;
-  return HeadOperands{h * hd, c + h * hd, 2 * c + h * hd, h * hd, h * t * t, t * 3 * c, t * c, d.n_head * t * t};
+// The head-major buffers' operands: part 0, 1, 2 (q, k, v) of a [3][B*H][T][hd] buffer (or the
+// only part of a [B*H][T][hd] one) from row `row`; a [B*H][T][T] buffer from (row, col).
+template <typename Ptr>
+Operand<Ptr> rows_of(const AttentionDims& d, Ptr buffer, int part, int64_t row, std::size_t bytes) {
+  const int64_t hd = d.head_dim(), part_elements = d.pairs() * d.seq_len * hd;
+  return Operand<Ptr>{at(buffer, part * part_elements + row * hd, bytes), hd, d.seq_len * hd};
+}
+template <typename Ptr>
+Operand<Ptr> square_at(const AttentionDims& d, Ptr buffer, int64_t row, int64_t col, std::size_t bytes) {
+  return Operand<Ptr>{at(buffer, row * d.seq_len + col, bytes), d.seq_len, d.seq_len * d.seq_len};
 }
 
-// C[m,n] = alpha * op(A) @ op(B) for every batch row (beta = 0: C is overwritten, never read).
-RowMajorGemm batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-                     int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c, int64_t ldc,
-                     int64_t stride_c, int64_t batch, std::size_t element_bytes) {
-  RowMajorGemm g{trans_a, trans_b, m, n, k, alpha, 0.0, a, lda, b, ldb, c, ldc, element_bytes, element_bytes};
-  g.batch_count = batch;
-  g.stride_a = stride_a;
-  g.stride_b = stride_b;
-  g.stride_c = stride_c;
+// C[m,n] = alpha * op(A) @ op(B) for every pair (beta = 0: C is overwritten, never read).
+RowMajorGemm batched(const AttentionDims& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                     Operand<const void*> a, Operand<const void*> b, Operand<void*> c, std::size_t bytes) {
+  RowMajorGemm g{trans_a, trans_b, m, n, k, alpha, 0.0, a.first, a.ld, b.first, b.ld, c.first, c.ld, bytes, bytes};
+  g.batch_count = d.pairs();
+  g.stride_a = a.stride;
+  g.stride_b = b.stride;
+  g.stride_c = c.stride;
   return g;
 }
 
+constexpr int kQ = 0, kK = 1, kV = 2;
+
 }  // namespace
+
+int64_t attention_row_blocks(int64_t seq_len) { return std::clamp<int64_t>(seq_len / 256, 1, 4); }
 
 AttentionDims checked_attention_dims(const char* op, int64_t batch, int64_t seq_len, int64_t channels,
                                      int64_t n_head) {
   check(batch >= 0 && seq_len >= 0 && channels >= 0 && n_head > 0, op, ": bad sizes (batch ", batch, ", T ",
         seq_len, ", C ", channels, ", heads ", n_head, ")");
   check(channels % n_head == 0, op, ": ", channels, " channels do not split into ", n_head, " heads");
-  return AttentionDims{batch, seq_len, channels, n_head};
+  return AttentionDims{batch, seq_len, channels, n_head, attention_row_blocks(seq_len)};
 }
 
-RowMajorGemm attention_scores_gemm(const AttentionDims& d, int64_t h, const void* qkv, void* probs,
-                                   std::size_t element_bytes, double scale) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len, ld = 3 * d.channels;
-  // S[T,T] = scale * Q[T,hd] @ (K[T,hd])^T
-  return batched(false, true, t, t, d.head_dim(), scale, at(qkv, o.q, element_bytes), ld, o.qkv_stride,
-                 at(qkv, o.k, element_bytes), ld, o.qkv_stride, at(probs, o.scores, element_bytes), t, o.scores_stride,
-                 d.batch, element_bytes);
+RowMajorGemm attention_scores_gemm(const AttentionDims& d, int64_t r, const void* qkvh, void* probs,
+                                   std::size_t bytes, double scale) {
+  const int64_t r0 = d.block_begin(r), r1 = d.block_begin(r + 1);
+  // S[r0:r1, 0:r1] = scale * Q[r0:r1, hd] @ (K[0:r1, hd])^T
+  return batched(d, false, true, r1 - r0, r1, d.head_dim(), scale, rows_of(d, qkvh, kQ, r0, bytes),
+                 rows_of(d, qkvh, kK, 0, bytes), square_at(d, probs, r0, 0, bytes), bytes);
 }
 
-RowMajorGemm attention_values_gemm(const AttentionDims& d, int64_t h, const void* probs, const void* qkv, void* out,
-                                   std::size_t element_bytes) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len;
-  // O[T,hd] = P[T,T] @ V[T,hd]
-  return batched(false, false, t, d.head_dim(), t, 1.0, at(probs, o.scores, element_bytes), t, o.scores_stride,
-                 at(qkv, o.v, element_bytes), 3 * d.channels, o.qkv_stride, at(out, o.o, element_bytes), d.channels,
-                 o.o_stride, d.batch, element_bytes);
+RowMajorGemm attention_values_gemm(const AttentionDims& d, int64_t r, const void* probs, const void* qkvh, void* outh,
+                                   std::size_t bytes) {
+  const int64_t r0 = d.block_begin(r), r1 = d.block_begin(r + 1);
+  // O[r0:r1, hd] = P[r0:r1, 0:r1] @ V[0:r1, hd]
+  return batched(d, false, false, r1 - r0, d.head_dim(), r1, 1.0, square_at(d, probs, r0, 0, bytes),
+                 rows_of(d, qkvh, kV, 0, bytes), rows_of(d, outh, 0, r0, bytes), bytes);
 }
 
-RowMajorGemm attention_dprobs_gemm(const AttentionDims& d, int64_t h, const void* dout, const void* qkv,
-                                   void* score_grads, std::size_t element_bytes) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len;
-  // dP[T,T] = dO[T,hd] @ (V[T,hd])^T
-  return batched(false, true, t, t, d.head_dim(), 1.0, at(dout, o.o, element_bytes), d.channels, o.o_stride,
-                 at(qkv, o.v, element_bytes), 3 * d.channels, o.qkv_stride, at(score_grads, o.scores, element_bytes),
-                 t, o.scores_stride, d.batch, element_bytes);
+RowMajorGemm attention_dprobs_gemm(const AttentionDims& d, int64_t r, const void* douth, const void* qkvh,
+                                   void* score_grads, std::size_t bytes) {
+  const int64_t r0 = d.block_begin(r), r1 = d.block_begin(r + 1);
+  // dP[r0:r1, 0:r1] = dO[r0:r1, hd] @ (V[0:r1, hd])^T
+  return batched(d, false, true, r1 - r0, r1, d.head_dim(), 1.0, rows_of(d, douth, 0, r0, bytes),
+                 rows_of(d, qkvh, kV, 0, bytes), square_at(d, score_grads, r0, 0, bytes), bytes);
 }
 
-RowMajorGemm attention_dquery_gemm(const AttentionDims& d, int64_t h, const void* score_grads, const void* qkv,
-                                   void* dqkv, std::size_t element_bytes) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len, ld = 3 * d.channels;
-  // dQ[T,hd] = dS[T,T] @ K[T,hd]
-  return batched(false, false, t, d.head_dim(), t, 1.0, at(score_grads, o.scores, element_bytes), t, o.scores_stride,
-                 at(qkv, o.k, element_bytes), ld, o.qkv_stride, at(dqkv, o.q, element_bytes), ld, o.qkv_stride,
-                 d.batch, element_bytes);
+RowMajorGemm attention_dquery_gemm(const AttentionDims& d, int64_t r, const void* score_grads, const void* qkvh,
+                                   void* dqkvh, std::size_t bytes) {
+  const int64_t r0 = d.block_begin(r), r1 = d.block_begin(r + 1);
+  // dQ[r0:r1, hd] = dS[r0:r1, 0:r1] @ K[0:r1, hd]
+  return batched(d, false, false, r1 - r0, d.head_dim(), r1, 1.0, square_at(d, score_grads, r0, 0, bytes),
+                 rows_of(d, qkvh, kK, 0, bytes), rows_of(d, dqkvh, kQ, r0, bytes), bytes);
 }
 
-RowMajorGemm attention_dkey_gemm(const AttentionDims& d, int64_t h, const void* score_grads, const void* qkv,
-                                 void* dqkv, std::size_t element_bytes) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len, ld = 3 * d.channels;
-  // dK[T,hd] = (dS[T,T])^T @ Q[T,hd]
-  return batched(true, false, t, d.head_dim(), t, 1.0, at(score_grads, o.scores, element_bytes), t, o.scores_stride,
-                 at(qkv, o.q, element_bytes), ld, o.qkv_stride, at(dqkv, o.k, element_bytes), ld, o.qkv_stride,
-                 d.batch, element_bytes);
+RowMajorGemm attention_dkey_gemm(const AttentionDims& d, int64_t c, const void* score_grads, const void* qkvh,
+                                 void* dqkvh, std::size_t bytes) {
+  const int64_t c0 = d.block_begin(c), c1 = d.block_begin(c + 1);
+  // dK[c0:c1, hd] = (dS[c0:T, c0:c1])^T @ Q[c0:T, hd]: queries before c0 see none of these keys
+  return batched(d, true, false, c1 - c0, d.head_dim(), d.seq_len - c0, 1.0, square_at(d, score_grads, c0, c0, bytes),
+                 rows_of(d, qkvh, kQ, c0, bytes), rows_of(d, dqkvh, kK, c0, bytes), bytes);
 }
 
-RowMajorGemm attention_dvalue_gemm(const AttentionDims& d, int64_t h, const void* probs, const void* dout,
-                                   void* dqkv, std::size_t element_bytes) {
-  const HeadOperands o = head_operands(d, h);
-  const int64_t t = d.seq_len;
-  // dV[T,hd] = (P[T,T])^T @ dO[T,hd]
-  return batched(true, false, t, d.head_dim(), t, 1.0, at(probs, o.scores, element_bytes), t, o.scores_stride,
-                 at(dout, o.o, element_bytes), d.channels, o.o_stride, at(dqkv, o.v, element_bytes), 3 * d.channels,
-                 o.qkv_stride, d.batch, element_bytes);
+RowMajorGemm attention_dvalue_gemm(const AttentionDims& d, int64_t c, const void* probs, const void* douth,
+                                   void* dqkvh, std::size_t bytes) {
+  const int64_t c0 = d.block_begin(c), c1 = d.block_begin(c + 1);
+  // dV[c0:c1, hd] = (P[c0:T, c0:c1])^T @ dO[c0:T, hd]
+  return batched(d, true, false, c1 - c0, d.head_dim(), d.seq_len - c0, 1.0, square_at(d, probs, c0, c0, bytes),
+                 rows_of(d, douth, 0, c0, bytes), rows_of(d, dqkvh, kV, c0, bytes), bytes);
 }
 
 }  // namespace tripod::cuda

@@ -2,22 +2,26 @@
 // says which products, on which operands) around two softmax row kernels whose arithmetic is
 // backend/kernels/attention_math.h. suites/unit/test_attention_gemms.cpp replays the whole
 // sequence on the host (the GEMM calls through a column-major reference, the rows in this file's
-// thread order) against the CPU backend. No atomics: every element has one writer, every sum a
-// fixed order (cuBLASLt's, for a given algorithm, is fixed too), so a rerun is bit-identical.
+// thread order, the head-major copies by the same index function) against the CPU backend. No
+// atomics: every element has one writer, every sum a fixed order (cuBLASLt's, for a given
+// algorithm, is fixed too), so a rerun is bit-identical.
 //
-// Why GEMMs: the products are 2*B*H*T*T*hd multiply-adds each, which cuBLASLt runs from registers
-// and shared memory; a kernel per query row instead reads the t + 1 key and value rows it needs
-// from L2 for every query (GPT-2 124M at B8xT1024: ~26 GB a layer forward). The price: the full
-// T x T products, of which the causal half is discarded (probs and score gradients are exact 0
-// past the diagonal, so they add exact zeros), and one launch per head per product.
+// Why GEMMs: the products are 2*B*H*T*T*hd multiply-adds each (less the causal blocks skipped),
+// which cuBLASLt runs from registers and shared memory; a kernel per query row instead reads the
+// t + 1 key and value rows it needs from L2 for every query (GPT-2 124M at B8xT1024: ~26 GB a layer
+// forward). qkv and dout are first copied head-major ([3][B*H][T][hd], 3*B*T*C elements), so that
+// each product is one call over all B*H pairs per causal row block (attention_gemms.h), and the
+// results are copied back: a few B*T*C-sized passes against the T x T buffers' traffic.
 //
 // Memory: probs[B,H,T,T] is kept for backward, as the Backend interface states (GPT-2 124M at
 // B=8, T=1024: 8*12*1024*1024 fp32 = 384 MiB); backward needs a second buffer of that size for the
-// score gradients, which the caller passes in (the CUDA backend keeps one, counted by its allocator).
+// score gradients, and both directions the head-major copies (7*B*T*C): the caller passes them in
+// (the CUDA backend keeps them, counted by its allocator).
 //
 // Softmax rows, a block of kSoftmaxThreads per row (b, h, t) of the [B*H*T, T] buffer, in place:
 //   forward   thread i owns columns j = i, i + threads, ... <= t: the block's max, exp(s - max)
-//             and the block's sum (softmax_block_reduce.cuh's order), p = e / sum, 0 past t.
+//             and the block's sum (softmax_block_reduce.cuh's order), p = e / sum, 0 past t
+//             (where the row-blocked score GEMMs wrote nothing, too).
 //   backward  row_dot = the block's sum of p_j dp_j (j <= t), then ds_j = softmax_backward_score,
 //             0 past t. Each thread rewrites only the columns it read, so in place is safe.
 #include "backend/cuda/kernels/attention.h"
@@ -82,49 +86,92 @@ LaunchShape softmax_launch(int64_t rows, const CudaContext& ctx, const char* op)
   return shape;
 }
 
+// Head-major copies (attention_math.h's token_major_index): one writer per element either way.
+template <typename T>
+struct ToHeadMajor {
+  T* dst;
+  const T* src;
+  int64_t batch, seq_len, n_head, head_dim, parts;
+  __device__ void operator()(int64_t i) const {
+    dst[i] = src[kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts)];
+  }
+};
+template <typename T>
+struct ToTokenMajor {
+  T* dst;
+  const T* src;
+  int64_t batch, seq_len, n_head, head_dim, parts;
+  __device__ void operator()(int64_t i) const {
+    dst[kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts)] = src[i];
+  }
+};
+
+template <typename T>
+void copy_to_head_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
+  launch_elementwise(ToHeadMajor<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts},
+                     parts * attention_head_major_elements(d), ctx, "attention (to head-major)");
+}
+template <typename T>
+void copy_to_token_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
+  launch_elementwise(ToTokenMajor<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts},
+                     parts * attention_head_major_elements(d), ctx, "attention (to token-major)");
+}
+
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
+void attention_forward(T* out, T* probs, const T* qkv, T* scratch, int64_t batch, int64_t seq_len, int64_t channels,
                        int64_t n_head, const CudaContext& ctx) {
   const char* op = "attention_forward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
   if (batch * seq_len * channels == 0) return;
+  const int64_t part = attention_head_major_elements(d);
+  T* qkvh = scratch;          // [3][B*H][T][hd]
+  T* outh = scratch + 3 * part;  // [B*H][T][hd]
+  copy_to_head_major(qkvh, qkv, d, 3, ctx);
   const double scale = kernels::attention_scale<T>(d.head_dim());
-  for (int64_t h = 0; h < n_head; ++h)
-    run_gemm<T>(attention_scores_gemm(d, h, qkv, probs, sizeof(T), scale), ctx);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run_gemm<T>(attention_scores_gemm(d, r, qkvh, probs, sizeof(T), scale), ctx);
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
   causal_softmax_forward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, rows, seq_len);
   check_launch("attention_forward (softmax)");
-  for (int64_t h = 0; h < n_head; ++h)
-    run_gemm<T>(attention_values_gemm(d, h, probs, qkv, out, sizeof(T)), ctx);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run_gemm<T>(attention_values_gemm(d, r, probs, qkvh, outh, sizeof(T)), ctx);
+  copy_to_token_major(out, outh, d, 1, ctx);
 }
 
 template <typename T>
-void attention_backward(T* dqkv, T* score_grads, const T* dout, const T* qkv, const T* probs, int64_t batch,
-                        int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
+void attention_backward(T* dqkv, T* score_grads, T* scratch, const T* dout, const T* qkv, const T* probs,
+                        int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
   const char* op = "attention_backward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
   if (batch * seq_len * channels == 0) return;
-  for (int64_t h = 0; h < n_head; ++h)
-    run_gemm<T>(attention_dprobs_gemm(d, h, dout, qkv, score_grads, sizeof(T)), ctx);
+  const int64_t part = attention_head_major_elements(d);
+  T* qkvh = scratch;              // [3][B*H][T][hd]
+  T* douth = scratch + 3 * part;  // [B*H][T][hd]
+  T* dqkvh = scratch + 4 * part;  // [3][B*H][T][hd]
+  copy_to_head_major(qkvh, qkv, d, 3, ctx);
+  copy_to_head_major(douth, dout, d, 1, ctx);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run_gemm<T>(attention_dprobs_gemm(d, r, douth, qkvh, score_grads, sizeof(T)), ctx);
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
   causal_softmax_backward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
       score_grads, probs, rows, seq_len, kernels::attention_scale<T>(d.head_dim()));
   check_launch("attention_backward (softmax)");
-  for (int64_t h = 0; h < n_head; ++h) {
-    run_gemm<T>(attention_dquery_gemm(d, h, score_grads, qkv, dqkv, sizeof(T)), ctx);
-    run_gemm<T>(attention_dkey_gemm(d, h, score_grads, qkv, dqkv, sizeof(T)), ctx);
-    run_gemm<T>(attention_dvalue_gemm(d, h, probs, dout, dqkv, sizeof(T)), ctx);
+  for (int64_t r = 0; r < d.row_blocks; ++r) {
+    run_gemm<T>(attention_dquery_gemm(d, r, score_grads, qkvh, dqkvh, sizeof(T)), ctx);
+    run_gemm<T>(attention_dkey_gemm(d, r, score_grads, qkvh, dqkvh, sizeof(T)), ctx);
+    run_gemm<T>(attention_dvalue_gemm(d, r, probs, douth, dqkvh, sizeof(T)), ctx);
   }
+  copy_to_token_major(dqkv, dqkvh, d, 3, ctx);
 }
 
 #define TRIPOD_INSTANTIATE(T)                                                                                    \
-  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,                     \
+  template void attention_forward<T>(T*, T*, const T*, T*, int64_t, int64_t, int64_t, int64_t,                 \
                                      const CudaContext&);                                                        \
-  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,       \
+  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,   \
                                       int64_t, const CudaContext&);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)

@@ -10,17 +10,22 @@
 
 namespace tripod::cuda {
 
+// Scratch is the caller's, so that the backend's allocator counts it and keeps it from step to step:
+// `scratch` holds attention_scratch_elements(...) elements (head-major copies of qkv, out/dout and
+// dqkv: 7 * B*T*C), `score_grads` attention_score_grad_elements(...) (the gradient of the scores,
+// B*H*T*T, as large as probs).
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
+void attention_forward(T* out, T* probs, const T* qkv, T* scratch, int64_t batch, int64_t seq_len, int64_t channels,
                        int64_t n_head, const CudaContext& ctx);
-// Overwrites dqkv. `score_grads` is scratch of attention_score_grad_elements(...) elements (the
-// gradient of the scores, B*H*T*T, as large as probs): the caller provides it, so that the
-// backend's allocator counts it and keeps it from step to step.
+// Overwrites dqkv.
 template <typename T>
-void attention_backward(T* dqkv, T* score_grads, const T* dout, const T* qkv, const T* probs, int64_t batch,
-                        int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
+void attention_backward(T* dqkv, T* score_grads, T* scratch, const T* dout, const T* qkv, const T* probs,
+                        int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
 inline int64_t attention_score_grad_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len * seq_len;
+}
+inline int64_t attention_scratch_elements(int64_t batch, int64_t seq_len, int64_t channels) {
+  return 7 * batch * seq_len * channels;
 }
 
 }  // namespace tripod::cuda
