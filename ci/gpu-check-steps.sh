@@ -255,7 +255,7 @@ step_kernels() {
   else
     tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 --json "$STEP_DIR/kernels.json"
   fi
-  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("copy %.0f GB/s; " % j["copy_gbps"] + ", ".join("%s %.0f%%" % (r["name"], r["pct_of_copy"]) for r in j["results"][1:]))' \
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("copy %.0f GB/s; " % j["copy_gbps"] + ", ".join("%s %.0f%%" % (r["name"], r["pct_of_copy"]) + (" (%.2f ms, %.1f TFLOP/s nominal)" % (1e3 * r["median_seconds"], r["nominal_tflops"]) if "nominal_tflops" in r else "") for r in j["results"][1:]))' \
       "$STEP_DIR/kernels.json" | tee "$STEP_DIR/key.txt"
 }
 

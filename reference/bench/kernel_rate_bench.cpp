@@ -1,5 +1,6 @@
 #include "bench/kernel_rate_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -21,6 +22,7 @@ struct KernelCase {
   std::string name;
   double bytes = 0;  // moved per call, at least
   std::function<void()> call;
+  double flops = 0;  // nominal, for the kernels with products (attention)
 };
 
 }  // namespace
@@ -30,9 +32,15 @@ void run_kernel_rate(const KernelRateOptions& o) {
   check(dt == DType::F32 || dt == DType::F64, "kernel-rate: --dtype fp32 or fp64, not ", o.dtype);
   check(o.tokens > 0 && o.channels > 0 && o.vocab > 0, "kernel-rate: --tokens, --channels and --vocab must be positive");
   check(o.min_time_ms >= 0, "kernel-rate: --min-time-ms must not be negative");
+  const int64_t n = o.tokens, c = o.channels, v = o.vocab;
+  // Attention's shape: B sequences of T tokens, H heads.
+  check(o.context > 0 && o.heads >= 0, "kernel-rate: --context must be positive and --heads not negative");
+  const int64_t seq = std::min(o.context, n), heads = o.heads > 0 ? o.heads : std::max<int64_t>(1, c / 64);
+  check(n % seq == 0, "kernel-rate: --context ", seq, " does not divide --tokens ", n);
+  check(c % heads == 0, "kernel-rate: --heads ", heads, " does not divide --channels ", c);
+  const int64_t batch = n / seq;
   auto backend = make_backend(o.backend);
   Backend& b = *backend;
-  const int64_t n = o.tokens, c = o.channels, v = o.vocab;
   const double s = static_cast<double>(dtype_size(dt)), nc = static_cast<double>(n * c);
   // [N, C] activations, their gradients, [N, 4C] for GELU, [N, V] logits.
   Tensor x = b.alloc({n, c}, dt), y = b.alloc({n, c}, dt), a2 = b.alloc({n, c}, dt), dx = b.alloc({n, c}, dt);
@@ -41,13 +49,18 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor h = b.alloc({n, 4 * c}, dt), dh = b.alloc({n, 4 * c}, dt), hout = b.alloc({n, 4 * c}, dt);
   Tensor m = b.alloc({n, c}, dt), var = b.alloc({n, c}, dt);
   Tensor logits = b.alloc({n, v}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
+  Tensor qkv = b.alloc({batch, seq, 3 * c}, dt), att = b.alloc({batch, seq, c}, dt), datt = b.alloc({batch, seq, c}, dt);
+  Tensor probs = b.alloc({batch, heads, seq, seq}, dt), dqkv = b.alloc({batch, seq, 3 * c}, dt);
   uint64_t seed = 1;
-  for (const Tensor* t : {&x, &y, &a2, &dx, &w, &bias, &h, &dh, &logits}) fill_random(b, *t, seed++);
+  for (const Tensor* t : {&x, &y, &a2, &dx, &w, &bias, &h, &dh, &logits, &qkv, &datt}) fill_random(b, *t, seed++);
   b.fill(var, 1.0);
   std::vector<int32_t> target_ids(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) target_ids[static_cast<std::size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
   b.upload(target_ids.data(), targets);
   b.layernorm_forward(y, mean, rstd, x, w, bias, 1e-5);  // statistics for the backward
+  b.attention_forward(att, probs, qkv, heads);            // real probabilities for the backward
+  const double square = static_cast<double>(batch * heads) * static_cast<double>(seq * seq);
+  const double products = static_cast<double>(batch) * static_cast<double>(seq * seq) * static_cast<double>(c);
 
   std::vector<KernelCase> cases = {
       // The baseline copies [N, 4C] (GPT-2 at N 8192: 2 x 100 MB), well past a GPU's L2 (50-60 MB on
@@ -63,11 +76,17 @@ void run_kernel_rate(const KernelRateOptions& o) {
       {"cross-entropy fwd", static_cast<double>(n * v) * s, [&] { b.cross_entropy_forward(losses, logits, targets); }},
       // In place: every call turns the logits into gradients of the previous call's; the traffic is the same.
       {"cross-entropy bwd", 2.0 * static_cast<double>(n * v) * s, [&] { b.cross_entropy_backward(logits, targets, 1.0); }},
+      {"attention fwd", (4 * nc + square) * s, [&] { b.attention_forward(att, probs, qkv, heads); }, 4 * products},
+      {"attention bwd", (7 * nc + square) * s, [&] { b.attention_backward(dqkv, datt, qkv, probs, heads); },
+       8 * products},
   };
-  std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, %d timed regions of >= %.1f ms\n",
+  std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, attention B %lld x T %lld, "
+              "H %lld, %d timed regions of >= %.1f ms\n",
               b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
-              static_cast<long long>(v), o.repeat, o.min_time_ms);
-  std::printf("%-20s %12s %6s %11s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best", "of copy");
+              static_cast<long long>(v), static_cast<long long>(batch), static_cast<long long>(seq),
+              static_cast<long long>(heads), o.repeat, o.min_time_ms);
+  std::printf("%-20s %12s %6s %11s %9s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best",
+              "of copy", "TFLOP/s");
   std::fflush(stdout);
   json results = json::array();
   double copy_rate = 0;
@@ -76,17 +95,26 @@ void run_kernel_rate(const KernelRateOptions& o) {
     const double rate = k.bytes / t.median_seconds;
     if (k.name == "copy") copy_rate = rate;
     const double of_copy = copy_rate > 0 ? 100.0 * rate / copy_rate : 0;
-    std::printf("%-20s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%%\n", k.name.c_str(), k.bytes, t.calls_per_region,
-                1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy);
+    const double tflops = k.flops / t.median_seconds / 1e12;
+    char tflops_text[32] = "-";
+    if (k.flops > 0) std::snprintf(tflops_text, sizeof tflops_text, "%.3f", tflops);
+    std::printf("%-20s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", k.name.c_str(), k.bytes, t.calls_per_region,
+                1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy, tflops_text);
     std::fflush(stdout);
-    results.push_back({{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},
-                       {"median_seconds", t.median_seconds}, {"best_seconds", t.best_seconds},
-                       {"median_gbps", rate / 1e9}, {"pct_of_copy", of_copy}});
+    json r = {{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},
+              {"median_seconds", t.median_seconds}, {"best_seconds", t.best_seconds},
+              {"median_gbps", rate / 1e9}, {"pct_of_copy", of_copy}};
+    if (k.flops > 0) {
+      r["nominal_flops"] = k.flops;
+      r["nominal_tflops"] = tflops;
+    }
+    results.push_back(r);
   }
   if (o.json_out.empty()) return;
   std::ofstream out(o.json_out);
   out << json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
-              {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"repeat", o.repeat},
+              {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"attention_batch", batch},
+              {"context", seq}, {"heads", heads}, {"repeat", o.repeat},
               {"min_time_ms", o.min_time_ms}, {"copy_gbps", copy_rate / 1e9}, {"results", results}}.dump(2)
       << "\n";
   check(out.good(), "kernel-rate: cannot write ", o.json_out);

@@ -8,8 +8,13 @@
 //   gelu        forward on [N,4C]                2 N 4C     backward: inp, dout -> dinp            3 N 4C
 //   adamw       one [N,C] tensor: p, g, m, v read, p, m, v written                                  7 N C
 //   softmax-CE  forward over logits [N,V]        N V        backward, in place                     2 N V
-// N = --tokens rows, C = --channels, V = --vocab. The bytes are the minimum any implementation
-// reads and writes once; % of copy says how close a kernel comes to the memory system's rate.
+//   attention   forward: qkv -> out, probs       4 N C + B H T^2   backward: dout, qkv, probs -> dqkv  7 N C + B H T^2
+// N = --tokens rows, C = --channels, V = --vocab; attention's B = N / T sequences of T = --context
+// tokens (at most N), H = --heads (default C / 64, GPT-2's head size). The bytes are the minimum
+// any implementation reads and writes once; % of copy says how close a kernel comes to the memory
+// system's rate. Attention also has products: its nominal FLOPs (the full T x T square, 4 B T^2 C
+// forward, 8 B T^2 C backward) give a TFLOP/s column, the one figure that says how far it is from
+// the GEMMs' rate.
 // Timing: bench/timed_regions.h.
 #pragma once
 #include <cstdint>
@@ -21,6 +26,7 @@ struct KernelRateOptions {
   std::string backend = "cpu";
   std::string dtype = "fp32";  // fp32 or fp64
   int64_t tokens = 8192, channels = 768, vocab = 50257;
+  int64_t context = 1024, heads = 0;  // attention: T (at most N) and H (0: C / 64, at least 1)
   int repeat = 10;
   double min_time_ms = 5;
   std::string json_out;

@@ -14,6 +14,9 @@ void add_bench_kernel_rate_command(CLI::App& bench) {
   cmd->add_option("--tokens", o->tokens, "N rows (B*T)")->capture_default_str();
   cmd->add_option("--channels", o->channels, "C, the model width")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "V, the logits' width (cross-entropy)")->capture_default_str();
+  cmd->add_option("--context", o->context, "T, attention's sequence length (at most --tokens; divides it)")
+      ->capture_default_str();
+  cmd->add_option("--heads", o->heads, "H, attention's heads (0: C / 64)")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed regions per kernel (median and best reported)")->capture_default_str();
   cmd->add_option("--min-time-ms", o->min_time_ms, "shortest timed region")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the results as JSON here");

@@ -9,7 +9,7 @@ import pytest
 from tripod_cli import TRIPOD, require_tripod
 
 KERNELS = ["copy", "add", "bias_add", "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "adamw",
-           "cross-entropy fwd", "cross-entropy bwd"]
+           "cross-entropy fwd", "cross-entropy bwd", "attention fwd", "attention bwd"]
 
 
 def run(*args):
@@ -37,14 +37,37 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert r["pct_of_copy"] == pytest.approx(100 * r["median_gbps"] / j["copy_gbps"], rel=1e-9)
     ce = {r["name"]: r["bytes"] for r in j["results"]}
     assert ce["cross-entropy bwd"] == 2 * ce["cross-entropy fwd"] == 2 * 64 * 100 * size
+    # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head
+    assert (j["attention_batch"], j["context"], j["heads"]) == (1, 64, 1)
+    nc, square = 64 * 32, 1 * 1 * 64 * 64
+    assert ce["attention fwd"] == (4 * nc + square) * size and ce["attention bwd"] == (7 * nc + square) * size
+    att = {r["name"]: r for r in j["results"] if r["name"].startswith("attention")}
+    assert att["attention fwd"]["nominal_flops"] == 4 * 1 * 64 * 64 * 32
+    assert att["attention bwd"]["nominal_flops"] == 8 * 1 * 64 * 64 * 32
+    for r in att.values():
+        assert r["nominal_tflops"] == pytest.approx(r["nominal_flops"] / r["median_seconds"] / 1e12, rel=1e-9)
+    assert all("nominal_flops" not in r for r in j["results"] if not r["name"].startswith("attention"))
     for name in KERNELS:
         assert name in result.stdout
+
+
+def test_attention_takes_the_context_and_heads_given(tmp_path):
+    out = tmp_path / "k.json"
+    result = run("--tokens", 64, "--channels", 32, "--vocab", 50, "--context", 16, "--heads", 4, "--repeat", 1,
+                 "--min-time-ms", 0, "--json", out)
+    assert result.returncode == 0, result.stderr
+    j = json.loads(out.read_text())
+    assert (j["attention_batch"], j["context"], j["heads"]) == (4, 16, 4)
+    assert "attention B 4 x T 16, H 4" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [
     (["--dtype", "bf16"], "kernel-rate: --dtype fp32 or fp64, not bf16"),
     (["--tokens", "0"], "--tokens, --channels and --vocab must be positive"),
     (["--repeat", "0", "--tokens", "8"], "--repeat must be at least 1"),
+    (["--tokens", "96", "--context", "64"], "kernel-rate: --context 64 does not divide --tokens 96"),
+    (["--tokens", "64", "--channels", "32", "--heads", "5"], "kernel-rate: --heads 5 does not divide --channels 32"),
+    (["--context", "0"], "kernel-rate: --context must be positive"),
 ])
 def test_bad_input_is_refused(args, message):
     result = run(*args)
