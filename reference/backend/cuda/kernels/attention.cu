@@ -86,35 +86,35 @@ LaunchShape softmax_launch(int64_t rows, const CudaContext& ctx, const char* op)
   return shape;
 }
 
-// Head-major copies (attention_math.h's token_major_index): one writer per element either way.
+// Head-major copies (attention_math.h's token_major_index), either way: element i of the
+// head-major tensor and its token-major place; one writer per element.
 template <typename T>
-struct ToHeadMajor {
+struct HeadMajorCopy {
   T* dst;
   const T* src;
   int64_t batch, seq_len, n_head, head_dim, parts;
+  bool to_head_major;
   __device__ void operator()(int64_t i) const {
-    dst[i] = src[kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts)];
-  }
-};
-template <typename T>
-struct ToTokenMajor {
-  T* dst;
-  const T* src;
-  int64_t batch, seq_len, n_head, head_dim, parts;
-  __device__ void operator()(int64_t i) const {
-    dst[kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts)] = src[i];
+    const int64_t token_major = kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts);
+    if (to_head_major) dst[i] = src[token_major];
+    else dst[token_major] = src[i];
   }
 };
 
 template <typename T>
+void copy_head_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, bool to_head_major,
+                     const CudaContext& ctx) {
+  launch_elementwise(HeadMajorCopy<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts, to_head_major},
+                     parts * attention_head_major_elements(d), ctx,
+                     to_head_major ? "attention (to head-major)" : "attention (to token-major)");
+}
+template <typename T>
 void copy_to_head_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
-  launch_elementwise(ToHeadMajor<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts},
-                     parts * attention_head_major_elements(d), ctx, "attention (to head-major)");
+  copy_head_major(dst, src, d, parts, true, ctx);
 }
 template <typename T>
 void copy_to_token_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
-  launch_elementwise(ToTokenMajor<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts},
-                     parts * attention_head_major_elements(d), ctx, "attention (to token-major)");
+  copy_head_major(dst, src, d, parts, false, ctx);
 }
 
 }  // namespace
