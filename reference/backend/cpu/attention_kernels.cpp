@@ -1,5 +1,12 @@
 // Causal multi-head self-attention on the CPU: one (batch, head) pair per OpenMP iteration, its
 // small GEMMs through OpenBLAS (single-threaded inside the parallel loop), softmax by hand.
+//
+// The products skip the masked key blocks: queries are split into row blocks of about
+// kCausalBlockRows rows, and block [r0, r1) multiplies only keys [0, r1) (query t sees keys
+// j <= t); for the key-side gradients, key block [c0, c1) only queries [c0, T). At T = 1024 that
+// is 9/16 of the T x T products instead of all of them; up to 2 * kCausalBlockRows - 1 rows there
+// is one block, the whole square, as before. The masked entries of probs and of the score
+// gradients are exact zeros either way, so only the order of the sums can differ.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -7,6 +14,18 @@
 #include "backend/cpu/kernels.h"
 
 namespace tripod::cpu {
+namespace {
+
+constexpr int64_t kCausalBlockRows = 128;
+
+// Row blocks [begin(r), begin(r + 1)) for r < count, covering [0, T).
+struct CausalBlocks {
+  int64_t seq_len, count;
+  explicit CausalBlocks(int64_t t) : seq_len(t), count(std::max<int64_t>(1, t / kCausalBlockRows)) {}
+  int64_t begin(int64_t r) const { return r * seq_len / count; }
+};
+
+}  // namespace
 
 // qkv[B,T,3C]: for head h, q = columns [h*hd, (h+1)*hd), k = C + those, v = 2C + those.
 // out[B,T,C] (head h in columns [h*hd, (h+1)*hd)); probs[B,H,T,T] lower-triangular softmax.
@@ -22,8 +41,12 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t se
     const T* k = q + channels;
     const T* v = q + 2 * channels;
     T* p = probs + bh * seq_len * seq_len;
-    // scores[T,T] = scale * q[T,hd] @ k[T,hd]^T
-    gemm<T>(false, true, seq_len, seq_len, hd, scale, q, ld, k, ld, T(0), p, seq_len);
+    const CausalBlocks blocks(seq_len);
+    // scores[r0:r1, 0:r1] = scale * q[r0:r1, hd] @ k[0:r1, hd]^T, per row block
+    for (int64_t r = 0; r < blocks.count; ++r) {
+      const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+      gemm<T>(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, T(0), p + r0 * seq_len, seq_len);
+    }
     for (int64_t t = 0; t < seq_len; ++t) {
       T* row = p + t * seq_len;
       T row_max = *std::max_element(row, row + t + 1);
@@ -35,9 +58,13 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t se
       for (int64_t j = 0; j <= t; ++j) row[j] /= denom;
       std::fill(row + t + 1, row + seq_len, T(0));  // causal mask
     }
-    // out_h[T,hd] = probs[T,T] @ v[T,hd]
-    gemm<T>(false, false, seq_len, hd, seq_len, T(1), p, seq_len, v, ld, T(0),
-            out + b * seq_len * channels + h * hd, channels);
+    // out_h[r0:r1, hd] = probs[r0:r1, 0:r1] @ v[0:r1, hd]
+    T* out_h = out + b * seq_len * channels + h * hd;
+    for (int64_t r = 0; r < blocks.count; ++r) {
+      const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+      gemm<T>(false, false, r1 - r0, hd, r1, T(1), p + r0 * seq_len, seq_len, v, ld, T(0), out_h + r0 * channels,
+              channels);
+    }
   }
 }
 
@@ -61,9 +88,16 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       const T* p = probs + bh * seq_len * seq_len;
       const T* dout_h = dout + b * seq_len * channels + h * hd;
       T* ds = dscores.data();
-      // dprobs[T,T] = dout_h[T,hd] @ v[T,hd]^T ; dv[T,hd] = probs^T @ dout_h
-      gemm<T>(false, true, seq_len, seq_len, hd, T(1), dout_h, channels, v, ld, T(0), ds, seq_len);
-      gemm<T>(true, false, seq_len, hd, seq_len, T(1), p, seq_len, dout_h, channels, T(0), dv, ld);
+      const CausalBlocks blocks(seq_len);
+      for (int64_t r = 0; r < blocks.count; ++r) {
+        const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+        // dprobs[r0:r1, 0:r1] = dout_h[r0:r1, hd] @ v[0:r1, hd]^T
+        gemm<T>(false, true, r1 - r0, r1, hd, T(1), dout_h + r0 * channels, channels, v, ld, T(0),
+                ds + r0 * seq_len, seq_len);
+        // dv[c0:c1, hd] = probs[c0:T, c0:c1]^T @ dout_h[c0:T, hd] (block r as keys)
+        gemm<T>(true, false, r1 - r0, hd, seq_len - r0, T(1), p + r0 * seq_len + r0, seq_len,
+                dout_h + r0 * channels, channels, T(0), dv + r0 * ld, ld);
+      }
       // softmax backward: dscores = probs * (dprobs - sum_j probs*dprobs), times the 1/sqrt(hd) scale
       for (int64_t t = 0; t < seq_len; ++t) {
         const T* prow = p + t * seq_len;
@@ -73,9 +107,14 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
         for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
         std::fill(drow + t + 1, drow + seq_len, T(0));
       }
-      // dq = dscores @ k ; dk = dscores^T @ q
-      gemm<T>(false, false, seq_len, hd, seq_len, T(1), ds, seq_len, k, ld, T(0), dq, ld);
-      gemm<T>(true, false, seq_len, hd, seq_len, T(1), ds, seq_len, q, ld, T(0), dk, ld);
+      for (int64_t r = 0; r < blocks.count; ++r) {
+        const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+        // dq[r0:r1, hd] = dscores[r0:r1, 0:r1] @ k[0:r1, hd]
+        gemm<T>(false, false, r1 - r0, hd, r1, T(1), ds + r0 * seq_len, seq_len, k, ld, T(0), dq + r0 * ld, ld);
+        // dk[c0:c1, hd] = dscores[c0:T, c0:c1]^T @ q[c0:T, hd]
+        gemm<T>(true, false, r1 - r0, hd, seq_len - r0, T(1), ds + r0 * seq_len + r0, seq_len, q + r0 * ld, ld, T(0),
+                dk + r0 * ld, ld);
+      }
     }
   }
 }
