@@ -1,6 +1,7 @@
 #include "parallel/tp_layers.h"
 
 #include "parallel/tp_linear.h"
+#include "parallel/tp_regions.h"
 
 namespace tripod::tp {
 
@@ -15,18 +16,15 @@ int64_t TensorParallelLayers::local_tokens(int64_t n_tokens) const {
   return group_.sequence_parallel ? sequence_shard_rows(n_tokens, group_.size()) : n_tokens;
 }
 
-Tensor TensorParallelLayers::scratch(Backend& be, int64_t rows, int64_t cols, DType dtype) {
-  if (!scratch_.defined() || scratch_.numel() < rows * cols || scratch_.dtype() != dtype)
-    scratch_ = be.alloc({rows * cols}, dtype);
-  return scratch_.view(0, {rows, cols});
+Tensor TensorParallelLayers::reused(Backend& be, Tensor& buffer, int64_t rows, int64_t cols, DType dtype) {
+  if (!buffer.defined() || buffer.numel() < rows * cols || buffer.dtype() != dtype) buffer = be.alloc({rows * cols}, dtype);
+  return buffer.view(0, {rows, cols});
 }
 
-const Tensor& TensorParallelLayers::gathered(Backend& be, const Tensor& local) {
-  Tensor& full = gathered_[local.address()];
-  const int64_t rows = local.dim(0) * group_.size(), cols = local.dim(-1);
-  if (!full.defined() || full.numel() != rows * cols || full.dtype() != local.dtype())
-    full = be.alloc({rows, cols}, local.dtype());
-  return full;
+std::size_t TensorParallelLayers::held_bytes() const {
+  std::size_t bytes = (scratch_.defined() ? scratch_.bytes() : 0) + (gathered_.defined() ? gathered_.bytes() : 0);
+  for (const auto& [logits, lse] : logsumexp_) bytes += lse.bytes();
+  return bytes;
 }
 
 int64_t TensorParallelLayers::local_width(LinearRole role, int64_t full) const {
@@ -56,8 +54,8 @@ void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Te
   if (row_parallel(role)) {  // SP: out is this rank's token block, the partial products go through scratch
     const Tensor partial = sp ? scratch(be, in2.dim(0), out2.dim(-1), out.dtype()) : Tensor();
     row_parallel_linear_forward(be, group_, out2, partial, in2, weight, bias);
-  } else {  // SP: inp is this rank's token block, gathered (and kept for backward) here
-    column_parallel_linear_forward(be, group_, out2, in2, sp ? gathered(be, in2) : Tensor(), weight, bias);
+  } else {  // SP: inp is this rank's token block, gathered here (and again in backward)
+    column_parallel_linear_forward(be, group_, out2, in2, sp ? gather_buffer(be, in2) : Tensor(), weight, bias);
   }
 }
 
@@ -72,7 +70,8 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
     row_parallel_linear_backward(be, group_, flat2(dinp), dweight, dbias, flat2(dout), g, in2, weight);
   } else {
     const Tensor in2 = flat2(inp);
-    const Tensor full = sp ? gathered(be, in2) : Tensor();
+    const Tensor full = sp ? gather_buffer(be, in2) : Tensor();
+    if (sp) gather_from_sequence_region_forward(group_.comm, in2, full);  // the input again, as forward saw it
     const Tensor dfull = sp ? scratch(be, full.dim(0), full.dim(1), dinp.dtype()) : Tensor();
     column_parallel_linear_backward(be, group_, flat2(dinp), dfull, dweight, dbias, flat2(dout), sp ? full : in2,
                                     weight);

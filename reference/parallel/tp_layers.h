@@ -6,9 +6,11 @@
 //   embedding    vocab-parallel: rows outside this rank's range masked, then all-reduced
 // With sequence parallelism the residual stream (embedding output, LayerNorms, residual adds) is
 // split into contiguous token blocks of N/tp rows: "f" becomes an all-gather of the block before a
-// column-parallel layer (the gathered input is kept here for backward, keyed by the model's
-// activation it came from), "g" a reduce-scatter after a row-parallel one. The LayerNorm and
-// row-parallel bias gradients are then partial per rank: the trainer all-reduces them over TP.
+// column-parallel layer, "g" a reduce-scatter after a row-parallel one. The gathered [N, in] input
+// is not kept: backward gathers the block again (Megatron-LM's choice), so that what stays
+// between forward and backward is the 1/tp block, the point of sequence parallelism; one buffer
+// serves every gather. The LayerNorm and row-parallel bias gradients are then partial per rank:
+// the trainer all-reduces them over TP.
 #pragma once
 #include "model/config.h"
 #include "model/layer_ops.h"
@@ -40,17 +42,25 @@ class TensorParallelLayers final : public LayerOps {
   void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
 
+  // Bytes of the buffers these layers hold between calls (SP's gather and partial-product
+  // buffers, the vocab-parallel loss's per-row logsumexp): the memory report's share of them.
+  std::size_t held_bytes() const;
+
  private:
   static bool row_parallel(LinearRole role) { return role == LinearRole::AttnOut || role == LinearRole::FcOut; }
-  Tensor scratch(Backend& be, int64_t rows, int64_t cols, DType dtype);  // a reused [rows,cols] buffer, SP only
-  const Tensor& gathered(Backend& be, const Tensor& local);  // SP: the kept full-sequence input
+  // Reused [rows, cols] buffers, SP only: partial products and input gradients; gathered inputs.
+  static Tensor reused(Backend& be, Tensor& buffer, int64_t rows, int64_t cols, DType dtype);
+  Tensor scratch(Backend& be, int64_t rows, int64_t cols, DType dtype) { return reused(be, scratch_, rows, cols, dtype); }
+  Tensor gather_buffer(Backend& be, const Tensor& local) {
+    return reused(be, gathered_, local.dim(0) * group_.size(), local.dim(-1), local.dtype());
+  }
 
   TpGroup group_;
   VocabShard vocab_;
   // [N] per logits buffer (one per micro-batch in flight under pipelining), for loss_backward
   std::map<const void*, Tensor> logsumexp_;
   Tensor scratch_;
-  std::map<const void*, Tensor> gathered_;  // by the model's (persistent) local activation
+  Tensor gathered_;
 };
 
 }  // namespace tripod::tp

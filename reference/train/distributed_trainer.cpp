@@ -172,6 +172,7 @@ MemoryReport DistributedTrainer::memory() const {
     report = {report.params + z.params, report.grads + z.grads, report.optimizer + z.optimizer,
               report.activations + c.model->activation_bytes(), report.transient + z.peak_transient};
   }
+  if (tp_layers_) report.activations += tp_layers_->held_bytes();  // shared by the chunks: once
   return report;
 }
 

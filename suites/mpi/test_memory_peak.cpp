@@ -1,9 +1,10 @@
 // Memory that is really returned: the allocator's high-water mark over a run equals what the
 // memory report itemises (parameters, gradients, optimizer state, activations, and the peak of
 // gathered parameter buckets and gradient buckets in flight), for every ZeRO stage, with gradient
-// accumulation, ZeRO-3 prefetch and recomputation - up to the allocator's 64-byte padding of small
-// tensors and the step's scalars. A buffer kept alive by a stray reference (a finished request
-// still holding its bucket, say) shows up here as peak > accounting.
+// accumulation, ZeRO-3 prefetch and recomputation, tensor and sequence parallelism (whose layers'
+// own buffers the report counts) - up to the allocator's 64-byte padding of small tensors and the
+// step's scalars. A buffer kept alive by a stray reference (a finished request still holding its
+// bucket, say) shows up here as peak > accounting.
 #include <gtest/gtest.h>
 
 #include "support/test_backend.h"
@@ -21,13 +22,32 @@ TEST(MemoryPeak, AllocatorPeakIsTheAccountingForEveryZeroStage) {
     const RunConfig config = conform::default_conformance_config("fp64");
     const std::size_t allowance = 16 << 10;  // padding of the small tensors, scalars of the step
     for (const char* name : {"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z2-mb2",
-                             "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb2-pf2", "tp1-pp1-dp2-z3-mb2-rfull-pf0"}) {
+                             "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb2-pf2", "tp1-pp1-dp2-z3-mb2-rfull-pf0",
+                             "tp2-pp1-dp1-z0-mb1", "tp2-pp1-dp1-z0-mb1-sp", "tp2-pp1-dp1-z1-mb2-sp-rsel"}) {
       const ParallelLayout layout = ParallelLayout::parse(name);
       const conform::Trajectory t = conform::run_layout(config, layout, *group, 3, testing::shared_test_backend());
       EXPECT_GE(t.peak_bytes + allowance, t.accounted_bytes) << name << ": the accounting counts what is not there";
       EXPECT_LE(t.peak_bytes, t.accounted_bytes + allowance)
           << name << ": allocator peak " << t.peak_bytes << " bytes, accounting " << t.accounted_bytes;
     }
+  }
+  world->barrier();
+}
+
+// Sequence parallelism keeps only each rank's 1/tp token block of the residual stream between
+// forward and backward (backward gathers a column-parallel layer's input again): its peak is below
+// the same layout's without it. (Keeping the gathered inputs instead made the two peaks equal.)
+TEST(MemoryPeak, SequenceParallelismLowersThePeak) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory-sp");
+  if (group) {
+    const RunConfig config = conform::default_conformance_config("fp64");
+    const conform::Trajectory plain = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1"), *group,
+                                                          2, testing::shared_test_backend());
+    const conform::Trajectory sp = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp"), *group,
+                                                       2, testing::shared_test_backend());
+    EXPECT_LT(sp.peak_bytes, plain.peak_bytes * 0.95) << "SP peak " << sp.peak_bytes << ", without " << plain.peak_bytes;
   }
   world->barrier();
 }
