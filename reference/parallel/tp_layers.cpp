@@ -71,10 +71,11 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
   } else {
     const Tensor in2 = flat2(inp);
     const Tensor full = sp ? gather_buffer(be, in2) : Tensor();
-    if (sp) gather_from_sequence_region_forward(group_.comm, in2, full);  // the input again, as forward saw it
+    // SP: the input again, as forward saw it, arriving while the input gradient is computed.
+    auto gathering = sp ? gather_from_sequence_region_forward_async(group_.comm, in2, full) : nullptr;
     const Tensor dfull = sp ? scratch(be, full.dim(0), full.dim(1), dinp.dtype()) : Tensor();
     column_parallel_linear_backward(be, group_, flat2(dinp), dfull, dweight, dbias, flat2(dout), sp ? full : in2,
-                                    weight);
+                                    weight, gathering.get());
   }
 }
 

@@ -46,7 +46,7 @@ void column_parallel_linear_forward(Backend& be, const TpGroup& tp, const Tensor
 
 void column_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tensor& dinp, const Tensor& dinp_full,
                                      const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& x,
-                                     const Tensor& weight) {
+                                     const Tensor& weight, CommRequest* x_arriving) {
   const char* what = "column_parallel_linear_backward";
   check_weight(what, weight);
   const int64_t Ol = weight.dim(0), I = weight.dim(1);
@@ -60,6 +60,7 @@ void column_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tenso
 
   // dx[N,I] = dout[N,Ol] @ W[Ol,I]: the contribution of this rank's output features only.
   be.gemm(false, false, N, I, Ol, 1.0, dout, Ol, weight, I, 0.0, dx, I, gemm_accumulate_dtype(dout.dtype()));
+  if (x_arriving != nullptr) x_arriving->wait();  // the weight gradient reads x
   // Complete it across the group (f's or ḡ's backward) while the weight gradient is computed.
   auto pending = tp.sequence_parallel ? gather_from_sequence_region_backward_async(tp.comm, dinp_full, dinp)
                                       : copy_to_tp_region_backward_async(tp.comm, dinp);

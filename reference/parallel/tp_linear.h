@@ -43,10 +43,11 @@ void column_parallel_linear_forward(Backend& be, const TpGroup& tp, const Tensor
 // dinp[N,I] (no SP) or [Ns,I] (SP); dinp_full[N,I] (SP scratch); dweight[Ol,I]; dbias[Ol];
 // dout[N,Ol]; x[N,I] the input forward multiplied: inp without SP, inp_gathered with SP (which
 // must still hold the gathered input, or be refilled by gather_from_sequence_region_forward);
-// weight[Ol,I].
+// weight[Ol,I]. `x_arriving`, when given, is the all-gather still filling x: it is waited for
+// after the input-gradient GEMM, which does not read x, so the gather overlaps it.
 void column_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tensor& dinp, const Tensor& dinp_full,
                                      const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& x,
-                                     const Tensor& weight);
+                                     const Tensor& weight, CommRequest* x_arriving = nullptr);
 
 // out[N,O] (no SP) or [Ns,O] (SP); out_partial[N,O] (SP scratch); inp[N,Il]; weight[O,Il]; bias[O].
 void row_parallel_linear_forward(Backend& be, const TpGroup& tp, const Tensor& out, const Tensor& out_partial,
