@@ -21,6 +21,13 @@ Tensor TensorParallelLayers::reused(Backend& be, Tensor& buffer, int64_t rows, i
   return buffer.view(0, {rows, cols});
 }
 
+void TensorParallelLayers::reserve(Backend& be, int64_t tokens, int64_t channels, DType dtype) {
+  if (!group_.sequence_parallel) return;
+  const int64_t rows = local_tokens(tokens) * group_.size();  // as gather_buffer sizes a gathered block
+  reused(be, gathered_, rows, channels, dtype);
+  reused(be, scratch_, rows, channels, dtype);
+}
+
 std::size_t TensorParallelLayers::held_bytes() const {
   std::size_t bytes = (scratch_.defined() ? scratch_.bytes() : 0) + (gathered_.defined() ? gathered_.bytes() : 0);
   for (const auto& [logits, lse] : logsumexp_) bytes += lse.bytes();

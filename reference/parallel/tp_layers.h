@@ -45,6 +45,9 @@ class TensorParallelLayers final : public LayerOps {
   // Bytes of the buffers these layers hold between calls (SP's gather and partial-product
   // buffers, the vocab-parallel loss's per-row logsumexp): the memory report's share of them.
   std::size_t held_bytes() const;
+  // Allocates SP's two [N, C] buffers for micro-batches of `tokens` rows now rather than at first
+  // use, so that a memory report printed before the first step has them (nothing without SP).
+  void reserve(Backend& be, int64_t tokens, int64_t channels, DType dtype);
 
  private:
   static bool row_parallel(LinearRole role) { return role == LinearRole::AttnOut || role == LinearRole::FcOut; }

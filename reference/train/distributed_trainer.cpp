@@ -140,6 +140,9 @@ void DistributedTrainer::reserve_activations() {
       claimed.push_back(c.model->claim_slot(local_batch() / layout_.micro_batches, config_.train.seq_len));
     for (int slot : claimed) c.model->release_slot(slot);
   }
+  if (tp_layers_)
+    tp_layers_->reserve(backend_, local_batch() / layout_.micro_batches * config_.train.seq_len, config_.model.d_model,
+                        config_.train.dtype);
 }
 
 void DistributedTrainer::initialise() {

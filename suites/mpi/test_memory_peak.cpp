@@ -10,6 +10,7 @@
 #include "support/test_backend.h"
 #include "mpi_test_util.h"
 #include "conform/conformance.h"
+#include "train/distributed_trainer.h"
 
 namespace tripod {
 namespace {
@@ -48,6 +49,28 @@ TEST(MemoryPeak, SequenceParallelismLowersThePeak) {
     const conform::Trajectory sp = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp"), *group,
                                                        2, testing::shared_test_backend());
     EXPECT_LT(sp.peak_bytes, plain.peak_bytes * 0.95) << "SP peak " << sp.peak_bytes << ", without " << plain.peak_bytes;
+  }
+  world->barrier();
+}
+
+// The memory table `tripod train` prints at start-up (after reserve_activations, before any step)
+// already holds SP's [N, C] buffers: a step adds only the vocab-parallel loss's [N] logsumexp (one
+// per micro-batch's logits, made at its first loss).
+TEST(MemoryPeak, TheStartUpReportHoldsTheSequenceParallelBuffers) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory-start");
+  if (group) {
+    const RunConfig config = conform::default_conformance_config("fp64");
+    const ParallelLayout layout = ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp");
+    ProcessGrid grid(*group, layout.grid(), layout.grid_order);
+    DistributedTrainer trainer(config, testing::shared_test_backend(), grid, layout);
+    trainer.initialise();
+    trainer.reserve_activations();
+    const std::size_t at_start = trainer.memory().activations;
+    trainer.train_step(conform::conformance_batch(config, 0));
+    const std::size_t tokens = static_cast<std::size_t>(config.train.batch_size * config.train.seq_len);
+    EXPECT_EQ(trainer.memory().activations, at_start + tokens * sizeof(double));  // fp64: the logsumexp
   }
   world->barrier();
 }
