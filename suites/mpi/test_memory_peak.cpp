@@ -15,55 +15,52 @@
 namespace tripod {
 namespace {
 
-TEST(MemoryPeak, AllocatorPeakIsTheAccountingForEveryZeroStage) {
+// Runs `body` on the first two ranks of the world (the others wait at the barrier), with the
+// fp64 conformance config; skips below two ranks.
+template <class Body>
+void on_two_ranks(const char* name, const Body& body) {
   auto world = testing::test_world();
   if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory");
-  if (group) {
-    const RunConfig config = conform::default_conformance_config("fp64");
+  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), name);
+  if (group) body(*group, conform::default_conformance_config("fp64"));
+  world->barrier();
+}
+
+TEST(MemoryPeak, AllocatorPeakIsTheAccountingForEveryZeroStage) {
+  on_two_ranks("memory", [](Communicator& group, const RunConfig& config) {
     const std::size_t allowance = 16 << 10;  // padding of the small tensors, scalars of the step
     for (const char* name : {"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z2-mb2",
                              "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb2-pf2", "tp1-pp1-dp2-z3-mb2-rfull-pf0",
                              "tp2-pp1-dp1-z0-mb1", "tp2-pp1-dp1-z0-mb1-sp", "tp2-pp1-dp1-z1-mb2-sp-rsel"}) {
       const ParallelLayout layout = ParallelLayout::parse(name);
-      const conform::Trajectory t = conform::run_layout(config, layout, *group, 3, testing::shared_test_backend());
+      const conform::Trajectory t = conform::run_layout(config, layout, group, 3, testing::shared_test_backend());
       EXPECT_GE(t.peak_bytes + allowance, t.accounted_bytes) << name << ": the accounting counts what is not there";
       EXPECT_LE(t.peak_bytes, t.accounted_bytes + allowance)
           << name << ": allocator peak " << t.peak_bytes << " bytes, accounting " << t.accounted_bytes;
     }
-  }
-  world->barrier();
+  });
 }
 
 // Sequence parallelism keeps only each rank's 1/tp token block of the residual stream between
 // forward and backward (backward gathers a column-parallel layer's input again): its peak is below
 // the same layout's without it. (Keeping the gathered inputs instead made the two peaks equal.)
 TEST(MemoryPeak, SequenceParallelismLowersThePeak) {
-  auto world = testing::test_world();
-  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory-sp");
-  if (group) {
-    const RunConfig config = conform::default_conformance_config("fp64");
-    const conform::Trajectory plain = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1"), *group,
+  on_two_ranks("memory-sp", [](Communicator& group, const RunConfig& config) {
+    const conform::Trajectory plain = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1"), group,
                                                           2, testing::shared_test_backend());
-    const conform::Trajectory sp = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp"), *group,
+    const conform::Trajectory sp = conform::run_layout(config, ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp"), group,
                                                        2, testing::shared_test_backend());
     EXPECT_LT(sp.peak_bytes, plain.peak_bytes * 0.95) << "SP peak " << sp.peak_bytes << ", without " << plain.peak_bytes;
-  }
-  world->barrier();
+  });
 }
 
 // The memory table `tripod train` prints at start-up (after reserve_activations, before any step)
 // already holds SP's [N, C] buffers: a step adds only the vocab-parallel loss's [N] logsumexp (one
 // per micro-batch's logits, made at its first loss).
 TEST(MemoryPeak, TheStartUpReportHoldsTheSequenceParallelBuffers) {
-  auto world = testing::test_world();
-  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory-start");
-  if (group) {
-    const RunConfig config = conform::default_conformance_config("fp64");
+  on_two_ranks("memory-start", [](Communicator& group, const RunConfig& config) {
     const ParallelLayout layout = ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-sp");
-    ProcessGrid grid(*group, layout.grid(), layout.grid_order);
+    ProcessGrid grid(group, layout.grid(), layout.grid_order);
     DistributedTrainer trainer(config, testing::shared_test_backend(), grid, layout);
     trainer.initialise();
     trainer.reserve_activations();
@@ -71,8 +68,7 @@ TEST(MemoryPeak, TheStartUpReportHoldsTheSequenceParallelBuffers) {
     trainer.train_step(conform::conformance_batch(config, 0));
     const std::size_t tokens = static_cast<std::size_t>(config.train.batch_size * config.train.seq_len);
     EXPECT_EQ(trainer.memory().activations, at_start + tokens * sizeof(double));  // fp64: the logsumexp
-  }
-  world->barrier();
+  });
 }
 
 }  // namespace
