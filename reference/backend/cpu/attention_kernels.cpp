@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/kernels/attention_math.h"
 
 namespace tripod::cpu {
 namespace {
@@ -22,7 +23,7 @@ constexpr int64_t kCausalBlockRows = 128;
 struct CausalBlocks {
   int64_t seq_len, count;
   explicit CausalBlocks(int64_t t) : seq_len(t), count(std::max<int64_t>(1, t / kCausalBlockRows)) {}
-  int64_t begin(int64_t r) const { return r * seq_len / count; }
+  int64_t begin(int64_t r) const { return kernels::causal_block_begin(r, seq_len, count); }
 };
 
 }  // namespace

@@ -45,6 +45,10 @@ TRIPOD_HD T exp_in_place_partial(T* row, int64_t n, T row_max, int64_t tid, int6
   return sum;
 }
 
+// The first query row of causal row block r of `blocks` (r = blocks: T): the split both backends'
+// attention products use, so that block r's products stop at key causal_block_begin(r + 1).
+TRIPOD_HD int64_t causal_block_begin(int64_t r, int64_t seq_len, int64_t blocks) { return r * seq_len / blocks; }
+
 // Where element i of a head-major copy [parts][B][H][T][hd] lives in its token-major tensor
 // [B][T][parts * C] (C = H * hd: qkv with parts = 3, out and dout with parts = 1). The CUDA
 // attention copies qkv and dout into head-major form so that every (b, h) pair's [T, hd] matrix

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "backend/cuda/host/gemm_layout.h"
+#include "backend/kernels/attention_math.h"
 
 namespace tripod::cuda {
 
@@ -36,7 +37,7 @@ struct AttentionDims {
   int64_t row_blocks = 1;
   int64_t head_dim() const { return channels / n_head; }
   int64_t pairs() const { return batch * n_head; }
-  int64_t block_begin(int64_t r) const { return r * seq_len / row_blocks; }  // r in [0, row_blocks]
+  int64_t block_begin(int64_t r) const { return kernels::causal_block_begin(r, seq_len, row_blocks); }
 };
 
 // The row blocks the backend uses for a sequence length: 1 up to T = 255, then one per 256 rows,
