@@ -15,6 +15,7 @@
 #include "comm/mpi_algorithms.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
+#include "parallel/parallel_layout.h"
 #include "parallel/zero_engine.h"
 #include "train/run_config.h"
 
@@ -70,7 +71,7 @@ void run_overlap(const OverlapOptions& o) {
     return Pass{all_reduce_value(*world, local, ReduceOp::Max), all_reduce_value(*world, in_calls, ReduceOp::Min),
                 all_reduce_value(*world, gathers, ReduceOp::Min)};
   };
-  const int64_t bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
+  const int64_t bucket_bytes = ParallelLayout::bucket_bytes_from_mib(o.bucket_mb);
   const bool tied = config.model.tie_embeddings;
   auto engine = [&](int stage, int64_t bytes, int prefetch, bool split = false) {
     ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}, {}};

@@ -66,7 +66,7 @@ void run_train_command(TrainCommandOptions o) {
   l.micro_batches = static_cast<int>(job.config.train.micro_batches);
   l.recompute = job.config.train.recompute;
   l.schedule = parse_schedule_kind(o.schedule);
-  l.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
+  l.bucket_bytes = ParallelLayout::bucket_bytes_from_mib(o.bucket_mb);
   // A padded vocabulary is stored as a (one-rank) TP shard: the distributed trainer's work.
   job.parallel = l.dp > 1 || l.zero != 0 || l.tp != 1 || l.pp != 1 || l.vocab_multiple != 1;
   run_train_job(job);

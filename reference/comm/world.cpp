@@ -1,5 +1,7 @@
 #include "comm/world.h"
 
+#include <cmath>
+
 #include "comm/mpi_progress.h"
 
 #include "comm/core_sharing.h"
@@ -42,15 +44,24 @@ std::string resolve_comm_kind(const std::string& kind, const Backend& backend) {
   fail("--comm: unknown communicator '", kind, "' (one of: ", comm_kind_names_text(), ")");
 }
 
+void check_comm_settings(const CommSettings& settings) {
+  // NaN compares false with everything, so each range check below also refuses it; the message
+  // says which it was. Out-of-range doubles must not reach the integer and duration conversions.
+  const auto what = [](double value) { return std::isnan(value) ? "is not a number" : "is out of range"; };
+  const double timeout = settings.timeout_seconds, chunk = settings.mpi_chunk_mb;
+  check(timeout >= 0 && timeout <= 1e9, "--comm-timeout: ", timeout, " s ", what(timeout),
+        " (seconds, 0-1e9; 0 turns the timeout off)");
+  check(chunk >= 0 && chunk <= 1048576, "--mpi-chunk-mb: ", chunk, " ", what(chunk),
+        " (MiB, 0-1048576; 0: whole messages)");
+  check(settings.progress_us >= 0, "--mpi-progress-us: ", settings.progress_us, " is negative (0: no progress thread)");
+}
+
 std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& settings) {
-  check(settings.timeout_seconds >= 0, "--comm-timeout: ", settings.timeout_seconds,
-        " s is negative (0 turns the timeout off)");
+  check_comm_settings(settings);
   set_comm_timeout(settings.timeout_seconds);
   const std::string kind = resolve_comm_kind(settings.kind, backend);
-  check(settings.mpi_chunk_mb >= 0, "--mpi-chunk-mb: ", settings.mpi_chunk_mb, " is negative (0: whole messages)");
   std::unique_ptr<Communicator> host = mpi_world(static_cast<int64_t>(settings.mpi_chunk_mb * 1048576.0));
   share_cores(*host);  // before any OpenMP team of this process computes
-  check(settings.progress_us >= 0, "--mpi-progress-us: ", settings.progress_us, " is negative (0: no progress thread)");
   if (settings.progress_us > 0) MpiProgress::start(std::chrono::microseconds(settings.progress_us));
   if (kind == "mpi") return host;
   if (kind == "staged") return std::make_unique<StagedCommunicator>(std::move(host), backend);

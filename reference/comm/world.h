@@ -24,6 +24,9 @@ struct CommSettings {
 };
 
 std::string comm_kind_names_text();  // "auto, mpi, staged, nccl"
+// The numbers in `settings` (--comm-timeout, --mpi-progress-us, --mpi-chunk-mb) are in range: an
+// Error naming the option otherwise. make_world checks them; so do commands that may make none.
+void check_comm_settings(const CommSettings& settings);
 bool nccl_built();                   // this program was built with the NCCL communicator
 
 // The kind `auto` resolves to for `backend` (or the kind asked for); an unknown kind, or one that

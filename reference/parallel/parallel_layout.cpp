@@ -1,5 +1,7 @@
 #include "parallel/parallel_layout.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "parallel/pipeline_executor.h"
@@ -71,6 +73,13 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
   check(l.pp > 1 || !has_schedule, "layout '", name, "': a pipeline schedule needs pp > 1");
   return l;
+}
+
+int64_t ParallelLayout::bucket_bytes_from_mib(double mib) {
+  // Checked before the conversion: a NaN or out-of-range double cast to an integer is undefined.
+  check(std::isfinite(mib) && mib > 0 && mib <= 1024.0 * 1024.0,
+        "the gradient bucket size (--bucket-mb) must be a number of MiB in (0, 1048576] (got ", mib, ")");
+  return std::max<int64_t>(1, static_cast<int64_t>(mib * 1024 * 1024));
 }
 
 void ParallelLayout::validate(const ModelConfig& model, const StepShape& step, int world_size) const {

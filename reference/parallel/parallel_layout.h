@@ -51,6 +51,8 @@ struct ParallelLayout {
   // "tp=2 pp=2 dp=2, ZeRO-1, sequence parallel, 1f1b m=4 v=2": for people.
   std::string describe() const;
   static ParallelLayout parse(const std::string& name);  // throws naming the bad part
+  // --bucket-mb as bytes; NaN, infinities, sizes <= 0 and above 1 TiB are Errors naming the option.
+  static int64_t bucket_bytes_from_mib(double mib);
 
   // Every rule a layout must satisfy for this model, step and world; throws the first broken one.
   void validate(const ModelConfig& model, const StepShape& step, int world_size) const;

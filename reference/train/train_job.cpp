@@ -17,12 +17,16 @@ void print_summary(const TrainSummary& s) {
   std::printf(", %.0f tok/s, MFU %.2f%%, %.1f s\n", s.tokens_per_second, 100 * s.mfu, s.seconds);
 }
 
+StepShape step_shape(const RunConfig& config) {
+  return {config.train.batch_size, config.train.seq_len, config.train.pipeline_split};
+}
+
 void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backend) {
   MpiRuntime mpi;
   auto world = make_world(backend, job.comm);  // --comm: device tensors staged through the host, or NCCL
   ParallelLayout layout = job.layout;
   if (layout.dp == 0) layout.dp = std::max(1, world->size() / std::max(1, layout.tp * layout.pp));
-  const StepShape step{job.config.train.batch_size, job.config.train.seq_len, job.config.train.pipeline_split};
+  const StepShape step = step_shape(job.config);
   check_on_every_rank(*world, [&] {
     check_launch_matches(launch, *world);
     layout.validate(job.config.model, step, world->size());
@@ -40,10 +44,18 @@ void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backen
 void run_train_job(const TrainJob& job) {
   const LaunchInfo launch = detect_launch();
   auto backend = make_backend(job.backend);
-  resolve_comm_kind(job.comm.kind, *backend);  // a bad --comm is refused even where no communicator is made
+  // Options are checked even where they are not used (one process, no communicator), so that a
+  // typo is found on the laptop and not on the cluster.
+  resolve_comm_kind(job.comm.kind, *backend);
+  check_comm_settings(job.comm);
+  check(job.options.exit_after >= 0, "--exit-after: ", job.options.exit_after,
+        " is negative (0: run to train.steps)");
   if (job.parallel || launch.world_size > 1) {
     run_parallel(job, launch, *backend);
   } else {
+    ParallelLayout single = job.layout;
+    single.dp = 1;
+    single.validate(job.config.model, step_shape(job.config));
     print_summary(run_training(job.config, job.options, *backend));
   }
 }

@@ -162,6 +162,24 @@ def test_context_shorter_than_sequence(corpus):
     expect_error("train", "--config", "tiny", "--set", "model.context=8", contains="model.context")
 
 
+@pytest.mark.parametrize("option, message", [
+    (["--bucket-mb", "nan"], "--bucket-mb) must be a number of MiB in (0, 1048576] (got nan)"),
+    (["--bucket-mb", "-1"], "--bucket-mb) must be a number of MiB in (0, 1048576] (got -1)"),
+    (["--comm-timeout", "nan"], "--comm-timeout: nan s is not a number"),
+    (["--comm-timeout", "-1"], "--comm-timeout: -1 s is out of range"),
+    (["--mpi-chunk-mb", "inf"], "--mpi-chunk-mb: inf is out of range"),
+    (["--mpi-progress-us", "-5"], "--mpi-progress-us: -5 is negative"),
+    (["--zero3-prefetch", "-1"], "--zero3-prefetch) must be 0-64 buckets (got -1)"),
+    (["--receives-ahead", "-5"], "--receives-ahead) must be 0-1024 (got -5)"),
+    (["--exit-after", "-1"], "--exit-after: -1 is negative"),
+    (["--pipeline-split", "2,2"], "pipeline split lists 2 layer counts but the pipeline has 1 chunks"),
+])
+def test_options_one_process_does_not_use_are_still_checked(corpus, option, message):
+    # One process trains without a communicator, buckets or a pipeline; before, these ran silently.
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=1",
+                 *option, contains=message)
+
+
 def test_missing_data_directory(tmp_path):
     expect_error("train", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", contains="nowhere")
 
