@@ -6,7 +6,7 @@
 namespace tripod {
 
 Tensor host_alloc(const Shape& shape, DType dtype) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
   void* ptr = allocate_host_block(padded);  // large ones cached: core/block_cache.h says why not malloc
   check(padded == 0 || ptr != nullptr, "out of host memory allocating ", bytes, " bytes for a tensor of shape ",
@@ -16,7 +16,7 @@ Tensor host_alloc(const Shape& shape, DType dtype) {
 }
 
 Tensor host_view(void* data, const Shape& shape, DType dtype) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t bytes = allocation_bytes(shape, dtype);
   return Tensor(std::make_shared<Storage>(data, bytes, Device::Host, nullptr), 0, shape, dtype);
 }
 

@@ -10,6 +10,20 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
+std::size_t allocation_bytes(const Shape& shape, DType dtype) {
+  constexpr int64_t kLimit = int64_t{1} << 62;
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) fail("cannot allocate a tensor of shape ", shape_str(shape), ": negative dimension");
+    overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes) || bytes > kLimit;
+  }
+  // The loop runs on after an overflow so that a negative dimension is still named as such.
+  if (overflow) fail("cannot allocate a tensor of shape ", shape_str(shape), " of ", dtype_name(dtype),
+                     ": more than 2^62 bytes (a product of sizes overflowed?)");
+  return static_cast<std::size_t>(bytes);
+}
+
 std::string shape_str(const Shape& shape) {
   std::ostringstream out;
   out << "[";

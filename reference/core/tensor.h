@@ -23,6 +23,9 @@ namespace tripod {
 
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
+// The bytes of a new tensor of this shape and dtype, for allocators: a negative dimension, or a size
+// past 2^62 bytes (an overflowed batch x sequence product, say), is an Error naming the shape.
+std::size_t allocation_bytes(const Shape& shape, DType dtype);
 std::string shape_str(const Shape& shape);  // "[4, 64, 768]"
 
 // Owns one allocation; `release` is supplied by whoever made it (null: not owned, a view of memory

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -51,6 +52,25 @@ TEST(DeviceGuard, BackendsRefuseTensorsOfAnotherDevice) {
   EXPECT_NE(m.find("on the emulated device"), std::string::npos) << m;
   m = error_of([&] { device->copy(host, on_device); });
   EXPECT_NE(m.find("copy"), std::string::npos) << m;
+}
+
+TEST(Allocation, NegativeAndOverflowingShapesAreRefusedBeforeAllocating) {
+  // An overflowed batch x sequence product came as shape [-64, 128]: its byte count wrapped to
+  // 2^64 - 32768 and the error blamed memory ("out of host memory allocating 18446744073709518848 bytes").
+  auto cpu = make_cpu_backend();
+  auto device = make_emulated_backend();
+  for (const auto& alloc : std::vector<std::function<Tensor(const Shape&)>>{
+           [](const Shape& s) { return host_alloc(s, DType::F32); },
+           [&](const Shape& s) { return cpu->alloc(s, DType::F32); },
+           [&](const Shape& s) { return device->alloc(s, DType::F32); }}) {
+    std::string m = error_of([&] { alloc({-64, 128}); });
+    EXPECT_NE(m.find("cannot allocate a tensor of shape [-64, 128]: negative dimension"), std::string::npos) << m;
+    m = error_of([&] { alloc({int64_t{1} << 31, int64_t{1} << 31}); });  // 2^62 elements: 2^64 bytes
+    EXPECT_NE(m.find("[2147483648, 2147483648] of fp32: more than 2^62 bytes"), std::string::npos) << m;
+    EXPECT_EQ(alloc({0, int64_t{1} << 40}).bytes(), 0u);
+    EXPECT_EQ(alloc({3, 5}).bytes(), 60u);
+  }
+  EXPECT_EQ(allocation_bytes({int64_t{1} << 30, 4}, DType::F64), std::size_t{1} << 35);
 }
 
 TEST(BackendFactory, MakesBuiltBackendsByNameAndNamesThemOnError) {

@@ -27,7 +27,7 @@ void CpuBackend::wrong_device(const Tensor& t, const char* op) const {
 }
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // 64-byte alignment for AVX-512 loads
   void* p = allocate_host_block(padded);  // zero-filled; large ones cached (core/block_cache.h says why)
   if (padded != 0 && p == nullptr)

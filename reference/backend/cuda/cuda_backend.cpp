@@ -118,7 +118,7 @@ void* CudaBackend::pool_alloc(std::size_t bytes, const Shape& shape) {
 }
 
 Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 255) / 256 * 256;  // 256-byte aligned as cudaMalloc's: count what it holds
   void* p = nullptr;
   if (padded != 0) {
