@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "core/error.h"
+#include "core/preset_file.h"
 
 namespace tripod::sweep {
 namespace fs = std::filesystem;
@@ -237,11 +238,7 @@ SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
 }
 
 fs::path resolve_spec_path(const std::string& name_or_path) {
-  if (fs::exists(name_or_path)) return name_or_path;
-  for (const fs::path& dir : {fs::path("scaling/specs"), fs::path(TRIPOD_SOURCE_DIR) / "scaling/specs"})
-    for (const char* ext : {".json", ""})
-      if (fs::exists(dir / (name_or_path + ext))) return dir / (name_or_path + ext);
-  fail("sweep spec '", name_or_path, "' is neither a file nor a preset in scaling/specs/");
+  return resolve_preset_file(name_or_path, "scaling/specs", "sweep spec");
 }
 
 SweepSpec load_sweep_spec(const std::string& name_or_path) {

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/preset_file.h"
 
 namespace tripod {
 namespace fs = std::filesystem;
@@ -25,14 +26,7 @@ json default_config_json() {
 }
 
 std::string resolve_config_path(const std::string& name_or_path) {
-  if (fs::exists(name_or_path)) return name_or_path;
-  for (const fs::path& dir : {fs::path("reference/configs"), fs::path(TRIPOD_SOURCE_DIR) / "reference/configs"}) {
-    for (const char* ext : {".json", ""}) {
-      fs::path candidate = dir / (name_or_path + ext);
-      if (fs::exists(candidate)) return candidate.string();
-    }
-  }
-  fail("config '", name_or_path, "' is neither a file nor a preset in reference/configs/");
+  return resolve_preset_file(name_or_path, "reference/configs", "config").string();
 }
 
 namespace {
@@ -147,6 +141,9 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   check(train.seq_len >= 1, "train.seq_len must be >= 1");
   check(train.seq_len <= context, "train.seq_len (", train.seq_len,
         ") is longer than the position table model.context (", context, ")");
+  // Token counts (batch x sequence, and their products with d_model) must not overflow int64.
+  check(train.batch_size <= (int64_t{1} << 40) / train.seq_len, "train.batch_size x train.seq_len (", train.batch_size,
+        " x ", train.seq_len, ") is more than 2^40 tokens a step");
   check(train.micro_batches >= 1 && train.batch_size % train.micro_batches == 0, "train.micro_batches (",
         train.micro_batches, ") must divide train.batch_size (", train.batch_size, ")");
   check(train.steps >= 1, "train.steps must be >= 1");

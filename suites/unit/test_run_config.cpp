@@ -53,6 +53,18 @@ TEST(RunConfig, ContradictionsAreNamed) {
   EXPECT_NE(error_of([] { with({"train.dtype=fp16"}); }).find("fp16"), std::string::npos);
   EXPECT_NE(error_of([] { load_config_json("no-such-preset", {}); }).find("no-such-preset"), std::string::npos);
   EXPECT_NE(error_of([] { with({"justakey"}); }).find("key=value"), std::string::npos);
+  // batch x sequence overflowed int64 and reached the allocator as a negative shape.
+  EXPECT_NE(error_of([] { with({"train.batch_size=9223372036854775807"}); })
+                .find("train.batch_size x train.seq_len (9223372036854775807 x 64) is more than 2^40 tokens a step"),
+            std::string::npos);
+  EXPECT_NO_THROW(with({"train.batch_size=16384", "train.seq_len=64", "model.context=64"}));
+}
+
+TEST(RunConfig, ADirectoryIsNotAConfigFile) {
+  // Read as a stream, a directory failed as "internal error: basic_filebuf::underflow".
+  const std::string dir = ::testing::TempDir();
+  EXPECT_NE(error_of([&] { load_config_json(dir, {}); }).find("config '" + dir + "' is a directory, not a JSON file"),
+            std::string::npos);
 }
 
 }  // namespace
