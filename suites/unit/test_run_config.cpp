@@ -58,6 +58,14 @@ TEST(RunConfig, ContradictionsAreNamed) {
                 .find("train.batch_size x train.seq_len (9223372036854775807 x 64) is more than 2^40 tokens a step"),
             std::string::npos);
   EXPECT_NO_THROW(with({"train.batch_size=16384", "train.seq_len=64", "model.context=64"}));
+  // d_ff = 2^63 - 1 overflowed the parameter offsets and ended in a view error naming nothing.
+  EXPECT_NE(error_of([] { with({"model.d_ff=9223372036854775807", "model.vocab_size=100"}); })
+                .find("model.d_ff (9223372036854775807) is more than 2^31 - 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with({"model.n_layer=100000000", "model.d_model=65536", "model.vocab_size=100"}); })
+                .find("parameters (model.n_layer x (4 d_model^2 + 2 d_model d_ff) + d_model x (vocab_size + context)), "
+                      "more than 2^48"),
+            std::string::npos);
 }
 
 TEST(RunConfig, ADirectoryIsNotAConfigFile) {
