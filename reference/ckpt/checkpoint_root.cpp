@@ -125,6 +125,9 @@ std::optional<fs::path> find_latest(const fs::path& root) {
 
 fs::path resolve_checkpoint(const fs::path& path) {
   check(fs::exists(path), "checkpoint ", path.string(), " does not exist");
+  // ROOT/latest, the pointer file a user sees beside the step directories, means the root's latest.
+  if (path.filename() == kLatestFile && fs::is_regular_file(path) && !path.parent_path().empty())
+    return resolve_checkpoint(path.parent_path());
   check(fs::is_directory(path), "checkpoint ", path.string(), " is a file, not a checkpoint directory");
   if (fs::exists(path / kManifestFile)) return path;
   check(!fs::exists(path / "state.json"), "checkpoint ", path.string(), " is in Tripod's old single-file format ",

@@ -38,7 +38,7 @@ int remove_leftovers(const std::filesystem::path& root);
 // incomplete, the highest step directory with a manifest), or nothing.
 std::optional<std::filesystem::path> find_latest(const std::filesystem::path& root);
 
-// `path` names one checkpoint (a step directory) or a root (its latest); returns the checkpoint
+// `path` names one checkpoint (a step directory) or a root (its latest; also ROOT/latest); returns the checkpoint
 // directory, or throws saying what `path` is instead (nothing there, an old-format checkpoint...).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 

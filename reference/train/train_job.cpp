@@ -12,6 +12,10 @@ namespace tripod {
 namespace {
 
 void print_summary(const TrainSummary& s) {
+  if (s.steps == 0) {  // resumed at train.steps (a restarted job that had finished): no losses to show
+    std::printf("done: no steps to run (the run is already at train.steps)\n");
+    return;
+  }
   std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val loss %.4f", s.final_val_loss);
   std::printf(", %.0f tok/s, MFU %.2f%%, %.1f s\n", s.tokens_per_second, 100 * s.mfu, s.seconds);

@@ -88,10 +88,16 @@ def test_resume_continues_exactly(corpus, tmp_path):
     assert sorted(first) == [0, 1, 2]
     assert (ckpt / "latest").read_text().strip() == "step-00000003"
     assert json.loads((ckpt / "step-00000003" / "manifest.json").read_text())["step"] == 3
-    second = step_losses(train(corpus, tmp_path, "second", "--set", "train.steps=8", "--resume", ckpt))
+    # ROOT/latest, the pointer file, names the root's latest (it was "a file, not a checkpoint directory").
+    second = step_losses(train(corpus, tmp_path, "second", "--set", "train.steps=8", "--resume", ckpt / "latest",
+                               "--save", ckpt))
     assert sorted(second) == [3, 4, 5, 6, 7]
     for step, loss in {**first, **second}.items():
         assert loss == straight[step], f"step {step}: {loss} != {straight[step]} (resume must be exact)"
+    # A restarted job that had finished has nothing to do: exit 0, and no "loss 0.0000 -> 0.0000".
+    again = tripod("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=8",
+                   "--save", ckpt, "--resume", "auto")
+    assert "done: no steps to run (the run is already at train.steps)" in again.stdout, again.stdout
 
 
 def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):

@@ -77,6 +77,9 @@ TEST(Checkpoint, KeepsTheNewestAndPointsLatestAtIt) {
   EXPECT_FALSE(fs::exists(root / "step-00000001"));
   EXPECT_TRUE(fs::exists(root / "step-00000002"));
   EXPECT_EQ(ckpt::find_latest(root), root / "step-00000003");
+  // `--resume ROOT/latest` (the pointer file itself) was "a file, not a checkpoint directory".
+  EXPECT_EQ(ckpt::resolve_checkpoint(root / "latest"), root / "step-00000003");
+  EXPECT_EQ(ckpt::resolve_checkpoint(root), root / "step-00000003");
   // A latest pointing at a missing directory (a crash in publish) falls back to the newest complete one.
   fs::remove_all(root / "step-00000003");
   EXPECT_EQ(ckpt::find_latest(root), root / "step-00000002");
