@@ -171,6 +171,9 @@ void parse_optim_section(const json& o, RunConfig& c) {
   check(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1 && c.adamw.beta2 >= 0 && c.adamw.beta2 < 1,
         "optim.beta1 and optim.beta2 must be in [0, 1)");
   check(c.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 disables clipping)");
+  // As PyTorch's AdamW: a negative eps or weight decay is refused, not trained with.
+  check(c.adamw.eps >= 0, "optim.eps must be >= 0 (got ", c.adamw.eps, ")");
+  check(c.adamw.weight_decay >= 0, "optim.weight_decay must be >= 0 (got ", c.adamw.weight_decay, ")");
 }
 
 }  // namespace

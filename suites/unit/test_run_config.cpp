@@ -58,6 +58,11 @@ TEST(RunConfig, ContradictionsAreNamed) {
                 .find("train.batch_size x train.seq_len (9223372036854775807 x 64) is more than 2^40 tokens a step"),
             std::string::npos);
   EXPECT_NO_THROW(with({"train.batch_size=16384", "train.seq_len=64", "model.context=64"}));
+  // Trained with before: an AdamW eps or weight decay below 0.
+  EXPECT_NE(error_of([] { with({"optim.eps=-1"}); }).find("optim.eps must be >= 0 (got -1)"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"optim.weight_decay=-0.1"}); }).find("optim.weight_decay must be >= 0 (got -0.1)"),
+            std::string::npos);
+  EXPECT_NO_THROW(with({"optim.eps=0", "optim.weight_decay=0"}));
   // d_ff = 2^63 - 1 overflowed the parameter offsets and ended in a view error naming nothing.
   EXPECT_NE(error_of([] { with({"model.d_ff=9223372036854775807", "model.vocab_size=100"}); })
                 .find("model.d_ff (9223372036854775807) is more than 2^31 - 1"),
