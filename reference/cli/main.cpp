@@ -1,6 +1,7 @@
 // tripod: the command-line program. Subcommands live in their own files (see commands.h).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
   } catch (const tripod::Error& e) {
     // An empty message means the error was already reported (with its rank) where it happened.
     if (*e.what() != '\0') std::fprintf(stderr, "tripod: error: %s%s\n", launch_rank_prefix().c_str(), e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that cannot be made or read (a file where a directory should be, no
+    // permission, a full disk): input, not a bug. Its text names the operation, reason and paths.
+    std::fprintf(stderr, "tripod: error: %s%s\n", launch_rank_prefix().c_str(), e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tripod: internal error: %s\n", e.what());

@@ -1,9 +1,11 @@
 #include "train/train_loop.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -199,7 +201,7 @@ class TrainingRun {
     if (!root_ || path.empty()) return;
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
     metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
-    check(metrics_.good(), "cannot write metrics file ", path);
+    check(metrics_.good(), "cannot write metrics file ", path, " (train.metrics): ", std::strerror(errno));
     metrics_ << json{{"event", "start"}, {"step", engine_->step()}, {"config", config_.json}, {"ranks", ranks_},
                      {"layout", layout_text()}, {"n_params", flops_.n_params_total},
                      {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},

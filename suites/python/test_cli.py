@@ -186,6 +186,16 @@ def test_options_one_process_does_not_use_are_still_checked(corpus, option, mess
                  *option, contains=message)
 
 
+def test_unwritable_metrics_paths_are_errors_naming_them(corpus, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    base = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=1"]
+    expect_error(*base, "--set", f"train.metrics={tmp_path}", contains=f"cannot write metrics file {tmp_path} "
+                 "(train.metrics): Is a directory")
+    # A filesystem exception was an "internal error" with exit 2.
+    expect_error(*base, "--set", f"train.metrics={a_file}/m.jsonl", contains=f"Not a directory [{a_file}]")
+
+
 def test_missing_data_directory(tmp_path):
     expect_error("train", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", contains="nowhere")
 
