@@ -54,6 +54,8 @@ void run_train_job(const TrainJob& job) {
   check_comm_settings(job.comm);
   check(job.options.exit_after >= 0, "--exit-after: ", job.options.exit_after,
         " is negative (0: run to train.steps)");
+  check(job.pipeline_trace.empty() || job.layout.pp > 1, "--pipeline-trace ", job.pipeline_trace,
+        ": this layout has no pipeline to trace (pp = 1; give --pp 2 or more)");
   if (job.parallel || launch.world_size > 1) {
     run_parallel(job, launch, *backend);
   } else {

@@ -179,6 +179,7 @@ def test_context_shorter_than_sequence(corpus):
     (["--receives-ahead", "-5"], "--receives-ahead) must be 0-1024 (got -5)"),
     (["--exit-after", "-1"], "--exit-after: -1 is negative"),
     (["--pipeline-split", "2,2"], "pipeline split lists 2 layer counts but the pipeline has 1 chunks"),
+    (["--pipeline-trace", "trace.json"], "--pipeline-trace trace.json: this layout has no pipeline to trace (pp = 1"),
 ])
 def test_options_one_process_does_not_use_are_still_checked(corpus, option, message):
     # One process trains without a communicator, buckets or a pipeline; before, these ran silently.
