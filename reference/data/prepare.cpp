@@ -43,6 +43,31 @@ std::vector<int32_t> encode_by_lines(const Tokenizer& tokenizer, const std::stri
   return tokens;
 }
 
+// A tokenizer trained under a hidden name in the output directory, moved to tokenizer.{model,vocab}
+// by publish(); removed if the preparation fails before that.
+struct StagedTokenizer {
+  fs::path dir, prefix;
+  explicit StagedTokenizer(const fs::path& out_dir) : dir(out_dir), prefix(out_dir / ".tokenizer-staging") {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    check(!ec, "cannot create data directory ", dir, ": ", ec.message());
+  }
+  StagedTokenizer(const StagedTokenizer&) = delete;
+  StagedTokenizer& operator=(const StagedTokenizer&) = delete;
+  ~StagedTokenizer() {
+    std::error_code ec;
+    for (const char* ext : {".model", ".vocab"}) fs::remove(fs::path(prefix.string() + ext), ec);
+  }
+  fs::path model() const { return prefix.string() + ".model"; }
+  void publish() const {
+    for (const char* ext : {".model", ".vocab"}) {
+      std::error_code ec;
+      fs::rename(prefix.string() + ext, dir / (std::string("tokenizer") + ext), ec);
+      check(!ec, "cannot move the new tokenizer", ext, " into ", dir, ": ", ec.message());
+    }
+  }
+};
+
 }  // namespace
 
 PrepareReport prepare_text_corpus(const PrepareOptions& options) {
@@ -61,11 +86,15 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   check(!own_val || val_text.find_first_not_of(" \t\r\n") != std::string::npos, "held-out text ",
         options.val_input, " is empty (no non-whitespace characters)");
 
-  invalidate_dataset(options.out_dir);
-  train_bpe_tokenizer(options.input, options.out_dir / "tokenizer", options.vocab_size);
-  const Tokenizer tokenizer = Tokenizer::load(options.out_dir / "tokenizer.model");
+  // What can fail on the input (training the tokenizer, encoding) runs before the directory's
+  // dataset is touched: a failed re-preparation leaves the previous one usable.
+  const StagedTokenizer staged(options.out_dir);
+  train_bpe_tokenizer(options.input, staged.prefix, options.vocab_size);
+  const Tokenizer tokenizer = Tokenizer::load(staged.model());
   std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
   const std::vector<int32_t> val_tokens = own_val ? encode_by_lines(tokenizer, val_text) : std::vector<int32_t>();
+  invalidate_dataset(options.out_dir);
+  staged.publish();
   const auto total = static_cast<int64_t>(tokens.size() + val_tokens.size());
 
   PrepareReport report;

@@ -151,6 +151,14 @@ def test_data_prepare_and_inspect(tmp_path):
     meta = json.loads((tmp_path / "prep" / "meta.json").read_text())
     assert meta["vocab_size"] == 300
     assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
+    # A re-preparation that fails (a vocabulary too small for the text's characters) leaves the
+    # dataset as it was: it used to delete meta.json before training the tokenizer.
+    before = {p.name: p.read_bytes() for p in (tmp_path / "prep").iterdir()}
+    text.write_text(text.read_text() + "".join(chr(0x4e00 + i) for i in range(100)))
+    expect_error("data", "prepare", "--input", text, "--out", tmp_path / "prep", "--vocab-size", 300,
+                 contains="Vocabulary size is smaller than required_chars")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "prep").iterdir()} == before
+    assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
 
 
 # ---- bad input: a clear error naming the problem, exit code 1 ----
