@@ -11,6 +11,7 @@
 
 #include "backend/backend_factory.h"
 #include "bench/timed_regions.h"
+#include "core/output_file.h"
 #include "core/wall_clock.h"
 #include "data/random_batch.h"
 #include "train/async_save.h"
@@ -164,7 +165,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
                               {"async_poll_seconds", median(polls)}, {"async_slower_steps_seconds", median(slowdowns)}, {"async_stall_seconds", median(stalls)},
                               {"async_stall_fraction_of_sync", stall_ratio}, {"median_step_seconds", median(plain_steps)},
                               {"backend", backend->name()}};
-    std::ofstream(o.json_out) << j.dump(2) << "\n";
+    write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
   }
 }
 

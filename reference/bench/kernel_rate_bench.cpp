@@ -12,6 +12,7 @@
 #include "backend/transfer.h"
 #include "bench/timed_regions.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace tripod::bench {
 namespace {
@@ -111,13 +112,11 @@ void run_kernel_rate(const KernelRateOptions& o) {
     results.push_back(r);
   }
   if (o.json_out.empty()) return;
-  std::ofstream out(o.json_out);
-  out << json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
+  write_output_file(o.json_out, json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
               {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"attention_batch", batch},
               {"context", seq}, {"heads", heads}, {"repeat", o.repeat},
-              {"min_time_ms", o.min_time_ms}, {"copy_gbps", copy_rate / 1e9}, {"results", results}}.dump(2)
-      << "\n";
-  check(out.good(), "kernel-rate: cannot write ", o.json_out);
+              {"min_time_ms", o.min_time_ms}, {"copy_gbps", copy_rate / 1e9}, {"results", results}}.dump(2) + "\n",
+                    "the results file (--json)");
 }
 
 }  // namespace tripod::bench

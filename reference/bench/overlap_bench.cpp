@@ -13,6 +13,7 @@
 #include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "comm/mpi_algorithms.h"
+#include "core/output_file.h"
 #include "data/random_batch.h"
 #include "model/gpt.h"
 #include "parallel/parallel_layout.h"
@@ -201,7 +202,8 @@ void run_overlap(const OverlapOptions& o) {
     mechanisms["bucketing_with_progress_thread"] = hidden_progress;
     mechanisms_in_calls["bucketing_with_progress_thread"] = hidden_in_calls(4, 1);
   }
-  std::ofstream(o.json_out) << nlohmann::json{{"benchmark", "dp_overlap"}, {"ranks", world->size()},
+  if (o.json_out.empty()) return;
+  write_output_file(o.json_out, nlohmann::json{{"benchmark", "dp_overlap"}, {"ranks", world->size()},
                                               {"compute_seconds", med[0]}, {"bucketed_seconds", med[2]},
                                               {"single_allreduce_seconds", med[1]}, {"seconds", seconds},
                                               {"communication_call_seconds", in_calls},
@@ -213,8 +215,8 @@ void run_overlap(const OverlapOptions& o) {
                                               {"iallreduce_algorithm", iallreduce_algorithm_name(algorithm)},
                                               {"progress_us", o.progress_us}, {"prefetch", o.prefetch},
                                               {"bucket_mb", o.bucket_mb}, {"gradient_mib", grad_mib}}
-                                   .dump(2)
-                            << "\n";
+                                   .dump(2) + "\n",
+                    "the results file (--json)");
 }
 
 }  // namespace tripod::bench

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "parallel/launch.h"
 #include "process/child_process.h"
 
@@ -159,7 +160,7 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
   bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
                      {"backend", o.backend}};
-  std::ofstream(out / "bench.json") << bench.dump(2) << "\n";
+  write_output_file((out / "bench.json").string(), bench.dump(2) + "\n", "the suite's summary");
   return bench;
 }
 

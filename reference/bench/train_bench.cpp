@@ -7,6 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "comm/self_communicator.h"
+#include "core/output_file.h"
 #include "data/random_batch.h"
 #include "parallel/tp_vocab.h"
 #include "perf/backend_peak.h"
@@ -104,7 +105,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
                         {"peak_source", peak.source},
                         {"mfu", peak.flops > 0 ? nlohmann::json(achieved / peak.flops) : nlohmann::json(nullptr)}};
-    std::ofstream(o.json_out) << j.dump(2) << "\n";
+    write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
   }
 }
 

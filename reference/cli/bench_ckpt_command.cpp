@@ -13,7 +13,7 @@ void add_bench_ckpt_command(CLI::App& bench) {
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "measurements of each kind (medians are reported)")->capture_default_str();
   cmd->add_option("--dir", o->dir, "write here (the disk to measure; must not hold a ckpt folder); default: a temporary folder");
-  cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   cmd->callback([o]() { bench::run_bench_ckpt(*o); });
 }

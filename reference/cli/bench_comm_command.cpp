@@ -35,7 +35,7 @@ void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
   cmd.add_option("--dp", o.dp, "data-parallel size");
   cmd.add_option("--group", o.group, "with a layout: benchmark every tp, dp or pp group at once")
       ->capture_default_str();
-  cmd.add_option("-J,--json", o.json_out, "write one record per result as JSON here");
+  add_output_option(cmd, "-J,--json", o.json_out, "write one record per result as JSON here");
   add_backend_option(cmd, o.backend);
   add_comm_options(cmd, o.comm);
   cmd.add_flag("--async", o.async, "use the _async forms + wait() instead of the blocking calls");

@@ -32,7 +32,7 @@ void add_bench_train_command(CLI::App& bench) {
   train->add_option("--make-vocab-size-divisible-by", o->vocab_multiple,
                     "pad the vocabulary to a multiple of N (as tripod train's option; e.g. 128)")
       ->capture_default_str();
-  train->add_option("--json", o->json_out, "write the results as JSON here");
+  add_output_option(*train, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*train, o->backend);
   train->callback([o]() { bench::run_bench_train(*o); });
 }

@@ -23,7 +23,7 @@ void add_bench_gemm_rate_command(CLI::App& bench) {
   cmd->add_option("--peak-tflops", o->peak_tflops, "state the peak instead of the device table's");
   cmd->add_option("--peak-device", o->peak_device,
                   "hold the rates against this device's datasheet peak (perf/device_peak.cpp), e.g. \"NVIDIA H200\"");
-  cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   cmd->callback([o]() { bench::run_gemm_rate(*o); });
 }
 

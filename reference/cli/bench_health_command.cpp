@@ -57,7 +57,7 @@ void add_bench_health_command(CLI::App& bench) {
   cmd->add_option("--samples", o->samples, "readings per GPU")->capture_default_str();
   cmd->add_option("--interval-ms", o->interval_ms, "milliseconds between readings")->capture_default_str();
   cmd->add_option("--library", o->library, "the NVML library to load")->capture_default_str();
-  cmd->add_option("--json", o->json_out, "write the readings as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "write the readings as JSON here");
   cmd->callback([o]() { run_health(*o); });
 }
 

@@ -17,7 +17,7 @@ void add_bench_overlap_command(CLI::App& bench) {
                   "polling interval of the MPI progress thread measured as a mechanism (0: skip it)")->capture_default_str();
   cmd->add_option("--prefetch", o->prefetch, "ZeRO-3 buckets gathered ahead in the prefetch row")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed repetitions of each mode")->capture_default_str();
-  cmd->add_option("--json", o->json_out, "write the results as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);
   cmd->callback([o]() { bench::run_overlap(*o); });

@@ -12,8 +12,8 @@ void add_bench_pipeline_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--forward-ms", o->forward_ms, "forward time per stage (backward: twice)")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "runs per schedule; the median is reported")->capture_default_str();
-  cmd->add_option("--json", o->json_out, "write the results as JSON here");
-  cmd->add_option("--trace", o->trace_out, "write the 1F1B timeline (largest m) as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
+  add_output_option(*cmd, "--trace", o->trace_out, "write the 1F1B timeline (largest m) as JSON here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);
   cmd->callback([o]() { bench::run_pipeline_bench(*o); });

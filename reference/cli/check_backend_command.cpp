@@ -94,7 +94,7 @@ void add_check_backend_command(CLI::App& app) {
   cmd->add_option("--against", o->against, "the reference backend")->capture_default_str();
   cmd->add_option("--dtype", o->dtypes, "fp64 and/or fp32")->capture_default_str();
   cmd->add_option("--only", o->only, "only the operations whose name contains one of these (several may follow)");
-  cmd->add_option("--json", o->json_out, "write one record per case here");
+  add_output_option(*cmd, "--json", o->json_out, "write one record per case here");
   cmd->callback([o]() { run_check(*o); });
 }
 

@@ -27,6 +27,10 @@ void add_backend_option(CLI::App& command, std::string& name);
 // --comm and --comm-timeout: which communicator moves the backend's tensors, and how long any
 // rank may wait for its peers (comm/world.h).
 void add_comm_options(CLI::App& command, CommSettings& comm);
+// An option naming a results file to write (--json FILE, ...): checked when the command line is
+// parsed (core/output_file.h's check_output_path), before any work, so a bad path fails at once.
+CLI::Option* add_output_option(CLI::App& command, const std::string& names, std::string& path,
+                               const std::string& description);
 
 // Pieces of `tripod bench`, each in its own file, registered on the "bench" subcommand.
 void add_bench_train_command(CLI::App& bench);       // bench_command.cpp

@@ -14,8 +14,8 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--layouts", o->layouts, "layouts to run, e.g. tp1-pp1-dp2-z1-mb2 (default: all valid)");
   cmd->add_option("-c,--config", o->config, "model config (default: the built-in conformance model)");
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
-  cmd->add_option("--json", o->json_out, "write one JSON record per layout here");
-  cmd->add_option("--junit", o->junit_out, "write JUnit XML here");
+  add_output_option(*cmd, "--json", o->json_out, "write one JSON record per layout here");
+  add_output_option(*cmd, "--junit", o->junit_out, "write JUnit XML here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);
   cmd->add_option("--heads", o->heads, "LM heads: alternate (tied on even ZeRO stages, untied on odd), tied or untied")

@@ -63,7 +63,7 @@ void add_check(CLI::App& golden) {
   auto* cmd = golden.add_subcommand("check", "compare a peer's results with a bundle's reference, per step and tensor");
   cmd->add_option("bundle", o->bundle, "a golden bundle directory")->required();
   cmd->add_option("results", o->results, "the peer's RESULTS.json (reports/FORMATS.md section 2)")->required();
-  cmd->add_option("--json", o->json_out, "also write the verdict as JSON here");
+  add_output_option(*cmd, "--json", o->json_out, "also write the verdict as JSON here");
   cmd->add_option("--python", o->python, "Python with numpy")->capture_default_str();
   cmd->callback([o] {
     std::vector<std::string> args = {o->bundle, o->results};

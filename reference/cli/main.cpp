@@ -6,6 +6,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "parallel/launch.h"
 
 namespace tripod::cli {
@@ -34,6 +35,14 @@ void add_comm_options(CLI::App& command, CommSettings& comm) {
                      "MPI all-reduces and reduce-scatters larger than this go as a sequence of pieces, which bounds"
                      " Open MPI's temporaries (it allocates up to twice the message per call; 0: whole messages)")
       ->capture_default_str();
+}
+
+CLI::Option* add_output_option(CLI::App& command, const std::string& names, std::string& path,
+                               const std::string& description) {
+  const std::string option = names.substr(names.rfind(',') + 1);  // "-J,--json" -> "--json"
+  return command.add_option(names, path, description)->each([option](const std::string& value) {
+    check_output_path(value, option);
+  });
 }
 
 }  // namespace tripod::cli

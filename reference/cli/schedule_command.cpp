@@ -53,7 +53,7 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--schedule", o->schedule, "afab, 1f1b or interleaved")->capture_default_str();
   cmd->add_option("--virtual-stages", o->virtual_stages, "chunks per rank (interleaved)")->capture_default_str();
   cmd->add_flag("--actions", o->actions, "list every action, sends and receives included");
-  cmd->add_option("--json", o->json_out, "write the simulated timeline here (reports/plot_pipeline.py draws it)");
+  add_output_option(*cmd, "--json", o->json_out, "write the simulated timeline here (reports/plot_pipeline.py draws it)");
   cmd->callback([o]() { run_schedule(*o); });
 }
 

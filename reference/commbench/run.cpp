@@ -17,6 +17,7 @@
 #include "comm/host_collectives.h"
 #include "comm/rank_errors.h"
 #include "core/host_memory.h"
+#include "core/output_file.h"
 #include "parallel/launch.h"
 
 namespace tripod::commbench {
@@ -176,12 +177,13 @@ void run_bench_comm(const CommBenchOptions& options) {
     }
   });
   if (world->rank() == 0 && !options.json_out.empty())
-    std::ofstream(options.json_out) << nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
-                                                      {"group", group.description}, {"group_size", group.comm->size()},
-                                                      {"groups", group.count}, {"settings", settings_json(options)},
-                                                      {"summaries", summaries}, {"results", results}}
-                                           .dump(2)
-                                    << "\n";
+    write_output_file(options.json_out,
+                      nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
+                                     {"group", group.description}, {"group_size", group.comm->size()},
+                                     {"groups", group.count}, {"settings", settings_json(options)},
+                                     {"summaries", summaries}, {"results", results}}
+                              .dump(2) + "\n",
+                      "the results file (-J)");
   if (failures > 0) {  // every rank exits non-zero; rank 0 says why, before any rank exits
     if (world->rank() == 0)
       std::fprintf(stderr, "tripod: error: bench comm: %lld results had wrong values (see #wrong)\n",

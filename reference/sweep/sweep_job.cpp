@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "process/child_process.h"
 #include "process/python_module.h"
 #include "sweep/sweep_corpus.h"
@@ -116,7 +117,9 @@ void summarise_fit(const fs::path& out) {
     text += line;
   }
   std::printf("%s", text.c_str());
-  std::ofstream(out / "fit.md", std::ios::app) << text;
+  std::ofstream fit_md(out / "fit.md", std::ios::app);
+  fit_md << text;
+  check(fit_md.flush().good(), "cannot append the fit to ", (out / "fit.md").string());
 }
 
 }  // namespace

@@ -205,6 +205,25 @@ def test_unwritable_metrics_paths_are_errors_naming_them(corpus, tmp_path):
     expect_error(*base, "--set", f"train.metrics={a_file}/m.jsonl", contains=f"Not a directory [{a_file}]")
 
 
+@pytest.mark.parametrize("command", [
+    ["bench", "comm", "-n", "1", "-w", "0", "-b", "1K", "-e", "1K", "-J"],
+    ["bench", "kernel-rate", "--tokens", "8", "--channels", "8", "--vocab", "8", "--repeat", "1", "--json"],
+    ["schedule", "--pp", "2", "--microbatches", "2", "--json"],
+    ["conform", "--steps", "1", "--layouts", "tp1-pp1-dp1-z0-mb1", "--junit"],
+    ["check-backend", "--json"],
+])
+def test_a_results_file_that_cannot_be_written_fails_before_the_work(command, tmp_path):
+    # `bench comm -J` into a missing folder (or onto a folder) exited 0 having written nothing.
+    expect_error(*command, tmp_path / "missing" / "r.json", contains=f"the folder {tmp_path / 'missing'} does not exist")
+    expect_error(*command, tmp_path, contains=f"{tmp_path}: is a directory, not a file name")
+
+
+def test_a_results_file_whose_bytes_are_lost_is_an_error():
+    # /dev/full opens but refuses every byte: the write itself is checked, not only the open.
+    expect_error("bench", "comm", "-n", "1", "-w", "0", "-b", "1K", "-e", "1K", "-J", "/dev/full",
+                 contains="writing the results file (-J) /dev/full failed: No space left on device")
+
+
 def test_missing_data_directory(tmp_path):
     expect_error("train", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", contains="nowhere")
 
