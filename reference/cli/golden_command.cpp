@@ -68,8 +68,10 @@ void add_check(CLI::App& golden) {
   cmd->callback([o] {
     std::vector<std::string> args = {o->bundle, o->results};
     if (!o->json_out.empty()) args.insert(args.end(), {"--json", o->json_out});
-    // The checker prints its verdict (or what it could not read); an empty error exits 1 quietly.
-    if (process::run_python_module(o->python, "reports.golden.check", args) != 0) throw Error("");
+    // The checker prints its verdict (or what it could not read); its exit status is the command's
+    // (1: DIFFERS, 2: results that cannot be read).
+    if (const int status = process::run_python_module(o->python, "reports.golden.check", args); status != 0)
+      throw ReportedFailure(status);
   });
 }
 

@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const tripod::ReportedFailure& e) {
+    return e.exit_status;
   } catch (const tripod::Error& e) {
     // An empty message means the error was already reported (with its rank) where it happened.
     if (*e.what() != '\0') std::fprintf(stderr, "tripod: error: %s%s\n", launch_rank_prefix().c_str(), e.what());

@@ -13,6 +13,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A failure already reported (by a Python checker the command ran, say) whose exit status the
+// program must keep: `golden check` documents 1 for DIFFERS and 2 for unreadable results.
+class ReportedFailure : public Error {
+ public:
+  explicit ReportedFailure(int exit_status) : Error(""), exit_status(exit_status) {}
+  int exit_status;
+};
+
 template <typename... Parts>
 std::string str_cat(const Parts&... parts) {
   std::ostringstream out;

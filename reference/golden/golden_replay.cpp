@@ -99,6 +99,8 @@ void replay_golden_bundle(const ReplayOptions& o) {
   const Bundle bundle = read_bundle(o.bundle);
   const RunConfig config = with_precision(bundle.config, o.precision);
   auto backend = make_backend(o.backend);
+  resolve_comm_kind(o.comm.kind, *backend);  // checked on one process too, where no communicator is made
+  check_comm_settings(o.comm);
   if (o.layout.empty() && detect_launch().world_size <= 1) {
     replay_single(o, bundle, config, *backend);
   } else {

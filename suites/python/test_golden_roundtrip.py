@@ -140,6 +140,16 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
     (broken / "tokens.npy").write_bytes((broken / "tokens.npy").read_bytes()[:-10])
     result = tripod("golden", "run", broken, "--out", tmp_path / "r.json")
     assert result.returncode == 1 and "tokens.npy" in result.stderr and "truncated" in result.stderr
+    # Results that cannot be read exit 2, as the README says (the command turned every failure into 1).
+    result = check(bundle, tmp_path / "absent.json")
+    assert result.returncode == 2 and "absent.json: missing" in result.stderr, result.stdout + result.stderr
+    # A single-process run checks its communicator options too (it ran with each of these).
+    for args, message in ((["--comm", "bogus"], "--comm: unknown communicator 'bogus'"),
+                          (["--comm-timeout", "nan"], "--comm-timeout: nan s is not a number"),
+                          (["--mpi-chunk-mb", "-1"], "--mpi-chunk-mb: -1 is out of range")):
+        result = tripod("golden", "run", bundle, "--out", tmp_path / "r.json", *args)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "r.json").exists()
 
 
 def peer(module, bundle, out, precision, *extra):
