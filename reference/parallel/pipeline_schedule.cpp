@@ -65,6 +65,11 @@ std::vector<Compute> compute_order(ScheduleKind kind, int p, int m, int v, int r
 PipelineSchedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   check(p >= 1 && m >= 1 && v >= 1, "pipeline schedule needs stages, micro-batches and virtual stages >= 1 (got ",
         p, ", ", m, ", ", v, ")");
+  // Bounds far above any real pipeline that keep the schedule's memory and the simulator's time in
+  // check (a billion micro-batches once ran out of memory without a word).
+  check(p <= kMaxPipelineStages && v <= kMaxPipelineStages && static_cast<int64_t>(p) * m * v <= kMaxChunkPasses,
+        "pipeline schedule of ", p, " stages x ", m, " micro-batches x ", v, " virtual stages is too large (at most ",
+        kMaxPipelineStages, " stages or virtual stages and ", kMaxChunkPasses, " chunk passes in all)");
   check(v == 1 || kind == ScheduleKind::Interleaved, "virtual stages (", v, ") need the interleaved schedule");
   check(kind != ScheduleKind::Interleaved || m % p == 0, "the interleaved schedule needs the micro-batch count (", m,
         ") to be a multiple of the pipeline stages (", p, ")");

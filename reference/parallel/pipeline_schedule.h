@@ -37,8 +37,12 @@ struct PipelineSchedule {
   std::vector<std::vector<PipelineAction>> ranks;  // [p] ordered actions
 };
 
+inline constexpr int kMaxPipelineStages = 4096;            // p and v each
+inline constexpr int64_t kMaxChunkPasses = int64_t{1} << 20;  // p * m * v (about 5 s to simulate)
+
 // Throws tripod::Error for impossible settings: p, m, v < 1; v > 1 without the interleaved kind;
-// interleaving with m not a multiple of p.
+// interleaving with m not a multiple of p; p or v above kMaxPipelineStages, p * m * v above
+// kMaxChunkPasses.
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages = 1);
 
 std::string describe(const PipelineAction& action);  // "F3.c1", "recv-act 3.c1 <- 0"

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {
@@ -65,6 +66,12 @@ TEST(PipelineSchedule, ImpossibleSettingsAreRefused) {
   EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 2, 4, 2), Error);     // v > 1 needs interleaving
   EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, 0, 4), Error);
   EXPECT_THROW(parse_schedule_kind("zero-bubble"), Error);
+  // A billion micro-batches ran the schedule command out of memory without a word.
+  EXPECT_NE(error_of([] { make_schedule(ScheduleKind::OneFOneB, 4, 1000000000); })
+                .find("pipeline schedule of 4 stages x 1000000000 micro-batches x 1 virtual stages is too large"),
+            std::string::npos);
+  EXPECT_THROW(make_schedule(ScheduleKind::OneFOneB, kMaxPipelineStages + 1, 1), Error);
+  EXPECT_NO_THROW(make_schedule(ScheduleKind::AllForwardAllBackward, 1, static_cast<int>(kMaxChunkPasses)));
 }
 
 TEST(PipelineSchedule, TheExecutorRefusesWhatItCannotRun) {
