@@ -162,9 +162,13 @@ void fit_sweep(const SweepFitOptions& o) {
 }
 
 void advise_sweep(const SweepAdviseOptions& o) {
-  check(o.threshold > 0, "scale advise: --threshold must be positive (a loss gain per doubling), got ", o.threshold);
-  std::vector<std::string> args = {o.fit, "--threshold", std::to_string(o.threshold),
-                                   "--from", o.source, "--budgets", o.budgets};
+  check(o.threshold > 0 && std::isfinite(o.threshold),
+        "scale advise: --threshold must be positive and finite (a loss gain per doubling), got ", o.threshold);
+  // Every digit of the threshold (std::to_string keeps six decimals: 4e-7 became "0.000000"), and
+  // the budgets as --budgets=LIST, which argparse reads even when LIST starts with '-'.
+  char threshold[32];
+  std::snprintf(threshold, sizeof threshold, "%.17g", o.threshold);
+  std::vector<std::string> args = {o.fit, "--threshold", threshold, "--from", o.source, "--budgets=" + o.budgets};
   if (!o.json_out.empty()) {
     args.push_back("--json");
     args.push_back(o.json_out);

@@ -240,6 +240,10 @@ def test_scale_advise_from_the_command_line(tripod, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "a doubling gains less than 0.01 from C = 1.87e+26 FLOPs" in result.stdout
     assert json.loads(out.read_text())["gamma"] == pytest.approx(0.34 * 0.28 / 0.62)
+    # Every digit of the threshold reaches advise.py (six decimals made 4e-7 "0.0", 1.4e-6 "1e-06").
+    small = subprocess.run([tripod, "scale", "advise", "chinchilla", "--threshold", "1.4e-6"],
+                           capture_output=True, text=True, timeout=60)
+    assert small.returncode == 0 and "a doubling gains less than 1.4e-06" in small.stdout, small.stdout + small.stderr
     for args, message in ((["chinchilla", "--threshold", "0"], "--threshold must be positive"),
                           (["no-such-fit", "--threshold", "0.01"], "neither a fit.json"),
                           (["chinchilla", "--threshold", "0.01", "--from", "kaplan"], "--from")):
