@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """When to stop scaling: the loss a doubling of compute still buys, from a fitted law.
 
-    /usr/bin/python3 -m scaling.advise FIT --threshold 0.01 [--from approach3|frontier] [--json OUT]
+    /usr/bin/python3 -m scaling.advise FIT --threshold 0.01 [--from approach3|frontier] [--budgets LO:HI]
+        [--json OUT]
 
 FIT is a fit.json of `scaling.fit` (or the sweep directory holding it), or a published law
 (`chinchilla`, `epoch`). Along the compute-optimal frontier the loss is L*(C) = E + K C^-gamma:
@@ -11,13 +12,14 @@ FIT is a fit.json of `scaling.fit` (or the sweep directory holding it), or a pub
 A doubling of compute from C gains  dL(C) = L*(C) - L*(2C) = K C^-gamma (1 - 2^-gamma),  which
 falls below a threshold t at  C_stop = (K (1 - 2^-gamma) / t)^(1/gamma).  The same is computed for
 every bootstrap replicate of the fit, so each figure comes with its 95% interval.
+The table shows the powers of ten from LO to HI (positive FLOP counts, LO <= HI). A FIT, a range or
+an OUT that cannot be used ends the command with one line naming it (exit status 1).
 """
 
 import argparse
 import json
 import math
 import os
-import sys
 
 import numpy as np
 
@@ -57,19 +59,70 @@ def load_frontiers(fit, source):
     if not os.path.exists(path):
         raise SystemExit(f"scale advise: {fit} is neither a fit.json, a sweep directory holding one, "
                          f"nor a published law ({', '.join(LAWS_BY_NAME)})")
-    with open(path) as f:
-        report = json.load(f)
+    report = _read_fit(path)
     boot = report.get("bootstrap") or {}
     if source == "approach3":
-        point = ParametricLaw(**{k: report[k]["value"] for k in ("E", "A", "B", "alpha", "beta")})
+        point = ParametricLaw(**{k: _fitted_value(report, path, k) for k in ("E", "A", "B", "alpha", "beta")})
         replicates = [ParametricLaw(*theta) for theta in boot.get("approach3_laws") or []]
         return [frontier_of_law(law) for law in [point] + replicates], f"Approach 3 of {path}"
-    frontier = report["frontier"]
-    if frontier["gamma"]["value"] is None:
+    frontier = report.get("frontier")
+    if not isinstance(frontier, dict):
+        raise SystemExit(f"scale advise: {path} has no 'frontier' (not a fit.json of `tripod scale fit`?)")
+    if not isinstance(frontier.get("gamma"), dict) or frontier["gamma"].get("value") is None:
         raise SystemExit(f"scale advise: {path} has no frontier fit ({frontier.get('note')})")
-    fits = [(frontier["k"]["value"], frontier["gamma"]["value"])]
+    fits = [(_fitted_value(frontier, path, "k", "frontier."), _fitted_value(frontier, path, "gamma", "frontier."))]
     fits += [(k, gamma) for _, k, gamma in boot.get("frontier_fits") or []]
     return fits, f"the frontier fit of {path}"
+
+
+def _read_fit(path):
+    """fit.json as a dict; a file that is not one ends the command with its name, not a traceback."""
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"scale advise: {path}: not readable JSON ({e})")
+    if not isinstance(report, dict):
+        raise SystemExit(f"scale advise: {path}: not a fit.json of `tripod scale fit` (not a JSON object)")
+    return report
+
+
+def _fitted_value(report, path, key, prefix=""):
+    """report[key]["value"] as a number; names the file and the key when the fit does not hold it."""
+    if key not in report:
+        raise SystemExit(f"scale advise: {path} has no '{prefix}{key}' (not a fit.json of `tripod scale fit`?)")
+    entry = report[key]
+    value = entry.get("value") if isinstance(entry, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SystemExit(f"scale advise: {path}: '{prefix}{key}' has no number as its value (got {entry!r})")
+    return value
+
+
+def parse_budgets(text):
+    """--budgets LO:HI as (LO, HI): positive, finite FLOP counts with LO <= HI."""
+    try:
+        lo, hi = map(float, text.split(":"))
+    except ValueError:  # not two parts, or a part that is not a number
+        raise SystemExit(f"scale advise: --budgets {text}: expected LO:HI in FLOPs, e.g. 1e15:1e27") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi > 0):
+        raise SystemExit(f"scale advise: --budgets {text}: LO and HI must be positive, finite FLOP counts")
+    if lo > hi:
+        raise SystemExit(f"scale advise: --budgets {text}: LO is above HI (an empty range)")
+    return lo, hi
+
+
+def budgets_between(lo, hi):
+    """The powers of ten from LO's decade up to HI's."""
+    return [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+
+
+def write_advice(result, path):
+    try:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        raise SystemExit(f"scale advise: cannot write --json {path}: {e.strerror or e}")
 
 
 def advise(frontiers, threshold, budgets):
@@ -92,11 +145,10 @@ def main(argv=None):
     parser.add_argument("--from", dest="source", choices=("approach3", "frontier"), default="approach3")
     parser.add_argument("--budgets", default="1e15:1e27", help="range of compute budgets shown, LO:HI (powers of 10)")
     parser.add_argument("--json", help="also write the advice here")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # tripod passes --budgets=LO:HI, which argparse reads even as "-1:5"
     if not args.threshold > 0:
         raise SystemExit(f"scale advise: --threshold must be positive (got {args.threshold})")
-    lo, hi = (math.log10(float(x)) for x in args.budgets.split(":"))
-    budgets = [10.0 ** k for k in range(int(math.floor(lo)), int(math.ceil(hi)) + 1)]
+    budgets = budgets_between(*parse_budgets(args.budgets))
     frontiers, described = load_frontiers(args.fit, args.source)
     result = advise(frontiers, args.threshold, budgets)
     result["source"] = described
@@ -115,9 +167,7 @@ def main(argv=None):
               + (f" (95% interval [{ci[0]:.3g}, {ci[1]:.3g}], {result['n_replicates']} replicates)" if ci else
                  " (no bootstrap replicates: no interval)"))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+        write_advice(result, args.json)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ RUNS.jsonl: one run per line with N (parameters), D (tokens), C (FLOPs) and the 
 `budget` (IsoFLOP label; otherwise runs are grouped by C to 2 significant digits), `name`,
 `status`, and `curve` ({"tokens": [...], "loss": [...]}: the training curve, for Approach 1;
 `tripod scale run` writes it). Runs with a NaN/inf/missing loss or status "diverged" are excluded, each with a
-warning on stderr, and listed under `excluded` in OUT.json.
+warning on stderr, and listed under `excluded` in OUT.json; a RUNS.jsonl that cannot be read or
+leaves no run to fit ends the command with one line naming it (exit status 1).
 """
 
 import argparse
@@ -35,6 +36,16 @@ def analyse(sweep, excluded, n_records, n_bootstrap=200, seed=0, grid=None):
     return build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, settings, approach1)
 
 
+def load_runs_or_exit(path, loss_key):
+    """The sweep, or the command's end with one line naming the file (`tripod scale fit` adds its own)."""
+    try:
+        return load_runs(path, loss_key)
+    except OSError as e:
+        raise SystemExit(f"scale fit: {path}: {e.strerror or e}") from None
+    except ValueError as e:  # nothing left to fit; each exclusion was announced above
+        raise SystemExit(f"scale fit: {e}") from None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", help="sweep JSONL, one run per line")
@@ -49,7 +60,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     started = time.time()
-    sweep, excluded = load_runs(args.runs, args.loss_key)
+    sweep, excluded = load_runs_or_exit(args.runs, args.loss_key)
     n_records = len(sweep) + len(excluded)
     report = analyse(sweep, excluded, n_records, args.bootstrap, args.seed,
                      SMALL_INIT_GRID if args.small_grid else None)

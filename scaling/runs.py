@@ -130,6 +130,7 @@ def _curve(record):
 
 
 def load_runs(path, loss_key="loss", warn_stream=None):
-    with open(path) as f:
+    # A line that is not UTF-8 (a torn write) is excluded like any other bad line, not fatal.
+    with open(path, encoding="utf-8", errors="replace") as f:
         return parse_records(f.read().splitlines(), loss_key, source=str(path),
                              warn_stream=warn_stream)

@@ -1,11 +1,13 @@
 """tripod report DIR [--out FILE.html] [--extra PATH ...]: one self-contained HTML page from a
 results directory (what it reads: reports/report/__init__.py). Prints the page's path and each
-section's figure count; exits non-zero only when the page cannot be written."""
+section's figure count, and on stderr a warning for every input found but not usable (also noted
+on the page); exits non-zero, with one line naming the path, when the page cannot be written or
+an --extra path is missing or not a usable result."""
 import argparse
 import sys
 from pathlib import Path
 
-from reports.report.collect import collect
+from reports.report.collect import ReportError, collect
 from reports.report.figures_bench import bench_section, timelines_section
 from reports.report.figures_conform import conform_section
 from reports.report.figures_golden import golden_section
@@ -18,13 +20,26 @@ SECTIONS = (bench_section, conform_section, timelines_section, train_section, go
 
 
 def build_report(root, out, extras=()):
-    """Writes the page; returns the sections (with their figures) for the caller to inspect."""
+    """Writes the page; returns the sections (with their figures) and the Results (with their
+    notes) for the caller to inspect. Raises ReportError naming the path at fault."""
     root = Path(root)
     results = collect(root, extras)
     sections = [make(results, root) for make in SECTIONS]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_page(sections, results, root))
-    return sections
+    write_page(out, render_page(sections, results, root))
+    return sections, results
+
+
+def write_page(out, page):
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page)
+    except OSError as e:
+        raise ReportError(f"cannot write {out}: {e.strerror or e}") from e
+
+
+def error(message):
+    print(f"tripod report: {message}", file=sys.stderr)
+    return 1
 
 
 def main(argv=None):
@@ -38,7 +53,15 @@ def main(argv=None):
         print(f"tripod report: {args.dir} is not a directory", file=sys.stderr)
         return 2
     out = args.out or args.dir / "report.html"
-    sections = build_report(args.dir, out, args.extra)
+    if out.is_dir():  # before the work, and clearer than the IsADirectoryError of the write
+        return error(f"--out {out} is a directory: give the HTML file to write")
+    try:
+        sections, results = build_report(args.dir, out, args.extra)
+    except ReportError as e:
+        return error(e)
+    # The page shows these notes too; stderr is where someone running the command looks.
+    for note in results.notes:
+        print(f"warning: {note}", file=sys.stderr)
     for section in sections:
         state = f"{len(section.figures)} figures" if section.figures else (
             "tables only" if section.tables else "skipped: " + " ".join(section.notes[:1]))

@@ -20,7 +20,7 @@ class Results:
     imported: list = field(default_factory=list)   # [(path, tripod-results json)]
     golden: list = field(default_factory=list)     # [(path, golden check json)]
     timelines: list = field(default_factory=list)  # [(path, timeline json)]
-    notes: list = field(default_factory=list)      # inputs given but not usable, shown on the page
+    notes: list = field(default_factory=list)      # inputs not (wholly) usable: on the page and stderr
 
     def inputs(self):
         """(kind, path) of everything found, for the page's list of inputs."""
@@ -60,18 +60,38 @@ def read_json(path, notes):
         return None
 
 
-def read_metrics(path, notes):
-    """Tripod's metrics.jsonl: the step records (with a loss) in order; start/ranks events dropped."""
-    records = []
+def json_object(line):
+    """One JSONL line as a dict, or None when it is not a JSON object (cut off, garbage, a bare value)."""
     try:
-        for line in path.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if "loss" in record and "step" in record and "event" not in record:
-                    records.append(record)
-    except (OSError, ValueError) as e:
-        notes.append(f"{path}: not readable JSON lines ({e})")
+        record = json.loads(line)
+    except ValueError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def read_metrics(path, notes):
+    """Tripod's metrics.jsonl: the step records (with a loss) in order; start/ranks events dropped.
+    A run that crashed mid-write leaves its last line cut off: that line is skipped, with a note,
+    and the lines before it are used. A bad line anywhere else means the file is damaged or not a
+    metrics.jsonl at all, so none of it is trusted. Each note names the file and the line."""
+    try:
+        lines = [(n, line) for n, line in enumerate(path.read_text(errors="replace").splitlines(), start=1)
+                 if line.strip()]
+    except OSError as e:
+        notes.append(f"{path}: not readable ({e.strerror or e})")
+        return None
+    records = []
+    for i, (n, line) in enumerate(lines):
+        record = json_object(line)
+        if record is None and 0 < i == len(lines) - 1:
+            notes.append(f"{path}:{n}: the last line is cut off (the run stopped mid-write?); skipped, "
+                         f"the lines before it are used")
+            break
+        if record is None:
+            notes.append(f"{path}:{n}: not a JSON object; the file is skipped")
+            return None
+        if "loss" in record and "step" in record and "event" not in record:
+            records.append(record)
     if not records:
         notes.append(f"{path}: no training steps with a loss")
         return None
@@ -83,6 +103,7 @@ def is_sweep_dir(path):
 
 
 def add_json(results, path, explicit=False):
+    """Adds the file if it is a result; returns whether it was."""
     data = read_json(path, results.notes)
     kind = classify(data) if data is not None else None
     if kind:
@@ -90,18 +111,40 @@ def add_json(results, path, explicit=False):
     elif explicit and data is not None:
         results.notes.append(f"{path}: not a result the report knows (see reports/FORMATS.md and "
                              f"reports/report/__init__.py)")
+    return bool(kind)
 
 
 def add_file(results, path, explicit=False):
+    """Adds the file if it is a result; returns whether it was."""
     if path.name.endswith(".jsonl"):
         if path.name == "runs.jsonl":
             results.sweeps.append(path.parent)
-        elif path.name == "metrics.jsonl" or explicit:
+            return True
+        if path.name == "metrics.jsonl" or explicit:
             records = read_metrics(path, results.notes)
             if records:
                 results.metrics.append((path, records))
+            return bool(records)
     elif path.suffix == ".json":
-        add_json(results, path, explicit)
+        return add_json(results, path, explicit)
+    return False
+
+
+class ReportError(Exception):
+    """A path named on the command line that the report cannot use (an --extra input, the page to
+    write): the report stops, since a page without what was asked for would pass for a complete one."""
+
+
+def add_extra(results, extra):
+    if extra.is_dir():
+        walk(results, extra)  # found by walking, like DIR: problems inside are notes
+        return
+    if not extra.exists():
+        raise ReportError(f"--extra {extra}: no such file or directory")
+    noted = len(results.notes)
+    if not add_file(results, extra, explicit=True):
+        why = "; ".join(results.notes[noted:]) or f"{extra}: not a result the report knows (a .json or .jsonl)"
+        raise ReportError(f"--extra {why}")
 
 
 def walk(results, root):
@@ -132,7 +175,8 @@ def walk(results, root):
 
 
 def collect(root, extras=()):
-    """The Results under root and the extra paths (files or directories)."""
+    """The Results under root and the extra paths (files or directories); raises ReportError for an
+    extra path that is missing or not a usable result."""
     results = Results()
     root = Path(root)
     if not root.is_dir():
@@ -140,10 +184,5 @@ def collect(root, extras=()):
     else:
         walk(results, root)
     for extra in map(Path, extras):
-        if extra.is_dir():
-            walk(results, extra)
-        elif extra.is_file():
-            add_file(results, extra, explicit=True)
-        else:
-            results.notes.append(f"{extra}: no such file or directory (--extra)")
+        add_extra(results, extra)
     return results

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
+from reports.report.collect import json_object  # noqa: E402
 from reports.report.sections import Figure, Section, fmt, is_png, label_of, slug, table_html  # noqa: E402
 
 # scaling/plots.py's figures, in the order they read best; any other PNG follows by name.
@@ -24,17 +25,35 @@ def sweep_pngs(sweep):
     return sorted(pngs, key=lambda p: (rank.get(p.stem, len(rank)), p.name))
 
 
-def read_runs(sweep):
+def read_runs(sweep, notes):
+    """The finished runs of runs.jsonl. Each line is a run of its own, so a bad one is skipped with
+    a note naming it and the others are drawn (as `tripod scale fit` excludes it)."""
     path = sweep / "runs.jsonl"
     if not path.is_file():
         return []
     runs = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            if record.get("status", "ok") == "ok" and record.get("loss") is not None:
-                runs.append(record)
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json_object(line)
+        if record is None:
+            notes.append(f"{path}:{n}: not a JSON object; that run is left out")
+        elif record.get("status", "ok") == "ok" and record.get("loss") is not None:
+            runs.append(record)
     return runs
+
+
+def read_fit(fit_path, notes):
+    """fit.json as a dict, or None with a note naming the file."""
+    try:
+        fit = json.loads(fit_path.read_text())
+    except (OSError, ValueError) as e:
+        notes.append(f"{fit_path}: not readable JSON ({e})")
+        return None
+    if not isinstance(fit, dict):
+        notes.append(f"{fit_path}: not a fit.json of `tripod scale fit` (not a JSON object)")
+        return None
+    return fit
 
 
 def loss_vs_compute_figure(runs, title):
@@ -76,10 +95,9 @@ def scale_section(results, root):
         label = label_of(sweep, root)
         fit_path = sweep / "fit.json"
         if fit_path.is_file():
-            try:
-                fit_rows.append(fit_row(label, json.loads(fit_path.read_text())))
-            except ValueError as e:
-                section.notes.append(f"{fit_path}: not readable JSON ({e})")
+            fit = read_fit(fit_path, results.notes)
+            if fit is not None:
+                fit_rows.append(fit_row(label, fit))
         else:
             section.notes.append(f"{label}: not fitted yet (`tripod scale fit {sweep}`)")
         pngs = [p for p in sweep_pngs(sweep) if is_png(p.read_bytes())]
@@ -89,7 +107,7 @@ def scale_section(results, root):
         if not pngs:
             title = f"{label}: loss against compute (redrawn from runs.jsonl)"
             section.add(f"fig-scale-{slug(label)}-loss-vs-compute", title,
-                        loss_vs_compute_figure(read_runs(sweep), title))
+                        loss_vs_compute_figure(read_runs(sweep, results.notes), title))
     if fit_rows:
         section.tables.append(table_html(
             ["sweep", "runs"] + list(FIT_PARAMETERS), fit_rows,

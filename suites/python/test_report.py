@@ -162,14 +162,85 @@ def test_missing_sections_are_noted_not_fatal(tmp_path):
     require_chromium()
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "unrelated.json").write_text('{"hello": 1}')
-    result = python_module("reports.report", tmp_path / "results", "--extra", tmp_path / "absent.json")
+    result = python_module("reports.report", tmp_path / "results")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "results" / "report.html").read_text()
     for note in ("No bench.json found", "No conform JSON found", "No training metrics", "No sweep directory",
-                 "No golden-check results", "absent.json: no such file"):
+                 "No golden-check results"):
         assert note in html, note
     result = python_module("reports.report.render_check", tmp_path / "results" / "report.html")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def tripod_report(*args):
+    """`tripod report ARGS`: (exit status, stderr, stdout)."""
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "report", *map(str, args)], capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stderr, result.stdout
+
+
+def write_metrics(path, steps=6):
+    """A metrics.jsonl as `tripod train` writes it: a start event, then one record per step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"event": "start", "config": {"train": {"steps": steps}}})]
+    lines += [json.dumps({"step": s, "loss": 7.0 - 0.1 * s, "tokens": 1024 * (s + 1), "tokens_per_second": 9000.0,
+                          "step_seconds": 0.1, "mfu": 0.27}) for s in range(steps)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cut_off_last_metrics_line_is_skipped_with_a_warning(tmp_path):
+    """What a crashed run leaves: the steps before the torn line are drawn, the line is named."""
+    metrics = write_metrics(tmp_path / "results" / "metrics.jsonl")
+    with metrics.open("a") as f:
+        f.write('{"grad_norm":0.66,"loss":5.57,"lr":0.0003,"mf')
+    status, stderr, stdout = tripod_report(tmp_path / "results")
+    assert status == 0, stderr
+    warning = f"{metrics}:8: the last line is cut off"
+    assert warning in stderr and "Traceback" not in stderr, stderr
+    assert re.search(r"Training: Tripod vs peers +1 figures", stdout), stdout
+    html = (tmp_path / "results" / "report.html").read_text()
+    assert "id='fig-train-loss'" in html and warning in html
+
+
+def test_damaged_inputs_are_named_on_stderr_and_the_page(tmp_path):
+    """Garbage in a walked input is not fatal (every section is optional), but never silent."""
+    results = tmp_path / "results"
+    metrics = write_metrics(results / "train" / "metrics.jsonl")
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines[:3] + ["garbage"] + lines[3:]) + "\n")
+    (results / "conform.json").write_text("garbage")
+    (results / "sweep").mkdir()
+    (results / "sweep" / "runs.jsonl").write_text('garbage\n{"N": 1e5, "D": 2e6, "C": 1.2e12, "loss": 3.1}\n')
+    (results / "sweep" / "fit.json").write_text("[]")
+    status, stderr, _ = tripod_report(results)
+    assert status == 0 and "Traceback" not in stderr, stderr
+    html = (results / "report.html").read_text()
+    for named in (f"{metrics}:4: not a JSON object; the file is skipped", f"{results / 'conform.json'}: not readable",
+                  f"{results / 'sweep' / 'runs.jsonl'}:1: not a JSON object", f"{results / 'sweep' / 'fit.json'}: not a"):
+        assert f"warning: {named}" in stderr, (named, stderr)
+        assert named in html, named
+
+
+@pytest.mark.parametrize("extra", ["absent.json", "garbage.json", "unknown.json", "notes.txt"])
+def test_an_unusable_extra_is_an_error_naming_it(tmp_path, extra):
+    write_metrics(tmp_path / "results" / "metrics.jsonl")
+    (tmp_path / "garbage.json").write_text("garbage")
+    (tmp_path / "unknown.json").write_text('{"hello": 1}')
+    (tmp_path / "notes.txt").write_text("hello")
+    status, stderr, _ = tripod_report(tmp_path / "results", "--extra", tmp_path / extra)
+    assert status == 1, stderr
+    assert f"tripod report: --extra {tmp_path / extra}: " in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "results" / "report.html").exists()
+
+
+def test_out_naming_a_directory_is_an_error(tmp_path):
+    write_metrics(tmp_path / "results" / "metrics.jsonl")
+    (tmp_path / "somedir").mkdir()
+    status, stderr, _ = tripod_report(tmp_path / "results", "--out", tmp_path / "somedir")
+    assert status == 1, stderr
+    assert f"tripod report: --out {tmp_path / 'somedir'} is a directory" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
 
 
 def a_figure_png():

@@ -22,6 +22,7 @@ from scaling.fitlib import (fit_approach2, fit_approach3, fit_frontier,
 from scaling.laws import CHINCHILLA, EPOCH_2024
 from scaling.runs import parse_records
 from scaling.synthetic_runs import synthetic_records, write_jsonl
+from tripod_cli import TRIPOD, require_tripod
 
 FIT = ["-m", "scaling.fit"]  # the package runs as a module from the source tree (PYTHONPATH or cwd)
 EXPONENTS = ("alpha", "beta", "a", "b")
@@ -317,3 +318,57 @@ def test_three_approaches_side_by_side_with_noise(tmp_path):
     assert set(rows) == {"Approach 1", "Approach 2", "Approach 3"}
     assert rows["Approach 1"]["excludes_kaplan_0.73"] is True
     assert "excludes Kaplan's 0.73" in md.read_text()
+
+
+def tripod_scale(*args):
+    """`tripod scale ARGS`: (exit status, stdout, stderr)."""
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "scale", *map(str, args)], capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_fit_without_usable_runs_is_a_clean_error(tmp_path):
+    (tmp_path / "runs.jsonl").write_text("garbage\n")
+    status, _, stderr = tripod_scale("fit", tmp_path)
+    assert status == 1, stderr
+    assert f"scale fit: {tmp_path / 'runs.jsonl'}: no usable runs (1 excluded)" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("budgets, message", [
+    (["--budgets", "bogus"], "expected LO:HI"), (["--budgets", "1e15:1e20:1e27"], "expected LO:HI"),
+    (["--budgets", "0:0"], "must be positive, finite"), (["--budgets", "nan:inf"], "must be positive, finite"),
+    (["--budgets", "-1:5"], "must be positive, finite"), (["--budgets=-1:5"], "must be positive, finite"),
+    (["--budgets", "1e27:1e15"], "LO is above HI")])
+def test_advise_rejects_bad_budgets_by_name(budgets, message):
+    status, stdout, stderr = tripod_scale("advise", "chinchilla", "--threshold", "0.01", *budgets)
+    assert status == 1, stdout + stderr
+    assert "scale advise: --budgets " in stderr and message in stderr, stderr
+    assert "Traceback" not in stderr and "expected one argument" not in stderr, stderr
+
+
+def test_advise_shows_each_power_of_ten_of_its_budgets():
+    status, stdout, stderr = tripod_scale("advise", "chinchilla", "--threshold", "0.01", "--budgets", "2e20:1e22")
+    assert status == 0, stderr
+    assert [line.split()[0] for line in stdout.splitlines() if line.lstrip().startswith("1e+")] == \
+        ["1e+20", "1e+21", "1e+22"], stdout
+
+
+def test_advise_names_an_unwritable_json(tmp_path):
+    out = tmp_path / "absent" / "a.json"
+    status, _, stderr = tripod_scale("advise", "chinchilla", "--threshold", "0.01", "--json", out)
+    assert status == 1, stderr
+    assert f"scale advise: cannot write --json {out}: No such file or directory" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("content, source, message", [
+    ("{}", "approach3", "has no 'E'"), ('{"E": {"value": null}}', "approach3", "'E' has no number"),
+    ("{}", "frontier", "has no 'frontier'"), ("garbage", "approach3", "not readable JSON"),
+    ("[]", "approach3", "not a JSON object")])
+def test_advise_names_the_file_and_key_of_a_bad_fit(tmp_path, content, source, message):
+    (tmp_path / "fit.json").write_text(content)
+    status, _, stderr = tripod_scale("advise", tmp_path, "--threshold", "0.01", "--from", source)
+    assert status == 1, stderr
+    assert f"scale advise: {tmp_path / 'fit.json'}" in stderr and message in stderr, stderr
+    assert "Traceback" not in stderr, stderr
