@@ -20,7 +20,7 @@ void add_bench_gemm_rate_command(CLI::App& bench) {
   cmd->add_option("--repeat", o->repeat, "timed regions per GEMM (median and best reported)")->capture_default_str();
   cmd->add_option("--min-time-ms", o->min_time_ms, "shortest timed region: small GEMMs run several times in one")
       ->capture_default_str();
-  cmd->add_option("--peak-tflops", o->peak_tflops, "state the peak instead of the device table's");
+  require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "state the peak instead of the device table's"));
   cmd->add_option("--peak-device", o->peak_device,
                   "hold the rates against this device's datasheet peak (perf/device_peak.cpp), e.g. \"NVIDIA H200\"");
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");

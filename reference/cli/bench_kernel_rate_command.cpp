@@ -18,7 +18,7 @@ void add_bench_kernel_rate_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--heads", o->heads, "H, attention's heads (0: C / 64)")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed regions per kernel (median and best reported)")->capture_default_str();
-  cmd->add_option("--min-time-ms", o->min_time_ms, "shortest timed region")->capture_default_str();
+  require_non_negative(cmd->add_option("--min-time-ms", o->min_time_ms, "shortest timed region")->capture_default_str());
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   cmd->callback([o]() { bench::run_kernel_rate(*o); });
 }

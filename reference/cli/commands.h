@@ -27,6 +27,12 @@ void add_backend_option(CLI::App& command, std::string& name);
 // --comm and --comm-timeout: which communicator moves the backend's tensors, and how long any
 // rank may wait for its peers (comm/world.h).
 void add_comm_options(CLI::App& command, CommSettings& comm);
+// Range checks on a numeric option, run on its text when the command line is parsed: NaN, an
+// infinity or a number out of range is a tripod::Error naming the option and the value (exit 1),
+// instead of CLI11's "Value 0 not in range 0.000000 to 1.79769e+308" or a silent default.
+CLI::Option* require_positive(CLI::Option* option);      // finite, > 0
+CLI::Option* require_non_negative(CLI::Option* option);  // finite, >= 0
+
 // An option naming a results file to write (--json FILE, ...): checked when the command line is
 // parsed (core/output_file.h's check_output_path), before any work, so a bad path fails at once.
 CLI::Option* add_output_option(CLI::App& command, const std::string& names, std::string& path,

@@ -84,7 +84,7 @@ void add_golden_commands(CLI::App& app) {
   golden->add_option("-c,--config", o->config, "preset name (tiny, small, gpt2-124m) or JSON config file")
       ->capture_default_str();
   golden->add_option("--set", o->overrides, "override a config key, e.g. --set train.batch_size=4 (repeatable)");
-  golden->add_option("--steps", o->steps, "K: the steps recorded")->check(CLI::PositiveNumber)->capture_default_str();
+  require_positive(golden->add_option("--steps", o->steps, "K: the steps recorded")->capture_default_str());
   golden->add_option("--out", o->out, "the bundle directory (new or empty)");
   add_backend_option(*golden, o->backend);
   add_run(*golden);

@@ -79,17 +79,18 @@ void add_launch_command(CLI::App& app) {
       "when it fails: a non-zero exit, a signal, or no output for --progress-timeout seconds");
   cmd->add_option("--max-restarts", s.max_restarts, "restarts after the first attempt before giving up")
       ->capture_default_str();
-  cmd->add_option("--progress-timeout", s.progress_timeout_s,
+  require_non_negative(cmd->add_option("--progress-timeout", s.progress_timeout_s,
                   "seconds without any output after which the job is taken to be stuck and stopped (SIGTERM, "
                   "SIGKILL after --kill-grace) and restarted; 0: never. Set it to several times the longest gap "
                   "between the job's lines (train.log_every steps, an evaluation, a checkpoint save, start-up)")
-      ->capture_default_str();
-  cmd->add_option("--kill-grace", s.kill_grace_s,
+      ->capture_default_str());
+  require_non_negative(cmd->add_option("--kill-grace", s.kill_grace_s,
                   "seconds between SIGTERM and SIGKILL (tripod train answers SIGTERM by finishing its step and "
                   "saving a checkpoint)")
-      ->capture_default_str();
-  cmd->add_option("--restart-delay", s.restart_delay_s, "seconds between a failure and the restart")
-      ->capture_default_str();
+      ->capture_default_str());
+  require_non_negative(
+      cmd->add_option("--restart-delay", s.restart_delay_s, "seconds between a failure and the restart")
+          ->capture_default_str());
   cmd->add_option("--checkpoints", s.checkpoints,
                   "checkpoint root whose `latest` says where a restart resumes (default: the command's --save DIR); "
                   "used for the report only: the command must resume by itself (tripod train --resume auto)");

@@ -1,5 +1,7 @@
 // tripod: the command-line program. Subcommands live in their own files (see commands.h).
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 
@@ -36,6 +38,24 @@ void add_comm_options(CLI::App& command, CommSettings& comm) {
                      " Open MPI's temporaries (it allocates up to twice the message per call; 0: whole messages)")
       ->capture_default_str();
 }
+
+namespace {
+
+CLI::Option* require_number(CLI::Option* option, bool zero_allowed) {
+  const std::string name = option->get_name();
+  return option->each([name, zero_allowed](const std::string& text) {
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0') return;  // not a number at all: CLI11's conversion says so
+    check(std::isfinite(value) && (zero_allowed ? value >= 0 : value > 0), name, ": ", text,
+          " is not a finite number ", zero_allowed ? ">= 0" : "> 0");
+  });
+}
+
+}  // namespace
+
+CLI::Option* require_positive(CLI::Option* option) { return require_number(option, false); }
+CLI::Option* require_non_negative(CLI::Option* option) { return require_number(option, true); }
 
 CLI::Option* add_output_option(CLI::App& command, const std::string& names, std::string& path,
                                const std::string& description) {

@@ -15,11 +15,10 @@ void add_run(CLI::App& scale) {
   cmd->add_option("--out", opts->out, "sweep directory (default: runs/scale-<spec name>)");
   cmd->add_option("--jobs", opts->jobs, "runs trained at once (default: one per core)");
   cmd->add_flag("--dry-run", opts->dry_run, "print the grid (name, N, D, C, steps, tokens/param) and stop");
-  cmd->add_option("--progress-every", opts->progress_every,
+  require_non_negative(cmd->add_option("--progress-every", opts->progress_every,
                   "seconds between progress lines (step, loss, tokens/s, ETA of each running run and of the sweep;"
                   " also in OUT/sweep.log); 0: none")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+                           ->capture_default_str());
   cmd->callback([opts] { sweep::run_sweep_job(*opts); });
 }
 
@@ -27,7 +26,8 @@ void add_fit(CLI::App& scale) {
   auto opts = std::make_shared<sweep::SweepFitOptions>();
   auto* cmd = scale.add_subcommand("fit", "fit a finished sweep (scaling/fit.py): fit.json, fit.md, plots/");
   cmd->add_option("out", opts->out, "the sweep directory of `tripod scale run`")->required();
-  cmd->add_option("--bootstrap", opts->bootstrap, "bootstrap resamples for the CIs (0: none)")->capture_default_str();
+  require_non_negative(
+      cmd->add_option("--bootstrap", opts->bootstrap, "bootstrap resamples for the CIs (0: none)")->capture_default_str());
   cmd->add_flag("--small-grid", opts->small_grid, "screen 72 Approach-3 starts instead of 5400 (quick checks)");
   cmd->add_option("--python", opts->python, "Python with numpy, scipy and matplotlib")->capture_default_str();
   cmd->callback([opts] { sweep::fit_sweep(*opts); });

@@ -35,6 +35,8 @@ int64_t parse_byte_size(const std::string& text) {
   else if (suffix == "M" || suffix == "m") unit = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g") unit = 1024.0 * 1024 * 1024;
   else check(suffix.empty(), "bad size '", text, "' (the suffix must be K, M or G)");
+  // Checked before the conversion, which is undefined past int64 (99999999999G came out negative).
+  check(number * unit <= 0x1p62, "size '", text, "' is more than 2^62 bytes");
   return static_cast<int64_t>(number * unit);
 }
 

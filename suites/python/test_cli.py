@@ -218,6 +218,28 @@ def test_a_results_file_that_cannot_be_written_fails_before_the_work(command, tm
     expect_error(*command, tmp_path, contains=f"{tmp_path}: is a directory, not a file name")
 
 
+@pytest.mark.parametrize("sizes, message", [
+    (["-b", "1K", "-e", "99999999999G"], "size '99999999999G' is more than 2^62 bytes"),  # was -e -9223372036854775808
+    (["-b", "inf", "-e", "1K"], "size 'inf' is more than 2^62 bytes"),
+    (["-b", "nan", "-e", "1K"], "bad size 'nan'"),
+    (["-b", "4K", "-e", "1K"], "-b 4096 is larger than -e 1024"),
+])
+def test_bench_comm_sizes_are_checked(sizes, message):
+    expect_error("bench", "comm", "-n", "1", "-w", "0", *sizes, contains=message)
+
+
+@pytest.mark.parametrize("command, message", [
+    (["golden", "--steps", "0"], "--steps: 0 is not a finite number > 0"),  # was CLI11's "not in range 0.000000 to 1.79769e+308"
+    (["bench", "gemm-rate", "--sizes", "32", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
+    (["bench", "kernel-rate", "--min-time-ms", "nan"], "--min-time-ms: nan is not a finite number >= 0"),
+    (["launch", "--restart-delay", "inf", "--", "false"], "--restart-delay: inf is not a finite number >= 0"),
+    (["scale", "fit", "nowhere", "--bootstrap", "-5"], "--bootstrap: -5 is not a finite number >= 0"),
+])
+def test_numeric_options_out_of_range_are_named(command, message):
+    # Each of these ran (a NaN peak fell back to the device table; an infinite delay restarted at once).
+    expect_error(*command, contains=message)
+
+
 def test_a_results_file_whose_bytes_are_lost_is_an_error():
     # /dev/full opens but refuses every byte: the write itself is checked, not only the open.
     expect_error("bench", "comm", "-n", "1", "-w", "0", "-b", "1K", "-e", "1K", "-J", "/dev/full",
