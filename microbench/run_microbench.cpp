@@ -63,6 +63,12 @@ BenchSetup resolve_setup(const MicrobenchOptions& o) {
         stderr, "note: %s takes its vocabulary from the data; benchmarking V = %lld (set model.vocab_size to change)\n",
         o.model.c_str(), static_cast<long long>(kGptVocab));
   }
+  s.model.validate();  // a preset edited with --set (model.d_model=-1 reached a [1024, -1] allocation)
+  // 0 means "the preset's" (or "from the cache size"); below 0 is a typo, not a default.
+  check(o.batch >= 0 && o.seq_len >= 0 && o.stream_mib >= 0, "--batch, --seq-len and --stream-mib must be >= 0 ",
+        "(0: the preset's; got ", o.batch, ", ", o.seq_len, ", ", o.stream_mib, ")");
+  check(o.seq_len <= s.model.context, "--seq-len ", o.seq_len, " is longer than the position table model.context (",
+        s.model.context, ")");
   s.tp = o.tp;
   s.batch = o.batch > 0 ? o.batch : std::max<int64_t>(1, config.train.batch_size / config.train.micro_batches);
   s.seq_len = o.seq_len > 0 ? o.seq_len : config.train.seq_len;

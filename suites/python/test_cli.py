@@ -234,6 +234,10 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "kernel-rate", "--min-time-ms", "nan"], "--min-time-ms: nan is not a finite number >= 0"),
     (["launch", "--restart-delay", "inf", "--", "false"], "--restart-delay: inf is not a finite number >= 0"),
     (["scale", "fit", "nowhere", "--bootstrap", "-5"], "--bootstrap: -5 is not a finite number >= 0"),
+    # bench gemm built a [1024, -1] tensor, and took --batch -1 for "the preset's".
+    (["bench", "gemm", "-c", "tiny", "--set", "model.d_model=-1"], "model.d_model must be >= 1 (got -1)"),
+    (["bench", "gemm", "-c", "tiny", "--batch", "-1"], "--batch, --seq-len and --stream-mib must be >= 0"),
+    (["bench", "gemm", "-c", "tiny", "--seq-len", "100000"], "--seq-len 100000 is longer than the position table"),
 ])
 def test_numeric_options_out_of_range_are_named(command, message):
     # Each of these ran (a NaN peak fell back to the device table; an infinite delay restarted at once).
