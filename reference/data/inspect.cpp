@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -11,19 +12,30 @@ namespace tripod::data {
 InspectReport inspect_dataset(const std::filesystem::path& dir, std::size_t preview_tokens) {
   InspectReport report;
   report.meta = TokenDataset::read_meta(dir);
-  // read_shard checks size, checksum and token range.
+  const auto meta_vocab = report.meta["vocab_size"].get<int64_t>();
+  // read_shard checks size, checksum and token range; then every count meta.json states is held
+  // against the shards (an edited meta.json passed inspection and failed only in training).
   for (const auto& [split, shards] : report.meta["splits"].items()) {
     SplitReport r{split, shards.size(), 0};
     for (const auto& name : shards) {
       ShardHeader header;
       read_shard(dir / name.get<std::string>(), &header);
+      check_shard_vocab(dir, dir / name.get<std::string>(), header.vocab_size, meta_vocab);
       r.tokens += header.token_count;
     }
+    const std::string key = split + "_tokens";
+    if (report.meta.contains(key))
+      check(report.meta[key].is_number_integer() && report.meta[key].get<int64_t>() == static_cast<int64_t>(r.tokens),
+            dir / "meta.json", ": ", key, " is ", report.meta[key].dump(), " but the split's shards hold ", r.tokens,
+            " tokens");
     report.splits.push_back(r);
   }
   const auto& splits = report.meta["splits"];
   if (report.meta["tokenizer"].is_string() && splits.contains("train") && !splits["train"].empty()) {
     const auto tokenizer = Tokenizer::load(dir / report.meta["tokenizer"].get<std::string>());
+    check(tokenizer.vocab_size() == meta_vocab, dir / report.meta["tokenizer"].get<std::string>(), " has ",
+          tokenizer.vocab_size(), " pieces but ", dir / "meta.json", " says vocab_size ", meta_vocab,
+          " (a tokenizer from another preparation?)");
     const auto first_shard = read_shard(dir / splits["train"][0].get<std::string>());
     report.preview_tokens = std::min(preview_tokens, first_shard.size());
     report.preview = tokenizer.decode({first_shard.data(), report.preview_tokens});

@@ -61,12 +61,16 @@ TokenDataset TokenDataset::open(const fs::path& dir, const std::string& split) {
     const fs::path shard_path = dir / name.get<std::string>();
     ShardHeader header;
     std::vector<int32_t> shard = read_shard(shard_path, &header);
-    check(header.vocab_size == static_cast<uint64_t>(data.vocab_size_), "token shard ", shard_path,
-          " has vocab_size ", header.vocab_size, " but ", dir / "meta.json", " says ", data.vocab_size_);
+    check_shard_vocab(dir, shard_path, header.vocab_size, data.vocab_size_);
     data.tokens_.insert(data.tokens_.end(), shard.begin(), shard.end());
   }
   check(!data.tokens_.empty(), "split \"", split, "\" of data directory ", dir, " has no tokens");
   return data;
+}
+
+void check_shard_vocab(const fs::path& dir, const fs::path& shard, uint64_t shard_vocab, int64_t meta_vocab) {
+  check(meta_vocab >= 0 && shard_vocab == static_cast<uint64_t>(meta_vocab), "token shard ", shard, " has vocab_size ",
+        shard_vocab, " but ", dir / "meta.json", " says ", meta_vocab);
 }
 
 std::string shard_file_name(const std::string& split, int64_t index) {

@@ -47,6 +47,10 @@ class TokenDataset {
   std::vector<int32_t> tokens_;
 };
 
+// A shard's header against meta.json's vocab_size: an Error naming both files when they differ.
+void check_shard_vocab(const std::filesystem::path& dir, const std::filesystem::path& shard, uint64_t shard_vocab,
+                       int64_t meta_vocab);
+
 // "train_000003.bin" for split "train", index 3.
 std::string shard_file_name(const std::string& split, int64_t index);
 

@@ -161,6 +161,27 @@ def test_data_prepare_and_inspect(tmp_path):
     assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
 
 
+def test_inspect_holds_meta_json_against_the_shards_and_tokenizer(corpus, tmp_path):
+    # Each edit passed `data inspect` ("checksums OK") and failed only when training (or never).
+    assert "checksum" in tripod("data", "inspect", corpus).stdout.lower()
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i} of some words to tokenise" for i in range(2000)))
+    tripod("data", "prepare", "--input", text, "--out", tmp_path / "a", "--vocab-size", 300)
+    tripod("data", "prepare", "--input", text, "--out", tmp_path / "b", "--vocab-size", 320)
+    for name, edit, message in (
+            ("vocab", lambda m: {**m, "vocab_size": 100}, "has vocab_size 300 but"),
+            ("count", lambda m: {**m, "train_tokens": 99999999}, "train_tokens is 99999999 but the split's shards hold"),
+            ("tokenizer", None, "has 320 pieces but")):
+        edited = tmp_path / name
+        shutil.copytree(tmp_path / "a", edited)
+        if edit:
+            meta = json.loads((edited / "meta.json").read_text())
+            (edited / "meta.json").write_text(json.dumps(edit(meta)))
+        else:
+            shutil.copy(tmp_path / "b" / "tokenizer.model", edited / "tokenizer.model")
+        expect_error("data", "inspect", edited, contains=message)
+
+
 # ---- bad input: a clear error naming the problem, exit code 1 ----
 
 def test_unknown_config_key(corpus):
