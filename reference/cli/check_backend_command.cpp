@@ -40,8 +40,8 @@ nlohmann::json result_json(const backend_check::OpResult& r) {
 void run_check(const CheckOptions& o) {
   std::vector<DType> dtypes;
   for (const std::string& d : o.dtypes) {
+    check(d == "fp64" || d == "fp32", "--dtype: fp64 or fp32 (bf16 cases come with fp32), not '", d, "'");
     const DType t = parse_dtype(d);
-    check(t == DType::F64 || t == DType::F32, "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ", d);
     dtypes.push_back(t);
   }
   std::vector<backend_check::OpCase> cases;

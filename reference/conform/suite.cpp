@@ -34,6 +34,8 @@ RunConfig suite_config(const SuiteOptions& o, bool tied) {
   check(o.dtype != "tf32", "conform --dtype tf32: no justified tolerance for TF32 runs yet (Adam turns TF32's "
         "2^-11 operand rounding into lr-sized steps of single parameters, beyond the measured rounding floor); "
         "check fp64, fp32 or bf16-mixed");
+  check(o.dtype == "fp64" || o.dtype == "fp32" || o.dtype == "bf16-mixed",
+        "conform --dtype: fp64, fp32 or bf16-mixed, not '", o.dtype, "'");
   nlohmann::json base = default_conformance_config(o.dtype).json;
   base["model"]["tie_embeddings"] = tied;
   std::vector<std::string> overrides = o.overrides;

@@ -93,8 +93,6 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   const Tokenizer tokenizer = Tokenizer::load(staged.model());
   std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
   const std::vector<int32_t> val_tokens = own_val ? encode_by_lines(tokenizer, val_text) : std::vector<int32_t>();
-  invalidate_dataset(options.out_dir);
-  staged.publish();
   const auto total = static_cast<int64_t>(tokens.size() + val_tokens.size());
 
   PrepareReport report;
@@ -102,6 +100,10 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   report.val_tokens = own_val ? static_cast<int64_t>(val_tokens.size())
                               : std::llround(static_cast<double>(total) * options.val_fraction);
   report.train_tokens = total - report.val_tokens;
+  check(report.train_tokens >= 2, "data prepare for ", options.input, ": val_fraction ", options.val_fraction,
+        " of ", total, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its successor)");
+  invalidate_dataset(options.out_dir);
+  staged.publish();
   report.bytes_per_token = static_cast<double>(text.size() + val_text.size()) / static_cast<double>(total);
 
   const std::span<const int32_t> stream(tokens);

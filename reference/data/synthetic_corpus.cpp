@@ -164,6 +164,9 @@ SyntheticReport write_synthetic_corpus(const SyntheticOptions& options) {
   report.entropy_rate_nats = markov_entropy_rate(chain);
   report.val_tokens = std::llround(static_cast<double>(options.tokens) * options.val_fraction);
   report.train_tokens = options.tokens - report.val_tokens;
+  check(report.train_tokens >= 2, "synthetic corpus for ", options.out_dir, ": val_fraction ", options.val_fraction,
+        " of ", options.tokens, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its ",
+        "successor)");
 
   invalidate_dataset(options.out_dir);
   // One continuous stream, written shard by shard so memory stays bounded by the shard size;

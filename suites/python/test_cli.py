@@ -259,6 +259,12 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "gemm", "-c", "tiny", "--set", "model.d_model=-1"], "model.d_model must be >= 1 (got -1)"),
     (["bench", "gemm", "-c", "tiny", "--batch", "-1"], "--batch, --seq-len and --stream-mib must be >= 0"),
     (["bench", "gemm", "-c", "tiny", "--seq-len", "100000"], "--seq-len 100000 is longer than the position table"),
+    # Messages that listed a choice the command then refused (tf32 for conform, bf16 for check-backend).
+    (["conform", "--dtype", "fp16"], "conform --dtype: fp64, fp32 or bf16-mixed, not 'fp16'"),
+    (["check-backend", "--dtype", ""], "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ''"),
+    # Wrote a corpus without training tokens, with exit 0.
+    (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
+      "--val-fraction", "0.9999"], "val_fraction 0.9999 of 1000 tokens leaves 0 for training"),
 ])
 def test_numeric_options_out_of_range_are_named(command, message):
     # Each of these ran (a NaN peak fell back to the device table; an infinite delay restarted at once).
