@@ -128,7 +128,12 @@ std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& cor
         run.n = counted_params(run.cost, spec.param_count);
         run.flops_per_token = counted_flops_per_token(run.cost, spec.param_count, spec.flops);
         const double wanted_tokens = budget / run.flops_per_token;
-        run.steps = std::llround(wanted_tokens / static_cast<double>(tokens_per_step));
+        const double wanted_steps = wanted_tokens / static_cast<double>(tokens_per_step);
+        // Bounded before the rounding to an integer, which is undefined past 2^63 (a budget of 1e40
+        // came out as -9223372036854775808 steps).
+        check(wanted_steps <= 0x1p40, spec.file.string(), ": budget ", budget_label(budget), " gives model ", run.name,
+              " (N=", run.n, ") ", wanted_steps, " steps of ", tokens_per_step, " tokens, more than 2^40");
+        run.steps = std::llround(wanted_steps);
         check(wanted_tokens >= static_cast<double>(tokens_per_step), spec.file.string(), ": budget ", budget_label(budget), " gives model ", run.name,
               " (", shape_label(shape), ", N=", run.n, ") only ", std::llround(wanted_tokens), " tokens = less than one batch of ",
               tokens_per_step, " tokens (batch_size ", spec.batch_size, " x context ", spec.context,

@@ -223,6 +223,11 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     assert result.returncode != 0
     assert "budget 1e6 gives model C1e6-" in result.stderr and "less than one batch" in result.stderr
 
+    too_large = small_spec(budgets=[4e9, 1e40])  # its step count was -9223372036854775808
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "large.json", too_large), "--dry-run"], check=False)
+    assert result.returncode != 0 and "budget 1e40 gives model C1e40-" in result.stderr, result.stderr
+    assert "more than 2^40" in result.stderr and "-9223372036854775808" not in result.stderr
+
     typo = small_spec()
     typo["budget"] = typo.pop("budgets")
     result = run([tripod, "scale", "run", write_spec(tmp_path / "typo.json", typo), "--dry-run"], check=False)
