@@ -62,7 +62,24 @@ Bundle read_bundle(const fs::path& dir) {
     check(model.at("n_layer") == m.n_layer && model.at("n_head") == m.n_head && model.at("n_embd") == m.d_model &&
               model.at("vocab_size") == m.vocab_size && model.at("tie_word_embeddings") == m.tie_embeddings,
           meta_file.string(), ": the model block disagrees with source.config");
-    const json& lrs = b.meta.at("optimizer").at("lrs");
+    // A peer trains from these blocks and Tripod from source.config: every number they share must
+    // agree, or the two would train different runs (an edited beta1 = 5 ran with Tripod's 0.9).
+    const json& optimizer = b.meta.at("optimizer");
+    const auto agree = [&](const json& block, const std::string& where, const char* key, const json& expected) {
+      check(block.at(key) == expected, meta_file.string(), ": ", where, ".", key, " is ", block.at(key).dump(),
+            " but source.config says ", expected.dump());
+    };
+    agree(model, "model", "n_positions", m.context);
+    agree(model, "model", "n_inner", m.d_ff);
+    agree(model, "model", "layer_norm_epsilon", m.layernorm_eps);
+    agree(b.meta.at("batch"), "batch", "batch_size", b.config.train.batch_size);
+    agree(b.meta.at("batch"), "batch", "seq_len", b.config.train.seq_len);
+    agree(optimizer, "optimizer", "beta1", b.config.adamw.beta1);
+    agree(optimizer, "optimizer", "beta2", b.config.adamw.beta2);
+    agree(optimizer, "optimizer", "eps", b.config.adamw.eps);
+    agree(optimizer, "optimizer", "weight_decay", b.config.adamw.weight_decay);
+    agree(optimizer, "optimizer", "grad_clip", b.config.grad_clip);
+    const json& lrs = optimizer.at("lrs");
     check(static_cast<int64_t>(lrs.size()) == b.steps, meta_file.string(), ": ", lrs.size(), " learning rates for ",
           b.steps, " steps");
     for (int64_t k = 0; k < b.steps; ++k)

@@ -140,6 +140,16 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
     (broken / "tokens.npy").write_bytes((broken / "tokens.npy").read_bytes()[:-10])
     result = tripod("golden", "run", broken, "--out", tmp_path / "r.json")
     assert result.returncode == 1 and "tokens.npy" in result.stderr and "truncated" in result.stderr
+    # A bundle whose peer-facing blocks disagree with source.config (golden run used the config's).
+    for block, key, value in (("optimizer", "beta1", 5), ("batch", "batch_size", 0), ("model", "layer_norm_epsilon", -1)):
+        edited = tmp_path / f"edited-{key}"
+        shutil.copytree(bundle, edited)
+        meta = json.loads((edited / "bundle.json").read_text())
+        meta[block][key] = value
+        (edited / "bundle.json").write_text(json.dumps(meta))
+        result = tripod("golden", "run", edited, "--out", tmp_path / "r.json")
+        assert result.returncode == 1 and f"{block}.{key} is {value} but source.config says" in result.stderr, \
+            result.stderr
     # Results that cannot be read exit 2, as the README says (the command turned every failure into 1).
     result = check(bundle, tmp_path / "absent.json")
     assert result.returncode == 2 and "absent.json: missing" in result.stderr, result.stdout + result.stderr
