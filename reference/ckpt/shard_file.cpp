@@ -138,6 +138,7 @@ ShardFile ShardWriter::finish() {
 void check_shard_header(int fd, const fs::path& path, const ShardFile& entry, int64_t step) {
   struct stat st {};
   check(::fstat(fd, &st) == 0, "cannot stat ", path.string(), ": ", last_system_error());
+  check(S_ISREG(st.st_mode), "checkpoint shard ", path.string(), " is not a regular file");
   check(static_cast<uint64_t>(st.st_size) == entry.bytes, "checkpoint shard ", path.string(), " is ", st.st_size,
         " bytes but the manifest records ", entry.bytes, st.st_size < static_cast<off_t>(entry.bytes) ? " (truncated)" : "");
   check(entry.bytes >= kShardHeaderBytes, "checkpoint shard ", path.string(), " is shorter than its header");

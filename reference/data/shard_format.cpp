@@ -140,6 +140,7 @@ std::vector<int32_t> decode_tokens(const ShardHeader& header, const unsigned cha
 
 ShardHeader read_shard_header(const fs::path& path) {
   check(fs::exists(path), "token shard ", path, " does not exist");
+  check(fs::is_regular_file(path), "token shard ", path, " is not a regular file");
   const uint64_t size = file_size_of(path);
   check(size >= kShardHeaderBytes, "token shard ", path, " is truncated: expected at least ",
         kShardHeaderBytes, " bytes of header, found ", size);

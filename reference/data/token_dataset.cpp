@@ -13,6 +13,7 @@ namespace tripod::data {
 namespace fs = std::filesystem;
 
 nlohmann::json TokenDataset::read_meta(const fs::path& dir) {
+  check(!fs::exists(dir) || fs::is_directory(dir), "data directory ", dir, " is a file, not a prepared directory");
   check(fs::is_directory(dir), "data directory ", dir, " does not exist");
   const fs::path meta_path = dir / "meta.json";
   check(fs::exists(meta_path), "data directory ", dir,

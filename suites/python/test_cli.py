@@ -182,6 +182,26 @@ def test_inspect_holds_meta_json_against_the_shards_and_tokenizer(corpus, tmp_pa
         expect_error("data", "inspect", edited, contains=message)
 
 
+def test_a_folder_or_file_where_the_other_is_expected_is_named(corpus, tmp_path):
+    # "data directory afile does not exist"; a shard replaced by a folder was "4096 bytes ... (truncated)".
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    expect_error("data", "inspect", a_file, contains=f'data directory "{a_file}" is a file, not a prepared directory')
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    shard = sorted(data.glob("train_*.bin"))[0]
+    shard.unlink()
+    shard.mkdir()
+    expect_error("data", "inspect", data, contains=f'token shard "{shard}" is not a regular file')
+    ckpt = tmp_path / "ckpt"
+    train(corpus, tmp_path, "saved", "--set", "train.steps=2", "--save", ckpt)
+    ckpt_shard = sorted(ckpt.glob("step-*/shard-*.bin"))[0]
+    ckpt_shard.unlink()
+    ckpt_shard.mkdir()
+    result = tripod("ckpt", "verify", ckpt, check=False)
+    assert result.returncode != 0 and f"checkpoint shard {ckpt_shard} is not a regular file" in result.stdout + result.stderr
+
+
 # ---- bad input: a clear error naming the problem, exit code 1 ----
 
 def test_unknown_config_key(corpus):
