@@ -76,7 +76,11 @@ std::string multi_rank_world_sizes(const RunConfig& config) {
 
 std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig& config, int world) {
   std::vector<ParallelLayout> layouts;
-  for (const auto& name : o.layouts) layouts.push_back(ParallelLayout::parse(name));
+  for (const auto& name : o.layouts) {
+    layouts.push_back(ParallelLayout::parse(name));
+    for (std::size_t i = 0; i + 1 < layouts.size(); ++i)  // by canonical name: "tp1-..-1f1b" and its default
+      check(layouts[i].name() != layouts.back().name(), "--layouts lists ", layouts.back().name(), " twice");
+  }
   if (layouts.empty()) layouts = enumerate_layouts(world, config.model, conformance_step(config));
   for (const ParallelLayout& l : layouts) {
     check(world % l.ranks() == 0, "layout ", l.name(), " needs a multiple of ", l.ranks(), " ranks, launched with ",

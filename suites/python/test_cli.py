@@ -281,6 +281,7 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "gemm", "-c", "tiny", "--seq-len", "100000"], "--seq-len 100000 is longer than the position table"),
     # Messages that listed a choice the command then refused (tf32 for conform, bf16 for check-backend).
     (["conform", "--dtype", "fp16"], "conform --dtype: fp64, fp32 or bf16-mixed, not 'fp16'"),
+    (["conform", "--layouts", "tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp1-z0-mb1"], "--layouts lists tp1-pp1-dp1-z0-mb1 twice"),
     (["check-backend", "--dtype", ""], "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ''"),
     # Wrote a corpus without training tokens, with exit 0.
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
