@@ -94,6 +94,15 @@ def parse_float(text, file, line, what):
         raise ImportFormatError(file, line, f"{what}: expected a number, found {text.strip()!r}") from None
 
 
+def parse_non_negative(text, file, line, what):
+    """A time or a bandwidth: NaN is kept (the tools print it for an unmeasured cell), below 0 is not a
+    measurement and stops the import naming the line."""
+    value = parse_float(text, file, line, what)
+    if value < 0:
+        raise ImportFormatError(file, line, f"{what}: {text.strip()} is negative (a time or rate cannot be)")
+    return value
+
+
 def parse_int(text, file, line, what):
     value = parse_float(text, file, line, what)
     if not math.isfinite(value) or value != int(value):

@@ -35,8 +35,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .common import (ImportFormatError, ImportResult, number_or_text, parse_float, parse_int, read_lines,
-                     results_document, strip_launcher_prefix)
+from .common import (ImportFormatError, ImportResult, number_or_text, parse_float, parse_int, parse_non_negative,
+                     read_lines, results_document, strip_launcher_prefix)
 
 TOOL = "nccl-tests"
 
@@ -271,11 +271,11 @@ class NcclTestsParser:
             lower = name.lower()
             what = f"column {name} ({'in-place' if row['in_place'] else 'out-of-place'})"
             if lower in TIME_COLUMNS:
-                row["time_us"] = parse_float(token, self.path, number, what) * header.time_scale
+                row["time_us"] = parse_non_negative(token, self.path, number, what) * header.time_scale
                 if lower == "cputime":
                     extra["time_is_cpu_time"] = True
             elif lower in ("algbw", "busbw"):
-                row[lower] = parse_float(token, self.path, number, what)
+                row[lower] = parse_non_negative(token, self.path, number, what)
             elif lower == "#wrong":
                 row["wrong"] = None if token == "N/A" else parse_int(token, self.path, number, what)
             elif lower in ("error", "res"):

@@ -148,6 +148,8 @@ def test_nccl_tests_unknown_columns_are_kept_not_misread():
     ("41.32   72.31", "41.32   7x.31", "column busbw (out-of-place): expected a number, found '7x.31'"),
     ("     0    41.02", "   two    41.02", "column #wrong (out-of-place): expected a number"),
     ("# Out of bounds values : 0 OK", "# Out of bounds values : many", "out of bounds values: expected a number"),
+    # Imported as a time of -101.5 us before.
+    ("-1   101.50   41.32", "-1  -101.50   41.32", "column time (out-of-place): -101.50 is negative"),
 ])
 def test_nccl_tests_malformed_line_names_file_and_line(tmp_path, old, new, contains):
     path, line = fixture_with(tmp_path, "nccl_all_reduce_2.19.txt", old, new)
