@@ -119,10 +119,11 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   }
 
   check_export_target(out_dir);
+  // Converted before the folder is made: a refused dtype used to leave an empty folder behind.
+  auto tensors = to_hf_tensors(backend, params, "", out_dtype);
   fs::create_directories(out_dir);
   ExportReport report;
   report.model_file = out_dir / "model.safetensors";
-  auto tensors = to_hf_tensors(backend, params, "", out_dtype);
   report.tensors = static_cast<int64_t>(tensors.size());
   report.parameters = count_params(params.specs());
   ckpt::write_safetensors(report.model_file, tensors, {{"format", "pt"}, {"source", "tripod"}});

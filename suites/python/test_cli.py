@@ -133,6 +133,10 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
 def test_export_hf_layout(corpus, tmp_path):
     ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
     train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
+    # A refused dtype leaves no folder behind (it left an empty one).
+    expect_error("export", "hf", "--checkpoint", ckpt, "--out", out, "--dtype", "bf16",
+                 contains="HF export supports fp32 and fp64, not bf16")
+    assert not out.exists()
     tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "gpt2" and config["n_layer"] == 1 and config["vocab_size"] == 64
