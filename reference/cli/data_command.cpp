@@ -45,7 +45,8 @@ void add_synthetic(CLI::App& data) {
   cmd->add_option("--tokens", options->tokens, "total tokens (train + val)")->required();
   cmd->add_option("--sharpness", options->sharpness, "standard deviation of the transition logits")
       ->capture_default_str();
-  cmd->add_option("--seed", options->seed, "seed of the chain and of the sampled stream")->capture_default_str();
+  require_non_negative(  // an unsigned option: -1 would wrap to 2^64 - 1
+      cmd->add_option("--seed", options->seed, "seed of the chain and of the sampled stream")->capture_default_str());
   cmd->add_option("--val-fraction", options->val_fraction, "fraction of tokens held out for validation")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", options->shard_tokens, "tokens per shard file")->capture_default_str();

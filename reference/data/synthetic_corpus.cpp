@@ -88,8 +88,9 @@ int64_t MarkovChain::next_context(int64_t context, int32_t next) const {
 }
 
 MarkovChain make_markov_chain(int vocab_size, int order, double sharpness, uint64_t seed) {
-  check(std::isfinite(sharpness) && sharpness >= 0, "Markov chain: sharpness must be finite and >= 0 (got ",
-        sharpness, ")");
+  // Above 1e6 the logits' differences overflow exp() to inf - inf = NaN (1e308 gave "P = -nan").
+  check(std::isfinite(sharpness) && sharpness >= 0 && sharpness <= 1e6,
+        "Markov chain: sharpness (--sharpness) must be in [0, 1e6] (got ", sharpness, ")");
   MarkovChain chain{vocab_size, order, {}};
   check(order == 1 || order == 2, "Markov chain: order must be 1 or 2 (got ", order, ")");
   check(vocab_size >= 2 && vocab_size <= (order == 1 ? 512 : 64), "Markov chain: vocab_size ", vocab_size,

@@ -111,6 +111,9 @@ ModelsSpec parse_models(const Section& s) {
     rule.max_d_model = r.integer("max_d_model", rule.max_d_model);
     models.rule = rule;
     models.sizes_per_budget = s.integer("sizes_per_budget");
+    // An IsoFLOP profile needs a handful of sizes; 1000 took minutes to plan before failing.
+    check(models.sizes_per_budget <= 64, s.file().string(), ": 'models.sizes_per_budget' must be <= 64, got ",
+          models.sizes_per_budget);
   } else {
     const json& list = s.raw("shapes");
     check(list.is_array() && !list.empty(), s.file().string(), ": 'models.shapes' must be a non-empty list");

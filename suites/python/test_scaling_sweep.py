@@ -228,6 +228,11 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     assert result.returncode != 0 and "budget 1e40 gives model C1e40-" in result.stderr, result.stderr
     assert "more than 2^40" in result.stderr and "-9223372036854775808" not in result.stderr
 
+    many = small_spec()
+    many["models"]["sizes_per_budget"] = 1000  # planned for minutes before
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "many.json", many), "--dry-run"], check=False)
+    assert result.returncode != 0 and "'models.sizes_per_budget' must be <= 64, got 1000" in result.stderr
+
     typo = small_spec()
     typo["budget"] = typo.pop("budgets")
     result = run([tripod, "scale", "run", write_spec(tmp_path / "typo.json", typo), "--dry-run"], check=False)
