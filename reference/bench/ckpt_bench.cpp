@@ -154,6 +154,11 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
               backend->device() == Device::Host ? "; the copy overlaps the next step" : " and the copy", median(polls),
               median(slowdowns), median(copy_waits));
   std::printf("    stall / synchronous save = %.1f%%  (target < 10%%)\n", 100 * stall_ratio);
+  // The slower-steps term is a difference of step times: on a noisy machine it can come out below
+  // zero, which is not a gain but a sign that the stall is under the noise. Say so next to it.
+  if (median(stalls) < 0)
+    std::printf("    (a negative stall: the steps during the save ran faster than the median step; the stall is "
+                "below this machine's noise: raise --repeats)\n");
   if (!o.json_out.empty()) {
     const nlohmann::json j = {{"benchmark", "checkpoint"}, {"config", o.config}, {"bytes", bytes},
                               {"repeats", o.repeats}, {"disk_write_seconds", median(disk)},

@@ -4,6 +4,7 @@
 //   tripod check-backend --backend cuda --json kernels.json
 // Prints a row per operation (largest error relative to the output's largest element, its bound,
 // whether the two backends agree bit for bit) and exits 1 if any operation fails.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@ void run_check(const CheckOptions& o) {
   for (const std::string& d : o.dtypes) {
     check(d == "fp64" || d == "fp32", "--dtype: fp64 or fp32 (bf16 cases come with fp32), not '", d, "'");
     const DType t = parse_dtype(d);
+    check(std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end(), "--dtype lists ", d, " twice");
     dtypes.push_back(t);
   }
   std::vector<backend_check::OpCase> cases;

@@ -287,6 +287,7 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["conform", "--dtype", "fp16"], "conform --dtype: fp64, fp32 or bf16-mixed, not 'fp16'"),
     (["conform", "--layouts", "tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp1-z0-mb1"], "--layouts lists tp1-pp1-dp1-z0-mb1 twice"),
     (["check-backend", "--dtype", ""], "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ''"),
+    (["check-backend", "--dtype", "fp32", "fp32"], "--dtype lists fp32 twice"),  # ran every case twice
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
       "--sharpness", "1e308"], "sharpness (--sharpness) must be in [0, 1e6] (got 1e+308)"),  # was "P = -nan"
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
