@@ -51,7 +51,7 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--dp", "4"], "needs 4 ranks but the world has 2"),
     (["--zero", "5"], "the ZeRO stage (--zero) must be 0, 1, 2 or 3"),
-    (["--bucket-mb", "0"], "the gradient bucket size (--bucket-mb) must be positive"),
+    (["--bucket-mb", "0"], "the gradient bucket size (--bucket-mb) must be a number of MiB in (0, 1048576] (got 0)"),
     (["--pp", "2"], "the model has only 1 layer (model.n_layer)"),
     (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "interleaved", "--virtual-stages", "2"],
      "needs 4 chunks of at least one layer each, but the model has only 2 layers"),

@@ -127,7 +127,7 @@ def test_bare_reduction_comparison_prints_each_size():
 @pytest.mark.parametrize("args, message", [
     (["train", "--config", "tiny", "--mpi-progress-us", "-5"], "--mpi-progress-us: -5 is negative"),
     (["train", "--config", "tiny", "--zero", "3", "--zero3-prefetch", "-1"], "--zero3-prefetch"),
-    (["train", "--config", "tiny", "--mpi-chunk-mb", "-1"], "--mpi-chunk-mb: -1 is negative"),
+    (["train", "--config", "tiny", "--mpi-chunk-mb", "-1"], "--mpi-chunk-mb: -1 is out of range (MiB, 0-1048576; 0: whole messages)"),
     (["train", "--config", "tiny", "--set", "train.recompute=most"], "train.recompute: none, selective or full"),
     (["bench", "overlap", "--mpi-progress-us", "100"], "leave --mpi-progress-us at 0"),
 ])
