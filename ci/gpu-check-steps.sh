@@ -178,6 +178,7 @@ train_tiny() {
   local name=$1 backend=$2 dtype=$3 steps=$4 small=()
   dry && small=(--set train.batch_size=4 --set train.seq_len=32)  # a miniature on CI's CPU
   echo "== $name: tripod train --backend $backend, $dtype, $steps steps"
+  rm -rf "${WORK:?}/ckpt-$name"  # a rerun into the same --out starts over (train refuses a root holding checkpoints)
   tripod train --backend "$backend" --config tiny --set data.dir="$WORK/data" --set train.dtype="$dtype" \
       --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 "${small[@]}" \
       --set train.metrics="$STEP_DIR/$name.jsonl" --save "$WORK/ckpt-$name"

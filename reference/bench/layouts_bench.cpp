@@ -92,6 +92,7 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
 }  // namespace
 
 void run_layouts(const LayoutsOptions& o) {
+  check(o.steps >= 1, "bench layouts: --steps must be >= 1 (got ", o.steps, ")");  // 0 was a segmentation fault
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);

@@ -38,6 +38,7 @@ struct Pass {
 }  // namespace
 
 void run_overlap(const OverlapOptions& o) {
+  check(o.repeats >= 1, "bench overlap: --repeats must be >= 1 (got ", o.repeats, ")");  // medians of nothing
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);

@@ -20,6 +20,8 @@
 namespace tripod::bench {
 
 void run_bench_train(const BenchTrainOptions& o) {
+  check(o.steps >= 1 && o.gemm_size >= 1, "bench train: --steps and --gemm-size must be >= 1 (got ", o.steps, ", ",
+        o.gemm_size, ")");  // a median of no steps was a segmentation fault
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("train.batch_size=" + std::to_string(o.batch));
   overrides.push_back("train.seq_len=" + std::to_string(o.seq_len));

@@ -27,8 +27,8 @@ void add_bench_train_command(CLI::App& bench) {
   train->add_option("--set", o->overrides, "override a config key (repeatable)");
   train->add_option("--batch", o->batch, "sequences per step")->capture_default_str();
   train->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
-  train->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str();
-  train->add_option("--gemm-size", o->gemm_size, "size of the square sgemm baseline")->capture_default_str();
+  require_positive(train->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str());
+  require_positive(train->add_option("--gemm-size", o->gemm_size, "size of the square sgemm baseline")->capture_default_str());
   train->add_option("--make-vocab-size-divisible-by", o->vocab_multiple,
                     "pad the vocabulary to a multiple of N (as tripod train's option; e.g. 128)")
       ->capture_default_str();

@@ -17,8 +17,8 @@ void add_bench_layouts_command(CLI::App& bench) {
   cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str();
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str();
-  cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)");
+  require_positive(cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str());
+  require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)"));
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);

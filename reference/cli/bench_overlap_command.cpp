@@ -13,10 +13,10 @@ void add_bench_overlap_command(CLI::App& bench) {
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "vocabulary size of the random tokens")->capture_default_str();
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
-  cmd->add_option("--progress-us", o->progress_us,
-                  "polling interval of the MPI progress thread measured as a mechanism (0: skip it)")->capture_default_str();
+  require_non_negative(cmd->add_option("--progress-us", o->progress_us,
+                  "polling interval of the MPI progress thread measured as a mechanism (0: skip it)")->capture_default_str());
   cmd->add_option("--prefetch", o->prefetch, "ZeRO-3 buckets gathered ahead in the prefetch row")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "timed repetitions of each mode")->capture_default_str();
+  require_positive(cmd->add_option("--repeats", o->repeats, "timed repetitions of each mode")->capture_default_str());
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);

@@ -20,7 +20,13 @@ RunCheckpoints::RunCheckpoints(const RunConfig& config, const TrainOptions& opti
   check(local_.root.empty() || enabled(), "--save-local is the fast tier beside --save's durable one: give --save too");
   check(local_.every == 0 || !local_.root.empty(), "train.local_save_every saves to --save-local ROOT: give it");
   check(local_.root.empty() || local_.every > 0, "--save-local needs train.local_save_every (steps between its saves)");
-  check(local_.root.empty() || fs::weakly_canonical(local_.root) != fs::weakly_canonical(durable_.root),
+  // "./ck/" and "ck" are one folder whether or not it exists yet: made absolute first (weakly_canonical
+  // leaves a relative path relative when none of it exists), and without a trailing '/'.
+  const auto folder = [](const fs::path& p) {
+    fs::path a = fs::weakly_canonical(fs::absolute(p)).lexically_normal();
+    return a.has_filename() ? a : a.parent_path();
+  };
+  check(local_.root.empty() || folder(local_.root) != folder(durable_.root),
         "--save-local and --save name the same folder ", durable_.root.string(), ": the tiers must be apart");
 }
 
@@ -63,7 +69,15 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
   } else if (!options_.resume_dir.empty()) {
     dir = ckpt::resolve_checkpoint(options_.resume_dir);
   }
-  if (!dir) return std::nullopt;
+  if (!dir) {
+    // A run from step 0 into a root that holds checkpoints would replace steps of the same number
+    // and mix two runs under one `latest` (a forgotten --resume once did that without a word).
+    if (const auto held = newest())
+      fail(held->parent_path().string(), " already holds checkpoints (the newest: ", held->filename().string(),
+           "); this run starts at step 0 and would overwrite or mix with them: continue them with --resume auto, "
+           "or give another folder");
+    return std::nullopt;
+  }
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
                                              options_.allow_resume_changes)};
   engine_.set_step(loaded.manifest.step);

@@ -100,6 +100,22 @@ def test_resume_continues_exactly(corpus, tmp_path):
     assert "done: no steps to run (the run is already at train.steps)" in again.stdout, again.stdout
 
 
+def test_a_fresh_run_does_not_overwrite_another_runs_checkpoints(corpus, tmp_path):
+    # A forgotten --resume replaced the first run's step 4 with the second's, exit 0, no word.
+    ckpt = tmp_path / "ckpt"
+    train(corpus, tmp_path, "first", "--set", "train.steps=4", "--save", ckpt)
+    before = (ckpt / "step-00000004" / "manifest.json").read_bytes()
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=6",
+                 "--set", "train.seed=99", "--save", ckpt,
+                 contains=f"{ckpt} already holds checkpoints (the newest: step-00000004); this run starts at step 0")
+    assert (ckpt / "step-00000004" / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-00000004"]
+    # Two spellings of one folder, before it exists, were taken for two tiers.
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=2",
+                 "--set", "train.local_save_every=1", "--save", tmp_path / "new", "--save-local", f"{tmp_path}/./new/",
+                 contains="--save-local and --save name the same folder")
+
+
 def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
     # Before the fix, --save onto a folder of other files deleted them all and exited 0.
     precious = tmp_path / "results"
@@ -118,10 +134,11 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
         assert "step " not in result.stdout, "refused at start-up, before any training"
     assert (precious / "thesis.txt").read_text() == "years of work"
     assert plain.read_text() == "keep me"
-    # An existing checkpoint root (and an empty folder) may be saved into.
+    # An existing checkpoint root is continued into (a run from step 0 is refused there: see
+    # test_a_fresh_run_does_not_overwrite_another_runs_checkpoints), and an empty folder saved into.
     ckpt = tmp_path / "ckpt"
     train(corpus, tmp_path, "one", "--set", "train.steps=2", "--save", ckpt)
-    train(corpus, tmp_path, "two", "--set", "train.steps=3", "--save", ckpt)
+    train(corpus, tmp_path, "two", "--set", "train.steps=3", "--save", ckpt, "--resume", "auto", "--allow-resume-changes")
     assert (ckpt / "latest").read_text().strip() == "step-00000003"
     assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-00000002", "step-00000003"]
     empty = tmp_path / "empty"
@@ -288,6 +305,12 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["conform", "--layouts", "tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp1-z0-mb1"], "--layouts lists tp1-pp1-dp1-z0-mb1 twice"),
     (["check-backend", "--dtype", ""], "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ''"),
     (["check-backend", "--dtype", "fp32", "fp32"], "--dtype lists fp32 twice"),  # ran every case twice
+    # Segmentation faults (a median of no steps), and a peak that fell back to the nominal one.
+    (["bench", "train", "-c", "tiny", "--steps", "0"], "--steps: 0 is not a finite number > 0"),
+    (["bench", "train", "-c", "tiny", "--gemm-size", "0"], "--gemm-size: 0 is not a finite number > 0"),
+    (["bench", "layouts", "-c", "tiny", "--steps", "-1"], "--steps: -1 is not a finite number > 0"),
+    (["bench", "layouts", "-c", "tiny", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
+    (["bench", "overlap", "-c", "tiny", "--repeats", "0"], "--repeats: 0 is not a finite number > 0"),
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
       "--sharpness", "1e308"], "sharpness (--sharpness) must be in [0, 1e6] (got 1e+308)"),  # was "P = -nan"
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
