@@ -24,8 +24,18 @@ LegacyCheckpoint read_legacy_checkpoint(const fs::path& dir) {
     check(expected.is_string() && actual == expected.get<std::string>(), "checkpoint file ", (dir / name).string(),
           " is corrupt: checksum ", actual, " but state.json records ", expected.dump());
   }
-  return {meta.at("step").get<int64_t>(), parse_dtype(meta.at("dtype").get<std::string>()), meta.at("config"),
-          SafetensorsFile::read(dir / "model.safetensors"), SafetensorsFile::read(dir / "optimizer.safetensors")};
+  int64_t step = 0;
+  std::string dtype;
+  try {  // a missing or mistyped field was an "internal error" naming no file
+    step = meta.at("step").get<int64_t>();
+    dtype = meta.at("dtype").get<std::string>();
+    check(meta.at("config").is_object(), state_path.string(), ": 'config' is not an object");
+  } catch (const json::exception& e) {
+    fail(state_path.string(), ": ", e.what());
+  }
+  check(step >= 0, state_path.string(), ": step ", step, " is negative");
+  return {step, parse_dtype(dtype), meta.at("config"), SafetensorsFile::read(dir / "model.safetensors"),
+          SafetensorsFile::read(dir / "optimizer.safetensors")};
 }
 
 }  // namespace tripod::ckpt

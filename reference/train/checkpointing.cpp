@@ -175,8 +175,18 @@ fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::v
 
 fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_root, Backend& backend) {
   const ckpt::LegacyCheckpoint old = ckpt::read_legacy_checkpoint(old_dir);
-  RunConfig config = parse_run_config(old.config);
-  ckpt::check_save_root(new_root, 0);
+  RunConfig config;
+  try {
+    config = parse_run_config(old.config);
+  } catch (const nlohmann::json::exception& e) {  // a config of another version: name the file
+    fail((old_dir / "state.json").string(), ": its config cannot be read (", e.what(), ")");
+  }
+  // As documented: the upgraded checkpoint is the new root's only one (an existing root's `latest`
+  // would otherwise move to it, and its other steps belong to another run).
+  std::error_code ec;
+  check(!fs::exists(new_root, ec) || (fs::is_directory(new_root, ec) && fs::is_empty(new_root, ec)),
+        "ckpt upgrade: NEW_ROOT ", new_root.string(), " must be absent or an empty folder");
+  ckpt::check_save_root(new_root, 0, "ckpt upgrade's NEW_ROOT");
   std::vector<StateRegion> regions;
   auto add = [&](const ckpt::HostTensor& t, const std::string& name, const char* kind) {
     check(t.dtype == DType::F32 || t.dtype == DType::F64, old_dir.string(), ": tensor '", t.name, "' is ",
