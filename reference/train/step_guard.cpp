@@ -23,7 +23,9 @@ AnomalySettings parse_anomaly_settings(const nlohmann::json& a) {
   check(s.spike_factor == 0 || s.spike_factor > 1, "anomaly.spike_factor must be 0 (off) or above 1, not ",
         s.spike_factor);
   check(s.spike_window >= 1, "anomaly.spike_window must be >= 1");
-  check(s.skip_batches >= 0, "anomaly.skip_batches must be >= 0");
+  // Bounded: times the batch size, 2^63 - 1 batches wrapped the data position to sample 0.
+  check(s.skip_batches >= 0 && s.skip_batches <= (int64_t{1} << 20), "anomaly.skip_batches must be in [0, 2^20] ",
+        "(got ", s.skip_batches, ")");
   check(s.max >= 0, "anomaly.max must be >= 0");
   return s;
 }

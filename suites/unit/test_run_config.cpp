@@ -63,6 +63,9 @@ TEST(RunConfig, ContradictionsAreNamed) {
   EXPECT_NE(error_of([] { with({"optim.weight_decay=-0.1"}); }).find("optim.weight_decay must be >= 0 (got -0.1)"),
             std::string::npos);
   EXPECT_NO_THROW(with({"optim.eps=0", "optim.weight_decay=0"}));
+  EXPECT_NE(error_of([] { with({"anomaly.skip_batches=9223372036854775807"}); })
+                .find("anomaly.skip_batches must be in [0, 2^20] (got 9223372036854775807)"),
+            std::string::npos);
   // d_ff = 2^63 - 1 overflowed the parameter offsets and ended in a view error naming nothing.
   EXPECT_NE(error_of([] { with({"model.d_ff=9223372036854775807", "model.vocab_size=100"}); })
                 .find("model.d_ff (9223372036854775807) is more than 2^31 - 1"),
