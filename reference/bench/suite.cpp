@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -30,7 +31,10 @@ std::string cpu_model() {
 
 // The launcher as an executable path: as given if it has a slash, else the first match on PATH.
 fs::path find_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
+  if (name.find('/') != std::string::npos) {
+    check(::access(name.c_str(), X_OK) == 0, "--mpirun ", name, " is not an executable file");
+    return name;
+  }
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/bin:/bin";
   for (std::size_t start = 0; start <= dirs.size();) {
@@ -169,13 +173,19 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
 void run_suite(const SuiteOptions& o) {
   check(detect_launch().world_size == 1, "run `tripod bench` directly, not under mpirun: it launches its own ",
         "ranks for the collective and training steps (--ranks N)");
+  // Everything the steps need is checked before the first of them runs (and before the previous
+  // bench.json goes): a bad launcher or backend was found only after the GEMM and kernel sweeps.
+  check(o.ranks == 0 || (o.ranks >= 2 && o.ranks <= 1024), "--ranks must be 2-1024 (got ", o.ranks, ")");
+  const std::vector<std::string> backends = backend_names();  // by name: a CUDA context stays with the steps
+  check(std::find(backends.begin(), backends.end(), o.backend) != backends.end(), "--backend: unknown backend '",
+        o.backend, "' (this build has: ", backend_names_text(), ")");
+  const fs::path mpirun = find_program(o.mpirun);
   const int cores = process::available_cores();
   const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
   const fs::path out = o.out;
   fs::create_directories(out);
   fs::remove(out / "bench.json");
   const fs::path self = process::self_executable();
-  const fs::path mpirun = find_program(o.mpirun);
   std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
               cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
 

@@ -51,6 +51,8 @@ pid_t spawn_logged(const fs::path& executable, const std::vector<std::string>& a
   const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   check(log_fd >= 0, "cannot open run log ", log.string(), ": ", std::strerror(errno));
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // Made before the fork: between fork and exec only async-signal-safe calls (write) are allowed.
+  const std::string exec_failed = std::string("tripod: error: cannot execute ") + argv[0] + "\n";
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -61,8 +63,7 @@ pid_t spawn_logged(const fs::path& executable, const std::vector<std::string>& a
     ::dup2(log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     ::execve(argv[0], argv.data(), envp.data());
-    const char message[] = "tripod scale: error: cannot execute the tripod binary\n";
-    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    (void)!::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     ::_exit(127);
   }
   const int fork_errno = errno;

@@ -311,6 +311,11 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "layouts", "-c", "tiny", "--steps", "-1"], "--steps: -1 is not a finite number > 0"),
     (["bench", "layouts", "-c", "tiny", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
     (["bench", "overlap", "-c", "tiny", "--repeats", "0"], "--repeats: 0 is not a finite number > 0"),
+    # The bench suite found these only after its GEMM and kernel sweeps (and --ranks -1 ran as the default).
+    (["bench", "--quick", "--out", "unused", "--mpirun", "/nonexistent/mpirun"],
+     "--mpirun /nonexistent/mpirun is not an executable file"),
+    (["bench", "--quick", "--out", "unused", "--backend", "bogus"], "--backend: unknown backend 'bogus'"),
+    (["bench", "--quick", "--out", "unused", "--ranks", "-1"], "--ranks must be 2-1024 (got -1)"),
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
       "--sharpness", "1e308"], "sharpness (--sharpness) must be in [0, 1e6] (got 1e+308)"),  # was "P = -nan"
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
