@@ -1,6 +1,9 @@
 // tripod launch [--max-restarts N] [--progress-timeout S] [--kill-grace S] [--restart-delay S]
 //               [--checkpoints ROOT] [--events FILE] -- LAUNCHER COMMAND LINE...
 // Runs the command (mpirun ..., srun ...) and runs it again when it fails: process/supervisor.h.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -56,10 +59,13 @@ nlohmann::json event_json(const process::LaunchEvent& e) {
 }
 
 void run_launch_command(const LaunchCommandOptions& o) {
+  const std::filesystem::path& checkpoints = o.supervisor.checkpoints;
+  check(checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints), "--checkpoints ",
+        checkpoints.string(), " is a file, not a checkpoint root");  // was read as "no checkpoint (step 0)"
   std::ofstream events;
   if (!o.events.empty()) {
     events.open(o.events, std::ios::trunc);
-    check(events.good(), "--events: cannot write ", o.events);
+    check(events.good(), "--events: cannot write ", o.events, ": ", std::strerror(errno));
   }
   const int code = process::supervise(o.supervisor, [&](const process::LaunchEvent& e) {
     if (events.is_open()) events << event_json(e).dump() << std::endl;  // flushed: a script may follow it
