@@ -1,5 +1,6 @@
 #include "train/fault_injection.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -36,18 +37,27 @@ void arm_fault_injection(bool resumed) {
   const bool loss_fault = kind == "nan-loss" || kind == "spike-loss", slow = kind == "slow-snapshot";
   check(kind == "kill" || kind == "kill-in-save" || loss_fault || slow, "TRIPOD_FAULT='", text, "': unknown fault '",
         kind, "' (expected kill, kill-in-save, nan-loss, spike-loss or slow-snapshot)");
+  // Whole numbers only: std::stoll read "3x" as 3, " 3" as 3 and "1e3" as 1.
+  const auto whole = [](const std::string& part) {
+    int64_t n = 0;
+    const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), n);
+    check(error == std::errc() && end == part.data() + part.size() && !part.empty(), "");
+    return n;
+  };
   try {
     check(first != std::string::npos, "");
     if (slow) {
-      f.delay_ms = std::stoll(text.substr(first + 1));
+      f.delay_ms = whole(text.substr(first + 1));
       f.step = 1;  // every save
     } else if (loss_fault) {
-      f.step = std::stoll(text.substr(first + 1));
+      f.step = whole(text.substr(first + 1));
     } else {
       const auto second = text.find(':', first + 1);
       check(second != std::string::npos, "");
-      f.rank = std::stoi(text.substr(first + 1, second - first - 1));
-      f.step = std::stoll(text.substr(second + 1));
+      const int64_t rank = whole(text.substr(first + 1, second - first - 1));
+      check(rank <= (1 << 24), "");
+      f.rank = static_cast<int>(rank);
+      f.step = whole(text.substr(second + 1));
     }
   } catch (...) {
     fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP, spike-loss:STEP "

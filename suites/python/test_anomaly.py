@@ -131,6 +131,8 @@ def test_bad_anomaly_settings_are_refused(corpus, setting, expected):
     assert result.returncode != 0 and expected in result.stderr, result.stderr
 
 
-def test_malformed_loss_fault_is_refused(corpus):
-    result = train(corpus, "--set", "train.steps=2", fault="nan-loss:x")
+@pytest.mark.parametrize("fault", ["nan-loss:x", "nan-loss:1e3", "nan-loss: 2", "kill:0:3x", "kill: 0:3"])
+def test_malformed_loss_fault_is_refused(corpus, fault):
+    # "1e3" fired at step 1 and "3x" at step 3: the numbers were read up to the first non-digit.
+    result = train(corpus, "--set", "train.steps=2", fault=fault)
     assert result.returncode != 0 and "nan-loss:STEP" in result.stderr, result.stderr
