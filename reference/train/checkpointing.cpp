@@ -210,15 +210,14 @@ ckpt::Manifest resume_from_checkpoint(Communicator* world, const fs::path& dir, 
   ckpt::Manifest manifest;
   agree(world, "resuming from " + dir.string(), attempt([&] {
     ckpt::CheckpointReader reader(dir);
-    check_resume_compatible(reader.manifest(), config, dir.string(), allow_changes);
+    check_resume_compatible(reader.manifest(), config, allow_changes);
     for (const StateRegion& r : regions) reader.load(r, backend);
     manifest = reader.manifest();
   }));
   return manifest;
 }
 
-void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, const std::string& dir,
-                             bool allow_changes) {
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes) {
   const json& saved = manifest.config;
   const json& now = config.json;
   auto value = [](const json& j, const char* section, const std::string& key) {
@@ -226,11 +225,11 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
   };
   // The model must be the same, always.
   for (auto it = now.at("model").begin(); it != now.at("model").end(); ++it)
-    check(value(saved, "model", it.key()) == it.value().dump(), "cannot resume from ", dir, ": model.", it.key(), " is ",
+    check(value(saved, "model", it.key()) == it.value().dump(), "model.", it.key(), " is ",
           it.value().dump(), " here but ", value(saved, "model", it.key()), " in the checkpoint");
-  check(manifest.dtype == config.train.dtype, "cannot resume from ", dir, ": it holds ", dtype_name(manifest.dtype),
+  check(manifest.dtype == config.train.dtype, "the checkpoint holds ", dtype_name(manifest.dtype),
         " state but train.dtype is ", dtype_name(config.train.dtype));
-  check(manifest.step <= config.train.steps, "cannot resume from ", dir, ": it is at step ", manifest.step,
+  check(manifest.step <= config.train.steps, "the checkpoint is at step ", manifest.step,
         ", beyond train.steps = ", config.train.steps);
   // What decides the data order and the learning-rate schedule.
   const std::vector<std::pair<const char*, std::string>> watched = {
@@ -242,7 +241,7 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
     if (before != after) changes += str_cat("\n  ", section, ".", key, ": ", before, " in the checkpoint, ", after, " now");
   }
   if (changes.empty() || allow_changes) return;
-  fail("cannot resume from ", dir, ": the run would not continue as it was (data order or learning-rate schedule):",
+  fail("the run would not continue as it was (data order or learning-rate schedule):",
        changes, "\n(pass --allow-resume-changes to resume anyway)");
 }
 

@@ -70,9 +70,8 @@ ckpt::Manifest resume_from_checkpoint(Communicator* world, const std::filesystem
 // Refuses a resume that would silently change the run: another model or dtype, a step beyond
 // train.steps; and, unless `allow_changes`, another data order (seed, batch size, sequence length,
 // data directory) or schedule (learning rates, warm-up, decay, steps). The message lists every
-// difference.
-void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, const std::string& dir,
-                             bool allow_changes);
+// difference; the caller names the checkpoint ("resuming from DIR failed: ...").
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes);
 
 // `tripod ckpt upgrade`: a version-1 checkpoint (single process) rewritten as a sharded checkpoint
 // under `new_root` (the one-rank case of the format); returns its directory.

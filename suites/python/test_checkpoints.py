@@ -296,6 +296,8 @@ def test_resume_refuses_another_model_or_a_changed_run(corpus, tmp_path):
     ok(train(corpus, 1, "--save", root, "--exit-after", 2))
     other = train(corpus, 1, "--resume", root, "--set", "model.d_ff=128")
     assert other.returncode != 0 and "model.d_ff is 128 here but 64 in the checkpoint" in other.stderr
+    # Named once: it read "resuming from DIR failed: cannot resume from DIR: ...".
+    assert f"resuming from {root / 'step-00000002'} failed: model.d_ff" in other.stderr, other.stderr
     changed = train(corpus, 1, "--resume", root, "--set", "train.seed=7", "--set", "optim.lr=0.01")
     assert changed.returncode != 0
     assert "train.seed: 1234 in the checkpoint, 7 now" in changed.stderr and "optim.lr" in changed.stderr
