@@ -61,7 +61,11 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
   auto world = make_world(*backend, o.comm);  // the boundary buffers live on the backend
   const int p = world->size();
   const bool root = world->rank() == 0;
-  check(o.forward_ms > 0 && o.repeats >= 1, "--forward-ms must be positive and --repeats at least 1");
+  check(o.forward_ms > 0 && o.forward_ms <= 10000 && o.repeats >= 1,
+        "--forward-ms must be in (0, 10000] and --repeats at least 1");  // 1e9 ms slept for ever
+  // One rank has no bubble to measure: every row read "theory 0.000 ... within 20%: NO".
+  check(p >= 2, "bench pipeline measures a pipeline's bubble: run it on 2 or more ranks (mpirun -np P tripod bench "
+        "pipeline)");
   PipelineWork work;
   double unit_ms = o.forward_ms;
   auto sleep_ms = [](double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };

@@ -317,6 +317,7 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "--quick", "--out", "unused", "--backend", "bogus"], "--backend: unknown backend 'bogus'"),
     (["bench", "--quick", "--out", "unused", "--ranks", "-1"], "--ranks must be 2-1024 (got -1)"),
     (["launch", "--checkpoints", "/etc/passwd", "--", "true"], "--checkpoints /etc/passwd is a file, not a"),
+    (["bench", "pipeline", "--microbatches", "2"], "run it on 2 or more ranks"),  # printed "within 20%: NO"
     (["launch", "--events", "/nonexistent/e.jsonl", "--", "true"], "cannot write /nonexistent/e.jsonl: No such file"),
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
       "--sharpness", "1e308"], "sharpness (--sharpness) must be in [0, 1e6] (got 1e+308)"),  # was "P = -nan"
