@@ -1,13 +1,13 @@
 #include "bench/gemm_rate_bench.h"
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
 #include "backend/transfer.h"
 #include "bench/timed_regions.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "perf/backend_peak.h"
 
 namespace tripod::bench {
@@ -150,9 +150,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
                       {"precision", peak_precision_name(gemm_peak_precision(ab))}, {"source", peak.source}}},
             {"results", json::array()}, {"gpt2_step", step}};
   for (const GemmTiming& t : timings) j["results"].push_back(timing_json(t, peak));
-  std::ofstream out(o.json_out);
-  check(out.good(), "gemm-rate: cannot write ", o.json_out);
-  out << j.dump(2) << "\n";
+  write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
 }
 
 }  // namespace tripod::bench

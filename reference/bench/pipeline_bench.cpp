@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "backend/backend_factory.h"
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
+#include "core/output_file.h"
 #include "parallel/pipeline_executor.h"
 
 namespace tripod::bench {
@@ -42,14 +42,12 @@ TimedRun median_run(const PipelineSchedule& schedule, Communicator& world, Backe
 
 void write_outputs(const PipelineBenchOptions& o, int p, const nlohmann::json& records, const nlohmann::json& trace) {
   if (!o.json_out.empty()) {
-    std::ofstream out(o.json_out);
-    check(out.good(), "cannot write ", o.json_out);
-    out << nlohmann::json{{"benchmark", "pipeline"}, {"stages", p}, {"results", records}}.dump(2) << "\n";
+    write_output_file(o.json_out,
+                      nlohmann::json{{"benchmark", "pipeline"}, {"stages", p}, {"results", records}}.dump(2) + "\n",
+                      "the results file (--json)");
   }
   if (!o.trace_out.empty()) {
-    std::ofstream out(o.trace_out);
-    check(out.good(), "cannot write ", o.trace_out);
-    out << trace.dump(1) << "\n";
+    write_output_file(o.trace_out, trace.dump(1) + "\n", "the timeline (--trace)");
   }
 }
 

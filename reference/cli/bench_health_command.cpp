@@ -3,13 +3,13 @@
 //   tripod bench health --samples 3 --interval-ms 500 --json health.json
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "perf/nvml_reader.h"
 
 namespace tripod::cli {
@@ -43,9 +43,9 @@ void run_health(const HealthOptions& o) {
   }
   std::fflush(stdout);
   if (!o.json_out.empty()) {
-    std::ofstream out(o.json_out);
-    out << nlohmann::json{{"bench", "health"}, {"gpus", gpus}, {"readings", rows}}.dump(1) << "\n";
-    check(out.good(), "cannot write ", o.json_out);
+    write_output_file(o.json_out,
+                      nlohmann::json{{"bench", "health"}, {"gpus", gpus}, {"readings", rows}}.dump(1) + "\n",
+                      "the readings (--json)");
   }
 }
 

@@ -6,13 +6,13 @@
 // whether the two backends agree bit for bit) and exits 1 if any operation fails.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace tripod::cli {
 namespace {
@@ -80,9 +80,7 @@ void run_check(const CheckOptions& o) {
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"backend", tested->name()}, {"reference", reference->name()}, {"results", nlohmann::json::array()}};
     for (const auto& r : results) j["results"].push_back(result_json(r));
-    std::ofstream out(o.json_out);
-    check(out.good(), "cannot write ", o.json_out);
-    out << j.dump(1) << "\n";
+    write_output_file(o.json_out, j.dump(1) + "\n", "the results file (--json)");
   }
   check(failed == 0, failed, " operation(s) of the ", o.backend, " backend disagree with the ", o.against, " backend");
 }

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "process/supervisor.h"
 
 namespace tripod::cli {
@@ -60,8 +61,9 @@ nlohmann::json event_json(const process::LaunchEvent& e) {
 
 void run_launch_command(const LaunchCommandOptions& o) {
   const std::filesystem::path& checkpoints = o.supervisor.checkpoints;
-  check(checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints), "--checkpoints ",
-        checkpoints.string(), " is a file, not a checkpoint root");  // was read as "no checkpoint (step 0)"
+  // A file here was read as "no checkpoint (step 0)".
+  check(checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints),
+        "--checkpoints ", checkpoints.string(), " is a file, not a checkpoint root");
   std::ofstream events;
   if (!o.events.empty()) {
     events.open(o.events, std::ios::trunc);

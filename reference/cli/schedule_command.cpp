@@ -5,11 +5,11 @@
 // reports/plot_pipeline.py draws it (time in units of one stage's forward; a backward takes two).
 //   tripod schedule --pp 4 --microbatches 8 --schedule interleaved --virtual-stages 2 --json s.json
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -38,9 +38,7 @@ void run_schedule(const ScheduleOptions& o) {
   std::printf("\nsimulated bubble %.4f (theory %.4f), makespan %d units of one chunk's forward\n",
               stats.bubble_fraction, theoretical_bubble_fraction(s), stats.makespan);
   if (o.json_out.empty()) return;
-  std::ofstream out(o.json_out);
-  check(out.good(), "cannot write ", o.json_out);
-  out << simulated_timeline_json(s, stats).dump(1) << "\n";
+  write_output_file(o.json_out, simulated_timeline_json(s, stats).dump(1) + "\n", "the simulated timeline (--json)");
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #include "train/pipeline_report.h"
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/host_collectives.h"
+#include "core/output_file.h"
 
 namespace tripod {
 
@@ -36,9 +36,7 @@ void report_pipeline(DistributedTrainer& trainer, bool print, const std::string&
               trainer.split().describe().c_str(), j["measured_bubble"].get<double>(),
               j["theoretical_bubble"].get<double>(), in_flight.c_str(), memory.c_str());
   if (!trace_path.empty()) {
-    std::ofstream out(trace_path);
-    check(out.good(), "cannot write the pipeline trace ", trace_path);
-    out << j.dump(1) << "\n";
+    write_output_file(trace_path, j.dump(1) + "\n", "the pipeline trace");
     std::printf("pipeline timeline written to %s\n", trace_path.c_str());
   }
 }
