@@ -24,9 +24,26 @@ struct ArmedFault {
 };
 ArmedFault fault;
 
+void check_reachable(const std::string& text, const ArmedFault& f, const FaultReach& reach) {
+  const std::string never = "TRIPOD_FAULT='" + text + "' would never fire: ";
+  if (f.point == FaultPoint::Snapshot) {
+    check(reach.background_saves, never, "slow-snapshot delays background saves, and this run makes none ",
+          "(it needs train.async_save=true and --save with train.save_every or --save-local)");
+    return;
+  }
+  if (f.point == FaultPoint::StepStart || f.point == FaultPoint::DuringSave)
+    check(f.rank < reach.world_size, never, "the run has ", reach.world_size, " rank", reach.world_size == 1 ? "" : "s",
+          ", no rank ", f.rank);
+  check(f.step <= reach.last_step, never, "the run ends at step ", reach.last_step, " (train.steps), before step ",
+        f.step);
+  if (f.point == FaultPoint::DuringSave)
+    check(reach.saves_after && reach.saves_after(f.step), never, "the run saves no checkpoint after step ", f.step,
+          " (saves follow every train.save_every / train.local_save_every steps and the last one, under --save)");
+}
+
 }  // namespace
 
-void arm_fault_injection(bool resumed) {
+void arm_fault_injection(bool resumed, const FaultReach& reach) {
   fault = ArmedFault{};
   const char* value = std::getenv("TRIPOD_FAULT");
   if (!value || !*value) return;
@@ -71,6 +88,7 @@ void arm_fault_injection(bool resumed) {
                                      : FaultPoint::Loss;
   f.nan = kind == "nan-loss";
   f.armed = !resumed;
+  if (f.armed) check_reachable(text, f, reach);
   fault = f;
 }
 

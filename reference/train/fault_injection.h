@@ -10,16 +10,28 @@
 //                      save), so a step's update that did not wait for it would show in the files
 //
 // S counts steps from 1, as the log does. A run that resumed from a checkpoint never injects, so
-// the restart a supervisor makes gets past the fault. A malformed value is an error at start-up.
+// the restart a supervisor makes gets past the fault. A malformed value is an error at start-up,
+// and so is a fault this run can never reach (a rank it does not have, a step past its end, a
+// save it does not make): a test of a restart that injected nothing would pass for the wrong reason.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 namespace tripod {
 
 enum class FaultPoint { StepStart, DuringSave, Loss, Snapshot };
 
-// Parses TRIPOD_FAULT (throws naming it when malformed); call once at start-up.
-void arm_fault_injection(bool resumed);
+// What a run will do, for the check that its fault can fire.
+struct FaultReach {
+  int world_size = 1;
+  int64_t last_step = 0;                          // train.steps
+  std::function<bool(int64_t)> saves_after;       // a checkpoint is written after step S
+  bool background_saves = false;                  // some save runs in the background (slow-snapshot)
+};
+
+// Parses TRIPOD_FAULT (throws naming it when malformed or out of the run's reach); call once at
+// start-up.
+void arm_fault_injection(bool resumed, const FaultReach& reach);
 // Kills this process when the armed fault names this point, rank and step.
 void maybe_inject_fault(FaultPoint point, int world_rank, int64_t step);
 // The loss the anomaly guard is to see for step `step`: `loss`, unless a loss fault names the step.

@@ -109,6 +109,20 @@ void RunCheckpoints::after_step(bool last_step) {
   else if (due(local_)) save(local_, config_.train.async_save);
 }
 
+bool RunCheckpoints::saves_after(int64_t step) const {
+  if (!enabled()) return false;
+  auto due = [&](const Tier& tier) { return !tier.root.empty() && tier.every > 0 && step % tier.every == 0; };
+  return step == config_.train.steps || due(durable_) || due(local_);
+}
+
+bool RunCheckpoints::saves_in_background() const {
+  if (!enabled() || !config_.train.async_save) return false;
+  auto before_the_end = [&](const Tier& tier) {
+    return !tier.root.empty() && tier.every > 0 && tier.every < config_.train.steps;
+  };
+  return before_the_end(durable_) || before_the_end(local_);
+}
+
 fs::path RunCheckpoints::save_now() { return save(durable_, false); }
 
 fs::path RunCheckpoints::save(Tier& tier, bool in_background) {

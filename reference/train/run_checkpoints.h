@@ -56,6 +56,10 @@ class RunCheckpoints {
   std::filesystem::path save_now();
   // Collective: waits for a background save.
   void finish_pending();
+  // The schedule, as after_step and the final save follow it: whether a checkpoint is written
+  // after step `step` (counted from 1), and whether any save runs in the background.
+  bool saves_after(int64_t step) const;
+  bool saves_in_background() const;
   // Before each update of the state: a background save's copy of it must be complete.
   void before_update() {
     if (pending_) pending_->wait_for_snapshot();

@@ -255,7 +255,10 @@ class TrainingRun {
   // --resume: every rank loads what it holds from the checkpoint, whatever layout wrote it.
   void resume() {
     const auto loaded = checkpoints_->resume();
-    arm_fault_injection(/*resumed=*/loaded.has_value());
+    arm_fault_injection(/*resumed=*/loaded.has_value(),
+                        {world() ? world()->size() : 1, config_.train.steps,
+                         [this](int64_t step) { return checkpoints_->saves_after(step); },
+                         checkpoints_->saves_in_background()});
     if (!loaded) return;
     next_sample_ = loaded->manifest.data.next_sample;
     resumed_from_ = loaded->dir.string();

@@ -136,3 +136,19 @@ def test_malformed_loss_fault_is_refused(corpus, fault):
     # "1e3" fired at step 1 and "3x" at step 3: the numbers were read up to the first non-digit.
     result = train(corpus, "--set", "train.steps=2", fault=fault)
     assert result.returncode != 0 and "nan-loss:STEP" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("fault, args, expected", [
+    ("nan-loss:3", [], "the run ends at step 2 (train.steps), before step 3"),
+    ("kill:2:1", ["--dp", "2"], "the run has 2 ranks, no rank 2"),
+    ("kill-in-save:0:1", [], "the run saves no checkpoint after step 1"),
+    ("kill-in-save:0:1", ["--save", "{tmp}/ckpt"], "the run saves no checkpoint after step 1"),  # only after step 2
+    ("slow-snapshot:10", ["--save", "{tmp}/ckpt", "--set", "train.save_every=1"], "slow-snapshot delays background"),
+], ids=["past-the-end", "no-such-rank", "no-save", "not-a-save-step", "no-background-save"])
+def test_a_fault_the_run_cannot_reach_is_refused(corpus, tmp_path, fault, args, expected):
+    # These ran to the end with exit 0 and injected nothing: a restart test built on one passed
+    # without testing anything.
+    args = [str(a).format(tmp=tmp_path) for a in args]
+    result = train(corpus, "--set", "train.steps=2", *args, ranks=2 if "--dp" in args else 1, fault=fault)
+    assert result.returncode != 0 and "would never fire: " + expected in result.stderr, result.stderr
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
