@@ -114,13 +114,40 @@ int remove_leftovers(const fs::path& root) {
   return removed;
 }
 
-std::optional<fs::path> find_latest(const fs::path& root) {
+namespace {
+
+// The name ROOT/latest holds (its first line), or nothing when the file is absent.
+std::optional<std::string> latest_pointer(const fs::path& root) {
   std::ifstream in(root / kLatestFile);
+  if (!in) return std::nullopt;
   std::string name;
-  if (in && std::getline(in, name) && step_of(name) >= 0 && complete(root / name)) return root / name;
+  std::getline(in, name);
+  return name;
+}
+
+}  // namespace
+
+std::optional<fs::path> find_latest(const fs::path& root) {
+  const std::optional<std::string> name = latest_pointer(root);
+  if (name && step_of(*name) >= 0 && complete(root / *name)) return root / *name;
   const auto found = checkpoints_in(root);
   if (found.empty()) return std::nullopt;
   return found.back().second;
+}
+
+std::string latest_pointer_problem(const fs::path& path) {
+  const fs::path root = path.filename() == kLatestFile ? path.parent_path() : path;
+  if (!fs::is_directory(root) || fs::exists(root / kManifestFile)) return "";
+  const std::optional<std::string> name = latest_pointer(root);
+  if (!name || (step_of(*name) >= 0 && complete(root / *name))) return "";
+  const std::string why = step_of(*name) < 0          ? "which is not a step directory's name (step-NNNNNNNN)"
+                          : !fs::exists(root / *name) ? "which does not exist"
+                                                      : "which is not a complete checkpoint (no " +
+                                                            std::string(kManifestFile) + ")";
+  std::string text = (root / kLatestFile).string() + " names '" + name->substr(0, 64) + "', " + why + "; ";
+  const auto fallback = find_latest(root);
+  return text + (fallback ? "the newest complete checkpoint, " + fallback->filename().string() + ", is used instead"
+                          : "and the root holds no complete checkpoint");
 }
 
 fs::path resolve_checkpoint(const fs::path& path) {

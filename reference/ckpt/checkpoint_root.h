@@ -37,6 +37,10 @@ int remove_leftovers(const std::filesystem::path& root);
 // The newest complete checkpoint under `root` (what `latest` names, or, if that is missing or
 // incomplete, the highest step directory with a manifest), or nothing.
 std::optional<std::filesystem::path> find_latest(const std::filesystem::path& root);
+// Why the `latest` file of a root cannot be followed, so that find_latest falls back (an edited
+// or damaged file, its step directory deleted): "" when it can, when there is no `latest`, or when
+// `path` (a root, ROOT/latest or one checkpoint, as for resolve_checkpoint) names one checkpoint.
+std::string latest_pointer_problem(const std::filesystem::path& path);
 
 // `path` names one checkpoint (a step directory) or a root (its latest; also ROOT/latest); returns the checkpoint
 // directory, or throws saying what `path` is instead (nothing there, an old-format checkpoint...).

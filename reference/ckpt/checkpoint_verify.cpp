@@ -77,6 +77,9 @@ VerifyReport verify_checkpoint(const fs::path& path) {
     report.problems.push_back(e.what());
     return report;
   }
+  // A root (or ROOT/latest) whose `latest` cannot be followed: Tripod falls back to the newest
+  // complete step, but the file was edited or damaged, and that is what verify is for.
+  if (std::string problem = latest_pointer_problem(path); !problem.empty()) report.problems.push_back(problem);
   std::unique_ptr<CheckpointReader> reader;
   try {
     reader = std::make_unique<CheckpointReader>(report.dir);

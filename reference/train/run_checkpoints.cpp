@@ -51,10 +51,19 @@ void RunCheckpoints::prepare() {
   }
 }
 
+void RunCheckpoints::warn_if_latest_is_unusable(const fs::path& root) const {
+  if (!root_rank_) return;
+  if (const std::string problem = ckpt::latest_pointer_problem(root); !problem.empty()) {
+    std::fprintf(stderr, "tripod: warning: %s\n", problem.c_str());
+    std::fflush(stderr);
+  }
+}
+
 std::optional<fs::path> RunCheckpoints::newest() const {
   std::optional<fs::path> best;
   for (const Tier* tier : {&durable_, &local_}) {
     if (tier->root.empty()) continue;
+    warn_if_latest_is_unusable(tier->root);
     const auto latest = ckpt::find_latest(tier->root);
     if (latest && (!best || ckpt::checkpoint_step(*latest) > ckpt::checkpoint_step(*best))) best = latest;
   }
@@ -68,6 +77,7 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
     dir = newest();
   } else if (!options_.resume_dir.empty()) {
     dir = ckpt::resolve_checkpoint(options_.resume_dir);
+    warn_if_latest_is_unusable(options_.resume_dir);
   }
   if (!dir) {
     // A run from step 0 into a root that holds checkpoints would replace steps of the same number

@@ -74,6 +74,7 @@ class RunCheckpoints {
   };
   std::filesystem::path save(Tier& tier, bool in_background);
   std::optional<std::filesystem::path> newest() const;
+  void warn_if_latest_is_unusable(const std::filesystem::path& root) const;
   void report_pending(AsyncSave& done, double waited) const;
 
   const RunConfig& config_;

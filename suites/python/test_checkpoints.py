@@ -368,3 +368,19 @@ def test_bad_tier_settings_are_refused(corpus, tmp_path, args, expected):
     result = train(corpus, 1, *args)
     assert result.returncode != 0 and expected in result.stderr, result.stderr
     assert not (tmp_path / "D").exists() and not (tmp_path / "L").exists()  # refused before anything is written
+
+
+def test_a_damaged_latest_is_named_when_resuming_and_verifying(corpus, tmp_path):
+    # An edited ROOT/latest was ignored without a word: the run resumed from the highest complete
+    # step, and `ckpt verify ROOT` said OK.
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 1, "--save", root, "--set", "train.save_every=2", "--set", "train.steps=4"))
+    (root / "latest").write_text("step-00000009\n")
+    resumed = ok(train(corpus, 1, "--save", root, "--set", "train.save_every=2", "--set", "train.steps=6",
+                       "--resume", "auto", "--allow-resume-changes"))
+    assert "latest names 'step-00000009', which does not exist; the newest complete checkpoint, step-00000004, " \
+           "is used instead" in resumed.stderr, resumed.stderr
+    assert "at step 4" in resumed.stdout
+    (root / "latest").write_text("nonsense\n")
+    verified = tripod("ckpt", "verify", root)
+    assert verified.returncode != 0 and "names 'nonsense', which is not a step directory's name" in verified.stdout + verified.stderr

@@ -80,9 +80,21 @@ TEST(Checkpoint, KeepsTheNewestAndPointsLatestAtIt) {
   // `--resume ROOT/latest` (the pointer file itself) was "a file, not a checkpoint directory".
   EXPECT_EQ(ckpt::resolve_checkpoint(root / "latest"), root / "step-00000003");
   EXPECT_EQ(ckpt::resolve_checkpoint(root), root / "step-00000003");
-  // A latest pointing at a missing directory (a crash in publish) falls back to the newest complete one.
+  EXPECT_EQ(ckpt::latest_pointer_problem(root), "");
+  // A latest pointing at a missing directory (a crash in publish) falls back to the newest complete
+  // one, and says so: the fallback was silent, and `ckpt verify ROOT` said OK.
   fs::remove_all(root / "step-00000003");
   EXPECT_EQ(ckpt::find_latest(root), root / "step-00000002");
+  const std::string missing = ckpt::latest_pointer_problem(root / "latest");
+  EXPECT_NE(missing.find("names 'step-00000003', which does not exist; the newest complete checkpoint, "
+                         "step-00000002, is used instead"), std::string::npos) << missing;
+  EXPECT_FALSE(ckpt::verify_checkpoint(root).ok());
+  EXPECT_TRUE(ckpt::verify_checkpoint(root / "step-00000002").ok());
+  EXPECT_EQ(ckpt::latest_pointer_problem(root / "step-00000002"), "");
+  std::ofstream(root / "latest") << "garbage\n";
+  EXPECT_EQ(ckpt::find_latest(root), root / "step-00000002");
+  EXPECT_NE(ckpt::latest_pointer_problem(root).find("names 'garbage', which is not a step directory's name"),
+            std::string::npos);
   fs::remove_all(root);
 }
 
