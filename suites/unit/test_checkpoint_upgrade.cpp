@@ -1,6 +1,7 @@
 // `tripod ckpt upgrade`: a version-1 checkpoint (state.json beside model.safetensors and
 // optimizer.safetensors) rewritten as a sharded one that resumes bit for bit, and the inputs it
-// must refuse by name: a NEW_ROOT that holds another run's checkpoints (its `latest` moved to the
+// must refuse by name: tensors that are not the model its config describes (they were upgraded
+// as they were, and refused only by the resume after), a NEW_ROOT that holds another run's checkpoints (its `latest` moved to the
 // upgraded one), a state.json without its step (an "internal error" naming no file), a negative step.
 #include <gtest/gtest.h>
 
@@ -93,6 +94,24 @@ TEST_F(CheckpointUpgrade, RefusesARootThatHoldsCheckpointsAndBadStateFiles) {
   EXPECT_NE(m.find("step -5 is negative"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(dir / "a"));
   EXPECT_FALSE(fs::exists(dir / "b"));
+}
+
+TEST_F(CheckpointUpgrade, RefusesTensorsThatAreNotTheModelOfItsConfig) {
+  nlohmann::json wider = config.json;
+  wider["model"]["d_ff"] = config.model.d_ff * 2;
+  write_v1(dir / "wider", trainer, *backend, config, {{"config", wider}});
+  std::string m = error_of([&] { upgrade_legacy_checkpoint(dir / "wider", dir / "a", *backend); });
+  EXPECT_NE(m.find("h.0.mlp.c_fc.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("but its config's model makes"), std::string::npos) << m;
+  write_v1(dir / "f64", trainer, *backend, config, {{"dtype", "fp64"}});
+  m = error_of([&] { upgrade_legacy_checkpoint(dir / "f64", dir / "b", *backend); });
+  EXPECT_NE(m.find("is fp32 but state.json says fp64"), std::string::npos) << m;
+  nlohmann::json deeper = config.json;
+  deeper["model"]["n_layer"] = config.model.n_layer + 1;
+  write_v1(dir / "deeper", trainer, *backend, config, {{"config", deeper}});
+  m = error_of([&] { upgrade_legacy_checkpoint(dir / "deeper", dir / "c", *backend); });
+  EXPECT_NE(m.find("tensors but its config's model has"), std::string::npos) << m;
+  for (const char* root : {"a", "b", "c"}) EXPECT_FALSE(fs::exists(dir / root)) << root;
 }
 
 }  // namespace
