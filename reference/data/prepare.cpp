@@ -78,6 +78,7 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
         ": val_fraction must be in [0, 1) (got ", options.val_fraction, ")");
   check(options.shard_tokens >= 1, "data prepare for ", options.input, ": shard_tokens must be positive (got ",
         options.shard_tokens, ")");
+  check_dataset_folder(options.out_dir, "data prepare");
   const std::string text = read_text_file(options.input);
   check(text.find_first_not_of(" \t\r\n") != std::string::npos, "input text ", options.input,
         " is empty (no non-whitespace characters)");

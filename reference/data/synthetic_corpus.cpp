@@ -168,7 +168,7 @@ SyntheticReport write_synthetic_corpus(const SyntheticOptions& options) {
   check(report.train_tokens >= 2, "synthetic corpus for ", options.out_dir, ": val_fraction ", options.val_fraction,
         " of ", options.tokens, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its ",
         "successor)");
-
+  check_dataset_folder(options.out_dir, "data synthetic");
   invalidate_dataset(options.out_dir);
   // One continuous stream, written shard by shard so memory stays bounded by the shard size;
   // validation data is the tail of the same stream.

@@ -108,6 +108,37 @@ void write_dataset_meta(const fs::path& dir, const nlohmann::json& meta) {
   check(!ec, final_path, ": cannot rename from ", temporary, ": ", ec.message());
 }
 
+namespace {
+
+bool written_by_a_dataset(const std::string& name) {
+  if (name == "meta.json" || name == "meta.json.tmp" || name == "tokenizer.model" || name == "tokenizer.vocab" ||
+      name.rfind(".tokenizer-staging.", 0) == 0)
+    return true;
+  // A shard: train_NNNNNN.bin or val_NNNNNN.bin (shard_file_name).
+  for (const std::string split : {"train_", "val_"}) {
+    if (name.rfind(split, 0) != 0 || name.size() != split.size() + 10 || !name.ends_with(".bin")) continue;
+    if (std::all_of(name.begin() + static_cast<std::ptrdiff_t>(split.size()), name.end() - 4,
+                    [](char c) { return c >= '0' && c <= '9'; }))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_dataset_folder(const fs::path& dir, const std::string& command) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  check(fs::is_directory(dir, ec), command, ": --out ", dir.string(), " is a file, not a folder");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    check(written_by_a_dataset(name), command, ": --out ", dir.string(), " holds files that are not a dataset's (",
+          name, " among them); refusing to write into it and risk them (give a new or empty folder, or a ",
+          "dataset's folder to rewrite)");
+  }
+  check(!ec, command, ": cannot read the folder --out ", dir.string(), ": ", ec.message());
+}
+
 void invalidate_dataset(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

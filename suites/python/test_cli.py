@@ -182,6 +182,27 @@ def test_data_prepare_and_inspect(tmp_path):
     assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
 
 
+@pytest.mark.parametrize("command", [
+    ["data", "prepare", "--input", "{tmp}/text.txt", "--vocab-size", "300"],
+    ["data", "synthetic", "--vocab-size", "16", "--order", "1", "--tokens", "1000"],
+], ids=["prepare", "synthetic"])
+def test_data_is_not_written_into_a_folder_of_other_files(tmp_path, command):
+    # `--out .` in a project folder wrote shards, meta.json and tokenizer.* beside (and over) its files.
+    (tmp_path / "text.txt").write_text("\n".join(f"line {i} of some words to tokenise" for i in range(500)))
+    command = [part.format(tmp=tmp_path) for part in command]
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_text("my own")
+    (folder / "notes.txt").write_text("keep me")
+    expect_error(*command, "--out", folder, contains=f"--out {folder} holds files that are not a dataset's (notes.txt")
+    assert (folder / "tokenizer.model").read_text() == "my own" and len(list(folder.iterdir())) == 2
+    expect_error(*command, "--out", tmp_path / "text.txt", contains="is a file, not a folder")
+    # A dataset's own folder is rewritten, as before.
+    tripod(*command, "--out", tmp_path / "ds")
+    tripod(*command, "--out", tmp_path / "ds")
+    assert "checksum" in tripod("data", "inspect", tmp_path / "ds").stdout.lower()
+
+
 def test_inspect_holds_meta_json_against_the_shards_and_tokenizer(corpus, tmp_path):
     # Each edit passed `data inspect` ("checksums OK") and failed only when training (or never).
     assert "checksum" in tripod("data", "inspect", corpus).stdout.lower()
