@@ -13,18 +13,23 @@ A doubling of compute from C gains  dL(C) = L*(C) - L*(2C) = K C^-gamma (1 - 2^-
 falls below a threshold t at  C_stop = (K (1 - 2^-gamma) / t)^(1/gamma).  The same is computed for
 every bootstrap replicate of the fit, so each figure comes with its 95% interval.
 The table shows the powers of ten from LO to HI (positive FLOP counts, LO <= HI). A FIT, a range or
-an OUT that cannot be used ends the command with one line naming it (exit status 1).
+an OUT that cannot be used ends the command with one line naming it (exit status 1); a damaged FIT
+also names the key at fault.
 """
 
 import argparse
 import json
 import math
 import os
+import reprlib
 
 import numpy as np
 
 from scaling.bootstrap import CI_PERCENTILES
 from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, ParametricLaw
+
+# The bootstrap's whole replicates in a fit.json (scaling/report.py) and what each one lists.
+REPLICATE_FIELDS = {"approach3_laws": ("E", "A", "B", "alpha", "beta"), "frontier_fits": ("L_inf", "k", "gamma")}
 
 
 def frontier_of_law(law):
@@ -62,8 +67,9 @@ def load_frontiers(fit, source):
     report = _read_fit(path)
     boot = report.get("bootstrap") or {}
     if source == "approach3":
-        point = ParametricLaw(**{k: _fitted_value(report, path, k) for k in ("E", "A", "B", "alpha", "beta")})
-        replicates = [ParametricLaw(*theta) for theta in boot.get("approach3_laws") or []]
+        point = _law([_fitted_value(report, path, k) for k in REPLICATE_FIELDS["approach3_laws"]], path)
+        replicates = [_law(theta, path, f"bootstrap.approach3_laws[{i}]")
+                      for i, theta in enumerate(boot.get("approach3_laws") or [])]
         return [frontier_of_law(law) for law in [point] + replicates], f"Approach 3 of {path}"
     frontier = report.get("frontier")
     if not isinstance(frontier, dict):
@@ -84,7 +90,46 @@ def _read_fit(path):
         raise SystemExit(f"scale advise: {path}: not readable JSON ({e})")
     if not isinstance(report, dict):
         raise SystemExit(f"scale advise: {path}: not a fit.json of `tripod scale fit` (not a JSON object)")
+    _check_replicates(report, path)
     return report
+
+
+def _check_replicates(report, path):
+    """Each bootstrap replicate a list of finite numbers as long as REPLICATE_FIELDS says, so that a
+    damaged file ends the command naming the key, not in a traceback. A fit without a bootstrap (or
+    from before the replicates were kept) has none: no interval, as before."""
+    boot = report.get("bootstrap")
+    if boot is None:
+        return
+    if not isinstance(boot, dict):
+        raise SystemExit(f"scale advise: {path}: 'bootstrap' is not a JSON object (got {reprlib.repr(boot)})")
+    for key, fields in REPLICATE_FIELDS.items():
+        rows = boot.get(key)
+        if rows is not None and not isinstance(rows, list):
+            raise SystemExit(f"scale advise: {path}: 'bootstrap.{key}' is not a list of replicates "
+                             f"(got {reprlib.repr(rows)})")
+        for i, row in enumerate(rows or []):
+            if not (isinstance(row, list) and len(row) == len(fields) and all(map(_is_finite_number, row))):
+                raise SystemExit(f"scale advise: {path}: 'bootstrap.{key}[{i}]' is not {len(fields)} finite numbers "
+                                 f"[{', '.join(fields)}] (got {reprlib.repr(row)})")
+
+
+def _is_finite_number(value):
+    # JSON true is a Python int, and a fit writes NaN and inf as null: neither is in a sound file.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _law(theta, path, replicate=None):
+    """ParametricLaw(E, A, B, alpha, beta), if a fit could have written it: A, B = exp(.) > 0 and
+    alpha, beta within their bounds [0, 5] are what keep its frontier real (G is a root of a ratio)."""
+    law = ParametricLaw(*theta)
+    for name in ("A", "B", "alpha", "beta"):
+        value = getattr(law, name)
+        if value < 0 or (value == 0 and name in ("A", "B")):
+            key = f"'{name}'" if replicate is None else f"{name} of '{replicate}'"
+            raise SystemExit(f"scale advise: {path}: {key} is {value:g}, which no fit writes "
+                             f"(A and B are positive, alpha and beta at least 0)")
+    return law
 
 
 def _fitted_value(report, path, key, prefix=""):
@@ -93,7 +138,7 @@ def _fitted_value(report, path, key, prefix=""):
         raise SystemExit(f"scale advise: {path} has no '{prefix}{key}' (not a fit.json of `tripod scale fit`?)")
     entry = report[key]
     value = entry.get("value") if isinstance(entry, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not _is_finite_number(value):
         raise SystemExit(f"scale advise: {path}: '{prefix}{key}' has no number as its value (got {entry!r})")
     return value
 

@@ -372,3 +372,75 @@ def test_advise_names_the_file_and_key_of_a_bad_fit(tmp_path, content, source, m
     assert status == 1, stderr
     assert f"scale advise: {tmp_path / 'fit.json'}" in stderr and message in stderr, stderr
     assert "Traceback" not in stderr, stderr
+
+
+@pytest.fixture(scope="module")
+def bootstrapped_fit(tmp_path_factory):
+    """A fit.json with 3 bootstrap replicates, as `scaling.fit` writes it (~2 s)."""
+    folder = tmp_path_factory.mktemp("fit")
+    write_jsonl(synthetic_records(CHINCHILLA, noise=0.01, seed=3), str(folder / "runs.jsonl"))
+    subprocess.run([sys.executable, *FIT, str(folder / "runs.jsonl"), "--json", str(folder / "fit.json"),
+                    "--bootstrap", "3", "--small-grid"], capture_output=True, text=True, cwd=REPO_ROOT,
+                   env=dict(os.environ, PYTHONPATH=REPO_ROOT), timeout=300, check=True)
+    return json.loads((folder / "fit.json").read_text())
+
+
+def advise_on_damaged(tmp_path, report, keys, value, source):
+    """scaling.advise on a copy of `report` with report[keys[0]][keys[1]]... set to `value` (deleted
+    when value is DELETE): (exit status, stdout, stderr). The module, not `tripod scale advise`, so
+    that these run before the binary is built."""
+    report = json.loads(json.dumps(report))
+    *outer, last = keys
+    parent = report
+    for key in outer:
+        parent = parent[key]
+    if value is DELETE:
+        del parent[last]
+    else:
+        parent[last] = value
+    (tmp_path / "fit.json").write_text(json.dumps(report))  # NaN is written as JSON's NaN, as a hand edit could
+    result = subprocess.run([sys.executable, "-m", "scaling.advise", str(tmp_path / "fit.json"), "--threshold", "0.01",
+                             "--from", source], capture_output=True, text=True, cwd=REPO_ROOT,
+                            env=dict(os.environ, PYTHONPATH=REPO_ROOT), timeout=120)
+    return result.returncode, result.stdout, result.stderr
+
+
+DELETE = object()
+LAW_ROW, FRONTIER_ROW = ("bootstrap", "approach3_laws"), ("bootstrap", "frontier_fits")
+
+
+@pytest.mark.parametrize("keys, value, source, message", [
+    (("bootstrap",), "replicates", "approach3", "'bootstrap' is not a JSON object (got 'replicates')"),
+    (("bootstrap",), [1, 2], "frontier", "'bootstrap' is not a JSON object"),
+    (LAW_ROW, "abc", "approach3", "'bootstrap.approach3_laws' is not a list of replicates (got 'abc')"),
+    (LAW_ROW, 5, "approach3", "'bootstrap.approach3_laws' is not a list of replicates (got 5)"),
+    (FRONTIER_ROW, {}, "frontier", "'bootstrap.frontier_fits' is not a list of replicates"),
+    (LAW_ROW + (1,), [1.8, 400.0, 900.0, 0.35], "approach3",  # the lists' rows of different lengths
+     "'bootstrap.approach3_laws[1]' is not 5 finite numbers [E, A, B, alpha, beta] (got [1.8, 400.0, 900.0, 0.35])"),
+    (LAW_ROW + (2,), 7, "approach3", "'bootstrap.approach3_laws[2]' is not 5 finite numbers"),
+    (LAW_ROW + (0, 3), "NaN", "approach3", "'bootstrap.approach3_laws[0]' is not 5 finite numbers"),
+    (LAW_ROW + (0, 0), None, "approach3", "'bootstrap.approach3_laws[0]' is not 5 finite numbers"),
+    (LAW_ROW + (0, 4), float("nan"), "approach3", "'bootstrap.approach3_laws[0]' is not 5 finite numbers"),
+    (LAW_ROW + (0, 2), -1.0, "approach3", "B of 'bootstrap.approach3_laws[0]' is -1, which no fit writes"),
+    (FRONTIER_ROW + (0,), [1.5, 600.0, 0.14, 1.0], "frontier", "'bootstrap.frontier_fits[0]' is not 3 finite numbers"),
+    (FRONTIER_ROW + (0, 1), "600", "frontier", "'bootstrap.frontier_fits[0]' is not 3 finite numbers"),
+    (FRONTIER_ROW + (0, 2), True, "frontier", "'bootstrap.frontier_fits[0]' is not 3 finite numbers"),
+    (FRONTIER_ROW, "abc", "approach3", "'bootstrap.frontier_fits' is not a list"),  # damage is named whatever is used
+    (("A",), {"value": -2.0, "ci": None}, "approach3", "'A' is -2, which no fit writes"),
+    (("E", "value"), float("nan"), "approach3", "'E' has no number as its value"),
+    (("frontier", "gamma", "value"), float("inf"), "frontier", "'frontier.gamma' has no number as its value")])
+def test_advise_names_the_key_of_damaged_bootstrap_replicates(tmp_path, bootstrapped_fit, keys, value, source, message):
+    status, stdout, stderr = advise_on_damaged(tmp_path, bootstrapped_fit, keys, value, source)
+    assert status == 1, stdout + stderr
+    assert stderr.startswith(f"scale advise: {tmp_path / 'fit.json'}: {message}"), stderr
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("keys, value", [(("bootstrap",), DELETE), (("bootstrap",), None), (LAW_ROW, DELETE),
+                                         (LAW_ROW, None), (LAW_ROW, []), (FRONTIER_ROW, [])])
+def test_advise_without_bootstrap_replicates_gives_no_interval(tmp_path, bootstrapped_fit, keys, value):
+    """A fit without a bootstrap (--bootstrap 0 writes empty lists) is sound: no interval, as before."""
+    for source in ("approach3", "frontier"):
+        status, stdout, stderr = advise_on_damaged(tmp_path, bootstrapped_fit, keys, value, source)
+        assert status == 0, stderr
+        assert "a doubling gains less than 0.01 from C =" in stdout, stdout
