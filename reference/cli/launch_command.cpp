@@ -2,6 +2,7 @@
 //               [--checkpoints ROOT] [--events FILE] -- LAUNCHER COMMAND LINE...
 // Runs the command (mpirun ..., srun ...) and runs it again when it fails: process/supervisor.h.
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +26,8 @@ nlohmann::json or_null(const std::optional<T>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-// One JSON object per line, for scripts: {"event": "failure" | "restart" | "finish", ...}.
+// One JSON object per line, for scripts: {"event": "failure" | "restart" | "finish", ...}, after
+// the launch's {"event": "start", ...}.
 nlohmann::json event_json(const process::LaunchEvent& e) {
   using Kind = process::LaunchEvent::Kind;
   switch (e.kind) {
@@ -64,9 +66,20 @@ void run_launch_command(const LaunchCommandOptions& o) {
   // A file here was read as "no checkpoint (step 0)".
   check(checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints),
         "--checkpoints ", checkpoints.string(), " is a file, not a checkpoint root");
+  // Appended to, as train.metrics is on resume: a launch run again after the supervisor itself
+  // died (a rebooted login node) truncated the history of the attempts before it. Each launch
+  // starts with a "start" line, so a script can tell them apart.
   std::ofstream events;
   if (!o.events.empty()) {
-    events.open(o.events, std::ios::trunc);
+    events.open(o.events, std::ios::app);
+    check(events.good(), "--events: cannot write ", o.events, ": ", std::strerror(errno));
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    events << nlohmann::json{{"event", "start"},
+                             {"command", o.supervisor.command},
+                             {"max_restarts", o.supervisor.max_restarts},
+                             {"unix_time", std::chrono::duration<double>(now).count()}}
+                  .dump()
+           << std::endl;
     check(events.good(), "--events: cannot write ", o.events, ": ", std::strerror(errno));
   }
   const int code = process::supervise(o.supervisor, [&](const process::LaunchEvent& e) {
@@ -103,7 +116,8 @@ void add_launch_command(CLI::App& app) {
                   "checkpoint root whose `latest` says where a restart resumes (default: the command's --save DIR); "
                   "used for the report only: the command must resume by itself (tripod train --resume auto)");
   cmd->add_option("--events", o->events,
-                  "write each failure, restart and the finish as one JSON object per line to this file");
+                  "append this launch's start, each failure and restart, and the finish to this file, one JSON "
+                  "object per line");
   cmd->add_option("command", s.command, "the job's command line, after `--`");
   cmd->footer(
       "Example: tripod launch --max-restarts 3 --progress-timeout 600 -- mpirun -np 8 tripod train --config small "

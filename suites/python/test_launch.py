@@ -32,8 +32,21 @@ def script(tmp_path, name, body):
     return path
 
 
+def launches(path):
+    """The events of each launch that wrote to `path`, its "start" line first, in order."""
+    runs = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "start":
+            runs.append([])
+        assert runs, f"{path} does not begin with a start event: {line}"
+        runs[-1].append(event)
+    return runs
+
+
 def events(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The last launch's events after its start line."""
+    return launches(path)[-1][1:]
 
 
 def gone(pid):
@@ -143,6 +156,12 @@ exit 1
     failure = events(log)[0]
     assert (failure["checkpoint_step"], failure["steps_to_recompute"]) == (0, 3)
     assert failure["lost_seconds"] == failure["attempt_seconds"]
+    # The second launch appended to the first's events (they were truncated), each after its start line.
+    first, second = launches(log)
+    assert [e["event"] for e in first] == ["start", "failure", "restart", "finish"]
+    assert [e["event"] for e in second] == ["start", "failure", "finish"]
+    assert second[0]["command"] == ["sh", "-c", "echo 'step     3/9 | loss 1'; exit 2"]
+    assert second[0]["max_restarts"] == 0 and second[0]["unix_time"] >= first[0]["unix_time"]
 
 
 def test_empty_or_missing_command_is_a_clear_error(tmp_path):
