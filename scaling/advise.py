@@ -34,6 +34,10 @@ REPLICATE_FIELDS = {"approach3_laws": ("E", "A", "B", "alpha", "beta"), "frontie
 
 def frontier_of_law(law):
     """(K, gamma) of the compute-optimal loss E + K C^-gamma of a parametric law."""
+    if law.beta == 0:
+        # A bound a fit can reach, where G would divide by zero: B/D^0 = B whatever D, so all compute goes
+        # to N and L* = E + B (E + A + B when alpha = 0 too) is flat: more compute gains nothing.
+        return law.B + (law.A if law.alpha == 0 else 0.0), 0.0
     gamma = law.frontier_exponent
     G = law.G
     K = (law.A * G ** -law.alpha + law.B * G ** law.beta) * FLOPS_PER_PARAM_TOKEN ** gamma

@@ -444,3 +444,15 @@ def test_advise_without_bootstrap_replicates_gives_no_interval(tmp_path, bootstr
         status, stdout, stderr = advise_on_damaged(tmp_path, bootstrapped_fit, keys, value, source)
         assert status == 0, stderr
         assert "a doubling gains less than 0.01 from C =" in stdout, stdout
+
+
+@pytest.mark.parametrize("alpha, K", [(0.3, 1000.0), (0.0, 1400.0)])
+def test_a_law_at_beta_zero_has_a_flat_frontier(tmp_path, bootstrapped_fit, alpha, K):
+    """beta = 0 is a bound of the fit (fitlib.PARAMETER_BOUNDS): B/D^0 = B is then a constant, so all
+    compute goes to N and L* = E + B (+ A when alpha = 0) whatever C. G divided by beta: a traceback."""
+    from scaling.advise import frontier_of_law
+    from scaling.laws import ParametricLaw
+    assert frontier_of_law(ParametricLaw(E=1.7, A=400.0, B=1000.0, alpha=alpha, beta=0.0)) == (K, 0.0)
+    status, stdout, stderr = advise_on_damaged(tmp_path, bootstrapped_fit, ("beta", "value"), 0.0, "approach3")
+    assert status == 0 and "Traceback" not in stderr, stderr
+    assert "the fitted law gains nothing from more compute" in stdout, stdout
