@@ -82,6 +82,21 @@ std::string launch_rank_prefix() {
 
 }  // namespace
 
+// For "A subcommand is required" when a word was given that is none: CLI11 did not name the word.
+// Returns "" when the error is not that one.
+std::string unknown_subcommand_message(CLI::App& app) {
+  CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+  const std::vector<std::string> extra = at->remaining();
+  if (at->get_require_subcommand_min() == 0 || extra.empty()) return "";
+  std::string names;
+  for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  const std::string command = at == &app ? "tripod" : "tripod " + at->get_name();
+  return "tripod: error: '" + extra.front() + "' is not a command of `" + command + "`: one of " + names +
+         " (see `" + command + " --help`)";
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
   app.require_subcommand(1);
@@ -100,6 +115,11 @@ int main(int argc, char** argv) {
   tripod::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RequiredError& e) {
+    const std::string unknown = unknown_subcommand_message(app);
+    if (unknown.empty()) return app.exit(e);
+    std::fprintf(stderr, "%s\n", unknown.c_str());
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tripod::ReportedFailure& e) {

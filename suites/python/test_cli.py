@@ -416,3 +416,16 @@ def test_zero_eval_batches_turn_evaluation_off(corpus, tmp_path):
     assert "(train.eval_batches = 0: no eval loss)" in result.stdout, result.stdout
     records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [0, 1] and not any("val_loss" in r for r in records)
+
+
+@pytest.mark.parametrize("args, word, command, names", [
+    (["ckpt", "convert", "a", "b"], "convert", "tripod ckpt", "one of verify, info, upgrade"),
+    (["data", "prepar"], "prepar", "tripod data", "one of prepare, synthetic, inspect"),
+    (["trian"], "trian", "tripod", "one of train, data, export, ckpt, bench"),
+])
+def test_a_mistyped_command_is_named(args, word, command, names):
+    # CLI11 said only "A subcommand is required", as if none had been typed.
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert f"tripod: error: '{word}' is not a command of `{command}`: {names}" in result.stderr, result.stderr
