@@ -9,7 +9,7 @@
 namespace tripod::cli {
 
 void add_ckpt_commands(CLI::App& app) {
-  auto* ckpt = app.add_subcommand("ckpt", "inspect, verify and convert checkpoints (tripod train --save ROOT)");
+  auto* ckpt = app.add_subcommand("ckpt", "inspect, verify and upgrade checkpoints (tripod train --save ROOT)");
   ckpt->require_subcommand(1);
   auto path = std::make_shared<std::string>();
 
