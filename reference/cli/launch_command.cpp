@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_root.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/output_file.h"
@@ -94,6 +95,12 @@ void run_launch_command(const LaunchCommandOptions& o) {
 void add_launch_command(CLI::App& app) {
   auto o = std::make_shared<LaunchCommandOptions>();
   process::SupervisorOptions& s = o->supervisor;
+  // Where `tripod train --resume auto` resumes: the newest complete checkpoint when `latest`
+  // cannot be followed (ROOT/latest read literally reported "checkpoint unknown" then).
+  s.resume_step = [](const std::filesystem::path& root) -> std::optional<int64_t> {
+    const auto dir = ckpt::find_latest(root);
+    return dir ? ckpt::checkpoint_step(*dir) : 0;
+  };
   auto* cmd = app.add_subcommand(
       "launch",
       "run a training job's launcher command line (mpirun, srun, ...) and restart it from its latest checkpoint "

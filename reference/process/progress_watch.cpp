@@ -50,7 +50,7 @@ void ProgressWatch::on_line(OutputStream stream, std::string_view line) {
   // Bound the kept lines by the checkpoints written so far (read at most once a second).
   if (now - checkpoint_read_ < std::chrono::seconds(1)) return;
   checkpoint_read_ = now;
-  const int64_t latest = latest_checkpoint_step(checkpoints_).value_or(0);
+  const int64_t latest = resume_step().value_or(0);
   while (!seen_.empty() && seen_.front().first < latest) {
     seen_.pop_front();
     forgot_earlier_ = true;

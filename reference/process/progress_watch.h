@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,12 +27,18 @@ class ProgressWatch {
  public:
   using Clock = WatchedChild::Clock;
 
-  // `checkpoints`: the root whose `latest` the loss is measured from (empty: unknown; then only
-  // the last step and error are kept).
-  explicit ProgressWatch(std::filesystem::path checkpoints) : checkpoints_(std::move(checkpoints)) {}
+  // `checkpoints`: the root whose latest checkpoint the loss is measured from (empty: unknown; then
+  // only the last step and error are kept); `resume_step` says which step that is (as
+  // SupervisorOptions::resume_step; empty: latest_checkpoint_step).
+  using ResumeStep = std::function<std::optional<int64_t>(const std::filesystem::path&)>;
+  explicit ProgressWatch(std::filesystem::path checkpoints, ResumeStep resume_step = {})
+      : checkpoints_(std::move(checkpoints)),
+        resume_step_(resume_step ? std::move(resume_step) : ResumeStep(latest_checkpoint_step)) {}
 
   void on_line(OutputStream stream, std::string_view line);
   std::optional<int64_t> last_step() const { return last_step_; }
+  // The step a restart resumes from now (see the constructor).
+  std::optional<int64_t> resume_step() const { return resume_step_(checkpoints_); }
   const std::string& error_line() const { return error_line_; }
   // When the output showed the job at checkpoint step `c`: the line for step c, or the first
   // line past it when an earlier line was before it (train.log_every may skip c); nullopt when
@@ -40,6 +47,7 @@ class ProgressWatch {
 
  private:
   std::filesystem::path checkpoints_;
+  ResumeStep resume_step_;
   std::optional<int64_t> last_step_;
   std::string error_line_;
   // (step, when its line came), kept from the latest checkpoint known on: the checkpoint only

@@ -148,7 +148,7 @@ LaunchEvent failure_event(int attempt, const AttemptEnd& end, const ProgressWatc
   e.last_step = watch.last_step();
   e.attempt_seconds = seconds_between(started, end.ended);
   if (!checkpoints.empty()) {
-    e.checkpoint_step = latest_checkpoint_step(checkpoints);
+    e.checkpoint_step = watch.resume_step();
     if (!e.checkpoint_step)
       report("warning: " + (checkpoints / "latest").string() + " does not name a step directory (step-NNNNNNNN)");
   }
@@ -166,7 +166,8 @@ void report_failure(const LaunchEvent& e) {
   std::string cost = "  last step reported: " + (e.last_step ? std::to_string(*e.last_step) : std::string("none"));
   if (e.checkpoint_step) {
     cost += "; checkpoint: " + (*e.checkpoint_step ? "step " + std::to_string(*e.checkpoint_step) : std::string("none (step 0)"));
-    cost += "; " + std::to_string(*e.steps_to_recompute) + " steps to recompute; " + seconds_text(*e.lost_seconds) +
+    cost += "; " + std::to_string(*e.steps_to_recompute) + (*e.steps_to_recompute == 1 ? " step" : " steps") +
+            " to recompute; " + seconds_text(*e.lost_seconds) +
             " of wall time lost";
   } else {
     cost += "; checkpoint unknown (no --checkpoints, and the command has no --save): cost not known";
@@ -210,7 +211,7 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
     report("attempt " + std::to_string(attempt) + " of at most " + std::to_string(o.max_restarts + 1) + ": " +
            joined(o.command));
     std::fflush(stdout);
-    ProgressWatch watch(checkpoints);
+    ProgressWatch watch(checkpoints, o.resume_step);
     const Clock::time_point started = Clock::now();
     const AttemptEnd end = run_attempt(executable, o, attempt, watch, interrupts);
     if (!end.exit.signaled && end.exit.code == 0 && !end.stuck && !end.interrupted) {

@@ -9,7 +9,8 @@
 //   last step         the largest N of the attempt's progress lines "step N/TOTAL" (stdout; a
 //                     launcher's prefix such as "[1,0]<stdout>:" or "0: " is allowed;
 //                     process/progress_watch.h reads them);
-//   checkpoint step   the step named by ROOT/latest after the attempt (0 when there is none yet);
+//   checkpoint step   the step a restart resumes from under ROOT after the attempt (0 when there
+//                     is none yet): ROOT/latest's, or SupervisorOptions::resume_step's answer;
 //   steps to recompute = last step - checkpoint step (never below 0);
 //   wall time lost    the attempt's time from the moment its output showed the checkpoint's step
 //                     (the line for that step, or the first one past it when an earlier line was
@@ -43,6 +44,10 @@ struct SupervisorOptions {
   // Checkpoint root whose `latest` file says where a restart resumes; empty: the command's own
   // `--save DIR` if it has one, else unknown (the report then leaves the cost out).
   std::filesystem::path checkpoints;
+  // The step the command resumes from under a checkpoint root (0: none yet; nullopt: cannot tell).
+  // Empty: the step ROOT/latest names. `tripod launch` gives the trainer's own rule (the newest
+  // complete checkpoint when `latest` cannot be followed), which this layer cannot see.
+  std::function<std::optional<int64_t>(const std::filesystem::path&)> resume_step;
 };
 
 struct LaunchEvent {

@@ -127,7 +127,8 @@ if [ -e "$root/latest" ]; then echo "step    11/12 | loss 1.0"; echo "step    12
 mkdir -p "$root"
 for s in 1 2 3 4 5 6 7 8 9; do echo "step     $s/12 | loss 1.0"; done
 echo "step    10/12 | loss 1.0"
-mkdir "$root/step-00000010"; echo step-00000010 > "$root/latest"
+mkdir "$root/step-00000010"; touch "$root/step-00000010/manifest.json"; echo step-00000010 > "$root/latest"
+mkdir "$root/step-00000012"  # a save that never finished: no manifest
 echo "  checkpoint: step 10 saved to $root/step-00000010"
 sleep 0.5
 echo "step    11/12 | loss 1.0"
@@ -146,6 +147,13 @@ exit 1
     assert 0.45 <= failure["lost_seconds"] < failure["attempt_seconds"]
     assert restart["resume_step"] == 10
     assert finish["lost_seconds"] == failure["lost_seconds"]
+
+    # A `latest` that cannot be followed: the trainer resumes from the newest complete step, and the
+    # report says so (it read `latest` literally: "checkpoint unknown").
+    (root / "latest").write_text("garbage\n")
+    r = launch("--max-restarts", 0, *FAST, "--checkpoints", root, "--",
+               "sh", "-c", "echo 'step    11/12 | loss 1'; exit 2")
+    assert "last step reported: 11; checkpoint: step 10; 1 step to recompute" in r.stderr, r.stderr
 
     # --checkpoints names the root; without `latest` a restart starts at step 0 and the whole attempt is lost.
     empty = tmp_path / "empty"
