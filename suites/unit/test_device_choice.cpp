@@ -30,6 +30,9 @@ TEST(DeviceChoice, ForcedThenLocalRankThenZero) {
   EXPECT_EQ(choose(8, {{"LOCAL_RANK", "3"}}), 3);
   EXPECT_EQ(choose(8, {{"SLURM_LOCALID", "7"}}), 7);
   EXPECT_EQ(choose(8, {{"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"LOCAL_RANK", "6"}}), 2);
+  // The launcher whose rank detect_launch takes (Slurm before torchrun) also picks the GPU: the
+  // GPU came from LOCAL_RANK and the rank from SLURM_PROCID.
+  EXPECT_EQ(choose(8, {{"SLURM_LOCALID", "1"}, {"LOCAL_RANK", "6"}}), 1);
   EXPECT_EQ(choose(8, {{"TRIPOD_CUDA_DEVICE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}}), 4);
 }
 

@@ -27,7 +27,7 @@ int choose_device(int device_count, const std::function<std::string(const char*)
           "' is not a device index below the ", device_count, " visible device(s)");
     return device;
   }
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
     int local_rank = -1;
     const std::string value = env(name);
     if (value.empty()) continue;

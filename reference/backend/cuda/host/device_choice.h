@@ -1,6 +1,8 @@
 // Which CUDA device a process uses: TRIPOD_CUDA_DEVICE when set, else the launcher's local rank
-// (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, torchrun's LOCAL_RANK, Slurm's SLURM_LOCALID) modulo the
-// devices present, else 0. Pure host code, so the rule is unit-tested without a GPU.
+// (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, torchrun's LOCAL_RANK: the first
+// set, in the order parallel/launch.h detects the rank, so that the GPU and the rank come from
+// the same launcher) modulo the devices present, else 0. Pure host code, so the rule is
+// unit-tested without a GPU.
 #pragma once
 #include <functional>
 #include <string>
