@@ -4,6 +4,7 @@ fitted law's parameters; a sweep that was run but not fitted gets loss against c
 from runs.jsonl."""
 import json
 import math
+import reprlib
 
 import matplotlib
 
@@ -53,7 +54,31 @@ def read_fit(fit_path, notes):
     if not isinstance(fit, dict):
         notes.append(f"{fit_path}: not a fit.json of `tripod scale fit` (not a JSON object)")
         return None
+    for key in FIT_PARAMETERS:  # what the table shows: a damaged one is named, not a traceback
+        problem = estimate_problem(fit.get(key))
+        if problem:
+            notes.append(f"{fit_path}: '{key}' {problem}; the fit is left out of the table")
+            return None
     return fit
+
+
+def estimate_problem(entry):
+    """Why an entry of fit.json cannot be shown, or None. `scale fit` writes {"value": number or null,
+    "ci": [lo, hi] or null}; a bare number (or none at all) is shown as it is."""
+    if entry is None or is_number(entry):
+        return None
+    if not isinstance(entry, dict):
+        return f"is not an estimate {{value, ci}} (got {reprlib.repr(entry)})"
+    value, ci = entry.get("value"), entry.get("ci")
+    if value is not None and not is_number(value):
+        return f"has no number as its value (got {reprlib.repr(value)})"
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
+        return f"has no [lo, hi] as its ci (got {reprlib.repr(ci)})"
+    return None
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)  # JSON true is a Python int
 
 
 def loss_vs_compute_figure(runs, title):

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+from html import escape
 
 import pytest
 from matplotlib import image as mpimg
@@ -220,6 +221,25 @@ def test_damaged_inputs_are_named_on_stderr_and_the_page(tmp_path):
                   f"{results / 'sweep' / 'runs.jsonl'}:1: not a JSON object", f"{results / 'sweep' / 'fit.json'}: not a"):
         assert f"warning: {named}" in stderr, (named, stderr)
         assert named in html, named
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"value": "NaN", "ci": None}, "'E' has no number as its value (got 'NaN')"),
+    ({"value": [1.7], "ci": None}, "'E' has no number as its value (got [1.7])"),
+    ({"value": 1.7, "ci": 5}, "'E' has no [lo, hi] as its ci (got 5)"),
+    ({"value": 1.7, "ci": [1.6]}, "'E' has no [lo, hi] as its ci (got [1.6])"),
+    ("1.7", "'E' is not an estimate {value, ci} (got '1.7')")])
+def test_a_damaged_fit_estimate_is_named_not_a_traceback(tmp_path, entry, message):
+    """A fit.json whose fitted parameter cannot be shown is, like any walked input, a warning naming
+    the file and the key: the page is still written, without that fit's row."""
+    results = tmp_path / "results"
+    (results / "sweep").mkdir(parents=True)
+    fit = results / "sweep" / "fit.json"
+    fit.write_text(json.dumps({"n_runs": 9, "E": entry, "alpha": {"value": 0.34, "ci": [0.3, 0.4]}}))
+    status, stderr, _ = tripod_report(results)
+    assert status == 0 and "Traceback" not in stderr, stderr
+    assert f"warning: {fit}: {message}; the fit is left out of the table" in stderr, stderr
+    assert escape(f"{fit}: {message}") in (results / "report.html").read_text()
 
 
 @pytest.mark.parametrize("extra", ["absent.json", "garbage.json", "unknown.json", "notes.txt"])
