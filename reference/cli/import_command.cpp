@@ -27,7 +27,8 @@ void add_kind(CLI::App& import, const std::string& kind, const std::string& desc
   auto o = std::make_shared<ImportOptions>();
   auto* cmd = import.add_subcommand(kind, description);
   cmd->add_option("file", o->file, "the tool's output or log")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out", o->out, "the JSON document to write")->required();
+  // Checked when the command line is parsed, as every results file is (its folder must exist).
+  add_output_option(*cmd, "--out", o->out, "the JSON document to write (its folder must exist)")->required();
   if (kind == "nccl-tests") {
     cmd->add_option("--collective", o->collective,
                     "the collective (all_reduce, ...) when the output does not name it (nccl-tests before mid-2025)"

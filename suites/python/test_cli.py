@@ -294,6 +294,7 @@ def test_unwritable_metrics_paths_are_errors_naming_them(corpus, tmp_path):
     ["schedule", "--pp", "2", "--microbatches", "2", "--json"],
     ["conform", "--steps", "1", "--layouts", "tp1-pp1-dp1-z0-mb1", "--junit"],
     ["check-backend", "--json"],
+    ["import", "nccl-tests", __file__, "--out"],  # failed after reading the input, as "nothing written"
 ])
 def test_a_results_file_that_cannot_be_written_fails_before_the_work(command, tmp_path):
     # `bench comm -J` into a missing folder (or onto a folder) exited 0 having written nothing.
