@@ -3,7 +3,6 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "backend/backend_factory.h"
 #include "microbench/microbench.h"
 
 namespace tripod::microbench {
@@ -19,7 +18,9 @@ inline void add_microbench_options(CLI::App& command, MicrobenchOptions& o) {
   command.add_option("--seq-len", o.seq_len, "context length (default: the preset's train.seq_len)");
   command.add_option("--dtype", o.dtype, "kernels and layer GEMMs: fp32 or fp64")->capture_default_str();
   command.add_option("--stream-mib", o.stream_mib, "STREAM array size in MiB (default: from the L3 size)");
-  command.add_option("--backend", o.backend, "where tensors live and compute: " + backend_names_text())
+  command.add_option("--backend", o.backend,
+                     "where tensors live and compute: cpu or emulated (these suites hold the CPU's peak and STREAM "
+                     "bandwidth; on a GPU: bench gemm-rate / kernel-rate --backend cuda)")
       ->capture_default_str();
   command.add_flag("--quick", o.quick, "fewer sizes and --benchmark_min_time=0.05 (about 20 s)");
   command.add_option("--json", o.json_out, "write the summary here (merged with other suites' summaries)");

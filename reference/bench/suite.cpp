@@ -66,6 +66,12 @@ void print_summary(const json& bench) {
     std::printf("  best sgemm                  %8.3f TFLOP/s at n=%d (%.0f%% of %s)\n",
                 gemm["sgemm_best"]["tflops"].get<double>(), gemm["sgemm_best"]["size"].get<int>(),
                 gemm["sgemm_best"]["pct_of_peak"].get<double>(), gemm["peak"].value("fp32_source", "peak").c_str());
+  const json* best_rate = nullptr;  // a GPU's GEMM rate (bench gemm-rate)
+  for (const auto& r : bench.value("gemm_rate", json::object()).value("results", json::array()))
+    if (!best_rate || r.value("median_tflops", 0.0) > best_rate->value("median_tflops", 0.0)) best_rate = &r;
+  if (best_rate)
+    std::printf("  best GEMM rate %-13s %8.1f TFLOP/s median\n", best_rate->value("name", "").c_str(),
+                best_rate->value("median_tflops", 0.0));
   for (const auto& r : bench.value("layouts", json::object()).value("layouts", json::array()))
     std::printf("  MFU %-23s %8.2f%%  (%.0f tokens/s)\n", r["layout"].get<std::string>().c_str(),
                 100 * r["mfu"].get<double>(), r["tokens_per_second"].get<double>());
@@ -123,7 +129,16 @@ std::vector<Step> plan_steps(const SuiteOptions& o, const fs::path& out, const f
                   (out / "pipeline_timeline.json").string()}),
        mpi_env},
   };
-  if (o.quick) {
+  if (o.backend == "cuda") {
+    // `bench gemm` and `bench kernels` judge against the CPU's peak and STREAM: on a GPU its own
+    // sweeps run instead, against the device's peak table and a device copy.
+    steps[0] = {"GEMM rate", "gemm_rate.log", self,
+                {"bench", "gemm-rate", "--dtype", "bf16", "--json", (out / "gemm_rate.json").string()}, {}};
+    steps[1] = {"kernel rate", "kernel_rate.log", self,
+                {"bench", "kernel-rate", "--json", (out / "kernel_rate.json").string()}, {}};
+    if (o.quick)
+      for (Step* step : {&steps[0], &steps[1]}) step->args.insert(step->args.end(), {"--repeat", "3"});
+  } else if (o.quick) {
     steps[0].args.push_back("--quick");
     steps[1].args.push_back("--quick");
   }
@@ -155,9 +170,13 @@ int run_steps(const std::vector<Step>& steps, const fs::path& out) {
   return failed;
 }
 
-// Merges the steps' JSON files into bench.json (the GEMM and kernel steps wrote it directly).
+// Merges the steps' JSON files into bench.json (the CPU's GEMM and kernel steps wrote it directly).
 json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks) {
   json bench = read_json(out / "bench.json");
+  if (o.backend == "cuda") {
+    bench["gemm_rate"] = read_json(out / "gemm_rate.json");
+    bench["kernel_rate"] = read_json(out / "kernel_rate.json");
+  }
   bench["comm"] = read_json(out / "comm.json");
   bench["layouts"] = read_json(out / "layouts.json");
   bench["pipeline"] = read_json(out / "pipeline.json");
