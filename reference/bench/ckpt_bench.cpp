@@ -139,7 +139,11 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
     steps_during.push_back(static_cast<double>(during.size()));
     stalls.push_back(before_training + polling + slower);
   }
-  if (own_dir) fs::remove_all(dir);
+  // What the bench wrote is scratch, in --dir too unless --keep: left there, it filled the disk
+  // being measured and made the next run with the same --dir refuse to start.
+  fs::remove(dir / "disk-rate.bin");
+  if (own_dir && !o.keep) fs::remove_all(dir);
+  else if (!o.keep) fs::remove_all(root);
 
   const double disk_mbs = mb / median(disk), sync_mbs = mb / median(sync);
   const double stall_ratio = median(stalls) / median(sync);

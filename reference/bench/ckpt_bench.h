@@ -22,6 +22,7 @@ struct BenchCkptOptions {
   std::vector<std::string> overrides;
   int64_t batch = 4, seq_len = 64, repeats = 5;
   std::string dir;  // where to write (the disk measured); empty: a new folder in the system's temp dir
+  bool keep = false;  // leave the checkpoints in DIR/ckpt (to verify them); else what was written goes
   std::string json_out, backend = "cpu";
 };
 

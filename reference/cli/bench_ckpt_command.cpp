@@ -12,7 +12,9 @@ void add_bench_ckpt_command(CLI::App& bench) {
   cmd->add_option("--batch", o->batch, "sequences per training step")->capture_default_str();
   cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "measurements of each kind (medians are reported)")->capture_default_str();
-  cmd->add_option("--dir", o->dir, "write here (the disk to measure; must not hold a ckpt folder); default: a temporary folder");
+  cmd->add_option("--dir", o->dir, "write here (the disk to measure; must not hold a ckpt folder); default: a "
+                  "temporary folder. What the bench writes is removed after it, unless --keep");
+  cmd->add_flag("--keep", o->keep, "leave the checkpoints it wrote in DIR/ckpt (e.g. to `tripod ckpt verify` them)");
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   cmd->callback([o]() { bench::run_bench_ckpt(*o); });

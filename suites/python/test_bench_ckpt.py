@@ -15,7 +15,7 @@ def run(*args, timeout=120):
 
 
 def test_bench_ckpt_reports_rates_and_the_async_stall(tmp_path):
-    result = run("bench", "ckpt", *TINY, "--repeats", 2, "--dir", tmp_path, "--json", tmp_path / "ckpt.json")
+    result = run("bench", "ckpt", *TINY, "--repeats", 2, "--dir", tmp_path, "--keep", "--json", tmp_path / "ckpt.json")
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("disk sequential write", "synchronous save:", "asynchronous save: written in", "training stalled",
                  "stall / synchronous save"):
@@ -33,6 +33,14 @@ def test_bench_ckpt_reports_rates_and_the_async_stall(tmp_path):
     for step in ("step-00000003", "step-00000004"):
         verified = run("ckpt", "verify", root / step)
         assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_bench_ckpt_removes_what_it_wrote_unless_kept(tmp_path):
+    # It left DIR/ckpt behind, so that the same command run again refused to start.
+    for _ in range(2):
+        result = run("bench", "ckpt", *TINY, "--repeats", 1, "--dir", tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_bench_ckpt_refuses_a_folder_that_holds_checkpoints_and_zero_repeats(tmp_path):
