@@ -26,7 +26,7 @@ void add_comm_bench_options(CLI::App& cmd, CommBenchOptions& o) {
   cmd.add_option("-w,--warmup_iters", o.warmup_iters, "untimed iterations before them")->capture_default_str();
   cmd.add_option("-c,--check", o.check_iters, "checked calls per size (0: no check)")->capture_default_str();
   cmd.add_option("-o,--op", o.op, "sum, min, max, avg or all (prod is not supported)")->capture_default_str();
-  cmd.add_option("-d,--datatype", o.datatype, "float, double, int32 or all")->capture_default_str();
+  cmd.add_option("-d,--datatype", o.datatype, "float, double, int32, bfloat16 or all")->capture_default_str();
   cmd.add_option("-r,--root", o.root, "root rank of broadcast/reduce within the group, or all")->capture_default_str();
   cmd.add_option("-a,--average", o.average, "time reported: 0 rank 0's, 1 mean, 2 min, 3 max over all ranks")
       ->capture_default_str();

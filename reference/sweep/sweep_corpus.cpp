@@ -54,8 +54,13 @@ void check_same_synthetic(const SweepSpec& spec, const fs::path& dir) {
 CorpusInfo describe_corpus(const SweepSpec& spec, const fs::path& out_dir) {
   if (!spec.corpus.synthetic) {
     const fs::path dir = resolve_data_dir(spec.corpus.dir);
+    // The two corpora the repository's scripts prepare; it named the KJV's script for both.
+    const std::string script = dir.string().find("natural-text") != std::string::npos ? "ci/prepare-natural-corpus.sh"
+                               : dir.string().find("kjv") != std::string::npos       ? "ci/prepare-data.sh"
+                                                                                     : "";
     check(fs::exists(dir / "meta.json"), spec.file.string(), ": corpus directory ", dir.string(),
-          " is not prepared (no meta.json); for data/kjv run: bash ci/prepare-data.sh");
+          " is not prepared (no meta.json)",
+          script.empty() ? "; prepare it with tripod data prepare" : "; prepare it with: bash " + script);
     return from_meta(dir);
   }
   const SyntheticCorpusSpec& s = *spec.corpus.synthetic;

@@ -97,3 +97,12 @@ def test_the_natural_preset_never_repeats_data():
     spec = json.loads((REPO_ROOT / "scaling" / "specs" / "natural.json").read_text())
     assert len(spec["budgets"]) >= 5 and max(spec["budgets"]) / min(spec["budgets"]) >= 32
     assert spec["max_epochs"] == 1.0
+
+
+def test_an_unprepared_natural_corpus_names_its_script(tmp_path):
+    # The hint named ci/prepare-data.sh (the KJV's script) for every corpus.
+    result = subprocess.run([tripod(), "scale", "run", "natural", "--dry-run"], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "is not prepared (no meta.json); prepare it with: bash ci/prepare-natural-corpus.sh" in result.stderr, \
+        result.stderr
