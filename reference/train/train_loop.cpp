@@ -190,7 +190,8 @@ class TrainingRun {
                                                                        "they accumulate in the whole table)"
                                                                      : "");
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
-    if (const auto share = process_core_share(); share && parallel_) std::printf("  %s\n", describe(*share).c_str());
+    if (const auto share = process_core_share(); share && parallel_)
+      std::printf("  threads: %s\n", describe(*share).c_str());  // the words conform prints too
     if (!resumed_from_.empty())
       std::printf("  resuming from %s at step %lld (next sample %lld)\n", resumed_from_.c_str(),
                   static_cast<long long>(engine_->step()), static_cast<long long>(next_sample_));

@@ -44,6 +44,7 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
         assert "tp=1 pp=1 dp=2, ZeRO-" + str(zero) in result.stdout
         assert result.stdout.count("done:") == 1, "only rank 0 reports"
         assert "memory per rank" in result.stdout
+        assert "  threads: 2 ranks on this machine, " in result.stdout  # as conform and the README say it
         for got, want in zip(losses(metrics), losses(reference)):
             assert abs(got - want) <= 1e-10 * abs(want)  # fp64: DP only reorders the gradient sums
 
