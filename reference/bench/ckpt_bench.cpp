@@ -142,8 +142,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
   // What the bench wrote is scratch, in --dir too unless --keep: left there, it filled the disk
   // being measured and made the next run with the same --dir refuse to start.
   fs::remove(dir / "disk-rate.bin");
-  if (own_dir && !o.keep) fs::remove_all(dir);
-  else if (!o.keep) fs::remove_all(root);
+  if (!o.keep) fs::remove_all(own_dir ? dir : root);
 
   const double disk_mbs = mb / median(disk), sync_mbs = mb / median(sync);
   const double stall_ratio = median(stalls) / median(sync);
