@@ -25,6 +25,13 @@ std::string fp32_matmul_name(Fp32Matmul mode) {
   return "exact fp32";
 }
 
+Device backend_device(const std::string& name) {
+  if (name == "cpu") return Device::Host;
+  if (name == "emulated") return Device::Emulated;
+  if (name == "cuda") return Device::Cuda;
+  fail("unknown backend '", name, "' (built into this binary: ", backend_names_text(), ")");
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emulated") return make_emulated_backend();

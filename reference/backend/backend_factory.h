@@ -16,6 +16,9 @@ std::vector<std::string> backend_names();
 std::string backend_names_text();
 // Throws naming the backends that are built when `name` is not one of them.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+// Where the tensors of backend `name` live, without making it (a launcher checks its steps'
+// options before any of them starts a CUDA context); throws as make_backend for an unknown name.
+Device backend_device(const std::string& name);
 
 // The constructors behind the names (backend/cpu/cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend();

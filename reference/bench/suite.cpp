@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/backend_factory.h"
+#include "comm/world.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -145,6 +146,7 @@ std::vector<Step> plan_steps(const SuiteOptions& o, const fs::path& out, const f
   for (Step& step : steps) {
     step.args.push_back("--backend");
     step.args.push_back(o.backend);
+    if (step.program == mpirun && o.comm != "auto") step.args.insert(step.args.end(), {"--comm", o.comm});
   }
   return steps;
 }
@@ -198,6 +200,7 @@ void run_suite(const SuiteOptions& o) {
   const std::vector<std::string> backends = backend_names();  // by name: a CUDA context stays with the steps
   check(std::find(backends.begin(), backends.end(), o.backend) != backends.end(), "--backend: unknown backend '",
         o.backend, "' (this build has: ", backend_names_text(), ")");
+  resolve_comm_kind(o.comm, backend_device(o.backend), o.backend);  // a kind that cannot move its tensors
   const fs::path mpirun = find_program(o.mpirun);
   const int cores = process::available_cores();
   const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);

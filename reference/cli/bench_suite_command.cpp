@@ -11,6 +11,10 @@ void add_bench_suite(CLI::App& bench) {
   bench.add_option("--ranks", o->ranks, "MPI ranks for the collective and training steps (default: cores, >= 2)");
   bench.add_option("--mpirun", o->mpirun, "the MPI launcher")->capture_default_str();
   add_backend_option(bench, o->backend);
+  bench.add_option("--comm", o->comm,
+                   "the communicator of the multi-rank steps: auto, mpi, staged or nccl (staged: several ranks "
+                   "share one GPU, which NCCL refuses)")
+      ->capture_default_str();
   bench.callback([o, &bench]() {
     if (bench.get_subcommands().empty()) bench::run_suite(*o);
   });

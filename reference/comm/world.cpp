@@ -14,7 +14,13 @@
 
 namespace tripod {
 
-std::string comm_kind_names_text() { return "auto, mpi, staged, nccl"; }
+std::vector<std::string> comm_kind_names() { return {"auto", "mpi", "staged", "nccl"}; }
+
+std::string comm_kind_names_text() {
+  std::string text;
+  for (const std::string& name : comm_kind_names()) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
 
 bool nccl_built() {
 #ifdef TRIPOD_HAVE_NCCL
@@ -25,19 +31,23 @@ bool nccl_built() {
 }
 
 std::string resolve_comm_kind(const std::string& kind, const Backend& backend) {
-  const bool host = backend.device() == Device::Host;
-  const bool cuda = backend.device() == Device::Cuda;
+  return resolve_comm_kind(kind, backend.device(), backend.name());
+}
+
+std::string resolve_comm_kind(const std::string& kind, Device device, const std::string& backend_name) {
+  const bool host = device == Device::Host;
+  const bool cuda = device == Device::Cuda;
   if (kind == "auto") return host ? "mpi" : cuda ? "nccl" : "staged";
   if (kind == "mpi") {
     if (!host)
-      fail("--comm mpi moves host memory only, and the ", backend.name(),
+      fail("--comm mpi moves host memory only, and the ", backend_name,
            " backend's tensors live on a device: use --comm staged", cuda ? " or --comm nccl" : "");
     return kind;
   }
   if (kind == "staged") return host ? "mpi" : kind;  // host tensors need no staging
   if (kind == "nccl") {
     if (!cuda) fail("--comm nccl moves CUDA tensors only: use it with --backend cuda (this run's backend is '",
-                    backend.name(), "')");
+                    backend_name, "')");
     if (!nccl_built()) fail("--comm nccl: this tripod was built without NCCL (no CUDA toolkit found at build time)");
     return kind;
   }

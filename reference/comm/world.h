@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "comm/comm_watchdog.h"
@@ -23,7 +24,8 @@ struct CommSettings {
   double mpi_chunk_mb = kDefaultMpiChunkBytes / 1048576.0;  // larger MPI reductions go in pieces (0: never)
 };
 
-std::string comm_kind_names_text();  // "auto, mpi, staged, nccl"
+std::vector<std::string> comm_kind_names();  // auto, mpi, staged, nccl
+std::string comm_kind_names_text();          // "auto, mpi, staged, nccl"
 // The numbers in `settings` (--comm-timeout, --mpi-progress-us, --mpi-chunk-mb) are in range: an
 // Error naming the option otherwise. make_world checks them; so do commands that may make none.
 void check_comm_settings(const CommSettings& settings);
@@ -32,6 +34,8 @@ bool nccl_built();                   // this program was built with the NCCL com
 // The kind `auto` resolves to for `backend` (or the kind asked for); an unknown kind, or one that
 // cannot move the backend's tensors, is an Error saying which kinds can.
 std::string resolve_comm_kind(const std::string& kind, const Backend& backend);
+// The same for tensors on `device`, of the backend described by `backend_name`.
+std::string resolve_comm_kind(const std::string& kind, Device device, const std::string& backend_name);
 
 // Needs an MpiRuntime. Collective over all processes of the launch.
 std::unique_ptr<Communicator> make_world(Backend& backend, const CommSettings& settings);

@@ -57,3 +57,18 @@ def test_on_cuda_the_gpu_sweeps_replace_the_cpu_ones(tmp_path):
         assert "measures the CPU" not in text, text
         if result.returncode != 0:  # no GPU here: the device is named, not the CPU suites' refusal
             assert "cuda" in text.lower(), text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--comm", "bogus"], "--comm: unknown communicator 'bogus' (one of: auto, mpi, staged, nccl)"),
+    (["--comm", "nccl"], "--comm nccl moves CUDA tensors only"),
+    (["--backend", "emulated", "--comm", "mpi"], "--comm mpi moves host memory only"),
+])
+def test_a_communicator_that_cannot_move_the_backends_tensors_is_refused_before_the_sweeps(tmp_path, args, message):
+    # --comm passes to the multi-rank steps (staged lets several ranks share one GPU); a kind that
+    # cannot work would have failed them only after the GEMM and kernel sweeps.
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "bench", "--quick", *args, "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
