@@ -10,13 +10,16 @@ A row's step is Tripod's step + 1, so that step 1 is the first optimizer step as
 torchtitan print it. loss, lr, grad_norm, step_seconds, tokens_per_second (the whole job's rate)
 and mfu (already a fraction) are copied; from the start record, tokens_per_second_per_gpu is
 tokens_per_second / ranks and tflops_per_gpu is model_flops_per_token * tokens_per_second / ranks
-/ 1e12 (the FLOPs Tripod's mfu counts). memory_gib is null: Tripod does not log memory. val_loss
-and the cumulative tokens go to extra.
+/ 1e12 (the FLOPs Tripod's mfu counts). memory_gib is the GPU's memory in use (NVML) from a GPU
+run's "gpu" object, else null (a CPU run logs no memory per step). val_loss, the cumulative
+tokens, a GPU run's other "gpu" readings (as "gpu.temperature_c", ...), energy and an anomalous
+step's "anomaly" text and "update" ("skipped", "rolled back") go to extra.
 
 Tolerated: "#" comment lines and blank lines, events of any kind (skipped), a run resumed into the
 same file (a second start record; repeated steps keep their last record, as after a rollback),
 records without some fields. A line that is not JSON (a cut-off last line of a killed run) or a step
-record whose step is not a whole number or whose field is not a number is an error naming the line.
+record whose step is not a whole number, whose copied field is not a number, or whose other field is
+neither a number nor a text (nor the "gpu" object of numbers) is an error naming the line.
 """
 import json
 
@@ -74,7 +77,12 @@ class TripodMetricsParser:
         for key, value in record.items():
             if key == "step":
                 continue
-            if value is not None and not _is_number(value):
+            if key == "gpu":  # a GPU run's NVML readings (reference/train/gpu_health_log.cpp)
+                self.gpu_fields(number, value, row)
+                continue
+            # An anomalous step's "anomaly" and "update" are texts; they were refused, so a run with
+            # a skipped or rolled-back step could not be imported at all.
+            if value is not None and not _is_number(value) and (key in COPIED or not isinstance(value, str)):
                 raise ImportFormatError(self.path, number, f"{key}: expected a number, found {value!r}")
             if key in COPIED:
                 row[key] = value
@@ -82,6 +90,14 @@ class TripodMetricsParser:
                 row["extra"][key] = value
         self.derive_rates(row)
         return row
+
+    def gpu_fields(self, number, gpu, row):
+        if not isinstance(gpu, dict) or not all(v is None or _is_number(v) for v in gpu.values()):
+            raise ImportFormatError(self.path, number, f"gpu: expected an object of numbers, found {gpu!r}")
+        for name, value in gpu.items():
+            row["extra"][f"gpu.{name}"] = value
+        if _is_number(gpu.get("memory_used_mib")):
+            row["memory_gib"] = gpu["memory_used_mib"] / 1024
 
     def derive_rates(self, row):
         if self.start is None or row["tokens_per_second"] is None:

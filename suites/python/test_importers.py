@@ -3,6 +3,7 @@ read into the "tripod-results" schema (reports/FORMATS.md section 3). Every fixt
 in its tool's format, see its first line) parses to asserted values; a malformed line fails with
 "FILE:LINE: message"; columns the importer does not know are kept, never read as others."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -272,8 +273,36 @@ def test_tripod_metrics_after_a_rollback_keep_the_retrained_steps():
     assert steps[1]["tflops_per_gpu"] == pytest.approx(0.0512)
 
 
+def test_tripod_metrics_of_a_run_with_a_skipped_step_import(tmp_path):
+    # A real run whose step 2 is skipped as an anomaly: its record's "anomaly" text and "update" were
+    # refused ("expected a number"), so no run with an anomaly could be imported.
+    require_tripod()
+    from tripod_cli import make_markov_corpus
+    corpus, metrics = make_markov_corpus(tmp_path / "markov"), tmp_path / "m.jsonl"
+    run = subprocess.run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
+                          "train.steps=3", "--set", "anomaly.policy=skip", "--set", f"train.metrics={metrics}"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "TRIPOD_FAULT": "nan-loss:2"})
+    assert run.returncode == 0, run.stderr
+    steps = by_step(import_file("tripod-metrics", metrics).document)
+    assert list(steps) == [1, 2, 3]
+    assert steps[2]["extra"]["update"] == "skipped" and "NaN" in steps[2]["extra"]["anomaly"].replace("nan", "NaN")
+    assert "update" not in steps[3]["extra"]
+
+
+def test_tripod_metrics_of_a_gpu_run_keep_its_readings(tmp_path):
+    # A GPU run's step records carry {"gpu": {...}} (NVML); an object was "expected a number".
+    gpu = '"gpu":{"temperature_c":41,"power_w":312.5,"sm_clock_mhz":1980,"memory_used_mib":20480},'
+    path, line = fixture_with(tmp_path, "tripod_metrics_4ranks.jsonl", '"loss":7.5,', '"loss":7.5,' + gpu)
+    row = next(r for r in import_file("tripod-metrics", path).document["steps"] if r["loss"] == 7.5)
+    assert row["memory_gib"] == 20.0
+    assert row["extra"]["gpu.temperature_c"] == 41 and row["extra"]["gpu.power_w"] == 312.5
+    path, line = fixture_with(tmp_path, "tripod_metrics_4ranks.jsonl", '"loss":7.5,', '"loss":7.5,"gpu":[1],')
+    expect_error("tripod-metrics", path, line, "gpu: expected an object of numbers")
+
+
 @pytest.mark.parametrize("old, new, contains", [
     ('"loss":7.5,', '"loss":"7.5",', "loss: expected a number, found '7.5'"),
+    ('"loss":7.5,', '"loss":7.5,"tokens_seen":[1],', "tokens_seen: expected a number, found [1]"),
     ('{"grad_norm":0.875', '{"grad_norm":0.8', "not a JSON object"),  # made unterminated below
     ('"step":1,', '"step":1.5,', "without a whole step number"),
 ])
