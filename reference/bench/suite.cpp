@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include "backend/backend_factory.h"
+#include "bench/suite_ranks.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
+#include "perf/nvml_reader.h"
 #include "process/child_process.h"
 
 namespace tripod::bench {
@@ -184,7 +186,7 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["pipeline"] = read_json(out / "pipeline.json");
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
   bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
-                     {"backend", o.backend}};
+                     {"backend", o.backend}, {"comm", o.comm}};
   write_output_file((out / "bench.json").string(), bench.dump(2) + "\n", "the suite's summary");
   return bench;
 }
@@ -203,16 +205,30 @@ void run_suite(const SuiteOptions& o) {
   resolve_comm_kind(o.comm, backend_device(o.backend), o.backend);  // a kind that cannot move its tensors
   const fs::path mpirun = find_program(o.mpirun);
   const int cores = process::available_cores();
-  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
+  const bool cuda = backend_device(o.backend) == Device::Cuda;
+  int gpus = -1;
+  if (cuda) {
+    const NvmlReader nvml;
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    gpus = visible_gpu_count(nvml.device_count(), nvml.available(), visible);
+    check(gpus != 0, "--backend ", o.backend, ": no GPU is visible to this node's ranks (NVML counts ",
+          nvml.device_count(), visible ? "; CUDA_VISIBLE_DEVICES='" + std::string(visible) + "'" : "", ")");
+  }
+  const SuiteRanks plan = plan_suite_ranks(o.ranks, o.comm, cuda, cores, gpus);
+  const int ranks = plan.ranks;
+  SuiteOptions planned = o;
+  planned.comm = plan.comm;
   const fs::path out = o.out;
   fs::create_directories(out);
   fs::remove(out / "bench.json");
   const fs::path self = process::self_executable();
   std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
               cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
+  if (!plan.why.empty()) std::printf("  %s\n", plan.why.c_str());
 
-  const int failed = run_steps(plan_steps(o, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
-  print_summary(merge_results(out, o, cores, ranks));
+  const int failed =
+      run_steps(plan_steps(planned, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
+  print_summary(merge_results(out, planned, cores, ranks));
   // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
       "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},

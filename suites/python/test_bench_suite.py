@@ -52,6 +52,9 @@ def test_on_cuda_the_gpu_sweeps_replace_the_cpu_ones(tmp_path):
     result = subprocess.run([str(TRIPOD), "bench", "--quick", "--backend", "cuda", "--ranks", "2", "--out",
                              str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
     assert "[1/5] GEMM rate" in result.stdout and "[2/5] kernel rate" in result.stdout, result.stdout
+    # The multi-rank steps' communicator is chosen from the GPUs NVML counts (staged where ranks
+    # outnumber GPUs, as NCCL refuses two ranks on one), and the header says which and why.
+    assert "the GPU count is unknown (no NVML)" in result.stdout or " GPU(s): " in result.stdout, result.stdout
     for log in ("gemm_rate.log", "kernel_rate.log"):
         text = (tmp_path / log).read_text()
         assert "measures the CPU" not in text, text
