@@ -101,6 +101,7 @@ void add_launch_command(CLI::App& app) {
     const auto dir = ckpt::find_latest(root);
     return dir ? ckpt::checkpoint_step(*dir) : 0;
   };
+  s.resume_problem = [](const std::filesystem::path& root) { return ckpt::latest_pointer_problem(root); };
   auto* cmd = app.add_subcommand(
       "launch",
       "run a training job's launcher command line (mpirun, srun, ...) and restart it from its latest checkpoint "

@@ -151,6 +151,8 @@ LaunchEvent failure_event(int attempt, const AttemptEnd& end, const ProgressWatc
     e.checkpoint_step = watch.resume_step();
     if (!e.checkpoint_step)
       report("warning: " + (checkpoints / "latest").string() + " does not name a step directory (step-NNNNNNNN)");
+    if (o.resume_problem)
+      if (const std::string problem = o.resume_problem(checkpoints); !problem.empty()) report("warning: " + problem);
   }
   if (e.checkpoint_step) {
     e.steps_to_recompute = std::max<int64_t>(0, watch.last_step().value_or(0) - *e.checkpoint_step);

@@ -48,6 +48,9 @@ struct SupervisorOptions {
   // Empty: the step ROOT/latest names. `tripod launch` gives the trainer's own rule (the newest
   // complete checkpoint when `latest` cannot be followed), which this layer cannot see.
   std::function<std::optional<int64_t>(const std::filesystem::path&)> resume_step;
+  // Why the root's `latest` cannot be followed ("" when it can), reported as a warning with each
+  // failure: the resume then silently goes elsewhere than the file a user reads says. Empty: none.
+  std::function<std::string(const std::filesystem::path&)> resume_problem;
 };
 
 struct LaunchEvent {

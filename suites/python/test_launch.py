@@ -154,6 +154,9 @@ exit 1
     r = launch("--max-restarts", 0, *FAST, "--checkpoints", root, "--",
                "sh", "-c", "echo 'step    11/12 | loss 1'; exit 2")
     assert "last step reported: 11; checkpoint: step 10; 1 step to recompute" in r.stderr, r.stderr
+    # ... and warns, naming the file, what it says and where the resume goes instead (it was silent).
+    assert (f"warning: {root / 'latest'} names 'garbage', which is not a step directory's name "
+            "(step-NNNNNNNN); the newest complete checkpoint, step-00000010, is used instead") in r.stderr, r.stderr
 
     # --checkpoints names the root; without `latest` a restart starts at step 0 and the whole attempt is lost.
     empty = tmp_path / "empty"
