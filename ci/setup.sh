@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev nlohmann-json3-dev libcli11-dev
   libsentencepiece-dev sentencepiece libxxhash-dev
   python3 python3-numpy python3-scipy python3-matplotlib python3-pytest python3-torch
+  python3-jsonschema  # suites/python/test_output_schemas.py checks the CLI's JSON outputs against reports/schemas/
   bible-kjv
   dict-gcide jargon-text  # the natural-text scaling corpus (scaling/natural_corpus.py)
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for ci/fuzz.sh (clang 14 on Debian 12)
