@@ -25,6 +25,14 @@ std::string fp32_matmul_name(Fp32Matmul mode) {
   return "exact fp32";
 }
 
+std::vector<std::string> backend_library_versions() {
+  std::vector<std::string> lines = {"cpu, emulated: " + cpu_blas_version()};
+#ifdef TRIPOD_HAVE_CUDA_BACKEND
+  lines.push_back("cuda: " + cuda_versions_text());
+#endif
+  return lines;
+}
+
 Device backend_device(const std::string& name) {
   if (name == "cpu") return Device::Host;
   if (name == "emulated") return Device::Emulated;

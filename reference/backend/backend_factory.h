@@ -20,6 +20,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 // options before any of them starts a CUDA context); throws as make_backend for an unknown name.
 Device backend_device(const std::string& name);
 
+// The libraries under each backend, one line each, for `tripod --version`: "cpu, emulated:
+// OpenBLAS 0.3.29 ...", and where built "cuda: CUDA runtime 13.0, driver 12.8" (no device is
+// touched; "no driver" where none is installed).
+std::vector<std::string> backend_library_versions();
+std::string cpu_blas_version();   // backend/cpu/blas_version.cpp
+std::string cuda_versions_text();  // backend/cuda/cuda_backend.cpp, where built
+
 // The constructors behind the names (backend/cpu/cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_emulated_backend();

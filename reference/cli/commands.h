@@ -20,6 +20,7 @@ void add_launch_command(CLI::App& app);  // tripod launch: restart a failed job 
 void add_golden_commands(CLI::App& app);  // tripod golden | golden run | golden check: bundles for other frameworks
 void add_import_command(CLI::App& app);   // tripod import nccl-tests | megatron | torchtitan: other tools' output
 void add_report_command(CLI::App& app);   // tripod report: one HTML page from a results directory
+void add_version_flag(CLI::App& app);     // tripod --version: the build and its libraries
 
 // --backend NAME (default cpu), listing the backends built into this binary; the command makes
 // it with backend/backend_factory.h's make_backend.

@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   tripod::cli::add_golden_commands(app);
   tripod::cli::add_import_command(app);
   tripod::cli::add_report_command(app);
+  tripod::cli::add_version_flag(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RequiredError& e) {

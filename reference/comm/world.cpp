@@ -54,6 +54,18 @@ std::string resolve_comm_kind(const std::string& kind, Device device, const std:
   fail("--comm: unknown communicator '", kind, "' (one of: ", comm_kind_names_text(), ")");
 }
 
+std::vector<std::string> comm_library_versions() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  std::string mpi = MPI_Get_library_version(text, &length) == MPI_SUCCESS ? std::string(text, length) : "unknown";
+  mpi = mpi.substr(0, mpi.find_first_of("\n,"));  // "Open MPI v4.1.6, package: ..." -> its first part
+  std::vector<std::string> lines = {"mpi, staged: " + mpi};
+#ifdef TRIPOD_HAVE_NCCL
+  lines.push_back("nccl: " + nccl_version_text());
+#endif
+  return lines;
+}
+
 void check_comm_settings(const CommSettings& settings) {
   // NaN compares false with everything, so each range check below also refuses it; the message
   // says which it was. Out-of-range doubles must not reach the integer and duration conversions.

@@ -30,6 +30,9 @@ std::string comm_kind_names_text();          // "auto, mpi, staged, nccl"
 // Error naming the option otherwise. make_world checks them; so do commands that may make none.
 void check_comm_settings(const CommSettings& settings);
 bool nccl_built();                   // this program was built with the NCCL communicator
+// The communication libraries, one line each, for `tripod --version`: the MPI library's own
+// description (callable before MPI_Init) and, where built, NCCL's version.
+std::vector<std::string> comm_library_versions();
 
 // The kind `auto` resolves to for `backend` (or the kind asked for); an unknown kind, or one that
 // cannot move the backend's tensors, is an Error saying which kinds can.

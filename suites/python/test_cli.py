@@ -1,8 +1,10 @@
 """End-to-end tests of the `tripod` command line: data preparation, training, exact resume,
 export, and clear errors with a non-zero exit (never a crash or a silent run) on bad input."""
 import json
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -430,3 +432,19 @@ def test_a_mistyped_command_is_named(args, word, command, names):
     result = subprocess.run([str(TRIPOD), *args], capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert f"tripod: error: '{word}' is not a command of `{command}`: {names}" in result.stderr, result.stderr
+
+
+def test_version_names_the_commit_and_the_libraries():
+    # There was no --version: a benchmark or a conform result could not say which build made it.
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "--version"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("tripod 0.") and "-march=" in lines[0], result.stdout
+    assert "OpenBLAS" in result.stdout and "Open MPI" in result.stdout, result.stdout
+    source = os.environ.get("TRIPOD_SOURCE_DIR")
+    git = shutil.which("git")
+    if source and git and (Path(source) / ".git").exists():
+        head = subprocess.run([git, "-C", source, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+        # the commit the binary was built from: HEAD, or the binary is older than HEAD (rebuild it)
+        assert f"(commit {head.stdout.strip()}" in lines[0], (lines[0], head.stdout)

@@ -304,6 +304,16 @@ void CudaBackend::scatter_add_rows(const Tensor& table, const Tensor& packed, co
 
 }  // namespace cuda
 
+std::string cuda_versions_text() {
+  // Neither call makes a context or needs a device; the driver's is 0 where none is installed.
+  int runtime = 0, driver = 0;
+  const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  const std::string runtime_text = cudaRuntimeGetVersion(&runtime) == cudaSuccess ? version(runtime) : "unknown";
+  const bool has_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  return "CUDA runtime " + runtime_text + ", " + (has_driver ? "driver " + version(driver) : std::string("no driver")) +
+         "; built for " + TRIPOD_CUDA_ARCHITECTURES_TEXT;
+}
+
 std::unique_ptr<Backend> make_cuda_backend() {
   // Before the first CUDA call, since the runtime reads it once. Tripod issues work on several
   // streams: compute, one per NCCL group (world, TP, DP, PP, embedding) and one per pipeline

@@ -353,4 +353,14 @@ std::unique_ptr<Communicator> nccl_world(std::unique_ptr<Communicator> mpi_world
   return std::make_unique<NcclCommunicator>(std::move(mpi_world), comm, *cuda_backend);
 }
 
+std::string nccl_version_text() {
+  // NCCL_VERSION_CODE = major * 10000 + minor * 100 + patch since 2.9.
+  const auto text = [](int code) {
+    return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+  };
+  int loaded = 0;
+  if (ncclGetVersion(&loaded) != ncclSuccess) return "unknown (ncclGetVersion failed)";
+  return "NCCL " + text(loaded) + (loaded == NCCL_VERSION_CODE ? "" : " (built against " + text(NCCL_VERSION_CODE) + ")");
+}
+
 }  // namespace tripod

@@ -28,6 +28,7 @@
 //     that can block on the host (initialisation, a first connection) run under the watchdog.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
@@ -37,5 +38,9 @@ namespace tripod {
 // Collective over `mpi_world`'s processes. `backend` must be the CUDA backend and outlive the
 // communicator and its splits.
 std::unique_ptr<Communicator> nccl_world(std::unique_ptr<Communicator> mpi_world, Backend& backend);
+
+// The NCCL library this program loaded ("2.28.3"; it may differ from the headers built against,
+// which are named too when they do). Touches no device.
+std::string nccl_version_text();
 
 }  // namespace tripod
