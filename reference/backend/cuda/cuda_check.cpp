@@ -25,8 +25,28 @@ const char* cublas_status_name(cublasStatus_t status) {
 
 }  // namespace
 
+const char* cuda_error_hint(cudaError_t status) {
+  switch (status) {
+    // A kernel's fault is sticky: the context is lost and every later CUDA call, on any stream,
+    // returns it, so the call that reports it is often not the one that caused it.
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+      return "; a kernel fault is reported by whichever CUDA call comes next, so it may come from an earlier "
+             "kernel: rerun with CUDA_LAUNCH_BLOCKING=1 (or under compute-sanitizer) to name it";
+    default: return "";
+  }
+}
+
 void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  if (status != cudaSuccess)
+    fail("CUDA error in ", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")",
+         cuda_error_hint(status));
 }
 
 void check_cublas(cublasStatus_t status, const char* what) {

@@ -53,6 +53,7 @@ class NcclCommunicator final : public Communicator {
     int nccl_rank = -1;
     group_->check(ncclCommUserRank(comm, &nccl_rank), name_ + ": ncclCommUserRank");
     check(nccl_rank == host_->rank(), name_, ": NCCL rank ", nccl_rank, " differs from the MPI rank ", host_->rank());
+    connect();
   }
 
   int rank() const override { return host_->rank(); }
@@ -110,6 +111,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> start_p2p(const CommCall& call, bool blocking);
   NcclGroup& sender_group(int sender);
   void connect_senders();
+  void connect();
   void connect_pairs(float* element, const std::string& what);
 
   std::unique_ptr<Communicator> host_;
@@ -267,6 +269,23 @@ void NcclCommunicator::connect_senders() {
     abandon(ping);
     throw;
   }
+}
+
+// NCCL connects a communicator's ranks and allocates its buffers at its first collective (runtime
+// connection, the default since NCCL 2.22), with cudaMalloc/cuMem, outside the backend's memory
+// pool, which keeps what it has freed. The first collective of a training run comes after the
+// first forward and backward, when the pool holds a step's activations: NCCL's allocation could
+// then fail for want of memory the pool does not use. So each communicator runs one collective of
+// one element when it is made, before training allocates, and a failure to connect shows here,
+// named, not in the middle of a step. Its sum (the group's size) checks the plumbing too.
+void NcclCommunicator::connect() {
+  const Tensor one = backend_.alloc({1}, DType::F32);
+  backend_.fill(one, 1.0);
+  all_reduce(one, one, ReduceOp::Sum);
+  float sum = 0;
+  backend_.download(one, &sum);
+  check(sum == static_cast<float>(size()), name_, ": the first all_reduce (1.0 from each of ", size(),
+        " ranks) gave ", sum, " on rank ", rank());
 }
 
 void NcclCommunicator::connect_pairs(float* element, const std::string& what) {

@@ -5,6 +5,7 @@
 #include <exception>
 #include <thread>
 
+#include "backend/cuda/cuda_check.h"
 #include "comm/comm_watchdog.h"
 #include "core/error.h"
 
@@ -80,7 +81,10 @@ bool NcclGroup::poll(cudaEvent_t done, const std::string& what) {
     abort_and_fail(what, str_cat("asynchronous NCCL error ", nccl_result_text(async), " (", ncclGetLastError(comm_), ")"));
   const cudaError_t state = cudaEventQuery(done);
   if (state == cudaSuccess) return true;
-  if (state != cudaErrorNotReady) abort_and_fail(what, str_cat("CUDA error ", cudaGetErrorName(state)));
+  // Event queries return the context's sticky error: a compute kernel's fault shows here too.
+  if (state != cudaErrorNotReady)
+    abort_and_fail(what, str_cat("CUDA error ", cudaGetErrorName(state), " (", cudaGetErrorString(state), ")",
+                                 cuda::cuda_error_hint(state)));
   return false;
 }
 

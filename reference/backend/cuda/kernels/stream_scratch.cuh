@@ -11,7 +11,9 @@ namespace tripod::cuda {
 class StreamScratch {
  public:
   StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what) : stream_(stream) {
-    check_cuda(cudaMallocAsync(&ptr_, bytes, stream), what);
+    const cudaError_t status = cudaMallocAsync(&ptr_, bytes, stream);
+    if (status != cudaSuccess) (void)cudaGetLastError();  // not sticky: must not resurface at the next launch
+    check_cuda(status, what);
   }
   ~StreamScratch() { (void)cudaFreeAsync(ptr_, stream_); }
   StreamScratch(const StreamScratch&) = delete;
