@@ -11,6 +11,7 @@
 #include "core/block_cache.h"
 #include "comm/world.h"
 #include "comm/host_collectives.h"
+#include "core/build_info.h"
 #include "core/output_file.h"
 #include "data/random_batch.h"
 #include "perf/device_peak.h"
@@ -147,7 +148,8 @@ void run_layouts(const LayoutsOptions& o) {
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }
   if (world->rank() == 0 && !o.json_out.empty())
-    write_output_file(o.json_out, nlohmann::json{{"model", o.config}, {"n_params", flops.n_params_total},
+    write_output_file(o.json_out, nlohmann::json{{"build", build_info_json()}, {"model", o.config},
+                                                {"n_params", flops.n_params_total},
                                                 {"ranks", n}, {"threads_per_rank", omp_get_max_threads()},
                                                 {"peak_flops_per_rank", peak.flops}, {"peak_source", peak.source},
                                                 {"measured_sgemm_flops_all_ranks", measured_flops},

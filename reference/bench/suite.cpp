@@ -13,6 +13,7 @@
 #include "backend/backend_factory.h"
 #include "bench/suite_ranks.h"
 #include "comm/world.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -185,6 +186,7 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["layouts"] = read_json(out / "layouts.json");
   bench["pipeline"] = read_json(out / "pipeline.json");
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
+  bench["build"] = build_info_json();
   bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
                      {"backend", o.backend}, {"comm", o.comm}};
   write_output_file((out / "bench.json").string(), bench.dump(2) + "\n", "the suite's summary");

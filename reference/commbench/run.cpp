@@ -16,6 +16,7 @@
 #include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "comm/rank_errors.h"
+#include "core/build_info.h"
 #include "core/host_memory.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -178,7 +179,7 @@ void run_bench_comm(const CommBenchOptions& options) {
   });
   if (world->rank() == 0 && !options.json_out.empty())
     write_output_file(options.json_out,
-                      nlohmann::json{{"benchmark", "comm"}, {"world_size", world->size()},
+                      nlohmann::json{{"benchmark", "comm"}, {"build", build_info_json()}, {"world_size", world->size()},
                                      {"group", group.description}, {"group_size", group.comm->size()},
                                      {"groups", group.count}, {"settings", settings_json(options)},
                                      {"summaries", summaries}, {"results", results}}

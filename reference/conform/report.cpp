@@ -85,9 +85,10 @@ ReportWriter::ReportWriter(std::string json_path, std::string junit_path, std::s
     : json_path_(std::move(json_path)), junit_path_(std::move(junit_path)), dtype_(std::move(dtype)),
       header_(std::move(header)) {}
 
-void ReportWriter::running(const std::string& name) {
+void ReportWriter::running(const Outcome& row) {
   std::lock_guard<std::mutex> lock(mutex_);
-  running_ = name;
+  running_ = row.name;
+  running_row_ = row;
   write();
 }
 
@@ -101,6 +102,7 @@ void ReportWriter::add(const Outcome& outcome) {
 void ReportWriter::abandon(const std::string& name, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   Outcome o;
+  if (running_ == name) o = running_row_;  // its layout and head; nothing measured
   o.name = name;
   o.errors.pass = false;
   o.errors.failure = reason;

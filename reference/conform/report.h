@@ -34,9 +34,11 @@ class ReportWriter {
  public:
   // Empty paths write nothing. `header` goes into the JSON beside the rows.
   ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header);
-  void running(const std::string& name);  // the next row has started
-  void add(const Outcome& outcome);       // a row is complete
-  // The running row did not finish: a FAIL row with `reason` (from the watchdog's thread).
+  // The next row has started: its name, layout and head (kept for abandon).
+  void running(const Outcome& row);
+  void add(const Outcome& outcome);  // a row is complete
+  // The running row, `name`, did not finish: a FAIL row with `reason` and the running row's layout
+  // fields (from the watchdog's thread; they were a default layout's, tp1-pp1-dp1).
   void abandon(const std::string& name, const std::string& reason);
   const std::vector<Outcome>& outcomes() const { return outcomes_; }
 
@@ -46,7 +48,8 @@ class ReportWriter {
   std::string json_path_, junit_path_, dtype_;
   nlohmann::json header_;
   std::vector<Outcome> outcomes_;
-  std::string running_;
+  std::string running_;  // its name; "" between rows
+  Outcome running_row_;
   std::mutex mutex_;
 };
 

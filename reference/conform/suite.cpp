@@ -16,6 +16,7 @@
 #include "conform/report.h"
 #include "conform/reshard.h"
 #include "conform/watchdog.h"
+#include "core/build_info.h"
 #include "model/param_spec.h"
 
 namespace tripod::conform {
@@ -167,7 +168,7 @@ class Suite {
   std::string rank_text() const { return "rank " + std::to_string(world_->rank()) + ": "; }
 
   nlohmann::json json_header() const {
-    return {{"ranks", world_->size()}, {"steps", o_.steps}, {"dtype", o_.dtype}, {"backend", o_.backend},
+    return {{"build", build_info_json()}, {"ranks", world_->size()}, {"steps", o_.steps}, {"dtype", o_.dtype}, {"backend", o_.backend},
             {"reference_fingerprint", fingerprint(reference_tied_)},
             {"reference_fingerprint_untied", fingerprint(reference_untied_)}, {"faults", o_.faults}};
   }
@@ -199,7 +200,7 @@ class Suite {
   // Runs one row on every rank: an error is this rank's FAIL, then every rank agrees.
   template <typename Body>
   void run_row(Outcome& out, Body&& body) {
-    report_->running(out.name);
+    report_->running(out);
     watchdog_->arm(out.name);
     std::string my_failure;
     set_row_error("");

@@ -29,4 +29,10 @@ std::string build_info_text() {
          (b.build_type.empty() ? "no build type" : b.build_type) + ", " + b.compiler + ", -march=" + b.march + ")";
 }
 
+nlohmann::json build_info_json() {
+  const BuildInfo& b = build_info();
+  return {{"version", b.version},       {"commit", b.commit},     {"commit_state", b.commit_state},
+          {"build_type", b.build_type}, {"compiler", b.compiler}, {"march", b.march}};
+}
+
 }  // namespace tripod

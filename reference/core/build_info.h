@@ -3,6 +3,7 @@
 // bisected). The commit is read at every build (core/build_commit.cmake), so it follows commits
 // without a reconfigure.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace tripod {
@@ -21,5 +22,9 @@ const BuildInfo& build_info();
 // "0.1.0 (commit 43e88ec1a2b3; Release, GCC 14.2.0, -march=native)"; "+modified" after the
 // commit when the tree differed from it.
 std::string build_info_text();
+
+// The same as a results file's "build" object: {"version", "commit", "commit_state",
+// "build_type", "compiler", "march"}.
+nlohmann::json build_info_json();
 
 }  // namespace tripod

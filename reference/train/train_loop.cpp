@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint_root.h"
 #include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
+#include "core/build_info.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/backend_peak.h"
@@ -203,7 +204,8 @@ class TrainingRun {
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
     metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
     check(metrics_.good(), "cannot write metrics file ", path, " (train.metrics): ", std::strerror(errno));
-    metrics_ << json{{"event", "start"}, {"step", engine_->step()}, {"config", config_.json}, {"ranks", ranks_},
+    metrics_ << json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
+                     {"config", config_.json}, {"ranks", ranks_},
                      {"layout", layout_text()}, {"n_params", flops_.n_params_total},
                      {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},
                      {"peak_source", peak_.source}}.dump() << "\n";

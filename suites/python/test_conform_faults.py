@@ -80,5 +80,9 @@ def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):
     assert rows["tp1-pp1-dp1-z0-mb1"]["pass"]
     assert not rows["tp1-pp1-dp8-z0-mb1"]["pass"] and rows["tp1-pp1-dp8-z0-mb1"]["timed_out"]
     assert rows["tp1-pp1-dp8-z0-mb1"]["failure"] == "timeout after 8 s"
+    # the abandoned row keeps its layout's fields (they were a default layout's: dp 1, head "")
+    hung = rows["tp1-pp1-dp8-z0-mb1"]
+    assert (hung["tp"], hung["pp"], hung["dp"], hung["zero"], hung["micro_batches"]) == (1, 1, 8, 0, 1), hung
+    assert hung["head"] in ("tied", "untied"), hung
     suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
     assert int(suite.get("failures")) == 1

@@ -53,7 +53,11 @@ def explain(error):
 
 def validate_with(name, document):
     """Every violation of schema NAME by DOCUMENT, in one assertion message."""
-    errors = sorted(Validator(schema(name)).iter_errors(document), key=lambda e: list(e.absolute_path))
+    # "$ref": "build.schema.json" resolves beside the schema's own file, as for any script that
+    # loads the schemas from reports/schemas/.
+    resolver = jsonschema.RefResolver(base_uri=(SCHEMAS / f"{name}.schema.json").as_uri(), referrer=schema(name))
+    errors = sorted(Validator(schema(name), resolver=resolver).iter_errors(document),
+                    key=lambda e: list(e.absolute_path))
     assert not errors, f"{name}.schema.json: " + "\n".join(explain(e) for e in errors[:10])
 
 
@@ -190,6 +194,18 @@ def test_train_metrics_every_record_kind(tmp_path, corpus):
     records = validate_lines_with("metrics-record", tmp_path / "skip.jsonl")
     skipped = [r for r in records if r.get("update") == "skipped"]
     assert skipped and any(r["grad_norm"] is None or r["loss"] is None for r in skipped)
+
+
+def test_a_results_file_names_the_build_that_wrote_it(tmp_path, corpus):
+    """The metrics' start record (as conform, bench comm and bench layouts) carries `build`: the same
+    commit as `tripod --version` (results files could not say which build made their figures)."""
+    tripod("train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, "--set", "train.steps=1",
+           "--set", f"train.metrics={tmp_path / 'm.jsonl'}")
+    start = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])
+    validate_with("build", start["build"])
+    version = tripod("--version").stdout.splitlines()[0]
+    state = "+modified" if start["build"]["commit_state"] == "modified" else ""
+    assert f"tripod {start['build']['version']} (commit {start['build']['commit']}{state};" in version, version
 
 
 def test_launch_events(tmp_path):
