@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "backend/backend_factory.h"
+#include "ckpt/checkpoint_root.h"
 #include "cli/commands.h"
 #include "export/hf_gpt2.h"
 
@@ -20,9 +21,14 @@ void add_export_commands(CLI::App& app) {
   hf->add_option("--dtype", opts->dtype, "fp32 or fp64")->capture_default_str();
   hf->callback([opts]() {
     auto backend = make_backend("cpu");  // a host job: the tensors are transposed and written from host memory
+    // A root whose `latest` cannot be followed is exported from its newest complete step, as a
+    // resume would: said, not silent, and the step read is named either way.
+    if (const std::string problem = ckpt::latest_pointer_problem(opts->checkpoint); !problem.empty())
+      std::fprintf(stderr, "tripod: warning: %s\n", problem.c_str());
     ExportReport r = export_hf_checkpoint(opts->checkpoint, opts->out, parse_dtype(opts->dtype), *backend);
-    std::printf("wrote %s (%lld tensors, %lld parameters) and config.json\n", r.model_file.string().c_str(),
-                static_cast<long long>(r.tensors), static_cast<long long>(r.parameters));
+    std::printf("wrote %s (%lld tensors, %lld parameters) and config.json from %s\n", r.model_file.string().c_str(),
+                static_cast<long long>(r.tensors), static_cast<long long>(r.parameters),
+                r.checkpoint_dir.string().c_str());
   });
 }
 

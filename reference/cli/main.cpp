@@ -1,4 +1,7 @@
 // tripod: the command-line program. Subcommands live in their own files (see commands.h).
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +13,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
+#include "process/child_process.h"
 
 namespace tripod::cli {
 
@@ -80,6 +84,34 @@ std::string launch_rank_prefix() {
   return "";
 }
 
+// An option given an empty value ("--save ''", or an unset shell variable) is refused. Several
+// took "" for "not given": `--save ""` trained without a checkpoint, `--resume ""` started from
+// step 0, `--config ""` trained the built-in defaults, `schedule --json ""` wrote nothing, all with
+// exit 0. Positional arguments are left alone (a launched command may take "" on purpose).
+void refuse_empty_values(CLI::App& app) {
+  for (CLI::Option* option : app.get_options([](CLI::Option* o) { return !o->get_positional(); })) {
+    if (option->get_type_size() == 0) continue;  // a flag
+    const std::string name = option->get_name();
+    option->each([name](const std::string& value) {
+      tripod::check(!value.empty(), name, ": an empty value (an unset shell variable?): give one, or leave ", name,
+                    " out");
+    });
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
+}
+
+// A huge OMP_NUM_THREADS crashed inside the OpenMP runtime at the first parallel region
+// (OMP_NUM_THREADS=100000: a segfault, no message); tens of threads per CPU only slow a rank down.
+void check_omp_num_threads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return;
+  const int cores = tripod::process::available_cores();
+  const int most = std::max(256, 16 * cores);
+  tripod::check(omp_get_max_threads() <= most, "OMP_NUM_THREADS=", env, " asks for ", omp_get_max_threads(),
+                " threads, and this process may use ", cores, " CPU(s) (at most ", most,
+                " threads are accepted): unset it, and the ranks of a machine share its cores by themselves");
+}
+
 }  // namespace
 
 // For "A subcommand is required" when a word was given that is none: CLI11 did not name the word.
@@ -114,7 +146,9 @@ int main(int argc, char** argv) {
   tripod::cli::add_import_command(app);
   tripod::cli::add_report_command(app);
   tripod::cli::add_version_flag(app);
+  refuse_empty_values(app);
   try {
+    check_omp_num_threads();
     app.parse(argc, argv);
   } catch (const CLI::RequiredError& e) {
     const std::string unknown = unknown_subcommand_message(app);

@@ -58,10 +58,19 @@ std::vector<DType> parse_types(const std::string& name) {
 std::vector<int64_t> size_steps(const CommBenchSettings& s) {
   check(s.min_bytes <= s.max_bytes, "-b ", s.min_bytes, " is larger than -e ", s.max_bytes);
   check(s.step_factor > 1 || s.step_bytes > 0, "-i must be positive (or give -f > 1)");
+  check(s.step_factor >= 1, "-f must be >= 1 (got ", s.step_factor, "; 1: sizes step by -i)");
   check(s.step_factor <= 1 || s.min_bytes > 0, "-b must be positive with -f (0 times a factor stays 0)");
+  // Each next size is checked against -e before it is made: size * factor (or + step) overflowed
+  // int64 near 2^62, wrapped to 0 and appended sizes until memory ran out.
+  constexpr std::size_t kMaxSizes = 100000;
   std::vector<int64_t> sizes;
-  for (int64_t size = s.min_bytes; size <= s.max_bytes; size = s.step_factor > 1 ? size * s.step_factor : size + s.step_bytes)
+  for (int64_t size = s.min_bytes;;) {
     sizes.push_back(size);
+    check(sizes.size() <= kMaxSizes, "-b ", s.min_bytes, " to -e ", s.max_bytes, " by -i ", s.step_bytes,
+          " is more than ", kMaxSizes, " sizes (give a larger -i, or -f)");
+    if (s.step_factor > 1 ? size > s.max_bytes / s.step_factor : size > s.max_bytes - s.step_bytes) break;
+    size = s.step_factor > 1 ? size * s.step_factor : size + s.step_bytes;
+  }
   return sizes;
 }
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
+#include "data/utf8_check.h"
 
 namespace tripod::data {
 namespace fs = std::filesystem;
@@ -24,6 +25,9 @@ std::string read_text_file(const fs::path& path) {
   check(in.good(), "input text ", path, ": cannot open for reading");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   check(!in.bad(), "input text ", path, ": read failed");
+  if (const auto bad = first_invalid_utf8(text))
+    fail("input text ", path, " is not UTF-8 at ", describe_text_offset(text, *bad),
+         ": convert it first (e.g. iconv -f latin1 -t utf-8); its tokens would not decode back to it");
   return text;
 }
 
@@ -47,8 +51,10 @@ std::vector<int32_t> encode_by_lines(const Tokenizer& tokenizer, const std::stri
 // by publish(); removed if the preparation fails before that.
 struct StagedTokenizer {
   fs::path dir, prefix;
+  bool created = false;  // the folder was made here: a failed preparation does not leave it behind empty
   explicit StagedTokenizer(const fs::path& out_dir) : dir(out_dir), prefix(out_dir / ".tokenizer-staging") {
     std::error_code ec;
+    created = !fs::exists(dir, ec);
     fs::create_directories(dir, ec);
     check(!ec, "cannot create data directory ", dir, ": ", ec.message());
   }
@@ -57,6 +63,7 @@ struct StagedTokenizer {
   ~StagedTokenizer() {
     std::error_code ec;
     for (const char* ext : {".model", ".vocab"}) fs::remove(fs::path(prefix.string() + ext), ec);
+    if (created && fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
   }
   fs::path model() const { return prefix.string() + ".model"; }
   void publish() const {

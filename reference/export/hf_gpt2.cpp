@@ -123,6 +123,7 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   auto tensors = to_hf_tensors(backend, params, "", out_dtype);
   fs::create_directories(out_dir);
   ExportReport report;
+  report.checkpoint_dir = reader.dir();
   report.model_file = out_dir / "model.safetensors";
   report.tensors = static_cast<int64_t>(tensors.size());
   report.parameters = count_params(params.specs());

@@ -37,6 +37,7 @@ nlohmann::json hf_gpt2_config(const ModelConfig& config);
 struct ExportReport {
   int64_t tensors = 0, parameters = 0;
   std::filesystem::path model_file;
+  std::filesystem::path checkpoint_dir;  // the step directory read (a root resolves to its latest)
 };
 ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out_dir,
                                   DType out_dtype, Backend& backend);

@@ -73,16 +73,18 @@ json override_to_json(const std::string& assignment) {
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   json value = json::parse(text, nullptr, false);
   if (value.is_discarded()) value = text;
-  json nested = value;
-  std::size_t end = key.size();
-  while (true) {
-    std::size_t dot = key.rfind('.', end - 1);
-    std::string part = key.substr(dot == std::string::npos ? 0 : dot + 1, end - (dot == std::string::npos ? 0 : dot + 1));
-    check(!part.empty(), "--set: malformed key '", key, "'");
-    nested = json{{part, nested}};
+  // Split at every dot; an empty part (".steps", "train.", "a..b") is malformed. (Searching back
+  // from the end looped forever on a leading dot: rfind from position npos wrapped to the whole key.)
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    check(!parts.back().empty(), "--set: malformed key '", key, "'");
     if (dot == std::string::npos) break;
-    end = dot;
+    start = dot + 1;
   }
+  json nested = value;
+  for (auto part = parts.rbegin(); part != parts.rend(); ++part) nested = json{{*part, nested}};
   return nested;
 }
 

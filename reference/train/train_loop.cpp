@@ -204,11 +204,20 @@ class TrainingRun {
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
     metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
     check(metrics_.good(), "cannot write metrics file ", path, " (train.metrics): ", std::strerror(errno));
-    metrics_ << json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
-                     {"config", config_.json}, {"ranks", ranks_},
-                     {"layout", layout_text()}, {"n_params", flops_.n_params_total},
-                     {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},
-                     {"peak_source", peak_.source}}.dump() << "\n";
+    write_metrics(json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
+                       {"config", config_.json}, {"ranks", ranks_},
+                       {"layout", layout_text()}, {"n_params", flops_.n_params_total},
+                       {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},
+                       {"peak_source", peak_.source}});
+  }
+
+  // One record, flushed and checked: a full disk lost every record after it while the run went
+  // on and exited 0 (only the open was checked).
+  void write_metrics(const json& record) {
+    if (!metrics_.is_open()) return;
+    metrics_ << record.dump() << "\n" << std::flush;
+    check(metrics_.good(), "cannot write metrics file ", config_.train.metrics, " (train.metrics) after step ",
+          engine_->step(), ": ", std::strerror(errno));
   }
 
   void record_step(const StepResult& r, int64_t first_step) {
@@ -246,7 +255,7 @@ class TrainingRun {
                     static_cast<long long>(config_.anomaly.max));
     }
     if (root_) gpu_health_.add_to(record, r.tokens, ranks_);
-    if (metrics_.is_open()) metrics_ << record.dump() << "\n" << std::flush;
+    write_metrics(record);
   }
 
   int world_rank() const { return parallel_ ? parallel_->world->rank() : 0; }
@@ -292,9 +301,7 @@ class TrainingRun {
                   static_cast<long long>(guard_.anomalies()), static_cast<long long>(config_.anomaly.max));
       std::fflush(stdout);
     }
-    if (metrics_.is_open())
-      metrics_ << json{{"event", "rollback"}, {"step", r.step}, {"to_step", m.step}, {"next_sample", next_sample_}}.dump()
-               << "\n" << std::flush;
+    write_metrics(json{{"event", "rollback"}, {"step", r.step}, {"to_step", m.step}, {"next_sample", next_sample_}});
   }
 
   CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
@@ -304,7 +311,7 @@ class TrainingRun {
     auto times = rank_timer_.gather_if_due(engine_->step(), last);
     if (!times) return;
     rank_times_ = times;
-    if (metrics_.is_open()) metrics_ << rank_times_json(*times).dump() << "\n" << std::flush;
+    write_metrics(rank_times_json(*times));
   }
 
   RunConfig config_;

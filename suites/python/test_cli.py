@@ -165,6 +165,13 @@ def test_export_hf_layout(corpus, tmp_path):
     assert header["wte.weight"]["shape"] == [64, 32]
     assert {"wpe.weight", "ln_f.weight", "h.0.attn.c_attn.bias"} <= set(header)
 
+    # The step read is named; a `latest` that cannot be followed is said, not silently passed over.
+    (ckpt / "latest").write_text("step-00000077\n")
+    result = tripod("export", "hf", "--checkpoint", ckpt, "--out", tmp_path / "hf2")
+    assert f"from {ckpt / 'step-00000002'}" in result.stdout, result.stdout
+    assert f"tripod: warning: {ckpt / 'latest'} names 'step-00000077', which does not exist" in result.stderr, \
+        result.stderr
+
 
 def test_data_prepare_and_inspect(tmp_path):
     text = tmp_path / "text.txt"
@@ -182,6 +189,19 @@ def test_data_prepare_and_inspect(tmp_path):
                  contains="Vocabulary size is smaller than required_chars")
     assert {p.name: p.read_bytes() for p in (tmp_path / "prep").iterdir()} == before
     assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
+    # A failed first preparation leaves no empty folder behind (it did).
+    expect_error("data", "prepare", "--input", text, "--out", tmp_path / "fresh", "--vocab-size", 300,
+                 contains="Vocabulary size is smaller than required_chars")
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_data_prepare_refuses_text_that_is_not_utf8(tmp_path):
+    # Latin-1 bytes became U+FFFD in the tokenizer and the shards, with exit 0: the text was changed.
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(("alpha beta gamma delta\n" * 200).encode() + "caf\u00e9 au lait\n".encode("latin-1"))
+    expect_error("data", "prepare", "--input", text, "--out", tmp_path / "prep", "--vocab-size", 300,
+                 contains=f"input text \"{text}\" is not UTF-8 at line 201, column 4 (byte offset 4603, 0xE9)")
+    assert not (tmp_path / "prep").exists()
 
 
 @pytest.mark.parametrize("command", [
@@ -327,7 +347,7 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     # Messages that listed a choice the command then refused (tf32 for conform, bf16 for check-backend).
     (["conform", "--dtype", "fp16"], "conform --dtype: fp64, fp32 or bf16-mixed, not 'fp16'"),
     (["conform", "--layouts", "tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp1-z0-mb1"], "--layouts lists tp1-pp1-dp1-z0-mb1 twice"),
-    (["check-backend", "--dtype", ""], "--dtype: fp64 or fp32 (bf16 cases come with fp32), not ''"),
+    (["check-backend", "--dtype", ""], "--dtype: an empty value"),
     (["check-backend", "--dtype", "fp32", "fp32"], "--dtype lists fp32 twice"),  # ran every case twice
     # Segmentation faults (a median of no steps), and a peak that fell back to the nominal one.
     (["bench", "train", "-c", "tiny", "--steps", "0"], "--steps: 0 is not a finite number > 0"),
@@ -360,6 +380,31 @@ def test_a_results_file_whose_bytes_are_lost_is_an_error():
     # /dev/full opens but refuses every byte: the write itself is checked, not only the open.
     expect_error("bench", "comm", "-n", "1", "-w", "0", "-b", "1K", "-e", "1K", "-J", "/dev/full",
                  contains="writing the results file (-J) /dev/full failed: No space left on device")
+
+
+def test_metrics_whose_bytes_are_lost_end_the_run(corpus):
+    # Only the open was checked: metrics onto a full disk were lost with exit 0.
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.metrics=/dev/full",
+                 contains="cannot write metrics file /dev/full (train.metrics) after step 0: No space left on device")
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "--config", "tiny", "--save", ""],  # trained without a checkpoint
+    ["train", "--config", "tiny", "--resume", ""],  # started from step 0
+    ["train", "--config", ""],  # trained the built-in defaults
+    ["schedule", "--pp", "2", "--microbatches", "2", "--json", ""],  # wrote nothing
+])
+def test_an_empty_option_value_is_refused_not_taken_for_absent(args):
+    # An unset shell variable ("--save $DIR") must not quietly mean "not given".
+    expect_error(*args, contains=f"{args[args.index('') - 1]}: an empty value")
+
+
+def test_a_huge_omp_num_threads_is_refused_not_a_crash(corpus):
+    # OMP_NUM_THREADS=100000 crashed in the OpenMP runtime (a segfault, no message).
+    result = subprocess.run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "100000"})
+    assert result.returncode == 1, result.stderr
+    assert "OMP_NUM_THREADS=100000 asks for 100000 threads, and this process may use" in result.stderr, result.stderr
 
 
 def test_missing_data_directory(tmp_path):

@@ -33,6 +33,14 @@ TEST(RunConfig, UnknownKeyIsNamed) {
   EXPECT_NE(error_of([] { with({"modle.n_layer=3"}); }).find("'modle'"), std::string::npos);
 }
 
+TEST(RunConfig, AKeyWithAnEmptyPartIsMalformedNotAnEndlessLoop) {
+  // ".steps=1" looped forever (searching back for a dot from position npos wrapped around).
+  for (const std::string key : {".steps", "train.", "train..steps", ".", "..steps"})
+    EXPECT_NE(error_of([&] { with({key + "=1"}); }).find("--set: malformed key '" + key + "'"), std::string::npos)
+        << key;
+  EXPECT_EQ(with({"train.steps=5"}).train.steps, 5);
+}
+
 TEST(RunConfig, WrongTypeIsNamed) {
   EXPECT_NE(error_of([] { with({"train.steps=\"ten\""}); }).find("train.steps"), std::string::npos);
   // An integer key given a real says "integer" (json's type names call both "number").
