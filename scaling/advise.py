@@ -22,10 +22,12 @@ import json
 import math
 import os
 import reprlib
+import sys
 
 import numpy as np
 
 from scaling.bootstrap import CI_PERCENTILES
+from scaling.fitlib import MIN_GAMMA, PARAMETER_BOUNDS
 from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, ParametricLaw
 
 # The bootstrap's whole replicates in a fit.json (scaling/report.py) and what each one lists.
@@ -49,10 +51,12 @@ def gain_per_doubling(K, gamma, C):
 
 
 def stop_budget(K, gamma, threshold):
-    """The compute at which a doubling gains less than `threshold` (None if the law never gains)."""
+    """The compute at which a doubling gains less than `threshold` (None if the law never gains);
+    math.inf past the largest float (a tiny threshold overflowed: OverflowError, a traceback)."""
     if not (K > 0 and gamma > 0):
         return None
-    return float((K * (1.0 - 2.0 ** -gamma) / threshold) ** (1.0 / gamma))
+    log_c = (math.log(K * (1.0 - 2.0 ** -gamma)) - math.log(threshold)) / gamma
+    return math.exp(log_c) if log_c < math.log(sys.float_info.max) else math.inf
 
 
 def _interval(values):
@@ -82,6 +86,13 @@ def load_frontiers(fit, source):
         raise SystemExit(f"scale advise: {path} has no frontier fit ({frontier.get('note')})")
     fits = [(_fitted_value(frontier, path, "k", "frontier."), _fitted_value(frontier, path, "gamma", "frontier."))]
     fits += [(k, gamma) for _, k, gamma in boot.get("frontier_fits") or []]
+    # The fit searches gamma from MIN_GAMMA up and k is at least 0: a negative one printed
+    # negative "gains" with exit 0.
+    for i, (k, gamma) in enumerate(fits):
+        key = "frontier" if i == 0 else f"bootstrap.frontier_fits[{i - 1}]"
+        if gamma < MIN_GAMMA or k < 0:
+            raise SystemExit(f"scale advise: {path}: '{key}' has k {k:g} and gamma {gamma:g}, which no fit writes "
+                             f"(k >= 0, gamma >= {MIN_GAMMA:g})")
     return fits, f"the frontier fit of {path}"
 
 
@@ -127,12 +138,17 @@ def _law(theta, path, replicate=None):
     """ParametricLaw(E, A, B, alpha, beta), if a fit could have written it: A, B = exp(.) > 0 and
     alpha, beta within their bounds [0, 5] are what keep its frontier real (G is a root of a ratio)."""
     law = ParametricLaw(*theta)
-    for name in ("A", "B", "alpha", "beta"):
+    # The fit's bounds (scaling/fitlib.py): A = exp(a), B = exp(b) for a, b in [-20, 60]; alpha and
+    # beta in [0, 5]. Past them a damaged file gave gains of inf and "C = inf FLOPs", exit 0.
+    (_, (a_low, a_high), (b_low, b_high), (alpha_low, alpha_high), (beta_low, beta_high)) = PARAMETER_BOUNDS
+    limits = {"A": (math.exp(a_low), math.exp(a_high)), "B": (math.exp(b_low), math.exp(b_high)),
+              "alpha": (alpha_low, alpha_high), "beta": (beta_low, beta_high)}
+    for name, (low, high) in limits.items():
         value = getattr(law, name)
-        if value < 0 or (value == 0 and name in ("A", "B")):
+        if not low <= value <= high:
             key = f"'{name}'" if replicate is None else f"{name} of '{replicate}'"
             raise SystemExit(f"scale advise: {path}: {key} is {value:g}, which no fit writes "
-                             f"(A and B are positive, alpha and beta at least 0)")
+                             f"(A and B in [e^{a_low}, e^{a_high}], alpha and beta in [{alpha_low}, {alpha_high}])")
     return law
 
 
@@ -165,10 +181,22 @@ def budgets_between(lo, hi):
     return [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
 
 
+def _json_safe(value):
+    """Non-finite floats as null, as every JSON output of Tripod writes them (Python's json wrote
+    Infinity, which is not JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def write_advice(result, path):
     try:
         with open(path, "w") as f:
-            json.dump(result, f, indent=2)
+            json.dump(_json_safe(result), f, indent=2, allow_nan=False)
             f.write("\n")
     except OSError as e:
         raise SystemExit(f"scale advise: cannot write --json {path}: {e.strerror or e}")
@@ -211,6 +239,11 @@ def main(argv=None):
     stop, ci = result["stop_budget"], result["stop_budget_ci"]
     if stop is None:
         print("the fitted law gains nothing from more compute (gamma or K not positive)")
+    elif stop == math.inf:
+        print(f"a doubling gains at least {args.threshold:g} up to the largest budget a float holds (1.8e308 FLOPs)")
+    elif stop < 1:
+        print(f"a doubling gains less than {args.threshold:g} at every budget (at 1 FLOP it gains "
+              f"{float(gain_per_doubling(result['K'], result['gamma'], 1.0)):.3g})")
     else:
         print(f"a doubling gains less than {args.threshold:g} from C = {stop:.3g} FLOPs"
               + (f" (95% interval [{ci[0]:.3g}, {ci[1]:.3g}], {result['n_replicates']} replicates)" if ci else

@@ -31,7 +31,6 @@ def build_report(root, out, extras=()):
 
 def write_page(out, page):
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(page)
     except OSError as e:
         raise ReportError(f"cannot write {out}: {e.strerror or e}") from e
@@ -55,6 +54,8 @@ def main(argv=None):
     out = args.out or args.dir / "report.html"
     if out.is_dir():  # before the work, and clearer than the IsADirectoryError of the write
         return error(f"--out {out} is a directory: give the HTML file to write")
+    if not out.parent.is_dir():  # as for every --out/--json of tripod (it made the folder)
+        return error(f"--out {out}: the folder {out.parent} does not exist")
     try:
         sections, results = build_report(args.dir, out, args.extra)
     except ReportError as e:

@@ -254,6 +254,17 @@ def test_an_unusable_extra_is_an_error_naming_it(tmp_path, extra):
     assert not (tmp_path / "results" / "report.html").exists()
 
 
+def test_out_in_a_missing_folder_is_an_error(tmp_path):
+    # The folder was made, unlike every other --out/--json of tripod (README: a results file's
+    # folder must exist).
+    write_metrics(tmp_path / "results" / "metrics.jsonl")
+    status, stderr, _ = tripod_report(tmp_path / "results", "--out", tmp_path / "nope" / "r.html")
+    assert status == 1, stderr
+    assert f"tripod report: --out {tmp_path / 'nope' / 'r.html'}: the folder {tmp_path / 'nope'} does not exist" \
+        in stderr, stderr
+    assert not (tmp_path / "nope").exists()
+
+
 def test_out_naming_a_directory_is_an_error(tmp_path):
     write_metrics(tmp_path / "results" / "metrics.jsonl")
     (tmp_path / "somedir").mkdir()

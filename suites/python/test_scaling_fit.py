@@ -374,6 +374,17 @@ def test_advise_names_the_file_and_key_of_a_bad_fit(tmp_path, content, source, m
     assert "Traceback" not in stderr, stderr
 
 
+@pytest.mark.parametrize("threshold, says", [
+    ("1e-300", "a doubling gains at least 1e-300 up to the largest budget a float holds"),  # OverflowError traceback
+    ("1e300", "a doubling gains less than 1e+300 at every budget"),  # "from C = 0 FLOPs"
+])
+def test_advise_at_extreme_thresholds_says_so_in_words(tmp_path, threshold, says):
+    status, stdout, stderr = tripod_scale("advise", "chinchilla", "--threshold", threshold, "--json", tmp_path / "a.json")
+    assert status == 0 and "Traceback" not in stderr, stderr
+    assert says in stdout, stdout
+    json.loads((tmp_path / "a.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+
 @pytest.fixture(scope="module")
 def bootstrapped_fit(tmp_path_factory):
     """A fit.json with 3 bootstrap replicates, as `scaling.fit` writes it (~2 s)."""
@@ -427,6 +438,9 @@ LAW_ROW, FRONTIER_ROW = ("bootstrap", "approach3_laws"), ("bootstrap", "frontier
     (FRONTIER_ROW + (0, 2), True, "frontier", "'bootstrap.frontier_fits[0]' is not 3 finite numbers"),
     (FRONTIER_ROW, "abc", "approach3", "'bootstrap.frontier_fits' is not a list"),  # damage is named whatever is used
     (("A",), {"value": -2.0, "ci": None}, "approach3", "'A' is -2, which no fit writes"),
+    # Past the fit's bounds: every gain printed as inf, "C = inf FLOPs", exit 0.
+    (("alpha",), {"value": 1e308, "ci": None}, "approach3", "'alpha' is 1e+308, which no fit writes"),
+    (("frontier", "gamma", "value"), -1.0, "frontier", "'frontier' has k"),  # printed negative gains
     (("E", "value"), float("nan"), "approach3", "'E' has no number as its value"),
     (("frontier", "gamma", "value"), float("inf"), "frontier", "'frontier.gamma' has no number as its value")])
 def test_advise_names_the_key_of_damaged_bootstrap_replicates(tmp_path, bootstrapped_fit, keys, value, source, message):
