@@ -179,6 +179,9 @@ void report_failure(const LaunchEvent& e) {
 
 // Sleeps `seconds`, returning early (false) when interrupted.
 bool interruptible_sleep(double seconds, const InterruptScope& interrupts) {
+  // Past about 9.2e9 s the deadline overflowed the clock and the sleep ended at once, after
+  // saying it would wait; 1e9 s (31 years) is as good as forever.
+  seconds = std::min(seconds, 1e9);
   const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(seconds));
   while (Clock::now() < until) {

@@ -127,7 +127,7 @@ void summarise_fit(const fs::path& out) {
 void run_sweep_job(const SweepRunOptions& o) {
     const SweepSpec spec = load_sweep_spec(o.spec);
     const fs::path out = o.out.empty() ? fs::path("runs") / ("scale-" + spec.name) : fs::path(o.out);
-    check(o.jobs >= 0, "--jobs must be >= 1");
+    check(o.jobs >= 0, "--jobs must be >= 1, or 0 for one per core (got ", o.jobs, ")");
     if (o.dry_run) {
       const CorpusInfo corpus = describe_corpus(spec, out);
       const std::vector<PlannedRun> grid = expand_grid(spec, corpus);

@@ -253,3 +253,17 @@ def test_restarts_a_two_rank_training_job_from_its_checkpoint(tmp_path):
     for kind in expected:
         for name in expected[kind]:
             np.testing.assert_array_equal(recovered[kind][name], expected[kind][name], err_msg=f"{kind} {name}")
+
+
+def test_a_huge_restart_delay_waits_instead_of_restarting_at_once(tmp_path):
+    # --restart-delay 1e10 overflowed the clock: "restart 1 of 1 in 10000000000.0 s", then at once.
+    require_tripod()
+    events = tmp_path / "events.jsonl"
+    job = subprocess.Popen([str(TRIPOD), "launch", "--restart-delay", "1e10", "--max-restarts", "1", "--events",
+                            str(events), "--", "false"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    still_waiting = job.poll() is None
+    job.send_signal(signal.SIGINT)  # this test's own child: the interruption ends the wait
+    job.communicate(timeout=30)
+    kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    assert still_waiting and kinds.count("failure") == 1, kinds
