@@ -1,6 +1,7 @@
 #include "perf/device_peak.h"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -35,7 +36,13 @@ PeakFlops nominal_cpu_peak(DType dtype) {
 #endif
   double per_cycle = avx512 ? 64 : avx2 ? 32 : 8;
   if (dtype == DType::F64) per_cycle /= 2;
-  const int cores = omp_get_max_threads();
+  // Threads beyond the CPUs this process may run on add no FLOPs: OMP_NUM_THREADS=1000 on 2 cores
+  // made the peak 500x too large and the MFU 0.00%.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cpus = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : omp_get_max_threads();
+  const int threads = omp_get_max_threads();
+  const int cores = std::min(threads, std::max(1, cpus));
   // The faster of the two clocks: cpuinfo's can be a fixed base clock (perf/cpu_clock.h), the
   // measured one a core slowed by a busy machine.
   const double measured_mhz = measured_cpu_clock_mhz();
@@ -44,9 +51,9 @@ PeakFlops nominal_cpu_peak(DType dtype) {
   p.flops = cores * mhz * 1e6 * per_cycle;
   char buf[240];
   std::snprintf(buf, sizeof buf,
-                "nominal CPU peak: %d threads x %.0f MHz x %.0f %s FLOP/cycle (clock: %s; measured %.0f MHz, "
+                "nominal CPU peak: %d %s x %.0f MHz x %.0f %s FLOP/cycle (clock: %s; measured %.0f MHz, "
                 "/proc/cpuinfo %.0f MHz)",
-                cores, mhz, per_cycle, dtype_name(dtype).c_str(), measured_mhz >= cpuinfo_mhz ? "measured" : "/proc/cpuinfo",
+                cores, cores < threads ? "CPUs (fewer than the threads)" : "threads", mhz, per_cycle, dtype_name(dtype).c_str(), measured_mhz >= cpuinfo_mhz ? "measured" : "/proc/cpuinfo",
                 measured_mhz, cpuinfo_mhz);
   p.source = buf;
   return p;

@@ -493,3 +493,14 @@ def test_version_names_the_commit_and_the_libraries():
         head = subprocess.run([git, "-C", source, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
         # the commit the binary was built from: HEAD, or the binary is older than HEAD (rebuild it)
         assert f"(commit {head.stdout.strip()}" in lines[0], (lines[0], head.stdout)
+
+
+def test_threads_beyond_the_cpus_do_not_raise_the_nominal_peak(corpus, tmp_path):
+    # OMP_NUM_THREADS=1000 on 2 cores counted 1000 cores' FLOPs: the MFU printed 0.00%.
+    cpus = len(os.sched_getaffinity(0))
+    metrics = tmp_path / "m.jsonl"
+    subprocess.run([str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                    "--set", "train.steps=1", "--set", f"train.metrics={metrics}"], check=True, capture_output=True,
+                   timeout=120, env={**os.environ, "OMP_NUM_THREADS": str(8 * cpus)})
+    start = json.loads(metrics.read_text().splitlines()[0])
+    assert start["peak_source"].startswith(f"nominal CPU peak: {cpus} CPUs (fewer than the threads) x "), start
