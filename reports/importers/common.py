@@ -104,6 +104,11 @@ def parse_non_negative(text, file, line, what):
 
 
 def parse_int(text, file, line, what):
+    # Digits are read as an int, exactly: through a float, 99999999999999999999 became
+    # 99999999999999991433150857216 (a size no longer matching its count). "1e3" still reads.
+    cleaned = text.strip().replace(",", "")
+    if cleaned.lstrip("+-").isdigit():
+        return int(cleaned)
     value = parse_float(text, file, line, what)
     if not math.isfinite(value) or value != int(value):
         raise ImportFormatError(file, line, f"{what}: expected a whole number, found {text.strip()!r}")

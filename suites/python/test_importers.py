@@ -368,3 +368,12 @@ def test_tripod_import_command(tmp_path):
     assert bad.returncode == 1, bad.stderr
     assert f"{path}:{line}: column busbw (out-of-place): expected a number" in bad.stderr
     assert "tripod: error: import nccl-tests" in bad.stderr
+
+
+def test_whole_numbers_are_read_exactly_not_through_a_float():
+    # A 20-digit size came out as 99999999999999991433150857216 (read through a float).
+    from reports.importers.common import parse_int
+    assert parse_int("99999999999999999999", "f.txt", 3, "size") == 99999999999999999999
+    assert parse_int("1,024", "f.txt", 3, "size") == 1024 and parse_int("1e3", "f.txt", 3, "size") == 1000
+    with pytest.raises(Exception, match="size: expected a whole number, found '1.5'"):
+        parse_int("1.5", "f.txt", 3, "size")
