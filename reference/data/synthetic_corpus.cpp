@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <span>
 #include <string>
@@ -169,6 +170,16 @@ SyntheticReport write_synthetic_corpus(const SyntheticOptions& options) {
         " of ", options.tokens, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its ",
         "successor)");
   check_dataset_folder(options.out_dir, "data synthetic");
+  // Before the folder's dataset is touched: a corpus larger than the disk's free space wrote
+  // shards until the disk was full (2.2 GB a minute), leaving no dataset at all.
+  const double needed = static_cast<double>(options.tokens) * shard_token_bytes(static_cast<uint64_t>(options.vocab_size));
+  std::error_code ec;
+  namespace fs = std::filesystem;
+  const fs::path existing = fs::exists(options.out_dir) ? options.out_dir : options.out_dir.parent_path();
+  const fs::space_info space = fs::space(existing.empty() ? fs::path(".") : existing, ec);
+  check(ec || needed <= static_cast<double>(space.available), "synthetic corpus for ", options.out_dir, ": ",
+        options.tokens, " tokens need ", needed / 1e9, " GB of shards, and ", space.available / 1e9,
+        " GB are free there");
   invalidate_dataset(options.out_dir);
   // One continuous stream, written shard by shard so memory stays bounded by the shard size;
   // validation data is the tail of the same stream.

@@ -504,3 +504,10 @@ def test_threads_beyond_the_cpus_do_not_raise_the_nominal_peak(corpus, tmp_path)
                    timeout=120, env={**os.environ, "OMP_NUM_THREADS": str(8 * cpus)})
     start = json.loads(metrics.read_text().splitlines()[0])
     assert start["peak_source"].startswith(f"nominal CPU peak: {cpus} CPUs (fewer than the threads) x "), start
+
+
+def test_a_synthetic_corpus_larger_than_the_free_disk_is_refused_before_writing(tmp_path):
+    # 99999999999999 tokens (about 200 TB) wrote shards until stopped, leaving no dataset.
+    expect_error("data", "synthetic", "--out", tmp_path / "big", "--vocab-size", 64, "--order", 1,
+                 "--tokens", 99999999999999, contains="99999999999999 tokens need 200000 GB of shards, and ")
+    assert not (tmp_path / "big").exists() or not any((tmp_path / "big").iterdir())
