@@ -47,7 +47,58 @@ class BoundedDomBuilder : public nlohmann::detail::json_sax_dom_parser<json> {
   int open_containers_ = 0;  // the top-level value's own container counts as one
 };
 
+// Only the keys matter: a stack of the open containers, each with the keys seen so far (arrays
+// have none) and the path leading to it.
+class RepeatedKeyFinder : public nlohmann::json_sax<json> {
+ public:
+  explicit RepeatedKeyFinder(const std::string& origin) : origin_(origin) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& key) override {
+    Container& c = open_.back();
+    const std::string path = c.path.empty() ? key : c.path + "." + key;
+    check(c.keys.insert(key).second, origin_, ": key '", path, "' appears twice (JSON keeps only the last)");
+    c.last_key = path;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail(origin_, ": not valid JSON (", e.what(), ")");
+  }
+
+ private:
+  struct Container {
+    bool array;
+    std::string path, last_key;  // an array's elements share its path
+    std::unordered_set<std::string> keys;
+  };
+  bool open(bool array) {
+    const std::string path = open_.empty() ? "" : open_.back().array ? open_.back().path : open_.back().last_key;
+    open_.push_back({array, path, "", {}});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+  const std::string& origin_;
+  std::vector<Container> open_;
+};
+
 }  // namespace
+
+void check_no_repeated_keys(std::string_view text, const std::string& origin, bool comments) {
+  RepeatedKeyFinder finder(origin);
+  json::sax_parse(text.begin(), text.end(), &finder, nlohmann::detail::input_format_t::json, true, comments);
+}
 
 nlohmann::json parse_bounded_json(std::string_view text, const std::string& origin, int max_depth,
                                   std::vector<std::string>* top_level_keys) {

@@ -2,7 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/preset_file.h"
 
@@ -189,8 +191,10 @@ json load_config_json(json resolved, const std::string& name_or_path, const std:
     const std::string path = resolve_config_path(name_or_path);
     std::ifstream in(path);
     check(in.good(), "cannot read config file ", path);
-    json file = json::parse(in, nullptr, false, /*ignore_comments=*/true);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json file = json::parse(text, nullptr, false, /*ignore_comments=*/true);
     check(!file.is_discarded(), "config file ", path, " is not valid JSON");
+    check_no_repeated_keys(text, "config file " + path, /*comments=*/true);
     merge_checked(resolved, file, "", path);
   }
   for (const auto& assignment : overrides) merge_checked(resolved, override_to_json(assignment), "", "--set " + assignment);

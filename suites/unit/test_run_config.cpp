@@ -1,6 +1,8 @@
 // Configuration loading: presets, overrides, and clear errors for contradictory or unknown input.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "support/error_text.h"
 #include "train/run_config.h"
 
@@ -89,6 +91,23 @@ TEST(RunConfig, ADirectoryIsNotAConfigFile) {
   const std::string dir = ::testing::TempDir();
   EXPECT_NE(error_of([&] { load_config_json(dir, {}); }).find("config '" + dir + "' is a directory, not a JSON file"),
             std::string::npos);
+}
+
+TEST(RunConfig, AKeyTwiceInAConfigFileIsNamed) {
+  // JSON keeps the last of two equal keys: a hand-edited file ran with whichever came second.
+  const std::string path = ::testing::TempDir() + "/twice.json";
+  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model": {"n_layer": 2}, "model": {"n_layer": 3}})", "model"},
+           {R"({"model": {"n_layer": 2, /* kept */ "n_head": 2, "n_layer": 3}})", "model.n_layer"},
+           {R"({"train": {"steps": 3}, "optim": {"lr": 1e-3, "betas": [{"a": 1, "a": 2}]}})", "optim.betas.a"}}) {
+    std::ofstream(path) << text;
+    EXPECT_NE(error_of([&] { load_config_json(path, {}); })
+                  .find("config file " + path + ": key '" + key + "' appears twice"),
+              std::string::npos)
+        << text;
+  }
+  std::ofstream(path) << R"({"model": {"n_layer": 2}, "train": {"steps": 3}, "optim": {"lr": 1e-3}})";
+  EXPECT_EQ(parse_run_config(load_config_json(path, {})).model.n_layer, 2);  // the same key in two objects is fine
 }
 
 }  // namespace
