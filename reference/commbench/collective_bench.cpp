@@ -70,6 +70,13 @@ CollectiveBench::CollectiveBench(Communicator& group, Backend& backend, Collecti
   set_size(max_bytes);
 }
 
+int64_t CollectiveBench::buffer_bytes(Collective collective, DType dtype, int64_t max_bytes, int n) {
+  const CollectiveSpec& spec = collective_spec(collective);
+  const CollectiveCounts most = spec.counts(max_bytes, static_cast<int>(dtype_size(dtype)), n);
+  const int64_t elements = most.send + std::max(most.send, most.recv) + (spec.needs_scratch ? most.recv : 0);
+  return elements * static_cast<int64_t>(dtype_size(dtype));
+}
+
 void CollectiveBench::set_size(int64_t requested_bytes) {
   counts_ = spec_.counts(requested_bytes, static_cast<int>(dtype_size(dtype_)), size_);
   check(counts_.send <= send_buffer_.numel() && std::max(counts_.send, counts_.recv) <= recv_buffer_.numel(),

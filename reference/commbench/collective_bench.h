@@ -23,6 +23,8 @@ class CollectiveBench {
   // tuned algorithms, what MPI_Allreduce-style loops measure) or `_async` + wait().
   CollectiveBench(Communicator& group, Backend& backend, Collective collective, DType dtype, int64_t max_bytes,
                   bool blocking);
+  // The bytes of those buffers (send, receive, scratch) on each rank of a group of `n`.
+  static int64_t buffer_bytes(Collective collective, DType dtype, int64_t max_bytes, int n);
 
   // Selects the size for the calls that follow (nccl-tests' counts for `requested_bytes`).
   void set_size(int64_t requested_bytes);

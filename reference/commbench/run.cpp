@@ -153,6 +153,25 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
   return outcome;
 }
 
+// Host buffers larger than the machine's free memory: the kernel's OOM killer ended the job with
+// no message (`-b 20G -e 20G` on 2 ranks). Counted: every rank's send, receive and scratch
+// buffers for the largest size of any collective and type, times the ranks on this machine.
+void check_host_memory(const std::vector<CommBenchPlan>& plans, int group_size, const Backend& backend) {
+  if (backend.device() == Device::Cuda) return;  // device memory: the allocation itself says so
+  int64_t per_rank = 0;
+  for (const CommBenchPlan& plan : plans)
+    for (DType dtype : plan.types)
+      per_rank = std::max(per_rank, CollectiveBench::buffer_bytes(plan.collective, dtype, plan.settings.max_bytes,
+                                                                  group_size));
+  const int local_ranks = detect_launch().local_size;
+  const int64_t available = host_memory_available_bytes();
+  const double gib = 1 << 30;
+  check(available < 0 || static_cast<double>(per_rank) * local_ranks <= static_cast<double>(available),
+        "bench comm -e ", plans.front().settings.max_bytes, ": each rank's buffers take ", per_rank / gib, " GiB (send, ",
+        "receive, scratch), ", local_ranks, " rank(s) on this machine ", per_rank * static_cast<double>(local_ranks) / gib,
+        " GiB, and ", available / gib, " GiB are available (MemAvailable): give a smaller -e");
+}
+
 }  // namespace
 
 void run_bench_comm(const CommBenchOptions& options) {
@@ -165,6 +184,7 @@ void run_bench_comm(const CommBenchOptions& options) {
   check_on_every_rank(*world, [&] {
     group = make_group(plans.front(), *world);
     for (const CommBenchPlan& plan : plans) check_plan_for_group(plan, group.comm->size());
+    check_host_memory(plans, group.comm->size(), *backend);
   });
   nlohmann::json results = nlohmann::json::array(), summaries = nlohmann::json::array();
   int64_t failures = 0;

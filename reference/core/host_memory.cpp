@@ -1,5 +1,8 @@
 #include "core/host_memory.h"
 
+#include <fstream>
+#include <string>
+
 #include "core/block_cache.h"
 
 
@@ -13,6 +16,17 @@ Tensor host_alloc(const Shape& shape, DType dtype) {
         shape_str(shape));
   auto release = [padded](void* p) { free_host_block(p, padded); };
   return Tensor(std::make_shared<Storage>(ptr, bytes, Device::Host, release), 0, shape, dtype);
+}
+
+int64_t host_memory_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string name; meminfo >> name;) {
+    int64_t kib = 0;
+    if (!(meminfo >> kib)) break;
+    if (name == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(64, '\n');
+  }
+  return -1;
 }
 
 Tensor host_view(void* data, const Shape& shape, DType dtype) {

@@ -9,6 +9,9 @@
 
 namespace tripod {
 
+// MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping); -1 unknown.
+int64_t host_memory_available_bytes();
+
 // Zero-filled, 64-byte aligned host memory owned by the tensor.
 Tensor host_alloc(const Shape& shape, DType dtype);
 

@@ -511,3 +511,9 @@ def test_a_synthetic_corpus_larger_than_the_free_disk_is_refused_before_writing(
     expect_error("data", "synthetic", "--out", tmp_path / "big", "--vocab-size", 64, "--order", 1,
                  "--tokens", 99999999999999, contains="99999999999999 tokens need 200000 GB of shards, and ")
     assert not (tmp_path / "big").exists() or not any((tmp_path / "big").iterdir())
+
+
+def test_bench_comm_buffers_beyond_the_free_memory_are_refused_before_allocating():
+    # -b 20G -e 20G on 2 ranks was ended by the OOM killer with no message.
+    expect_error("bench", "comm", "all_reduce", "-b", "16384G", "-e", "16384G", "-n", "1", "-w", "0",
+                 contains="bench comm -e 17592186044416: each rank's buffers take 32768 GiB (send, receive, scratch)")
