@@ -110,6 +110,11 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   report.train_tokens = total - report.val_tokens;
   check(report.train_tokens >= 2, "data prepare for ", options.input, ": val_fraction ", options.val_fraction,
         " of ", total, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its successor)");
+  // A fraction so small that it rounds to no held-out tokens made a dataset without validation,
+  // silently ("val tokens 0").
+  check(own_val || options.val_fraction == 0 || report.val_tokens >= 2, "data prepare for ", options.input,
+        ": val_fraction ", options.val_fraction, " of ", total, " tokens gives ", report.val_tokens,
+        " validation tokens (at least 2; or val_fraction 0 for none)");
   invalidate_dataset(options.out_dir);
   staged.publish();
   report.bytes_per_token = static_cast<double>(text.size() + val_text.size()) / static_cast<double>(total);

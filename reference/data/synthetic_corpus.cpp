@@ -169,6 +169,9 @@ SyntheticReport write_synthetic_corpus(const SyntheticOptions& options) {
   check(report.train_tokens >= 2, "synthetic corpus for ", options.out_dir, ": val_fraction ", options.val_fraction,
         " of ", options.tokens, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its ",
         "successor)");
+  check(options.val_fraction == 0 || report.val_tokens >= 2, "synthetic corpus for ", options.out_dir,
+        ": val_fraction ", options.val_fraction, " of ", options.tokens, " tokens gives ", report.val_tokens,
+        " validation tokens (at least 2; or val_fraction 0 for none)");
   check_dataset_folder(options.out_dir, "data synthetic");
   // Before the folder's dataset is touched: a corpus larger than the disk's free space wrote
   // shards until the disk was full (2.2 GB a minute), leaving no dataset at all.

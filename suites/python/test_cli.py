@@ -370,6 +370,9 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     # Wrote a corpus without training tokens, with exit 0.
     (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
       "--val-fraction", "0.9999"], "val_fraction 0.9999 of 1000 tokens leaves 0 for training"),
+    # Made a corpus without validation tokens, silently ("val tokens 0").
+    (["data", "synthetic", "--out", "unused", "--vocab-size", "16", "--order", "1", "--tokens", "1000",
+      "--val-fraction", "1e-300"], "val_fraction 1e-300 of 1000 tokens gives 0 validation tokens (at least 2"),
 ])
 def test_numeric_options_out_of_range_are_named(command, message):
     # Each of these ran (a NaN peak fell back to the device table; an infinite delay restarted at once).
