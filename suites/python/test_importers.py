@@ -369,6 +369,13 @@ def test_tripod_import_command(tmp_path):
     assert f"{path}:{line}: column busbw (out-of-place): expected a number" in bad.stderr
     assert "tripod: error: import nccl-tests" in bad.stderr
 
+    # An interpreter that exits 0 without importing: the earlier file stayed and the import looked done.
+    stale = subprocess.run([str(TRIPOD), "import", "nccl-tests", str(FIXTURES / "nccl_2019_root_column.txt"),
+                            "--collective", "broadcast", "--out", str(out), "--python", "/bin/true"],
+                           capture_output=True, text=True, timeout=60)
+    assert stale.returncode == 1, stale.stderr
+    assert f"/bin/true exited 0 without writing {out}" in stale.stderr, stale.stderr
+
 
 def test_whole_numbers_are_read_exactly_not_through_a_float():
     # A 20-digit size came out as 99999999999999991433150857216 (read through a float).
