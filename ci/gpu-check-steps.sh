@@ -106,6 +106,18 @@ EOF
     [ -z "$missing" ] || problems+=("$name: $(echo "$missing" | tr -s ' \t\n' ' ')")
   done
   if [ -x "$TRIPOD_BIN" ] && has_cuda_backend; then has_cuda=1; fi
+  # The build's identity and the libraries it runs on (commit, OpenBLAS, Open MPI, CUDA runtime and
+  # driver, NCCL), as the binary itself reports them: the record says what was measured.
+  if [ -x "$TRIPOD_BIN" ]; then
+    echo "== tripod --version"
+    if tripod --version >"$STEP_DIR/version.txt" 2>&1; then
+      sed 's/^/    /' "$STEP_DIR/version.txt"
+    elif dry; then
+      echo "note: tripod --version did not start here: $(tail -1 "$STEP_DIR/version.txt")"
+    else
+      problems+=("tripod --version failed: $(tail -1 "$STEP_DIR/version.txt")")
+    fi
+  fi
   # What the CUDA backend loads itself (ldd cannot list it): found now, or a clear probe failure
   # instead of an error at the first CUDA step.
   if [ "$has_cuda" = 1 ]; then

@@ -49,6 +49,9 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     # bf16: its own run where check-backend takes --dtype bf16, else skipped with the reason
     assert steps["dry-check-bf16"]["status"] in ("pass", "skipped")
     assert "DRY RUN" in result.stdout and "PASS" in result.stdout
+    # the probe records the build and its libraries as the binary reports them
+    version = (out / "probe" / "version.txt").read_text()
+    assert version.startswith("tripod ") and "OpenBLAS" in version and "Open MPI" in version, version
     # the plan lists every step with its limit, and each CPU form left its results
     plan = (out / "plan.txt").read_text()
     assert all(name in plan for name in gpu_steps)
