@@ -10,12 +10,19 @@ import pytest
 from tripod_cli import TRIPOD, require_tripod
 
 
-def test_quick_bench_writes_results_and_plots(tmp_path):
+@pytest.fixture(scope="module")
+def quick_bench(tmp_path_factory):
+    """One `tripod bench --quick` run (~30 s on 2 cores), shared by the tests that read it."""
     require_tripod()
-    out = tmp_path / "bench"
+    out = tmp_path_factory.mktemp("quick") / "bench"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "PMIX_"))}
     result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(out)], capture_output=True, text=True,
                             timeout=600, env=env)
+    return out, result
+
+
+def test_quick_bench_writes_results_and_plots(quick_bench):
+    out, result = quick_bench
     assert result.returncode == 0, result.stdout + result.stderr
     for line in ("best busbw all_reduce", "best sgemm", "MFU dp"):
         assert line in result.stdout
@@ -29,6 +36,20 @@ def test_quick_bench_writes_results_and_plots(tmp_path):
         data = (out / "plots" / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000, png
     assert "busbw.png" in (out / "plots" / "index.html").read_text()
+
+
+def test_bench_json_fits_its_schema(quick_bench):
+    """reports/schemas/bench-suite.schema.json: each step's section by a `$ref` to that command's
+    own schema, so an undocumented field inside one (here a comm row) fails as it would there."""
+    from test_output_schemas import validate_with  # skips where python3-jsonschema is missing by hand
+    out, result = quick_bench
+    assert result.returncode == 0, result.stdout + result.stderr
+    bench = json.loads((out / "bench.json").read_text())
+    validate_with("bench-suite", bench)
+    assert {"gemm", "kernels"} <= set(bench) and bench["system"]["quick"] is True
+    bench["comm"]["results"][0]["undocumented"] = 1
+    with pytest.raises(AssertionError, match="undocumented"):
+        validate_with("bench-suite", bench)
 
 
 def test_refuses_to_run_under_mpirun(tmp_path):

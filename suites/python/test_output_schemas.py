@@ -2,7 +2,8 @@
 Schema draft 2020-12): each test produces one output for real, with the smallest arguments that
 still write every kind of record, and validates it. The schemas close their fixed objects
 (additionalProperties: false), so a field added, renamed or retyped without updating its schema
-fails here. Also: every schema is a valid schema, and every schema is used by a test of this file.
+fails here. Also: every schema is a valid schema, and every schema is used by a test of this file
+(or, for the suite's bench.json, of test_bench_suite.py, which already runs the suite).
 
 Needs python3-jsonschema (ci/setup.sh installs it). ~15 s on 2 cores."""
 import json
@@ -114,7 +115,9 @@ def test_every_schema_is_a_valid_draft_2020_12_schema():
 
 def test_every_schema_is_used_by_a_test_here():
     names = {f.name[:-len(".schema.json")] for f in SCHEMAS.glob("*.schema.json")}
-    used = set(re.findall(r'validate(?:_lines)?_with\("([\w-]+)"', Path(__file__).read_text()))
+    # The suite's bench.json is validated where the suite already runs (test_bench_suite.py).
+    sources = Path(__file__).read_text() + (Path(__file__).parent / "test_bench_suite.py").read_text()
+    used = set(re.findall(r'validate(?:_lines)?_with\("([\w-]+)"', sources))
     assert names - used == set(), f"schemas no test validates an output against: {sorted(names - used)}"
     assert used - names == set(), f"tests name schemas that do not exist: {sorted(used - names)}"
 
@@ -296,3 +299,34 @@ def test_golden_check_json(tmp_path, corpus):
     verdict = load(out)
     validate_with("golden-check", verdict)
     assert verdict["verdict"] == "match" and verdict["tensors"]
+
+
+def test_bench_train_json(tmp_path):
+    """The plain trainer, then a padded vocabulary (the distributed trainer on a group of one) under
+    bf16-mixed; each well under a second on the tiny preset."""
+    small = ["-c", "tiny", "--batch", 1, "--seq-len", 8, "--steps", 1, "--gemm-size", 64]
+    tripod("bench", "train", *small, "--set", "model.vocab_size=64", "--json", tmp_path / "plain.json")
+    plain = load(tmp_path / "plain.json")
+    validate_with("bench-train", plain)
+    assert plain["padded_vocab"] == 64 and plain["dtype"] == "fp32" and plain["mfu"] is not None
+    tripod("bench", "train", *small, "--set", "model.vocab_size=60", "--set", "train.dtype=bf16-mixed",
+           "--make-vocab-size-divisible-by", 16, "--json", tmp_path / "padded.json")
+    padded = load(tmp_path / "padded.json")
+    validate_with("bench-train", padded)
+    assert (padded["vocab_multiple"], padded["padded_vocab"], padded["dtype"]) == (16, 64, "bf16-mixed")
+
+
+def test_bench_health_json(tmp_path):
+    """Only where NVML loads (a GPU node); elsewhere the command exits 1 and writes no file, which is
+    checked before the skip."""
+    require_tripod()
+    out = tmp_path / "health.json"
+    result = subprocess.run([str(TRIPOD), "bench", "health", "--samples", "2", "--interval-ms", "10", "--json", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0 and "NVML" in result.stderr:  # not loaded, or it sees no GPU
+        assert result.returncode == 1 and not out.exists(), result.stderr
+        pytest.skip("no NVML here: bench health writes no JSON without a GPU")
+    assert result.returncode == 0, result.stderr
+    health = load(out)
+    validate_with("bench-health", health)
+    assert len(health["readings"]) == 2 * health["gpus"]
