@@ -7,6 +7,7 @@
 
 #include "backend/backend_factory.h"
 #include "comm/self_communicator.h"
+#include "core/build_info.h"
 #include "core/output_file.h"
 #include "data/random_batch.h"
 #include "parallel/tp_vocab.h"
@@ -32,7 +33,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const FlopCount flops = count_flops(config.model, o.seq_len);
   std::printf("tripod bench train: %s, %lld parameters, batch %lld x context %lld, %s, %d threads, backend %s\n",
               o.config.c_str(), static_cast<long long>(flops.n_params_total), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq_len), dtype_name(config.train.dtype).c_str(), omp_get_max_threads(),
+              static_cast<long long>(o.seq_len), precision_name(config.train).c_str(), omp_get_max_threads(),
               backend->name().c_str());
   std::fflush(stdout);
 
@@ -86,15 +87,17 @@ void run_bench_train(const BenchTrainOptions& o) {
   std::printf("  training step / sgemm = %.1f%%  (target >= 50%%)\n", 100 * ratio);
   std::printf("  MFU %s of %.1f TFLOP/s (%s)\n", percent_of_peak_text(achieved, peak).c_str(), peak.flops / 1e12,
               peak.source.c_str());
-  std::printf("  memory: 16 B/param x %lld = %.1f MiB state + %.1f MiB activations = %.1f MiB by hand;\n"
+  // The state as the trainer holds it (a padded vocabulary's rows and bf16-mixed's copies included),
+  // so the sum adds up; "16 B/param x the model's count" did not with either.
+  std::printf("  memory: %.1f MiB state (weights, grads, Adam m and v) + %.1f MiB activations = %.1f MiB by hand;\n"
               "          peak RSS %.1f MiB = that + %.1f MiB (before the model, with the sgemm baseline: %.1f MiB;\n"
               "          OpenBLAS's per-thread work buffers and the program itself)\n",
-              static_cast<long long>(flops.n_params_total), state_bytes / 1048576.0, act_bytes / 1048576.0,
+              state_bytes / 1048576.0, act_bytes / 1048576.0,
               (state_bytes + act_bytes) / 1048576.0, rss / 1048576.0,
               (static_cast<double>(rss) - static_cast<double>(state_bytes + act_bytes)) / 1048576.0,
               baseline_rss / 1048576.0);
   if (!o.json_out.empty()) {
-    nlohmann::json j = {{"benchmark", "train_step"}, {"config", o.config}, {"batch", o.batch},
+    nlohmann::json j = {{"benchmark", "train_step"}, {"build", build_info_json()}, {"config", o.config}, {"batch", o.batch},
                         {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()},
                         {"n_params", flops.n_params_total}, {"median_step_seconds", median_step},
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
