@@ -187,8 +187,17 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["pipeline"] = read_json(out / "pipeline.json");
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
   bench["build"] = build_info_json();
-  bench["system"] = {{"device", cpu_model()}, {"cores", cores}, {"ranks", ranks}, {"quick", o.quick},
-                     {"backend", o.backend}, {"comm", o.comm}};
+  // On a GPU node the CPU's name alone said nothing of what was measured: the GPUs NVML sees too.
+  json gpus = json::array();
+  if (backend_device(o.backend) == Device::Cuda) {
+    const NvmlReader nvml;
+    try {
+      for (int i = 0; nvml.available() && i < nvml.device_count(); ++i) gpus.push_back(nvml.read_index(i).name);
+    } catch (const Error&) {  // a reading NVML refuses: the names are a description, not a result
+    }
+  }
+  bench["system"] = {{"device", cpu_model()}, {"gpus", gpus}, {"cores", cores}, {"ranks", ranks},
+                     {"quick", o.quick}, {"backend", o.backend}, {"comm", o.comm}};
   write_output_file((out / "bench.json").string(), bench.dump(2) + "\n", "the suite's summary");
   return bench;
 }
