@@ -120,10 +120,14 @@ class TrainingRun {
       rank_timer_.step_begin();
       if (parallel_ && world_rank() == options_.slow_rank)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.slow_rank_ms));
-      const StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size), [&](double loss, double norm) {
+      std::optional<double> judged_loss;  // an injected loss fault's value, which the record must show too
+      StepResult r = engine_->train_step(loader.samples(next_sample_, t.batch_size), [&](double loss, double norm) {
         checkpoints_->before_update();
-        return guard_.judge(maybe_inject_loss_fault(engine_->step() + 1, loss), norm);
+        judged_loss = maybe_inject_loss_fault(engine_->step() + 1, loss);
+        return guard_.judge(*judged_loss, norm);
       });
+      // TRIPOD_FAULT=nan-loss recorded the true loss beside "the loss is nan": a script saw both.
+      if (judged_loss) r.loss = *judged_loss;
       next_sample_ += t.batch_size;
       rank_timer_.step_end();
       record_step(r, first_step);

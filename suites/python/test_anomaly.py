@@ -68,6 +68,7 @@ def test_skip_leaves_the_state_exactly_as_it_was(corpus, tmp_path):
     assert "step 3: the loss is nan: update skipped (anomaly 1 of at most 10)" in skipped.stdout
     step3 = [r for r in records(tmp_path / "a.jsonl") if r.get("step") == 2 and "loss" in r]
     assert step3[0]["update"] == "skipped" and step3[0]["anomaly"] == "the loss is nan"
+    assert step3[0]["loss"] is None  # the NaN the guard saw (JSON null); it recorded the true loss beside it
     # Same schedule (train.steps=3), saved after step 2: the skipped step changed nothing.
     ok(train(corpus, "--set", "train.steps=3", "--set", "train.save_every=2", "--set", "train.keep_checkpoints=3",
              "--save", tmp_path / "b"))
@@ -95,7 +96,8 @@ def test_rollback_reloads_the_newest_checkpoint_and_skips_the_bad_batches(corpus
     assert logged_steps(result.stdout) == [1, 2, 3, 4, 5, 5, 6, 7, 8]
     ran = [r for r in records(tmp_path / "m.jsonl") if "loss" in r]
     before = {r["step"]: r["loss"] for r in records(tmp_path / "plain.jsonl") if "loss" in r}
-    assert [r["loss"] for r in ran[:5]] == [before[s] for s in range(5)]  # identical up to the spike
+    assert [r["loss"] for r in ran[:4]] == [before[s] for s in range(4)]  # identical up to the spike
+    assert ran[4]["loss"] == 10 * before[4]  # the spike the guard judged (spike-loss multiplies by 10)
     assert ran[4]["update"] == "rolled back"
     assert {"event": "rollback", "step": 4, "to_step": 4, "next_sample": 48} in records(tmp_path / "m.jsonl")
     manifest, _ = read_checkpoint(tmp_path / "ck")
