@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "perf/nvml_reader.h"
@@ -38,13 +39,16 @@ void run_health(const HealthOptions& o) {
                   h.temperature_c, h.power_w, h.sm_clock_mhz, h.memory_used_mib, h.memory_total_mib, h.energy_joules);
       rows.push_back({{"sample", s}, {"gpu", g}, {"name", h.name}, {"temperature_c", h.temperature_c},
                       {"power_w", h.power_w}, {"sm_clock_mhz", h.sm_clock_mhz}, {"memory_used_mib", h.memory_used_mib},
-                      {"memory_total_mib", h.memory_total_mib}, {"energy_joules", h.energy_joules}});
+                      {"memory_total_mib", h.memory_total_mib},
+                      // null where the GPU has no counter (-1 in GpuHealth), as every output writes "none"
+                      {"energy_joules", h.energy_joules >= 0 ? nlohmann::json(h.energy_joules) : nlohmann::json()}});
     }
   }
   std::fflush(stdout);
   if (!o.json_out.empty()) {
     write_output_file(o.json_out,
-                      nlohmann::json{{"bench", "health"}, {"gpus", gpus}, {"readings", rows}}.dump(1) + "\n",
+                      nlohmann::json{{"benchmark", "health"}, {"build", build_info_json()}, {"gpus", gpus},
+                                     {"readings", rows}}.dump(1) + "\n",
                       "the readings (--json)");
   }
 }

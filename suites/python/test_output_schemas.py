@@ -330,3 +330,21 @@ def test_bench_health_json(tmp_path):
     health = load(out)
     validate_with("bench-health", health)
     assert len(health["readings"]) == 2 * health["gpus"]
+
+
+def test_bench_health_json_through_a_stand_in_nvml(tmp_path):
+    """The whole health path here, without a GPU: NVML loaded from a stand-in library (fixtures/
+    fake_nvml.c: two GPUs, the second without an energy counter), read, printed and written."""
+    require_tripod()
+    library = tmp_path / "libfake-nvml.so"
+    source = Path(__file__).resolve().parent / "fixtures" / "fake_nvml.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    out = tmp_path / "health.json"
+    tripod("bench", "health", "--library", library, "--samples", 2, "--interval-ms", 1, "--json", out)
+    health = load(out)
+    validate_with("bench-health", health)
+    assert health["gpus"] == 2 and len(health["readings"]) == 4
+    first, second = health["readings"][0], health["readings"][1]
+    assert (first["name"], first["temperature_c"], first["power_w"], first["energy_joules"]) == ("Fake GPU 0", 40, 123.456, 5000)
+    assert second["energy_joules"] is None  # no counter: null (it was -1)
+    assert first["memory_total_mib"] == 144 * 1024 and first["memory_used_mib"] == 3 * 1024
