@@ -15,6 +15,7 @@
 #include "comm/world.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/host_cpus.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
 #include "perf/nvml_reader.h"
@@ -176,7 +177,8 @@ int run_steps(const std::vector<Step>& steps, const fs::path& out) {
 }
 
 // Merges the steps' JSON files into bench.json (the CPU's GEMM and kernel steps wrote it directly).
-json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks) {
+// `gpus`: the names NVML gave (run_suite reads them once, with the count it plans the ranks by).
+json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks, const std::vector<std::string>& gpus) {
   json bench = read_json(out / "bench.json");
   if (o.backend == "cuda") {
     bench["gemm_rate"] = read_json(out / "gemm_rate.json");
@@ -188,14 +190,6 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
   bench["build"] = build_info_json();
   // On a GPU node the CPU's name alone said nothing of what was measured: the GPUs NVML sees too.
-  json gpus = json::array();
-  if (backend_device(o.backend) == Device::Cuda) {
-    const NvmlReader nvml;
-    try {
-      for (int i = 0; nvml.available() && i < nvml.device_count(); ++i) gpus.push_back(nvml.read_index(i).name);
-    } catch (const Error&) {  // a reading NVML refuses: the names are a description, not a result
-    }
-  }
   bench["system"] = {{"device", cpu_model()}, {"gpus", gpus}, {"cores", cores}, {"ranks", ranks},
                      {"quick", o.quick}, {"backend", o.backend}, {"comm", o.comm}};
   write_output_file((out / "bench.json").string(), bench.dump(2) + "\n", "the suite's summary");
@@ -215,15 +209,20 @@ void run_suite(const SuiteOptions& o) {
         o.backend, "' (this build has: ", backend_names_text(), ")");
   resolve_comm_kind(o.comm, backend_device(o.backend), o.backend);  // a kind that cannot move its tensors
   const fs::path mpirun = find_program(o.mpirun);
-  const int cores = process::available_cores();
+  const int cores = available_cores();
   const bool cuda = backend_device(o.backend) == Device::Cuda;
   int gpus = -1;
+  std::vector<std::string> gpu_names;  // for bench.json
   if (cuda) {
     const NvmlReader nvml;
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     gpus = visible_gpu_count(nvml.device_count(), nvml.available(), visible);
     check(gpus != 0, "--backend ", o.backend, ": no GPU is visible to this node's ranks (NVML counts ",
           nvml.device_count(), visible ? "; CUDA_VISIBLE_DEVICES='" + std::string(visible) + "'" : "", ")");
+    try {
+      for (int i = 0; i < nvml.device_count(); ++i) gpu_names.push_back(nvml.read_index(i).name);
+    } catch (const Error&) {  // a reading NVML refuses: the names are a description, not a result
+    }
   }
   const SuiteRanks plan = plan_suite_ranks(o.ranks, o.comm, cuda, cores, gpus);
   const int ranks = plan.ranks;
@@ -239,7 +238,7 @@ void run_suite(const SuiteOptions& o) {
 
   const int failed =
       run_steps(plan_steps(planned, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
-  print_summary(merge_results(out, planned, cores, ranks));
+  print_summary(merge_results(out, planned, cores, ranks, gpu_names));
   // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
       "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},

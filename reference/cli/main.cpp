@@ -11,9 +11,9 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_cpus.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
-#include "process/child_process.h"
 
 namespace tripod::cli {
 
@@ -105,7 +105,7 @@ void refuse_empty_values(CLI::App& app) {
 void check_omp_num_threads() {
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (env == nullptr || *env == '\0') return;
-  const int cores = tripod::process::available_cores();
+  const int cores = tripod::available_cores();
   const int most = std::max(256, 16 * cores);
   tripod::check(omp_get_max_threads() <= most, "OMP_NUM_THREADS=", env, " asks for ", omp_get_max_threads(),
                 " threads, and this process may use ", cores, " CPU(s) (at most ", most,

@@ -63,18 +63,23 @@ CollectiveBench::CollectiveBench(Communicator& group, Backend& backend, Collecti
                                  int64_t max_bytes, bool blocking)
     : group_(group), backend_(backend), spec_(collective_spec(collective)), dtype_(dtype), blocking_(blocking),
       rank_(group.rank()), size_(group.size()) {
-  const CollectiveCounts most = spec_.counts(max_bytes, static_cast<int>(dtype_size(dtype)), size_);
+  const BufferElements most = buffer_elements(spec_, dtype, max_bytes, size_);
   send_buffer_ = backend.alloc({most.send}, dtype);
-  recv_buffer_ = backend.alloc({std::max(most.send, most.recv)}, dtype);  // in place: the whole input fits
-  scratch_buffer_ = backend.alloc({spec_.needs_scratch ? most.recv : 0}, dtype);
+  recv_buffer_ = backend.alloc({most.recv}, dtype);
+  scratch_buffer_ = backend.alloc({most.scratch}, dtype);
   set_size(max_bytes);
 }
 
-int64_t CollectiveBench::buffer_bytes(Collective collective, DType dtype, int64_t max_bytes, int n) {
-  const CollectiveSpec& spec = collective_spec(collective);
+CollectiveBench::BufferElements CollectiveBench::buffer_elements(const CollectiveSpec& spec, DType dtype,
+                                                                 int64_t max_bytes, int n) {
   const CollectiveCounts most = spec.counts(max_bytes, static_cast<int>(dtype_size(dtype)), n);
-  const int64_t elements = most.send + std::max(most.send, most.recv) + (spec.needs_scratch ? most.recv : 0);
-  return elements * static_cast<int64_t>(dtype_size(dtype));
+  return {most.send, std::max(most.send, most.recv),  // in place: the whole input fits the receive buffer
+          spec.needs_scratch ? most.recv : 0};
+}
+
+int64_t CollectiveBench::buffer_bytes(Collective collective, DType dtype, int64_t max_bytes, int n) {
+  const BufferElements b = buffer_elements(collective_spec(collective), dtype, max_bytes, n);
+  return (b.send + b.recv + b.scratch) * static_cast<int64_t>(dtype_size(dtype));
 }
 
 void CollectiveBench::set_size(int64_t requested_bytes) {

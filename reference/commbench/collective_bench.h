@@ -38,6 +38,11 @@ class CollectiveBench {
   bool corrupt_result(const CollectiveCall& call);
 
  private:
+  struct BufferElements {
+    int64_t send, recv, scratch;
+  };
+  // What the constructor allocates and buffer_bytes counts: one rule for both.
+  static BufferElements buffer_elements(const CollectiveSpec& spec, DType dtype, int64_t max_bytes, int n);
   CallContext context(const CollectiveCall& call) const;
   const Tensor& view(Buffer buffer) const { return views_[static_cast<int>(buffer)]; }
 

@@ -1,7 +1,6 @@
 #include "perf/device_peak.h"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/host_cpus.h"
 #include "perf/cpu_clock.h"
 
 namespace tripod {
@@ -38,11 +38,8 @@ PeakFlops nominal_cpu_peak(DType dtype) {
   if (dtype == DType::F64) per_cycle /= 2;
   // Threads beyond the CPUs this process may run on add no FLOPs: OMP_NUM_THREADS=1000 on 2 cores
   // made the peak 500x too large and the MFU 0.00%.
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cpus = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : omp_get_max_threads();
   const int threads = omp_get_max_threads();
-  const int cores = std::min(threads, std::max(1, cpus));
+  const int cores = std::min(threads, available_cores());
   // The faster of the two clocks: cpuinfo's can be a fixed base clock (perf/cpu_clock.h), the
   // measured one a core slowed by a busy machine.
   const double measured_mhz = measured_cpu_clock_mhz();

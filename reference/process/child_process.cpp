@@ -1,12 +1,11 @@
 #include "process/child_process.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -19,14 +18,6 @@ namespace tripod::process {
 namespace fs = std::filesystem;
 
 fs::path self_executable() { return fs::read_symlink("/proc/self/exe"); }
-
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? static_cast<int>(online) : 1;
-}
 
 pid_t spawn_logged(const fs::path& executable, const std::vector<std::string>& args, const fs::path& log,
                    const std::map<std::string, std::string>& env) {

@@ -14,9 +14,6 @@ namespace tripod::process {
 // The path of the running executable (/proc/self/exe resolved).
 std::filesystem::path self_executable();
 
-// Number of cores this process may run on (its CPU affinity mask).
-int available_cores();
-
 // Starts `executable args...` with stdout and stderr appended to `log`, stdin from /dev/null and
 // `env` overriding the inherited environment. Returns the child's pid.
 pid_t spawn_logged(const std::filesystem::path& executable, const std::vector<std::string>& args,

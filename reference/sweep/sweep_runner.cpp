@@ -15,6 +15,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
 #include "core/error.h"
+#include "core/host_cpus.h"
 #include "process/child_process.h"
 #include "sweep/run_record.h"
 #include "sweep/sweep_progress.h"
