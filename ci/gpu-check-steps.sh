@@ -318,6 +318,17 @@ step_gtest() {
   fi
 }
 
+# $WORK/tripod-run: tripod as one executable for a tool that starts it (compute-sanitizer, ncu),
+# which itself runs with the node's libraries; only tripod gets the bundle's (through exec).
+write_tripod_wrapper() {
+  if [ -n "$TRIPOD_LOADER" ]; then
+    printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$TRIPOD_LOADER" "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
+  else
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
+  fi
+  chmod +x "$WORK/tripod-run"
+}
+
 find_sanitizer() {
   local c
   for c in "$(command -v compute-sanitizer || true)" /usr/local/cuda/bin/compute-sanitizer \
@@ -330,13 +341,7 @@ find_sanitizer() {
 step_sanitizer() {
   local sanitizer
   sanitizer=$(find_sanitizer) || skip "compute-sanitizer not found"
-  # The sanitizer runs with the node's libraries; only tripod gets the bundle's (through exec).
-  if [ -n "$TRIPOD_LOADER" ]; then
-    printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$TRIPOD_LOADER" "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
-  else
-    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$TRIPOD_LIBS" "$TRIPOD_BIN" >"$WORK/tripod-run"
-  fi
-  chmod +x "$WORK/tripod-run"
+  write_tripod_wrapper
   # One memcheck run over every family's small cases: each run of its own paid the sanitizer's,
   # CUDA's and cuBLASLt's start-up again (8 of them rarely fitted the step). A run the step's
   # time cuts short measured part of it: that is "unrun" (the verdict INCOMPLETE), not a pass.
@@ -359,6 +364,40 @@ step_sanitizer() {
     124|137) incomplete "memcheck ran out of the step's ${limit} s after ${rows:-0} cases" ;;
     *) echo "FAILED: exit $rc (memcheck.log)"; exit 1 ;;
   esac
+}
+
+find_ncu() {
+  local c
+  for c in "$(command -v ncu || true)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
+step_profile() {
+  # Where bench-train's step spends its device time, kernel by kernel: Nsight Compute times each
+  # kernel of one warm-up and one timed step (one metric, one pass a kernel; clocks and caches
+  # left as they are), reports/kernel_profile.py sums them by name per step.
+  local ncu rc=0 limit=$((STEP_LIMIT - 10))
+  ncu=$(find_ncu) || skip "ncu (Nsight Compute) not found"
+  write_tripod_wrapper
+  echo "== $ncu over tripod bench train --steps 1, gpt2-124m $GPT2_PRECISION B${GPT2_BATCH}xT${GPT2_SEQ} (limit ${limit} s)"
+  timeout -k 3 "$limit" "$ncu" --metrics gpu__time_duration.sum --csv --print-kernel-base function \
+      --cache-control none --clock-control none --target-processes all --log-file "$STEP_DIR/ncu.csv" \
+      "$WORK/tripod-run" bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
+      --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" --steps 1 --gemm-size 256 >"$STEP_DIR/train.log" 2>&1 || rc=$?
+  tail -4 "$STEP_DIR/train.log"
+  grep -m3 '==ERROR==\|==WARNING==' "$STEP_DIR/ncu.csv" || true
+  if grep -qiE 'ERR_NVGPUCTRPERM|LibraryNotLoaded|not supported' "$STEP_DIR/ncu.csv"; then
+    skip "ncu cannot profile here: $(grep -iE -m1 'ERR_NVGPUCTRPERM|LibraryNotLoaded|not supported' "$STEP_DIR/ncu.csv")"
+  fi
+  case $rc in
+    0) ;;
+    124|137) incomplete "ncu ran out of the step's ${limit} s" ;;
+    *) echo "FAILED: exit $rc (train.log, ncu.csv)"; exit 1 ;;
+  esac
+  "$PY" "$ROOT/reports/kernel_profile.py" "$STEP_DIR/ncu.csv" --steps 2 --json "$STEP_DIR/profile.json" \
+      --key "$STEP_DIR/key.txt"
 }
 
 # ---- several ranks (issue: NCCL, staged communicator) ----

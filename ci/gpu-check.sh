@@ -46,6 +46,8 @@
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
+#   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
+#                summed per step (reports/kernel_profile.py); skipped where ncu is missing or refused
 #   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
 #                sockets only; skipped with NCCL's words where it still refuses. Last: the most
 #                likely to be refused or to hang, so it can cost nothing of the rest
@@ -102,6 +104,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$OUT_DIR" ] || usage
+# The training and golden steps read the corpus that `data` writes: --only brings it along (a run of
+# `--only train-fp32` failed with "data directory ... does not exist").
+if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-rerun|golden), ]] &&
+   [[ "$ONLY" != *",data,"* ]]; then
+  ONLY="${ONLY}data,"
+  echo "gpu-check: --only adds step data (the training and golden steps read its corpus)"
+fi
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 [ -z "$EXPORT_DIR" ] || { mkdir -p "$EXPORT_DIR" && EXPORT_DIR=$(cd "$EXPORT_DIR" && pwd); }
@@ -172,6 +181,7 @@ PLAN=(
   "bench-train 120 1 1"
   "peer 90 1 1"
   "sanitizer 90 1 0"
+  "profile 120 1 0"
   "nccl-socket-conform 60 1 0"
 )
 # A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit, fails,
@@ -201,7 +211,7 @@ summarise_and_export() {  # quiet|loud [pending step names, comma-separated]; re
   [ "$1" = quiet ] || cat "$OUT_DIR/summary.txt"
   if [ -n "$EXPORT_DIR" ]; then
     mkdir -p "$EXPORT_DIR"
-    tar -C "$OUT_DIR" --exclude=./work -czf "$EXPORT_DIR/gpu-check.tar.gz.new" . &&
+    tar -C "$OUT_DIR" --exclude=./work --exclude='*.safetensors' --exclude='*.npy' --exclude=ncu.csv -czf "$EXPORT_DIR/gpu-check.tar.gz.new" . &&
         mv "$EXPORT_DIR/gpu-check.tar.gz.new" "$EXPORT_DIR/gpu-check.tar.gz"
     cp "$OUT_DIR/summary.json" "$OUT_DIR/summary.txt" "$EXPORT_DIR/" 2>/dev/null || true
     [ "$1" = quiet ] || echo "exported: $EXPORT_DIR/{summary.json,summary.txt,gpu-check.tar.gz}"

@@ -133,6 +133,24 @@ def test_steps_the_budget_leaves_no_time_for_make_the_run_incomplete_not_green(t
     assert (tmp_path / "export" / "summary.json").exists()
 
 
+def test_only_brings_the_corpus_and_the_export_leaves_out_parameter_files(tmp_path):
+    # --only train-fp32 without data failed on a GPU ("data directory ... does not exist"); and the
+    # export came back over the device tool's 16 MiB per file with the golden step's weights in it
+    out, export = tmp_path / "only", tmp_path / "export"
+    result = gpu_check(out, "--dry-run", "--only", "train-fp32,golden", "--export", export)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "--only adds step data" in result.stdout
+    steps = {x["name"]: x["status"] for x in summary(out)["steps"]}
+    assert steps["data"] == steps["dry-train-fp32"] == steps["dry-golden"] == "pass", steps
+    assert list(out.glob("dry-golden/**/*.safetensors"))  # they stay in the results folder
+    import tarfile
+    with tarfile.open(export / "gpu-check.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith("compare.json") for n in names) and any("dry-golden" in n for n in names), names
+    assert not [n for n in names if n.endswith((".safetensors", ".npy"))]
+    assert (export / "gpu-check.tar.gz").stat().st_size < 2 << 20
+
+
 def test_missing_binaries_fail_the_probe(tmp_path):
     empty = tmp_path / "empty-build"
     (empty / "reference").mkdir(parents=True)
