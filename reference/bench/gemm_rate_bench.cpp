@@ -13,15 +13,15 @@
 namespace tripod::bench {
 using nlohmann::json;
 
-std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens) {
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab) {
   struct Layer {
     const char* name;
     int64_t in, out;
     int per_step;
   };
-  // GPT-2 124M: d_model 768, d_ff 3072, 12 layers, vocabulary 50257 (the tied LM head: wte [V, C]).
+  // GPT-2 124M: d_model 768, d_ff 3072, 12 layers, vocabulary V (the tied LM head: wte [V, C]).
   const Layer layers[] = {{"qkv", 768, 2304, 12}, {"attn_proj", 768, 768, 12}, {"fc", 768, 3072, 12},
-                          {"fc_proj", 3072, 768, 12}, {"lm_head", 768, 50257, 1}};
+                          {"fc_proj", 3072, 768, 12}, {"lm_head", 768, vocab, 1}};
   std::vector<GemmCase> cases;
   for (const Layer& l : layers) {
     const std::string name = l.name;
@@ -111,12 +111,13 @@ void run_gemm_rate(const GemmRateOptions& o) {
   const DType ab = parse_gemm_dtype(o.dtype);
   check(o.shapes.empty() || o.shapes == "gpt2", "gemm-rate: --shapes knows only gpt2, not '", o.shapes, "'");
   check(o.tokens > 0, "gemm-rate: --tokens must be positive, got ", o.tokens);
+  check(o.vocab > 0, "gemm-rate: --vocab must be positive, got ", o.vocab);
   check(o.min_time_ms >= 0, "gemm-rate: --min-time-ms must not be negative");
   std::vector<int64_t> sizes = o.sizes;
   if (sizes.empty() && o.shapes.empty()) sizes = {1024, 4096, 8192};
   std::vector<GemmCase> cases = square_gemm_cases(sizes);
   if (o.shapes == "gpt2")
-    for (GemmCase& g : gpt2_gemm_cases(o.tokens)) cases.push_back(std::move(g));
+    for (GemmCase& g : gpt2_gemm_cases(o.tokens, o.vocab)) cases.push_back(std::move(g));
 
   auto backend = make_backend(o.backend);
   const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0 ? backend_peak(backend->name(), ab, o.peak_tflops)
@@ -145,7 +146,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
   json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend->name()},
             {"dtype", dtype_name(ab)}, {"c_dtype", dtype_name(c_dtype_for(ab))},
             {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
-            {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens},
+            {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens}, {"vocab", o.vocab},
             {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},
                       {"precision", peak_precision_name(gemm_peak_precision(ab))}, {"source", peak.source}}},
             {"results", json::array()}, {"gpt2_step", step}};

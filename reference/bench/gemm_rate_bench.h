@@ -22,6 +22,7 @@ struct GemmRateOptions {
   std::vector<int64_t> sizes;      // squares n x n x n
   std::string shapes;              // "" or "gpt2"
   int64_t tokens = 8192;           // B*T rows of the GPT-2 activations
+  int64_t vocab = 50257;           // the LM head's width (50304: padded as Megatron-LM and llm.c train it)
   int repeat = 10;
   double min_time_ms = 5;          // the shortest timed region
   double peak_tflops = 0;          // > 0: a stated peak instead of the table's
@@ -44,9 +45,9 @@ struct GemmCase {
 
 // GPT-2 124M's layer GEMMs for `tokens` rows, as model/linear.cpp calls them: for each of qkv
 // (768->2304), attn proj (768->768), fc (768->3072), fc proj (3072->768) and the LM head
-// (768->50257) the forward (x W^T), the input gradient (dY W) and the weight gradient
+// (768->vocab) the forward (x W^T), the input gradient (dY W) and the weight gradient
 // (dY^T x, accumulated: beta 1).
-std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens);
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab = 50257);
 std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes);
 
 struct GemmTiming {

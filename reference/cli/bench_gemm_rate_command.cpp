@@ -17,6 +17,8 @@ void add_bench_gemm_rate_command(CLI::App& bench) {
       ->delimiter(',');
   cmd->add_option("--shapes", o->shapes, "gpt2: GPT-2 124M's layer GEMMs (forward, dX, dW) for --tokens rows");
   cmd->add_option("--tokens", o->tokens, "B*T rows of the GPT-2 shapes")->capture_default_str();
+  cmd->add_option("--vocab", o->vocab, "the LM head's width in the GPT-2 shapes (50304: padded to a multiple of 128)")
+      ->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed regions per GEMM (median and best reported)")->capture_default_str();
   cmd->add_option("--min-time-ms", o->min_time_ms, "shortest timed region: small GEMMs run several times in one")
       ->capture_default_str();

@@ -50,6 +50,16 @@ def test_squares_and_gpt2_shapes_with_their_flops_and_the_step_aggregate(tmp_pat
     assert step["flops"] == pytest.approx(sum(r["per_step"] * r["flops_per_gemm"] for r in gpt2.values()))
     assert step["seconds"] == pytest.approx(sum(r["per_step"] * r["median_seconds"] for r in gpt2.values()))
     assert j["peak"]["known"] and "nominal CPU peak" in j["peak"]["source"]
+    assert j["vocab"] == 50257
+
+
+def test_the_lm_head_takes_the_vocabulary_given(tmp_path):
+    # GPT-2's 50257 against the 50304 that Megatron-LM and llm.c pad it to: a GPU's GEMMs can differ
+    result, j = gemm_rate(tmp_path, "--backend", "cpu", "--dtype", "fp32", "--shapes", "gpt2", "--tokens", 4,
+                          "--vocab", 96)
+    assert result.returncode == 0, result.stderr
+    lm = {r["name"]: r for r in j["results"] if r["name"].startswith("lm_head")}
+    assert (lm["lm_head fwd"]["n"], lm["lm_head dX"]["k"], lm["lm_head dW"]["m"], j["vocab"]) == (96, 96, 96, 96)
 
 
 @pytest.mark.parametrize("dtype,c_dtype,accumulate", [("bf16", "fp32", "fp32"), ("fp64", "fp64", "fp64")])
@@ -89,6 +99,7 @@ def test_a_stated_peak_wins(tmp_path):
     (["--dtype", "int32"], "dtype"),
     (["--shapes", "llama"], "--shapes knows only gpt2"),
     (["--sizes", "0"], "--sizes must be positive"),
+    (["--shapes", "gpt2", "--vocab", "0"], "--vocab must be positive"),
     (["--repeat", "0", "--sizes", "16"], "--repeat must be at least 1"),
     (["--backend", "nosuch"], "nosuch"),
 ])
