@@ -239,6 +239,22 @@ TEST(GemmLayout, AlignmentIsTheLowestPowerOfTwoOfAddressAndLeadingDimensionCappe
   EXPECT_EQ(lt.c_layout.alignment_bytes, 8u);   // 6 * 4 bytes = 24
 }
 
+TEST(GemmLayout, PaddedLeadingDimensionsKeepEveryRowAtA16ByteBoundary) {
+  EXPECT_EQ(padded_leading_dimension(50257, 2), 50264);  // GPT-2's vocabulary, bf16: 8 a boundary
+  EXPECT_EQ(padded_leading_dimension(50257, 4), 50260);  // fp32: 4 a boundary
+  EXPECT_EQ(padded_leading_dimension(768, 2), 768);      // already aligned: unchanged
+  EXPECT_EQ(padded_leading_dimension(1, 8), 2);
+  EXPECT_EQ(padded_leading_dimension(0, 2), 0);
+  EXPECT_EQ(padded_leading_dimension(5, 16), 5);  // 16-byte elements align anyway
+  for (int64_t len = 1; len < 70; ++len)
+    for (std::size_t bytes : {2u, 4u, 8u}) {
+      const int64_t ld = padded_leading_dimension(len, bytes);
+      EXPECT_GE(ld, len);
+      EXPECT_LT(ld - len, static_cast<int64_t>(16 / bytes));
+      EXPECT_GE(gemm_alignment_bytes(reinterpret_cast<const void*>(0x1000), ld, bytes), kTensorCoreAlignmentBytes);
+    }
+}
+
 TEST(GemmLayout, WorkFollowsTheSizesAsOpenBlasDoes) {
   double buf[64] = {};
   auto work = [&](int64_t m, int64_t n, int64_t k, double beta) {

@@ -73,25 +73,36 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
 // fp32 GEMMs under the bf16-mixed policy (Fp32Matmul::Bf16Operands): the CPU rounds the operands
 // and multiplies exactly in fp32, a GPU runs a bf16 tensor-core GEMM; both sum in fp32.
 void add_bf16_operand_cases(CaseList& cases) {
-  for (int t = 0; t < 4; ++t) {
-    const bool ta = t & 1, tb = t & 2;
-    const std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " fp32 bf16-operands";
-    cases.add(name, DType::F32, dims({96, 80, 768}), [=](Backend& be) {
-      Inputs in(be, DType::F32, kSeed + 20 + t);
-      const int64_t m = 96, n = 80, k = 768;
-      Tensor a = in.normal({ta ? k : m, ta ? m : k}, 1.0), b = in.normal({tb ? n : k, tb ? k : n}, 0.02);
-      Tensor c = in.normal({m, n}, 1.0);
-      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-      try {
-        be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, 1.0, c, n, DType::F32);
-      } catch (...) {
+  // Aligned sizes, and odd ones as GPT-2's LM head has (vocabulary 50257): every size odd, so a GPU
+  // zero-pads the operands' copies and computes C in an aligned scratch (with beta = 0 too, where
+  // C's old contents must not be read); and only k odd (the head's input gradient), where C is
+  // written in place but the product runs over the padded k.
+  struct Shape {
+    int64_t m, n, k;
+    const char* tag;
+  };
+  for (const Shape& sh : {Shape{96, 80, 768, ""}, Shape{97, 257, 131, " odd-ld"}, Shape{64, 80, 131, " odd-k"}})
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const double beta = sh.tag[0] != 0 && t == 0 ? 0.0 : 1.0;
+      const std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " fp32 bf16-operands" +
+                               sh.tag + (beta == 0.0 ? " beta0" : "");
+      cases.add(name, DType::F32, dims({sh.m, sh.n, sh.k}), [=](Backend& be) {
+        Inputs in(be, DType::F32, kSeed + 20 + t);
+        const int64_t m = sh.m, n = sh.n, k = sh.k;
+        Tensor a = in.normal({ta ? k : m, ta ? m : k}, 1.0), b = in.normal({tb ? n : k, tb ? k : n}, 0.02);
+        Tensor c = in.normal({m, n}, 1.0);
+        be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+        try {
+          be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, beta, c, n, DType::F32);
+        } catch (...) {
+          be.set_fp32_matmul(Fp32Matmul::Exact);
+          throw;
+        }
         be.set_fp32_matmul(Fp32Matmul::Exact);
-        throw;
-      }
-      be.set_fp32_matmul(Fp32Matmul::Exact);
-      return std::vector<Output>{output(be, "c", c)};
-    });
-  }
+        return std::vector<Output>{output(be, "c", c)};
+      });
+    }
 }
 
 void add_conversion_cases(CaseList& cases) {

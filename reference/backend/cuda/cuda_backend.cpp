@@ -211,22 +211,49 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   const bool fp32 = a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32;
   if (fp32 && fp32_matmul() == Fp32Matmul::Bf16Operands && m > 0 && n > 0 && k > 0) {
     // The bf16-mixed policy: A and B rounded to bf16 into scratch, then a bf16 tensor-core GEMM
-    // accumulating in fp32 into the fp32 C.
-    const void* a16 = bf16_copy(a, a_span, scratch_a_);
-    const void* b16 = bf16_copy(b, b_span, scratch_b_);
-    return cuda::gemm(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, DType::BF16, beta, raw(c, "gemm"), ldc,
-                      DType::F32, DType::F32, false, ctx_);
+    // accumulating in fp32 into the fp32 C. cuBLASLt's fast kernels want 16-byte aligned rows
+    // and sizes (gemm_layout.h): the copies are made so, m, n and k zero-padded to a multiple of 8
+    // (zeros add nothing to a sum); C is computed in an aligned scratch where it is not so.
+    const int64_t mp = cuda::padded_leading_dimension(m, sizeof(bf16));
+    const int64_t np = cuda::padded_leading_dimension(n, sizeof(bf16));
+    const int64_t kp = cuda::padded_leading_dimension(k, sizeof(bf16));
+    int64_t lda16 = 0, ldb16 = 0;
+    const void* a16 = bf16_copy(a, {trans_a ? k : m, trans_a ? m : k, lda, a_span}, trans_a ? kp : mp,
+                                trans_a ? mp : kp, scratch_a_, lda16);
+    const void* b16 = bf16_copy(b, {trans_b ? n : k, trans_b ? k : n, ldb, b_span}, trans_b ? np : kp,
+                                trans_b ? kp : np, scratch_b_, ldb16);
+    float* c32 = ptr<float>(c, "gemm");
+    if (mp == m && np == n && cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes)
+      return cuda::gemm(trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, c32, ldc,
+                        DType::F32, DType::F32, false, ctx_);
+    float* padded = grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]: np aligns fp32 too
+    if (beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, padded, np, m, n, ctx_);
+    cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, padded, np, DType::F32,
+               DType::F32, false, ctx_);
+    cuda::convert_2d<float, float>(padded, np, m, n, c32, ldc, m, n, ctx_);
+    return;
   }
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
              raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands, ctx_);
 }
 
-const void* CudaBackend::bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch) {
+const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,
+                                   int64_t row_length_padded, Tensor& scratch, int64_t& ld_copy) {
   // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the
   // first step. Work on the one stream is ordered, so a GEMM still reading the old contents
   // finishes before the next conversion overwrites them.
-  grown(scratch, elements, DType::BF16);
-  cuda::convert<float, bf16>(ptr<float>(x, "gemm"), scratch.device_data<bf16>(), elements, ctx_);
+  const float* src = ptr<float>(x, "gemm");
+  if (rows_padded == stored.rows && row_length_padded == stored.row_length &&
+      cuda::gemm_alignment_bytes(nullptr, stored.ld, sizeof(bf16)) >= cuda::kTensorCoreAlignmentBytes) {
+    ld_copy = stored.ld;  // the span as it lies, ld padding included: one contiguous conversion
+    grown(scratch, stored.span, DType::BF16);
+    cuda::convert<float, bf16>(src, scratch.device_data<bf16>(), stored.span, ctx_);
+  } else {
+    ld_copy = cuda::padded_leading_dimension(row_length_padded, sizeof(bf16));
+    grown(scratch, rows_padded * ld_copy, DType::BF16);
+    cuda::convert_2d<float, bf16>(src, stored.ld, stored.rows, stored.row_length, scratch.device_data<bf16>(), ld_copy,
+                                  rows_padded, ld_copy, ctx_);
+  }
   return scratch.device_raw();
 }
 

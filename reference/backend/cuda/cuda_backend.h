@@ -98,8 +98,16 @@ class CudaBackend final : public Backend {
  private:
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
   void* pool_alloc(std::size_t bytes, const Shape& shape);  // `bytes` from the pool, or an error naming `shape`
-  // The first `elements` of fp32 x rounded to bf16 in `scratch` (grown to fit); its device address.
-  const void* bf16_copy(const Tensor& x, int64_t elements, Tensor& scratch);
+  // A row-major operand as the caller stores it: [rows, row_length] with leading dimension ld,
+  // spanning `span` elements.
+  struct StoredMatrix {
+    int64_t rows, row_length, ld, span;
+  };
+  // fp32 x rounded to bf16 in `scratch` (grown to fit) as a [rows_padded, row_length_padded]
+  // matrix with 16-byte aligned rows, zeros past x's own (ld_copy: its leading dimension, x's own
+  // where nothing needs padding); its device address.
+  const void* bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded, int64_t row_length_padded,
+                        Tensor& scratch, int64_t& ld_copy);
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.
@@ -117,6 +125,7 @@ class CudaBackend final : public Backend {
   CudaContext ctx_;
   std::shared_ptr<DeviceMemory> counters_ = std::make_shared<DeviceMemory>();
   Tensor scratch_a_, scratch_b_;  // bf16 operands of fp32 GEMMs under Fp32Matmul::Bf16Operands
+  Tensor scratch_c_;              // their fp32 C where the caller's rows are not 16-byte aligned
   Tensor score_grads_;            // attention backward's B*H*T*T score gradients
   Tensor attention_scratch_;      // attention's head-major copies of qkv, out/dout and dqkv (7*B*T*C)
 };

@@ -47,6 +47,12 @@ uint32_t gemm_alignment_bytes(const void* address, int64_t ld, std::size_t eleme
   return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
 }
 
+int64_t padded_leading_dimension(int64_t row_length, std::size_t element_bytes) {
+  const auto per_boundary = static_cast<int64_t>(kTensorCoreAlignmentBytes / element_bytes);
+  if (per_boundary <= 1) return row_length;  // elements of 16 bytes or more: any length aligns
+  return (row_length + per_boundary - 1) / per_boundary * per_boundary;
+}
+
 int64_t gemm_operand_span(int64_t rows, int64_t row_length, int64_t ld) {
   return rows == 0 || row_length == 0 ? 0 : (rows - 1) * ld + row_length;
 }

@@ -44,6 +44,21 @@ struct ConvertOp {
   __device__ void operator()(int64_t i) const { dst[i] = convert_element<From, To>(src[i]); }
 };
 
+template <typename From, typename To>
+struct Convert2dOp {  // a warp per row of dst (launch_warp_rows): no index division per element
+  const From* src;
+  int64_t ld_src, rows, cols;
+  To* dst;
+  int64_t ld_dst, cols_dst;
+  __device__ void operator()(int64_t row, int lane) const {
+    const From* in = src + row * ld_src;
+    To* out = dst + row * ld_dst;
+    const int64_t inside = row < rows ? cols : 0;
+    for (int64_t c = lane; c < cols_dst; c += kWarpSize)
+      out[c] = c < inside ? convert_element<From, To>(in[c]) : convert_element<float, To>(0.0f);
+  }
+};
+
 template <typename T>
 struct AddOp {
   T* out;  // may alias a or b: each element is read before it is written, by the same thread
@@ -145,6 +160,17 @@ void convert(const From* src, To* dst, int64_t n, const CudaContext& ctx) {
   launch_elementwise(ConvertOp<From, To>{src, dst}, n, ctx, "convert");
 }
 
+template <typename From, typename To>
+void convert_2d(const From* src, int64_t ld_src, int64_t rows, int64_t cols, To* dst, int64_t ld_dst,
+                int64_t rows_dst, int64_t cols_dst, const CudaContext& ctx) {
+  check(rows >= 0 && cols >= 0 && ld_src >= cols && rows_dst >= rows && cols_dst >= cols && ld_dst >= cols_dst,
+        "convert_2d: [", rows, ", ", cols, "] (leading dimension ", ld_src, ") into [", rows_dst, ", ", cols_dst,
+        "] (leading dimension ", ld_dst, ")");
+  if (cols_dst == 0) return;
+  launch_warp_rows(Convert2dOp<From, To>{src, ld_src, rows, cols, dst, ld_dst, cols_dst}, rows_dst, ctx,
+                   "convert_2d");
+}
+
 template <typename T>
 void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx) {
   check_size(n, "add");
@@ -212,6 +238,10 @@ TRIPOD_CONVERT(double, bf16)
 TRIPOD_CONVERT(bf16, float)
 TRIPOD_CONVERT(bf16, double)
 #undef TRIPOD_CONVERT
+template void convert_2d<float, bf16>(const float*, int64_t, int64_t, int64_t, bf16*, int64_t, int64_t, int64_t,
+                                      const CudaContext&);
+template void convert_2d<float, float>(const float*, int64_t, int64_t, int64_t, float*, int64_t, int64_t, int64_t,
+                                       const CudaContext&);
 
 #define TRIPOD_INSTANTIATE(T)                                                                                   \
   template void add<T>(T*, const T*, const T*, int64_t, const CudaContext&);                                   \

@@ -14,6 +14,13 @@ void fill(T* x, int64_t n, double value, const CudaContext& ctx);
 // fp32 <-> fp64 <-> bf16, round to nearest even (core/bf16.h's rules, fp64 -> bf16 via round-to-odd).
 template <typename From, typename To>
 void convert(const From* src, To* dst, int64_t n, const CudaContext& ctx);
+// The same over a [rows, cols] matrix between leading dimensions (From == To: a strided copy),
+// into dst [rows_dst, cols_dst] (rows_dst >= rows, ld_dst >= cols_dst >= cols): dst[r, c] = src[r, c]
+// inside [rows, cols], 0 in the rest of dst's [rows_dst, cols_dst] (zero padding); columns past
+// cols_dst are left as they are. rows_dst = rows, cols_dst = cols: an exact copy.
+template <typename From, typename To>
+void convert_2d(const From* src, int64_t ld_src, int64_t rows, int64_t cols, To* dst, int64_t ld_dst,
+                int64_t rows_dst, int64_t cols_dst, const CudaContext& ctx);
 template <typename T>
 void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx);  // out may alias a or b
 template <typename T>
