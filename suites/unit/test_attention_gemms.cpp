@@ -55,18 +55,25 @@ void run(const RowMajorGemm& call) {
   testing::column_major_reference<T>(lt);
 }
 
-// attention.cu's copies between token-major [B,T,parts*C] and head-major [parts][B*H][T][hd].
+// attention.cu's copies between token-major [B,T,parts*C] and head-major [parts][B*H][T][hd], as
+// its kernel indexes them: row r of hd elements starts at r*hd head-major and at
+// hd * token_major_index(r) of one-element rows token-major.
+inline int64_t token_major_row_start(int64_t row, const Shape& s, int64_t parts) {
+  return s.head_dim * kernels::token_major_index(row, s.batch, s.seq_len, s.n_head, 1, parts);
+}
 template <typename T>
 std::vector<T> to_head_major(const std::vector<T>& token_major, const Shape& s, int64_t parts) {
   std::vector<T> head_major(token_major.size(), T(-3));
-  for (int64_t i = 0; i < static_cast<int64_t>(head_major.size()); ++i)
-    head_major[i] = token_major[kernels::token_major_index(i, s.batch, s.seq_len, s.n_head, s.head_dim, parts)];
+  for (int64_t row = 0; row < static_cast<int64_t>(head_major.size()) / s.head_dim; ++row)
+    for (int64_t e = 0; e < s.head_dim; ++e)
+      head_major[row * s.head_dim + e] = token_major[token_major_row_start(row, s, parts) + e];
   return head_major;
 }
 template <typename T>
 void to_token_major(std::vector<T>& token_major, const std::vector<T>& head_major, const Shape& s, int64_t parts) {
-  for (int64_t i = 0; i < static_cast<int64_t>(head_major.size()); ++i)
-    token_major[kernels::token_major_index(i, s.batch, s.seq_len, s.n_head, s.head_dim, parts)] = head_major[i];
+  for (int64_t row = 0; row < static_cast<int64_t>(head_major.size()) / s.head_dim; ++row)
+    for (int64_t e = 0; e < s.head_dim; ++e)
+      token_major[token_major_row_start(row, s, parts) + e] = head_major[row * s.head_dim + e];
 }
 
 // A block's reduction of per-thread values (softmax_block_reduce.cuh).
@@ -263,6 +270,11 @@ TEST(AttentionGemms, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {
   const int64_t i = (((2 * batch + 1) * n_head + 3) * seq_len + 2) * head_dim + 4;
   EXPECT_EQ(kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts),
             ((1 * seq_len + 2) * parts + 2) * (n_head * head_dim) + 3 * head_dim + 4);
+  // attention.cu's row form: a row's start is head_dim times the index of one-element rows
+  for (int64_t row = 0; row < n / head_dim; ++row)
+    for (int64_t e = 0; e < head_dim; ++e)
+      EXPECT_EQ(kernels::token_major_index(row * head_dim + e, batch, seq_len, n_head, head_dim, parts),
+                head_dim * kernels::token_major_index(row, batch, seq_len, n_head, 1, parts) + e);
 }
 
 }  // namespace
