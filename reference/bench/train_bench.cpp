@@ -1,6 +1,7 @@
 #include "bench/train_bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <omp.h>
@@ -41,6 +42,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   // below is the training's own.
   const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
   const std::size_t baseline_rss = peak_resident_bytes();  // the program, its libraries and the sgemm
+  backend->reset_peak_memory();  // the allocator's peak below is then the training's own
   // A padded vocabulary lives in TP shards (of one rank here): the distributed trainer's storage.
   std::unique_ptr<SelfCommunicator> world;
   std::unique_ptr<ProcessGrid> grid;
@@ -78,6 +80,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   const std::size_t state_bytes = held.params + held.grads + held.optimizer;  // weights + grads + Adam m, v
   const std::size_t act_bytes = held.activations;
   const std::size_t rss = peak_resident_bytes();
+  // The backend's own high-water mark, where its tensors live: on a GPU the host's RSS holds none of
+  // them (set against the accounting, it printed "that + -12037.9 MiB" on an H200).
+  const std::size_t allocator_peak = backend->memory_stats().peak;
   const double ratio = achieved / gemm.median_flops;
   const PeakFlops peak = backend_peak(backend->name(), gemm_peak_precision(config.train), config.train.peak_tflops);
   std::printf("  median step %.3f s | %.0f tokens/s | %.1f GFLOP/s model FLOPs (%.3g FLOP/step)\n", median_step,
@@ -90,12 +95,13 @@ void run_bench_train(const BenchTrainOptions& o) {
   // The state as the trainer holds it (a padded vocabulary's rows and bf16-mixed's copies included),
   // so the sum adds up; "16 B/param x the model's count" did not with either.
   std::printf("  memory: %.1f MiB state (weights, grads, Adam m and v) + %.1f MiB activations = %.1f MiB by hand;\n"
-              "          peak RSS %.1f MiB = that + %.1f MiB (before the model, with the sgemm baseline: %.1f MiB;\n"
-              "          OpenBLAS's per-thread work buffers and the program itself)\n",
-              state_bytes / 1048576.0, act_bytes / 1048576.0,
-              (state_bytes + act_bytes) / 1048576.0, rss / 1048576.0,
-              (static_cast<double>(rss) - static_cast<double>(state_bytes + act_bytes)) / 1048576.0,
-              baseline_rss / 1048576.0);
+              "          the %s backend's allocator peak %.1f MiB = that %c %.1f MiB (the backend's scratch: GEMM\n"
+              "          operand copies, attention buffers; the trainer's gradient and step buffers);\n"
+              "          host peak RSS %.1f MiB (before the model, with the sgemm baseline: %.1f MiB)\n",
+              state_bytes / 1048576.0, act_bytes / 1048576.0, (state_bytes + act_bytes) / 1048576.0,
+              o.backend.c_str(), allocator_peak / 1048576.0, allocator_peak >= state_bytes + act_bytes ? '+' : '-',
+              std::abs(static_cast<double>(allocator_peak) - static_cast<double>(state_bytes + act_bytes)) / 1048576.0,
+              rss / 1048576.0, baseline_rss / 1048576.0);
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"benchmark", "train_step"}, {"build", build_info_json()}, {"config", o.config}, {"batch", o.batch},
                         {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()},
@@ -103,7 +109,8 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss}, {"backend", o.backend},
+                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss},
+                        {"allocator_peak_bytes", allocator_peak}, {"backend", o.backend},
                         {"vocab_multiple", o.vocab_multiple},
                         {"padded_vocab", padded_vocab},
                         {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},

@@ -127,3 +127,7 @@ def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     assert j["dtype"] == precision
     assert j["mfu"] == pytest.approx(j["model_flops_per_second"] / j["peak_flops"])
     assert "MFU " in result.stdout
+    # memory against the backend's own allocator, where the tensors live (a GPU's are not in the RSS)
+    assert j["state_bytes"] + j["activation_bytes"] <= j["allocator_peak_bytes"] < 4 * (j["state_bytes"] +
+                                                                                     j["activation_bytes"])
+    assert "the cpu backend's allocator peak" in result.stdout and "+ -" not in result.stdout
