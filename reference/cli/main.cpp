@@ -14,6 +14,7 @@
 #include "core/host_cpus.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
+#include "process/openmp_wait_policy.h"
 
 namespace tripod::cli {
 
@@ -130,6 +131,7 @@ std::string unknown_subcommand_message(CLI::App& app) {
 }
 
 int main(int argc, char** argv) {
+  tripod::bound_openmp_spinning(argv);  // may execute tripod again, with GOMP_SPINCOUNT set
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
   app.require_subcommand(1);
   tripod::cli::add_train_command(app);

@@ -1,10 +1,13 @@
 // tripod --version: the build (commit, build type, compiler, -march) and the libraries under each
 // backend and communicator, as nccl-tests prints NCCL's. Nothing here touches a device or starts
 // MPI, so it answers on a login node too.
+#include <omp.h>
+
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "comm/world.h"
 #include "core/build_info.h"
+#include "process/openmp_wait_policy.h"
 
 namespace tripod::cli {
 namespace {
@@ -15,6 +18,8 @@ std::string version_text() {
   for (const std::string& line : backend_library_versions()) text += "  " + line + "\n";
   text += "communicators: " + comm_kind_names_text() + "\n";
   for (const std::string& line : comm_library_versions()) text += "  " + line + "\n";
+  text += "OpenMP: " + std::to_string(omp_get_max_threads()) + " threads, idle threads: " + openmp_wait_text() +
+          "\n";
   text.pop_back();  // CLI11 adds the last newline
   return text;
 }

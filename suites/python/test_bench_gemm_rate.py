@@ -131,3 +131,5 @@ def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     assert j["state_bytes"] + j["activation_bytes"] <= j["allocator_peak_bytes"] < 4 * (j["state_bytes"] +
                                                                                      j["activation_bytes"])
     assert "the cpu backend's allocator peak" in result.stdout and "+ -" not in result.stdout
+    # the baseline GEMM runs under the step's own precision policy
+    assert f"threads, {precision} GEMMs:" in result.stdout

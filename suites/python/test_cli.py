@@ -498,6 +498,35 @@ def test_version_names_the_commit_and_the_libraries():
         assert f"(commit {head.stdout.strip()}" in lines[0], (lines[0], head.stdout)
 
 
+def version_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "TRIPOD_SET_GOMP_SPINCOUNT")}
+    return {**env, **extra}
+
+
+def test_openmp_threads_spin_briefly_unless_the_user_chose():
+    # libgomp's default spinning made a step 3-5x slower on a machine whose cores something else
+    # used (busy loops beside it): tripod executes itself again with GOMP_SPINCOUNT=10000, the same
+    # process, before the runtime starts; a setting the user made stays.
+    require_tripod()
+    def version(env, *prefix):
+        result = subprocess.run([*prefix, str(TRIPOD), "--version"], capture_output=True, text=True, timeout=30, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[-1]
+    assert version(version_env()).endswith("idle threads: spins 10000 polls, then sleeps (GOMP_SPINCOUNT, set by "
+                                           "tripod; OMP_WAIT_POLICY or GOMP_SPINCOUNT choose)")
+    assert version(version_env(OMP_WAIT_POLICY="active")).endswith("idle threads: active (OMP_WAIT_POLICY)")
+    assert version(version_env(GOMP_SPINCOUNT="1000")).endswith("spins 1000 polls, then sleeps (GOMP_SPINCOUNT)")
+    # through the dynamic loader (the GPU bundle's way of starting it) it runs as it is, unexecuted
+    loader = next((p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1") if Path(p).exists()), None)
+    if loader:
+        assert version(version_env(), loader).endswith("started through a loader")
+    # the arguments, errors and exit status pass through the re-execution
+    result = subprocess.run([str(TRIPOD), "train", "--config", "nosuch"], capture_output=True, text=True, timeout=30,
+                            env=version_env())
+    assert result.returncode == 1 and "nosuch" in result.stderr, result.stderr
+
+
 def test_threads_beyond_the_cpus_do_not_raise_the_nominal_peak(corpus, tmp_path):
     # OMP_NUM_THREADS=1000 on 2 cores counted 1000 cores' FLOPs: the MFU printed 0.00%.
     cpus = len(os.sched_getaffinity(0))
