@@ -329,13 +329,17 @@ write_tripod_wrapper() {
   chmod +x "$WORK/tripod-run"
 }
 
-find_sanitizer() {
-  local c
-  for c in "$(command -v compute-sanitizer || true)" /usr/local/cuda/bin/compute-sanitizer \
-           /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+# NAME [PLACES...]: the first executable of NAME on the PATH, else of the places (globs expanded).
+find_tool() {
+  local name=$1 c
+  shift
+  for c in "$(command -v "$name" || true)" "$@"; do
     [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
   done
   return 1
+}
+find_sanitizer() {
+  find_tool compute-sanitizer /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer
 }
 
 step_sanitizer() {
@@ -366,20 +370,12 @@ step_sanitizer() {
   esac
 }
 
-find_ncu() {
-  local c
-  for c in "$(command -v ncu || true)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
-    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
-  done
-  return 1
-}
-
 step_profile() {
   # Where bench-train's step spends its device time, kernel by kernel: Nsight Compute times each
   # kernel of one warm-up and one timed step (one metric, one pass a kernel; clocks and caches
   # left as they are), reports/kernel_profile.py sums them by name per step.
   local ncu rc=0 limit=$((STEP_LIMIT - 10))
-  ncu=$(find_ncu) || skip "ncu (Nsight Compute) not found"
+  ncu=$(find_tool ncu /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu) || skip "ncu (Nsight Compute) not found"
   write_tripod_wrapper
   echo "== $ncu over tripod bench train --steps 1, gpt2-124m $GPT2_PRECISION B${GPT2_BATCH}xT${GPT2_SEQ} (limit ${limit} s)"
   timeout -k 3 "$limit" "$ncu" --metrics gpu__time_duration.sum --csv --print-kernel-base function \

@@ -222,15 +222,16 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                                 trans_a ? mp : kp, scratch_a_, lda16);
     const void* b16 = bf16_copy(b, {trans_b ? n : k, trans_b ? k : n, ldb, b_span}, trans_b ? np : kp,
                                 trans_b ? kp : np, scratch_b_, ldb16);
+    // In place where C's sizes need no padding and its rows align (then mp = m, np = n).
     float* c32 = ptr<float>(c, "gemm");
-    if (mp == m && np == n && cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes)
-      return cuda::gemm(trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, c32, ldc,
-                        DType::F32, DType::F32, false, ctx_);
-    float* padded = grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]: np aligns fp32 too
-    if (beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, padded, np, m, n, ctx_);
-    cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, padded, np, DType::F32,
-               DType::F32, false, ctx_);
-    cuda::convert_2d<float, float>(padded, np, m, n, c32, ldc, m, n, ctx_);
+    const bool in_place =
+        mp == m && np == n && cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+    float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
+    const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
+    if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
+    cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, target, ld_target,
+               DType::F32, DType::F32, false, ctx_);
+    if (!in_place) cuda::convert_2d<float, float>(target, np, m, n, c32, ldc, m, n, ctx_);
     return;
   }
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
