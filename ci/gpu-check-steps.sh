@@ -463,6 +463,21 @@ step_nccl-1() {
   return $rc
 }
 
+# Issue 15's parse check: the very sweep `tripod bench comm all_reduce -b 8 -e 1G -f 2` (NCCL, world
+# size 1, every element checked) must read as nccl-tests' own output, row for row
+# (reports/nccl_tests_shape.py: today's column header, 28 sizes with both halves, #wrong 0, the
+# footer). The host fills and checks 2 GiB here, on up to 8 of the node's threads.
+step_nccl-1g() {
+  local threads max=1G backend=(--backend cuda --comm nccl)
+  threads=$(nproc)
+  [ "$threads" -le 8 ] || threads=8
+  if dry; then max=1M; backend=(--backend emulated --comm staged); fi
+  tripod_ranks OMP_NUM_THREADS="$threads" 1 bench comm all_reduce "${backend[@]}" -b 8 -e "$max" -f 2 \
+      >"$STEP_DIR/all_reduce_perf.txt" || { cat "$STEP_DIR/all_reduce_perf.txt"; return 1; }
+  PYTHONPATH="$ROOT" "$PY" -m reports.nccl_tests_shape "$STEP_DIR/all_reduce_perf.txt" --collective all_reduce \
+      -b 8 -e "$max" -f 2 --json "$STEP_DIR/shape.json" | tee "$STEP_DIR/key.txt"
+}
+
 # The staged communicator: several ranks share the one GPU (NCCL refuses that), each layout's
 # losses and parameters against the single-device reference: 2 ranks over every 2-rank layout in
 # fp64, 4 ranks over a 3D set in fp32.

@@ -35,6 +35,8 @@
 #   nccl-1       tripod bench comm, six collectives in one launch, --comm nccl at world size 1, 8 B - 32 MiB
 #                (#wrong 0; every element is filled and checked on the host, so larger sizes
 #                would spend the step's time there)
+#   nccl-1g      tripod bench comm all_reduce -b 8 -e 1G -f 2 over NCCL at world size 1, checked:
+#                its output must read as nccl-tests' own, row for row (reports/nccl_tests_shape.py)
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
@@ -174,6 +176,7 @@ PLAN=(
   "gtest 90 1 0"
   "health 15 1 0"
   "nccl-1 45 1 1"
+  "nccl-1g 90 1 1"
   "staged-conform 100 1 1"
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"

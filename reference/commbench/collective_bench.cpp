@@ -13,6 +13,8 @@ namespace {
 template <typename T>
 void fill_typed(Backend& backend, const Tensor& t, int rank, int64_t first_index, int seed) {
   std::vector<T> host(static_cast<std::size_t>(t.numel()));
+  // Host work that grows with the size (1 GiB: 2^28 elements) runs on the rank's threads.
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < t.numel(); ++i) host[static_cast<std::size_t>(i)] = static_cast<T>(input_value(rank, first_index + i, seed));
   backend.upload(host.data(), t);
 }
@@ -37,6 +39,7 @@ int64_t count_wrong_typed(Backend& backend, const CollectiveSpec& spec, const Te
                           int seed) {
   const std::vector<T> got = download<T>(backend, result);
   int64_t wrong = 0;
+#pragma omp parallel for schedule(static) reduction(+ : wrong)
   for (int64_t j = 0; j < result.numel(); ++j) {
     const Source source = spec.expected(j, context);
     const bool reduced = source.rank == Source::kReduced;

@@ -1,0 +1,117 @@
+"""python3 -m reports.nccl_tests_shape FILE --collective all_reduce -b 8 -e 1G -f 2 [--json OUT]
+
+Does FILE, the output of one `tripod bench comm` (or nccl-tests) sweep, read as nccl-tests' own
+output would, row for row? The GPU check runs it on `tripod bench comm all_reduce -b 8 -e 1G -f 2`
+(issue 15: "parses with the same columns as nccl-tests'"). It reads FILE with the nccl-tests importer
+(reports/importers/nccl_tests.py, the parser that reads real nccl-tests output), then checks:
+- the column header is today's nccl-tests header, every column known (nothing left in "extra");
+- one printed row per size of the sweep (-b, -e, -f as nccl-tests steps them), each with its
+  out-of-place and in-place halves, in that order, with count = size / the type's bytes;
+- #wrong is 0 in every half (N/A, an unchecked run, is not accepted) and the footer says
+  "Out of bounds values : 0 OK" and gives an average bus bandwidth.
+Prints one line (sizes, the largest size's busbw, the average) and exits 0, or prints each problem
+and exits 1.
+"""
+import argparse
+import json
+import sys
+
+from .importers.common import ImportFormatError
+from .importers.nccl_tests import parse
+
+TYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "bfloat16": 2, "half": 2, "int8": 1, "uint8": 1, "int64": 8}
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_bytes(text):
+    """'8' -> 8, '1G' -> 2**30: nccl-tests' -b/-e suffixes (binary multiples)."""
+    text = text.strip().upper().rstrip("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    return int(text[:len(text) - len(unit)]) * UNITS[unit]
+
+
+def sweep_sizes(min_bytes, max_bytes, factor):
+    """The sizes an nccl-tests sweep prints: min, min*f, ... up to max (-f multiplies)."""
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def problems_of(rows, summaries, collective, sizes):
+    problems = []
+    mine = [r for r in rows if r["collective"] == collective]
+    if not mine:
+        return [f"no {collective} rows (collectives found: {sorted({r['collective'] for r in rows})})"]
+    for r in mine:
+        if r.get("extra"):
+            problems.append(f"size {r['size']}: columns nccl-tests does not print: {sorted(r['extra'])}")
+            break
+    printed = [r["size"] for r in mine if not r["in_place"]]
+    if printed != sizes:
+        missing = sorted(set(sizes) - set(printed))
+        extra = sorted(set(printed) - set(sizes))
+        problems.append(f"sizes printed {len(printed)}, expected {len(sizes)} ({sizes[0]} .. {sizes[-1]} B)"
+                        + (f"; missing {missing[:5]}" if missing else "") + (f"; unexpected {extra[:5]}" if extra else "")
+                        + ("" if missing or extra else "; out of order"))
+    halves = [(r["size"], r["in_place"]) for r in mine]
+    if halves != [(s, p) for s in printed for p in (False, True)]:
+        problems.append("every row must hold its out-of-place and then its in-place measurement")
+    for r in mine:
+        width = TYPE_BYTES.get(r["type"])
+        if width is None:
+            problems.append(f"size {r['size']}: unknown type {r['type']!r}")
+        elif r["count"] * width != r["size"]:
+            problems.append(f"size {r['size']}: count {r['count']} of {r['type']} is not size / {width}")
+        for key in ("time_us", "algbw", "busbw", "redop", "root"):
+            if r[key] is None:
+                problems.append(f"size {r['size']} ({'in' if r['in_place'] else 'out-of'}-place): no {key}")
+        if r["wrong"] != 0:
+            problems.append(f"size {r['size']} ({'in' if r['in_place'] else 'out-of'}-place): #wrong "
+                            f"{'N/A (unchecked)' if r['wrong'] is None else r['wrong']}")
+    footer = [s for s in summaries if s["collective"] == collective]
+    if not footer or footer[-1]["out_of_bounds"] != 0 or footer[-1]["avg_busbw"] is None:
+        problems.append(f"footer: expected 'Out of bounds values : 0 OK' and an average bus bandwidth, got {footer}")
+    return problems
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m reports.nccl_tests_shape", description=__doc__.splitlines()[2])
+    p.add_argument("file")
+    p.add_argument("--collective", required=True)
+    p.add_argument("-b", "--minbytes", default="8")
+    p.add_argument("-e", "--maxbytes", default="1G")
+    p.add_argument("-f", "--stepfactor", type=int, default=2)
+    p.add_argument("--json", help="write the verdict and the rows here")
+    args = p.parse_args(argv)
+    if args.stepfactor < 2:
+        p.error("-f must be at least 2")
+    sizes = sweep_sizes(parse_bytes(args.minbytes), parse_bytes(args.maxbytes), args.stepfactor)
+    try:
+        result = parse(args.file, args.collective)
+    except ImportFormatError as error:
+        print(f"not nccl-tests output: {error}")
+        return 1
+    comm = result.document["comm"]
+    problems = problems_of(comm["results"], comm["summaries"], args.collective, sizes)
+    largest = [r for r in comm["results"] if r["collective"] == args.collective and r["size"] == sizes[-1]]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"file": args.file, "collective": args.collective, "sizes": sizes, "problems": problems,
+                       "rows": comm["results"], "summaries": comm["summaries"]}, f, indent=1)
+    if problems:
+        for problem in problems[:10]:
+            print(f"{args.file}: {problem}")
+        if len(problems) > 10:
+            print(f"{args.file}: ... {len(problems) - 10} more problems")
+        return 1
+    algbw, busbw = ("/".join(f"{r[key]:g}" for r in largest) for key in ("algbw", "busbw"))
+    print(f"{args.collective}: {len(sizes)} sizes {sizes[0]} B - {sizes[-1]} B, out-of-place and in-place, "
+          f"read as nccl-tests output (same columns), #wrong 0; at {sizes[-1]} B algbw {algbw}, busbw {busbw} GB/s "
+          f"(out-of-place/in-place); average busbw {comm['summaries'][-1]['avg_busbw']:g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

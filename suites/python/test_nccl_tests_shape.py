@@ -1,0 +1,94 @@
+"""reports/nccl_tests_shape.py, the GPU check's test that `tripod bench comm all_reduce -b 8 -e 1G -f 2`
+reads as nccl-tests' own output row for row: it accepts Tripod's sweep and a (hand-written) nccl-tests
+2.19 output, and refuses a missing size, an unchecked run (#wrong N/A), a wrong count, a column
+nccl-tests does not print, a positive #wrong and a failed footer."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
+TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+FIXTURES = Path(__file__).parent / "fixtures" / "importers"
+SOURCE = Path(os.environ.get("TRIPOD_SOURCE_DIR", Path(__file__).parents[2]))
+
+
+def shape(path, *args, collective="all_reduce"):
+    return subprocess.run([sys.executable, "-m", "reports.nccl_tests_shape", str(path), "--collective", collective,
+                           *args], capture_output=True, text=True, timeout=60, cwd=SOURCE)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Tripod's own sweep at world size 1 (no launcher needed), 8 B - 64 KiB by factors of 2."""
+    if not TRIPOD.exists():
+        pytest.fail(f"{TRIPOD} not built")
+    out = subprocess.run([str(TRIPOD), "bench", "comm", "all_reduce", "-b", "8", "-e", "64K", "-f", "2", "-n", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    path = tmp_path_factory.mktemp("sweep") / "all_reduce_perf.txt"
+    path.write_text(out.stdout)
+    return path
+
+
+def edited(tmp_path, source, edit):
+    path = tmp_path / "edited.txt"
+    path.write_text(edit(Path(source).read_text()))
+    return path
+
+
+def test_tripods_sweep_reads_as_nccl_tests_output(sweep):
+    r = shape(sweep, "-b", "8", "-e", "64K", "-f", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "14 sizes 8 B - 65536 B" in r.stdout and "#wrong 0" in r.stdout
+
+
+def test_nccl_tests_own_output_passes_the_same_check():
+    r = shape(FIXTURES / "nccl_all_reduce_2.19.txt", "-b", "1K", "-e", "64M", "-f", "16")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_another_sweep_than_the_one_asked_for_fails(sweep):
+    r = shape(sweep, "-b", "8", "-e", "128K", "-f", "2")
+    assert r.returncode == 1 and "missing [131072]" in r.stdout
+
+
+def test_a_missing_row_fails(sweep, tmp_path):
+    path = edited(tmp_path, sweep, lambda t: "\n".join(l for l in t.splitlines() if not l.lstrip().startswith("1024 ")))
+    r = shape(path, "-b", "8", "-e", "64K", "-f", "2")
+    assert r.returncode == 1 and "missing [1024]" in r.stdout
+
+
+def test_an_unchecked_run_fails(tmp_path):
+    out = subprocess.run([str(TRIPOD), "bench", "comm", "all_reduce", "-b", "8", "-e", "1K", "-f", "2", "-n", "1",
+                          "-c", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / "unchecked.txt"
+    path.write_text(out.stdout)
+    r = shape(path, "-b", "8", "-e", "1K", "-f", "2")
+    assert r.returncode == 1 and "#wrong N/A (unchecked)" in r.stdout
+
+
+def test_a_wrong_count_fails(tmp_path):
+    fixture = FIXTURES / "nccl_all_reduce_2.19.txt"
+    path = edited(tmp_path, fixture, lambda t: t.replace("        1024           256 ", "        1024           255 "))
+    r = shape(path, "-b", "1K", "-e", "64M", "-f", "16")
+    assert r.returncode == 1 and "count 255 of float is not size / 4" in r.stdout
+
+
+def test_a_column_nccl_tests_does_not_print_fails():
+    r = shape(FIXTURES / "nccl_hypothetical_extra_columns.txt", "-b", "1K", "-e", "64M", "-f", "16",
+              collective="all_gather")
+    assert r.returncode == 1 and "columns nccl-tests does not print" in r.stdout
+
+
+def test_wrong_values_or_a_failed_footer_fail(tmp_path):
+    fixture = FIXTURES / "nccl_all_reduce_2.19.txt"
+    wrong = edited(tmp_path, fixture, lambda t: t.replace("1.25       0\n", "1.25       3\n"))
+    r = shape(wrong, "-b", "1K", "-e", "64M", "-f", "16")
+    assert r.returncode == 1 and "#wrong 3" in r.stdout
+    failed = edited(tmp_path, fixture, lambda t: t.replace("Out of bounds values : 0 OK", "Out of bounds values : 2 FAILED"))
+    r = shape(failed, "-b", "1K", "-e", "64M", "-f", "16")
+    assert r.returncode == 1 and "footer" in r.stdout
