@@ -50,6 +50,10 @@
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
 #                summed per step (reports/kernel_profile.py); skipped where ncu is missing or refused
+#   overlap-cpu  issue 17 on the node's idle CPU cores (no GPU): tripod bench overlap, 2 ranks, small,
+#                medians of 9 - the DP reduction hidden behind backward (target >= 80 %)
+#   pipeline-cpu issue 17: tiny pp = 2 with receives posted ahead vs blocking (-ra0), three
+#                alternating pairs - tokens/s before/after (target: a measurable gain)
 #   nccl-socket-conform  2 ranks on the one GPU through NCCL itself: NCCL_HOSTID per rank and
 #                sockets only; skipped with NCCL's words where it still refuses. Last: the most
 #                likely to be refused or to hang, so it can cost nothing of the rest
@@ -185,6 +189,8 @@ PLAN=(
   "peer 90 1 1"
   "sanitizer 90 1 0"
   "profile 120 1 0"
+  "overlap-cpu 60 0 0"
+  "pipeline-cpu 40 0 0"
   "nccl-socket-conform 60 1 0"
 )
 # A test hook (suites/python/test_gpu_check.py): a fake last step that hangs past its limit, fails,

@@ -309,6 +309,66 @@ def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     assert next(t for t in summary(tmp_path)["targets"] if "sanitizer" in t["target"])["met"] is False
 
 
+def test_summary_judges_issue_15_and_17_targets_from_their_steps(tmp_path):
+    (tmp_path / "overlap-cpu").mkdir()
+    (tmp_path / "pipeline-cpu").mkdir()
+    overlap = {"ranks": 2, "compute_seconds": 0.1,
+               "hidden_by_mechanism": {"bucketing": 0.61, "bucketing_with_progress_thread": 0.83,
+                                       "bucketing_with_tied_grad_split": 0.7, "zero3_prefetch": 0.95},
+               "hidden_in_calls_by_mechanism": {"bucketing": 0.1, "bucketing_with_progress_thread": 0.9,
+                                                "bucketing_with_tied_grad_split": 0.2, "zero3_prefetch": 0.1}}
+    (tmp_path / "overlap-cpu" / "overlap.json").write_text(json.dumps(overlap))
+
+    def layouts(pairs):
+        rows = []
+        for blocking, ahead in pairs:
+            rows += [{"layout": "tp1-pp2-dp1-z0-mb4-1f1b-ra0", "tokens_per_second": blocking},
+                     {"layout": "tp1-pp2-dp1-z0-mb4-1f1b", "tokens_per_second": ahead}]
+        (tmp_path / "pipeline-cpu" / "layouts.json").write_text(json.dumps({"threads_per_rank": 7, "layouts": rows}))
+
+    layouts([(100, 110), (100, 104), (100, 103)])
+    (tmp_path / "steps.tsv").write_text("nccl-1g\tpass\t30.0\t\t\noverlap-cpu\tpass\t20.0\t\t\n"
+                                        "pipeline-cpu\tpass\t10.0\t\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode == 0, result.stdout
+    s = summary(tmp_path)
+    issue15 = next(t for t in s["targets"] if t["target"].startswith("issue 15"))
+    assert issue15["met"] is True
+    hidden = next(t for t in s["targets"] if "hidden behind backward" in t["target"])
+    # the best DP mechanism (the progress thread's 83 %), not ZeRO-3's gathers
+    assert hidden["met"] is True and "+ progress thread 83.0%" in hidden["measured"], hidden
+    gain = next(t for t in s["targets"] if "pp=2" in t["target"])
+    assert gain["met"] is True and "median gain 4.0%" in gain["measured"]
+    assert "blocking 100/100/100 vs posted ahead 110/104/103" in s["steps"][2]["key"]
+    # below the target, or one pair slower, is NOT MET
+    overlap["hidden_by_mechanism"]["bucketing_with_progress_thread"] = 0.79
+    (tmp_path / "overlap-cpu" / "overlap.json").write_text(json.dumps(overlap))
+    layouts([(100, 110), (100, 99), (100, 103)])
+    run_summary(tmp_path)
+    s = summary(tmp_path)
+    assert next(t for t in s["targets"] if "hidden behind backward" in t["target"])["met"] is False
+    assert next(t for t in s["targets"] if "pp=2" in t["target"])["met"] is False
+    # a failed parse check is NOT MET; a skipped many-core step measures nothing
+    (tmp_path / "steps.tsv").write_text("nccl-1g\tfail\t30.0\texit 1\t\noverlap-cpu\tskipped\t0\t2 cores\t\n")
+    (tmp_path / "overlap-cpu" / "overlap.json").unlink()
+    run_summary(tmp_path)
+    s = summary(tmp_path)
+    assert next(t for t in s["targets"] if t["target"].startswith("issue 15"))["met"] is False
+    assert next(t for t in s["targets"] if "hidden behind backward" in t["target"])["met"] is None
+
+
+def test_the_many_core_steps_skip_below_six_cores(tmp_path):
+    require_tripod()
+    out = tmp_path / "out"
+    env = {**os.environ, "TRIPOD_PYTHON": sys.executable}
+    result = subprocess.run(["taskset", "-c", "0", "bash", str(GPU_CHECK), str(out), "--build-dir",
+                             str(TRIPOD.parent.parent), "--only", "overlap-cpu,pipeline-cpu"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    steps = {x["name"]: x for x in summary(out)["steps"]}
+    assert steps["overlap-cpu"]["status"] == "skipped" and "1 cores" in steps["overlap-cpu"]["reason"], result.stdout
+    assert steps["pipeline-cpu"]["status"] == "skipped"
+
+
 # ---- the PyTorch peer, on the CPU ----
 
 def test_peer_on_cpu_counts_the_same_flops_as_tripod(tmp_path):
