@@ -156,9 +156,9 @@ std::vector<Step> plan_steps(const SuiteOptions& o, const fs::path& out, const f
 }
 
 // Runs every step, even after one fails (the others' results are still worth having); returns
-// how many failed.
-int run_steps(const std::vector<Step>& steps, const fs::path& out) {
-  int failed = 0;
+// what became of each: bench.json's "steps", so that a failed step's empty section is explained.
+json run_steps(const std::vector<Step>& steps, const fs::path& out) {
+  json record = json::array();
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
     std::printf("[%zu/%zu] %-18s ... ", i + 1, steps.size(), s.label.c_str());
@@ -168,17 +168,25 @@ int run_steps(const std::vector<Step>& steps, const fs::path& out) {
     const process::ChildExit exit = process::wait_child(process::spawn_logged(s.program, s.args, out / s.log, s.env));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const bool ok = !exit.signaled && exit.code == 0;
-    failed += !ok;
     std::printf("%s in %.0f s (%s)\n", ok ? "done" : "FAILED", seconds,
                 ok ? (out / s.log).string().c_str() : (process::describe_exit(exit) + ", see " + (out / s.log).string()).c_str());
     std::fflush(stdout);
+    record.push_back({{"step", s.label}, {"status", ok ? "done" : "failed"}, {"seconds", seconds},
+                      {"exit", ok ? json(nullptr) : json(process::describe_exit(exit))}, {"log", s.log}});
   }
+  return record;
+}
+
+int failed_steps(const json& steps) {
+  int failed = 0;
+  for (const json& s : steps) failed += s.at("status") == "failed";
   return failed;
 }
 
 // Merges the steps' JSON files into bench.json (the CPU's GEMM and kernel steps wrote it directly).
 // `gpus`: the names NVML gave (run_suite reads them once, with the count it plans the ranks by).
-json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks, const std::vector<std::string>& gpus) {
+json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ranks, const std::vector<std::string>& gpus,
+                   const json& steps) {
   json bench = read_json(out / "bench.json");
   if (o.backend == "cuda") {
     bench["gemm_rate"] = read_json(out / "gemm_rate.json");
@@ -188,6 +196,7 @@ json merge_results(const fs::path& out, const SuiteOptions& o, int cores, int ra
   bench["layouts"] = read_json(out / "layouts.json");
   bench["pipeline"] = read_json(out / "pipeline.json");
   bench["pipeline_timeline"] = read_json(out / "pipeline_timeline.json");
+  bench["steps"] = steps;
   bench["build"] = build_info_json();
   // On a GPU node the CPU's name alone said nothing of what was measured: the GPUs NVML sees too.
   bench["system"] = {{"device", cpu_model()}, {"gpus", gpus}, {"cores", cores}, {"ranks", ranks},
@@ -236,9 +245,9 @@ void run_suite(const SuiteOptions& o) {
               cpu_model().c_str(), cores, o.backend.c_str(), ranks, out.string().c_str());
   if (!plan.why.empty()) std::printf("  %s\n", plan.why.c_str());
 
-  const int failed =
-      run_steps(plan_steps(planned, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
-  print_summary(merge_results(out, planned, cores, ranks, gpu_names));
+  const json steps = run_steps(plan_steps(planned, out, self, mpirun, ranks, mpi_environment(cores, ranks)), out);
+  const int failed = failed_steps(steps);
+  print_summary(merge_results(out, planned, cores, ranks, gpu_names, steps));
   // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
       "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},

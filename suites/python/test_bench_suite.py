@@ -32,6 +32,7 @@ def test_quick_bench_writes_results_and_plots(quick_bench):
                                                                      "broadcast", "reduce", "alltoall", "sendrecv"}
     assert all(r["wrong"] == 0 for r in bench["comm"]["results"])
     assert all(0 < r["mfu"] < 1 for r in bench["layouts"]["layouts"])
+    assert [s["status"] for s in bench["steps"]] == ["done"] * len(bench["steps"]) and len(bench["steps"]) == 5
     for png in ("busbw.png", "gemm.png", "gemm_layers.png", "mfu.png"):
         data = (out / "plots" / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000, png
@@ -81,6 +82,12 @@ def test_on_cuda_the_gpu_sweeps_replace_the_cpu_ones(tmp_path):
         assert "measures the CPU" not in text, text
         if result.returncode != 0:  # no GPU here: the device is named, not the CPU suites' refusal
             assert "cuda" in text.lower(), text
+    if result.returncode != 0:
+        # a failed step's section is {}, and bench.json's steps say which failed, how, and where its log is
+        bench = json.loads((tmp_path / "bench.json").read_text())
+        failed = [s for s in bench["steps"] if s["status"] == "failed"]
+        assert failed and all(s["exit"] and (tmp_path / s["log"]).exists() for s in failed), bench["steps"]
+        assert bench["comm"] == {} and any(s["step"] == "collective sweep" for s in failed), bench["steps"]
 
 
 @pytest.mark.parametrize("args, message", [
