@@ -45,7 +45,9 @@ struct VocabWindow {
 //   Tf32Operands  A and B rounded to TF32 (a 10-bit mantissa) first, products summed in fp32: the
 //                 tf32 precision policy, a GPU's TF32 tensor cores
 //   Bf16Operands  A and B rounded to bf16 (nearest even) first, products summed in fp32: the
-//                 GEMMs of the bf16-mixed precision policy, on a GPU's bf16 tensor cores
+//                 GEMMs of the bf16-mixed precision policy, on a GPU's bf16 tensor cores; fp32
+//                 attention rounds its products' operands too (q, k, v, dout, probabilities and
+//                 score gradients, where autocast does; the softmax stays fp32)
 // The CPU backends round the operands and multiply the rounded values exactly in fp32 (11- and
 // 8-bit significands: their products fit fp32's 24 bits), so they emulate a GPU up to the order
 // of the sums (and, for TF32, the rounding of exact ties, which the hardware may break away from

@@ -46,13 +46,26 @@ struct Shape {
   }
 };
 
-// What cuBLASLt does with the call the backend builds (an empty block, T < row blocks: nothing).
-template <typename T>
+// What cuBLASLt does with the call the backend builds (an empty block, T < row blocks: nothing);
+// TAB: the operands' type (bf16 for the bf16-operand products), TC the result's.
+template <typename TAB, typename TC = TAB>
 void run(const RowMajorGemm& call) {
   const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
   if (lt.work == GemmWork::Nothing) return;
   ASSERT_EQ(lt.work, GemmWork::Matmul);
-  testing::column_major_reference<T>(lt);
+  testing::column_major_reference<TAB, TC>(lt);
+}
+template <typename T>
+constexpr AttentionBytes same_bytes() {
+  return {sizeof(T), sizeof(T)};
+}
+constexpr AttentionBytes kBf16Operands{sizeof(bf16), sizeof(float)};
+
+// attention.cu's bf16 operand copies: each value rounded to nearest even.
+std::vector<bf16> rounded(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bf16(x[i]);
+  return out;
 }
 
 // attention.cu's copies between token-major [B,T,parts*C] and head-major [parts][B*H][T][hd], as
@@ -126,10 +139,10 @@ void forward_as_the_backend(const Shape& s, const std::vector<T>& qkv, std::vect
   std::vector<T> outh(out.size(), T(-4));
   const double scale = kernels::attention_scale<T>(s.head_dim);
   for (int64_t r = 0; r < d.row_blocks; ++r)
-    run<T>(attention_scores_gemm(d, r, qkvh.data(), probs.data(), sizeof(T), scale));
+    run<T>(attention_scores_gemm(d, r, qkvh.data(), probs.data(), same_bytes<T>(), scale));
   softmax_forward_rows(probs, s.seq_len);
   for (int64_t r = 0; r < d.row_blocks; ++r)
-    run<T>(attention_values_gemm(d, r, probs.data(), qkvh.data(), outh.data(), sizeof(T)));
+    run<T>(attention_values_gemm(d, r, probs.data(), qkvh.data(), outh.data(), same_bytes<T>()));
   to_token_major(out, outh, s, 1);
 }
 
@@ -141,12 +154,48 @@ void backward_as_the_backend(const Shape& s, const std::vector<T>& qkv, const st
   std::vector<T> dqkvh(dqkv.size(), T(-6));
   std::vector<T> score_grads(probs.size(), T(7));  // the backend's reused buffer: stale values
   for (int64_t r = 0; r < d.row_blocks; ++r)
-    run<T>(attention_dprobs_gemm(d, r, douth.data(), qkvh.data(), score_grads.data(), sizeof(T)));
+    run<T>(attention_dprobs_gemm(d, r, douth.data(), qkvh.data(), score_grads.data(), same_bytes<T>()));
   softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<T>(s.head_dim));
   for (int64_t r = 0; r < d.row_blocks; ++r) {
-    run<T>(attention_dquery_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), sizeof(T)));
-    run<T>(attention_dkey_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), sizeof(T)));
-    run<T>(attention_dvalue_gemm(d, r, probs.data(), douth.data(), dqkvh.data(), sizeof(T)));
+    run<T>(attention_dquery_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), same_bytes<T>()));
+    run<T>(attention_dkey_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), same_bytes<T>()));
+    run<T>(attention_dvalue_gemm(d, r, probs.data(), douth.data(), dqkvh.data(), same_bytes<T>()));
+  }
+  to_token_major(dqkv, dqkvh, s, 3);
+}
+
+// The same under the bf16-operand policy (fp32 tensors): head-major copies rounded to bf16 as they
+// are copied, the probabilities and score gradients rounded beside the softmax rows' fp32 results,
+// every product bf16 x bf16 -> fp32.
+void forward_bf16_as_the_backend(const Shape& s, const std::vector<float>& qkv, std::vector<float>& out,
+                                 std::vector<float>& probs) {
+  const AttentionDims d = s.dims();
+  const std::vector<bf16> qkvh16 = rounded(to_head_major(qkv, s, 3));
+  std::vector<float> outh(out.size(), -4.0f);
+  const double scale = kernels::attention_scale<float>(s.head_dim);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<bf16, float>(attention_scores_gemm(d, r, qkvh16.data(), probs.data(), kBf16Operands, scale));
+  softmax_forward_rows(probs, s.seq_len);
+  const std::vector<bf16> probs16 = rounded(probs);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<bf16, float>(attention_values_gemm(d, r, probs16.data(), qkvh16.data(), outh.data(), kBf16Operands));
+  to_token_major(out, outh, s, 1);
+}
+
+void backward_bf16_as_the_backend(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                  const std::vector<float>& probs, std::vector<float>& dqkv) {
+  const AttentionDims d = s.dims();
+  const std::vector<bf16> qkvh16 = rounded(to_head_major(qkv, s, 3)), douth16 = rounded(to_head_major(dout, s, 1));
+  std::vector<float> dqkvh(dqkv.size(), -6.0f);
+  std::vector<float> score_grads(probs.size(), 7.0f);
+  for (int64_t r = 0; r < d.row_blocks; ++r)
+    run<bf16, float>(attention_dprobs_gemm(d, r, douth16.data(), qkvh16.data(), score_grads.data(), kBf16Operands));
+  softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<float>(s.head_dim));
+  const std::vector<bf16> score_grads16 = rounded(score_grads), probs16 = rounded(probs);
+  for (int64_t r = 0; r < d.row_blocks; ++r) {
+    run<bf16, float>(attention_dquery_gemm(d, r, score_grads16.data(), qkvh16.data(), dqkvh.data(), kBf16Operands));
+    run<bf16, float>(attention_dkey_gemm(d, r, score_grads16.data(), qkvh16.data(), dqkvh.data(), kBf16Operands));
+    run<bf16, float>(attention_dvalue_gemm(d, r, probs16.data(), douth16.data(), dqkvh.data(), kBf16Operands));
   }
   to_token_major(dqkv, dqkvh, s, 3);
 }
@@ -216,13 +265,48 @@ void expect_attention_matches_cpu(uint64_t seed) {
 TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp32) { expect_attention_matches_cpu<float>(141); }
 TEST(AttentionGemms, ForwardAndBackwardMatchCpuFp64) { expect_attention_matches_cpu<double>(142); }
 
+// Under the bf16-operand policy the replay and the CPU backend round the same operands; where an
+// fp32 probability or score gradient lies within their sums' rounding of a bf16 rounding boundary
+// the two may round it apart, one bf16 step (2^-8 relative) of one operand element, so out and the
+// gradients are held to 2^-8 of their largest element (an index, stride or byte-size mistake moves
+// them by O(1)); probs, the fp32 softmax of exactly rounded operands, to the fp32 cap. And the
+// policy must show: the results differ from the fp32 attention's by more than fp32 rounding.
+TEST(AttentionGemms, Bf16OperandProductsMatchTheCpuBackendsRounding) {
+  const double bf16_step = 1.0 / 256;
+  double moved = 0;
+  for (const Shape& s : shapes()) {
+    const int64_t rows = s.batch * s.seq_len, C = s.channels();
+    const std::vector<float> qkv = tripod::testing::uniform_values<float>(rows * 3 * C, 143, "test.attention.qkv", -2, 2);
+    const std::vector<float> dout = tripod::testing::uniform_values<float>(rows * C, 143, "test.attention.dout", -1, 1);
+    const auto n_probs = static_cast<std::size_t>(s.batch * s.n_head * s.seq_len * s.seq_len);
+    std::vector<float> want_out(rows * C), want_probs(n_probs), got_out(rows * C, -9.0f), got_probs(n_probs, -9.0f);
+    std::vector<float> exact_out(rows * C), exact_probs(n_probs);
+    cpu::attention_forward<float>(want_out.data(), want_probs.data(), qkv.data(), s.batch, s.seq_len, C, s.n_head, true);
+    cpu::attention_forward<float>(exact_out.data(), exact_probs.data(), qkv.data(), s.batch, s.seq_len, C, s.n_head);
+    forward_bf16_as_the_backend(s, qkv, got_out, got_probs);
+    EXPECT_LE(relative_difference(got_probs, want_probs), kRelativeCap<float>) << "probs, " << s.str();
+    EXPECT_LE(relative_difference(got_out, want_out), bf16_step) << "out, " << s.str();
+    std::vector<float> want_dqkv(qkv.size(), 5.0f), got_dqkv(qkv.size(), -5.0f), exact_dqkv(qkv.size());
+    cpu::attention_backward<float>(want_dqkv.data(), dout.data(), qkv.data(), want_probs.data(), s.batch, s.seq_len,
+                                   C, s.n_head, true);
+    cpu::attention_backward<float>(exact_dqkv.data(), dout.data(), qkv.data(), exact_probs.data(), s.batch, s.seq_len,
+                                   C, s.n_head);
+    backward_bf16_as_the_backend(s, qkv, dout, got_probs, got_dqkv);
+    for (int part = 0; part < 3; ++part)
+      EXPECT_LE(relative_difference(third(got_dqkv, rows, C, part), third(want_dqkv, rows, C, part)), bf16_step)
+          << "d" << "qkv"[part] << ", " << s.str();
+    moved = std::max({moved, relative_difference(want_out, exact_out), relative_difference(want_dqkv, exact_dqkv)});
+  }
+  EXPECT_GT(moved, 1e-4) << "bf16 operands changed nothing: the policy is not applied";
+}
+
 TEST(AttentionGemms, EachProductIsOneBatchOverEveryHeadPerCausalRowBlock) {
   // GPT-2 124M's shapes at B8 x T1024: 4 row blocks of 256, each call a batch of 96 (b, h) pairs.
   const AttentionDims d = checked_attention_dims("attention_forward", 8, 1024, 768, 12);
   EXPECT_EQ(d.row_blocks, 4);
   float base[1];
   const int64_t part = 8 * 1024 * 768;  // one of q, k, v head-major
-  const RowMajorGemm scores = attention_scores_gemm(d, 2, base, base, 4, 0.125);
+  const RowMajorGemm scores = attention_scores_gemm(d, 2, base, base, {4, 4}, 0.125);
   EXPECT_EQ(scores.batch_count, 96);
   EXPECT_EQ(scores.m, 256);  // query rows 512..767
   EXPECT_EQ(scores.n, 768);  // keys 0..767: the causal blocks past them skipped
@@ -235,20 +319,22 @@ TEST(AttentionGemms, EachProductIsOneBatchOverEveryHeadPerCausalRowBlock) {
   EXPECT_EQ(static_cast<const float*>(scores.a) - base, 512 * 64);         // q, row 512
   EXPECT_EQ(static_cast<const float*>(scores.b) - base, part);             // k, row 0
   EXPECT_EQ(static_cast<const float*>(scores.c) - base, 512 * 1024);       // probs row 512
-  const RowMajorGemm dkey = attention_dkey_gemm(d, 1, base, base, base, 4);
+  const RowMajorGemm dkey = attention_dkey_gemm(d, 1, base, base, base, {4, 4});
   EXPECT_EQ(dkey.m, 256);
   EXPECT_EQ(dkey.k, 1024 - 256);  // queries 256.. see keys 256..511
   EXPECT_EQ(static_cast<const float*>(dkey.a) - base, 256 * 1024 + 256);
   EXPECT_EQ(static_cast<const float*>(dkey.c) - base, part + 256 * 64);  // dk rows 256..
   // (R + 1) / 2R of the square: 62.5 % of the score products' multiply-adds at R = 4.
   int64_t columns = 0;
-  for (int64_t r = 0; r < d.row_blocks; ++r) columns += attention_scores_gemm(d, r, base, base, 4, 1).n * 256;
+  for (int64_t r = 0; r < d.row_blocks; ++r) columns += attention_scores_gemm(d, r, base, base, {4, 4}, 1).n * 256;
   EXPECT_EQ(columns * 8, 1024 * 1024 * 5);
   for (int64_t r = 0; r < d.row_blocks; ++r)
     for (const RowMajorGemm& g :
-         {attention_scores_gemm(d, r, base, base, 4, 1), attention_values_gemm(d, r, base, base, base, 4),
-          attention_dprobs_gemm(d, r, base, base, base, 4), attention_dquery_gemm(d, r, base, base, base, 4),
-          attention_dkey_gemm(d, r, base, base, base, 4), attention_dvalue_gemm(d, r, base, base, base, 4)})
+         {attention_scores_gemm(d, r, base, base, {4, 4}, 1), attention_values_gemm(d, r, base, base, base, {4, 4}),
+          attention_dprobs_gemm(d, r, base, base, base, {4, 4}), attention_dquery_gemm(d, r, base, base, base, {4, 4}),
+          attention_dkey_gemm(d, r, base, base, base, {4, 4}), attention_dvalue_gemm(d, r, base, base, base, {4, 4}),
+          attention_scores_gemm(d, r, base, base, kBf16Operands, 1),
+          attention_dvalue_gemm(d, r, base, base, base, kBf16Operands)})
       EXPECT_NO_THROW(map_row_major_gemm(g, "gemm"));  // which checks that C's matrices do not overlap
 
   EXPECT_EQ(attention_row_blocks(1), 1);

@@ -131,6 +131,40 @@ TEST(PrecisionPolicy, Bf16MixedIsFp32TensorsWithBf16GemmOperands) {
   EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Exact);
 }
 
+// Attention's products follow the policy too: on bf16-rounded q, k, v, dout, probabilities and
+// score gradients (the rounding itself is checked against the CUDA backend's replay in
+// test_attention_gemms.cpp); fp64 attention and the Exact policy are untouched.
+TEST(PrecisionPolicy, Bf16OperandAttentionRoundsItsProductsOperands) {
+  const int64_t B = 2, T = 9, C = 16, H = 2;
+  const std::vector<double> vqkv = random_values(B * T * 3 * C, 31, 1.0), vdout = random_values(B * T * C, 32, 1.0);
+  for (const char* name : {"cpu", "emulated"}) {
+    auto be = make_backend(name);
+    auto run = [&](Fp32Matmul mode, DType dtype) {
+      Tensor qkv = make(*be, {B, T, 3 * C}, dtype, vqkv), dout = make(*be, {B, T, C}, dtype, vdout);
+      Tensor out = be->alloc({B, T, C}, dtype), probs = be->alloc({B, H, T, T}, dtype), dqkv = be->alloc({B, T, 3 * C}, dtype);
+      be->set_fp32_matmul(mode);
+      be->attention_forward(out, probs, qkv, H);
+      be->attention_backward(dqkv, dout, qkv, probs, H);
+      be->set_fp32_matmul(Fp32Matmul::Exact);
+      std::vector<double> all = to_host_f64(*be, out);
+      for (const Tensor& t : {probs, dqkv}) {
+        const std::vector<double> v = to_host_f64(*be, t);
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;
+    };
+    const std::vector<double> exact = run(Fp32Matmul::Exact, DType::F32), mixed = run(Fp32Matmul::Bf16Operands, DType::F32);
+    double largest = 0, diff = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      largest = std::max(largest, std::fabs(exact[i]));
+      diff = std::max(diff, std::fabs(exact[i] - mixed[i]));
+    }
+    EXPECT_GT(diff / largest, 1e-4) << name << ": the policy changed nothing";
+    EXPECT_LT(diff / largest, 3e-2) << name << ": more than bf16 rounding";
+    EXPECT_EQ(run(Fp32Matmul::Bf16Operands, DType::F64), run(Fp32Matmul::Exact, DType::F64)) << name << ": fp64 rounded";
+  }
+}
+
 TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;

@@ -78,7 +78,7 @@ void compare(const std::vector<Output>& got, const std::vector<Output>& ref, OpR
       const double d = same ? 0.0 : (std::isfinite(a[k]) && std::isfinite(b[k]) ? std::fabs(a[k] - b[k]) : INFINITY);
       worst = std::max(worst, d);
     }
-    const double bound = output_bound(ref[i].dtype) * (scale > 0 ? scale : 1.0);
+    const double bound = (ref[i].bound > 0 ? ref[i].bound : output_bound(ref[i].dtype)) * (scale > 0 ? scale : 1.0);
     const double rel = worst / (scale > 0 ? scale : 1.0);
     r.max_abs = std::max(r.max_abs, worst);
     if (rel >= r.max_rel) {

@@ -20,6 +20,9 @@ struct Output {
   std::string name;  // "dweight"
   DType dtype;
   std::vector<double> values;
+  // Relative bound when not the dtype's (0): 2^-8 for fp32 results of products whose bf16-rounded
+  // operands the two backends may round one step apart (a value a few fp32 ulps from a tie).
+  double bound = 0;
 };
 
 // One check: `run` builds the inputs on a backend from fixed host values, runs the operation and

@@ -83,6 +83,34 @@ void add_attention_case(CaseList& cases, DType t, const Sizes& s) {
   });
 }
 
+// fp32 attention under the bf16-mixed policy (Fp32Matmul::Bf16Operands): both backends round q, k,
+// v, dout, the probabilities and the score gradients to bf16 for the products. probs is the fp32
+// softmax of exactly multiplied rounded operands (the fp32 bound); out and dqkv are products of
+// probabilities and score gradients that each backend computes a few fp32 ulps apart and may
+// round one bf16 step apart: 2^-8 of their largest element (a wrong index or stride moves them by O(1)).
+void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
+  const int64_t b = s.batch, T = s.seq, c = s.channels, h = s.heads;
+  cases.add("attention_forward/backward bf16-operands", DType::F32, s.text(), [=](Backend& be) {
+    Inputs in(be, DType::F32, kSeed + 3);
+    Tensor qkv = in.normal({b, T, 3 * c}), out = be.alloc({b, T, c}, DType::F32);
+    Tensor probs = be.alloc({b, h, T, T}, DType::F32);
+    Tensor dout = in.normal({b, T, c}), dqkv = in.normal({b, T, 3 * c});  // overwritten
+    const Fp32Matmul before = be.fp32_matmul();
+    be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+    try {
+      be.attention_forward(out, probs, qkv, h);
+      be.attention_backward(dqkv, dout, qkv, probs, h);
+    } catch (...) {
+      be.set_fp32_matmul(before);
+      throw;
+    }
+    be.set_fp32_matmul(before);
+    std::vector<Output> outputs{output(be, "out", out), output(be, "probs", probs), output(be, "dqkv", dqkv)};
+    outputs[0].bound = outputs[2].bound = 1.0 / 256;
+    return outputs;
+  });
+}
+
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {
   const int64_t n = s.batch * s.seq, v = s.vocab;
   cases.add("cross_entropy_forward/backward", t, s.text() + " logits ~" + std::to_string(int(logit_scale)),
@@ -139,6 +167,10 @@ void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
     add_loss_cases(cases, t, kOdd, big_logits);
     add_attention_case(cases, t, kOdd);
     add_attention_case(cases, t, {2, 128, 128, 2, 97});  // head size 64, as GPT-2's
+    if (t == DType::F32) {
+      add_bf16_operand_attention_case(cases, kOdd);
+      add_bf16_operand_attention_case(cases, {2, 128, 128, 2, 97});
+    }
     add_adamw_case(cases, t);
   }
 }

@@ -7,12 +7,21 @@
 // is 9/16 of the T x T products instead of all of them; up to 2 * kCausalBlockRows - 1 rows there
 // is one block, the whole square, as before. The masked entries of probs and of the score
 // gradients are exact zeros either way, so only the order of the sums can differ.
+//
+// bf16 operands (the bf16-mixed policy, fp32 only): every product's operands are rounded to bf16
+// (nearest even) first, where PyTorch's bf16 autocast and a GPU's bf16 tensor cores have them: q, k,
+// v and dout as they come in, probs for the values and dvalue products, the score gradients (after
+// the scale) for dquery and dkey. The products of rounded values are exact in fp32; the softmax,
+// its row sums and the stored probs stay fp32. The CUDA backend rounds at the same points
+// (backend/cuda/kernels/attention.cu), so the two agree up to the order of the sums.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
+#include "core/bf16.h"
 
 namespace tripod::cpu {
 namespace {
@@ -26,68 +35,105 @@ struct CausalBlocks {
   int64_t begin(int64_t r) const { return kernels::causal_block_begin(r, seq_len, count); }
 };
 
+template <typename T>
+void round_in_place(T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
+// x[0:n] rounded to bf16 and widened back: the operand a bf16 product sees.
+template <typename T>
+std::vector<T> rounded_copy(const T* x, int64_t n) {
+  std::vector<T> out(x, x + n);
+  round_in_place(out.data(), n);
+  return out;
+}
+
+// The same into a reused buffer of n elements; returns its data.
+template <typename T>
+const T* rounded_into(std::vector<T>& buffer, const T* x, int64_t n) {
+  std::copy(x, x + n, buffer.begin());
+  round_in_place(buffer.data(), n);
+  return buffer.data();
+}
+
 }  // namespace
 
 // qkv[B,T,3C]: for head h, q = columns [h*hd, (h+1)*hd), k = C + those, v = 2C + those.
 // out[B,T,C] (head h in columns [h*hd, (h+1)*hd)); probs[B,H,T,T] lower-triangular softmax.
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
-                       int64_t n_head) {
+                       int64_t n_head, bool bf16_operands) {
   const int64_t hd = channels / n_head, ld = 3 * channels;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hd));
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < batch * n_head; ++bh) {
-    const int64_t b = bh / n_head, h = bh % n_head;
-    const T* q = qkv + b * seq_len * ld + h * hd;
-    const T* k = q + channels;
-    const T* v = q + 2 * channels;
-    T* p = probs + bh * seq_len * seq_len;
-    const CausalBlocks blocks(seq_len);
-    // scores[r0:r1, 0:r1] = scale * q[r0:r1, hd] @ k[0:r1, hd]^T, per row block
-    for (int64_t r = 0; r < blocks.count; ++r) {
-      const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
-      gemm<T>(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, T(0), p + r0 * seq_len, seq_len);
-    }
-    for (int64_t t = 0; t < seq_len; ++t) {
-      T* row = p + t * seq_len;
-      T row_max = *std::max_element(row, row + t + 1);
-      T denom = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        row[j] = std::exp(row[j] - row_max);
-        denom += row[j];
+  const bool round = bf16_operands && std::is_same_v<T, float>;
+  const std::vector<T> qkv_rounded = round ? rounded_copy(qkv, batch * seq_len * ld) : std::vector<T>();
+  const T* operands = round ? qkv_rounded.data() : qkv;
+#pragma omp parallel
+  {
+    std::vector<T> probs_rounded(static_cast<std::size_t>(round ? seq_len * seq_len : 0));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < batch * n_head; ++bh) {
+      const int64_t b = bh / n_head, h = bh % n_head;
+      const T* q = operands + b * seq_len * ld + h * hd;
+      const T* k = q + channels;
+      const T* v = q + 2 * channels;
+      T* p = probs + bh * seq_len * seq_len;
+      const CausalBlocks blocks(seq_len);
+      // scores[r0:r1, 0:r1] = scale * q[r0:r1, hd] @ k[0:r1, hd]^T, per row block
+      for (int64_t r = 0; r < blocks.count; ++r) {
+        const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+        gemm<T>(false, true, r1 - r0, r1, hd, scale, q + r0 * ld, ld, k, ld, T(0), p + r0 * seq_len, seq_len);
       }
-      for (int64_t j = 0; j <= t; ++j) row[j] /= denom;
-      std::fill(row + t + 1, row + seq_len, T(0));  // causal mask
-    }
-    // out_h[r0:r1, hd] = probs[r0:r1, 0:r1] @ v[0:r1, hd]
-    T* out_h = out + b * seq_len * channels + h * hd;
-    for (int64_t r = 0; r < blocks.count; ++r) {
-      const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
-      gemm<T>(false, false, r1 - r0, hd, r1, T(1), p + r0 * seq_len, seq_len, v, ld, T(0), out_h + r0 * channels,
-              channels);
+      for (int64_t t = 0; t < seq_len; ++t) {
+        T* row = p + t * seq_len;
+        T row_max = *std::max_element(row, row + t + 1);
+        T denom = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - row_max);
+          denom += row[j];
+        }
+        for (int64_t j = 0; j <= t; ++j) row[j] /= denom;
+        std::fill(row + t + 1, row + seq_len, T(0));  // causal mask
+      }
+      // out_h[r0:r1, hd] = probs[r0:r1, 0:r1] @ v[0:r1, hd]
+      T* out_h = out + b * seq_len * channels + h * hd;
+      const T* pv = round ? rounded_into(probs_rounded, p, seq_len * seq_len) : p;
+      for (int64_t r = 0; r < blocks.count; ++r) {
+        const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
+        gemm<T>(false, false, r1 - r0, hd, r1, T(1), pv + r0 * seq_len, seq_len, v, ld, T(0), out_h + r0 * channels,
+                channels);
+      }
     }
   }
 }
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch, int64_t seq_len,
-                        int64_t channels, int64_t n_head) {
+                        int64_t channels, int64_t n_head, bool bf16_operands) {
   const int64_t hd = channels / n_head, ld = 3 * channels;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hd));
+  const bool round = bf16_operands && std::is_same_v<T, float>;
+  const std::vector<T> qkv_rounded = round ? rounded_copy(qkv, batch * seq_len * ld) : std::vector<T>();
+  const std::vector<T> dout_rounded = round ? rounded_copy(dout, batch * seq_len * channels) : std::vector<T>();
+  const T* operands = round ? qkv_rounded.data() : qkv;
+  const T* dout_operand = round ? dout_rounded.data() : dout;
 #pragma omp parallel
   {
     std::vector<T> dscores(static_cast<std::size_t>(seq_len * seq_len));
+    std::vector<T> probs_rounded(static_cast<std::size_t>(round ? seq_len * seq_len : 0));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < batch * n_head; ++bh) {
       const int64_t b = bh / n_head, h = bh % n_head;
-      const T* q = qkv + b * seq_len * ld + h * hd;
+      const T* q = operands + b * seq_len * ld + h * hd;
       const T* k = q + channels;
       const T* v = q + 2 * channels;
       T* dq = dqkv + b * seq_len * ld + h * hd;
       T* dk = dq + channels;
       T* dv = dq + 2 * channels;
       const T* p = probs + bh * seq_len * seq_len;
-      const T* dout_h = dout + b * seq_len * channels + h * hd;
+      const T* dout_h = dout_operand + b * seq_len * channels + h * hd;
+      const T* pv = round ? rounded_into(probs_rounded, p, seq_len * seq_len) : p;  // as dvalue sees them
       T* ds = dscores.data();
       const CausalBlocks blocks(seq_len);
       for (int64_t r = 0; r < blocks.count; ++r) {
@@ -96,7 +142,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
         gemm<T>(false, true, r1 - r0, r1, hd, T(1), dout_h + r0 * channels, channels, v, ld, T(0),
                 ds + r0 * seq_len, seq_len);
         // dv[c0:c1, hd] = probs[c0:T, c0:c1]^T @ dout_h[c0:T, hd] (block r as keys)
-        gemm<T>(true, false, r1 - r0, hd, seq_len - r0, T(1), p + r0 * seq_len + r0, seq_len,
+        gemm<T>(true, false, r1 - r0, hd, seq_len - r0, T(1), pv + r0 * seq_len + r0, seq_len,
                 dout_h + r0 * channels, channels, T(0), dv + r0 * ld, ld);
       }
       // softmax backward: dscores = probs * (dprobs - sum_j probs*dprobs), times the 1/sqrt(hd) scale
@@ -108,6 +154,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
         for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
         std::fill(drow + t + 1, drow + seq_len, T(0));
       }
+      if (round) round_in_place(ds, seq_len * seq_len);  // the operand of dquery and dkey
       for (int64_t r = 0; r < blocks.count; ++r) {
         const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
         // dq[r0:r1, hd] = dscores[r0:r1, 0:r1] @ k[0:r1, hd]
@@ -120,11 +167,11 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t, int64_t, int64_t);
+template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t, bool);
+template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t, int64_t, int64_t, bool);
 template void attention_backward<float>(float*, const float*, const float*, const float*, int64_t, int64_t,
-                                        int64_t, int64_t);
+                                        int64_t, int64_t, bool);
 template void attention_backward<double>(double*, const double*, const double*, const double*, int64_t,
-                                         int64_t, int64_t, int64_t);
+                                         int64_t, int64_t, int64_t, bool);
 
 }  // namespace tripod::cpu

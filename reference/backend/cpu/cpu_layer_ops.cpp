@@ -84,7 +84,7 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
-                              qkv.dim(2) / 3, n_head);
+                              qkv.dim(2) / 3, n_head, fp32_matmul() == Fp32Matmul::Bf16Operands);
   });
 }
 
@@ -94,7 +94,7 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::attention_backward<T>(ptr<T>(dqkv, op), ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), qkv.dim(0),
-                               qkv.dim(1), qkv.dim(2) / 3, n_head);
+                               qkv.dim(1), qkv.dim(2) / 3, n_head, fp32_matmul() == Fp32Matmul::Bf16Operands);
   });
 }
 

@@ -59,10 +59,12 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,
-                       int64_t n_head);
+                       int64_t n_head, bool bf16_operands = false);
+// bf16_operands (fp32 only; the bf16-mixed policy): every product's operands rounded to bf16 first
+// (attention_kernels.cpp says where).
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch,
-                        int64_t seq_len, int64_t channels, int64_t n_head);
+                        int64_t seq_len, int64_t channels, int64_t n_head, bool bf16_operands = false);
 
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab);

@@ -112,6 +112,7 @@ class CudaBackend final : public Backend {
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
+  bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {
@@ -128,6 +129,7 @@ class CudaBackend final : public Backend {
   Tensor scratch_c_;              // their fp32 C where the caller's rows are not 16-byte aligned
   Tensor score_grads_;            // attention backward's B*H*T*T score gradients
   Tensor attention_scratch_;      // attention's head-major copies of qkv, out/dout and dqkv (7*B*T*C)
+  Tensor attention_scratch16_;    // its bf16 operand copies under Fp32Matmul::Bf16Operands
 };
 
 }  // namespace tripod::cuda

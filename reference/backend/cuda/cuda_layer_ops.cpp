@@ -92,14 +92,25 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
   });
 }
 
+// Under the bf16-operand policy, fp32 attention multiplies bf16 copies (the CPU backend rounds at
+// the same points): their scratch; null otherwise (products in the tensors' precision).
+bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                          int64_t n_head) {
+  if (dtype != DType::F32 || fp32_matmul() != Fp32Matmul::Bf16Operands) return nullptr;
+  return grown(attention_scratch16_, cuda::attention_bf16_scratch_elements(batch, seq_len, channels, n_head),
+               DType::BF16)
+      .device_data<bf16>();
+}
+
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
     Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());
-    cuda::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), scratch.device_data<T>(), batch,
-                               seq_len, channels, n_head, ctx_);
+    cuda::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), scratch.device_data<T>(),
+                               attention_bf16_scratch(qkv.dtype(), batch, seq_len, channels, n_head), batch, seq_len,
+                               channels, n_head, ctx_);
   });
 }
 
@@ -113,8 +124,8 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
         grown(score_grads_, cuda::attention_score_grad_elements(batch, seq_len, n_head), qkv.dtype());
     Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());
     cuda::attention_backward<T>(ptr<T>(dqkv, op), score_grads.device_data<T>(), scratch.device_data<T>(),
-                                ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), batch, seq_len, channels, n_head,
-                                ctx_);
+                                attention_bf16_scratch(qkv.dtype(), batch, seq_len, channels, n_head), ptr<T>(dout, op),
+                                ptr<T>(qkv, op), ptr<T>(probs, op), batch, seq_len, channels, n_head, ctx_);
   });
 }
 

@@ -55,19 +55,23 @@ AttentionDims checked_attention_dims(const char* op, int64_t batch, int64_t seq_
 inline int64_t attention_head_major_elements(const AttentionDims& d) { return d.batch * d.seq_len * d.channels; }
 
 // The products of query row block r (scores, values, dprobs, dquery) or key block c (dkey,
-// dvalue); pointers are the buffers' first elements, `element_bytes` their element size (all
-// share one dtype), `scale` 1/sqrt(hd) in the tensors' dtype.
+// dvalue); pointers are the buffers' first elements. `bytes`: the element sizes of the operands A
+// and B (they share a dtype: fp32 or fp64 as the tensors, bf16 under the bf16-operand policy) and of
+// the fp32/fp64 result C; `scale` 1/sqrt(hd) in the tensors' dtype.
+struct AttentionBytes {
+  std::size_t operands = 0, result = 0;
+};
 RowMajorGemm attention_scores_gemm(const AttentionDims& d, int64_t r, const void* qkvh, void* probs,
-                                   std::size_t element_bytes, double scale);
+                                   AttentionBytes bytes, double scale);
 RowMajorGemm attention_values_gemm(const AttentionDims& d, int64_t r, const void* probs, const void* qkvh, void* outh,
-                                   std::size_t element_bytes);
+                                   AttentionBytes bytes);
 RowMajorGemm attention_dprobs_gemm(const AttentionDims& d, int64_t r, const void* douth, const void* qkvh,
-                                   void* score_grads, std::size_t element_bytes);
+                                   void* score_grads, AttentionBytes bytes);
 RowMajorGemm attention_dquery_gemm(const AttentionDims& d, int64_t r, const void* score_grads, const void* qkvh,
-                                   void* dqkvh, std::size_t element_bytes);
+                                   void* dqkvh, AttentionBytes bytes);
 RowMajorGemm attention_dkey_gemm(const AttentionDims& d, int64_t c, const void* score_grads, const void* qkvh,
-                                 void* dqkvh, std::size_t element_bytes);
+                                 void* dqkvh, AttentionBytes bytes);
 RowMajorGemm attention_dvalue_gemm(const AttentionDims& d, int64_t c, const void* probs, const void* douth,
-                                   void* dqkvh, std::size_t element_bytes);
+                                   void* dqkvh, AttentionBytes bytes);
 
 }  // namespace tripod::cuda

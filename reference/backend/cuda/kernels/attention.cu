@@ -24,12 +24,24 @@
 //             (where the row-blocked score GEMMs wrote nothing, too).
 //   backward  row_dot = the block's sum of p_j dp_j (j <= t), then ds_j = softmax_backward_score,
 //             0 past t. Each thread rewrites only the columns it read, so in place is safe.
+//
+// bf16 operands (fp32 tensors under the bf16-mixed policy; the caller passes a bf16 scratch):
+// every product runs on bf16 tensor cores with fp32 accumulation and an fp32 result, its operands
+// rounded where the CPU backend's attention rounds them (cpu/attention_kernels.cpp): q, k, v and
+// dout in the head-major copies (converted as they are copied), the probabilities for the values
+// and dvalue products and the score gradients for dquery and dkey (written rounded by the softmax
+// row kernels beside their fp32 results). The softmax, its sums and the kept probs stay fp32.
+// bf16 scratch: qkvh [3][B*H][T][hd], douth [B*H][T][hd], then two [B*H][T][T] squares (the rounded
+// probabilities and score gradients): 4*B*T*C + 2*B*H*T*T elements.
+#include <type_traits>
+
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 #include "backend/cuda/host/attention_gemms.h"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/cuda/kernels/softmax_block_reduce.cuh"
 #include "backend/kernels/attention_math.h"
+#include "backend/kernels/bf16_math.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -38,8 +50,17 @@ namespace {
 constexpr int kSoftmaxThreads = kernels::kAttentionSoftmaxThreads;
 constexpr int kSoftmaxWarps = kSoftmaxThreads / kWarpSize;
 
+// A value as the bf16 operand copy holds it (round to nearest even: bf16_math.h, as the CPU rounds).
 template <typename T>
-__global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel(T* probs, int64_t rows,
+__device__ __forceinline__ bf16 rounded_operand(T x) {
+  bf16 out;
+  out.bits = kernels::float_to_bf16_bits(static_cast<float>(x));  // T is float wherever a bf16 copy exists
+  return out;
+}
+
+// probs16 (nullable): the rounded probabilities too, for the bf16 values product.
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel(T* probs, bf16* probs16, int64_t rows,
                                                                                  int64_t seq_len) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -49,13 +70,19 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel
         block_reduce(kernels::strided_max_partial(p, n, threadIdx.x, kSoftmaxThreads), scratch, kernels::MaxOf{});
     const T denom = block_reduce(kernels::exp_in_place_partial(p, n, row_max, threadIdx.x, kSoftmaxThreads), scratch,
                                  kernels::SumOf{});
-    for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) p[j] = j < n ? p[j] / denom : T(0);
+    for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) {
+      p[j] = j < n ? p[j] / denom : T(0);
+      if (probs16 != nullptr) probs16[row * seq_len + j] = rounded_operand(p[j]);
+    }
   }
 }
 
+// dscores16, probs16 (both null or both set): the rounded score gradients (for dquery, dkey) and
+// probabilities (for dvalue).
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    causal_softmax_backward_kernel(T* dscores, const T* probs, int64_t rows, int64_t seq_len, T scale) {
+    causal_softmax_backward_kernel(T* dscores, const T* probs, bf16* dscores16, bf16* probs16, int64_t rows,
+                                   int64_t seq_len, T scale) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t n = row % seq_len + 1;
@@ -63,8 +90,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     T* ds = dscores + row * seq_len;  // holds dp on entry
     const T row_dot = block_reduce(kernels::strided_dot_partial(p, ds, n, threadIdx.x, kSoftmaxThreads), scratch,
                                    kernels::SumOf{});
-    for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads)
+    for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) {
       ds[j] = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
+      if (dscores16 != nullptr) {
+        dscores16[row * seq_len + j] = rounded_operand(ds[j]);
+        probs16[row * seq_len + j] = rounded_operand(p[j]);
+      }
+    }
   }
 }
 
@@ -73,11 +105,20 @@ constexpr DType dtype_of() {
   return sizeof(T) == sizeof(double) ? DType::F64 : DType::F32;
 }
 
-// In T's precision: fp32 products stay fp32 (never TF32), as the CPU backend's attention computes them.
+// In T's precision: fp32 products stay fp32 (never TF32), as the CPU backend's attention computes
+// them; with bf16 operands, bf16 A and B, fp32 accumulation and C.
 template <typename T>
 void run_gemm(const RowMajorGemm& call, const CudaContext& ctx) {
   gemm(call, dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), /*fp32_on_tf32=*/false, ctx);
 }
+void run_bf16_gemm(const RowMajorGemm& call, const CudaContext& ctx) {
+  gemm(call, DType::BF16, DType::F32, DType::F32, /*fp32_on_tf32=*/false, ctx);
+}
+template <typename T>
+constexpr AttentionBytes same_bytes() {
+  return {sizeof(T), sizeof(T)};
+}
+constexpr AttentionBytes kBf16Operands{sizeof(bf16), sizeof(float)};
 
 // A block a row, the grid capped by the device (the kernels loop over rows with a grid stride).
 LaunchShape softmax_launch(int64_t rows, const CudaContext& ctx, const char* op) {
@@ -90,10 +131,10 @@ LaunchShape softmax_launch(int64_t rows, const CudaContext& ctx, const char* op)
 // row of the head-major tensor, contiguous in both layouts, so the index arithmetic (five 64-bit
 // divisions) runs once a row, not once an element (measured on an H200: per element, the copies
 // moved 0.9 TB/s). One writer per element.
-template <typename T>
+template <typename From, typename To>
 struct HeadMajorRowCopy {
-  T* dst;
-  const T* src;
+  To* dst;
+  const From* src;
   int64_t batch, seq_len, n_head, head_dim, parts;
   bool to_head_major;
   __device__ void operator()(int64_t row, int lane) const {
@@ -102,21 +143,26 @@ struct HeadMajorRowCopy {
     const int64_t head_major = row * head_dim;
     const int64_t token_major = head_dim * kernels::token_major_index(row, batch, seq_len, n_head, 1, parts);
     for (int64_t e = lane; e < head_dim; e += kWarpSize) {
-      if (to_head_major) dst[head_major + e] = src[token_major + e];
-      else dst[token_major + e] = src[head_major + e];
+      if (to_head_major) dst[head_major + e] = element(src[token_major + e]);
+      else dst[token_major + e] = element(src[head_major + e]);
     }
+  }
+  __device__ __forceinline__ To element(From x) const {
+    if constexpr (std::is_same_v<To, bf16>) return rounded_operand(x);
+    else return x;
   }
 };
 
-template <typename T>
-void copy_head_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, bool to_head_major,
+template <typename From, typename To>
+void copy_head_major(To* dst, const From* src, const AttentionDims& d, int64_t parts, bool to_head_major,
                      const CudaContext& ctx) {
-  launch_warp_rows(HeadMajorRowCopy<T>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts, to_head_major},
-                   parts * attention_head_major_elements(d) / d.head_dim(), ctx,
-                   to_head_major ? "attention (to head-major)" : "attention (to token-major)");
+  launch_warp_rows(
+      HeadMajorRowCopy<From, To>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts, to_head_major},
+      parts * attention_head_major_elements(d) / d.head_dim(), ctx,
+      to_head_major ? "attention (to head-major)" : "attention (to token-major)");
 }
-template <typename T>
-void copy_to_head_major(T* dst, const T* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
+template <typename From, typename To>  // To: From's type, or bf16 (the operand copies)
+void copy_to_head_major(To* dst, const From* src, const AttentionDims& d, int64_t parts, const CudaContext& ctx) {
   copy_head_major(dst, src, d, parts, true, ctx);
 }
 template <typename T>
@@ -127,58 +173,90 @@ void copy_to_token_major(T* dst, const T* src, const AttentionDims& d, int64_t p
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, T* scratch, int64_t batch, int64_t seq_len, int64_t channels,
-                       int64_t n_head, const CudaContext& ctx) {
+void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch16, int64_t batch, int64_t seq_len,
+                       int64_t channels, int64_t n_head, const CudaContext& ctx) {
   const char* op = "attention_forward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
+  check(scratch16 == nullptr || std::is_same_v<T, float>, op, ": bf16 operands are for fp32 tensors");
   if (batch * seq_len * channels == 0) return;
   const int64_t part = attention_head_major_elements(d);
-  T* qkvh = scratch;          // [3][B*H][T][hd]
+  const bool bf16_operands = scratch16 != nullptr;
+  T* qkvh = scratch;             // [3][B*H][T][hd]
   T* outh = scratch + 3 * part;  // [B*H][T][hd]
-  copy_to_head_major(qkvh, qkv, d, 3, ctx);
+  bf16* qkvh16 = bf16_operands ? scratch16 : nullptr;                      // [3][B*H][T][hd]
+  bf16* probs16 = bf16_operands ? scratch16 + 4 * part : nullptr;          // [B*H][T][T]
   const double scale = kernels::attention_scale<T>(d.head_dim());
-  for (int64_t r = 0; r < d.row_blocks; ++r)
-    run_gemm<T>(attention_scores_gemm(d, r, qkvh, probs, sizeof(T), scale), ctx);
+  if (bf16_operands) {
+    copy_to_head_major(qkvh16, qkv, d, 3, ctx);
+    for (int64_t r = 0; r < d.row_blocks; ++r)
+      run_bf16_gemm(attention_scores_gemm(d, r, qkvh16, probs, kBf16Operands, scale), ctx);
+  } else {
+    copy_to_head_major(qkvh, qkv, d, 3, ctx);
+    for (int64_t r = 0; r < d.row_blocks; ++r)
+      run_gemm<T>(attention_scores_gemm(d, r, qkvh, probs, same_bytes<T>(), scale), ctx);
+  }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
-  causal_softmax_forward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, rows, seq_len);
+  causal_softmax_forward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, probs16, rows, seq_len);
   check_launch("attention_forward (softmax)");
-  for (int64_t r = 0; r < d.row_blocks; ++r)
-    run_gemm<T>(attention_values_gemm(d, r, probs, qkvh, outh, sizeof(T)), ctx);
+  for (int64_t r = 0; r < d.row_blocks; ++r) {
+    if (bf16_operands) run_bf16_gemm(attention_values_gemm(d, r, probs16, qkvh16, outh, kBf16Operands), ctx);
+    else run_gemm<T>(attention_values_gemm(d, r, probs, qkvh, outh, same_bytes<T>()), ctx);
+  }
   copy_to_token_major(out, outh, d, 1, ctx);
 }
 
 template <typename T>
-void attention_backward(T* dqkv, T* score_grads, T* scratch, const T* dout, const T* qkv, const T* probs,
-                        int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
+void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, const T* dout, const T* qkv,
+                        const T* probs, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                        const CudaContext& ctx) {
   const char* op = "attention_backward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
+  check(scratch16 == nullptr || std::is_same_v<T, float>, op, ": bf16 operands are for fp32 tensors");
   if (batch * seq_len * channels == 0) return;
-  const int64_t part = attention_head_major_elements(d);
+  const int64_t part = attention_head_major_elements(d), square = attention_score_grad_elements(batch, seq_len, n_head);
+  const bool bf16_operands = scratch16 != nullptr;
   T* qkvh = scratch;              // [3][B*H][T][hd]
   T* douth = scratch + 3 * part;  // [B*H][T][hd]
   T* dqkvh = scratch + 4 * part;  // [3][B*H][T][hd]
-  copy_to_head_major(qkvh, qkv, d, 3, ctx);
-  copy_to_head_major(douth, dout, d, 1, ctx);
-  for (int64_t r = 0; r < d.row_blocks; ++r)
-    run_gemm<T>(attention_dprobs_gemm(d, r, douth, qkvh, score_grads, sizeof(T)), ctx);
+  bf16* qkvh16 = bf16_operands ? scratch16 : nullptr;                            // [3][B*H][T][hd]
+  bf16* douth16 = bf16_operands ? scratch16 + 3 * part : nullptr;                // [B*H][T][hd]
+  bf16* probs16 = bf16_operands ? scratch16 + 4 * part : nullptr;                // [B*H][T][T]
+  bf16* score_grads16 = bf16_operands ? scratch16 + 4 * part + square : nullptr;  // [B*H][T][T]
+  if (bf16_operands) {
+    copy_to_head_major(qkvh16, qkv, d, 3, ctx);
+    copy_to_head_major(douth16, dout, d, 1, ctx);
+    for (int64_t r = 0; r < d.row_blocks; ++r)
+      run_bf16_gemm(attention_dprobs_gemm(d, r, douth16, qkvh16, score_grads, kBf16Operands), ctx);
+  } else {
+    copy_to_head_major(qkvh, qkv, d, 3, ctx);
+    copy_to_head_major(douth, dout, d, 1, ctx);
+    for (int64_t r = 0; r < d.row_blocks; ++r)
+      run_gemm<T>(attention_dprobs_gemm(d, r, douth, qkvh, score_grads, same_bytes<T>()), ctx);
+  }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
   causal_softmax_backward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
-      score_grads, probs, rows, seq_len, kernels::attention_scale<T>(d.head_dim()));
+      score_grads, probs, score_grads16, probs16, rows, seq_len, kernels::attention_scale<T>(d.head_dim()));
   check_launch("attention_backward (softmax)");
   for (int64_t r = 0; r < d.row_blocks; ++r) {
-    run_gemm<T>(attention_dquery_gemm(d, r, score_grads, qkvh, dqkvh, sizeof(T)), ctx);
-    run_gemm<T>(attention_dkey_gemm(d, r, score_grads, qkvh, dqkvh, sizeof(T)), ctx);
-    run_gemm<T>(attention_dvalue_gemm(d, r, probs, douth, dqkvh, sizeof(T)), ctx);
+    if (bf16_operands) {
+      run_bf16_gemm(attention_dquery_gemm(d, r, score_grads16, qkvh16, dqkvh, kBf16Operands), ctx);
+      run_bf16_gemm(attention_dkey_gemm(d, r, score_grads16, qkvh16, dqkvh, kBf16Operands), ctx);
+      run_bf16_gemm(attention_dvalue_gemm(d, r, probs16, douth16, dqkvh, kBf16Operands), ctx);
+    } else {
+      run_gemm<T>(attention_dquery_gemm(d, r, score_grads, qkvh, dqkvh, same_bytes<T>()), ctx);
+      run_gemm<T>(attention_dkey_gemm(d, r, score_grads, qkvh, dqkvh, same_bytes<T>()), ctx);
+      run_gemm<T>(attention_dvalue_gemm(d, r, probs, douth, dqkvh, same_bytes<T>()), ctx);
+    }
   }
   copy_to_token_major(dqkv, dqkvh, d, 3, ctx);
 }
 
-#define TRIPOD_INSTANTIATE(T)                                                                                    \
-  template void attention_forward<T>(T*, T*, const T*, T*, int64_t, int64_t, int64_t, int64_t,                 \
-                                     const CudaContext&);                                                        \
-  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,   \
+#define TRIPOD_INSTANTIATE(T)                                                                                   \
+  template void attention_forward<T>(T*, T*, const T*, T*, bf16*, int64_t, int64_t, int64_t, int64_t,          \
+                                     const CudaContext&);                                                       \
+  template void attention_backward<T>(T*, T*, T*, bf16*, const T*, const T*, const T*, int64_t, int64_t, int64_t, \
                                       int64_t, const CudaContext&);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)
