@@ -81,6 +81,20 @@ void run_kernel_rate(const KernelRateOptions& o) {
       {"attention bwd", (7 * nc + square) * s, [&] { b.attention_backward(dqkv, datt, qkv, probs, heads); },
        8 * products},
   };
+  if (dt == DType::F32) {
+    // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
+    auto bf16_operands = [&b](const std::function<void()>& call) {
+      return [&b, call] {
+        b.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+        call();
+        b.set_fp32_matmul(Fp32Matmul::Exact);
+      };
+    };
+    cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
+                     bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
+    cases.push_back({"attention bwd bf16", (7 * nc + square) * s,
+                     bf16_operands([&] { b.attention_backward(dqkv, datt, qkv, probs, heads); }), 8 * products});
+  }
   std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, attention B %lld x T %lld, "
               "H %lld, %d timed regions of >= %.1f ms\n",
               b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
