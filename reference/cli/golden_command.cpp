@@ -2,7 +2,13 @@
 // tripod golden run BUNDLE --precision fp32|fp64 --out RESULTS.json [--layout NAME]   Tripod as a peer
 // tripod golden check BUNDLE RESULTS.json [--json OUT]   compare a peer's results (reports/golden/check.py)
 // The bundle and results formats: reports/FORMATS.md; golden/ builds and replays bundles.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
@@ -58,6 +64,33 @@ void add_run(CLI::App& golden) {
   cmd->callback([o] { golden::replay_golden_bundle(*o); });
 }
 
+// The checker prints its verdict (or what it could not read); its exit status is the command's
+// (1: DIFFERS, 2: results that cannot be read). Exit 0 alone is not a MATCH: the verdict it writes
+// as JSON (--json, or a temporary file) must exist, be new and say "match" (a --python that is not
+// an interpreter with the checker exited 0 and the command reported nothing wrong).
+void run_golden_check(const GoldenCheckOptions& o) {
+  namespace fs = std::filesystem;
+  const bool temporary = o.json_out.empty();
+  const std::string verdict_path =
+      temporary ? (fs::temp_directory_path() / ("tripod-golden-check-" + std::to_string(::getpid()) + ".json")).string()
+                : o.json_out;
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove(path, ec);
+    }
+  } cleanup{temporary ? verdict_path : ""};
+  const std::vector<std::string> args = {o.bundle, o.results, "--json", verdict_path};
+  if (const int status = process::run_python_module_writing(o.python, "reports.golden.check", args, verdict_path);
+      status != 0)
+    throw ReportedFailure(status);
+  std::ifstream in(verdict_path);
+  const nlohmann::json verdict = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  check(verdict.is_object() && verdict.value("verdict", "") == "match", "golden check: ", o.python,
+        " exited 0 but its verdict (", verdict_path, ") does not say match");
+}
+
 void add_check(CLI::App& golden) {
   auto o = std::make_shared<GoldenCheckOptions>();
   auto* cmd = golden.add_subcommand("check", "compare a peer's results with a bundle's reference, per step and tensor");
@@ -65,14 +98,7 @@ void add_check(CLI::App& golden) {
   cmd->add_option("results", o->results, "the peer's RESULTS.json (reports/FORMATS.md section 2)")->required();
   add_output_option(*cmd, "--json", o->json_out, "also write the verdict as JSON here");
   cmd->add_option("--python", o->python, "Python with numpy")->capture_default_str();
-  cmd->callback([o] {
-    std::vector<std::string> args = {o->bundle, o->results};
-    if (!o->json_out.empty()) args.insert(args.end(), {"--json", o->json_out});
-    // The checker prints its verdict (or what it could not read); its exit status is the command's
-    // (1: DIFFERS, 2: results that cannot be read).
-    if (const int status = process::run_python_module(o->python, "reports.golden.check", args); status != 0)
-      throw ReportedFailure(status);
-  });
+  cmd->callback([o] { run_golden_check(*o); });
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ void run_report(const ReportOptions& opts) {
     args.emplace_back("--extra");
     args.insert(args.end(), opts.extra.begin(), opts.extra.end());
   }
-  const int status = process::run_python_module(opts.python, "reports.report", args);
+  const int status = process::run_python_module_writing(opts.python, "reports.report", args, out);
   check(status == 0, "tripod report: building ", out, " failed (", opts.python, " -m reports.report exited with ",
         status, ")");
   if (!opts.check) return;

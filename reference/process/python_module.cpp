@@ -28,4 +28,15 @@ int run_python_module(const std::string& python, const std::string& module, cons
   return exit.code;
 }
 
+int run_python_module_writing(const std::string& python, const std::string& module,
+                              const std::vector<std::string>& args, const std::string& output) {
+  std::error_code ec;
+  const fs::file_time_type before = fs::exists(output, ec) ? fs::last_write_time(output, ec) : fs::file_time_type::min();
+  const int code = run_python_module(python, module, args);
+  if (code != 0) return code;
+  check(fs::exists(output, ec) && fs::last_write_time(output, ec) > before, python, " exited 0 without writing ",
+        output, " (it was to run -m ", module, ": is --python a Python that runs Tripod's modules?)");
+  return code;
+}
+
 }  // namespace tripod::process

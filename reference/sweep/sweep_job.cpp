@@ -156,7 +156,7 @@ void fit_sweep(const SweepFitOptions& o) {
                                      "--markdown", (out / "fit.md").string(), "--plots", (out / "plots").string(),
                                      "--bootstrap", std::to_string(o.bootstrap)};
     if (o.small_grid) args.push_back("--small-grid");
-    const int code = process::run_python_module(o.python, "scaling.fit", args);
+    const int code = process::run_python_module_writing(o.python, "scaling.fit", args, (out / "fit.json").string());
     check(code == 0, "scaling/fit.py on ", runs.string(), " failed (exit status ", code, ")");
     summarise_fit(out);
 }
@@ -173,7 +173,8 @@ void advise_sweep(const SweepAdviseOptions& o) {
     args.push_back("--json");
     args.push_back(o.json_out);
   }
-  const int code = process::run_python_module(o.python, "scaling.advise", args);
+  const int code = o.json_out.empty() ? process::run_python_module(o.python, "scaling.advise", args)
+                                      : process::run_python_module_writing(o.python, "scaling.advise", args, o.json_out);
   check(code == 0, "scaling/advise.py on ", o.fit, " failed (exit status ", code, ")");
 }
 
