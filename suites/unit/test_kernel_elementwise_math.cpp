@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -312,6 +313,20 @@ TEST(KernelElementwiseMath, Bf16ToFloatIsExactForEveryPattern) {
   }
   EXPECT_TRUE(testing::bits_equal(got_f, want_f));
   EXPECT_TRUE(testing::bits_equal(got_d, want_d));
+}
+
+// The vectorised fp32 -> bf16 conversion (elementwise.cu's ConvertFloatToBf16x4Op) stores 4 floats
+// as two packed words: in memory they must be the 4 bf16 conversions in order, bit for bit.
+TEST(KernelElementwiseMath, PackedBf16PairsAreTheElementsInOrder) {
+  const std::vector<float> x = {1.0f + 1.0f / 256, -3.0e38f, 1e-40f, -0.0f, std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(), 0.1f, -7.0f};
+  for (std::size_t i = 0; i + 1 < x.size(); i += 2) {
+    const uint32_t word = float_pair_to_bf16_word(x[i], x[i + 1]);
+    uint16_t halves[2];
+    std::memcpy(halves, &word, sizeof word);  // as a little-endian store lays it out
+    EXPECT_EQ(halves[0], float_to_bf16(x[i]).bits) << i;
+    EXPECT_EQ(halves[1], float_to_bf16(x[i + 1]).bits) << i + 1;
+  }
 }
 
 }  // namespace

@@ -63,6 +63,13 @@ TRIPOD_HD uint16_t double_to_bf16_bits(double d) {
   return float_to_bf16_bits(f);
 }
 
+// Two consecutive elements rounded to bf16 and packed as one 32-bit word, the first in the low half
+// (a little-endian store: GPUs and x86): the vectorised fp32 -> bf16 conversion stores two of these
+// (8 bytes) for every 16-byte load of four floats.
+TRIPOD_HD uint32_t float_pair_to_bf16_word(float first, float second) {
+  return static_cast<uint32_t>(float_to_bf16_bits(first)) | (static_cast<uint32_t>(float_to_bf16_bits(second)) << 16);
+}
+
 // Infinite or NaN: the exponent is all ones.
 TRIPOD_HD bool bf16_bits_nonfinite(uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; }
 
