@@ -20,6 +20,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -98,6 +99,14 @@ class Backend {
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                     const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
                     const Tensor& c, int64_t ldc, DType accumulate) = 0;
+
+  // GEMM operands that several GEMMs share, prepared once: under Fp32Matmul::Bf16Operands, when
+  // every one is an fp32 matrix whose two sizes are multiples of 8 (sizes no backend pads for
+  // alignment), their bf16 copies, rounded as gemm would round them, so that passing them in the
+  // originals' place gives the same bits and converts each once instead of once a GEMM; otherwise
+  // the originals, all of them (a GEMM's A and B share a dtype). Valid while the originals are
+  // unchanged. Tensors are matrices [rows, cols] (rows = numel / last dim).
+  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -186,6 +195,11 @@ class Backend {
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      double lr, double beta1, double beta2, double eps, double weight_decay,
                      int64_t step, double grad_scale) = 0;
+
+ protected:
+  // A tensor every element of which the caller overwrites at once (gemm_operands' copies): alloc's
+  // zero fill is a wasted pass on a device, so a backend may skip it.
+  virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

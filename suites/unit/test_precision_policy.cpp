@@ -165,6 +165,36 @@ TEST(PrecisionPolicy, Bf16OperandAttentionRoundsItsProductsOperands) {
   }
 }
 
+// Backend::gemm_operands: shared operands rounded once give the bits the per-GEMM rounding gives;
+// all or none are prepared (a GEMM's A and B share a dtype), and only under the policy.
+TEST(PrecisionPolicy, SharedGemmOperandsAreRoundedOnceToTheSameBits) {
+  const int64_t N = 24, O = 16, I = 40;
+  for (const char* name : {"cpu", "emulated"}) {
+    auto be = make_backend(name);
+    Tensor dout = make(*be, {N, O}, DType::F32, random_values(N * O, 41, 1.0));
+    Tensor w = make(*be, {O, I}, DType::F32, random_values(O * I, 42, 0.02));
+    Tensor x = make(*be, {N, I}, DType::F32, random_values(N * I, 43, 1.0));
+    EXPECT_EQ(be->gemm_operands({dout, w, x})[0].dtype(), DType::F32) << "rounded outside the policy";
+    be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+    const std::vector<Tensor> ops = be->gemm_operands({dout, w, x});
+    ASSERT_EQ(ops.size(), 3u);
+    for (const Tensor& t : ops) EXPECT_EQ(t.dtype(), DType::BF16) << name;
+    // dX = dout @ W and dW = dout^T @ x, from the shared copies and from the originals
+    Tensor dx1 = be->alloc({N, I}, DType::F32), dx2 = be->alloc({N, I}, DType::F32);
+    Tensor dw1 = be->alloc({O, I}, DType::F32), dw2 = be->alloc({O, I}, DType::F32);
+    be->gemm(false, false, N, I, O, 1.0, ops[0], O, ops[1], I, 0.0, dx1, I, DType::F32);
+    be->gemm(false, false, N, I, O, 1.0, dout, O, w, I, 0.0, dx2, I, DType::F32);
+    be->gemm(true, false, O, I, N, 1.0, ops[0], O, ops[2], I, 0.0, dw1, I, DType::F32);
+    be->gemm(true, false, O, I, N, 1.0, dout, O, x, I, 0.0, dw2, I, DType::F32);
+    EXPECT_EQ(to_host_f64(*be, dx1), to_host_f64(*be, dx2)) << name;
+    EXPECT_EQ(to_host_f64(*be, dw1), to_host_f64(*be, dw2)) << name;
+    // one size a device would pad (an odd vocabulary): none of them is prepared
+    Tensor odd = make(*be, {N, 97}, DType::F32, random_values(N * 97, 44, 1.0));
+    for (const Tensor& t : be->gemm_operands({dout, odd})) EXPECT_EQ(t.dtype(), DType::F32) << name;
+    be->set_fp32_matmul(Fp32Matmul::Exact);
+  }
+}
+
 TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;

@@ -118,13 +118,17 @@ void* CudaBackend::pool_alloc(std::size_t bytes, const Shape& shape) {
 }
 
 Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
+  Tensor t = alloc_for_overwrite(shape, dtype);
+  if (t.bytes() != 0)
+    check_cuda(cudaMemsetAsync(t.device_raw(), 0, t.bytes(), ctx_.stream), "cudaMemsetAsync (alloc zero-fill)");
+  return t;
+}
+
+Tensor CudaBackend::alloc_for_overwrite(const Shape& shape, DType dtype) {
   const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 255) / 256 * 256;  // 256-byte aligned as cudaMalloc's: count what it holds
   void* p = nullptr;
-  if (padded != 0) {
-    p = pool_alloc(padded, shape);
-    check_cuda(cudaMemsetAsync(p, 0, padded, ctx_.stream), "cudaMemsetAsync (alloc zero-fill)");
-  }
+  if (padded != 0) p = pool_alloc(padded, shape);
   const std::size_t live = counters_->live.fetch_add(padded) + padded;
   for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
   }

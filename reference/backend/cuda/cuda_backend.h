@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
   // where nothing needs padding); its device address.
   const void* bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded, int64_t row_length_padded,
                         Tensor& scratch, int64_t& ld_copy);
+  Tensor alloc_for_overwrite(const Shape& shape, DType dtype) override;  // alloc without its zero fill
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

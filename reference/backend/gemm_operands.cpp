@@ -1,0 +1,35 @@
+// Backend::gemm_operands: under the bf16-mixed policy a GEMM operand that two GEMMs share (a
+// linear layer's output gradient feeds both its input and its weight gradient) is rounded to bf16
+// once instead of once a GEMM. Bit-identical by construction: gemm rounds an fp32 operand to bf16
+// (nearest even) and multiplies the rounded values; convert rounds the same way, and gemm takes
+// bf16 A and B as they are (test_precision_policy.cpp checks both halves of that).
+#include "backend/backend.h"
+
+namespace tripod {
+namespace {
+
+// Sizes that a device backend multiplies as they are: a CUDA GEMM pads operands whose sizes are not
+// multiples of 8 (16-byte rows of bf16) inside gemm, per call, which a prepared copy would skip.
+bool shareable(const Tensor& x) {
+  if (!x.defined() || x.dtype() != DType::F32 || x.shape().size() < 2) return false;
+  const int64_t cols = x.dim(-1);
+  return cols > 0 && cols % 8 == 0 && (x.numel() / cols) % 8 == 0;
+}
+
+}  // namespace
+
+std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands) {
+  if (fp32_matmul() != Fp32Matmul::Bf16Operands) return operands;
+  for (const Tensor& x : operands)
+    if (!shareable(x)) return operands;
+  std::vector<Tensor> rounded;
+  rounded.reserve(operands.size());
+  for (const Tensor& x : operands) {
+    Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
+    convert(x, copy);
+    rounded.push_back(std::move(copy));
+  }
+  return rounded;
+}
+
+}  // namespace tripod
