@@ -478,6 +478,52 @@ step_nccl-1g() {
       -b 8 -e "$max" -f 2 --json "$STEP_DIR/shape.json" | tee "$STEP_DIR/key.txt"
 }
 
+# The GPUs this node's ranks may use: CUDA_VISIBLE_DEVICES' entries where it is set, else the
+# devices nvidia-smi lists (0 without it).
+visible_gpus() {
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c '[^[:space:]]' || true
+  elif command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+  else
+    echo 0
+  fi
+}
+
+# Issue 15 on a node with several GPUs: a rank per GPU (2, 4 or 8, as many as there are, in powers
+# of two) over NCCL itself, conform over a representative set of layouts that use every rank (fp64)
+# and the collective sweep (every collective, float, 8 B - 128 MiB, every element checked on the
+# host on the rank's share of the cores). Skipped, saying so, on a one-GPU node: NCCL refuses two
+# ranks on one GPU, and the staged and socket steps cover several ranks there.
+step_nccl-multi() {
+  local gpus ranks=2 threads backend=(--backend cuda --comm nccl) max=128M layouts
+  gpus=$(visible_gpus)
+  if dry; then
+    gpus=2
+    backend=(--backend emulated --comm staged)
+    max=64K
+  fi
+  [ "$gpus" -ge 2 ] || skip "$gpus GPU(s) on this node: conform and the collective sweep across GPUs need 2 or more"
+  [ "$gpus" -ge 4 ] && ranks=4
+  [ "$gpus" -ge 8 ] && ranks=8
+  threads=$(( $(nproc) / ranks ))
+  [ "$threads" -ge 1 ] || threads=1
+  [ "$threads" -le 8 ] || threads=8
+  case $ranks in
+    2) layouts="tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2" ;;
+    4) layouts="tp2-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp4-z3-mb1 tp2-pp1-dp2-z1-mb1 tp1-pp2-dp2-z2-mb2-1f1b tp4-pp1-dp1-z0-mb1-sp" ;;
+    8) layouts="tp2-pp2-dp2-z1-mb4-1f1b tp1-pp1-dp8-z3-mb1 tp4-pp2-dp1-z3-mb4-sp-interleaved-v2 tp2-pp1-dp4-z2-mb2 tp4-pp1-dp2-z3-mb2-sp" ;;
+  esac
+  echo "$gpus GPUs: $ranks ranks, a GPU each, $threads threads a rank" | tee "$STEP_DIR/plan.txt"
+  # shellcheck disable=SC2086  # the layouts are words
+  tripod_ranks "$ranks" conform "${backend[@]}" --dtype fp64 --json "$STEP_DIR/conform.json" --layouts $layouts \
+      || return 1
+  tripod_ranks OMP_NUM_THREADS="$threads" "$ranks" bench comm all "${backend[@]}" -b 8 -e "$max" -f 2 -n 5 \
+      -J "$STEP_DIR/comm.json" >"$STEP_DIR/comm.txt" || { cat "$STEP_DIR/comm.txt"; return 1; }
+  { grep -h 'rows (' "$STEP_DIR/log.txt" || true; echo "$ranks GPUs: bench comm all to $max: $(grep -c '# Out of bounds values : 0 OK' "$STEP_DIR/comm.txt") collectives with #wrong 0"; } \
+      | tee "$STEP_DIR/key.txt"
+}
+
 # The staged communicator: several ranks share the one GPU (NCCL refuses that), each layout's
 # losses and parameters against the single-device reference: 2 ranks over every 2-rank layout in
 # fp64, 4 ranks over a 3D set in fp32.

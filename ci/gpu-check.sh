@@ -37,6 +37,8 @@
 #                would spend the step's time there)
 #   nccl-1g      tripod bench comm all_reduce -b 8 -e 1G -f 2 over NCCL at world size 1, checked:
 #                its output must read as nccl-tests' own, row for row (reports/nccl_tests_shape.py)
+#   nccl-multi   on a node with 2+ GPUs (skipped on one): a rank per GPU over NCCL, conform over a
+#                representative layout set using every rank (fp64) and bench comm all, 8 B - 128 MiB
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
@@ -181,6 +183,7 @@ PLAN=(
   "health 15 1 0"
   "nccl-1 45 1 1"
   "nccl-1g 90 1 1"
+  "nccl-multi 120 1 1"
   "staged-conform 100 1 1"
   "gemm-bf16 60 1 1"
   "gemm-fp32 45 1 1"

@@ -265,6 +265,9 @@ def targets(out_dir, steps):
     nccl_1g = status.get("nccl-1g")
     add("issue 15: `bench comm all_reduce -b 8 -e 1G -f 2` reads as nccl-tests output (same columns, #wrong 0)",
         f"nccl-1g: {nccl_1g or 'not run'}", {"pass": True, "fail": False, "timeout": False}.get(nccl_1g))
+    multi = status.get("nccl-multi")
+    add("issue 15: on several GPUs, conform and the collective sweep over NCCL across them",
+        f"nccl-multi: {multi or 'not run'}", {"pass": True, "fail": False, "timeout": False}.get(multi))
     overlap = load(out_dir / "overlap-cpu" / "overlap.json")
     mechanism, hidden = best_hidden(overlap) if overlap else (None, None)
     add(f"issue 17: >= {pct(100 * OVERLAP_TARGET)} of the DP reduction hidden behind backward (2 ranks, small, CPU)",

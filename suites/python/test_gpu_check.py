@@ -63,6 +63,10 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert "vocabulary padded to 512" in steps["dry-bench-train"]["key"]
     for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
         assert steps[name]["key"], name  # a key figure read from the step's JSON
+    # the steps added for issues 15 and 17 run their CPU forms too, each to its verdict
+    for name in ["dry-nccl-1g", "dry-nccl-multi", "overlap-cpu", "pipeline-cpu"]:
+        assert steps[name]["status"] == "pass" and steps[name]["key"], steps[name]
+    assert "#wrong 0" in steps["dry-nccl-1g"]["key"] and "passed, 0 failed" in steps["dry-nccl-multi"]["key"]
 
 
 @pytest.mark.parametrize("fake,status", [("hang", "timeout"), ("fail", "fail")])
@@ -355,6 +359,18 @@ def test_summary_judges_issue_15_and_17_targets_from_their_steps(tmp_path):
     s = summary(tmp_path)
     assert next(t for t in s["targets"] if t["target"].startswith("issue 15"))["met"] is False
     assert next(t for t in s["targets"] if "hidden behind backward" in t["target"])["met"] is None
+
+
+def test_the_multi_gpu_step_skips_on_a_node_without_two_gpus(tmp_path):
+    require_tripod()
+    out = tmp_path / "out"
+    env = {**os.environ, "TRIPOD_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "0"}
+    subprocess.run(["bash", str(GPU_CHECK), str(out), "--build-dir", str(TRIPOD.parent.parent), "--only", "nccl-multi"],
+                   capture_output=True, text=True, timeout=120, env=env)
+    step = {x["name"]: x for x in summary(out)["steps"]}["nccl-multi"]
+    assert step["status"] == "skipped" and "1 GPU(s) on this node" in step["reason"], step
+    target = next(t for t in summary(out)["targets"] if "several GPUs" in t["target"])
+    assert target["met"] is None and "skipped" in target["measured"]
 
 
 def test_the_many_core_steps_skip_below_six_cores(tmp_path):
