@@ -30,7 +30,8 @@
 // rounded where the CPU backend's attention rounds them (cpu/attention_kernels.cpp): q, k, v and
 // dout in the head-major copies (converted as they are copied), the probabilities for the values
 // and dvalue products and the score gradients for dquery and dkey (written rounded by the softmax
-// row kernels beside their fp32 results). The softmax, its sums and the kept probs stay fp32.
+// row kernels: the probabilities beside the fp32 ones kept for backward, the score gradients
+// instead of fp32 ones). The softmax, its sums and the kept probs stay fp32.
 // bf16 scratch: qkvh [3][B*H][T][hd], douth [B*H][T][hd], then two [B*H][T][T] squares (the rounded
 // probabilities and score gradients): 4*B*T*C + 2*B*H*T*T elements.
 #include <type_traits>
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel
 }
 
 // dscores16, probs16 (both null or both set): the rounded score gradients (for dquery, dkey) and
-// probabilities (for dvalue).
+// probabilities (for dvalue), written instead of the fp32 score gradients, which nothing reads then.
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
     causal_softmax_backward_kernel(T* dscores, const T* probs, bf16* dscores16, bf16* probs16, int64_t rows,
@@ -91,9 +92,11 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     const T row_dot = block_reduce(kernels::strided_dot_partial(p, ds, n, threadIdx.x, kSoftmaxThreads), scratch,
                                    kernels::SumOf{});
     for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) {
-      ds[j] = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
-      if (dscores16 != nullptr) {
-        dscores16[row * seq_len + j] = rounded_operand(ds[j]);
+      const T score = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
+      if (dscores16 == nullptr) {
+        ds[j] = score;
+      } else {  // only the rounded rows are read after this (by dquery, dkey, dvalue): no fp32 store
+        dscores16[row * seq_len + j] = rounded_operand(score);
         probs16[row * seq_len + j] = rounded_operand(p[j]);
       }
     }
