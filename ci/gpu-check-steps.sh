@@ -42,6 +42,9 @@ skip() { echo "$*" >"$STEP_DIR/skip.txt"; echo "skipped: $*"; exit 77; }
 # verdict is INCOMPLETE, neither PASS nor FAIL.
 incomplete() { echo "$*" >"$STEP_DIR/skip.txt"; echo "incomplete: $*"; exit 75; }
 dry() { [ "$DRY_RUN" = 1 ]; }
+# The cores this process may run on (its affinity). Not plain nproc: GNU nproc answers
+# OMP_NUM_THREADS when that is set (CTest sets it to 2), which is no count of cores.
+cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 # Whether this tripod was built with the CUDA backend: its --backend line lists it (only that line:
 # --comm's help names "--backend cuda" in every build). The help text is captured first: `| grep -q`
 # would close the pipe early and pipefail would read that as failure.
@@ -82,7 +85,7 @@ import torch  # fail the probe when torch is missing
 EOF
   cat "$STEP_DIR/python.json"
   echo "== system"
-  { echo "kernel $(uname -r)"; grep -m1 'model name' /proc/cpuinfo || true; echo "cores $(nproc)";
+  { echo "kernel $(uname -r)"; grep -m1 'model name' /proc/cpuinfo || true; echo "cores $(cores)";
     grep -m1 MemTotal /proc/meminfo || true; } | tee "$STEP_DIR/system.txt"
   echo "== binaries and their libraries (library path $TRIPOD_LIBS${TRIPOD_LOADER:+, through $TRIPOD_LOADER})"
   { echo "library path: $TRIPOD_LIBS"; echo "loader: ${TRIPOD_LOADER:-the system}"; } >"$STEP_DIR/library_path.txt"
@@ -469,7 +472,7 @@ step_nccl-1() {
 # footer). The host fills and checks 2 GiB here, on up to 8 of the node's threads.
 step_nccl-1g() {
   local threads max=1G backend=(--backend cuda --comm nccl)
-  threads=$(nproc)
+  threads=$(cores)
   [ "$threads" -le 8 ] || threads=8
   if dry; then max=1M; backend=(--backend emulated --comm staged); fi
   tripod_ranks OMP_NUM_THREADS="$threads" 1 bench comm all_reduce "${backend[@]}" -b 8 -e "$max" -f 2 \
@@ -506,7 +509,7 @@ step_nccl-multi() {
   [ "$gpus" -ge 2 ] || skip "$gpus GPU(s) on this node: conform and the collective sweep across GPUs need 2 or more"
   [ "$gpus" -ge 4 ] && ranks=4
   [ "$gpus" -ge 8 ] && ranks=8
-  threads=$(( $(nproc) / ranks ))
+  threads=$(( $(cores) / ranks ))
   [ "$threads" -ge 1 ] || threads=1
   [ "$threads" -le 8 ] || threads=8
   case $ranks in
@@ -556,11 +559,11 @@ step_nccl-socket-conform() {
 # them: 2 ranks on the node's CPU (no GPU used), (cores - 2) / 2 threads each, so that a progress
 # thread per rank has a core. The summary judges them (reports/gpu_check_summary.py).
 many_core_threads() {  # the threads per rank; nothing below 6 cores
-  local cores
-  cores=$(nproc)
-  if dry; then echo 1; elif [ "$cores" -ge 6 ]; then echo $(( (cores - 2) / 2 )); fi
+  local n
+  n=$(cores)
+  if dry; then echo 1; elif [ "$n" -ge 6 ]; then echo $(( (n - 2) / 2 )); fi
 }
-many_core_skip() { skip "$(nproc) cores: the target needs idle cores beside 2 ranks (at least 6)"; }
+many_core_skip() { skip "$(cores) cores: the target needs idle cores beside 2 ranks (at least 6)"; }
 
 # The DP reduction hidden behind backward (small, medians of 9; every mechanism interleaved).
 step_overlap-cpu() {

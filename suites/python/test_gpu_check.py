@@ -376,7 +376,8 @@ def test_the_multi_gpu_step_skips_on_a_node_without_two_gpus(tmp_path):
 def test_the_many_core_steps_skip_below_six_cores(tmp_path):
     require_tripod()
     out = tmp_path / "out"
-    env = {**os.environ, "TRIPOD_PYTHON": sys.executable}
+    # OMP_NUM_THREADS as CTest sets it: GNU nproc would answer it instead of counting cores
+    env = {**os.environ, "TRIPOD_PYTHON": sys.executable, "OMP_NUM_THREADS": "2"}
     result = subprocess.run(["taskset", "-c", "0", "bash", str(GPU_CHECK), str(out), "--build-dir",
                              str(TRIPOD.parent.parent), "--only", "overlap-cpu,pipeline-cpu"],
                             capture_output=True, text=True, timeout=120, env=env)
