@@ -87,7 +87,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.stepfactor < 2:
         p.error("-f must be at least 2")
-    sizes = sweep_sizes(parse_bytes(args.minbytes), parse_bytes(args.maxbytes), args.stepfactor)
+    try:
+        low, high = parse_bytes(args.minbytes), parse_bytes(args.maxbytes)
+    except ValueError:
+        p.error(f"-b/-e: sizes are a number with an optional K, M or G suffix (got {args.minbytes!r}, {args.maxbytes!r})")
+    if not 0 < low <= high:
+        p.error(f"-b must be positive and at most -e (got {low} and {high})")
+    sizes = sweep_sizes(low, high, args.stepfactor)
     try:
         result = parse(args.file, args.collective)
     except ImportFormatError as error:

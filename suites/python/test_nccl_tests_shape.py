@@ -92,3 +92,10 @@ def test_wrong_values_or_a_failed_footer_fail(tmp_path):
     failed = edited(tmp_path, fixture, lambda t: t.replace("Out of bounds values : 0 OK", "Out of bounds values : 2 FAILED"))
     r = shape(failed, "-b", "1K", "-e", "64M", "-f", "16")
     assert r.returncode == 1 and "footer" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [(["-e", "1X"], "K, M or G suffix"), (["-b", "2K", "-e", "1K"], "at most -e"),
+                                           (["-f", "1"], "-f must be at least 2")])
+def test_a_bad_sweep_is_refused_with_a_reason(sweep, args, message):
+    r = shape(sweep, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
