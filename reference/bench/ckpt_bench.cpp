@@ -172,7 +172,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
                               {"async_publish_seconds", median(publish_times)},
                               {"async_poll_seconds", median(polls)}, {"async_slower_steps_seconds", median(slowdowns)}, {"async_stall_seconds", median(stalls)},
                               {"async_stall_fraction_of_sync", stall_ratio}, {"median_step_seconds", median(plain_steps)},
-                              {"backend", backend->name()}};
+                              {"backend", o.backend}, {"backend_name", backend->name()}};
     write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
   }
 }

@@ -78,7 +78,9 @@ void run_check(const CheckOptions& o) {
   std::printf("%zu cases: %zu passed, %d failed, %d bit-identical to %s\n", results.size(), results.size() - failed,
               failed, identical, o.against.c_str());
   if (!o.json_out.empty()) {
-    nlohmann::json j = {{"backend", tested->name()}, {"reference", reference->name()}, {"results", nlohmann::json::array()}};
+    // As every JSON output names backends: the option's value, and the backend's own description.
+    nlohmann::json j = {{"backend", o.backend},   {"backend_name", tested->name()}, {"reference", o.against},
+                        {"reference_name", reference->name()}, {"results", nlohmann::json::array()}};
     for (const auto& r : results) j["results"].push_back(result_json(r));
     write_output_file(o.json_out, j.dump(1) + "\n", "the results file (--json)");
   }

@@ -178,6 +178,9 @@ def test_check_backend_json(tmp_path):
     checked = load(out)
     validate_with("check-backend", checked)
     assert {r["dtype"] for r in checked["results"]} >= {"fp64", "fp32"}
+    # backends named as in every JSON output: the option's value, and the description beside it
+    assert (checked["backend"], checked["reference"]) == ("emulated", "cpu")
+    assert checked["backend_name"].startswith("emulated (") and checked["reference_name"].startswith("cpu (")
 
 
 def test_train_metrics_every_record_kind(tmp_path, corpus):
@@ -271,6 +274,7 @@ def test_bench_ckpt_json(tmp_path):
     tripod("bench", "ckpt", "--config", "tiny", "--set", "model.n_layer=1", "--batch", 1, "--seq-len", 8,
            "--repeats", 1, "--dir", tmp_path / "disk", "--json", out)
     validate_with("bench-ckpt", load(out))
+    assert load(out)["backend"] == "cpu" and load(out)["backend_name"].startswith("cpu (")
 
 
 def test_scaling_fit_json(tmp_path):
