@@ -252,17 +252,21 @@ step_golden() {
   exit $failed
 }
 
-gemm_rate() {  # DTYPE SIZES
+gemm_rate() {  # DTYPE SIZES (empty: the GPT-2 shapes only) JSON
+  local squares=()
   if dry; then
     tripod bench gemm-rate --backend cpu --dtype "$1" --sizes 64 --shapes gpt2 --tokens 16 --repeat 2 \
-        --min-time-ms 0 --json "$STEP_DIR/gemm.json"
+        --min-time-ms 0 --json "$STEP_DIR/$3"
   else
-    tripod bench gemm-rate --backend cuda --dtype "$1" --sizes "$2" --shapes gpt2 --tokens "$GEMM_TOKENS" \
-        --repeat 10 --json "$STEP_DIR/gemm.json"
+    [ -z "$2" ] || squares=(--sizes "$2")
+    tripod bench gemm-rate --backend cuda --dtype "$1" "${squares[@]}" --shapes gpt2 --tokens "$GEMM_TOKENS" \
+        --repeat 10 --json "$STEP_DIR/$3"
   fi
 }
-step_gemm-bf16() { gemm_rate bf16 "$GEMM_BF16_SIZES"; }
-step_gemm-fp32() { gemm_rate fp32 "$GEMM_FP32_SIZES"; }
+# bf16, then the GPT-2 shapes as the trainer runs them (bf16-mixed: fp32 tensors, the operand
+# conversions and the padding of the LM head's odd vocabulary in the time).
+step_gemm-bf16() { gemm_rate bf16 "$GEMM_BF16_SIZES" gemm.json && gemm_rate bf16-mixed "" gemm-mixed.json; }
+step_gemm-fp32() { gemm_rate fp32 "$GEMM_FP32_SIZES" gemm.json; }
 
 step_kernels() {
   if dry; then

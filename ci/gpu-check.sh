@@ -41,7 +41,8 @@
 #                representative layout set using every rank (fp64) and bench comm all, 8 B - 128 MiB
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
-#   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes          [f]
+#   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
+#                shapes as trained (--dtype bf16-mixed: conversions and padding included)   [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
 #                and % of a device-to-device copy measured in the same run
@@ -185,7 +186,7 @@ PLAN=(
   "nccl-1g 90 1 1"
   "nccl-multi 120 1 1"
   "staged-conform 100 1 1"
-  "gemm-bf16 60 1 1"
+  "gemm-bf16 90 1 1"
   "gemm-fp32 45 1 1"
   "kernels 40 1 1"
   "bench-train 120 1 1"

@@ -104,6 +104,10 @@ def key_gemm(d):
     if j.get("gpt2_step"):
         s = j["gpt2_step"]
         parts.append(f"GPT-2 step GEMMs {s['tflops']:.1f} TFLOP/s ({pct(s['pct_of_peak'])})")
+    mixed = load(d / "gemm-mixed.json")  # gemm-bf16's second run: the GEMMs as the trainer runs them
+    if mixed and mixed.get("gpt2_step"):
+        s = mixed["gpt2_step"]
+        parts.append(f"as trained (bf16-mixed, conversions included) {s['tflops']:.1f} TFLOP/s ({pct(s['pct_of_peak'])})")
     return f"{j['dtype']}: " + "; ".join(parts)
 
 

@@ -47,10 +47,19 @@ std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes) {
 
 namespace {
 
-DType parse_gemm_dtype(const std::string& name) {
+// --dtype: the tensors' dtype, and whether the backend rounds fp32 operands to bf16 (bf16-mixed).
+struct GemmPrecision {
+  DType tensors;
+  bool bf16_operands;
+  DType peak() const { return bf16_operands ? DType::BF16 : tensors; }
+};
+
+GemmPrecision parse_gemm_precision(const std::string& name) {
+  if (name == "bf16-mixed") return {DType::F32, true};
   const DType t = parse_dtype(name);
-  check(t == DType::BF16 || t == DType::F32 || t == DType::F64, "gemm-rate: --dtype bf16, fp32 or fp64, not ", name);
-  return t;
+  check(t == DType::BF16 || t == DType::F32 || t == DType::F64, "gemm-rate: --dtype bf16, bf16-mixed, fp32 or fp64, not ",
+        name);
+  return {t, false};
 }
 
 DType c_dtype_for(DType ab) { return ab == DType::BF16 ? DType::F32 : ab; }
@@ -108,7 +117,8 @@ json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& pea
 }  // namespace
 
 void run_gemm_rate(const GemmRateOptions& o) {
-  const DType ab = parse_gemm_dtype(o.dtype);
+  const GemmPrecision precision = parse_gemm_precision(o.dtype);
+  const DType ab = precision.tensors;
   check(o.shapes.empty() || o.shapes == "gpt2", "gemm-rate: --shapes knows only gpt2, not '", o.shapes, "'");
   check(o.tokens > 0, "gemm-rate: --tokens must be positive, got ", o.tokens);
   check(o.vocab > 0, "gemm-rate: --vocab must be positive, got ", o.vocab);
@@ -120,10 +130,14 @@ void run_gemm_rate(const GemmRateOptions& o) {
     for (GemmCase& g : gpt2_gemm_cases(o.tokens, o.vocab)) cases.push_back(std::move(g));
 
   auto backend = make_backend(o.backend);
-  const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0 ? backend_peak(backend->name(), ab, o.peak_tflops)
-                                                                     : table_peak_or_unknown(o.peak_device, ab);
+  if (precision.bf16_operands) backend->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const DType peak_dtype = precision.peak();
+  const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0
+                             ? backend_peak(backend->name(), peak_dtype, o.peak_tflops)
+                             : table_peak_or_unknown(o.peak_device, peak_dtype);
+  const std::string ab_text = precision.bf16_operands ? "fp32 rounded to bf16 by the backend (bf16-mixed)" : dtype_name(ab);
   std::printf("tripod bench gemm-rate: backend %s, A/B %s, C %s, accumulate %s, %d timed regions of >= %.1f ms\n",
-              backend->name().c_str(), dtype_name(ab).c_str(), dtype_name(c_dtype_for(ab)).c_str(),
+              backend->name().c_str(), ab_text.c_str(), dtype_name(c_dtype_for(ab)).c_str(),
               dtype_name(gemm_accumulate_dtype(ab)).c_str(), o.repeat, o.min_time_ms);
   if (peak.flops > 0) std::printf("peak: %.4g TFLOP/s, %s\n", peak.flops / 1e12, peak.source.c_str());
   else std::printf("%s\n", peak.source.c_str());
@@ -144,11 +158,12 @@ void run_gemm_rate(const GemmRateOptions& o) {
   const json step = gpt2_step_json(timings, peak, o.tokens);
   if (o.json_out.empty()) return;
   json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend->name()},
-            {"dtype", dtype_name(ab)}, {"c_dtype", dtype_name(c_dtype_for(ab))},
+            {"dtype", precision.bf16_operands ? std::string("bf16-mixed") : dtype_name(ab)},
+            {"c_dtype", dtype_name(c_dtype_for(ab))},
             {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
             {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens}, {"vocab", o.vocab},
             {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},
-                      {"precision", peak_precision_name(gemm_peak_precision(ab))}, {"source", peak.source}}},
+                      {"precision", peak_precision_name(gemm_peak_precision(peak_dtype))}, {"source", peak.source}}},
             {"results", json::array()}, {"gpt2_step", step}};
   for (const GemmTiming& t : timings) j["results"].push_back(timing_json(t, peak));
   write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");

@@ -4,7 +4,10 @@
 // precision (perf/backend_peak.h).
 //
 // Precisions (--dtype): bf16 = bf16 A and B, fp32 accumulation, fp32 C (Backend::gemm with
-// accumulate F32); fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere.
+// accumulate F32); bf16-mixed = the trainer's GEMMs under that policy: fp32 A, B and C whose
+// operands the backend rounds to bf16 itself (Fp32Matmul::Bf16Operands: on a GPU the conversions,
+// and the padding of sizes that are not multiples of 8, are in the time), against the bf16 peak;
+// fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere.
 //
 // Timing: bench/timed_regions.h (warm-ups, regions of at least min_time_ms, median and best).
 #pragma once
@@ -18,7 +21,7 @@ namespace tripod::bench {
 
 struct GemmRateOptions {
   std::string backend = "cpu";
-  std::string dtype = "fp32";      // bf16, fp32 or fp64
+  std::string dtype = "fp32";      // bf16, bf16-mixed, fp32 or fp64
   std::vector<int64_t> sizes;      // squares n x n x n
   std::string shapes;              // "" or "gpt2"
   int64_t tokens = 8192;           // B*T rows of the GPT-2 activations

@@ -10,7 +10,7 @@ void add_bench_gemm_rate_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("gemm-rate", "GEMM TFLOP/s and % of peak through the backend: squares and GPT-2 shapes");
   auto o = std::make_shared<bench::GemmRateOptions>();
   add_backend_option(*cmd, o->backend);
-  cmd->add_option("--dtype", o->dtype, "bf16 (bf16 A/B, fp32 accumulate and C), fp32 (TF32 off) or fp64")
+  cmd->add_option("--dtype", o->dtype, "bf16 (bf16 A/B, fp32 accumulate and C), bf16-mixed (fp32 tensors the backend rounds to bf16, as the trainer's GEMMs), fp32 (TF32 off) or fp64")
       ->capture_default_str();
   cmd->add_option("--sizes", o->sizes, "square sizes n (n x n x n), comma-separated; default 1024,4096,8192 "
                                        "when --shapes is not given")

@@ -62,6 +62,18 @@ def test_the_lm_head_takes_the_vocabulary_given(tmp_path):
     assert (lm["lm_head fwd"]["n"], lm["lm_head dX"]["k"], lm["lm_head dW"]["m"], j["vocab"]) == (96, 96, 96, 96)
 
 
+def test_bf16_mixed_times_the_trainers_gemms_against_the_bf16_peak(tmp_path):
+    """fp32 tensors whose operands the backend rounds (the trainer's GEMMs under bf16-mixed, the
+    conversions in the time), held against the bf16 peak, not the fp32 one."""
+    result, j = gemm_rate(tmp_path, "--dtype", "bf16-mixed", "--shapes", "gpt2", "--tokens", 8, "--vocab", 97,
+                          "--peak-device", "NVIDIA H200")
+    assert result.returncode == 0, result.stderr
+    assert (j["dtype"], j["c_dtype"], j["accumulate"]) == ("bf16-mixed", "fp32", "fp32")
+    assert j["peak"]["precision"] == "bf16" and j["peak"]["flops"] == pytest.approx(989.5e12)
+    assert "rounded to bf16 by the backend" in result.stdout
+    assert all(r["group"] == "gpt2" for r in j["results"]) and j["gpt2_step"]["tflops"] > 0
+
+
 @pytest.mark.parametrize("dtype,c_dtype,accumulate", [("bf16", "fp32", "fp32"), ("fp64", "fp64", "fp64")])
 def test_each_precision_sets_its_output_and_accumulation(tmp_path, dtype, c_dtype, accumulate):
     result, j = gemm_rate(tmp_path, "--dtype", dtype, "--sizes", "40")
