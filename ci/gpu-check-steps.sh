@@ -385,7 +385,7 @@ step_profile() {
   ncu=$(find_tool ncu /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu) || skip "ncu (Nsight Compute) not found"
   write_tripod_wrapper
   echo "== $ncu over tripod bench train --steps 1, gpt2-124m $GPT2_PRECISION B${GPT2_BATCH}xT${GPT2_SEQ} (limit ${limit} s)"
-  timeout -k 3 "$limit" "$ncu" --metrics gpu__time_duration.sum --csv --print-kernel-base function \
+  timeout -k 3 "$limit" "$ncu" --metrics gpu__time_duration.sum --csv --print-kernel-base demangled \
       --cache-control none --clock-control none --target-processes all --log-file "$STEP_DIR/ncu.csv" \
       "$WORK/tripod-run" bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
       --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" --steps 1 --gemm-size 256 >"$STEP_DIR/train.log" 2>&1 || rc=$?

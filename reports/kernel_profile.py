@@ -4,9 +4,12 @@ the metric gpu__time_duration.sum) and sums the kernels' device time by kernel n
     python3 reports/kernel_profile.py NCU_CSV --steps S [--json OUT] [--key KEY_TXT] [--top N]
 
 ci/gpu-check.sh's `profile` step writes NCU_CSV with
-    ncu --metrics gpu__time_duration.sum --csv --print-kernel-base function --log-file NCU_CSV ...
+    ncu --metrics gpu__time_duration.sum --csv --print-kernel-base demangled --log-file NCU_CSV ...
 over `tripod bench train --steps 1` (its warm-up step and one timed step: --steps 2 here), so the
 table is per step: each name's calls and milliseconds divided by S, its share of all kernel time.
+Names are the demangled ones shortened (short_name): the template arguments stay, since Tripod's
+generic kernels (elementwise_kernel, warp_rows_kernel) say what they compute only there
+(elementwise_kernel<ConvertOp<float, bf16>>); `--print-kernel-base function` lumped them all.
 Kernel time only: the gaps between launches (host work, launch latency) are what a step's wall
 time adds to the total. ncu serialises the kernels and times each alone, with its caches as the
 previous kernel left them (--cache-control none).
@@ -33,6 +36,31 @@ def read_rows(path):
     return list(csv.DictReader(lines[start:]))
 
 
+# Namespaces that say nothing in a table of one program's kernels.
+_NOISE = ("(anonymous namespace)::", "tripod::cuda::", "tripod::kernels::", "tripod::")
+
+
+def short_name(name):
+    """'void tripod::cuda::(anonymous namespace)::elementwise_kernel<tripod::cuda::(anonymous
+    namespace)::ConvertOp<float, tripod::bf16>>(T1, long)' -> 'elementwise_kernel<ConvertOp<float,
+    bf16>>': no return type, namespaces or parameter list; a plain name is left as it is."""
+    name = name.strip()
+    if name.startswith("void "):
+        name = name[len("void "):]
+    depth = 0  # cut the parameter list: the first '(' outside template brackets (not "(anonymous")
+    for i, c in enumerate(name):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0 and not name.startswith("(anonymous", i):
+            name = name[:i]
+            break
+    for noise in _NOISE:
+        name = name.replace(noise, "")
+    return name
+
+
 def kernel_seconds(row):
     """One row's duration in seconds; ncu may print the value with thousands separators."""
     unit = row.get("Metric Unit", "").strip()
@@ -46,7 +74,8 @@ def summarise(rows, steps):
     for row in rows:
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        entry = by_name.setdefault(row["Kernel Name"], {"name": row["Kernel Name"], "calls": 0, "seconds": 0.0})
+        name = short_name(row["Kernel Name"])
+        entry = by_name.setdefault(name, {"name": name, "calls": 0, "seconds": 0.0})
         entry["calls"] += 1
         entry["seconds"] += kernel_seconds(row)
     total = sum(e["seconds"] for e in by_name.values())
@@ -75,7 +104,7 @@ def main():
     print(f"kernel time per step {s['kernel_ms_per_step']:.2f} ms over {s['launches_per_step']:.0f} launches")
     print(f"{'ms/step':>9} {'share':>6} {'calls':>6}  kernel")
     for e in s["kernels"][:a.top]:
-        print(f"{e['ms_per_step']:9.3f} {100 * e['share']:5.1f}% {e['calls_per_step']:6.1f}  {e['name'][:100]}")
+        print(f"{e['ms_per_step']:9.3f} {100 * e['share']:5.1f}% {e['calls_per_step']:6.1f}  {e['name'][:120]}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(s, f, indent=1)

@@ -36,6 +36,28 @@ def test_kernels_are_summed_by_name_per_step(tmp_path):
     assert "Kernel2" in result.stdout and key.read_text().startswith(f"{s['kernel_ms_per_step']:.1f} ms of kernels/step")
 
 
+def test_demangled_names_keep_what_a_generic_kernel_computes():
+    """ncu --print-kernel-base demangled (what the profile step asks for now): the template
+    arguments say which element-wise operation a generic kernel ran; the rest is noise. Written by
+    hand in that form."""
+    assert kernel_profile.short_name(
+        "void tripod::cuda::(anonymous namespace)::elementwise_kernel<tripod::cuda::(anonymous namespace)::"
+        "ConvertOp<float, tripod::bf16>>(T1, long)") == "elementwise_kernel<ConvertOp<float, bf16>>"
+    assert kernel_profile.short_name(
+        "void tripod::cuda::(anonymous namespace)::warp_rows_kernel<tripod::cuda::(anonymous namespace)::"
+        "HeadMajorRowCopy<float, tripod::bf16>>(T1, long)") == "warp_rows_kernel<HeadMajorRowCopy<float, bf16>>"
+    assert kernel_profile.short_name("Kernel2") == "Kernel2"
+    assert kernel_profile.short_name("nvjet_sm90_tss_192x192_64x4_1x2_h_bz_coopB_TNN") == \
+        "nvjet_sm90_tss_192x192_64x4_1x2_h_bz_coopB_TNN"
+    rows = [{"Metric Name": "gpu__time_duration.sum", "Metric Unit": "ns", "Metric Value": v, "Kernel Name": n}
+            for n, v in [("void tripod::cuda::elementwise_kernel<tripod::cuda::AddOp<float>>(T1, long)", "1,000"),
+                         ("void tripod::cuda::elementwise_kernel<tripod::cuda::GeluForwardOp<float>>(T1, long)", "3,000"),
+                         ("void tripod::cuda::elementwise_kernel<tripod::cuda::AddOp<float>>(T1, long)", "2,000")]]
+    s = kernel_profile.summarise(rows, steps=1)
+    assert [(k["name"], k["calls"]) for k in s["kernels"]] == [("elementwise_kernel<AddOp<float>>", 2),
+                                                               ("elementwise_kernel<GeluForwardOp<float>>", 1)]
+
+
 def test_units_are_read_not_assumed():
     row = {"Metric Unit": "usecond", "Metric Value": "1,234.5", "Kernel Name": "k"}
     assert kernel_profile.kernel_seconds(row) == pytest.approx(1.2345e-3)
