@@ -41,20 +41,14 @@ void round_in_place(T* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
 }
 
-// x[0:n] rounded to bf16 and widened back: the operand a bf16 product sees.
+// The operand a product sees: x itself, or (round) x[0:n] rounded to bf16 and widened back, held in
+// `storage` (reused from call to call).
 template <typename T>
-std::vector<T> rounded_copy(const T* x, int64_t n) {
-  std::vector<T> out(x, x + n);
-  round_in_place(out.data(), n);
-  return out;
-}
-
-// The same into a reused buffer of n elements; returns its data.
-template <typename T>
-const T* rounded_into(std::vector<T>& buffer, const T* x, int64_t n) {
-  std::copy(x, x + n, buffer.begin());
-  round_in_place(buffer.data(), n);
-  return buffer.data();
+const T* product_operand(const T* x, int64_t n, bool round, std::vector<T>& storage) {
+  if (!round) return x;
+  storage.assign(x, x + n);
+  round_in_place(storage.data(), n);
+  return storage.data();
 }
 
 }  // namespace
@@ -67,11 +61,11 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t se
   const int64_t hd = channels / n_head, ld = 3 * channels;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hd));
   const bool round = bf16_operands && std::is_same_v<T, float>;
-  const std::vector<T> qkv_rounded = round ? rounded_copy(qkv, batch * seq_len * ld) : std::vector<T>();
-  const T* operands = round ? qkv_rounded.data() : qkv;
+  std::vector<T> qkv_rounded;
+  const T* operands = product_operand(qkv, batch * seq_len * ld, round, qkv_rounded);
 #pragma omp parallel
   {
-    std::vector<T> probs_rounded(static_cast<std::size_t>(round ? seq_len * seq_len : 0));
+    std::vector<T> probs_rounded;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < batch * n_head; ++bh) {
       const int64_t b = bh / n_head, h = bh % n_head;
@@ -98,7 +92,7 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t se
       }
       // out_h[r0:r1, hd] = probs[r0:r1, 0:r1] @ v[0:r1, hd]
       T* out_h = out + b * seq_len * channels + h * hd;
-      const T* pv = round ? rounded_into(probs_rounded, p, seq_len * seq_len) : p;
+      const T* pv = product_operand(p, seq_len * seq_len, round, probs_rounded);
       for (int64_t r = 0; r < blocks.count; ++r) {
         const int64_t r0 = blocks.begin(r), r1 = blocks.begin(r + 1);
         gemm<T>(false, false, r1 - r0, hd, r1, T(1), pv + r0 * seq_len, seq_len, v, ld, T(0), out_h + r0 * channels,
@@ -114,14 +108,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   const int64_t hd = channels / n_head, ld = 3 * channels;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hd));
   const bool round = bf16_operands && std::is_same_v<T, float>;
-  const std::vector<T> qkv_rounded = round ? rounded_copy(qkv, batch * seq_len * ld) : std::vector<T>();
-  const std::vector<T> dout_rounded = round ? rounded_copy(dout, batch * seq_len * channels) : std::vector<T>();
-  const T* operands = round ? qkv_rounded.data() : qkv;
-  const T* dout_operand = round ? dout_rounded.data() : dout;
+  std::vector<T> qkv_rounded, dout_rounded;
+  const T* operands = product_operand(qkv, batch * seq_len * ld, round, qkv_rounded);
+  const T* dout_operand = product_operand(dout, batch * seq_len * channels, round, dout_rounded);
 #pragma omp parallel
   {
-    std::vector<T> dscores(static_cast<std::size_t>(seq_len * seq_len));
-    std::vector<T> probs_rounded(static_cast<std::size_t>(round ? seq_len * seq_len : 0));
+    std::vector<T> dscores(static_cast<std::size_t>(seq_len * seq_len)), probs_rounded;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < batch * n_head; ++bh) {
       const int64_t b = bh / n_head, h = bh % n_head;
@@ -133,7 +125,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       T* dv = dq + 2 * channels;
       const T* p = probs + bh * seq_len * seq_len;
       const T* dout_h = dout_operand + b * seq_len * channels + h * hd;
-      const T* pv = round ? rounded_into(probs_rounded, p, seq_len * seq_len) : p;  // as dvalue sees them
+      const T* pv = product_operand(p, seq_len * seq_len, round, probs_rounded);  // as dvalue sees them
       T* ds = dscores.data();
       const CausalBlocks blocks(seq_len);
       for (int64_t r = 0; r < blocks.count; ++r) {
