@@ -437,9 +437,11 @@ tripod_ranks() {
     app=("$wrapper" "${app[@]}")
   fi
   # Shared-memory copies through buffers, not cross-process reads (CMA): sandboxed runtimes such as
-  # gVisor refuse process_vm_readv, and these runs move little.
-  local mpi=("$(command -v "$launcher")" --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none
-             --timeout "$((STEP_LIMIT - 3))" -np "$ranks")
+  # gVisor refuse process_vm_readv, and these runs move little. No binding: Open MPI binds each of
+  # 2 ranks to one core, and the CPU steps' 7 threads a rank then took turns on it (the first
+  # overlap-cpu run on an H200 node ran out of its 60 s; tripod now warns of it).
+  local mpi=("$(command -v "$launcher")" --oversubscribe --bind-to none --mca btl self,vader
+             --mca btl_vader_single_copy_mechanism none --timeout "$((STEP_LIMIT - 3))" -np "$ranks")
   echo "== $launcher -np $ranks tripod $*${vars[*]:+ (per rank: ${vars[*]})}"
   if [ -n "$TRIPOD_LOADER" ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "backend/backend_factory.h"
+#include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
 #include "core/block_cache.h"
 #include "comm/world.h"
@@ -116,6 +117,8 @@ void run_layouts(const LayoutsOptions& o) {
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
                 peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB");
+  if (const auto share = process_core_share(); share && world->rank() == 0)
+    std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
   for (const auto& [layout, shape] : layouts_to_run(o, n)) {
     const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
     const double step = timing.step_seconds;

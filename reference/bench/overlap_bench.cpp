@@ -8,6 +8,7 @@
 
 #include "backend/backend_factory.h"
 #include "bench/timed_regions.h"
+#include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_progress.h"
 #include "comm/world.h"
@@ -156,6 +157,7 @@ void run_overlap(const OverlapOptions& o) {
   const int algorithm = iallreduce_algorithm();
   std::printf("  non-blocking all-reduce: %s (Open MPI coll_libnbc_iallreduce_algorithm %d)\n",
               iallreduce_algorithm_name(algorithm).c_str(), algorithm);
+  if (const auto share = process_core_share()) std::printf("  threads: %s\n", describe(*share).c_str());
   std::printf("  %-42s %11s %11s %11s %11s\n", "", "pass", "exposed", "in calls", "gathers");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].seconds.empty()) continue;

@@ -95,6 +95,12 @@ std::string describe(const CoreShare& share) {
       << share.machine_cpus << " CPUs between them, " << share.own_cpus << " for this rank: " << share.threads
       << (share.threads == 1 ? " thread" : " threads") << " per rank"
       << (share.from_env ? " (OMP_NUM_THREADS)" : "");
+  // Only OMP_NUM_THREADS can ask for more: the threads then take turns on the rank's CPUs. The
+  // usual cause is the launcher's binding (Open MPI binds each of 2 or fewer ranks to one core).
+  if (share.threads > share.own_cpus)
+    out << "; WARNING: more threads than the " << share.own_cpus << (share.own_cpus == 1 ? " CPU" : " CPUs")
+        << " this rank may run on, so they take turns (the launcher bound the rank: mpirun --bind-to none, or "
+           "--map-by slot:PE=" << share.threads << ")";
   return out.str();
 }
 

@@ -77,6 +77,34 @@ TEST(ConformanceCompare, Fp32AddsAdamSlackAndTwiceTheRoundingFloor) {
   EXPECT_FALSE(e.pass) << "the floor of one tensor must not loosen another";
 }
 
+// bf16-mixed's loss floor at a step is the largest distance from fp64 up to that step, not that
+// step's own: where the two losses cross, the separation is not gone. Later steps never loosen
+// earlier ones.
+TEST(ConformanceCompare, Bf16LossFloorKeepsTheLargestSeparationSoFar) {
+  const RunConfig config = conform::default_conformance_config("bf16-mixed");
+  conform::Trajectory ref = flat_trajectory(config, 0.5);
+  ref.losses = {4.5, 4.4, 4.3, 4.2};
+  ref.norms = {1.2, 1.1, 1.0, 0.9};
+  conform::Trajectory fp64 = ref;
+  fp64.losses = {4.5 + 1e-5, 4.4 + 8e-4, 4.3 - 2e-5, 4.2 + 1e-4};  // crosses at step 2
+  fp64.norms = {1.2 + 3e-4, 1.1, 1.0, 0.9};
+  const conform::RoundingFloor floor = conform::rounding_floor(ref, fp64);
+  ASSERT_EQ(floor.losses.size(), 4u);
+  EXPECT_NEAR(floor.losses[0], 1e-5, 1e-12);
+  EXPECT_NEAR(floor.losses[2], 8e-4, 1e-12);
+  EXPECT_NEAR(floor.losses[3], 8e-4, 1e-12);
+  EXPECT_NEAR(floor.norms[3], 3e-4, 1e-12);
+
+  conform::Trajectory got = ref;
+  got.losses[2] += 1e-5 * 4.3 + 2 * 8e-4 - 1e-6;  // just inside at the crossing step
+  EXPECT_TRUE(conform::compare(got, ref, config, floor).pass) << conform::compare(got, ref, config, floor).failure;
+  got.losses[2] += 2e-6;
+  EXPECT_EQ(conform::compare(got, ref, config, floor).failure, "loss at step 2");
+  got = ref;
+  got.losses[0] += 1e-5 * 4.5 + 2 * 1e-5 + 1e-6;  // step 0 keeps its own, smaller floor
+  EXPECT_EQ(conform::compare(got, ref, config, floor).failure, "loss at step 0");
+}
+
 // The floor of the real conformance model: the fp32 reference's largest distance from the fp64 one.
 // Rounding moves the untied embedding far more than anything else (a token whose first gradient is
 // ~1e-7, near Adam's eps, so its relative rounding error becomes an update error), and even that

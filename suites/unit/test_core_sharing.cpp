@@ -35,6 +35,22 @@ TEST(CoreSharing, OnlyThisMachinesRanksCount) {
             std::string::npos);
 }
 
+// OMP_NUM_THREADS=7 for a rank that mpirun bound to one core (its default for 2 ranks): 7 threads
+// take turns on one CPU, which a GPU node's CPU check once ran into without a word.
+TEST(CoreSharing, MoreThreadsThanTheRanksCpusIsAWarning) {
+  CoreShare share;
+  share.local_ranks = 2;
+  share.own_cpus = 1;
+  share.machine_cpus = 2;
+  share.threads = 7;
+  share.from_env = true;
+  EXPECT_NE(describe(share).find("WARNING: more threads than the 1 CPU this rank may run on"), std::string::npos)
+      << describe(share);
+  EXPECT_NE(describe(share).find("--map-by slot:PE=7"), std::string::npos);
+  share.own_cpus = 7;
+  EXPECT_EQ(describe(share).find("WARNING"), std::string::npos) << describe(share);
+}
+
 TEST(CoreSharing, ThisProcessDescribesItself) {
   const std::string text = core_share_text();
   ASSERT_NE(text.find('|'), std::string::npos);
