@@ -100,6 +100,13 @@ class Backend {
                     const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
                     const Tensor& c, int64_t ldc, DType accumulate) = 0;
 
+  // c[m,n] = op(A)[m,k] @ op(B)[k,n] + bias[n] on every row (c contiguous, bias undefined for
+  // none): the product rounded once to c's dtype, then the bias added and rounded, so the same
+  // bits as gemm (alpha 1, beta 0) followed by bias_add, which is what this default does. A device
+  // backend may fuse the two (cuBLASLt's bias epilogue: one pass over c instead of two).
+  virtual void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
+                         const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate);
+
   // GEMM operands that several GEMMs share, prepared once: under Fp32Matmul::Bf16Operands, when
   // every one is an fp32 matrix whose two sizes are multiples of 8 (sizes no backend pads for
   // alignment), their bf16 copies, rounded as gemm would round them, so that passing them in the

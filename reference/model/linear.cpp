@@ -4,8 +4,7 @@ namespace tripod {
 
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
-  be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, O, gemm_accumulate_dtype(inp.dtype()));
-  if (bias.defined()) be.bias_add(out, bias);
+  be.gemm_bias(false, true, N, O, I, inp, I, weight, I, out, bias, gemm_accumulate_dtype(inp.dtype()));
 }
 
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,

@@ -352,3 +352,62 @@ TEST(GemmLayout, OperandSpanCoversTheLastRowOnly) {
 
 }  // namespace
 }  // namespace tripod::cuda
+
+namespace tripod::cuda {
+namespace {
+
+// cuBLASLt's bias epilogue adds bias[i] to row i of its column-major D, for every column. The
+// mapping swaps the operands, so D's rows are the row-major C's columns: the epilogue applied to
+// the mapped call must equal OpenBLAS's row-major GEMM followed by bias_add (bias[j] on column j),
+// bit for bit in fp32 where the product itself agrees (k = 1: one product, no sum order).
+TEST(GemmLayout, BiasEpilogueRunsAlongTheRowMajorColumns) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t pad : {0, 4}) {
+        const int64_t m = 5, n = 12, k = 1;
+        const int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        const std::vector<float> a = random_buffer<float>((ta ? k : m) * lda, 71);
+        const std::vector<float> b = random_buffer<float>((tb ? n : k) * ldb, 72);
+        const std::vector<float> bias = random_buffer<float>(n, 73);
+        std::vector<float> want(static_cast<std::size_t>(m * ldc), 7.0f), got = want;
+        cpu::gemm<float>(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, want.data(), ldc);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) want[static_cast<std::size_t>(i * ldc + j)] += bias[static_cast<std::size_t>(j)];
+        const RowMajorGemm call{ta, tb, m, n, k, 1.0, 0.0, a.data(), lda, b.data(), ldb, got.data(), ldc,
+                                sizeof(float), sizeof(float)};
+        const CublasLtGemm lt = map_row_major_gemm(call, "gemm");
+        column_major_reference<float>(lt);
+        float* d = static_cast<float*>(lt.c);
+        for (int64_t col = 0; col < lt.n; ++col)  // the epilogue: bias[row] on each of D's rows
+          for (int64_t row = 0; row < lt.m; ++row) d[row + col * lt.c_layout.ld] += bias[static_cast<std::size_t>(row)];
+        EXPECT_EQ(got, want) << (ta ? "T" : "N") << (tb ? "T" : "N") << " pad " << pad;
+      }
+}
+
+TEST(GemmLayout, BiasEpilogueOnlyWhereItGivesTheBitsOfASeparateAddition) {
+  alignas(16) float storage[8] = {};
+  float c[4] = {};
+  const float a[4] = {}, b[4] = {};
+  const RowMajorGemm plain{false, false, 2, 2, 2, 1.0, 0.0, a, 2, b, 2, c, 2, sizeof(float), sizeof(float)};
+  EXPECT_TRUE(bias_epilogue_applies(plain, storage));
+  EXPECT_FALSE(bias_epilogue_applies(plain, nullptr));
+  EXPECT_FALSE(bias_epilogue_applies(plain, storage + 1)) << "4-byte aligned bias";
+  RowMajorGemm other = plain;
+  other.beta = 1.0;  // the epilogue would add into alpha * AB + beta * C before its one rounding
+  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  other = plain;
+  other.alpha = 0.5;
+  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  other = plain;
+  other.c_element_bytes = 2;  // a bf16 C
+  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  other = plain;
+  other.batch_count = 2;
+  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  other = plain;
+  other.k = 0;  // no product: cublaslt_gemm.cpp zeroes C and the caller adds the bias
+  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+}
+
+}  // namespace
+}  // namespace tripod::cuda

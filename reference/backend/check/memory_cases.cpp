@@ -46,6 +46,22 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
               be.gemm(false, false, 64, 3072, 768, 1.0, a, 768, b, 3072, 0.0, c, 3072, gemm_accumulate_dtype(ab));
               return std::vector<Output>{output(be, "c", c)};
             });
+  // A linear layer's product with its bias (GPT-2's attention projection over 64 tokens): a device
+  // may fuse the bias into the GEMM (the CUDA backend's cuBLASLt epilogue, for fp32); a bias one
+  // element into its buffer (bias+1) is off 16-byte alignment and takes the separate addition.
+  for (int64_t offset : {0, 1}) {
+    if (c_dtype == DType::BF16) break;  // bias_add has no bf16 form: the trainer's C is fp32 or fp64
+    cases.add(std::string("gemm_bias NT ") + dtype_name(ab) + "->" + dtype_name(c_dtype) +
+                  (offset ? " bias+1" : ""),
+              c_dtype, dims({64, 768, 768}), [=](Backend& be) {
+                Inputs in(be, ab, kSeed + 12 + offset);
+                Tensor x = in.normal_as({64, 768}, ab, 1.0), w = in.normal_as({768, 768}, ab, 0.02);
+                Tensor bias = in.normal_as({768 + 1}, c_dtype, 1.0).view(offset, {768});
+                Tensor out = in.normal_as({64, 768}, c_dtype, 1.0);
+                be.gemm_bias(false, true, 64, 768, 768, x, 768, w, 768, out, bias, gemm_accumulate_dtype(ab));
+                return std::vector<Output>{output(be, "out", out)};
+              });
+  }
   // The LM head over an odd vocabulary (97 here; GPT-2's 50257): the logits' leading dimension is
   // odd, so rows start at 2- or 4-byte alignment, below the 16 bytes tensor-core kernels like. The
   // forward (logits = x W^T) and dX (dlogits W) must still find an algorithm and agree.
@@ -103,6 +119,27 @@ void add_bf16_operand_cases(CaseList& cases) {
         return std::vector<Output>{output(be, "c", c)};
       });
     }
+}
+
+// The linear layer's product and bias under the policy: fused on a GPU where C needs no padding
+// (n = 768), added separately where it does (n = 257, C computed in a padded scratch).
+void add_bf16_operand_bias_cases(CaseList& cases) {
+  for (int64_t n : {768, 257})
+    cases.add("gemm_bias NT fp32 bf16-operands" + std::string(n % 8 ? " odd-n" : ""), DType::F32,
+              dims({64, n, 768}), [=](Backend& be) {
+                Inputs in(be, DType::F32, kSeed + 30 + n);
+                Tensor x = in.normal({64, 768}, 1.0), w = in.normal({n, 768}, 0.02), bias = in.normal({n}, 1.0);
+                Tensor out = in.normal({64, n}, 1.0);
+                be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+                try {
+                  be.gemm_bias(false, true, 64, n, 768, x, 768, w, 768, out, bias, DType::F32);
+                } catch (...) {
+                  be.set_fp32_matmul(Fp32Matmul::Exact);
+                  throw;
+                }
+                be.set_fp32_matmul(Fp32Matmul::Exact);
+                return std::vector<Output>{output(be, "out", out)};
+              });
 }
 
 void add_conversion_cases(CaseList& cases) {
@@ -191,6 +228,7 @@ void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
       add_gemm_cases(cases, DType::BF16, DType::F32);
       add_gemm_cases(cases, DType::BF16, DType::BF16);
       add_bf16_operand_cases(cases);
+      add_bf16_operand_bias_cases(cases);
       add_conversion_cases(cases);
     }
   }

@@ -200,6 +200,22 @@ void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
 void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
                        int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
                        DType accumulate) {
+  gemm_with_bias(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, accumulate, nullptr);
+}
+
+void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
+                            int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
+                            DType accumulate) {
+  const bool fusable = bias.defined() && bias.dtype() == DType::F32 && c.dtype() == DType::F32 &&
+                       bias.numel() == n && c.numel() == m * n;
+  if (!fusable) return Backend::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, accumulate);
+  if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm")))
+    bias_add(c, bias);
+}
+
+bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                                 const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
+                                 const Tensor& c, int64_t ldc, DType accumulate, const float* bias) {
   require_same_dtype(a, b, "gemm");
   // A kernel reading past a tensor does not fault reliably on a GPU: check the spans here.
   auto checked_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
@@ -233,13 +249,15 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
     const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
     if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
-    cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, target, ld_target,
-               DType::F32, DType::F32, false, ctx_);
+    // A padded C's bias would have to be padded too: added afterwards there.
+    const bool fused = cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta,
+                                  target, ld_target, DType::F32, DType::F32, false, ctx_, in_place ? bias : nullptr);
     if (!in_place) cuda::convert_2d<float, float>(target, np, m, n, c32, ldc, m, n, ctx_);
-    return;
+    return fused;
   }
-  cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
-             raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands, ctx_);
+  return cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
+                    raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands,
+                    ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr);
 }
 
 const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,

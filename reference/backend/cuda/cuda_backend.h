@@ -39,6 +39,9 @@ class CudaBackend final : public Backend {
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a, int64_t lda,
             const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc, DType accumulate) override;
+  // Fused through cuBLASLt's bias epilogue for an fp32 C where it applies (gemm_with_bias says where).
+  void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
+                 const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) override;
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void add_inplace(const Tensor& acc, const Tensor& x) override { add(acc, acc, x); }
@@ -108,6 +111,12 @@ class CudaBackend final : public Backend {
   // where nothing needs padding); its device address.
   const void* bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded, int64_t row_length_padded,
                         Tensor& scratch, int64_t& ld_copy);
+  // gemm, with an fp32 `bias` (nullable) added by the GEMM's epilogue where one applies: C fp32 and
+  // computed in place (no padded scratch), beta 0, the bias 16-byte aligned, cuBLASLt offering an
+  // algorithm. Returns whether the bias was added; if not, the caller adds it.
+  bool gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
+                      int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
+                      DType accumulate, const float* bias);
   Tensor alloc_for_overwrite(const Shape& shape, DType dtype) override;  // alloc without its zero fill
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -64,6 +65,18 @@ struct MatmulDesc {
   void set_transpose(cublasLtMatmulDescAttributes_t attribute, bool transposed) {
     const cublasOperation_t op = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
     check_cublas(cublaslt().desc_set_attribute(desc, attribute, &op, sizeof op), "cublasLtMatmulDescSetAttribute");
+  }
+  // The bias epilogue: an fp32 vector as long as cuBLASLt's (column-major) D has rows, which are
+  // the row-major C's columns, added to every column of D.
+  void set_bias(const float* bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t type = CUDA_R_32F;
+    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+                 "cublasLtMatmulDescSetAttribute (epilogue)");
+    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+                 "cublasLtMatmulDescSetAttribute (bias pointer)");
+    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type),
+                 "cublasLtMatmulDescSetAttribute (bias type)");
   }
 };
 
@@ -123,19 +136,22 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
 // training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
 // The device and workspace size are part of the key because a handle's address can be reused by
 // a later backend on another device (another architecture) or with a smaller workspace.
+// With the bias epilogue (the last element), "no algorithm" is an answer too (nullopt): the caller
+// then runs the product without it.
 using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t,
                            int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
-                           int64_t, int64_t>;
+                           int64_t, int64_t, bool>;
 
-cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
-                                 const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
-                                 const MatrixLayout& c) {
+std::optional<cublasLtMatmulAlgo_t> choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
+                                                const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
+                                                const MatrixLayout& c, bool with_bias) {
   static std::mutex mutex;
-  static std::map<AlgoKey, cublasLtMatmulAlgo_t> chosen;
+  static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> chosen;
   const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c,
                     g.trans_lt_a, g.trans_lt_b, g.m, g.n, g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld,
                     g.a_layout.alignment_bytes, g.b_layout.alignment_bytes, g.c_layout.alignment_bytes,
-                    g.batch_count, g.a_layout.batch_stride, g.b_layout.batch_stride, g.c_layout.batch_stride};
+                    g.batch_count, g.a_layout.batch_stride, g.b_layout.batch_stride, g.c_layout.batch_stride,
+                    with_bias};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   Preference pref;
@@ -153,7 +169,12 @@ cublasLtMatmulAlgo_t choose_algo(const CudaContext& ctx, const GemmTypes& types,
   const cublasStatus_t status = cublaslt().algo_get_heuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
                                                                c.layout, pref.pref, 1, &result, &found);
   // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result: either way say which problem.
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
+  const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
+  if (none && with_bias) {
+    chosen.emplace(key, std::nullopt);
+    return std::nullopt;
+  }
+  if (none)
     fail("gemm: cuBLASLt has no algorithm for ", describe(g, types),
          " (run with CUBLASLT_LOG_LEVEL=2 for cuBLASLt's own reason)");
   check_cublas(status, str_cat("cublasLtMatmulAlgoGetHeuristic for ", describe(g, types)).c_str());
@@ -192,31 +213,44 @@ void zero_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
-          bool fp32_on_tf32, const CudaContext& ctx) {
+          bool fp32_on_tf32, const CudaContext& ctx, const float* bias) {
   const RowMajorGemm call{trans_a, trans_b, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, dtype_size(ab),
                           dtype_size(c_dtype)};
-  gemm(call, ab, c_dtype, accumulate, fp32_on_tf32, ctx);
+  return gemm(call, ab, c_dtype, accumulate, fp32_on_tf32, ctx, bias);
 }
 
-void gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
-          const CudaContext& ctx) {
+bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
+          const CudaContext& ctx, const float* bias) {
   const GemmTypes types = gemm_types(ab, c_dtype, accumulate, fp32_on_tf32);
   if (call.ab_element_bytes != dtype_size(ab) || call.c_element_bytes != dtype_size(c_dtype))
     fail("gemm: element sizes ", call.ab_element_bytes, "/", call.c_element_bytes, " do not match ",
          dtype_name(ab), "/", dtype_name(c_dtype));
   const CublasLtGemm g = map_row_major_gemm(call, "gemm");
-  if (g.work == GemmWork::Nothing) return;
-  if (g.work == GemmWork::ScaleC) return scale_c(g, c_dtype, ctx);
-  if (g.work == GemmWork::ZeroC) return zero_c(g, c_dtype, ctx);
+  if (g.work == GemmWork::Nothing) return false;
+  if (g.work == GemmWork::ScaleC) return scale_c(g, c_dtype, ctx), false;
+  if (g.work == GemmWork::ZeroC) return zero_c(g, c_dtype, ctx), false;
 
   MatmulDesc desc(types.compute, types.scale);
   desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSA, g.trans_lt_a);
   desc.set_transpose(CUBLASLT_MATMUL_DESC_TRANSB, g.trans_lt_b);
   const MatrixLayout a_layout(types.ab, g.a_layout, g.batch_count), b_layout(types.ab, g.b_layout, g.batch_count),
       c_layout(types.c, g.c_layout, g.batch_count);
-  const cublasLtMatmulAlgo_t algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout);
+  std::optional<cublasLtMatmulAlgo_t> algo;
+  if (bias_epilogue_applies(call, bias)) {
+    desc.set_bias(bias);
+    algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, true);
+    if (!algo) {  // none with the epilogue: the plain product, the caller adds the bias
+      const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+      check_cublas(cublaslt().desc_set_attribute(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain),
+                   "cublasLtMatmulDescSetAttribute (epilogue)");
+      bias = nullptr;
+    }
+  } else {
+    bias = nullptr;
+  }
+  if (!algo) algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, false);
   // alpha and beta in the scale type, read from the host (the default pointer mode).
   const float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);
   const bool fp64 = types.scale == CUDA_R_64F;
@@ -224,9 +258,12 @@ void gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   const void* beta_ptr = fp64 ? static_cast<const void*>(&g.beta) : &beta32;
   const cublasStatus_t status = cublaslt().matmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b,
                                                b_layout.layout, beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout,
-                                               &algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
+                                               &*algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
   // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
-  if (status != CUBLAS_STATUS_SUCCESS) check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types)).c_str());
+  if (status != CUBLAS_STATUS_SUCCESS)
+    check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types), bias ? " with the bias epilogue" : "")
+                             .c_str());
+  return bias != nullptr;
 }
 
 }  // namespace tripod::cuda

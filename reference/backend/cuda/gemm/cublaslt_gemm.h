@@ -12,13 +12,16 @@
 namespace tripod::cuda {
 
 // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (row-major, leading dimensions in elements).
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+// With `bias` (nullable; fp32 [n], for an fp32 C): + bias[j] on every row, through cuBLASLt's bias
+// epilogue, in fp32 after the product (the bits of a separate addition) where cuBLASLt offers an
+// algorithm with it and the bias is 16-byte aligned. Returns whether the bias was added.
+bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
-          bool fp32_on_tf32, const CudaContext& ctx);
+          bool fp32_on_tf32, const CudaContext& ctx, const float* bias = nullptr);
 
 // The same for a call described whole, a strided batch included (gemm_layout.h): one cuBLASLt
-// call for the batch. The element sizes must be those of `ab` and `c_dtype`.
-void gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
-          const CudaContext& ctx);
+// call for the batch (a bias only without one). The element sizes must be those of `ab` and `c_dtype`.
+bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
+          const CudaContext& ctx, const float* bias = nullptr);
 
 }  // namespace tripod::cuda

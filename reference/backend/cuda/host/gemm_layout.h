@@ -89,6 +89,12 @@ struct ScaleRuns {
 };
 ScaleRuns scale_c_runs(const CublasLtGemm& g);
 
+// Whether a bias can ride on cuBLASLt's bias epilogue with the bits of a separate addition after
+// the product: an fp32 C, alpha 1 and beta 0 (the epilogue adds before the one rounding of
+// alpha * AB + beta * C, so only then is the product alone rounded first), one product (not a
+// batch), and the bias 16-byte aligned (cuBLASLt faults on less, as other users found).
+bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias);
+
 // The largest power of two, at most 256, that divides the address and ld * element_bytes.
 uint32_t gemm_alignment_bytes(const void* address, int64_t ld, std::size_t element_bytes);
 
