@@ -156,14 +156,15 @@ def key_sanitizer(d):
 
 # Issue 17 on the node's CPU cores (overlap-cpu, pipeline-cpu).
 MECHANISMS = {"bucketing": "bucketing", "bucketing_with_progress_thread": "+ progress thread",
-              "bucketing_with_tied_grad_split": "+ tied split", "zero3_prefetch": "ZeRO-3 prefetch"}
+              "bucketing_with_tied_grad_split": "+ tied split", "zero3_prefetch": "ZeRO-3 prefetch",
+              "zero3_prefetch_with_progress_thread": "ZeRO-3 prefetch + progress thread"}
 OVERLAP_TARGET = 0.80
 PIPELINE_GAIN = 0.02  # "improves measurably": every pair faster and the median gain at least this
 
 
 def best_hidden(j):
     """(mechanism, fraction) hiding the most of the DP reduction by pass time (ZeRO-3's gathers are another thing)."""
-    hidden = {k: v for k, v in j.get("hidden_by_mechanism", {}).items() if k != "zero3_prefetch" and v is not None}
+    hidden = {k: v for k, v in j.get("hidden_by_mechanism", {}).items() if not k.startswith("zero3") and v is not None}
     return max(hidden.items(), key=lambda kv: kv[1]) if hidden else (None, None)
 
 

@@ -80,19 +80,21 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
         assert label in result.stdout, label
     report = json.loads(out.read_text())
     assert set(report["hidden_by_mechanism"]) == {"bucketing", "bucketing_with_tied_grad_split",
-                                                  "bucketing_with_progress_thread", "zero3_prefetch"}
+                                                  "bucketing_with_progress_thread", "zero3_prefetch",
+                                                  "zero3_prefetch_with_progress_thread"}
     assert report["hidden_fraction"] == report["hidden_by_mechanism"]["bucketing"]
     assert set(report["seconds"]) == {"compute", "at_end", "bucketed", "bucketed_split", "bucketed_progress",
-                                      "zero3_on_use", "zero3_prefetch"}
+                                      "zero3_on_use", "zero3_prefetch", "zero3_prefetch_progress"}
     assert all(s > 0 for s in report["seconds"].values())
     assert set(report["communication_call_seconds"]) == set(report["seconds"])
     calls = report["communication_call_seconds"]
     assert 0 <= calls["compute"] < calls["at_end"]  # without reductions the hooks only look for work in flight
     # ZeRO-3's calls split: parameter gathers, and the rest (reduce-scatters); some time in each
     gathers = report["gather_call_seconds"]
-    assert set(gathers) == {"zero3_on_use", "zero3_prefetch"}
+    assert set(gathers) == {"zero3_on_use", "zero3_prefetch", "zero3_prefetch_progress"}
     assert all(0 < gathers[row] < calls[row] for row in gathers), (gathers, calls)
     assert "gathers = of those calls" in result.stdout
+    assert "with the progress thread:" in result.stdout  # ZeRO-3's prefetch with the thread advancing it
     assert set(report["hidden_in_calls_by_mechanism"]) == set(report["hidden_by_mechanism"])
     assert 0 < report["last_bucket_share"] < 1
     # The split's second part: the token rows of wte (and wpe), within the embeddings' last bucket.
