@@ -1,6 +1,7 @@
 #include "model/layer_ops.h"
 
 #include "model/linear.h"
+#include "core/error.h"
 
 namespace tripod {
 
@@ -25,12 +26,32 @@ void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& 
   tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false);
 }
 
+namespace {
+VocabWindow whole_vocabulary(const Tensor& logits) {
+  const int64_t vocab = logits.dim(-1);
+  return {0, vocab, vocab};
+}
+}  // namespace
+
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
-  be.cross_entropy_forward(losses, logits, targets);
+  const int64_t n = losses.numel();
+  const DType dt = logits.dtype();
+  check(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
+        targets.numel(), " targets for logits ", logits.describe());
+  Tensor& lse = logsumexp_[logits.address()];
+  if (!lse.defined() || lse.numel() != n || lse.dtype() != dt) lse = be.alloc({n}, dt);
+  const Tensor flat_targets = targets.reshape({n});
+  const Tensor row_max = be.alloc({n}, dt), sums = be.alloc({2, n}, dt);  // sums: [sum of exp | target logit]
+  be.logits_row_max(row_max, logits, flat_targets, whole_vocabulary(logits));
+  be.logits_exp_sums(sums, logits, row_max, flat_targets, whole_vocabulary(logits));
+  be.cross_entropy_from_sums(losses, lse, row_max, sums, flat_targets);
 }
 
 void SingleDeviceLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
-  be.cross_entropy_backward(logits, targets, grad_scale);
+  const auto lse = logsumexp_.find(logits.address());
+  check(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
+  be.cross_entropy_backward_window(logits, lse->second, targets.reshape({targets.numel()}), whole_vocabulary(logits),
+                                   grad_scale);
 }
 
 }  // namespace tripod

@@ -5,6 +5,8 @@
 // model never learns. Activation widths come from the strategy too, since a split layer produces
 // only its share of the outputs.
 #pragma once
+#include <map>
+
 #include "backend/backend.h"
 
 namespace tripod {
@@ -47,8 +49,17 @@ class SingleDeviceLayers final : public LayerOps {
                       const Tensor& bias) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight) override;
+  // The whole vocabulary as one window of the Backend's windowed cross-entropy: the forward keeps
+  // each row's logsumexp (per logits tensor, for every micro-batch in flight), so the backward
+  // reads the logits once instead of recomputing their max and sum (GPT-2: three passes over
+  // 1.6 GB of logits become one). The same arithmetic in the same order as the backend's
+  // whole-vocabulary kernels, bit for bit (backend/kernels/cross_entropy_math.h, the CPU's
+  // vocab_window_kernels.cpp).
   void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
+
+ private:
+  std::map<const void*, Tensor> logsumexp_;
 };
 
 }  // namespace tripod
