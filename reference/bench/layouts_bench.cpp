@@ -109,16 +109,17 @@ void run_layouts(const LayoutsOptions& o) {
   const double measured_flops =  // the sum of every rank's sgemm rate
       all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
   nlohmann::json records = nlohmann::json::array();
-  if (world->rank() == 0)
+  if (world->rank() == 0) {
     std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
-                "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n"
-                "  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s\n", o.config.c_str(),
-                static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
+                "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
+                o.config.c_str(), static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
                 static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
-                peak.source.c_str(), measured_flops / 1e12, "layout", "step (s)", "tokens/s", "MFU",
+                peak.source.c_str(), measured_flops / 1e12);
+    if (const auto share = process_core_share())
+      std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
+    std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s\n", "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB");
-  if (const auto share = process_core_share(); share && world->rank() == 0)
-    std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
+  }
   for (const auto& [layout, shape] : layouts_to_run(o, n)) {
     const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
     const double step = timing.step_seconds;
