@@ -52,6 +52,10 @@ void SingleDeviceLayers::loss_backward(Backend& be, const Tensor& logits, const 
   check(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
   be.cross_entropy_backward_window(logits, lse->second, targets.reshape({targets.numel()}), whole_vocabulary(logits),
                                    grad_scale);
+  // Used up (the logits are the gradient now): dropped, so that logits at new addresses (a new
+  // batch shape's activations) do not leave entries behind. The backend's stream order keeps the
+  // storage alive for the kernel that reads it.
+  logsumexp_.erase(lse);
 }
 
 }  // namespace tripod

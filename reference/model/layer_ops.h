@@ -50,7 +50,7 @@ class SingleDeviceLayers final : public LayerOps {
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight) override;
   // The whole vocabulary as one window of the Backend's windowed cross-entropy: the forward keeps
-  // each row's logsumexp (per logits tensor, for every micro-batch in flight), so the backward
+  // each row's logsumexp (per logits tensor, for every micro-batch in flight, until its backward), so the backward
   // reads the logits once instead of recomputing their max and sum (GPT-2: three passes over
   // 1.6 GB of logits become one). The same arithmetic in the same order as the backend's
   // whole-vocabulary kernels, bit for bit (backend/kernels/cross_entropy_math.h, the CPU's
