@@ -20,6 +20,20 @@ class CaseList {
   std::vector<OpCase> cases_;
 };
 
+// Runs `run` with fp32 GEMMs under the bf16-mixed policy (Fp32Matmul::Bf16Operands), the
+// backend's own policy restored afterwards, when `run` throws too.
+inline void with_bf16_operands(Backend& be, const std::function<void()>& run) {
+  const Fp32Matmul before = be.fp32_matmul();
+  be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  try {
+    run();
+  } catch (...) {
+    be.set_fp32_matmul(before);
+    throw;
+  }
+  be.set_fp32_matmul(before);
+}
+
 void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes);
 void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes);
 

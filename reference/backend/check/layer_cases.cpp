@@ -95,16 +95,10 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     Tensor qkv = in.normal({b, T, 3 * c}), out = be.alloc({b, T, c}, DType::F32);
     Tensor probs = be.alloc({b, h, T, T}, DType::F32);
     Tensor dout = in.normal({b, T, c}), dqkv = in.normal({b, T, 3 * c});  // overwritten
-    const Fp32Matmul before = be.fp32_matmul();
-    be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-    try {
+    with_bf16_operands(be, [&] {
       be.attention_forward(out, probs, qkv, h);
       be.attention_backward(dqkv, dout, qkv, probs, h);
-    } catch (...) {
-      be.set_fp32_matmul(before);
-      throw;
-    }
-    be.set_fp32_matmul(before);
+    });
     std::vector<Output> outputs{output(be, "out", out), output(be, "probs", probs), output(be, "dqkv", dqkv)};
     outputs[0].bound = outputs[2].bound = 1.0 / 256;
     return outputs;

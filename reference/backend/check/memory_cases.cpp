@@ -108,14 +108,9 @@ void add_bf16_operand_cases(CaseList& cases) {
         const int64_t m = sh.m, n = sh.n, k = sh.k;
         Tensor a = in.normal({ta ? k : m, ta ? m : k}, 1.0), b = in.normal({tb ? n : k, tb ? k : n}, 0.02);
         Tensor c = in.normal({m, n}, 1.0);
-        be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-        try {
+        with_bf16_operands(be, [&] {
           be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, beta, c, n, DType::F32);
-        } catch (...) {
-          be.set_fp32_matmul(Fp32Matmul::Exact);
-          throw;
-        }
-        be.set_fp32_matmul(Fp32Matmul::Exact);
+        });
         return std::vector<Output>{output(be, "c", c)};
       });
     }
@@ -130,14 +125,9 @@ void add_bf16_operand_bias_cases(CaseList& cases) {
                 Inputs in(be, DType::F32, kSeed + 30 + n);
                 Tensor x = in.normal({64, 768}, 1.0), w = in.normal({n, 768}, 0.02), bias = in.normal({n}, 1.0);
                 Tensor out = in.normal({64, n}, 1.0);
-                be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-                try {
+                with_bf16_operands(be, [&] {
                   be.gemm_bias(false, true, 64, n, 768, x, 768, w, 768, out, bias, DType::F32);
-                } catch (...) {
-                  be.set_fp32_matmul(Fp32Matmul::Exact);
-                  throw;
-                }
-                be.set_fp32_matmul(Fp32Matmul::Exact);
+                });
                 return std::vector<Output>{output(be, "out", out)};
               });
 }
