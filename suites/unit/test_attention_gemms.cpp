@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -113,20 +114,39 @@ void softmax_forward_rows(std::vector<T>& probs, int64_t seq_len) {
   }
 }
 
-// causal_softmax_backward_kernel: dp in, ds out, in place.
+// A value no product may read: NaN, which would spread to every sum that took it.
 template <typename T>
-void softmax_backward_rows(std::vector<T>& dscores, const std::vector<T>& probs, int64_t seq_len, T scale) {
+T unread() {
+  return std::numeric_limits<T>::quiet_NaN();
+}
+
+// causal_softmax_backward_kernel: dp in, ds out, in place, as far as the products read a row
+// (causal_block_end); past it the row keeps what it held.
+template <typename T>
+void softmax_backward_rows(std::vector<T>& dscores, const std::vector<T>& probs, int64_t seq_len, int64_t row_blocks,
+                           T scale) {
   const int64_t rows = static_cast<int64_t>(probs.size()) / seq_len;
   for (int64_t row = 0; row < rows; ++row) {
-    const int64_t n = row % seq_len + 1;
+    const int64_t t = row % seq_len, n = t + 1;
     const T* p = probs.data() + row * seq_len;
     T* ds = dscores.data() + row * seq_len;
     const T row_dot = block_reduce<T>(
         [&](int tid) { return kernels::strided_dot_partial(p, ds, n, tid, kAttentionSoftmaxThreads); },
         kernels::SumOf{});
-    for (int64_t j = 0; j < seq_len; ++j)
+    for (int64_t j = 0; j < kernels::causal_block_end(t, seq_len, row_blocks); ++j)
       ds[j] = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
   }
+}
+
+// The softmax kernels' bf16 operand rows: x rounded as far as the products read each row, the rest
+// of the scratch as it was (NaN here, so that a product reading it fails the comparison).
+std::vector<bf16> rounded_rows(const std::vector<float>& x, int64_t seq_len, int64_t row_blocks) {
+  std::vector<bf16> out(x.size(), float_to_bf16(unread<float>()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(i) / seq_len % seq_len, j = static_cast<int64_t>(i) % seq_len;
+    if (j < kernels::causal_block_end(t, seq_len, row_blocks)) out[i] = float_to_bf16(x[i]);
+  }
+  return out;
 }
 
 // attention_forward of attention.cu, in its order: the head-major copy, the score GEMMs of every
@@ -152,10 +172,10 @@ void backward_as_the_backend(const Shape& s, const std::vector<T>& qkv, const st
   const AttentionDims d = s.dims();
   const std::vector<T> qkvh = to_head_major(qkv, s, 3), douth = to_head_major(dout, s, 1);
   std::vector<T> dqkvh(dqkv.size(), T(-6));
-  std::vector<T> score_grads(probs.size(), T(7));  // the backend's reused buffer: stale values
+  std::vector<T> score_grads(probs.size(), unread<T>());  // the backend's reused buffer: stale values
   for (int64_t r = 0; r < d.row_blocks; ++r)
     run<T>(attention_dprobs_gemm(d, r, douth.data(), qkvh.data(), score_grads.data(), same_bytes<T>()));
-  softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<T>(s.head_dim));
+  softmax_backward_rows(score_grads, probs, s.seq_len, d.row_blocks, kernels::attention_scale<T>(s.head_dim));
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     run<T>(attention_dquery_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), same_bytes<T>()));
     run<T>(attention_dkey_gemm(d, r, score_grads.data(), qkvh.data(), dqkvh.data(), same_bytes<T>()));
@@ -176,7 +196,7 @@ void forward_bf16_as_the_backend(const Shape& s, const std::vector<float>& qkv, 
   for (int64_t r = 0; r < d.row_blocks; ++r)
     run<bf16, float>(attention_scores_gemm(d, r, qkvh16.data(), probs.data(), kBf16Operands, scale));
   softmax_forward_rows(probs, s.seq_len);
-  const std::vector<bf16> probs16 = rounded(probs);
+  const std::vector<bf16> probs16 = rounded_rows(probs, s.seq_len, d.row_blocks);
   for (int64_t r = 0; r < d.row_blocks; ++r)
     run<bf16, float>(attention_values_gemm(d, r, probs16.data(), qkvh16.data(), outh.data(), kBf16Operands));
   to_token_major(out, outh, s, 1);
@@ -187,11 +207,12 @@ void backward_bf16_as_the_backend(const Shape& s, const std::vector<float>& qkv,
   const AttentionDims d = s.dims();
   const std::vector<bf16> qkvh16 = rounded(to_head_major(qkv, s, 3)), douth16 = rounded(to_head_major(dout, s, 1));
   std::vector<float> dqkvh(dqkv.size(), -6.0f);
-  std::vector<float> score_grads(probs.size(), 7.0f);
+  std::vector<float> score_grads(probs.size(), unread<float>());
   for (int64_t r = 0; r < d.row_blocks; ++r)
     run<bf16, float>(attention_dprobs_gemm(d, r, douth16.data(), qkvh16.data(), score_grads.data(), kBf16Operands));
-  softmax_backward_rows(score_grads, probs, s.seq_len, kernels::attention_scale<float>(s.head_dim));
-  const std::vector<bf16> score_grads16 = rounded(score_grads), probs16 = rounded(probs);
+  softmax_backward_rows(score_grads, probs, s.seq_len, d.row_blocks, kernels::attention_scale<float>(s.head_dim));
+  const std::vector<bf16> score_grads16 = rounded_rows(score_grads, s.seq_len, d.row_blocks),
+                          probs16 = rounded_rows(probs, s.seq_len, d.row_blocks);
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     run<bf16, float>(attention_dquery_gemm(d, r, score_grads16.data(), qkvh16.data(), dqkvh.data(), kBf16Operands));
     run<bf16, float>(attention_dkey_gemm(d, r, score_grads16.data(), qkvh16.data(), dqkvh.data(), kBf16Operands));
@@ -345,6 +366,30 @@ TEST(AttentionGemms, EachProductIsOneBatchOverEveryHeadPerCausalRowBlock) {
   EXPECT_THROW(checked_attention_dims("attention_forward", 1, 4, 12, 0), Error);
   EXPECT_EQ(kernels::attention_scale<float>(64), 0.125f);  // 1/sqrt(hd) rounded as the CPU rounds it
   EXPECT_EQ(kernels::attention_scale<double>(48), 1.0 / std::sqrt(48.0));
+}
+
+// The end of a query row's causal block bounds what the products read of its row: the values and
+// dquery products of its block read keys below it, the dkey and dvalue products of an earlier or
+// the same key block read columns below that block's end, never further.
+TEST(AttentionGemms, CausalBlockEndIsTheEndOfTheQueryRowsBlock) {
+  EXPECT_EQ(kernels::causal_block_end(0, 1024, 4), 256);
+  EXPECT_EQ(kernels::causal_block_end(255, 1024, 4), 256);
+  EXPECT_EQ(kernels::causal_block_end(256, 1024, 4), 512);
+  EXPECT_EQ(kernels::causal_block_end(1023, 1024, 4), 1024);
+  EXPECT_EQ(kernels::causal_block_end(0, 7, 1), 7);
+  for (int64_t seq_len : {1, 2, 3, 7, 33, 130, 1024})
+    for (int64_t blocks = 1; blocks <= 4; ++blocks) {
+      int64_t never_read = 0;
+      for (int64_t r = 0; r < blocks; ++r)
+        for (int64_t t = kernels::causal_block_begin(r, seq_len, blocks);
+             t < kernels::causal_block_begin(r + 1, seq_len, blocks); ++t) {
+          const int64_t end = kernels::causal_block_end(t, seq_len, blocks);
+          EXPECT_EQ(end, kernels::causal_block_begin(r + 1, seq_len, blocks)) << "T " << seq_len << " row " << t;
+          EXPECT_GT(end, t);  // the diagonal is always inside
+          never_read += seq_len - end;
+        }
+      if (seq_len == 1024 && blocks == 4) EXPECT_EQ(never_read * 8, 1024 * 1024 * 3);  // 3/8 of the square
+    }
 }
 
 TEST(AttentionGemms, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {

@@ -49,6 +49,17 @@ TRIPOD_HD T exp_in_place_partial(T* row, int64_t n, T row_max, int64_t tid, int6
 // attention products use, so that block r's products stop at key causal_block_begin(r + 1).
 TRIPOD_HD int64_t causal_block_begin(int64_t r, int64_t seq_len, int64_t blocks) { return r * seq_len / blocks; }
 
+// One past the last key column that any product reads in query row t: the end of t's row block
+// (the block's products take keys [0, causal_block_begin(r + 1)), and the transposed dkey and
+// dvalue products of key block c <= r read row t's columns below causal_block_begin(c + 1)). The
+// softmax rows write their GEMM-operand scratch only this far: columns past it are never read, so
+// at T = 1024 in 4 blocks, 3/8 of each square is neither written nor read.
+TRIPOD_HD int64_t causal_block_end(int64_t t, int64_t seq_len, int64_t blocks) {
+  int64_t r = 1;
+  while (r < blocks && causal_block_begin(r, seq_len, blocks) <= t) ++r;
+  return causal_block_begin(r, seq_len, blocks);
+}
+
 // Where element i of a head-major copy [parts][B][H][T][hd] lives in its token-major tensor
 // [B][T][parts * C] (C = H * hd: qkv with parts = 3, out and dout with parts = 1). The CUDA
 // attention copies qkv and dout into head-major form so that every (b, h) pair's [T, hd] matrix

@@ -24,6 +24,10 @@
 //             (where the row-blocked score GEMMs wrote nothing, too).
 //   backward  row_dot = the block's sum of p_j dp_j (j <= t), then ds_j = softmax_backward_score,
 //             0 past t. Each thread rewrites only the columns it read, so in place is safe.
+// The products read a row's columns only up to the end of its causal row block
+// (attention_math.h's causal_block_end): the scratch rows they read (the score gradients, the
+// rounded probabilities and score gradients) are written that far and no further, 3/8 of the
+// squares' stores fewer at T = 1024; the kept fp32 probs are written whole.
 //
 // bf16 operands (fp32 tensors under the bf16-mixed policy; the caller passes a bf16 scratch):
 // every product runs on bf16 tensor cores with fp32 accumulation and an fp32 result, its operands
@@ -59,13 +63,16 @@ __device__ __forceinline__ bf16 rounded_operand(T x) {
   return out;
 }
 
-// probs16 (nullable): the rounded probabilities too, for the bf16 values product.
+// probs16 (nullable): the rounded probabilities too, for the bf16 values product, as far as the
+// products read them (causal_block_end: the rest of the scratch row is left as it is). The kept
+// fp32 probs get the whole row, zeros past the diagonal, as the Backend interface states them.
 template <typename T>
-__global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel(T* probs, bf16* probs16, int64_t rows,
-                                                                                 int64_t seq_len) {
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    causal_softmax_forward_kernel(T* probs, bf16* probs16, int64_t rows, int64_t seq_len, int64_t row_blocks) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t n = row % seq_len + 1;  // keys 0..t
+    const int64_t t = row % seq_len, n = t + 1;  // keys 0..t
+    const int64_t read_end = kernels::causal_block_end(t, seq_len, row_blocks);
     T* p = probs + row * seq_len;
     const T row_max =
         block_reduce(kernels::strided_max_partial(p, n, threadIdx.x, kSoftmaxThreads), scratch, kernels::MaxOf{});
@@ -73,25 +80,27 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_forward_kernel
                                  kernels::SumOf{});
     for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) {
       p[j] = j < n ? p[j] / denom : T(0);
-      if (probs16 != nullptr) probs16[row * seq_len + j] = rounded_operand(p[j]);
+      if (probs16 != nullptr && j < read_end) probs16[row * seq_len + j] = rounded_operand(p[j]);
     }
   }
 }
 
 // dscores16, probs16 (both null or both set): the rounded score gradients (for dquery, dkey) and
 // probabilities (for dvalue), written instead of the fp32 score gradients, which nothing reads then.
+// Every output here is the products' scratch: written only as far as they read it (causal_block_end).
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
     causal_softmax_backward_kernel(T* dscores, const T* probs, bf16* dscores16, bf16* probs16, int64_t rows,
-                                   int64_t seq_len, T scale) {
+                                   int64_t seq_len, int64_t row_blocks, T scale) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t n = row % seq_len + 1;
+    const int64_t t = row % seq_len, n = t + 1;
+    const int64_t read_end = kernels::causal_block_end(t, seq_len, row_blocks);
     const T* p = probs + row * seq_len;
     T* ds = dscores + row * seq_len;  // holds dp on entry
     const T row_dot = block_reduce(kernels::strided_dot_partial(p, ds, n, threadIdx.x, kSoftmaxThreads), scratch,
                                    kernels::SumOf{});
-    for (int64_t j = threadIdx.x; j < seq_len; j += kSoftmaxThreads) {
+    for (int64_t j = threadIdx.x; j < read_end; j += kSoftmaxThreads) {
       const T score = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
       if (dscores16 == nullptr) {
         ds[j] = score;
@@ -200,7 +209,8 @@ void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch
   }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
-  causal_softmax_forward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, probs16, rows, seq_len);
+  causal_softmax_forward_kernel<T>
+      <<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, probs16, rows, seq_len, d.row_blocks);
   check_launch("attention_forward (softmax)");
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     if (bf16_operands) run_bf16_gemm(attention_values_gemm(d, r, probs16, qkvh16, outh, kBf16Operands), ctx);
@@ -240,7 +250,8 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
   causal_softmax_backward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
-      score_grads, probs, score_grads16, probs16, rows, seq_len, kernels::attention_scale<T>(d.head_dim()));
+      score_grads, probs, score_grads16, probs16, rows, seq_len, d.row_blocks,
+      kernels::attention_scale<T>(d.head_dim()));
   check_launch("attention_backward (softmax)");
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     if (bf16_operands) {
