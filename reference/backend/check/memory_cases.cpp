@@ -174,6 +174,22 @@ void add_elementwise_cases(CaseList& cases, DType t) {
     be.scale(b, -0.37);
     return std::vector<Output>{output(be, "out", out), output(be, "a", a), output(be, "b", b)};
   });
+  // The fp32 kernels take four elements a thread where every pointer is 16-byte aligned and a
+  // thread an element elsewhere: views one element in take the second path, and n leaves a
+  // partial last group on the first.
+  cases.add("add, gelu at an offset of 0 and 1", t, std::to_string(n), [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    Tensor a = in.normal({n + 1}), b = in.normal({n + 1}, 2.0), out = in.normal({n + 1});
+    Tensor g = in.normal({n + 1}), dg = in.normal({n + 1});
+    for (int64_t offset : {0, 1}) {
+      const int64_t m = n + 1 - offset;
+      auto at = [&](const Tensor& x) { return x.view(offset, {m}); };
+      be.add(at(out), at(a), at(b));
+      be.gelu_forward(at(g), at(out));
+      be.gelu_backward(at(dg), at(out), at(b));
+    }
+    return std::vector<Output>{output(be, "out", out), output(be, "gelu", g), output(be, "dgelu", dg)};
+  });
   cases.add("gather_rows, scatter_add_rows", t, "1031 x 77, 300 ids", [=](Backend& be) {
     // Distinct ids in a scattered order, the last row of the table among them.
     std::vector<int32_t> ids;

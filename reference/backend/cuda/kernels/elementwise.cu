@@ -65,8 +65,6 @@ struct ConvertFloatToBf16x4Op {
   }
 };
 
-bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
 template <typename From, typename To>
 struct Convert2dOp {  // a warp per row of dst (launch_warp_rows): no index division per element
   const From* src;
@@ -82,12 +80,19 @@ struct Convert2dOp {  // a warp per row of dst (launch_warp_rows): no index divi
   }
 };
 
+// The ops below run four elements a thread for fp32 (launch_patterns.cuh's FourElementGroups):
+// quad(g) applies the same scalar expression to each of group g's elements.
+
 template <typename T>
 struct AddOp {
   T* out;  // may alias a or b: each element is read before it is written, by the same thread
   const T* a;
   const T* b;
   __device__ void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
+  __device__ void quad(int64_t g) const {
+    const float4 x = load4(a, g), y = load4(b, g);
+    store4(out, g, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+  }
 };
 
 template <typename T>
@@ -102,6 +107,12 @@ struct GeluForwardOp {
   T* __restrict__ out;
   const T* __restrict__ inp;
   __device__ void operator()(int64_t i) const { out[i] = kernels::gelu_forward_value(inp[i]); }
+  __device__ void quad(int64_t g) const {
+    const float4 x = load4(inp, g);
+    store4(out, g,
+           make_float4(kernels::gelu_forward_value(x.x), kernels::gelu_forward_value(x.y),
+                       kernels::gelu_forward_value(x.z), kernels::gelu_forward_value(x.w)));
+  }
 };
 
 template <typename T>
@@ -110,6 +121,12 @@ struct GeluBackwardOp {
   const T* __restrict__ inp;
   const T* __restrict__ dout;
   __device__ void operator()(int64_t i) const { dinp[i] = kernels::gelu_backward_value(inp[i], dout[i]); }
+  __device__ void quad(int64_t g) const {
+    const float4 x = load4(inp, g), dy = load4(dout, g);
+    store4(dinp, g,
+           make_float4(kernels::gelu_backward_value(x.x, dy.x), kernels::gelu_backward_value(x.y, dy.y),
+                       kernels::gelu_backward_value(x.z, dy.z), kernels::gelu_backward_value(x.w, dy.w)));
+  }
 };
 
 template <typename T>
@@ -204,7 +221,7 @@ void convert_2d(const From* src, int64_t ld_src, int64_t rows, int64_t cols, To*
 template <typename T>
 void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx) {
   check_size(n, "add");
-  launch_elementwise(AddOp<T>{out, a, b}, n, ctx, "add");
+  launch_elementwise_in_fours<T>(AddOp<T>{out, a, b}, n, {out, a, b}, ctx, "add");
 }
 
 template <typename T>
@@ -236,13 +253,13 @@ void bias_add(T* out, const T* bias, int64_t rows, int64_t channels, const CudaC
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_forward");
-  launch_elementwise(GeluForwardOp<T>{out, inp}, n, ctx, "gelu_forward");
+  launch_elementwise_in_fours<T>(GeluForwardOp<T>{out, inp}, n, {out, inp}, ctx, "gelu_forward");
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_backward");
-  launch_elementwise(GeluBackwardOp<T>{dinp, inp, dout}, n, ctx, "gelu_backward");
+  launch_elementwise_in_fours<T>(GeluBackwardOp<T>{dinp, inp, dout}, n, {dinp, inp, dout}, ctx, "gelu_backward");
 }
 
 template <typename T>
@@ -251,6 +268,8 @@ void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double bet
   check_size(n, "adamw");
   check(step >= 1, "adamw: step ", step, " (counts from 1, for the bias correction)");
   const auto k = kernels::adamw_coefficients<T>(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  // A thread an element: four a thread kept four correctly rounded divisions' and square roots'
+  // slow paths live at once, which ptxas spilled (24 bytes a thread).
   launch_elementwise(AdamWOp<T>{param, grad, m, v, k}, n, ctx, "adamw");
 }
 

@@ -10,7 +10,10 @@
 // the same for every lane, so full-warp shuffles inside the op are safe.
 // A RowOp provides  __device__ void operator()(int64_t row, int lane) const.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
@@ -55,6 +58,42 @@ void launch_elementwise(const ElementOp& op, int64_t n, const CudaContext& ctx, 
   check_fits(shape, ctx.limits, kernel_name);
   elementwise_kernel<<<grid_of(shape), shape.block, shape.shared_bytes, ctx.stream>>>(op, n);
   check_launch(kernel_name);
+}
+
+// fp32 elementwise work four elements a thread: group g is elements [4g, 4g + 4), read and written
+// with 16-byte accesses (a thread per element moves 4 bytes an access, and the measured kernels
+// reached 46-71 % of the device's copy rate). The op's scalar function gives every value, so the
+// bits are the one-element kernel's. A QuadOp provides  __device__ void quad(int64_t g) const  for
+// a whole group and operator()(int64_t i) for the elements of a partial last group.
+template <class QuadOp>
+struct FourElementGroups {
+  QuadOp op;
+  int64_t n;
+  __device__ void operator()(int64_t g) const {
+    if (4 * g + 4 <= n) {
+      op.quad(g);
+    } else {
+      for (int64_t i = 4 * g; i < n; ++i) op(i);
+    }
+  }
+};
+
+__device__ __forceinline__ float4 load4(const float* p, int64_t g) { return reinterpret_cast<const float4*>(p)[g]; }
+__device__ __forceinline__ void store4(float* p, int64_t g, float4 v) { reinterpret_cast<float4*>(p)[g] = v; }
+
+inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// `op` over [0, n): four elements a thread where T is float and every pointer in `pointers` is
+// 16-byte aligned (float4 accesses need it), else a thread per element.
+template <typename T, class QuadOp>
+void launch_elementwise_in_fours(const QuadOp& op, int64_t n, std::initializer_list<const void*> pointers,
+                                 const CudaContext& ctx, const char* kernel_name) {
+  if constexpr (std::is_same_v<T, float>) {
+    bool aligned = true;
+    for (const void* p : pointers) aligned = aligned && aligned_to(p, 16);
+    if (aligned) return launch_elementwise(FourElementGroups<QuadOp>{op, n}, (n + 3) / 4, ctx, kernel_name);
+  }
+  launch_elementwise(op, n, ctx, kernel_name);
 }
 
 }  // namespace tripod::cuda
