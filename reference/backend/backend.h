@@ -108,12 +108,16 @@ class Backend {
                          const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate);
 
   // GEMM operands that several GEMMs share, prepared once: under Fp32Matmul::Bf16Operands, when
-  // every one is an fp32 matrix whose two sizes are multiples of 8 (sizes no backend pads for
-  // alignment), their bf16 copies, rounded as gemm would round them, so that passing them in the
-  // originals' place gives the same bits and converts each once instead of once a GEMM; otherwise
-  // the originals, all of them (a GEMM's A and B share a dtype). Valid while the originals are
-  // unchanged. Tensors are matrices [rows, cols] (rows = numel / last dim).
-  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
+  // every one is a non-empty fp32 matrix, their bf16 copies, rounded as gemm would round them, so
+  // that passing them in the originals' place gives the same bits (up to the order of the sums)
+  // and converts each once instead of once a GEMM; otherwise the originals, all of them (a GEMM's A
+  // and B share a dtype). Valid while the originals are unchanged. Tensors are matrices
+  // [rows, cols] (rows = numel / last dim).
+  // A copy may be zero-padded to [rows', cols'] >= [rows, cols], as the backend's GEMMs want their
+  // rows aligned (the CPU backends pad nothing; CUDA pads both sizes to multiples of 8): a
+  // caller takes each copy's last dimension as its leading dimension, and may run a product's
+  // reduction over the padded extent that its two operands share, since zeros add nothing.
+  virtual std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b

@@ -2,18 +2,16 @@
 // linear layer's output gradient feeds both its input and its weight gradient) is rounded to bf16
 // once instead of once a GEMM. Bit-identical by construction: gemm rounds an fp32 operand to bf16
 // (nearest even) and multiplies the rounded values; convert rounds the same way, and gemm takes
-// bf16 A and B as they are (test_precision_policy.cpp checks both halves of that).
+// bf16 A and B as they are (test_precision_policy.cpp checks both halves of that). The CPU
+// backends' copies are unpadded; a device backend may override this with zero-padded ones
+// (backend.h).
 #include "backend/backend.h"
 
 namespace tripod {
 namespace {
 
-// Sizes that a device backend multiplies as they are: a CUDA GEMM pads operands whose sizes are not
-// multiples of 8 (16-byte rows of bf16) inside gemm, per call, which a prepared copy would skip.
 bool shareable(const Tensor& x) {
-  if (!x.defined() || x.dtype() != DType::F32 || x.shape().size() < 2) return false;
-  const int64_t cols = x.dim(-1);
-  return cols > 0 && cols % 8 == 0 && (x.numel() / cols) % 8 == 0;
+  return x.defined() && x.dtype() == DType::F32 && x.shape().size() >= 2 && x.numel() > 0;
 }
 
 }  // namespace

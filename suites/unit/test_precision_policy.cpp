@@ -3,14 +3,18 @@
 // that must be exactly the bf16 GEMM (bf16 A and B, fp32 accumulation) on the rounded inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/transfer.h"
 #include "core/counter_rng.h"
+#include "model/linear.h"
 #include "train/run_config.h"
 
 namespace tripod {
@@ -188,10 +192,56 @@ TEST(PrecisionPolicy, SharedGemmOperandsAreRoundedOnceToTheSameBits) {
     be->gemm(true, false, O, I, N, 1.0, dout, O, x, I, 0.0, dw2, I, DType::F32);
     EXPECT_EQ(to_host_f64(*be, dx1), to_host_f64(*be, dx2)) << name;
     EXPECT_EQ(to_host_f64(*be, dw1), to_host_f64(*be, dw2)) << name;
-    // one size a device would pad (an odd vocabulary): none of them is prepared
+    // a size a device pads (an odd vocabulary) is prepared too; an fp64 or empty one prepares none
     Tensor odd = make(*be, {N, 97}, DType::F32, random_values(N * 97, 44, 1.0));
-    for (const Tensor& t : be->gemm_operands({dout, odd})) EXPECT_EQ(t.dtype(), DType::F32) << name;
+    for (const Tensor& t : be->gemm_operands({dout, odd})) EXPECT_EQ(t.dtype(), DType::BF16) << name;
+    Tensor wide = make(*be, {N, 3}, DType::F64, random_values(N * 3, 45, 1.0)), empty = be->alloc({0, 4}, DType::F32);
+    for (const Tensor& t : be->gemm_operands({dout, wide})) EXPECT_NE(t.dtype(), DType::BF16) << name;
+    for (const Tensor& t : be->gemm_operands({dout, empty})) EXPECT_EQ(t.dtype(), DType::F32) << name;
     be->set_fp32_matmul(Fp32Matmul::Exact);
+  }
+}
+
+// What the CUDA backend's gemm_operands does (backend.h allows it): bf16 copies zero-padded to
+// multiples of 8 in both sizes, here on the CPU backend, so linear_backward's use of padded copies
+// (each copy's own leading dimension, reductions over the shared padded extents) is checked
+// where it runs. The zeros add nothing, and these reductions (k < 64) are one block of sums: the
+// same bits as unpadded copies.
+class PaddingCpuBackend : public cpu::CpuBackend {
+ public:
+  PaddingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands) override {
+    std::vector<Tensor> padded;
+    for (const Tensor& copy : cpu::CpuBackend::gemm_operands(operands)) {
+      if (copy.dtype() != DType::BF16) return operands;
+      const int64_t cols = copy.dim(-1), rows = copy.numel() / cols;
+      const int64_t rows8 = (rows + 7) / 8 * 8, cols8 = (cols + 7) / 8 * 8;
+      std::vector<bf16> values(static_cast<std::size_t>(copy.numel())), out(static_cast<std::size_t>(rows8 * cols8));
+      download(copy, values.data());
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(values.begin() + r * cols, cols, out.begin() + r * cols8);
+      padded.push_back(alloc({rows8, cols8}, DType::BF16));
+      upload(out.data(), padded.back());
+    }
+    return padded;
+  }
+};
+
+TEST(PrecisionPolicy, LinearBackwardTakesZeroPaddedSharedOperands) {
+  for (const auto& [N, O, I] : {std::array<int64_t, 3>{21, 13, 19}, {16, 24, 40}, {3, 50, 8}}) {
+    auto run = [&, N = N, O = O, I = I](Backend& be) {
+      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+      Tensor dout = make(be, {N, O}, DType::F32, random_values(N * O, 51, 1.0));
+      Tensor w = make(be, {O, I}, DType::F32, random_values(O * I, 52, 0.02));
+      Tensor x = make(be, {N, I}, DType::F32, random_values(N * I, 53, 1.0));
+      Tensor dinp = be.alloc({N, I}, DType::F32), dw = make(be, {O, I}, DType::F32, random_values(O * I, 54, 0.1));
+      Tensor db = be.alloc({O}, DType::F32);
+      linear_backward(be, dinp, dw, db, dout, x, w, /*accumulate_dinp=*/false);
+      return std::vector<std::vector<double>>{to_host_f64(be, dinp), to_host_f64(be, dw), to_host_f64(be, db)};
+    };
+    PaddingCpuBackend padding;
+    auto plain = make_backend("cpu");
+    EXPECT_EQ(run(padding), run(*plain)) << "N " << N << " O " << O << " I " << I;
   }
 }
 
