@@ -14,10 +14,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -98,13 +100,59 @@ T block_reduce(const ThreadValue& thread_value, Combine combine) {
   return kernels::block_reduce_in_device_order(values, kAttentionSoftmaxThreads, combine);
 }
 
-// causal_softmax_forward_kernel over every row of the [B*H*T, T] scores, in place.
+// The grouped fp32 kernels' per-thread values (attention_math.h): slot s of thread tid is column
+// owned_column(tid, threads, s), 0 past the causal length n (the kernel loads only causal groups).
+// More slots than any kernel uses: the extra ones lie past T and add nothing.
+constexpr int kReplaySlots = kernels::kSoftmaxGroupWidth * kernels::kSoftmaxMaxGroups;
+using ThreadSlots = std::vector<std::array<float, kReplaySlots>>;
+ThreadSlots owned_values(const float* row, int64_t n) {
+  ThreadSlots v(kAttentionSoftmaxThreads);
+  for (int tid = 0; tid < kAttentionSoftmaxThreads; ++tid)
+    for (int s = 0; s < kReplaySlots; ++s) {
+      const int64_t j = kernels::owned_column(tid, kAttentionSoftmaxThreads, s);
+      v[tid][s] = j < n ? row[j] : 0.0f;
+    }
+  return v;
+}
+template <typename T>
+bool grouped_rows(int64_t seq_len) {
+  return std::is_same_v<T, float> && kernels::softmax_groups_per_thread(seq_len, kAttentionSoftmaxThreads) > 0;
+}
+
+// causal_softmax_forward_grouped_kernel on one row, in place.
+void softmax_forward_grouped_row(float* p, int64_t seq_len, int64_t n) {
+  ThreadSlots v = owned_values(p, n);
+  const float row_max = block_reduce<float>(
+      [&](int tid) { return kernels::owned_max_partial<float, kReplaySlots>(v[tid].data(), tid, kAttentionSoftmaxThreads, n); },
+      kernels::MaxOf{});
+  const float denom = block_reduce<float>(
+      [&](int tid) {
+        return kernels::owned_exp_in_place_partial<float, kReplaySlots>(v[tid].data(), row_max, tid,
+                                                                        kAttentionSoftmaxThreads, n);
+      },
+      kernels::SumOf{});
+  for (int64_t j = 0; j < seq_len; ++j) p[j] = 0.0f;
+  for (int tid = 0; tid < kAttentionSoftmaxThreads; ++tid)
+    for (int s = 0; s < kReplaySlots; ++s) {
+      const int64_t j = kernels::owned_column(tid, kAttentionSoftmaxThreads, s);
+      if (j < n) p[j] = v[tid][s] / denom;
+    }
+}
+
+// causal_softmax_forward_kernel (or, for fp32 rows of whole groups, the grouped kernel) over every
+// row of the [B*H*T, T] scores, in place.
 template <typename T>
 void softmax_forward_rows(std::vector<T>& probs, int64_t seq_len) {
   const int64_t rows = static_cast<int64_t>(probs.size()) / seq_len;
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t n = row % seq_len + 1;
     T* p = probs.data() + row * seq_len;
+    if constexpr (std::is_same_v<T, float>) {
+      if (grouped_rows<T>(seq_len)) {
+        softmax_forward_grouped_row(p, seq_len, n);
+        continue;
+      }
+    }
     const T row_max = block_reduce<T>(
         [&](int tid) { return kernels::strided_max_partial(p, n, tid, kAttentionSoftmaxThreads); }, kernels::MaxOf{});
     const T denom = block_reduce<T>(
@@ -130,9 +178,26 @@ void softmax_backward_rows(std::vector<T>& dscores, const std::vector<T>& probs,
     const int64_t t = row % seq_len, n = t + 1;
     const T* p = probs.data() + row * seq_len;
     T* ds = dscores.data() + row * seq_len;
-    const T row_dot = block_reduce<T>(
-        [&](int tid) { return kernels::strided_dot_partial(p, ds, n, tid, kAttentionSoftmaxThreads); },
-        kernels::SumOf{});
+    T row_dot;
+    if constexpr (std::is_same_v<T, float>) {
+      if (grouped_rows<T>(seq_len)) {  // causal_softmax_backward_grouped_kernel's order
+        const ThreadSlots pv = owned_values(p, n), dpv = owned_values(ds, n);
+        row_dot = block_reduce<float>(
+            [&](int tid) {
+              return kernels::owned_dot_partial<float, kReplaySlots>(pv[tid].data(), dpv[tid].data(), tid,
+                                                                     kAttentionSoftmaxThreads, n);
+            },
+            kernels::SumOf{});
+      } else {
+        row_dot = block_reduce<T>(
+            [&](int tid) { return kernels::strided_dot_partial(p, ds, n, tid, kAttentionSoftmaxThreads); },
+            kernels::SumOf{});
+      }
+    } else {
+      row_dot = block_reduce<T>(
+          [&](int tid) { return kernels::strided_dot_partial(p, ds, n, tid, kAttentionSoftmaxThreads); },
+          kernels::SumOf{});
+    }
     for (int64_t j = 0; j < kernels::causal_block_end(t, seq_len, row_blocks); ++j)
       ds[j] = j < n ? kernels::softmax_backward_score(p[j], ds[j], row_dot, scale) : T(0);
   }
@@ -242,6 +307,9 @@ std::vector<Shape> shapes() {
   all.push_back({1, 9, 1, 160, 4});
   all.push_back({1, 2, 2, 4, 4});     // more blocks than rows: empty blocks do nothing
   all.push_back({1, 512, 1, 8, attention_row_blocks(512)});  // what the backend picks at T = 512
+  // fp32 rows in registers: two groups a thread, blocks ending mid-group (258); four groups, 257.
+  all.push_back({1, 516, 1, 8, attention_row_blocks(516)});
+  all.push_back({1, 1028, 1, 4, 4});
   return all;
 }
 
@@ -390,6 +458,30 @@ TEST(AttentionGemms, CausalBlockEndIsTheEndOfTheQueryRowsBlock) {
         }
       if (seq_len == 1024 && blocks == 4) EXPECT_EQ(never_read * 8, 1024 * 1024 * 3);  // 3/8 of the square
     }
+}
+
+// Which fp32 rows the grouped kernels take, and that a thread's slots cover each column of a row
+// exactly once (the loads, partials and stores of attention.cu's grouped kernels).
+TEST(AttentionGemms, GroupedSoftmaxRowsOwnEveryColumnOnce) {
+  const int threads = kAttentionSoftmaxThreads;
+  EXPECT_EQ(kernels::softmax_groups_per_thread(1024, threads), 2);  // GPT-2's T: 8 values a thread
+  EXPECT_EQ(kernels::softmax_groups_per_thread(512, threads), 1);
+  EXPECT_EQ(kernels::softmax_groups_per_thread(516, threads), 2);
+  EXPECT_EQ(kernels::softmax_groups_per_thread(4096, threads), 8);
+  EXPECT_EQ(kernels::softmax_groups_per_thread(4100, threads), 0);  // too long: the strided kernels
+  EXPECT_EQ(kernels::softmax_groups_per_thread(1022, threads), 0);  // not whole groups
+  EXPECT_EQ(kernels::softmax_groups_per_thread(0, threads), 0);
+  for (int64_t seq_len : {4, 64, 516, 1024, 4096}) {
+    const int groups = kernels::softmax_groups_per_thread(seq_len, threads);
+    std::vector<int> hits(static_cast<std::size_t>(seq_len), 0);
+    for (int tid = 0; tid < threads; ++tid)
+      for (int s = 0; s < kernels::kSoftmaxGroupWidth * groups; ++s) {
+        const int64_t j = kernels::owned_column(tid, threads, s);
+        if (j < seq_len) ++hits[static_cast<std::size_t>(j)];
+        if (s > 0) EXPECT_GT(j, kernels::owned_column(tid, threads, s - 1));  // ascending: the sums' order
+      }
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), seq_len) << "T " << seq_len;
+  }
 }
 
 TEST(AttentionGemms, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {

@@ -161,9 +161,13 @@ void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
     add_loss_cases(cases, t, kOdd, big_logits);
     add_attention_case(cases, t, kOdd);
     add_attention_case(cases, t, {2, 128, 128, 2, 97});  // head size 64, as GPT-2's
+    // Two causal row blocks (a GPU's products stop at T/2 for the first half of the rows), and fp32
+    // rows of 520 columns: the device's grouped softmax rows, two groups of four a thread.
+    add_attention_case(cases, t, {1, 520, 128, 2, 97});
     if (t == DType::F32) {
       add_bf16_operand_attention_case(cases, kOdd);
       add_bf16_operand_attention_case(cases, {2, 128, 128, 2, 97});
+      add_bf16_operand_attention_case(cases, {1, 520, 128, 2, 97});
     }
     add_adamw_case(cases, t);
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/kernels/host_device.h"
+#include "backend/kernels/row_reduce_math.h"
 
 namespace tripod::kernels {
 
@@ -74,6 +75,60 @@ TRIPOD_HD int64_t token_major_index(int64_t i, int64_t batch, int64_t seq_len, i
   rest /= n_head;
   const int64_t b = rest % batch, part = rest / batch;
   return ((b * seq_len + t) * parts + part) * (n_head * head_dim) + h * head_dim + d;
+}
+
+// ---- the fp32 softmax rows in registers (attention.cu's grouped kernels) ----
+// Where a row is whole 16-byte groups of 4 fp32 columns (T % 4 == 0) and fits
+// kAttentionSoftmaxThreads * 4 * kSoftmaxMaxGroups columns, each thread loads its groups once with
+// 16-byte accesses and keeps them in registers: thread tid owns groups tid, tid + threads, ...;
+// slot s of its values is column owned_column(tid, threads, s). Its partials run over its slots in
+// order (ascending columns), masked to the row's causal length n; slots past its groups map to
+// columns >= T and add nothing, so a host replay may use more slots than the kernel.
+inline constexpr int kSoftmaxGroupWidth = 4;
+inline constexpr int kSoftmaxMaxGroups = 8;
+
+// Groups a thread holds for a row of seq_len fp32 columns (1, 2, 4 or 8), or 0 where the grouped
+// kernels do not apply (the strided ones above run instead).
+TRIPOD_HD int softmax_groups_per_thread(int64_t seq_len, int64_t threads) {
+  if (seq_len <= 0 || seq_len % kSoftmaxGroupWidth != 0) return 0;
+  for (int groups = 1; groups <= kSoftmaxMaxGroups; groups *= 2)
+    if (kSoftmaxGroupWidth * threads * groups >= seq_len) return groups;
+  return 0;
+}
+
+TRIPOD_HD int64_t owned_column(int64_t tid, int64_t threads, int slot) {
+  return kSoftmaxGroupWidth * (tid + (slot / kSoftmaxGroupWidth) * threads) + slot % kSoftmaxGroupWidth;
+}
+
+template <typename T, int kSlots>
+TRIPOD_HD T owned_max_partial(const T* v, int64_t tid, int64_t threads, int64_t n) {
+  T m = -static_cast<T>(INFINITY);
+  TRIPOD_UNROLL
+  for (int s = 0; s < kSlots; ++s)
+    if (owned_column(tid, threads, s) < n) m = max_of(m, v[s]);
+  return m;
+}
+
+// v[s] = exp(v[s] - row_max) on the slots inside the row; returns their sum in slot order.
+template <typename T, int kSlots>
+TRIPOD_HD T owned_exp_in_place_partial(T* v, T row_max, int64_t tid, int64_t threads, int64_t n) {
+  T sum = 0;
+  TRIPOD_UNROLL
+  for (int s = 0; s < kSlots; ++s)
+    if (owned_column(tid, threads, s) < n) {
+      v[s] = std::exp(v[s] - row_max);
+      sum += v[s];
+    }
+  return sum;
+}
+
+template <typename T, int kSlots>
+TRIPOD_HD T owned_dot_partial(const T* a, const T* x, int64_t tid, int64_t threads, int64_t n) {
+  T sum = 0;
+  TRIPOD_UNROLL
+  for (int s = 0; s < kSlots; ++s)
+    if (owned_column(tid, threads, s) < n) sum += a[s] * x[s];
+  return sum;
 }
 
 // Softmax backward of one score, the CPU's expression: dscore = p * (dp - sum_j p_j dp_j) * scale.

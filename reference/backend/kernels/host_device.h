@@ -9,3 +9,11 @@
 #else
 #define TRIPOD_HD inline
 #endif
+
+// Unrolls the next loop in device code (a loop over a register array must be unrolled, or the
+// array goes to local memory); nothing on the host.
+#if defined(__CUDA_ARCH__)
+#define TRIPOD_UNROLL _Pragma("unroll")
+#else
+#define TRIPOD_UNROLL
+#endif

@@ -38,7 +38,11 @@
 // instead of fp32 ones). The softmax, its sums and the kept probs stay fp32.
 // bf16 scratch: qkvh [3][B*H][T][hd], douth [B*H][T][hd], then two [B*H][T][T] squares (the rounded
 // probabilities and score gradients): 4*B*T*C + 2*B*H*T*T elements.
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
@@ -53,6 +57,7 @@ namespace tripod::cuda {
 namespace {
 
 constexpr int kSoftmaxThreads = kernels::kAttentionSoftmaxThreads;
+using kernels::kSoftmaxGroupWidth;
 constexpr int kSoftmaxWarps = kSoftmaxThreads / kWarpSize;
 
 // A value as the bf16 operand copy holds it (round to nearest even: bf16_math.h, as the CPU rounds).
@@ -108,6 +113,133 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
         dscores16[row * seq_len + j] = rounded_operand(score);
         probs16[row * seq_len + j] = rounded_operand(p[j]);
       }
+    }
+  }
+}
+
+// ---- fp32 rows in registers (attention_math.h's grouped ownership) ----
+// The same values as the kernels above, each row read once with 16-byte loads and kept in
+// registers: a thread's kGroups groups of 4 columns. Only the groups holding causal columns
+// (4g < n) are loaded; the stores cover what the strided kernels store. Their sums run in the
+// grouped order, which the host replay follows (test_attention_gemms.cpp).
+
+// x's columns [4g, 4g + 4) rounded to bf16 where below `end` (one 8-byte store for a whole group).
+__device__ __forceinline__ void store_bf16_group(bf16* row16, int64_t g, const float (&x)[4], int64_t end) {
+  const int64_t j = kSoftmaxGroupWidth * g;
+  if (j + kSoftmaxGroupWidth <= end) {
+    reinterpret_cast<uint2*>(row16)[g] =
+        make_uint2(kernels::float_pair_to_bf16_word(x[0], x[1]), kernels::float_pair_to_bf16_word(x[2], x[3]));
+  } else {
+    for (int e = 0; e < kSoftmaxGroupWidth; ++e)
+      if (j + e < end) row16[j + e] = rounded_operand(x[e]);
+  }
+}
+
+template <int kGroups>
+__device__ __forceinline__ void load_causal_groups(float (&v)[4 * kGroups], const float* row, int64_t n) {
+  TRIPOD_UNROLL
+  for (int q = 0; q < kGroups; ++q) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(q) * kSoftmaxThreads;
+    const float4 x = kSoftmaxGroupWidth * g < n ? reinterpret_cast<const float4*>(row)[g] : make_float4(0, 0, 0, 0);
+    v[4 * q] = x.x;
+    v[4 * q + 1] = x.y;
+    v[4 * q + 2] = x.z;
+    v[4 * q + 3] = x.w;
+  }
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    causal_softmax_forward_grouped_kernel(float* probs, bf16* probs16, int64_t rows, int64_t seq_len,
+                                          int64_t row_blocks) {
+  constexpr int kSlots = kSoftmaxGroupWidth * kGroups;
+  __shared__ float scratch[kSoftmaxWarps];
+  const int64_t groups_in_row = seq_len / kSoftmaxGroupWidth;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t t = row % seq_len, n = t + 1;
+    const int64_t read_end = kernels::causal_block_end(t, seq_len, row_blocks);
+    float* p = probs + row * seq_len;
+    float v[kSlots];
+    load_causal_groups<kGroups>(v, p, n);
+    const float row_max = block_reduce(kernels::owned_max_partial<float, kSlots>(v, threadIdx.x, kSoftmaxThreads, n),
+                                       scratch, kernels::MaxOf{});
+    const float denom = block_reduce(
+        kernels::owned_exp_in_place_partial<float, kSlots>(v, row_max, threadIdx.x, kSoftmaxThreads, n), scratch,
+        kernels::SumOf{});
+    TRIPOD_UNROLL
+    for (int q = 0; q < kGroups; ++q) {
+      const int64_t g = threadIdx.x + static_cast<int64_t>(q) * kSoftmaxThreads;
+      if (g >= groups_in_row) continue;
+      float x[4];
+      TRIPOD_UNROLL
+      for (int e = 0; e < 4; ++e) x[e] = kSoftmaxGroupWidth * g + e < n ? v[4 * q + e] / denom : 0.0f;
+      reinterpret_cast<float4*>(p)[g] = make_float4(x[0], x[1], x[2], x[3]);
+      if (probs16 != nullptr && kSoftmaxGroupWidth * g < read_end)
+        store_bf16_group(probs16 + row * seq_len, g, x, read_end);
+    }
+  }
+}
+
+template <int kGroups>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    causal_softmax_backward_grouped_kernel(float* dscores, const float* probs, bf16* dscores16, bf16* probs16,
+                                           int64_t rows, int64_t seq_len, int64_t row_blocks, float scale) {
+  constexpr int kSlots = kSoftmaxGroupWidth * kGroups;
+  __shared__ float scratch[kSoftmaxWarps];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t t = row % seq_len, n = t + 1;
+    const int64_t read_end = kernels::causal_block_end(t, seq_len, row_blocks);
+    float* ds = dscores + row * seq_len;  // holds dp on entry
+    float p[kSlots], dp[kSlots];
+    load_causal_groups<kGroups>(p, probs + row * seq_len, n);
+    load_causal_groups<kGroups>(dp, ds, n);
+    const float row_dot = block_reduce(
+        kernels::owned_dot_partial<float, kSlots>(p, dp, threadIdx.x, kSoftmaxThreads, n), scratch, kernels::SumOf{});
+    TRIPOD_UNROLL
+    for (int q = 0; q < kGroups; ++q) {
+      const int64_t g = threadIdx.x + static_cast<int64_t>(q) * kSoftmaxThreads;
+      if (kSoftmaxGroupWidth * g >= read_end) continue;
+      float score[4], prob[4];
+      TRIPOD_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const bool inside = kSoftmaxGroupWidth * g + e < n;
+        score[e] = inside ? kernels::softmax_backward_score(p[4 * q + e], dp[4 * q + e], row_dot, scale) : 0.0f;
+        prob[e] = inside ? p[4 * q + e] : 0.0f;
+      }
+      if (dscores16 == nullptr) {
+        const int64_t j = kSoftmaxGroupWidth * g;
+        if (j + kSoftmaxGroupWidth <= read_end) {
+          reinterpret_cast<float4*>(ds)[g] = make_float4(score[0], score[1], score[2], score[3]);
+        } else {
+          for (int e = 0; e < kSoftmaxGroupWidth; ++e)
+            if (j + e < read_end) ds[j + e] = score[e];
+        }
+      } else {
+        store_bf16_group(dscores16 + row * seq_len, g, score, read_end);
+        store_bf16_group(probs16 + row * seq_len, g, prob, read_end);
+      }
+    }
+  }
+}
+
+bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// Runs `launch(std::integral_constant<int, kGroups>)` for the row's groups a thread (1, 2, 4, 8);
+// false where the grouped kernels do not apply (fp64, T % 4 != 0, T > 4096, unaligned buffers).
+template <typename T, class Launch>
+bool launch_grouped(int64_t seq_len, std::initializer_list<std::pair<const void*, std::size_t>> buffers,
+                    const Launch& launch) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    for (const auto& [p, bytes] : buffers)
+      if (p != nullptr && !aligned(p, bytes)) return false;
+    switch (kernels::softmax_groups_per_thread(seq_len, kSoftmaxThreads)) {
+      case 1: launch(std::integral_constant<int, 1>{}); return true;
+      case 2: launch(std::integral_constant<int, 2>{}); return true;
+      case 4: launch(std::integral_constant<int, 4>{}); return true;
+      case 8: launch(std::integral_constant<int, 8>{}); return true;
+      default: return false;
     }
   }
 }
@@ -209,8 +341,13 @@ void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch
   }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
-  causal_softmax_forward_kernel<T>
-      <<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, probs16, rows, seq_len, d.row_blocks);
+  const bool grouped = launch_grouped<T>(seq_len, {{probs, 16}, {probs16, 8}}, [&](auto groups) {
+    causal_softmax_forward_grouped_kernel<decltype(groups)::value><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
+        reinterpret_cast<float*>(probs), probs16, rows, seq_len, d.row_blocks);
+  });
+  if (!grouped)
+    causal_softmax_forward_kernel<T>
+        <<<grid_of(shape), shape.block, 0, ctx.stream>>>(probs, probs16, rows, seq_len, d.row_blocks);
   check_launch("attention_forward (softmax)");
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     if (bf16_operands) run_bf16_gemm(attention_values_gemm(d, r, probs16, qkvh16, outh, kBf16Operands), ctx);
@@ -249,9 +386,18 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
   }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
-  causal_softmax_backward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
-      score_grads, probs, score_grads16, probs16, rows, seq_len, d.row_blocks,
-      kernels::attention_scale<T>(d.head_dim()));
+  const T scale = kernels::attention_scale<T>(d.head_dim());
+  const bool grouped = launch_grouped<T>(
+      seq_len, {{score_grads, 16}, {probs, 16}, {score_grads16, 8}, {probs16, 8}}, [&](auto groups) {
+        causal_softmax_backward_grouped_kernel<decltype(groups)::value>
+            <<<grid_of(shape), shape.block, 0, ctx.stream>>>(reinterpret_cast<float*>(score_grads),
+                                                             reinterpret_cast<const float*>(probs), score_grads16,
+                                                             probs16, rows, seq_len, d.row_blocks,
+                                                             static_cast<float>(scale));
+      });
+  if (!grouped)
+    causal_softmax_backward_kernel<T><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
+        score_grads, probs, score_grads16, probs16, rows, seq_len, d.row_blocks, scale);
   check_launch("attention_backward (softmax)");
   for (int64_t r = 0; r < d.row_blocks; ++r) {
     if (bf16_operands) {
