@@ -493,6 +493,13 @@ TEST(AttentionGemms, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {
   const int64_t i = (((2 * batch + 1) * n_head + 3) * seq_len + 2) * head_dim + 4;
   EXPECT_EQ(kernels::token_major_index(i, batch, seq_len, n_head, head_dim, parts),
             ((1 * seq_len + 2) * parts + 2) * (n_head * head_dim) + 3 * head_dim + 4);
+  // head_major_index inverts it: the copies by token rows put every element where the head-row
+  // copies put it (and back)
+  for (int64_t h_i = 0; h_i < n; ++h_i) {
+    const int64_t t_i = kernels::token_major_index(h_i, batch, seq_len, n_head, head_dim, parts);
+    const int64_t row_length = parts * n_head * head_dim;
+    EXPECT_EQ(kernels::head_major_index(t_i / row_length, t_i % row_length, batch, seq_len, n_head, head_dim), h_i);
+  }
   // attention.cu's row form: a row's start is head_dim times the index of one-element rows
   for (int64_t row = 0; row < n / head_dim; ++row)
     for (int64_t e = 0; e < head_dim; ++e)

@@ -131,6 +131,19 @@ TRIPOD_HD T owned_dot_partial(const T* a, const T* x, int64_t tid, int64_t threa
   return sum;
 }
 
+// The inverse of token_major_index: where column `col` of token row `token_row` (b * T + t) of a
+// token-major tensor [B*T][parts * C] lives in its head-major copy [parts][B][H][T][hd]. The
+// copies by token rows (attention.cu) index with it, four columns at a time when hd % 4 == 0 (a
+// group of four never straddles a head, so its four elements are adjacent in both layouts).
+TRIPOD_HD int64_t head_major_index(int64_t token_row, int64_t col, int64_t batch, int64_t seq_len, int64_t n_head,
+                                   int64_t head_dim) {
+  const int64_t channels = n_head * head_dim;
+  const int64_t b = token_row / seq_len, t = token_row % seq_len;
+  const int64_t part = col / channels, within = col % channels;
+  const int64_t h = within / head_dim, d = within % head_dim;
+  return (((part * batch + b) * n_head + h) * seq_len + t) * head_dim + d;
+}
+
 // Softmax backward of one score, the CPU's expression: dscore = p * (dp - sum_j p_j dp_j) * scale.
 template <typename T>
 TRIPOD_HD T softmax_backward_score(T prob, T dprob, T row_dot, T scale) {
