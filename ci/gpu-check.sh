@@ -88,7 +88,7 @@ GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLO
 GEMM_TOKENS=${GEMM_TOKENS:-8192}      # B*T rows of the GPT-2 shapes, as the training benchmark
 TRAIN_STEPS=${TRAIN_STEPS:-10}
 # The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel family.
-SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;at an offset"}
+SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;at offsets"}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 

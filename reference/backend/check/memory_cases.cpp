@@ -201,18 +201,21 @@ void add_elementwise_cases(CaseList& cases, DType t) {
   // The fp32 kernels take four elements a thread where every pointer is 16-byte aligned and a
   // thread an element elsewhere: views one element in take the second path, and n leaves a
   // partial last group on the first.
-  cases.add("add, gelu at an offset of 0 and 1", t, std::to_string(n), [=](Backend& be) {
+  cases.add("add/gelu/fill/scale at offsets 0, 1", t, std::to_string(n), [=](Backend& be) {
     Inputs in(be, t, kSeed);
     Tensor a = in.normal({n + 1}), b = in.normal({n + 1}, 2.0), out = in.normal({n + 1});
-    Tensor g = in.normal({n + 1}), dg = in.normal({n + 1});
+    Tensor g = in.normal({n + 1}), dg = in.normal({n + 1}), filled = in.normal({n + 1});
     for (int64_t offset : {0, 1}) {
       const int64_t m = n + 1 - offset;
       auto at = [&](const Tensor& x) { return x.view(offset, {m}); };
       be.add(at(out), at(a), at(b));
       be.gelu_forward(at(g), at(out));
       be.gelu_backward(at(dg), at(out), at(b));
+      be.scale(at(out), offset ? 1.5 : -0.75);
+      be.fill(filled.view(offset, {m - 2}), offset ? 2.5 : -1.0);  // the last two elements keep their values
     }
-    return std::vector<Output>{output(be, "out", out), output(be, "gelu", g), output(be, "dgelu", dg)};
+    return std::vector<Output>{output(be, "out", out), output(be, "gelu", g), output(be, "dgelu", dg),
+                               output(be, "filled", filled)};
   });
   cases.add("gather_rows, scatter_add_rows", t, "1031 x 77, 300 ids", [=](Backend& be) {
     // Distinct ids in a scattered order, the last row of the table among them.

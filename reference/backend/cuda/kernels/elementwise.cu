@@ -20,6 +20,7 @@ struct FillOp {
   T* x;
   T value;
   __device__ void operator()(int64_t i) const { x[i] = value; }
+  __device__ void quad(int64_t g) const { store4(x, g, make_float4(value, value, value, value)); }
 };
 
 // One element in To's type, core/bf16.h's rules (bf16_math.h): fp32 <-> fp64 is a C++ conversion
@@ -100,6 +101,10 @@ struct ScaleOp {
   T* x;
   T factor;
   __device__ void operator()(int64_t i) const { x[i] *= factor; }
+  __device__ void quad(int64_t g) const {
+    const float4 v = load4(x, g);
+    store4(x, g, make_float4(v.x * factor, v.y * factor, v.z * factor, v.w * factor));
+  }
 };
 
 template <typename T>
@@ -191,7 +196,7 @@ void fill(T* x, int64_t n, double value, const CudaContext& ctx) {
   T v;
   if constexpr (std::is_same_v<T, bf16>) v.bits = kernels::double_to_bf16_bits(value);  // one rounding, as convert
   else v = static_cast<T>(value);
-  launch_elementwise(FillOp<T>{x, v}, n, ctx, "fill");
+  launch_elementwise_in_fours<T>(FillOp<T>{x, v}, n, {x}, ctx, "fill");
 }
 
 template <typename From, typename To>
@@ -227,7 +232,7 @@ void add(T* out, const T* a, const T* b, int64_t n, const CudaContext& ctx) {
 template <typename T>
 void scale(T* x, int64_t n, double factor, const CudaContext& ctx) {
   check_size(n, "scale");
-  launch_elementwise(ScaleOp<T>{x, static_cast<T>(factor)}, n, ctx, "scale");
+  launch_elementwise_in_fours<T>(ScaleOp<T>{x, static_cast<T>(factor)}, n, {x}, ctx, "scale");
 }
 
 template <typename T>
