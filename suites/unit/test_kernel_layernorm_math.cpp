@@ -7,6 +7,9 @@
 //             means; dinp += layernorm_dinp; then dbias and dweight by the column-sum order
 //             (column_sums_in_device_order; terms dout and layernorm_dweight_term), += into them.
 //
+// fp32 rows of whole groups of four (36, 768 channels) replay the kernels' grouped lanes
+// (layernorm_math.h's kWidth 4); the rest the strided ones.
+//
 // Tolerances: relative to the largest element of each output, the caps kRelativeCap (1e-12 fp64,
 // 1e-5 fp32). The replay differs from the CPU in the order of the row sums (32 strided lanes and a
 // butterfly against one loop; the column sums' 16 warps against one loop) and in FMA contraction
@@ -61,15 +64,19 @@ Inputs<T> make_inputs(int64_t rows, int64_t channels, uint64_t seed) {
           uniform_values<T>(rows * channels, seed, "test.layernorm.dout", -1, 1)};
 }
 
-// ForwardRow of layernorm.cu over every row.
-template <typename T>
+// ForwardRow of layernorm.cu over every row, with the lanes' channel groups the kernel takes for
+// these channels (kWidth = layernorm_group_width: 4 for fp32 rows of whole groups).
+template <typename T, int kWidth>
 void forward_in_device_order(const Inputs<T>& in, std::vector<T>& out, std::vector<T>& mean, std::vector<T>& rstd) {
   const int64_t C = in.channels;
   for (int64_t r = 0; r < in.rows; ++r) {
     const T* x = in.x.data() + r * C;
-    const T m = layernorm_mean(warp_sum<T>([&](int lane) { return layernorm_lane_sum(x, C, lane, kWarpLanes); }), C);
-    const T s = layernorm_rstd(
-        warp_sum<T>([&](int lane) { return layernorm_lane_centered_squares(x, m, C, lane, kWarpLanes); }), C, kEps);
+    const T m = layernorm_mean(
+        warp_sum<T>([&](int lane) { return layernorm_lane_sum<T, kWidth>(x, C, lane, kWarpLanes); }), C);
+    const T s = layernorm_rstd(warp_sum<T>([&](int lane) {
+                                 return layernorm_lane_centered_squares<T, kWidth>(x, m, C, lane, kWarpLanes);
+                               }),
+                               C, kEps);
     for (int64_t c = 0; c < C; ++c) out[r * C + c] = layernorm_output(x[c], m, s, in.weight[c], in.bias[c]);
     mean[r] = m;
     rstd[r] = s;
@@ -77,7 +84,7 @@ void forward_in_device_order(const Inputs<T>& in, std::vector<T>& out, std::vect
 }
 
 // BackwardRow of layernorm.cu over every row, then the WeightBiasColumns column sums.
-template <typename T>
+template <typename T, int kWidth>
 void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, const std::vector<T>& rstd,
                               std::vector<T>& dinp, std::vector<T>& dweight, std::vector<T>& dbias) {
   const int64_t C = in.channels;
@@ -86,7 +93,8 @@ void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, c
     const T* d = in.dout.data() + r * C;
     LayernormRowSums<T> lanes[kWarpLanes];
     for (int lane = 0; lane < kWarpLanes; ++lane)
-      lanes[lane] = layernorm_lane_backward_sums(d, x, in.weight.data(), mean[r], rstd[r], C, lane, kWarpLanes);
+      lanes[lane] =
+          layernorm_lane_backward_sums<T, kWidth>(d, x, in.weight.data(), mean[r], rstd[r], C, lane, kWarpLanes);
     LayernormRowSums<T> sums;
     sums.dnorm = warp_sum<T>([&](int lane) { return lanes[lane].dnorm; });
     sums.dnorm_norm = warp_sum<T>([&](int lane) { return lanes[lane].dnorm_norm; });
@@ -105,7 +113,7 @@ void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, c
 }
 
 const int64_t kRows[] = {1, 5, 64, 1100};  // 1100: three chunks of the column sums
-const int64_t kChannels[] = {1, 7, 33, 768, 769};
+const int64_t kChannels[] = {1, 7, 33, 36, 768, 769};  // 36, 768: fp32 lanes take groups of 4
 
 std::string describe(int64_t rows, int64_t channels) { return std::to_string(rows) + " x " + std::to_string(channels); }
 
@@ -119,7 +127,8 @@ void expect_forward_matches_cpu(uint64_t seed) {
       cpu::layernorm_forward<T>(want_out.data(), want_mean.data(), want_rstd.data(), in.x.data(), in.weight.data(),
                                 in.bias.data(), rows, channels, kEps);
       std::vector<T> got_out(n), got_mean(rows), got_rstd(rows);
-      forward_in_device_order(in, got_out, got_mean, got_rstd);
+      if (layernorm_group_width<T>(channels) == 4) forward_in_device_order<T, 4>(in, got_out, got_mean, got_rstd);
+      else forward_in_device_order<T, 1>(in, got_out, got_mean, got_rstd);
       const double d_out = relative_difference(got_out, want_out), d_mean = relative_difference(got_mean, want_mean),
                    d_rstd = relative_difference(got_rstd, want_rstd);
       EXPECT_LE(d_out, kRelativeCap<T>) << "out, " << describe(rows, channels);
@@ -152,7 +161,10 @@ void expect_backward_matches_cpu(uint64_t seed) {
       cpu::layernorm_backward<T>(want_dinp.data(), want_dweight.data(), want_dbias.data(), in.dout.data(), in.x.data(),
                                  in.weight.data(), mean.data(), rstd.data(), rows, channels);
       std::vector<T> got_dinp = dinp0, got_dweight = dweight0, got_dbias = dbias0;
-      backward_in_device_order(in, mean, rstd, got_dinp, got_dweight, got_dbias);
+      if (layernorm_group_width<T>(channels) == 4)
+        backward_in_device_order<T, 4>(in, mean, rstd, got_dinp, got_dweight, got_dbias);
+      else
+        backward_in_device_order<T, 1>(in, mean, rstd, got_dinp, got_dweight, got_dbias);
       // dinp is rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)): a difference of terms
       // of size rstd * |dnorm| that may cancel to ~0, and rounding is relative to the terms. With
       // one channel it cancels exactly (norm = 0, dnorm = its mean) and rstd = 1/sqrt(eps) = 316:

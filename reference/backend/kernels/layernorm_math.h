@@ -14,19 +14,57 @@ namespace tripod::kernels {
 
 // ---- forward: x[C] -> out[C] = (x - mean) * rstd * weight + bias ----
 
-// This lane's share of sum_c x[c].
+// Lanes own channels in groups of kWidth: lane l takes groups l, l + lanes, ..., channels
+// kWidth * g .. kWidth * g + kWidth - 1, and sums them in ascending order. kWidth 1 is the
+// strided ownership; fp32 rows of whole groups of 4 (layernorm_group_width) take 4, read on the
+// device with one 16-byte load a group (the row must then be 16-byte aligned).
 template <typename T>
+TRIPOD_HD int layernorm_group_width(int64_t channels) {
+  return sizeof(T) == sizeof(float) && channels % 4 == 0 ? 4 : 1;
+}
+
+template <typename T, int kWidth>
+struct ChannelGroup {
+  T v[kWidth];
+};
+template <typename T, int kWidth>
+TRIPOD_HD ChannelGroup<T, kWidth> load_group(const T* p) {
+  ChannelGroup<T, kWidth> g;
+#if defined(__CUDA_ARCH__)
+  if constexpr (kWidth == 4 && sizeof(T) == sizeof(float)) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    g.v[0] = f.x;
+    g.v[1] = f.y;
+    g.v[2] = f.z;
+    g.v[3] = f.w;
+  } else {
+    for (int e = 0; e < kWidth; ++e) g.v[e] = p[e];
+  }
+#else
+  for (int e = 0; e < kWidth; ++e) g.v[e] = p[e];
+#endif
+  return g;
+}
+
+// This lane's share of sum_c x[c] (channels a multiple of kWidth).
+template <typename T, int kWidth = 1>
 TRIPOD_HD T layernorm_lane_sum(const T* x, int64_t channels, int lane, int lanes) {
   T sum = 0;
-  for (int64_t c = lane; c < channels; c += lanes) sum += x[c];
+  for (int64_t c = kWidth * lane; c < channels; c += kWidth * lanes) {
+    const ChannelGroup<T, kWidth> g = load_group<T, kWidth>(x + c);
+    for (int e = 0; e < kWidth; ++e) sum += g.v[e];
+  }
   return sum;
 }
 
 // This lane's share of sum_c (x[c] - mean)^2 (two passes, as the CPU: no cancellation of E[x^2] - mean^2).
-template <typename T>
+template <typename T, int kWidth = 1>
 TRIPOD_HD T layernorm_lane_centered_squares(const T* x, T mean, int64_t channels, int lane, int lanes) {
   T sum = 0;
-  for (int64_t c = lane; c < channels; c += lanes) sum += (x[c] - mean) * (x[c] - mean);
+  for (int64_t c = kWidth * lane; c < channels; c += kWidth * lanes) {
+    const ChannelGroup<T, kWidth> g = load_group<T, kWidth>(x + c);
+    for (int e = 0; e < kWidth; ++e) sum += (g.v[e] - mean) * (g.v[e] - mean);
+  }
   return sum;
 }
 
@@ -57,14 +95,18 @@ struct LayernormRowSums {
 };
 
 // This lane's share of both row sums.
-template <typename T>
+template <typename T, int kWidth = 1>
 TRIPOD_HD LayernormRowSums<T> layernorm_lane_backward_sums(const T* dout, const T* x, const T* weight, T mean,
                                                              T rstd, int64_t channels, int lane, int lanes) {
   LayernormRowSums<T> s;
-  for (int64_t c = lane; c < channels; c += lanes) {
-    const T dnorm = dout[c] * weight[c];
-    s.dnorm += dnorm;
-    s.dnorm_norm += dnorm * (x[c] - mean) * rstd;
+  for (int64_t c = kWidth * lane; c < channels; c += kWidth * lanes) {
+    const ChannelGroup<T, kWidth> d = load_group<T, kWidth>(dout + c), xs = load_group<T, kWidth>(x + c),
+                                  w = load_group<T, kWidth>(weight + c);
+    for (int e = 0; e < kWidth; ++e) {
+      const T dnorm = d.v[e] * w.v[e];
+      s.dnorm += dnorm;
+      s.dnorm_norm += dnorm * (xs.v[e] - mean) * rstd;
+    }
   }
   return s;
 }

@@ -1,13 +1,17 @@
 // LayerNorm forward and backward with the arithmetic of backend/kernels/layernorm_math.h
 // (test_kernel_layernorm_math.cpp replays it on the host against the CPU backend).
 //
-// Forward: a warp per row [C] (launch_patterns.cuh). Lane l sums channels l, l + 32, ...; the
+// Forward: a warp per row [C] (launch_patterns.cuh). Lane l sums channels l, l + 32, ... (fp32
+// rows of whole 16-byte groups: groups of four, 4l .. 4l + 3, then 4(l + 32) ...); the
 // warp's xor butterfly (warp_reduce.cuh) gives every lane the row sum, then the same for the
 // centred squares (two passes, as the CPU: no E[x^2] - mean^2 cancellation), then each lane writes
 // its channels. The row is read three times; after the first read it comes from L1.
 // Backward: the same warp per row for dinp (both row sums in one pass), and the column sums of
 // column_sums.cuh for dweight and dbias (rows added in a fixed order, no atomics).
 // Statistics are in T (fp32 for fp32, fp64 for fp64), as on the CPU.
+#include <cstdint>
+#include <initializer_list>
+
 #include "backend/cuda/kernels/column_sums.cuh"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/cuda/kernels/layernorm.h"
@@ -18,7 +22,18 @@
 namespace tripod::cuda {
 namespace {
 
-template <typename T>
+template <typename T, int kWidth>
+__device__ __forceinline__ void store_group(T* p, const kernels::ChannelGroup<T, kWidth>& g) {
+  if constexpr (kWidth == 4 && sizeof(T) == sizeof(float)) {
+    *reinterpret_cast<float4*>(p) = make_float4(g.v[0], g.v[1], g.v[2], g.v[3]);
+  } else {
+    for (int e = 0; e < kWidth; ++e) p[e] = g.v[e];
+  }
+}
+
+// kWidth: channels a lane takes at once (layernorm_math.h): 1, or 4 for fp32 rows of whole
+// 16-byte groups (one 16-byte load or store a group instead of four 4-byte ones).
+template <typename T, int kWidth>
 struct ForwardRow {
   T* __restrict__ out;
   T* __restrict__ mean;
@@ -30,13 +45,19 @@ struct ForwardRow {
   double eps;
   __device__ void operator()(int64_t row, int lane) const {
     const T* x = inp + row * channels;
-    const T m = kernels::layernorm_mean(warp_sum_all(kernels::layernorm_lane_sum(x, channels, lane, kWarpSize)),
-                                        channels);
+    const T m = kernels::layernorm_mean(
+        warp_sum_all(kernels::layernorm_lane_sum<T, kWidth>(x, channels, lane, kWarpSize)), channels);
     const T s = kernels::layernorm_rstd(
-        warp_sum_all(kernels::layernorm_lane_centered_squares(x, m, channels, lane, kWarpSize)), channels, eps);
+        warp_sum_all(kernels::layernorm_lane_centered_squares<T, kWidth>(x, m, channels, lane, kWarpSize)), channels,
+        eps);
     T* o = out + row * channels;
-    for (int64_t c = lane; c < channels; c += kWarpSize)
-      o[c] = kernels::layernorm_output(x[c], m, s, weight[c], bias[c]);
+    for (int64_t c = kWidth * lane; c < channels; c += kWidth * kWarpSize) {
+      const auto xs = kernels::load_group<T, kWidth>(x + c), w = kernels::load_group<T, kWidth>(weight + c),
+                 b = kernels::load_group<T, kWidth>(bias + c);
+      kernels::ChannelGroup<T, kWidth> y;
+      for (int e = 0; e < kWidth; ++e) y.v[e] = kernels::layernorm_output(xs.v[e], m, s, w.v[e], b.v[e]);
+      store_group(o + c, y);
+    }
     if (lane == 0) {
       mean[row] = m;
       rstd[row] = s;
@@ -45,7 +66,7 @@ struct ForwardRow {
 };
 
 // dinp[row, :] += the row's input gradient.
-template <typename T>
+template <typename T, int kWidth>
 struct BackwardRow {
   T* __restrict__ dinp;
   const T* __restrict__ dout;
@@ -58,14 +79,19 @@ struct BackwardRow {
     const T* x = inp + row * channels;
     const T* d = dout + row * channels;
     const T m = mean[row], s = rstd[row];
-    kernels::LayernormRowSums<T> sums = kernels::layernorm_lane_backward_sums(d, x, weight, m, s, channels, lane,
-                                                                               kWarpSize);
+    kernels::LayernormRowSums<T> sums =
+        kernels::layernorm_lane_backward_sums<T, kWidth>(d, x, weight, m, s, channels, lane, kWarpSize);
     sums.dnorm = warp_sum_all(sums.dnorm);
     sums.dnorm_norm = warp_sum_all(sums.dnorm_norm);
     const kernels::LayernormRowSums<T> means = kernels::layernorm_backward_means(sums, channels);
     T* dx = dinp + row * channels;
-    for (int64_t c = lane; c < channels; c += kWarpSize)
-      dx[c] += kernels::layernorm_dinp(d[c], x[c], weight[c], m, s, means);
+    for (int64_t c = kWidth * lane; c < channels; c += kWidth * kWarpSize) {
+      const auto ds = kernels::load_group<T, kWidth>(d + c), xs = kernels::load_group<T, kWidth>(x + c),
+                 w = kernels::load_group<T, kWidth>(weight + c);
+      auto acc = kernels::load_group<T, kWidth>(dx + c);
+      for (int e = 0; e < kWidth; ++e) acc.v[e] += kernels::layernorm_dinp(ds.v[e], xs.v[e], w.v[e], m, s, means);
+      store_group(dx + c, acc);
+    }
   }
 };
 
@@ -92,6 +118,17 @@ struct WeightBiasColumns {
   }
 };
 
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The width every pointer allows: 4 where the math says so and all of them are 16-byte aligned.
+template <typename T>
+int group_width(int64_t channels, std::initializer_list<const void*> pointers) {
+  if (kernels::layernorm_group_width<T>(channels) != 4) return 1;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return 1;
+  return 4;
+}
+
 void check_shape(const char* op, int64_t rows, int64_t channels) {
   check(rows >= 0 && channels >= 0, op, ": bad shape [", rows, ", ", channels, "]");
 }
@@ -103,7 +140,12 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
                        int64_t channels, double eps, const CudaContext& ctx) {
   check_shape("layernorm_forward", rows, channels);
   check(channels > 0 || rows == 0, "layernorm_forward: ", rows, " rows of 0 channels have no mean");
-  launch_warp_rows(ForwardRow<T>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx, "layernorm_forward");
+  if (group_width<T>(channels, {out, inp, weight, bias}) == 4)
+    launch_warp_rows(ForwardRow<T, 4>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx,
+                     "layernorm_forward");
+  else
+    launch_warp_rows(ForwardRow<T, 1>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx,
+                     "layernorm_forward");
 }
 
 template <typename T>
@@ -111,7 +153,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
                         const T* rstd, int64_t rows, int64_t channels, const CudaContext& ctx) {
   check_shape("layernorm_backward", rows, channels);
   if (channels == 0) return;
-  launch_warp_rows(BackwardRow<T>{dinp, dout, inp, weight, mean, rstd, channels}, rows, ctx, "layernorm_backward");
+  if (group_width<T>(channels, {dinp, dout, inp, weight}) == 4)
+    launch_warp_rows(BackwardRow<T, 4>{dinp, dout, inp, weight, mean, rstd, channels}, rows, ctx,
+                     "layernorm_backward");
+  else
+    launch_warp_rows(BackwardRow<T, 1>{dinp, dout, inp, weight, mean, rstd, channels}, rows, ctx,
+                     "layernorm_backward");
   launch_column_sums(WeightBiasColumns<T>{dweight, dbias, dout, inp, mean, rstd, channels}, rows, channels, ctx,
                      "layernorm_backward (weight and bias)");
 }
