@@ -30,10 +30,34 @@ bool decays(const ParamSpec& spec, DecayPolicy policy) {
 AdamW::AdamW(const std::vector<ParamSpec>& specs, Backend& backend, DType dtype, AdamWConfig config)
     : backend_(backend), config_(config), m_(specs, backend, dtype), v_(specs, backend, dtype) {}
 
+namespace {
+
+// Whether tensor i of `set` starts where tensor i - 1 ends in its flat buffer.
+bool follows_previous(const ParamSet& set, std::size_t i) {
+  return set.offset(i) == set.offset(i - 1) + set.at(i - 1).numel();
+}
+
+}  // namespace
+
 void AdamW::update(const ParamSet& params, const ParamSet& grads, double lr, int64_t step, double grad_scale) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const double wd = decays(params.specs()[i], config_.decay_policy) ? config_.weight_decay : 0.0;
-    backend_.adamw(params.at(i), grads.at(i), m_.at(i), v_.at(i), lr, config_.beta1, config_.beta2, config_.eps, wd,
+  check(grads.size() == params.size(), "AdamW::update: ", grads.size(), " gradients for ", params.size(),
+        " parameter tensors");
+  auto weight_decay = [&](std::size_t i) {
+    return decays(params.specs()[i], config_.decay_policy) ? config_.weight_decay : 0.0;
+  };
+  // A run of consecutive tensors with the same weight decay, back to back in all four buffers, is
+  // one call over its span: AdamW is elementwise with the same coefficients, so the bits are those
+  // of a call a tensor, with fewer launches on a device (GPT-2 124M's 148 tensors in 98 runs)
+  // and fewer parallel regions on the CPU.
+  for (std::size_t first = 0, end = 0; first < params.size(); first = end) {
+    const double wd = weight_decay(first);
+    int64_t length = params.at(first).numel();
+    for (end = first + 1; end < params.size() && weight_decay(end) == wd && follows_previous(params, end) &&
+                          follows_previous(grads, end) && follows_previous(m_, end) && follows_previous(v_, end);
+         ++end)
+      length += params.at(end).numel();
+    auto span = [&](const ParamSet& set) { return set.flat().view(set.offset(first), {length}); };
+    backend_.adamw(span(params), span(grads), span(m_), span(v_), lr, config_.beta1, config_.beta2, config_.eps, wd,
                    step, grad_scale);
   }
 }
