@@ -2,15 +2,18 @@
 // backend/cuda/kernels/embedding.cu runs it, against the CPU backend, bit for bit (memcmp):
 //   forward        a warp per token row: out[n, c] = wte[row, c] + wpe[n % T, c] (whole vocabulary),
 //                  or this window's row of wte, 0 for another window's token (lookup_window);
-//   token grad     thread (class k, column c) of token_grad_classes(C, valid) * C walks every token
-//                  in order and adds dout[n, c] into dwte[row, c] for the rows of its class;
+//   token grad     the token indices stably sorted by token_sort_key (their window row); the
+//                  first position of each row's run adds dout[n, c] of the run's tokens, in token
+//                  order, into dwte[row, c] (token_run_column);
 //   position grad  thread (t, c) of T * C adds dout[n, c] for n = t, t + T, ... into dwpe[t, c].
 // Every dwte or dwpe element has one writer and sees its tokens in token order, as on the CPU, so
 // the results are the same bits (no tolerance). The replays run the threads in reverse order: no
 // thread may depend on another's writes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -25,17 +28,27 @@ using testing::bits_equal;
 using testing::uniform_ids;
 using testing::uniform_values;
 
-// TokenGradOp and PositionGradOp of embedding.cu: every thread of each launch, last to first.
+// The token gradient of embedding.cu (TokenSortKeyOp, a stable sort by key as CUB's radix sort
+// is, then TokenRunRow at each run's first position, the runs last to first) and PositionGradOp
+// (every thread, last to first).
 template <typename T>
 void backward_in_device_order(std::vector<T>& dwte, std::vector<T>& dwpe, const std::vector<T>& dout,
                               const std::vector<int32_t>& tokens, int64_t seq_len, int64_t channels, int64_t start,
                               int64_t valid) {
   const auto n_tokens = static_cast<int64_t>(tokens.size());
   if (valid > 0) {
-    const int64_t classes = token_grad_classes(channels, valid);
-    for (int64_t i = classes * channels - 1; i >= 0; --i)
-      token_grad_column(dwte.data(), dout.data(), tokens.data(), n_tokens, channels, start, valid, classes,
-                        i / channels, i % channels);
+    std::vector<int32_t> order(tokens.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto key = [&](int32_t n) { return token_sort_key(tokens[static_cast<std::size_t>(n)], start, valid); };
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) < key(b); });
+    for (int64_t i = n_tokens - 1; i >= 0; --i) {
+      const int64_t row = key(order[i]);
+      if (row >= valid || (i > 0 && key(order[i - 1]) == row)) continue;
+      int64_t run_length = 1;
+      while (i + run_length < n_tokens && key(order[i + run_length]) == row) ++run_length;
+      for (int64_t c = channels - 1; c >= 0; --c)
+        token_run_column(dwte.data() + row * channels, dout.data(), order.data() + i, run_length, channels, c);
+    }
   }
   for (int64_t i = seq_len * channels - 1; i >= 0; --i)
     position_grad_element(dwpe.data(), dout.data(), n_tokens, seq_len, channels, i / channels, i % channels);
@@ -46,7 +59,7 @@ struct Shape {
 };
 
 // Small vocabularies repeat ids many times (the order of repeated rows is what could go wrong);
-// the larger one spreads them over many classes.
+// the larger one spreads them over many rows (short runs).
 const Shape kShapes[] = {{50, 16, 83}, {1031, 8, 600}, {3, 5, 40}};
 const int64_t kChannels[] = {1, 7, 33, 769};
 
@@ -143,22 +156,12 @@ TEST(KernelEmbeddingMath, EmbeddingRowIsTheWindowRowOrMinusOne) {
   EXPECT_EQ(embedding_row(2147483647, 2147483600, 100), 47);  // 64-bit arithmetic near INT32_MAX
 }
 
-TEST(KernelEmbeddingMath, TokenGradClassesArePowersOfTwoNoMoreThanRows) {
-  // A power of two (the class is row & (classes - 1)), at most kMaxTokenGradClasses, at most the
-  // window's rows (a class without rows is an idle thread per column), and enough threads to
-  // fill a GPU when the rows allow.
-  for (int64_t channels : {1, 7, 33, 768, 769, 4096, 40000})
-    for (int64_t valid : {1, 2, 3, 50, 63, 64, 65, 1031, 50257}) {
-      const int64_t classes = token_grad_classes(channels, valid);
-      EXPECT_GE(classes, 1);
-      EXPECT_EQ(classes & (classes - 1), 0) << classes;
-      EXPECT_LE(classes, kMaxTokenGradClasses);
-      EXPECT_LE(classes, valid) << "C=" << channels << " valid=" << valid;
-      const bool more_would_help = classes * channels < kTokenGradThreads;
-      if (more_would_help && classes < kMaxTokenGradClasses) {
-        EXPECT_GT(2 * classes, valid) << "C=" << channels;
-      }
-    }
+TEST(KernelEmbeddingMath, TokenSortKeyIsTheWindowRowOrPastEveryRow) {
+  EXPECT_EQ(token_sort_key(5, 0, 10), 5);
+  EXPECT_EQ(token_sort_key(5, 5, 1), 0);
+  EXPECT_EQ(token_sort_key(4, 5, 1), 1);  // another window's id: after every row, adding nothing
+  EXPECT_EQ(token_sort_key(-1, 0, 10), 10);
+  EXPECT_EQ(token_sort_key(10, 0, 10), 10);
 }
 
 }  // namespace

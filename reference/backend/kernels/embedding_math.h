@@ -4,10 +4,9 @@
 // Why it is bit-identical: the CPU adds, for every element dwte[row, c] and dwpe[t, c], the dout
 // elements of its tokens one at a time in token order, starting from the element's value. The
 // device does the same additions in the same order, only with different elements in parallel:
-//   token gradient     thread (class k, column c) walks every token in order and adds those whose
-//                      table row r has r % classes == k. Every row belongs to one class, so each
-//                      dwte[r, c] is updated by one thread, in token order. `classes` only splits
-//                      the work (more threads than the C of a plain thread-per-column loop).
+//   token gradient     the token indices are sorted by table row (token_sort_key; a stable radix
+//                      sort, so each row's tokens stay in token order), and the first position of
+//                      each row's run adds the run: token_run_column, one writer per dwte[row, c].
 //   position gradient  thread (t, c) adds dout[n, c] for n = t, t + T, ... in order: the tokens
 //                      at position t, in token order.
 // test_kernel_embedding_math.cpp runs these functions in host loops and compares bit for bit.
@@ -26,27 +25,22 @@ TRIPOD_HD int64_t embedding_row(int32_t id, int64_t start, int64_t valid) {
   return row >= 0 && row < valid ? row : -1;
 }
 
-// How many classes the token gradient splits the table rows into: a power of two (the class is
-// row & (classes - 1)) giving about kTokenGradThreads threads, never more classes than rows and
-// at most kMaxTokenGradClasses (each thread reads every token id, so more classes cost more reads).
-constexpr int64_t kTokenGradThreads = 32768;
-constexpr int64_t kMaxTokenGradClasses = 64;
-TRIPOD_HD int64_t token_grad_classes(int64_t channels, int64_t valid) {
-  int64_t classes = 1;
-  while (classes < kMaxTokenGradClasses && classes * channels < kTokenGradThreads && 2 * classes <= valid) classes *= 2;
-  return classes;
+// The key the token gradient sorts token ids by: the id's row in the window, or `valid` (after
+// every row) for an id the window does not hold, whose tokens then add nothing.
+TRIPOD_HD int64_t token_sort_key(int32_t id, int64_t start, int64_t valid) {
+  const int64_t row = embedding_row(id, start, valid);
+  return row < 0 ? valid : row;
 }
 
-// dwte[row, c] += dout[n, c] for every token n, in order, whose row is in the window and in class
-// `cls`. dwte: [valid, C], dout: [n_tokens, C], tokens: [n_tokens].
+// dwte_row[c] += dout[n, c] for the run's tokens n = run_tokens[0 .. run_length), in that order
+// (token order: the sort is stable), one rounding per addition as the CPU's repeated +=.
+// dwte_row: the run's row of dwte [valid, C]; dout: [n_tokens, C].
 template <typename T>
-TRIPOD_HD void token_grad_column(T* dwte, const T* dout, const int32_t* tokens, int64_t n_tokens, int64_t channels,
-                                 int64_t start, int64_t valid, int64_t classes, int64_t cls, int64_t c) {
-  for (int64_t n = 0; n < n_tokens; ++n) {
-    const int64_t row = embedding_row(tokens[n], start, valid);
-    if (row < 0 || (row & (classes - 1)) != cls) continue;
-    dwte[row * channels + c] += dout[n * channels + c];
-  }
+TRIPOD_HD void token_run_column(T* dwte_row, const T* dout, const int32_t* run_tokens, int64_t run_length,
+                                int64_t channels, int64_t c) {
+  T acc = dwte_row[c];
+  for (int64_t j = 0; j < run_length; ++j) acc += dout[static_cast<int64_t>(run_tokens[j]) * channels + c];
+  dwte_row[c] = acc;
 }
 
 // dwpe[t, c] += dout[n, c] for n = t, t + seq_len, ... < n_tokens, in order; one rounding per
