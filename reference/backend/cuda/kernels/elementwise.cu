@@ -66,18 +66,33 @@ struct ConvertFloatToBf16x4Op {
   }
 };
 
+// A warp per row of dst (launch_warp_rows): no index division per element. Each lane loads four
+// elements (a warp's four coalesced 128-element spans) before it stores any: the rows of the LM
+// head's padded copies are unaligned on one side, so no wider access applies, and a load after a
+// store it might alias would otherwise wait for it (measured ~2.3 TB/s on the H200, against a
+// copy's 4).
 template <typename From, typename To>
-struct Convert2dOp {  // a warp per row of dst (launch_warp_rows): no index division per element
-  const From* src;
+struct Convert2dOp {
+  const From* __restrict__ src;
   int64_t ld_src, rows, cols;
-  To* dst;
+  To* __restrict__ dst;
   int64_t ld_dst, cols_dst;
   __device__ void operator()(int64_t row, int lane) const {
+    constexpr int kInFlight = 4;
     const From* in = src + row * ld_src;
     To* out = dst + row * ld_dst;
     const int64_t inside = row < rows ? cols : 0;
-    for (int64_t c = lane; c < cols_dst; c += kWarpSize)
-      out[c] = c < inside ? convert_element<From, To>(in[c]) : convert_element<float, To>(0.0f);
+    for (int64_t base = lane; base < cols_dst; base += kInFlight * kWarpSize) {
+      To v[kInFlight];
+      TRIPOD_UNROLL
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t c = base + u * kWarpSize;
+        v[u] = c < inside ? convert_element<From, To>(in[c]) : convert_element<float, To>(0.0f);
+      }
+      TRIPOD_UNROLL
+      for (int u = 0; u < kInFlight; ++u)
+        if (base + u * kWarpSize < cols_dst) out[base + u * kWarpSize] = v[u];
+    }
   }
 };
 
