@@ -52,12 +52,21 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor logits = b.alloc({n, v}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
   Tensor qkv = b.alloc({batch, seq, 3 * c}, dt), att = b.alloc({batch, seq, c}, dt), datt = b.alloc({batch, seq, c}, dt);
   Tensor probs = b.alloc({batch, heads, seq, seq}, dt), dqkv = b.alloc({batch, seq, 3 * c}, dt);
+  // The single-device loss's window forms over the whole vocabulary (what training runs), and the
+  // embedding's gradients: [V, C] table, [T, C] positions.
+  Tensor row_max = b.alloc({n}, dt), sums = b.alloc({2, n}, dt), lse = b.alloc({n}, dt);
+  Tensor dwte = b.alloc({v, c}, dt), dwpe = b.alloc({seq, c}, dt), tokens = b.alloc({n}, DType::I32);
+  const VocabWindow whole{0, v, v};
   uint64_t seed = 1;
   for (const Tensor* t : {&x, &y, &a2, &dx, &w, &bias, &h, &dh, &logits, &qkv, &datt}) fill_random(b, *t, seed++);
   b.fill(var, 1.0);
   std::vector<int32_t> target_ids(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) target_ids[static_cast<std::size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
   b.upload(target_ids.data(), targets);
+  // Token ids with repeats, as text has (about 8 tokens a row): the token gradient adds runs.
+  std::vector<int32_t> token_ids(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) token_ids[static_cast<std::size_t>(i)] = static_cast<int32_t>((i * 7919) % (n / 8 + 1) % v);
+  b.upload(token_ids.data(), tokens);
   b.layernorm_forward(y, mean, rstd, x, w, bias, 1e-5);  // statistics for the backward
   b.attention_forward(att, probs, qkv, heads);            // real probabilities for the backward
   const double square = static_cast<double>(batch * heads) * static_cast<double>(seq * seq);
@@ -77,6 +86,18 @@ void run_kernel_rate(const KernelRateOptions& o) {
       {"cross-entropy fwd", static_cast<double>(n * v) * s, [&] { b.cross_entropy_forward(losses, logits, targets); }},
       // In place: every call turns the logits into gradients of the previous call's; the traffic is the same.
       {"cross-entropy bwd", 2.0 * static_cast<double>(n * v) * s, [&] { b.cross_entropy_backward(logits, targets, 1.0); }},
+      // Two passes over the logits (max, then the sum of exponentials); the backward reads and writes them once.
+      {"cross-entropy window fwd", 2.0 * static_cast<double>(n * v) * s,
+       [&] {
+         b.logits_row_max(row_max, logits, targets, whole);
+         b.logits_exp_sums(sums, logits, row_max, targets, whole);
+         b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+       }},
+      {"cross-entropy window bwd", 2.0 * static_cast<double>(n * v) * s,
+       [&] { b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0); }},
+      // dout read twice (token and position gradients), the touched table rows read and written.
+      {"embedding bwd", (2 * nc + 2.0 * static_cast<double>((n / 8 + 1 < v ? n / 8 + 1 : v) * c)) * s,
+       [&] { b.embedding_backward(dwte, dwpe, y, tokens, seq); }},
       {"attention fwd", (4 * nc + square) * s, [&] { b.attention_forward(att, probs, qkv, heads); }, 4 * products},
       {"attention bwd", (7 * nc + square) * s, [&] { b.attention_backward(dqkv, datt, qkv, probs, heads); },
        8 * products},
@@ -100,7 +121,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
               b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
               static_cast<long long>(v), static_cast<long long>(batch), static_cast<long long>(seq),
               static_cast<long long>(heads), o.repeat, o.min_time_ms);
-  std::printf("%-20s %12s %6s %11s %9s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best",
+  std::printf("%-24s %12s %6s %11s %9s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best",
               "of copy", "TFLOP/s");
   std::fflush(stdout);
   json results = json::array();
@@ -113,7 +134,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
     const double tflops = k.flops / t.median_seconds / 1e12;
     char tflops_text[32] = "-";
     if (k.flops > 0) std::snprintf(tflops_text, sizeof tflops_text, "%.3f", tflops);
-    std::printf("%-20s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", k.name.c_str(), k.bytes, t.calls_per_region,
+    std::printf("%-24s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", k.name.c_str(), k.bytes, t.calls_per_region,
                 1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy, tflops_text);
     std::fflush(stdout);
     json r = {{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},

@@ -9,7 +9,8 @@ import pytest
 from tripod_cli import TRIPOD, require_tripod
 
 KERNELS = ["copy", "add", "bias_add", "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "adamw",
-           "cross-entropy fwd", "cross-entropy bwd", "attention fwd", "attention bwd"]
+           "cross-entropy fwd", "cross-entropy bwd", "cross-entropy window fwd", "cross-entropy window bwd",
+           "embedding bwd", "attention fwd", "attention bwd"]
 
 
 def run(*args):
@@ -39,6 +40,10 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert r["pct_of_copy"] == pytest.approx(100 * r["median_gbps"] / j["copy_gbps"], rel=1e-9)
     ce = {r["name"]: r["bytes"] for r in j["results"]}
     assert ce["cross-entropy bwd"] == 2 * ce["cross-entropy fwd"] == 2 * 64 * 100 * size
+    # the window forms (training's loss) read the logits twice forward, read and write them backward
+    assert ce["cross-entropy window fwd"] == ce["cross-entropy window bwd"] == 2 * 64 * 100 * size
+    # dout twice, and the 9 distinct table rows (ids below 64 / 8 + 1) read and written
+    assert ce["embedding bwd"] == (2 * 64 * 32 + 2 * 9 * 32) * size
     # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head
     assert (j["attention_batch"], j["context"], j["heads"]) == (1, 64, 1)
     nc, square = 64 * 32, 1 * 1 * 64 * 64
