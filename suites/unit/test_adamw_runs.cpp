@@ -7,7 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/transfer.h"
-#include "core/counter_rng.h"
+#include "kernel_math_test_util.h"
 #include "model/param_spec.h"
 #include "optim/adamw.h"
 
@@ -24,13 +24,6 @@ class CountingCpuBackend : public cpu::CpuBackend {
   }
   int adamw_calls = 0;
 };
-
-std::vector<double> random_values(int64_t n, uint64_t seed, double scale) {
-  const CounterRng rng(seed, "test.adamw_runs");
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = scale * rng.normal(static_cast<uint64_t>(i));
-  return v;
-}
 
 // GPT-2's list of tensors (12 layers, tied embeddings) at small widths: the runs depend only on
 // the order of the tensors and on which of them decay.
@@ -54,9 +47,10 @@ TEST(AdamWRuns, OneCallARunGivesTheBitsOfOneCallATensor) {
     CountingCpuBackend be;
     ParamSet params(specs, be, DType::F32), grads(specs, be, DType::F32);
     ParamSet reference(specs, be, DType::F32), m(specs, be, DType::F32), v(specs, be, DType::F32);
-    from_host_f64(be, random_values(n, 61, 0.05), params.flat());
-    from_host_f64(be, random_values(n, 61, 0.05), reference.flat());
-    from_host_f64(be, random_values(n, 62, 1.0), grads.flat());
+    const std::vector<double> initial = testing::uniform_values<double>(n, 61, "test.adamw_runs.params", -0.1, 0.1);
+    from_host_f64(be, initial, params.flat());
+    from_host_f64(be, initial, reference.flat());
+    from_host_f64(be, testing::uniform_values<double>(n, 62, "test.adamw_runs.grads", -1, 1), grads.flat());
     AdamWConfig config;
     config.decay_policy = policy;
     AdamW optimizer(specs, be, DType::F32, config);
