@@ -117,7 +117,7 @@ class Backend {
   // rows aligned (the CPU backends pad nothing; CUDA pads both sizes to multiples of 8): a
   // caller takes each copy's last dimension as its leading dimension, and may run a product's
   // reduction over the padded extent that its two operands share, since zeros add nothing.
-  virtual std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
+  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -211,6 +211,9 @@ class Backend {
   // A tensor every element of which the caller overwrites at once (gemm_operands' copies): alloc's
   // zero fill is a wasted pass on a device, so a backend may skip it.
   virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }
+  // gemm_operands' copy of one fp32 matrix x [rows, cols] (rows = numel / last dim): rounded to
+  // bf16, unpadded here; a device backend may zero-pad it (see gemm_operands).
+  virtual Tensor bf16_operand_copy(const Tensor& x);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

@@ -3,7 +3,7 @@
 // once instead of once a GEMM. Bit-identical by construction: gemm rounds an fp32 operand to bf16
 // (nearest even) and multiplies the rounded values; convert rounds the same way, and gemm takes
 // bf16 A and B as they are (test_precision_policy.cpp checks both halves of that). The CPU
-// backends' copies are unpadded; a device backend may override this with zero-padded ones
+// backends' copies are unpadded; a device backend's bf16_operand_copy may zero-pad them
 // (backend.h).
 #include "backend/backend.h"
 
@@ -22,12 +22,14 @@ std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands) 
     if (!shareable(x)) return operands;
   std::vector<Tensor> rounded;
   rounded.reserve(operands.size());
-  for (const Tensor& x : operands) {
-    Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
-    convert(x, copy);
-    rounded.push_back(std::move(copy));
-  }
+  for (const Tensor& x : operands) rounded.push_back(bf16_operand_copy(x));
   return rounded;
+}
+
+Tensor Backend::bf16_operand_copy(const Tensor& x) {
+  Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
+  convert(x, copy);
+  return copy;
 }
 
 }  // namespace tripod

@@ -202,7 +202,7 @@ TEST(PrecisionPolicy, SharedGemmOperandsAreRoundedOnceToTheSameBits) {
   }
 }
 
-// What the CUDA backend's gemm_operands does (backend.h allows it): bf16 copies zero-padded to
+// What the CUDA backend's bf16_operand_copy does (backend.h allows it): bf16 copies zero-padded to
 // multiples of 8 in both sizes, here on the CPU backend, so linear_backward's use of padded copies
 // (each copy's own leading dimension, reductions over the shared padded extents) is checked
 // where it runs. The zeros add nothing, and these reductions (k < 64) are one block of sums: the
@@ -210,19 +210,17 @@ TEST(PrecisionPolicy, SharedGemmOperandsAreRoundedOnceToTheSameBits) {
 class PaddingCpuBackend : public cpu::CpuBackend {
  public:
   PaddingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands) override {
-    std::vector<Tensor> padded;
-    for (const Tensor& copy : cpu::CpuBackend::gemm_operands(operands)) {
-      if (copy.dtype() != DType::BF16) return operands;
-      const int64_t cols = copy.dim(-1), rows = copy.numel() / cols;
-      const int64_t rows8 = (rows + 7) / 8 * 8, cols8 = (cols + 7) / 8 * 8;
-      std::vector<bf16> values(static_cast<std::size_t>(copy.numel())), out(static_cast<std::size_t>(rows8 * cols8));
-      download(copy, values.data());
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy_n(values.begin() + r * cols, cols, out.begin() + r * cols8);
-      padded.push_back(alloc({rows8, cols8}, DType::BF16));
-      upload(out.data(), padded.back());
-    }
+
+ protected:
+  Tensor bf16_operand_copy(const Tensor& x) override {
+    const Tensor copy = cpu::CpuBackend::bf16_operand_copy(x);
+    const int64_t cols = copy.dim(-1), rows = copy.numel() / cols;
+    const int64_t rows8 = (rows + 7) / 8 * 8, cols8 = (cols + 7) / 8 * 8;
+    std::vector<bf16> values(static_cast<std::size_t>(copy.numel())), out(static_cast<std::size_t>(rows8 * cols8));
+    download(copy, values.data());
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(values.begin() + r * cols, cols, out.begin() + r * cols8);
+    Tensor padded = alloc({rows8, cols8}, DType::BF16);
+    upload(out.data(), padded);
     return padded;
   }
 };

@@ -260,26 +260,18 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
                     ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr);
 }
 
-std::vector<Tensor> CudaBackend::gemm_operands(const std::vector<Tensor>& operands) {
-  if (fp32_matmul() != Fp32Matmul::Bf16Operands) return operands;
-  for (const Tensor& x : operands)
-    if (!x.defined() || x.dtype() != DType::F32 || x.shape().size() < 2 || x.numel() == 0) return operands;
-  std::vector<Tensor> prepared;
-  prepared.reserve(operands.size());
-  for (const Tensor& x : operands) {
-    // [rows, cols] -> [rows_padded, cols_padded]: the padded rows are another product's padded
-    // reduction extent (a linear layer's weight rows meet its output gradient's columns).
-    const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-    const int64_t rows_padded = cuda::padded_leading_dimension(rows, sizeof(bf16));
-    const int64_t cols_padded = cuda::padded_leading_dimension(cols, sizeof(bf16));
-    Tensor copy = alloc_for_overwrite({rows_padded, cols_padded}, DType::BF16);
-    if (rows_padded == rows && cols_padded == cols) convert(x, copy);  // contiguous: the 4-wide conversion
-    else
-      cuda::convert_2d<float, bf16>(ptr<float>(x, "gemm_operands"), cols, rows, cols, copy.device_data<bf16>(),
-                                    cols_padded, rows_padded, cols_padded, ctx_);
-    prepared.push_back(std::move(copy));
-  }
-  return prepared;
+Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
+  // [rows, cols] -> [rows_padded, cols_padded]: the padded rows are another product's padded
+  // reduction extent (a linear layer's weight rows meet its output gradient's columns).
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  const int64_t rows_padded = cuda::padded_leading_dimension(rows, sizeof(bf16));
+  const int64_t cols_padded = cuda::padded_leading_dimension(cols, sizeof(bf16));
+  Tensor copy = alloc_for_overwrite({rows_padded, cols_padded}, DType::BF16);
+  if (rows_padded == rows && cols_padded == cols) convert(x, copy);  // contiguous: the 4-wide conversion
+  else
+    cuda::convert_2d<float, bf16>(ptr<float>(x, "gemm_operands"), cols, rows, cols, copy.device_data<bf16>(),
+                                  cols_padded, rows_padded, cols_padded, ctx_);
+  return copy;
 }
 
 const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,

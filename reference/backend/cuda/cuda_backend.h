@@ -39,10 +39,6 @@ class CudaBackend final : public Backend {
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a, int64_t lda,
             const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc, DType accumulate) override;
-  // Under Fp32Matmul::Bf16Operands: bf16 copies zero-padded to [rows, cols] rounded up to
-  // multiples of 8 (backend.h allows it), so that a shared operand of any size (GPT-2's vocabulary
-  // of 50257) is converted once, not once a GEMM, and multiplies with aligned rows.
-  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands) override;
   // Fused through cuBLASLt's bias epilogue for an fp32 C where it applies (gemm_with_bias says where).
   void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                  const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) override;
@@ -122,6 +118,10 @@ class CudaBackend final : public Backend {
                       int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
                       DType accumulate, const float* bias);
   Tensor alloc_for_overwrite(const Shape& shape, DType dtype) override;  // alloc without its zero fill
+  // gemm_operands' copies zero-padded to [rows, cols] rounded up to multiples of 8 (backend.h
+  // allows it), so that a shared operand of any size (GPT-2's vocabulary of 50257) is converted
+  // once, not once a GEMM, and multiplies with aligned rows.
+  Tensor bf16_operand_copy(const Tensor& x) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

@@ -103,7 +103,7 @@ void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch
   }
   const int64_t rows = batch * n_head * seq_len;
   const LaunchShape shape = softmax_launch(rows, ctx, op);
-  const bool grouped = launch_grouped<T>(seq_len, {{probs, 16}, {probs16, 8}}, [&](auto groups) {
+  const bool grouped = launch_grouped<T>(seq_len, {probs}, {probs16}, [&](auto groups) {
     causal_softmax_forward_grouped_kernel<decltype(groups)::value><<<grid_of(shape), shape.block, 0, ctx.stream>>>(
         reinterpret_cast<float*>(probs), probs16, rows, seq_len, d.row_blocks);
   });
@@ -150,7 +150,7 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
   const LaunchShape shape = softmax_launch(rows, ctx, op);
   const T scale = kernels::attention_scale<T>(d.head_dim());
   const bool grouped = launch_grouped<T>(
-      seq_len, {{score_grads, 16}, {probs, 16}, {score_grads16, 8}, {probs16, 8}}, [&](auto groups) {
+      seq_len, {score_grads, probs}, {score_grads16, probs16}, [&](auto groups) {
         causal_softmax_backward_grouped_kernel<decltype(groups)::value>
             <<<grid_of(shape), shape.block, 0, ctx.stream>>>(reinterpret_cast<float*>(score_grads),
                                                              reinterpret_cast<const float*>(probs), score_grads16,

@@ -13,7 +13,6 @@
 
 namespace tripod::cuda::attention_copies {
 
-using attention_rows::aligned;
 using attention_rows::rounded_operand;
 
 // Head-major copies (attention_math.h's token_major_index), either way: a warp per head_dim-long
@@ -58,15 +57,9 @@ struct TokenRowGroupCopy {
     for (int64_t g = lane; g < groups; g += kWarpSize) {
       const int64_t token_major = token_row * groups * 4 + 4 * g;
       const int64_t head_major = kernels::head_major_index(token_row, 4 * g, batch, seq_len, n_head, head_dim);
-      if (to_head_major) store(dst + head_major, load(src + token_major));
-      else store(dst + token_major, load(src + head_major));
+      if (to_head_major) store4(dst + head_major, 0, load4(src + token_major, 0));
+      else store4(dst + token_major, 0, load4(src + head_major, 0));
     }
-  }
-  __device__ __forceinline__ static float4 load(const float* p) { return *reinterpret_cast<const float4*>(p); }
-  __device__ __forceinline__ static void store(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-  __device__ __forceinline__ static void store(bf16* p, float4 v) {
-    *reinterpret_cast<uint2*>(p) =
-        make_uint2(kernels::float_pair_to_bf16_word(v.x, v.y), kernels::float_pair_to_bf16_word(v.z, v.w));
   }
 };
 
@@ -75,7 +68,7 @@ void copy_head_major(To* dst, const From* src, const AttentionDims& d, int64_t p
                      const CudaContext& ctx) {
   const char* name = to_head_major ? "attention (to head-major)" : "attention (to token-major)";
   if constexpr (std::is_same_v<From, float>) {
-    if (d.head_dim() % 4 == 0 && aligned(dst, 16) && aligned(src, 16)) {
+    if (d.head_dim() % 4 == 0 && all_aligned_to(16, {dst, src})) {
       launch_warp_rows(TokenRowGroupCopy<From, To>{dst, src, d.batch, d.seq_len, d.n_head, d.head_dim(), parts,
                                                    to_head_major},
                        d.batch * d.seq_len, ctx, name);

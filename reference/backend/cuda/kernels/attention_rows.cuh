@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
-#include <utility>
 
 #include "backend/cuda/kernels/device_launch.cuh"
+#include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/cuda/kernels/softmax_block_reduce.cuh"
 #include "backend/kernels/attention_math.h"
 #include "backend/kernels/bf16_math.h"
@@ -31,7 +31,6 @@ constexpr int kSoftmaxThreads = kernels::kAttentionSoftmaxThreads;
 using kernels::kSoftmaxGroupWidth;
 constexpr int kSoftmaxWarps = kSoftmaxThreads / kWarpSize;
 
-inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 // A value as the bf16 operand copy holds it (round to nearest even: bf16_math.h, as the CPU rounds).
 template <typename T>
@@ -100,8 +99,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 __device__ __forceinline__ void store_bf16_group(bf16* row16, int64_t g, const float (&x)[4], int64_t end) {
   const int64_t j = kSoftmaxGroupWidth * g;
   if (j + kSoftmaxGroupWidth <= end) {
-    reinterpret_cast<uint2*>(row16)[g] =
-        make_uint2(kernels::float_pair_to_bf16_word(x[0], x[1]), kernels::float_pair_to_bf16_word(x[2], x[3]));
+    store4(row16, g, make_float4(x[0], x[1], x[2], x[3]));
   } else {
     for (int e = 0; e < kSoftmaxGroupWidth; ++e)
       if (j + e < end) row16[j + e] = rounded_operand(x[e]);
@@ -198,13 +196,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 // Runs `launch(std::integral_constant<int, kGroups>)` for the row's groups a thread (1, 2, 4, 8);
 // false where the grouped kernels do not apply (fp64, T % 4 != 0, T > 4096, unaligned buffers).
 template <typename T, class Launch>
-bool launch_grouped(int64_t seq_len, std::initializer_list<std::pair<const void*, std::size_t>> buffers,
-                    const Launch& launch) {
+bool launch_grouped(int64_t seq_len, std::initializer_list<const void*> fp32_buffers,
+                    std::initializer_list<const void*> bf16_buffers, const Launch& launch) {
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    for (const auto& [p, bytes] : buffers)
-      if (p != nullptr && !aligned(p, bytes)) return false;
+    // 16-byte fp32 accesses, 8-byte bf16 stores (null: a buffer the call does not have)
+    if (!all_aligned_to(16, fp32_buffers) || !all_aligned_to(8, bf16_buffers)) return false;
     switch (kernels::softmax_groups_per_thread(seq_len, kSoftmaxThreads)) {
       case 1: launch(std::integral_constant<int, 1>{}); return true;
       case 2: launch(std::integral_constant<int, 2>{}); return true;

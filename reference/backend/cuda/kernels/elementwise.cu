@@ -57,9 +57,7 @@ struct ConvertFloatToBf16x4Op {
   __device__ void operator()(int64_t g) const {
     const int64_t i = 4 * g;
     if (i + 4 <= n) {
-      const float4 v = reinterpret_cast<const float4*>(src)[g];
-      reinterpret_cast<uint2*>(dst)[g] =
-          make_uint2(kernels::float_pair_to_bf16_word(v.x, v.y), kernels::float_pair_to_bf16_word(v.z, v.w));
+      store4(dst, g, load4(src, g));
     } else {
       for (int64_t j = i; j < n; ++j) dst[j] = convert_element<float, bf16>(src[j]);
     }

@@ -18,6 +18,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/kernels/device_launch.cuh"
+#include "backend/kernels/bf16_math.h"
+#include "core/dtype.h"  // bf16 (core/bf16.h, C++20, is host-only)
 
 namespace tripod::cuda {
 
@@ -80,8 +82,19 @@ struct FourElementGroups {
 
 __device__ __forceinline__ float4 load4(const float* p, int64_t g) { return reinterpret_cast<const float4*>(p)[g]; }
 __device__ __forceinline__ void store4(float* p, int64_t g, float4 v) { reinterpret_cast<float4*>(p)[g] = v; }
+// Group g of a bf16 tensor: v rounded to nearest even (bf16_math.h, as the CPU rounds), one 8-byte store.
+__device__ __forceinline__ void store4(bf16* p, int64_t g, float4 v) {
+  reinterpret_cast<uint2*>(p)[g] =
+      make_uint2(kernels::float_pair_to_bf16_word(v.x, v.y), kernels::float_pair_to_bf16_word(v.z, v.w));
+}
 
 inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+// Every pointer that is not null aligned to `bytes`: what a kernel's wide accesses need.
+inline bool all_aligned_to(std::size_t bytes, std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (p != nullptr && !aligned_to(p, bytes)) return false;
+  return true;
+}
 
 // `op` over [0, n): four elements a thread where T is float and every pointer in `pointers` is
 // 16-byte aligned (float4 accesses need it), else a thread per element.
@@ -89,9 +102,8 @@ template <typename T, class QuadOp>
 void launch_elementwise_in_fours(const QuadOp& op, int64_t n, std::initializer_list<const void*> pointers,
                                  const CudaContext& ctx, const char* kernel_name) {
   if constexpr (std::is_same_v<T, float>) {
-    bool aligned = true;
-    for (const void* p : pointers) aligned = aligned && aligned_to(p, 16);
-    if (aligned) return launch_elementwise(FourElementGroups<QuadOp>{op, n}, (n + 3) / 4, ctx, kernel_name);
+    if (all_aligned_to(16, pointers))
+      return launch_elementwise(FourElementGroups<QuadOp>{op, n}, (n + 3) / 4, ctx, kernel_name);
   }
   launch_elementwise(op, n, ctx, kernel_name);
 }

@@ -118,15 +118,10 @@ struct WeightBiasColumns {
   }
 };
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 // The width every pointer allows: 4 where the math says so and all of them are 16-byte aligned.
 template <typename T>
 int group_width(int64_t channels, std::initializer_list<const void*> pointers) {
-  if (kernels::layernorm_group_width<T>(channels) != 4) return 1;
-  for (const void* p : pointers)
-    if (!aligned16(p)) return 1;
-  return 4;
+  return kernels::layernorm_group_width<T>(channels) == 4 && all_aligned_to(16, pointers) ? 4 : 1;
 }
 
 void check_shape(const char* op, int64_t rows, int64_t channels) {
