@@ -117,7 +117,10 @@ class Backend {
   // rows aligned (the CPU backends pad nothing; CUDA pads both sizes to multiples of 8): a
   // caller takes each copy's last dimension as its leading dimension, and may run a product's
   // reduction over the padded extent that its two operands share, since zeros add nothing.
-  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands);
+  // `dbias_of_first` (undefined for none): also bias_grad(dbias_of_first, operands[0]), the same
+  // bits, in the pass that rounds operands[0] where a backend can (a linear layer's output
+  // gradient is then read once for its bias gradient and its copy, not twice).
+  std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first = Tensor());
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -214,6 +217,8 @@ class Backend {
   // gemm_operands' copy of one fp32 matrix x [rows, cols] (rows = numel / last dim): rounded to
   // bf16, unpadded here; a device backend may zero-pad it (see gemm_operands).
   virtual Tensor bf16_operand_copy(const Tensor& x);
+  // bias_grad(dbias, x), then bf16_operand_copy(x); a device backend may do both in one pass over x.
+  virtual Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

@@ -6,6 +6,7 @@
 // backends' copies are unpadded; a device backend's bf16_operand_copy may zero-pad them
 // (backend.h).
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace tripod {
 namespace {
@@ -16,13 +17,20 @@ bool shareable(const Tensor& x) {
 
 }  // namespace
 
-std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands) {
-  if (fp32_matmul() != Fp32Matmul::Bf16Operands) return operands;
-  for (const Tensor& x : operands)
-    if (!shareable(x)) return operands;
+std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first) {
+  check(!dbias_of_first.defined() || !operands.empty(), "gemm_operands: a bias gradient ",
+        dbias_of_first.describe(), " without the operand it sums");
+  bool rounded_once = fp32_matmul() == Fp32Matmul::Bf16Operands;
+  for (const Tensor& x : operands) rounded_once = rounded_once && shareable(x);
+  if (!rounded_once) {
+    if (dbias_of_first.defined()) bias_grad(dbias_of_first, operands[0]);
+    return operands;
+  }
   std::vector<Tensor> rounded;
   rounded.reserve(operands.size());
-  for (const Tensor& x : operands) rounded.push_back(bf16_operand_copy(x));
+  for (const Tensor& x : operands)
+    rounded.push_back(rounded.empty() && dbias_of_first.defined() ? bf16_operand_copy_with_bias_grad(x, dbias_of_first)
+                                                                  : bf16_operand_copy(x));
   return rounded;
 }
 
@@ -30,6 +38,11 @@ Tensor Backend::bf16_operand_copy(const Tensor& x) {
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
   convert(x, copy);
   return copy;
+}
+
+Tensor Backend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) {
+  bias_grad(dbias, x);
+  return bf16_operand_copy(x);
 }
 
 }  // namespace tripod

@@ -17,7 +17,8 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   // A prepared copy may be zero-padded (backend.h): its last dimension is its leading dimension,
   // and each product's reduction runs over the extent its two operands share, padding included
   // (dX over dout's columns and the weight's rows, dW over dout's and the input's rows).
-  const std::vector<Tensor> ops = be.gemm_operands({dout, weight, inp});
+  // The bias gradient comes with dout's copy: one pass over dout where the backend fuses them.
+  const std::vector<Tensor> ops = be.gemm_operands({dout, weight, inp}, dbias);
   const Tensor &dy = ops[0], &w = ops[1], &x = ops[2];
   const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
   const int64_t outputs = ld_dy, tokens = dy.numel() / ld_dy;  // O and N, or their padded extents
@@ -27,7 +28,6 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   if (dinp.defined())
     be.gemm(false, false, N, I, outputs, 1.0, dy, ld_dy, w, ld_w, accumulate_dinp ? 1.0 : 0.0, dinp, I, acc);
   be.gemm(true, false, O, I, tokens, 1.0, dy, ld_dy, x, ld_x, 1.0, dweight, I, acc);
-  if (dbias.defined()) be.bias_grad(dbias, dout);
 }
 
 }  // namespace tripod

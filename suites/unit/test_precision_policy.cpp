@@ -243,6 +243,56 @@ TEST(PrecisionPolicy, LinearBackwardTakesZeroPaddedSharedOperands) {
   }
 }
 
+// A backend that fuses the bias gradient into the output gradient's copy (as CUDA does): its
+// hook sums the columns itself, in the CPU's row order, and counts every bias sum it is asked for.
+class FusingCpuBackend : public cpu::CpuBackend {
+ public:
+  FusingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  int fused = 0, separate = 0;
+  void bias_grad(const Tensor& dbias, const Tensor& dout) override {
+    ++separate;
+    cpu::CpuBackend::bias_grad(dbias, dout);
+  }
+
+ protected:
+  Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) override {
+    ++fused;
+    const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+    const std::vector<double> values = to_host_f64(*this, x);
+    std::vector<float> sums(static_cast<std::size_t>(cols));
+    download(dbias, sums.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) sums[c] += static_cast<float>(values[r * cols + c]);
+    upload(sums.data(), dbias);
+    return bf16_operand_copy(x);
+  }
+};
+
+// linear_backward asks for its bias gradient once: through the fused hook under bf16-mixed, through
+// bias_grad otherwise, with the bits of a plain backend either way (a hook and a bias_grad both
+// would add it twice).
+TEST(PrecisionPolicy, LinearBackwardSumsTheBiasOnceWithTheOperandCopy) {
+  const int64_t N = 24, O = 16, I = 8;
+  for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
+    auto run = [&](Backend& be) {
+      be.set_fp32_matmul(policy);
+      Tensor dout = make(be, {N, O}, DType::F32, random_values(N * O, 61, 1.0));
+      Tensor w = make(be, {O, I}, DType::F32, random_values(O * I, 62, 0.02));
+      Tensor x = make(be, {N, I}, DType::F32, random_values(N * I, 63, 1.0));
+      Tensor dinp = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+      Tensor db = make(be, {O}, DType::F32, random_values(O, 64, 1.0));
+      linear_backward(be, dinp, dw, db, dout, x, w, /*accumulate_dinp=*/false);
+      return std::vector<std::vector<double>>{to_host_f64(be, dinp), to_host_f64(be, dw), to_host_f64(be, db)};
+    };
+    FusingCpuBackend fusing;
+    auto plain = make_backend("cpu");
+    const bool mixed = policy == Fp32Matmul::Bf16Operands;
+    EXPECT_EQ(run(fusing), run(*plain)) << (mixed ? "bf16-operands" : "exact");
+    EXPECT_EQ(fusing.fused, mixed ? 1 : 0);
+    EXPECT_EQ(fusing.separate, mixed ? 0 : 1);
+  }
+}
+
 TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;

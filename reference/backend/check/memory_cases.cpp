@@ -132,27 +132,29 @@ void add_bf16_operand_bias_cases(CaseList& cases) {
               });
 }
 
-// A linear layer's two backward products from shared operands (gemm_operands) under the policy,
-// taken as backend.h states them: each prepared copy's last dimension as its leading dimension,
-// each reduction over the extent its operands share (a device's copies are zero-padded). O = 257
-// is padded on a GPU (an odd vocabulary), O = 64 is not.
+// A linear layer's backward from shared operands (gemm_operands) under the policy, taken as
+// backend.h states them: each prepared copy's last dimension as its leading dimension, each
+// reduction over the extent its operands share (a device's copies are zero-padded), the bias
+// gradient added with the output gradient's copy. O = 257 is padded on a GPU (an odd vocabulary)
+// and takes two passes; O = 64 and 40 are not, and a GPU sums the bias in the copy's pass, over
+// one chunk of rows (N = 96) and three (N = 1040).
 void add_shared_operand_cases(CaseList& cases) {
-  for (int64_t outputs : {64, 257})
-    cases.add("gemm_operands: dX, dW bf16-operands" + std::string(outputs % 8 ? " odd" : ""), DType::F32,
-              dims({96, outputs, 72}), [=](Backend& be) {
-                const int64_t N = 96, O = outputs, I = 72;
+  for (const auto& [tokens, outputs] : std::vector<std::pair<int64_t, int64_t>>{{96, 64}, {96, 257}, {1040, 40}})
+    cases.add("gemm_operands: dX, dW, db bf16" + std::string(outputs % 8 ? " odd" : ""), DType::F32,
+              dims({tokens, outputs, 72}), [=](Backend& be) {
+                const int64_t N = tokens, O = outputs, I = 72;
                 Inputs in(be, DType::F32, kSeed + 40 + O);
                 Tensor dout = in.normal({N, O}, 1.0), w = in.normal({O, I}, 0.02), x = in.normal({N, I}, 1.0);
-                Tensor dx = in.normal({N, I}, 1.0), dw = in.normal({O, I}, 1.0);
+                Tensor dx = in.normal({N, I}, 1.0), dw = in.normal({O, I}, 1.0), db = in.normal({O}, 1.0);
                 with_bf16_operands(be, [&] {
-                  const std::vector<Tensor> ops = be.gemm_operands({dout, w, x});
+                  const std::vector<Tensor> ops = be.gemm_operands({dout, w, x}, db);
                   const int64_t ld_dy = ops[0].dim(-1);
                   be.gemm(false, false, N, I, ld_dy, 1.0, ops[0], ld_dy, ops[1], ops[1].dim(-1), 0.0, dx, I,
                           DType::F32);
                   be.gemm(true, false, O, I, ops[0].numel() / ld_dy, 1.0, ops[0], ld_dy, ops[2], ops[2].dim(-1), 1.0,
                           dw, I, DType::F32);
                 });
-                return std::vector<Output>{output(be, "dx", dx), output(be, "dw", dw)};
+                return std::vector<Output>{output(be, "dx", dx), output(be, "dw", dw), output(be, "db", db)};
               });
 }
 

@@ -122,6 +122,9 @@ class CudaBackend final : public Backend {
   // allows it), so that a shared operand of any size (GPT-2's vocabulary of 50257) is converted
   // once, not once a GEMM, and multiplies with aligned rows.
   Tensor bf16_operand_copy(const Tensor& x) override;
+  // The unpadded copy and the bias gradient in one pass over x (bias_grad_and_bf16_copy); a copy
+  // that needs padding takes the two passes.
+  Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

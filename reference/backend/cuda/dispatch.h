@@ -3,6 +3,7 @@
 #pragma once
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace tripod::cuda {
 
@@ -19,6 +20,11 @@ template <typename Fn>
 void dispatch_float_or_bf16(DType dtype, const char* op, Fn&& fn) {
   if (dtype == DType::BF16) return fn(bf16{});
   dispatch_float(dtype, op, fn);
+}
+
+// Operands that must share a dtype (a GEMM's A and B, a copy's two ends).
+inline void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype()) fail(op, ": dtype mismatch (", a.describe(), " vs ", b.describe(), ")");
 }
 
 }  // namespace tripod::cuda

@@ -21,5 +21,10 @@ void sum_valid_losses(double* out, const T* losses, const int32_t* targets, int6
 // dbias[c] += sum over rows of dout[row, c], rows summed in a fixed order.
 template <typename T>
 void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels, const CudaContext& ctx);
+// bias_grad<float>'s sums, added in its order (the same bits), and copy = dout rounded to bf16
+// (convert's rounding), in one pass over dout [rows, channels]: a linear layer's output gradient
+// under bf16-mixed is read once for its bias gradient and its GEMM operand, not twice.
+void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_t rows, int64_t channels,
+                             const CudaContext& ctx);
 
 }  // namespace tripod::cuda

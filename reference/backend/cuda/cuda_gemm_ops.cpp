@@ -1,0 +1,124 @@
+// The CUDA backend's GEMMs through cuBLASLt, and the bf16 operand copies of the bf16-mixed policy:
+// per GEMM into grown scratch (bf16_copy), or shared by several GEMMs (gemm_operands' copies,
+// zero-padded to multiples of 8, and the output gradient's copy with its bias gradient).
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/dispatch.h"
+#include "backend/cuda/gemm/cublaslt_gemm.h"
+#include "backend/cuda/host/gemm_layout.h"
+#include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/reductions.h"
+
+namespace tripod::cuda {
+
+void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
+                       int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
+                       DType accumulate) {
+  gemm_with_bias(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, accumulate, nullptr);
+}
+
+void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
+                            int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
+                            DType accumulate) {
+  const bool fusable = bias.defined() && bias.dtype() == DType::F32 && c.dtype() == DType::F32 &&
+                       bias.numel() == n && c.numel() == m * n;
+  if (!fusable) return Backend::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, accumulate);
+  if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm")))
+    bias_add(c, bias);
+}
+
+bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                                 const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
+                                 const Tensor& c, int64_t ldc, DType accumulate, const float* bias) {
+  require_same_dtype(a, b, "gemm");
+  // A kernel reading past a tensor does not fault reliably on a GPU: check the spans here.
+  auto checked_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
+    const int64_t span = gemm_operand_span(rows, row_length, ld);
+    if (span > t.numel())
+      fail("gemm: ", operand, " (", t.describe(), ") holds ", t.numel(), " elements but [", rows, ", ", row_length,
+           "] with leading dimension ", ld, " spans ", span, " (m = ", m, ", n = ", n, ", k = ", k, ")");
+    return span;
+  };
+  const int64_t a_span = checked_span("A", a, trans_a ? k : m, trans_a ? m : k, lda);
+  const int64_t b_span = checked_span("B", b, trans_b ? n : k, trans_b ? k : n, ldb);
+  checked_span("C", c, m, n, ldc);
+  const bool fp32 = a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32;
+  if (fp32 && fp32_matmul() == Fp32Matmul::Bf16Operands && m > 0 && n > 0 && k > 0) {
+    // The bf16-mixed policy: A and B rounded to bf16 into scratch, then a bf16 tensor-core GEMM
+    // accumulating in fp32 into the fp32 C. cuBLASLt's fast kernels want 16-byte aligned rows
+    // and sizes (gemm_layout.h): the copies are made so, m, n and k zero-padded to a multiple of 8
+    // (zeros add nothing to a sum); C is computed in an aligned scratch where it is not so.
+    const int64_t mp = cuda::padded_leading_dimension(m, sizeof(bf16));
+    const int64_t np = cuda::padded_leading_dimension(n, sizeof(bf16));
+    const int64_t kp = cuda::padded_leading_dimension(k, sizeof(bf16));
+    int64_t lda16 = 0, ldb16 = 0;
+    const void* a16 = bf16_copy(a, {trans_a ? k : m, trans_a ? m : k, lda, a_span}, trans_a ? kp : mp,
+                                trans_a ? mp : kp, scratch_a_, lda16);
+    const void* b16 = bf16_copy(b, {trans_b ? n : k, trans_b ? k : n, ldb, b_span}, trans_b ? np : kp,
+                                trans_b ? kp : np, scratch_b_, ldb16);
+    // In place where C's sizes need no padding and its rows align (then mp = m, np = n).
+    float* c32 = ptr<float>(c, "gemm");
+    const bool in_place =
+        mp == m && np == n && cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+    float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
+    const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
+    if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
+    // A padded C's bias would have to be padded too: added afterwards there.
+    const bool fused = cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta,
+                                  target, ld_target, DType::F32, DType::F32, false, ctx_, in_place ? bias : nullptr);
+    if (!in_place) cuda::convert_2d<float, float>(target, np, m, n, c32, ldc, m, n, ctx_);
+    return fused;
+  }
+  return cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
+                    raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands,
+                    ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr);
+}
+
+Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
+  // [rows, cols] -> [rows_padded, cols_padded]: the padded rows are another product's padded
+  // reduction extent (a linear layer's weight rows meet its output gradient's columns).
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  const int64_t rows_padded = cuda::padded_leading_dimension(rows, sizeof(bf16));
+  const int64_t cols_padded = cuda::padded_leading_dimension(cols, sizeof(bf16));
+  Tensor copy = alloc_for_overwrite({rows_padded, cols_padded}, DType::BF16);
+  if (rows_padded == rows && cols_padded == cols) convert(x, copy);  // contiguous: the 4-wide conversion
+  else
+    cuda::convert_2d<float, bf16>(ptr<float>(x, "gemm_operands"), cols, rows, cols, copy.device_data<bf16>(),
+                                  cols_padded, rows_padded, cols_padded, ctx_);
+  return copy;
+}
+
+Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) {
+  const char* op = "gemm_operands (with the bias gradient)";
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  const bool unpadded = cuda::padded_leading_dimension(rows, sizeof(bf16)) == rows &&
+                        cuda::padded_leading_dimension(cols, sizeof(bf16)) == cols;
+  if (!unpadded || dbias.dtype() != DType::F32 || dbias.numel() != cols)
+    return Backend::bf16_operand_copy_with_bias_grad(x, dbias);
+  Tensor copy = alloc_for_overwrite({rows, cols}, DType::BF16);
+  cuda::bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(x, op), rows, cols, ctx_);
+  return copy;
+}
+
+const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,
+                                   int64_t row_length_padded, Tensor& scratch, int64_t& ld_copy) {
+  // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the
+  // first step. Work on the one stream is ordered, so a GEMM still reading the old contents
+  // finishes before the next conversion overwrites them.
+  const float* src = ptr<float>(x, "gemm");
+  if (rows_padded == stored.rows && row_length_padded == stored.row_length &&
+      cuda::gemm_alignment_bytes(nullptr, stored.ld, sizeof(bf16)) >= cuda::kTensorCoreAlignmentBytes) {
+    ld_copy = stored.ld;  // the span as it lies, ld padding included: one contiguous conversion
+    grown(scratch, stored.span, DType::BF16);
+    cuda::convert<float, bf16>(src, scratch.device_data<bf16>(), stored.span, ctx_);
+  } else {
+    ld_copy = cuda::padded_leading_dimension(row_length_padded, sizeof(bf16));
+    grown(scratch, rows_padded * ld_copy, DType::BF16);
+    cuda::convert_2d<float, bf16>(src, stored.ld, stored.rows, stored.row_length, scratch.device_data<bf16>(), ld_copy,
+                                  rows_padded, ld_copy, ctx_);
+  }
+  return scratch.device_raw();
+}
+
+}  // namespace tripod::cuda
