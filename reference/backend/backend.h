@@ -107,6 +107,12 @@ class Backend {
   virtual void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                          const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate);
 
+  // The multiple of elements that a GEMM output's row length (its leading dimension) should be for
+  // the backend's fast GEMMs: 1 on the CPU; a device's tensor-core GEMMs want 16-byte aligned rows.
+  // The model pads the rows of the logits to it (their vocabulary columns past V are padding), so
+  // that GPT-2's 50257 columns need no aligned copy of the whole [N, V] output.
+  virtual int64_t gemm_row_multiple() const { return 1; }
+
   // GEMM operands that several GEMMs share, prepared once: under Fp32Matmul::Bf16Operands, when
   // every one is a non-empty fp32 matrix, their bf16 copies, rounded as gemm would round them, so
   // that passing them in the originals' place gives the same bits (up to the order of the sums)

@@ -98,7 +98,8 @@ Gpt::Gpt(const ModelConfig& config, Backend& backend, DType dtype, LayerOps* lay
       backend_(backend),
       dtype_(dtype),
       span_(span),
-      own_layers_(layers ? nullptr : std::make_unique<SingleDeviceLayers>()),
+      own_layers_(layers ? nullptr
+                         : std::make_unique<SingleDeviceLayers>(config.vocab_size, backend.gemm_row_multiple())),
       layers_(layers ? layers : own_layers_.get()),
       recompute_(recompute) {
   config_.validate();

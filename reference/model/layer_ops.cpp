@@ -5,6 +5,18 @@
 
 namespace tripod {
 
+SingleDeviceLayers::SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple)
+    : vocab_(vocab), logits_row_multiple_(logits_row_multiple) {
+  check(vocab > 0 && logits_row_multiple > 0, "SingleDeviceLayers: vocabulary ", vocab, ", row multiple ",
+        logits_row_multiple);
+}
+
+int64_t SingleDeviceLayers::local_width(LinearRole role, int64_t full) const {
+  if (role != LinearRole::LmHead) return full;
+  check(full == vocab_, "SingleDeviceLayers: the LM head's width ", full, " is not the vocabulary ", vocab_);
+  return (full + logits_row_multiple_ - 1) / logits_row_multiple_ * logits_row_multiple_;
+}
+
 void SingleDeviceLayers::embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                            const Tensor& wpe, int64_t seq_len) {
   be.embedding_forward(out, tokens, wte, wpe, seq_len);
@@ -26,32 +38,27 @@ void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& 
   tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false);
 }
 
-namespace {
-VocabWindow whole_vocabulary(const Tensor& logits) {
-  const int64_t vocab = logits.dim(-1);
-  return {0, vocab, vocab};
-}
-}  // namespace
-
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   const int64_t n = losses.numel();
   const DType dt = logits.dtype();
   check(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
         targets.numel(), " targets for logits ", logits.describe());
+  const int64_t width = local_width(LinearRole::LmHead, vocab_);
+  check(logits.dim(-1) == width, "loss_forward: logits ", logits.describe(), " have rows of ", logits.dim(-1),
+        " columns, ", width, " expected (vocabulary ", vocab_, ")");
   Tensor& lse = logsumexp_[logits.address()];
   if (!lse.defined() || lse.numel() != n || lse.dtype() != dt) lse = be.alloc({n}, dt);
   const Tensor flat_targets = targets.reshape({n});
   const Tensor row_max = be.alloc({n}, dt), sums = be.alloc({2, n}, dt);  // sums: [sum of exp | target logit]
-  const VocabWindow window = whole_vocabulary(logits);
-  be.logits_row_max(row_max, logits, flat_targets, window);
-  be.logits_exp_sums(sums, logits, row_max, flat_targets, window);
+  be.logits_row_max(row_max, logits, flat_targets, whole_vocabulary());
+  be.logits_exp_sums(sums, logits, row_max, flat_targets, whole_vocabulary());
   be.cross_entropy_from_sums(losses, lse, row_max, sums, flat_targets);
 }
 
 void SingleDeviceLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
   const auto lse = logsumexp_.find(logits.address());
   check(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
-  be.cross_entropy_backward_window(logits, lse->second, targets.reshape({targets.numel()}), whole_vocabulary(logits),
+  be.cross_entropy_backward_window(logits, lse->second, targets.reshape({targets.numel()}), whole_vocabulary(),
                                    grad_scale);
   // Used up (the logits are the gradient now): dropped, so that logits at new addresses (a new
   // batch shape's activations) do not leave entries behind. The backend's stream order keeps the

@@ -40,7 +40,10 @@ class LayerOps {
 
 class SingleDeviceLayers final : public LayerOps {
  public:
-  int64_t local_width(LinearRole, int64_t full) const override { return full; }
+  // `logits_row_multiple` (Backend::gemm_row_multiple): the logits' rows are padded to a multiple
+  // of it, columns past `vocab` being padding that no softmax reads and whose gradient is zero.
+  SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple);
+  int64_t local_width(LinearRole role, int64_t full) const override;
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
@@ -49,7 +52,8 @@ class SingleDeviceLayers final : public LayerOps {
                       const Tensor& bias) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight) override;
-  // The whole vocabulary as one window of the Backend's windowed cross-entropy: the forward keeps
+  // The whole vocabulary as one window of the Backend's windowed cross-entropy (padding columns
+  // past it where the rows are padded): the forward keeps
   // each row's logsumexp (per logits tensor, for every micro-batch in flight, until its backward), so the backward
   // reads the logits once instead of recomputing their max and sum (GPT-2: three passes over
   // 1.6 GB of logits become one). The same arithmetic in the same order as the backend's
@@ -59,6 +63,8 @@ class SingleDeviceLayers final : public LayerOps {
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
 
  private:
+  VocabWindow whole_vocabulary() const { return {0, vocab_, vocab_}; }
+  int64_t vocab_, logits_row_multiple_;
   std::map<const void*, Tensor> logsumexp_;
 };
 

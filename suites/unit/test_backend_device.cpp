@@ -146,8 +146,6 @@ TEST(DeviceScalars, ANonFiniteGradientIsNamed) {
   EXPECT_EQ(all.find(trainer.grads().specs()[8].name), std::string::npos) << all;
 }
 
-// Every training step of the emulated device equals the CPU's, bit for bit: the same kernels on
-// the same bytes, reached only through uploads and downloads.
 // gather_rows / scatter_add_rows, the packing of a sparse gradient's rows: by id, in the ids' order,
 // and ids the CPU backends can check refused with the id named.
 TEST(RowIndexing, GathersAndScatterAddsRowsByIdAndRefusesBadIds) {
@@ -173,8 +171,13 @@ TEST(RowIndexing, GathersAndScatterAddsRowsByIdAndRefusesBadIds) {
   EXPECT_NE(shapes.find("gather_rows: expected a table [N, C]"), std::string::npos) << shapes;
 }
 
+// Every training step of the emulated device equals the CPU's, bit for bit: the same kernels on
+// the same bytes, reached only through uploads and downloads, and through logits whose rows the
+// emulated device pads as a GPU does (vocabulary 11 in rows of 16), under every precision.
 TEST(EmulatedBackend, TrainsBitIdenticallyToTheCpuBackend) {
-  for (const char* dtype : {"fp32", "fp64"})
+  EXPECT_EQ(make_backend("emulated")->gemm_row_multiple(), 8);
+  EXPECT_EQ(make_backend("cpu")->gemm_row_multiple(), 1);
+  for (const char* dtype : {"fp32", "fp64", "bf16-mixed"})
     for (bool tied : {true, false}) {
       const RunConfig config = testing::tiny_run_config(dtype, tied, /*micro_batches=*/2);
       std::vector<std::vector<double>> results;
@@ -188,6 +191,7 @@ TEST(EmulatedBackend, TrainsBitIdenticallyToTheCpuBackend) {
           trace.push_back(r.loss);
           trace.push_back(r.grad_norm);
         }
+        EXPECT_EQ(trainer.model().logits().dim(-1), name == "emulated" ? 16 : 11) << name;
         trace.push_back(trainer.eval_loss(testing::random_batch(4, 5, config.model.vocab_size, 99)));
         const std::vector<double> params = to_host_f64(*be, trainer.params().flat());
         trace.insert(trace.end(), params.begin(), params.end());

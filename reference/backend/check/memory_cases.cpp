@@ -92,12 +92,16 @@ void add_bf16_operand_cases(CaseList& cases) {
   // Aligned sizes, and odd ones as GPT-2's LM head has (vocabulary 50257): every size odd, so a GPU
   // zero-pads the operands' copies and computes C in an aligned scratch (with beta = 0 too, where
   // C's old contents must not be read); and only k odd (the head's input gradient), where C is
-  // written in place but the product runs over the padded k.
+  // written in place but the product runs over the padded k; and only n odd with C's rows padded
+  // to an aligned ldc (the model's padded logits), where a GPU writes n's aligned part in place and
+  // its last columns through a small scratch, and must leave C's padding columns as they were.
   struct Shape {
     int64_t m, n, k;
     const char* tag;
+    int64_t ldc = 0;  // 0: n
   };
-  for (const Shape& sh : {Shape{96, 80, 768, ""}, Shape{97, 257, 131, " odd-ld"}, Shape{64, 80, 131, " odd-k"}})
+  for (const Shape& sh : {Shape{96, 80, 768, ""}, Shape{97, 257, 131, " odd-ld"}, Shape{64, 80, 131, " odd-k"},
+                          Shape{96, 257, 131, " ragged", 264}})
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       const double beta = sh.tag[0] != 0 && t == 0 ? 0.0 : 1.0;
@@ -105,11 +109,11 @@ void add_bf16_operand_cases(CaseList& cases) {
                                sh.tag + (beta == 0.0 ? " beta0" : "");
       cases.add(name, DType::F32, dims({sh.m, sh.n, sh.k}), [=](Backend& be) {
         Inputs in(be, DType::F32, kSeed + 20 + t);
-        const int64_t m = sh.m, n = sh.n, k = sh.k;
+        const int64_t m = sh.m, n = sh.n, k = sh.k, ldc = sh.ldc ? sh.ldc : n;
         Tensor a = in.normal({ta ? k : m, ta ? m : k}, 1.0), b = in.normal({tb ? n : k, tb ? k : n}, 0.02);
-        Tensor c = in.normal({m, n}, 1.0);
+        Tensor c = in.normal({m, ldc}, 1.0);
         with_bf16_operands(be, [&] {
-          be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, beta, c, n, DType::F32);
+          be.gemm(ta, tb, m, n, k, 1.0, a, ta ? m : k, b, tb ? k : n, beta, c, ldc, DType::F32);
         });
         return std::vector<Output>{output(be, "c", c)};
       });

@@ -117,11 +117,20 @@ class CudaBackend final : public Backend {
   bool gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
                       int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
                       DType accumulate, const float* bias);
+  // gemm_with_bias's bf16-operand product when only n needs padding, C's rows are aligned and
+  // there is no bias (the LM head into logits whose rows the model padded): columns [0, n8) (n
+  // rounded down to 8) in place, the last n - n8 through an [m, 8] scratch, instead of the whole
+  // [m, n] through a padded C and back.
+  void ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t kp, double alpha,
+                           const void* a16, int64_t lda16, const void* b16, int64_t ldb16, double beta, float* c32,
+                           int64_t ldc);
   Tensor alloc_for_overwrite(const Shape& shape, DType dtype) override;  // alloc without its zero fill
   // gemm_operands' copies zero-padded to [rows, cols] rounded up to multiples of 8 (backend.h
   // allows it), so that a shared operand of any size (GPT-2's vocabulary of 50257) is converted
   // once, not once a GEMM, and multiplies with aligned rows.
   Tensor bf16_operand_copy(const Tensor& x) override;
+  // 8 elements: bf16 rows of 16 bytes, fp32 rows of 32 (cuBLASLt's tensor-core kernels want 16).
+  int64_t gemm_row_multiple() const override { return 8; }
   // The unpadded copy and the bias gradient in one pass over x (bias_grad_and_bf16_copy); a copy
   // that needs padding takes the two passes.
   Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) override;

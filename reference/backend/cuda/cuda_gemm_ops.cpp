@@ -59,8 +59,12 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
                                 trans_b ? kp : np, scratch_b_, ldb16);
     // In place where C's sizes need no padding and its rows align (then mp = m, np = n).
     float* c32 = ptr<float>(c, "gemm");
-    const bool in_place =
-        mp == m && np == n && cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+    const bool c_aligned = cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+    if (mp == m && np != n && n >= 8 && c_aligned && bias == nullptr) {
+      ragged_columns_gemm(trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, beta, c32, ldc);
+      return false;
+    }
+    const bool in_place = mp == m && np == n && c_aligned;
     float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
     const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
     if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
@@ -73,6 +77,22 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
   return cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
                     raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands,
                     ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr);
+}
+
+void CudaBackend::ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t kp, double alpha,
+                                      const void* a16, int64_t lda16, const void* b16, int64_t ldb16, double beta,
+                                      float* c32, int64_t ldc) {
+  const int64_t n8 = n / 8 * 8, tail = n - n8;  // 0 < tail < 8
+  cuda::gemm(trans_a, trans_b, m, n8, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta, c32, ldc, DType::F32,
+             DType::F32, false, ctx_, nullptr);
+  // op(B)'s columns from n8 on: the copy's rows n8.. (B stored [n, k]) or its columns n8.. ([k, n]),
+  // 8 of them, as the copy is zero-padded to a multiple of 8 (bf16_copy); C's through [m, 8] scratch.
+  const void* b_tail = static_cast<const bf16*>(b16) + (trans_b ? n8 * ldb16 : n8);
+  float* scratch = grown(scratch_c_, m * 8, DType::F32).device_data<float>();
+  if (beta != 0.0) cuda::convert_2d<float, float>(c32 + n8, ldc, m, tail, scratch, 8, m, tail, ctx_);
+  cuda::gemm(trans_a, trans_b, m, 8, kp, alpha, a16, lda16, b_tail, ldb16, DType::BF16, beta, scratch, 8, DType::F32,
+             DType::F32, false, ctx_, nullptr);
+  cuda::convert_2d<float, float>(scratch, 8, m, tail, c32 + n8, ldc, m, tail, ctx_);
 }
 
 Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
