@@ -1,5 +1,6 @@
 #include "bench/gemm_rate_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,8 @@
 namespace tripod::bench {
 using nlohmann::json;
 
-std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab) {
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab, int64_t logits_row_multiple) {
+  const int64_t logits_row = (vocab + logits_row_multiple - 1) / logits_row_multiple * logits_row_multiple;
   struct Layer {
     const char* name;
     int64_t in, out;
@@ -29,9 +31,10 @@ std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab) {
     //   forward  Y[N,out] = X[N,in] W^T           gemm(N, T)  m=N   n=out k=in
     //   dX       dX[N,in] = dY[N,out] W           gemm(N, N)  m=N   n=in  k=out
     //   dW       dW[out,in] += dY^T[out,N] X[N,in] gemm(T, N) m=out n=in  k=N, beta 1
-    cases.push_back({name + " fwd", "gpt2", tokens, l.out, l.in, false, true, 0.0, l.per_step});
-    cases.push_back({name + " dX", "gpt2", tokens, l.in, l.out, false, false, 0.0, l.per_step});
-    cases.push_back({name + " dW", "gpt2", l.out, l.in, tokens, true, false, 1.0, l.per_step});
+    const int64_t ld_out = name == "lm_head" && logits_row != vocab ? logits_row : 0;  // Y's and dY's rows
+    cases.push_back({name + " fwd", "gpt2", tokens, l.out, l.in, false, true, 0.0, l.per_step, 0, ld_out});
+    cases.push_back({name + " dX", "gpt2", tokens, l.in, l.out, false, false, 0.0, l.per_step, ld_out, 0});
+    cases.push_back({name + " dW", "gpt2", l.out, l.in, tokens, true, false, 1.0, l.per_step, ld_out, 0});
   }
   return cases;
 }
@@ -68,14 +71,16 @@ DType c_dtype_for(DType ab) { return ab == DType::BF16 ? DType::F32 : ab; }
 
 GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, int repeat, double min_time_ms) {
   // Row-major storage: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
-  const Shape a_shape = g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k};
+  // A's rows and C's may be longer than dense (GemmCase::lda, ldc).
+  const Shape a_shape = g.trans_a ? Shape{g.k, std::max(g.m, g.lda)} : Shape{g.m, std::max(g.k, g.lda)};
   const Shape b_shape = g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n};
-  Tensor a = backend.alloc(a_shape, ab), b = backend.alloc(b_shape, ab), c = backend.alloc({g.m, g.n}, c_dtype_for(ab));
+  const int64_t ldc = std::max(g.n, g.ldc);
+  Tensor a = backend.alloc(a_shape, ab), b = backend.alloc(b_shape, ab), c = backend.alloc({g.m, ldc}, c_dtype_for(ab));
   fill_random(backend, a, 1);
   fill_random(backend, b, 2);
   const DType accumulate = gemm_accumulate_dtype(ab);
   const RegionTiming t = time_regions(backend, [&] {
-    backend.gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0, a, a_shape[1], b, b_shape[1], g.beta, c, g.n, accumulate);
+    backend.gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0, a, a_shape[1], b, b_shape[1], g.beta, c, ldc, accumulate);
   }, repeat, min_time_ms);
   return {g, t.calls_per_region, t.median_seconds, t.best_seconds};
 }
@@ -90,7 +95,7 @@ json timing_json(const GemmTiming& t, const PeakFlops& peak) {
   const GemmCase& g = t.gemm;
   const double median_rate = g.flops() / t.median_seconds, best_rate = g.flops() / t.best_seconds;
   return {{"name", g.name}, {"group", g.group}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"trans_a", g.trans_a},
-          {"trans_b", g.trans_b}, {"beta", g.beta}, {"per_step", g.per_step}, {"flops_per_gemm", g.flops()},
+          {"trans_b", g.trans_b}, {"beta", g.beta}, {"per_step", g.per_step}, {"lda", g.lda}, {"ldc", g.ldc}, {"flops_per_gemm", g.flops()},
           {"calls_per_region", t.calls_per_region}, {"median_seconds", t.median_seconds},
           {"best_seconds", t.best_seconds}, {"median_tflops", median_rate / 1e12}, {"best_tflops", best_rate / 1e12},
           {"pct_of_peak_median", percent_json(median_rate, peak)}, {"pct_of_peak_best", percent_json(best_rate, peak)}};
@@ -126,10 +131,10 @@ void run_gemm_rate(const GemmRateOptions& o) {
   std::vector<int64_t> sizes = o.sizes;
   if (sizes.empty() && o.shapes.empty()) sizes = {1024, 4096, 8192};
   std::vector<GemmCase> cases = square_gemm_cases(sizes);
-  if (o.shapes == "gpt2")
-    for (GemmCase& g : gpt2_gemm_cases(o.tokens, o.vocab)) cases.push_back(std::move(g));
-
   auto backend = make_backend(o.backend);
+  if (o.shapes == "gpt2")
+    for (GemmCase& g : gpt2_gemm_cases(o.tokens, o.vocab, backend->gemm_row_multiple())) cases.push_back(std::move(g));
+
   if (precision.bf16_operands) backend->set_fp32_matmul(Fp32Matmul::Bf16Operands);
   const DType peak_dtype = precision.peak();
   const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0

@@ -43,14 +43,17 @@ struct GemmCase {
   bool trans_a = false, trans_b = false;
   double beta = 0;
   int per_step = 0;
+  int64_t lda = 0, ldc = 0;  // leading dimensions of A and C; 0: their rows are dense
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
 // GPT-2 124M's layer GEMMs for `tokens` rows, as model/linear.cpp calls them: for each of qkv
 // (768->2304), attn proj (768->768), fc (768->3072), fc proj (3072->768) and the LM head
 // (768->vocab) the forward (x W^T), the input gradient (dY W) and the weight gradient
-// (dY^T x, accumulated: beta 1).
-std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab = 50257);
+// (dY^T x, accumulated: beta 1). The logits and their gradient have rows of `vocab` rounded up to
+// `logits_row_multiple` (the trainer pads them to Backend::gemm_row_multiple()): the LM head's C
+// and its gradients' dY have that leading dimension.
+std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab = 50257, int64_t logits_row_multiple = 1);
 std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes);
 
 struct GemmTiming {

@@ -62,6 +62,19 @@ def test_the_lm_head_takes_the_vocabulary_given(tmp_path):
     assert (lm["lm_head fwd"]["n"], lm["lm_head dX"]["k"], lm["lm_head dW"]["m"], j["vocab"]) == (96, 96, 96, 96)
 
 
+def test_the_lm_head_has_the_trainers_padded_logits_rows(tmp_path):
+    # The trainer pads the logits' rows to the backend's GEMM row multiple (8 on a GPU and on the
+    # emulated device, 1 on the CPU): the LM head's C and its gradients' dY have that row length.
+    for backend, ld in (("emulated", 104), ("cpu", 0)):
+        result, j = gemm_rate(tmp_path, "--backend", backend, "--dtype", "fp32", "--shapes", "gpt2", "--tokens", 4,
+                              "--vocab", 97)
+        assert result.returncode == 0, result.stderr
+        lm = {r["name"]: r for r in j["results"] if r["name"].startswith("lm_head")}
+        assert (lm["lm_head fwd"]["ldc"], lm["lm_head dX"]["lda"], lm["lm_head dW"]["lda"]) == (ld, ld, ld), backend
+        assert (lm["lm_head fwd"]["n"], lm["lm_head dX"]["k"], lm["lm_head dW"]["m"]) == (97, 97, 97)
+        assert all(r["lda"] == r["ldc"] == 0 for r in j["results"] if not r["name"].startswith("lm_head"))
+
+
 def test_bf16_mixed_times_the_trainers_gemms_against_the_bf16_peak(tmp_path):
     """fp32 tensors whose operands the backend rounds (the trainer's GEMMs under bf16-mixed, the
     conversions in the time), held against the bf16 peak, not the fp32 one."""
