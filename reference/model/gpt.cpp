@@ -69,6 +69,14 @@ struct Gpt::BlockActivations {
   Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
   Tensor fc, fc_gelu;              // [N,F]
   Tensor res3;                     // [R,C] layer output (always the micro-batch's own)
+  // The prepared GEMM operands of ln1, atty, ln2 and fc_gelu (bf16 copies under bf16-mixed, see
+  // LayerOps::linear_forward), kept from the forward for the backward, which drops them: where
+  // `keep_operands` (the layers keep them and the backend rounds fp32 operands), and only for the
+  // micro-batch's own activations, not recomputed ones (keeping those would undo the saving). A
+  // forward without a backward (evaluation) leaves them to the slot's next forward, which replaces
+  // each before making its own.
+  bool keep_operands = false;
+  Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
 };
 
 // Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
@@ -135,6 +143,12 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   // A recomputed tensor is the shared one; every other is the micro-batch's own.
   const BlockActivations& shared = scratch_->recomputed;
   auto own = [&](const Tensor& recomputed, Shape shape) { return recomputed.defined() ? recomputed : act(shape); };
+  const bool keep_operands = layers_->keeps_prepared_inputs() && dtype_ == DType::F32 &&
+                             backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
+  // A kept bf16 copy is half its fp32 activation (unpadded; a device may pad rows to 8).
+  auto kept_bytes = [&](const Tensor& recomputed, const Tensor& t) {
+    return keep_operands && !recomputed.defined() ? static_cast<std::size_t>(t.numel()) * sizeof(bf16) : 0;
+  };
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     BlockActivations x;
     x.ln1 = own(shared.ln1, {R, C});
@@ -150,6 +164,9 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.fc = own(shared.fc, {N, F});
     x.fc_gelu = own(shared.fc_gelu, {N, F});
     x.res3 = act({R, C});
+    x.keep_operands = keep_operands;
+    a->bytes += kept_bytes(shared.ln1, x.ln1) + kept_bytes(shared.atty, x.atty) + kept_bytes(shared.ln2, x.ln2) +
+                kept_bytes(shared.fc_gelu, x.fc_gelu);
     a->layers.push_back(x);
   }
   if (span_.head) {
@@ -347,17 +364,23 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   Backend& be = backend_;
   const double eps = config_.layernorm_eps;
   const LayerTensors w = layer_tensors([&](std::size_t i) -> Tensor { return p.param(i); }, index_.blocks[k]);
+  const BlockActivations& shared = scratch_->recomputed;
+  auto keep = [&](const Tensor& recomputed, Tensor& op) {
+    return x.keep_operands && !recomputed.defined() ? &op : nullptr;
+  };
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
-  layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b);         // [N,3A]
-  be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                         // [N,A]
-  layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b);  // [R,C]
+  layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, keep(shared.ln1, x.ln1_op));  // [N,3A]
+  be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                                              // [N,A]
+  layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b,
+                          keep(shared.atty, x.atty_op));  // [R,C]
   be.add(x.res2, x.res2, residual);
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
-  layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b);              // [N,F]
+  layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, keep(shared.ln2, x.ln2_op));  // [N,F]
   be.gelu_forward(x.fc_gelu, x.fc);
-  layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b);  // [R,C]
+  layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b,
+                          keep(shared.fc_gelu, x.fc_gelu_op));  // [R,C]
   be.add(x.res3, x.res3, x.res2);
 }
 
@@ -414,15 +437,18 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
       be.attention_forward(s.datty, x.probs, x.qkv, local_heads());  // s.datty is overwritten before it is read
     }
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
-    layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w);
+    layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w,
+                             x.fc_gelu_op);
     be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);
-    layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w);
+    layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w, x.ln2_op);
     be.layernorm_backward(s.dres, g.ln2_w, g.ln2_b, s.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
-    layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w);
+    layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w,
+                             x.atty_op);
     be.attention_backward(s.dqkv, s.datty, x.qkv, x.probs, local_heads());
-    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w);
+    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w, x.ln1_op);
     be.layernorm_backward(s.dres, g.ln1_w, g.ln1_b, s.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+    x.ln1_op = x.atty_op = x.ln2_op = x.fc_gelu_op = Tensor();  // used: their memory goes back now
     p.release_params(block_group(l));
     p.grads_ready(block_group(l));
   }

@@ -28,14 +28,14 @@ void SingleDeviceLayers::embedding_backward(Backend& be, const Tensor& dwte, con
 }
 
 void SingleDeviceLayers::linear_forward(Backend& be, LinearRole, const Tensor& out, const Tensor& inp,
-                                        const Tensor& weight, const Tensor& bias) {
-  tripod::linear_forward(be, out, inp, weight, bias);
+                                        const Tensor& weight, const Tensor& bias, Tensor* kept_input) {
+  tripod::linear_forward(be, out, inp, weight, bias, kept_input);
 }
 
 void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& dinp, const Tensor& dweight,
                                          const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                         const Tensor& weight) {
-  tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false);
+                                         const Tensor& weight, const Tensor& kept_input) {
+  tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false, kept_input);
 }
 
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {

@@ -27,12 +27,18 @@ class LayerOps {
                                  const Tensor& wpe, int64_t seq_len) = 0;
   virtual void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                   const Tensor& tokens, int64_t seq_len) = 0;
-  // out = inp @ weight^T + bias (bias may be undefined).
+  // out = inp @ weight^T + bias (bias may be undefined). `kept_input` non-null: the strategy may
+  // set it to inp's prepared GEMM operand (under bf16-mixed, Backend::gemm_operands' bf16 copy),
+  // for linear_backward to take instead of preparing inp again; else it stays undefined.
   virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
-                              const Tensor& weight, const Tensor& bias) = 0;
-  // dinp is overwritten; dweight and dbias accumulate.
+                              const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr) = 0;
+  // Whether linear_forward may set a kept input (the model accounts for their memory if so).
+  virtual bool keeps_prepared_inputs() const { return false; }
+  // dinp is overwritten; dweight and dbias accumulate. `kept_input`: what linear_forward set for
+  // this inp, unchanged since (undefined for none).
   virtual void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
-                               const Tensor& dbias, const Tensor& dout, const Tensor& inp, const Tensor& weight) = 0;
+                               const Tensor& dbias, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                               const Tensor& kept_input = Tensor()) = 0;
   // losses[N] per token (0 where ignored); then, in place, logits become the loss gradient.
   virtual void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) = 0;
   virtual void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) = 0;
@@ -44,14 +50,16 @@ class SingleDeviceLayers final : public LayerOps {
   // of it, columns past `vocab` being padding that no softmax reads and whose gradient is zero.
   SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple);
   int64_t local_width(LinearRole role, int64_t full) const override;
+  bool keeps_prepared_inputs() const override { return true; }
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int64_t seq_len) override;
   void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor& bias) override;
+                      const Tensor& bias, Tensor* kept_input = nullptr) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
-                       const Tensor& dout, const Tensor& inp, const Tensor& weight) override;
+                       const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                       const Tensor& kept_input = Tensor()) override;
   // The whole vocabulary as one window of the Backend's windowed cross-entropy (padding columns
   // past it where the rows are padded): the forward keeps
   // each row's logsumexp (per logits tensor, for every micro-batch in flight, until its backward), so the backward

@@ -6,10 +6,21 @@
 
 namespace tripod {
 
-void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    Tensor* kept_input) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
   const int64_t row_length = out.dim(-1);
   const DType acc = gemm_accumulate_dtype(inp.dtype());
+  if (kept_input != nullptr) *kept_input = Tensor();
+  if (kept_input != nullptr && row_length == O) {
+    const std::vector<Tensor> ops = be.gemm_operands({inp, weight});
+    if (ops[0].dtype() != inp.dtype()) {  // prepared copies (possibly zero-padded, backend.h)
+      const int64_t ld_x = ops[0].dim(-1), ld_w = ops[1].dim(-1);
+      be.gemm_bias(false, true, N, O, std::min(ld_x, ld_w), ops[0], ld_x, ops[1], ld_w, out, bias, acc);
+      *kept_input = ops[0];
+      return;
+    }
+  }
   if (row_length == O) return be.gemm_bias(false, true, N, O, I, inp, I, weight, I, out, bias, acc);
   check(row_length > O && out.numel() == N * row_length && !bias.defined(), "linear_forward: output ",
         out.describe(), " for ", N, " rows of ", O, " outputs", bias.defined() ? " with a bias" : "");
@@ -17,7 +28,8 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
 }
 
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp) {
+                     const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
+                     const Tensor& kept_input) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
   const DType acc = gemm_accumulate_dtype(dout.dtype());
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
@@ -27,7 +39,11 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   // product's reduction runs over the extent its two operands both hold, zeros included (dX over
   // dout's columns and the weight's rows, dW over dout's and the input's rows).
   check(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ", dout.describe());
-  const std::vector<Tensor> ops = be.gemm_operands({dout, weight, inp}, dbias);
+  // A kept copy of inp (linear_forward) pairs with dout's and the weight's copies; where those are
+  // not prepared, inp itself is used.
+  std::vector<Tensor> ops = kept_input.defined() ? be.gemm_operands({dout, weight}, dbias)
+                                                 : be.gemm_operands({dout, weight, inp}, dbias);
+  if (kept_input.defined()) ops.push_back(ops[0].dtype() == kept_input.dtype() ? kept_input : inp);
   const Tensor &dy = ops[0], &w = ops[1], &x = ops[2];
   const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
   const int64_t outputs = std::min(ld_dy, w.numel() / ld_w), tokens = std::min(dy.numel() / ld_dy, x.numel() / ld_x);

@@ -8,13 +8,19 @@ namespace tripod {
 // out[N,O] = inp[N,I] @ weight[O,I]^T + bias[O]   (bias may be undefined)
 // out's rows may be longer than O (padded logits, LayerOps::local_width): [N, O'] with O' >= O,
 // columns from O on left as they are; a bias needs unpadded rows.
-void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+// `kept_input` non-null (unpadded rows only): under the backend's bf16-operand policy the product
+// runs on gemm_operands' copies of inp and weight, and inp's copy is stored there for
+// linear_backward (the same bits as the per-GEMM rounding); otherwise it is left undefined.
+void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    Tensor* kept_input = nullptr);
 
 // dinp[N,I] (= or += per accumulate_dinp) dout[N,O] @ weight[O,I];
 // dweight[O,I] += dout^T @ inp; dbias[O] += sum_n dout[n].
 // dout's rows may be longer than O ([N, O'], O' >= O) when its columns from O on are zero (padded
 // logits' gradient): the products may then run over them.
+// `kept_input`: linear_forward's copy of this inp (undefined: inp is prepared here).
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp);
+                     const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
+                     const Tensor& kept_input = Tensor());
 
 }  // namespace tripod

@@ -293,6 +293,48 @@ TEST(PrecisionPolicy, LinearBackwardSumsTheBiasOnceWithTheOperandCopy) {
   }
 }
 
+// A CPU backend that counts the operand copies it prepares.
+class CountingCpuBackend : public cpu::CpuBackend {
+ public:
+  CountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  int copies = 0;
+
+ protected:
+  Tensor bf16_operand_copy(const Tensor& x) override {
+    ++copies;
+    return cpu::CpuBackend::bf16_operand_copy(x);
+  }
+};
+
+// linear_forward may keep its input's bf16 copy for linear_backward: the same bits as rounding it
+// in each GEMM, one copy of the input instead of two; outside the policy nothing is kept.
+TEST(PrecisionPolicy, AKeptInputCopyGivesTheSameBitsAndIsPreparedOnce) {
+  const int64_t N = 20, O = 12, I = 16;
+  for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
+    const bool mixed = policy == Fp32Matmul::Bf16Operands;
+    auto run = [&](Backend& be, bool keep) {
+      be.set_fp32_matmul(policy);
+      Tensor x = make(be, {N, I}, DType::F32, random_values(N * I, 71, 1.0));
+      Tensor w = make(be, {O, I}, DType::F32, random_values(O * I, 72, 0.05));
+      Tensor b = make(be, {O}, DType::F32, random_values(O, 73, 0.5));
+      Tensor dout = make(be, {N, O}, DType::F32, random_values(N * O, 74, 1.0));
+      Tensor y = be.alloc({N, O}, DType::F32), dx = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+      Tensor db = be.alloc({O}, DType::F32), kept;
+      linear_forward(be, y, x, w, b, keep ? &kept : nullptr);
+      EXPECT_EQ(kept.defined(), keep && mixed);
+      if (kept.defined()) EXPECT_EQ(kept.dtype(), DType::BF16);
+      linear_backward(be, dx, dw, db, dout, x, w, /*accumulate_dinp=*/false, kept);
+      return std::vector<std::vector<double>>{to_host_f64(be, y), to_host_f64(be, dx), to_host_f64(be, dw),
+                                              to_host_f64(be, db)};
+    };
+    CountingCpuBackend keeping;
+    auto plain = make_backend("cpu");
+    EXPECT_EQ(run(keeping, true), run(*plain, false)) << (mixed ? "bf16-operands" : "exact");
+    // forward: x and w; backward: dout and w (x's copy kept); without keeping the backward makes 3
+    EXPECT_EQ(keeping.copies, mixed ? 4 : 0);
+  }
+}
+
 TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;

@@ -105,6 +105,42 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
     EXPECT_EQ(live[Recompute::None] - live[mode], accounted[Recompute::None] - accounted[mode]) << recompute_name(mode);
 }
 
+// Under bf16-mixed the single-device layers keep the bf16 copies of ln1, atty, ln2 and fc_gelu
+// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op): the activation
+// accounting counts them (none for recomputed activations: fc_gelu under selective, all under
+// full), the allocator holds them after the forward, and the backward gives them back.
+TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
+  const int64_t B = 4, T = 5;
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    auto accounted = [&](const char* dtype, std::size_t* held_after_forward, std::size_t* given_back) {
+      RunConfig config = testing::tiny_run_config(dtype, true);
+      config.train.recompute = mode;
+      auto backend = testing::make_test_backend();
+      Trainer trainer(config, *backend);
+      trainer.initialise();
+      const data::Batch batch = testing::random_batch(B, T, config.model.vocab_size, 3);
+      const std::size_t before = backend->memory_stats().live;
+      const LossSum s = trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), B, T);
+      const std::size_t after_forward = backend->memory_stats().live;
+      trainer.model().backward(trainer.params(), trainer.grads(), 1.0 / static_cast<double>(s.n_valid));
+      *held_after_forward = after_forward - before;
+      *given_back = after_forward - backend->memory_stats().live;
+      return trainer.model().activation_bytes();
+    };
+    std::size_t held_fp32 = 0, back_fp32 = 0, held_mixed = 0, back_mixed = 0;
+    const std::size_t fp32 = accounted("fp32", &held_fp32, &back_fp32);
+    const std::size_t mixed = accounted("bf16-mixed", &held_mixed, &back_mixed);
+    const ModelConfig m = testing::tiny_run_config("fp32", true).model;
+    const int64_t inputs = mode == Recompute::None        ? 3 * m.d_model + m.d_ff  // ln1, atty, ln2, gelu(fc)
+                           : mode == Recompute::Selective ? 3 * m.d_model           // gelu(fc) recomputed
+                                                          : 0;                      // all recomputed
+    const std::size_t kept = static_cast<std::size_t>(m.n_layer * B * T * inputs) * sizeof(bf16);
+    EXPECT_EQ(mixed - fp32, kept) << recompute_name(mode);
+    EXPECT_EQ(held_mixed - held_fp32, kept) << recompute_name(mode) << ": the allocator after the forward";
+    EXPECT_EQ(back_mixed - back_fp32, kept) << recompute_name(mode) << ": given back by the backward";
+  }
+}
+
 TEST(Recompute, NamesRoundTripAndBadOnesAreRefused) {
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full})
     EXPECT_EQ(parse_recompute(recompute_name(mode)), mode);
