@@ -26,6 +26,7 @@
 #                since its bf16 cases then run inside check-fp32                          [b]
 #   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
 #   train-fp32   the same in fp32: within 1e-5                                             [e]
+#   train-bf16   the same in bf16-mixed against the CPU's emulation of the policy: within 1e-4 [e]
 #   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
 #   golden       a golden bundle (tiny, 5 steps): Tripod on cuda and the PyTorch peer on cuda,
 #                fp64 and fp32, each through `tripod golden check` against the fp64 reference
@@ -115,7 +116,7 @@ done
 [ -n "$OUT_DIR" ] || usage
 # The training and golden steps read the corpus that `data` writes: --only brings it along (a run of
 # `--only train-fp32` failed with "data directory ... does not exist").
-if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-rerun|golden), ]] &&
+if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden), ]] &&
    [[ "$ONLY" != *",data,"* ]]; then
   ONLY="${ONLY}data,"
   echo "gpu-check: --only adds step data (the training and golden steps read its corpus)"
@@ -178,6 +179,7 @@ PLAN=(
   "check-bf16 40 1 1"
   "train-fp64 60 1 1"
   "train-fp32 60 1 1"
+  "train-bf16 60 1 1"
   "train-rerun 45 1 1"
   "golden 60 1 1"
   "gtest 90 1 0"

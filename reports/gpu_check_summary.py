@@ -263,10 +263,10 @@ def targets(out_dir, steps):
         add("GPT-2 124M bf16-mixed MFU >= 40% (and tokens/s vs PyTorch eager)", measured, met)
     else:
         add("GPT-2 124M bf16-mixed MFU >= 40% (and tokens/s vs PyTorch eager)", "not measured", None)
-    trains = [status.get(n) for n in ("train-fp64", "train-fp32", "train-rerun")]
-    add("tiny, 10 steps: GPU matches CPU (fp64 1e-10, fp32 1e-5) and reruns bit for bit",
-        ", ".join(f"{n}: {status.get(n, 'not run')}" for n in ("train-fp64", "train-fp32", "train-rerun")),
-        verdict(trains))
+    train_steps = ("train-fp64", "train-fp32", "train-bf16", "train-rerun")
+    trains = [status.get(n) for n in train_steps]
+    add("tiny, 10 steps: GPU matches CPU (fp64 1e-10, fp32 1e-5, bf16-mixed 1e-4) and reruns bit for bit",
+        ", ".join(f"{n}: {status.get(n, 'not run')}" for n in train_steps), verdict(trains))
     nccl_1g = status.get("nccl-1g")
     add("issue 15: `bench comm all_reduce -b 8 -e 1G -f 2` reads as nccl-tests output (same columns, #wrong 0)",
         f"nccl-1g: {nccl_1g or 'not run'}", {"pass": True, "fail": False, "timeout": False}.get(nccl_1g))

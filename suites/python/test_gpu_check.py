@@ -38,12 +38,13 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     s = summary(out)
     assert s["mode"] == "dry-run" and s["overall"] == "pass"
     steps = {x["name"]: x for x in s["steps"]}
-    gpu_steps = ["check-fp64", "check-fp32", "check-bf16", "train-fp64", "train-fp32", "train-rerun", "golden",
-                 "gemm-bf16", "gemm-fp32", "bench-train", "peer", "gtest", "sanitizer"]
+    gpu_steps = ["check-fp64", "check-fp32", "check-bf16", "train-fp64", "train-fp32", "train-bf16", "train-rerun",
+                 "golden", "gemm-bf16", "gemm-fp32", "bench-train", "peer", "gtest", "sanitizer"]
     for name in gpu_steps:
         assert steps[name]["status"] == "skipped" and "no GPU" in steps[name]["reason"], steps[name]
     for name in ["probe", "data", "dry-check-fp64", "dry-check-fp32", "dry-train-fp64", "dry-train-fp32",
-                 "dry-train-rerun", "dry-golden", "dry-gemm-bf16", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
+                 "dry-train-bf16", "dry-train-rerun", "dry-golden", "dry-gemm-bf16", "dry-gemm-fp32",
+                 "dry-bench-train", "dry-peer"]:
         assert steps[name]["status"] == "pass", steps[name]
     assert "MATCH" in steps["dry-golden"]["key"] and "DIFFERS" not in steps["dry-golden"]["key"]
     # bf16: its own run where check-backend takes --dtype bf16, else skipped with the reason
