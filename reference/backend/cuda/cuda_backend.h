@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
   // Fused through cuBLASLt's bias epilogue for an fp32 C where it applies (gemm_with_bias says where).
   void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                  const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) override;
+  // 8 elements: bf16 rows of 16 bytes, fp32 rows of 32 (cuBLASLt's tensor-core kernels want 16).
+  int64_t gemm_row_multiple() const override { return 8; }
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void add_inplace(const Tensor& acc, const Tensor& x) override { add(acc, acc, x); }
@@ -129,8 +131,6 @@ class CudaBackend final : public Backend {
   // allows it), so that a shared operand of any size (GPT-2's vocabulary of 50257) is converted
   // once, not once a GEMM, and multiplies with aligned rows.
   Tensor bf16_operand_copy(const Tensor& x) override;
-  // 8 elements: bf16 rows of 16 bytes, fp32 rows of 32 (cuBLASLt's tensor-core kernels want 16).
-  int64_t gemm_row_multiple() const override { return 8; }
   // The unpadded copy and the bias gradient in one pass over x (bias_grad_and_bf16_copy); a copy
   // that needs padding takes the two passes.
   Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) override;
