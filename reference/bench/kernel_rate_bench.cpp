@@ -48,7 +48,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor w = b.alloc({c}, dt), bias = b.alloc({c}, dt), dw = b.alloc({c}, dt), db = b.alloc({c}, dt);
   Tensor mean = b.alloc({n}, dt), rstd = b.alloc({n}, dt);
   Tensor h = b.alloc({n, 4 * c}, dt), dh = b.alloc({n, 4 * c}, dt), hout = b.alloc({n, 4 * c}, dt);
-  Tensor m = b.alloc({n, c}, dt), var = b.alloc({n, c}, dt);
+  Tensor m = b.alloc({n, c}, dt), var = b.alloc({n, c}, dt), dbias4 = b.alloc({4 * c}, dt);
   Tensor logits = b.alloc({n, v}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
   Tensor qkv = b.alloc({batch, seq, 3 * c}, dt), att = b.alloc({batch, seq, c}, dt), datt = b.alloc({batch, seq, c}, dt);
   Tensor probs = b.alloc({batch, heads, seq, seq}, dt), dqkv = b.alloc({batch, seq, 3 * c}, dt);
@@ -111,6 +111,15 @@ void run_kernel_rate(const KernelRateOptions& o) {
         b.set_fp32_matmul(Fp32Matmul::Exact);
       };
     };
+    // A linear layer's output gradient [N, 4C] (GPT-2's c_fc) rounded for its GEMMs with its bias
+    // gradient: in the copy's pass (gemm_operands with the bias; CUDA fuses them), and as two calls.
+    // Both count the same bytes (fp32 read once, bf16 written), so their GB/s compare directly.
+    const double copy_bytes = 4 * nc * (s + 2);
+    cases.push_back({"bias_grad+bf16 (fused)", copy_bytes, bf16_operands([&] { b.gemm_operands({dh}, dbias4); })});
+    cases.push_back({"bias_grad, bf16 apart", copy_bytes, bf16_operands([&] {
+                       b.bias_grad(dbias4, dh);
+                       b.gemm_operands({dh});
+                     })});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,

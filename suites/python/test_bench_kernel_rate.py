@@ -26,9 +26,10 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
                  "--repeat", 2, "--min-time-ms", 0, "--json", out)
     assert result.returncode == 0, result.stderr
     j = json.loads(out.read_text())
-    # fp32 also times attention under the bf16-mixed policy (products on bf16 operands)
-    assert [r["name"] for r in j["results"]] == KERNELS + (["attention fwd bf16", "attention bwd bf16"]
-                                                           if dtype == "fp32" else [])
+    # fp32 also times the bf16-mixed policy's forms: an output gradient's copy with its bias gradient
+    # (fused and apart) and attention on bf16 operands
+    mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "attention fwd bf16", "attention bwd bf16"]
+    assert [r["name"] for r in j["results"]] == KERNELS + (mixed if dtype == "fp32" else [])
     size = 8 if dtype == "fp64" else 4
     copy = j["results"][0]
     # the baseline copies [N, 4C], past a GPU's L2 at GPT-2 sizes
@@ -44,6 +45,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     assert ce["cross-entropy window fwd"] == ce["cross-entropy window bwd"] == 2 * 64 * 100 * size
     # dout twice, and the 9 distinct table rows (ids below 64 / 8 + 1) read and written
     assert ce["embedding bwd"] == (2 * 64 * 32 + 2 * 9 * 32) * size
+    if dtype == "fp32":  # [N, 4C] read in fp32 once, written in bf16, counted alike for both forms
+        assert ce["bias_grad+bf16 (fused)"] == ce["bias_grad, bf16 apart"] == 4 * 64 * 32 * (4 + 2)
     # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head
     assert (j["attention_batch"], j["context"], j["heads"]) == (1, 64, 1)
     nc, square = 64 * 32, 1 * 1 * 64 * 64
