@@ -72,9 +72,8 @@ struct Gpt::BlockActivations {
   // The prepared GEMM operands of ln1, atty, ln2 and fc_gelu (bf16 copies under bf16-mixed, see
   // LayerOps::linear_forward), kept from the forward for the backward, which drops them: where
   // `keep_operands` (the layers keep them and the backend rounds fp32 operands), and only for the
-  // micro-batch's own activations, not recomputed ones (keeping those would undo the saving). A
-  // forward without a backward (evaluation) leaves them to the slot's next forward, which replaces
-  // each before making its own.
+  // micro-batch's own activations, not recomputed ones (keeping those would undo the saving), and
+  // not in a forward-only pass (set_forward_only: evaluation).
   bool keep_operands = false;
   Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
 };
@@ -366,7 +365,7 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   const LayerTensors w = layer_tensors([&](std::size_t i) -> Tensor { return p.param(i); }, index_.blocks[k]);
   const BlockActivations& shared = scratch_->recomputed;
   auto keep = [&](const Tensor& recomputed, Tensor& op) {
-    return x.keep_operands && !recomputed.defined() ? &op : nullptr;
+    return x.keep_operands && !forward_only_ && !recomputed.defined() ? &op : nullptr;
   };
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);

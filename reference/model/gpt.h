@@ -49,6 +49,9 @@ class Gpt {
   const ModelConfig& config() const { return config_; }
   const StageSpan& span() const { return span_; }
   Recompute recompute() const { return recompute_; }
+  // While set, forwards are for evaluation: they keep nothing that only a backward would use (the
+  // bf16 operand copies of BlockActivations).
+  void set_forward_only(bool forward_only) { forward_only_ = forward_only; }
   const std::vector<ParamSpec>& specs() const { return specs_; }  // of the span
 
   // Several micro-batches in flight (a pipeline schedule, say): each holds its own activations (a
@@ -120,6 +123,20 @@ class Gpt {
   std::unique_ptr<LayerOps> own_layers_;
   LayerOps* layers_;
   Recompute recompute_;
+  bool forward_only_ = false;
+};
+
+// Gpt::set_forward_only for a scope (an evaluation's forwards), cleared on leaving it, also when
+// an error leaves it.
+class ForwardOnly {
+ public:
+  explicit ForwardOnly(Gpt& model) : model_(model) { model_.set_forward_only(true); }
+  ~ForwardOnly() { model_.set_forward_only(false); }
+  ForwardOnly(const ForwardOnly&) = delete;
+  ForwardOnly& operator=(const ForwardOnly&) = delete;
+
+ private:
+  Gpt& model_;
 };
 
 }  // namespace tripod

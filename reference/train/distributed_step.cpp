@@ -4,6 +4,7 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "train/distributed_trainer.h"
 
@@ -179,6 +180,8 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch, const StepGa
 }
 
 double DistributedTrainer::eval_loss(const data::Batch& batch) {
+  std::vector<std::unique_ptr<ForwardOnly>> forward_only;  // no backward follows: nothing kept for one
+  for (Chunk& c : chunks_) forward_only.push_back(std::make_unique<ForwardOnly>(*c.model));
   const LossSum loss = forward_backward(batch, false);
   return read_scalar(backend_, loss.sum) / static_cast<double>(loss.n_valid);
 }

@@ -69,6 +69,7 @@ StepResult Trainer::train_step(const data::Batch& batch, const StepGate& gate) {
 }
 
 double Trainer::eval_loss(const data::Batch& batch) {
+  const ForwardOnly forward_only(model_);  // no backward follows: nothing kept for one
   const int64_t T = batch.seq_len, micro = config_.train.micro_batches;
   const int64_t per_micro = batch.batch % micro == 0 ? batch.batch / micro : batch.batch;
   LossSum total{alloc_scalar(backend_), 0};

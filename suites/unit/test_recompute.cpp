@@ -141,6 +141,35 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   }
 }
 
+// An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
+// allocator holds as much under bf16-mixed as in fp32, and the next training step still gives the
+// bits of a run that never evaluated.
+TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
+  const int64_t B = 4, T = 5;
+  auto held_after_eval = [&](const char* dtype) {
+    const RunConfig config = testing::tiny_run_config(dtype, true);
+    auto backend = testing::make_test_backend();
+    Trainer trainer(config, *backend);
+    trainer.initialise();
+    const std::size_t before = backend->memory_stats().live;
+    trainer.eval_loss(testing::random_batch(B, T, config.model.vocab_size, 5));
+    return backend->memory_stats().live - before;
+  };
+  EXPECT_EQ(held_after_eval("bf16-mixed"), held_after_eval("fp32"));
+  auto trained = [&](bool evaluate_first) {
+    const RunConfig config = testing::tiny_run_config("bf16-mixed", true);
+    auto backend = testing::make_test_backend();
+    Trainer trainer(config, *backend);
+    trainer.initialise();
+    if (evaluate_first) trainer.eval_loss(testing::random_batch(B, T, config.model.vocab_size, 5));
+    const StepResult step = trainer.train_step(testing::random_batch(B, T, config.model.vocab_size, 6));
+    std::vector<double> trace = to_host_f64(*backend, trainer.params().flat());
+    trace.push_back(step.loss);
+    return trace;
+  };
+  EXPECT_EQ(trained(true), trained(false));
+}
+
 TEST(Recompute, NamesRoundTripAndBadOnesAreRefused) {
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full})
     EXPECT_EQ(parse_recompute(recompute_name(mode)), mode);
