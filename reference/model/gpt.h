@@ -81,7 +81,10 @@ class Gpt {
                   int64_t seq_len);
   void backward(const ParamSet& params, const ParamSet& grads, double grad_scale);
 
-  // Logits [B,T,V] of the last forward (valid until backward, which turns them into gradients).
+  // Logits [B,T,V'] of the last forward (valid until backward, which turns them into gradients):
+  // V' = LayerOps::local_width of the LM head, the vocabulary V padded to the backend's GEMM row
+  // multiple on one device (columns past V are padding, not logits) or this rank's vocabulary
+  // shard under tensor parallelism.
   Tensor logits() const;
   // Allocates the activations for (B, T) now (forward does it on demand).
   void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
