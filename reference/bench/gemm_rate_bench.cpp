@@ -20,10 +20,11 @@ std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab, int64_t log
     const char* name;
     int64_t in, out;
     int per_step;
+    bool logits = false;  // its output is the logits, in the trainer's padded rows
   };
   // GPT-2 124M: d_model 768, d_ff 3072, 12 layers, vocabulary V (the tied LM head: wte [V, C]).
   const Layer layers[] = {{"qkv", 768, 2304, 12}, {"attn_proj", 768, 768, 12}, {"fc", 768, 3072, 12},
-                          {"fc_proj", 3072, 768, 12}, {"lm_head", 768, vocab, 1}};
+                          {"fc_proj", 3072, 768, 12}, {"lm_head", 768, vocab, 1, true}};
   std::vector<GemmCase> cases;
   for (const Layer& l : layers) {
     const std::string name = l.name;
@@ -31,7 +32,7 @@ std::vector<GemmCase> gpt2_gemm_cases(int64_t tokens, int64_t vocab, int64_t log
     //   forward  Y[N,out] = X[N,in] W^T           gemm(N, T)  m=N   n=out k=in
     //   dX       dX[N,in] = dY[N,out] W           gemm(N, N)  m=N   n=in  k=out
     //   dW       dW[out,in] += dY^T[out,N] X[N,in] gemm(T, N) m=out n=in  k=N, beta 1
-    const int64_t ld_out = name == "lm_head" && logits_row != vocab ? logits_row : 0;  // Y's and dY's rows
+    const int64_t ld_out = l.logits && logits_row != vocab ? logits_row : 0;  // Y's and dY's rows
     cases.push_back({name + " fwd", "gpt2", tokens, l.out, l.in, false, true, 0.0, l.per_step, 0, ld_out});
     cases.push_back({name + " dX", "gpt2", tokens, l.in, l.out, false, false, 0.0, l.per_step, ld_out, 0});
     cases.push_back({name + " dW", "gpt2", l.out, l.in, tokens, true, false, 1.0, l.per_step, ld_out, 0});

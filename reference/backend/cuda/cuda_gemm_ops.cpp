@@ -95,29 +95,41 @@ void CudaBackend::ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int
   cuda::convert_2d<float, float>(scratch, 8, m, tail, c32 + n8, ldc, m, tail, ctx_);
 }
 
-Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
-  // [rows, cols] -> [rows_padded, cols_padded]: the padded rows are another product's padded
-  // reduction extent (a linear layer's weight rows meet its output gradient's columns).
+namespace {
+
+// gemm_operands' copy of x [rows, cols]: [rows_padded, cols_padded], both rounded up to multiples of
+// 8. The padded rows are another product's padded reduction extent (a linear layer's weight rows
+// meet its output gradient's columns).
+struct OperandCopyShape {
+  int64_t rows, cols, rows_padded, cols_padded;
+  bool padded() const { return rows_padded != rows || cols_padded != cols; }
+};
+OperandCopyShape operand_copy_shape(const Tensor& x) {
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  const int64_t rows_padded = cuda::padded_leading_dimension(rows, sizeof(bf16));
-  const int64_t cols_padded = cuda::padded_leading_dimension(cols, sizeof(bf16));
-  Tensor copy = alloc_for_overwrite({rows_padded, cols_padded}, DType::BF16);
-  if (rows_padded == rows && cols_padded == cols) convert(x, copy);  // contiguous: the 4-wide conversion
+  return {rows, cols, padded_leading_dimension(rows, sizeof(bf16)), padded_leading_dimension(cols, sizeof(bf16))};
+}
+
+}  // namespace
+
+Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
+  const OperandCopyShape shape = operand_copy_shape(x);
+  Tensor copy = alloc_for_overwrite({shape.rows_padded, shape.cols_padded}, DType::BF16);
+  if (!shape.padded()) convert(x, copy);  // contiguous: the 4-wide conversion
   else
-    cuda::convert_2d<float, bf16>(ptr<float>(x, "gemm_operands"), cols, rows, cols, copy.device_data<bf16>(),
-                                  cols_padded, rows_padded, cols_padded, ctx_);
+    cuda::convert_2d<float, bf16>(ptr<float>(x, "gemm_operands"), shape.cols, shape.rows, shape.cols,
+                                  copy.device_data<bf16>(), shape.cols_padded, shape.rows_padded, shape.cols_padded,
+                                  ctx_);
   return copy;
 }
 
 Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) {
   const char* op = "gemm_operands (with the bias gradient)";
-  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  const bool unpadded = cuda::padded_leading_dimension(rows, sizeof(bf16)) == rows &&
-                        cuda::padded_leading_dimension(cols, sizeof(bf16)) == cols;
-  if (!unpadded || dbias.dtype() != DType::F32 || dbias.numel() != cols)
+  const OperandCopyShape shape = operand_copy_shape(x);
+  if (shape.padded() || dbias.dtype() != DType::F32 || dbias.numel() != shape.cols)
     return Backend::bf16_operand_copy_with_bias_grad(x, dbias);
-  Tensor copy = alloc_for_overwrite({rows, cols}, DType::BF16);
-  cuda::bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(x, op), rows, cols, ctx_);
+  Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
+  cuda::bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(x, op), shape.rows,
+                                shape.cols, ctx_);
   return copy;
 }
 

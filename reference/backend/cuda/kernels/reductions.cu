@@ -109,20 +109,14 @@ struct BiasGradColumns {
 };
 
 // BiasGradColumns' sums, each element also stored rounded to bf16 where it was read.
-struct BiasGradBf16CopyColumns {
-  using Value = float;
-  static constexpr int kSums = 1;
-  float* __restrict__ dbias;
+struct BiasGradBf16CopyColumns : BiasGradColumns<float> {
   bf16* __restrict__ copy;
-  const float* __restrict__ dout;
-  int64_t channels;
   __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
     const int64_t i = row * channels + c;
     const float x = dout[i];
     copy[i].bits = kernels::float_to_bf16_bits(x);
     sums[0] += x;
   }
-  __device__ void finish(int64_t c, const float (&totals)[1]) const { dbias[c] += totals[0]; }
 };
 
 }  // namespace
@@ -157,7 +151,7 @@ void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels, const Cu
 void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_t rows, int64_t channels,
                              const CudaContext& ctx) {
   check(rows >= 0 && channels >= 0, "bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
-  launch_column_sums(BiasGradBf16CopyColumns{dbias, copy, dout, channels}, rows, channels, ctx,
+  launch_column_sums(BiasGradBf16CopyColumns{{dbias, dout, channels}, copy}, rows, channels, ctx,
                      "bias_grad_and_bf16_copy");
 }
 
