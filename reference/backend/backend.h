@@ -168,7 +168,13 @@ class Backend {
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
   // Causal multi-head attention. qkv[B,T,3C] holds q|k|v, head h in columns [h*hd, (h+1)*hd) of
-  // each third. out[B,T,C]; probs[B,H,T,T] keeps the softmax for the backward pass.
+  // each third. out[B,T,C]; probs[B,H,T,T] keeps the softmax for the backward pass, or, where
+  // keeps_attention_probabilities is false, what this backend's attention keeps instead (the CUDA
+  // backend's flash attention: the rows' logsumexp and a copy of out).
+  virtual bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+    (void)dtype, (void)seq_len, (void)channels, (void)n_head;
+    return true;
+  }
   virtual void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv,
                                  int64_t n_head) = 0;
   // Overwrites dqkv[B,T,3C].

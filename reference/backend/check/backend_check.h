@@ -23,6 +23,9 @@ struct Output {
   // Relative bound when not the dtype's (0): 2^-8 for fp32 results of products whose bf16-rounded
   // operands the two backends may round one step apart (a value a few fp32 ulps from a tie).
   double bound = 0;
+  // Not compared: this backend keeps something else in its place (the CUDA flash attention's
+  // probs buffer holds its own state, not the probabilities).
+  bool not_comparable = false;
 };
 
 // One check: `run` builds the inputs on a backend from fixed host values, runs the operation and

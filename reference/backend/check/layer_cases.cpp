@@ -95,12 +95,19 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     Tensor qkv = in.normal({b, T, 3 * c}), out = be.alloc({b, T, c}, DType::F32);
     Tensor probs = be.alloc({b, h, T, T}, DType::F32);
     Tensor dout = in.normal({b, T, c}), dqkv = in.normal({b, T, 3 * c});  // overwritten
+    bool keeps_probs = true;
     with_bf16_operands(be, [&] {
+      keeps_probs = be.keeps_attention_probabilities(DType::F32, T, c, h);
       be.attention_forward(out, probs, qkv, h);
       be.attention_backward(dqkv, dout, qkv, probs, h);
     });
     std::vector<Output> outputs{output(be, "out", out), output(be, "probs", probs), output(be, "dqkv", dqkv)};
     outputs[0].bound = outputs[2].bound = 1.0 / 256;
+    // The CUDA flash attention (TRIPOD_CUDA_ATTENTION=flash) keeps its own state in probs. Its out
+    // and dqkv round the probabilities before their normalisation, the CPU after it: about one
+    // bf16 rounding of each term apart, within the same bound (test_flash_attention_block.cpp
+    // measures up to 3.2e-3 of 3.9e-3 on the host).
+    outputs[1].not_comparable = !keeps_probs;
     return outputs;
   });
 }

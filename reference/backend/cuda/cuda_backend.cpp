@@ -43,7 +43,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaDeviceProp props{};
   check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
   name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
-          ", device " + std::to_string(device_) + ")";
+          ", device " + std::to_string(device_) +
+          (attention_kernel_ == AttentionKernel::Flash ? ", flash attention" : "") + ")";
   ctx_.device = device_;
   ctx_.limits = limits_of(props);
   check_cuda(cudaStreamCreateWithFlags(&counters_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");

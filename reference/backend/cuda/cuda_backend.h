@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/host/attention_choice.h"
 
 namespace tripod::cuda {
 
@@ -66,6 +67,9 @@ class CudaBackend final : public Backend {
   void bias_grad(const Tensor& dbias, const Tensor& dout) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  // Under TRIPOD_CUDA_ATTENTION=flash, fp32 attention under the bf16-operand policy runs the flash
+  // kernels where they take the shape (host/attention_choice.h), keeping their state in probs.
+  bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;
@@ -139,6 +143,7 @@ class CudaBackend final : public Backend {
   // the whole device), counted by the allocator like any tensor.
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
+  bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const;
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {
@@ -156,6 +161,7 @@ class CudaBackend final : public Backend {
   Tensor score_grads_;            // attention backward's B*H*T*T score gradients
   Tensor attention_scratch_;      // attention's head-major copies of qkv, out/dout and dqkv (7*B*T*C)
   Tensor attention_scratch16_;    // its bf16 operand copies under Fp32Matmul::Bf16Operands
+  cuda::AttentionKernel attention_kernel_ = cuda::choose_attention_kernel();  // TRIPOD_CUDA_ATTENTION
 };
 
 }  // namespace tripod::cuda

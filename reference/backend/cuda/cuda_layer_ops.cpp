@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/cross_entropy.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/embedding.h"
@@ -102,8 +103,23 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
       .device_data<bf16>();
 }
 
+bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  return attention_kernel_ == cuda::AttentionKernel::Flash && dtype == DType::F32 &&
+         fp32_matmul() == Fp32Matmul::Bf16Operands && cuda::flash_attention_supported(seq_len, channels, n_head);
+}
+
+bool CudaBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels,
+                                                int64_t n_head) const {
+  return !takes_flash_attention(dtype, seq_len, channels, n_head);
+}
+
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
+  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
+    cuda::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0),
+                                  qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
+    return;
+  }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
@@ -117,6 +133,13 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                      int64_t n_head) {
   const char* op = "attention_backward";
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
+    Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
+    cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
+                                   ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_);
+    return;
+  }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;

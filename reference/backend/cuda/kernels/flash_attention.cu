@@ -1,0 +1,187 @@
+// The flash attention kernels: backend/kernels/flash_attention_block.h's block algorithms run by a
+// device executor whose tile products are bf16 tensor-core products (nvcuda::wmma, 16 x 16 x 16,
+// fp32 accumulators) on operands in shared memory. One block of flash::kThreads threads per
+// (batch, head, 64-row tile); shared memory from 72 KiB (forward, head size 64) to 191 KiB
+// (key gradients, head size 128), so every launch raises the kernel's dynamic shared memory limit.
+//
+// Deterministic: every output element is written by one block, which sums its tiles in a fixed
+// order; no atomics.
+#include <mma.h>
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host/attention_choice.h"
+#include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/launch_patterns.cuh"
+#include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_attention_block.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+namespace flash = kernels::flash;
+
+// Each thread runs its own share of a phase; sync() is the block barrier between phases.
+// Host-callable so that the host pass of the block algorithms compiles; it never runs there.
+struct DeviceBlock {
+  __host__ __device__ int thread_begin() const {
+#ifdef __CUDA_ARCH__
+    return static_cast<int>(threadIdx.x);
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ int thread_end() const { return thread_begin() + 1; }
+  __host__ __device__ int warp_begin() const { return thread_begin() / kWarpSize; }
+  __host__ __device__ int warp_end() const { return warp_begin() + 1; }
+  __host__ __device__ void sync() const {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+  }
+  // c [16][16] (ldc, row-major) = (accumulate ? c : 0) + op(a) [16, k] op(b) [k, 16], the whole
+  // warp together. op(a) is a row-major (a[i*lda + kk]) or, transposed, column-major; op(b) alike.
+  template <bool kATransposed, bool kBTransposed>
+  __host__ __device__ void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb,
+                                   int k) const {
+#ifdef __CUDA_ARCH__
+    using namespace nvcuda;
+    using LayoutA = std::conditional_t<kATransposed, wmma::col_major, wmma::row_major>;
+    using LayoutB = std::conditional_t<kBTransposed, wmma::col_major, wmma::row_major>;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    if (accumulate) wmma::load_matrix_sync(acc, c, static_cast<unsigned>(ldc), wmma::mem_row_major);
+    else wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < k; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
+      wmma::load_matrix_sync(fa, reinterpret_cast<const __nv_bfloat16*>(kATransposed ? a + kk * lda : a + kk),
+                             static_cast<unsigned>(lda));
+      wmma::load_matrix_sync(fb, reinterpret_cast<const __nv_bfloat16*>(kBTransposed ? b + kk : b + kk * ldb),
+                             static_cast<unsigned>(ldb));
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c, acc, static_cast<unsigned>(ldc), wmma::mem_row_major);
+#else
+    (void)c, (void)ldc, (void)accumulate, (void)a, (void)lda, (void)b, (void)ldb, (void)k;
+#endif
+  }
+};
+
+template <class Shared>
+__device__ Shared& shared_of_block() {
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  return *reinterpret_cast<Shared*>(shared_bytes);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(flash::kThreads)
+    flash_forward_kernel(flash::Problem p, const float* qkv, float* out, float* lse) {
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
+  flash::forward_block<HD>(DeviceBlock{}, shared_of_block<flash::ForwardShared<HD>>(), p, qkv, out, lse, at.pair,
+                           at.tile);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(flash::kThreads)
+    flash_key_grads_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+                           const float* delta, float* dqkv) {
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, false);
+  flash::key_grads_block<HD>(DeviceBlock{}, shared_of_block<flash::BackwardShared<HD>>(), p, qkv, dout, lse, delta,
+                             dqkv, at.pair, at.tile);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(flash::kThreads)
+    flash_query_grads_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+                             const float* delta, float* dqkv) {
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
+  flash::query_grads_block<HD>(DeviceBlock{}, shared_of_block<flash::BackwardShared<HD>>(), p, qkv, dout, lse,
+                               delta, dqkv, at.pair, at.tile);
+}
+
+struct DeltaOp {
+  flash::Problem p;
+  float* delta;
+  const float* dout;
+  const float* out;
+  __device__ void operator()(int64_t row) const { delta[row] = flash::delta_of_row(p, dout, out, row); }
+};
+
+// One block a (pair, tile), its shared memory opted in; throws naming `op` past the device's limits.
+template <class Shared, class... KernelArgs, class... Args>
+void launch_tiles(void (*kernel)(KernelArgs...), const flash::Problem& p, const CudaContext& ctx, const char* op,
+                  Args... args) {
+  LaunchShape shape;
+  shape.grid_x = p.pairs() * p.tiles();
+  shape.block = flash::kThreads;
+  shape.shared_bytes = sizeof(Shared);
+  shape.needs_shared_optin = shape.shared_bytes > ctx.limits.shared_per_block;
+  check_fits(shape, ctx.limits, op);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(shape.shared_bytes)),
+             op);
+  kernel<<<grid_of(shape), shape.block, shape.shared_bytes, ctx.stream>>>(args...);
+  check_launch(op);
+}
+
+flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+  check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
+        batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
+  check(flash_attention_supported(seq_len, channels, n_head), op, ": head size ", channels / n_head,
+        " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
+  return {batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+}
+
+// f(std::integral_constant<int, HD>) for the problem's head size.
+template <class F>
+void with_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, 128>{});  // supported: 16, 32, 64, 128
+  }
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                             int64_t channels, int64_t n_head, const CudaContext& ctx) {
+  const char* op = "flash_attention_forward";
+  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head);
+  if (batch * seq_len == 0) return;
+  float* lse = state;
+  float* kept_out = state + p.pairs() * seq_len;
+  with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    launch_tiles<flash::ForwardShared<HD>>(flash_forward_kernel<HD>, p, ctx, op, p, qkv, out, lse);
+  });
+  check_cuda(cudaMemcpyAsync(kept_out, out, sizeof(float) * batch * seq_len * channels, cudaMemcpyDeviceToDevice,
+                             ctx.stream),
+             op);
+}
+
+void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
+                              int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                              const CudaContext& ctx) {
+  const char* op = "flash_attention_backward";
+  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head);
+  if (batch * seq_len == 0) return;
+  const float* lse = state;
+  const float* kept_out = state + p.pairs() * seq_len;
+  launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
+  with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    launch_tiles<flash::BackwardShared<HD>>(flash_key_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
+                                            static_cast<const float*>(delta), dqkv);
+    launch_tiles<flash::BackwardShared<HD>>(flash_query_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
+                                            static_cast<const float*>(delta), dqkv);
+  });
+}
+
+}  // namespace tripod::cuda

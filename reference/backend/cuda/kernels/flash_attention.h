@@ -1,0 +1,28 @@
+// Causal attention without the T x T probabilities (flash_attention.cu; the algorithm and its host
+// replay: backend/kernels/flash_attention_block.h), for fp32 tensors under the bf16-operand policy:
+// q, k, v, dout, the probabilities and the score gradients are bf16 on the tensor cores, the
+// softmax, its statistics and every sum fp32. The CUDA backend uses it when asked
+// (TRIPOD_CUDA_ATTENTION=flash) and the shape is supported; otherwise attention.cu's GEMMs.
+//
+// State kept from forward to backward, in the caller's probs buffer [B,H,T,T] (the Backend
+// interface's, so the model is unchanged; most of it goes unused): the rows' logsumexp [B*H*T],
+// then a copy of out [B*T*C] for the backward's delta = rowsum(dout * out). It fits when
+// T >= hd + 1 (host/attention_choice.h's flash_attention_supported).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+
+namespace tripod::cuda {
+
+void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                             int64_t channels, int64_t n_head, const CudaContext& ctx);
+// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats.
+void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
+                              int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                              const CudaContext& ctx);
+inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
+  return batch * n_head * seq_len;
+}
+
+}  // namespace tripod::cuda

@@ -1,0 +1,45 @@
+// Which attention the CUDA backend runs (backend/cuda/host/attention_choice.h), checked without a
+// GPU: TRIPOD_CUDA_ATTENTION, and the shapes the flash kernels take.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "backend/cuda/host/attention_choice.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+AttentionKernel choose(std::map<std::string, std::string> vars) {
+  return choose_attention_kernel([&](const char* name) { return vars.count(name) ? vars[name] : std::string(); });
+}
+
+TEST(AttentionChoice, GemmUnlessFlashIsAsked) {
+  EXPECT_EQ(choose({}), AttentionKernel::Gemm);
+  EXPECT_EQ(choose({{"TRIPOD_CUDA_ATTENTION", "gemm"}}), AttentionKernel::Gemm);
+  EXPECT_EQ(choose({{"TRIPOD_CUDA_ATTENTION", "flash"}}), AttentionKernel::Flash);
+  try {
+    choose({{"TRIPOD_CUDA_ATTENTION", "Flash2"}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIPOD_CUDA_ATTENTION=Flash2: expected gemm (the default) or flash"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateFits) {
+  EXPECT_TRUE(flash_attention_supported(1024, 768, 12));  // GPT-2 124M: head size 64
+  EXPECT_TRUE(flash_attention_supported(64, 128, 4));     // tiny: 32
+  EXPECT_TRUE(flash_attention_supported(17, 64, 4));      // 16, T = hd + 1: B*H*T*T = B*H*T + B*T*C
+  EXPECT_FALSE(flash_attention_supported(16, 64, 4));     // T = hd: the state would not fit
+  EXPECT_TRUE(flash_attention_supported(129, 128, 1));    // 128
+  EXPECT_FALSE(flash_attention_supported(1024, 40, 4));   // 10
+  EXPECT_FALSE(flash_attention_supported(1024, 768, 3));  // 256
+  EXPECT_FALSE(flash_attention_supported(1024, 100, 0));
+  EXPECT_FALSE(flash_attention_supported(1024, 100, 3));  // C not divisible by H
+}
+
+}  // namespace
+}  // namespace tripod::cuda
