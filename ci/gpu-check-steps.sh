@@ -305,6 +305,60 @@ step_bench-train() {
   fi
 }
 
+# The flash attention kernels (TRIPOD_CUDA_ATTENTION=flash: fp32 attention under the bf16-operand
+# policy without the T x T scores; written and replayed on the host, first run here), each part
+# reported whether or not the one before passed:
+#   check     check-backend's attention cases against the CPU (out and dqkv within 2^-8; probs is
+#             the flash state there, not compared)
+#   sanitize  compute-sanitizer memcheck and racecheck of those cases (shared-memory races)
+#   train     tiny bf16-mixed, 10 steps, against the CPU's emulation: every loss within 1e-4, as
+#             train-bf16 (head size 32, T 64: two flash tiles)
+#   speed     kernel-rate's attention rows and bench-train's GPT-2 step, both with flash, against
+#             bench-train's figures from this run
+step_flash() {
+  export TRIPOD_CUDA_ATTENTION=flash
+  local failed="" key="" sanitizer part rc
+  if dry; then  # the emulated backend has no flash kernels: the step's commands and report, on the CPU
+    check_backend fp32 attention
+    tripod bench kernel-rate --backend cpu --tokens 64 --channels 64 --vocab 256 --repeat 2 --min-time-ms 0 \
+        --json "$STEP_DIR/kernels.json"
+    tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
+        --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench.json"
+    "$PY" "$ROOT/reports/flash_speed.py" "$STEP_DIR" --base-kernels "$OUT_DIR/dry-kernels/kernels.json" \
+        --base-bench "$OUT_DIR/dry-bench-train/bench.json" --json "$STEP_DIR/speed.json" | tee "$STEP_DIR/key.txt"
+    return
+  fi
+  tripod check-backend --backend cuda --against cpu --dtype fp32 --only attention \
+      --json "$STEP_DIR/check.json" || failed+=" check"
+  key+="check $("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%d cases, %d failed, worst %.2g of bound" % (len(r), sum(not x["pass"] for x in r), max([x.get("error_over_bound", 0) for x in r] or [0])))' "$STEP_DIR/check.json" 2>/dev/null || echo "no results")"
+  if sanitizer=$(find_sanitizer); then
+    write_tripod_wrapper
+    for part in memcheck racecheck; do
+      rc=0
+      timeout -k 3 40 "$sanitizer" --tool "$part" --target-processes all --error-exitcode 99 --print-limit 20 \
+          "$WORK/tripod-run" check-backend --backend cuda --dtype fp32 --only "attention_forward/backward bf16" \
+          >"$STEP_DIR/$part.log" 2>&1 || rc=$?
+      tail -3 "$STEP_DIR/$part.log"
+      [ "$rc" = 0 ] || failed+=" $part(exit $rc)"
+      key+="; $part exit $rc"
+    done
+  else
+    key+="; compute-sanitizer not found"
+  fi
+  train_tiny cpu-flash cpu bf16-mixed "$TRAIN_STEPS" && train_tiny cuda-flash cuda bf16-mixed "$TRAIN_STEPS" &&
+      (cd "$STEP_DIR" && compare_runs cuda-flash cpu-flash --rel-tol 1e-4 --steps "$TRAIN_STEPS" \
+          --label "tiny bf16-mixed: cuda flash attention vs cpu") || failed+=" train"
+  key+="; train $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("loss max rel %.2g (bound %g)" % (j["loss_max_rel"], j["rel_tol"]))' "$STEP_DIR/compare.json" 2>/dev/null || echo "no comparison")"
+  tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 --json "$STEP_DIR/kernels.json" ||
+      failed+=" kernels"
+  tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
+      --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json" || failed+=" bench"
+  key+="; $("$PY" "$ROOT/reports/flash_speed.py" "$STEP_DIR" --base-kernels "$OUT_DIR/kernels/kernels.json" \
+      --base-bench "$OUT_DIR/bench-train/bench.json" --json "$STEP_DIR/speed.json" 2>&1 | tail -1)"
+  echo "$key" | tee "$STEP_DIR/key.txt"
+  if [ -n "$failed" ]; then echo "FAILED:$failed"; exit 1; fi
+}
+
 step_peer() {
   export PYTHONUNBUFFERED=1
   if dry; then

@@ -49,6 +49,9 @@
 #                and % of a device-to-device copy measured in the same run
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
 #                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304)
+#   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
+#                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
+#                (1e-4), and the attention rows and GPT-2 step against the two steps above
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
@@ -192,6 +195,7 @@ PLAN=(
   "gemm-fp32 45 1 1"
   "kernels 40 1 1"
   "bench-train 120 1 1"
+  "flash 150 1 1"
   "peer 90 1 1"
   "sanitizer 90 1 0"
   "profile 120 1 0"

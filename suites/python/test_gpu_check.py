@@ -39,7 +39,7 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert s["mode"] == "dry-run" and s["overall"] == "pass"
     steps = {x["name"]: x for x in s["steps"]}
     gpu_steps = ["check-fp64", "check-fp32", "check-bf16", "train-fp64", "train-fp32", "train-bf16", "train-rerun",
-                 "golden", "gemm-bf16", "gemm-fp32", "bench-train", "peer", "gtest", "sanitizer"]
+                 "golden", "gemm-bf16", "gemm-fp32", "bench-train", "flash", "peer", "gtest", "sanitizer"]
     for name in gpu_steps:
         assert steps[name]["status"] == "skipped" and "no GPU" in steps[name]["reason"], steps[name]
     for name in ["probe", "data", "dry-check-fp64", "dry-check-fp32", "dry-train-fp64", "dry-train-fp32",
@@ -62,6 +62,10 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     # bench-train's second run, with the vocabulary padded (500 -> 512), in the key figure
     assert json.loads((out / "dry-bench-train" / "bench-padded.json").read_text())["padded_vocab"] == 512
     assert "vocabulary padded to 512" in steps["dry-bench-train"]["key"]
+    # the flash step's CPU form: its check, benchmarks and speed report, against the dry kernels and bench-train
+    assert steps["dry-flash"]["status"] == "pass", steps["dry-flash"]
+    assert "attention fwd bf16" in steps["dry-flash"]["key"] and " vs missing" not in steps["dry-flash"]["key"]
+    assert json.loads((out / "dry-flash" / "speed.json").read_text())["step"]["speedup"] is not None
     for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
         assert steps[name]["key"], name  # a key figure read from the step's JSON
     # the steps added for issues 15 and 17 run their CPU forms too, each to its verdict

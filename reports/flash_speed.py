@@ -1,0 +1,92 @@
+"""The flash attention's speed against the default attention, from one gpu-check run: the attention
+rows of `tripod bench kernel-rate` and the GPT-2 step of `tripod bench train`, both measured by
+the `flash` step with TRIPOD_CUDA_ATTENTION=flash, against the same commands' results of the
+`kernels` and `bench-train` steps of the same run (GEMMs and a softmax over the T x T scores).
+
+    python3 reports/flash_speed.py FLASH_STEP_DIR --base-kernels KERNELS_JSON --base-bench BENCH_JSON [--json OUT]
+
+FLASH_STEP_DIR holds the flash run's kernels.json and bench.json; the base files are the `kernels`
+and `bench-train` steps' (OUT_DIR/kernels/kernels.json, OUT_DIR/bench-train/bench.json).
+
+Prints one line (the step's key figure) and, with --json, the figures. A ratio above 1 means the
+flash run is faster. A figure missing on either side is reported as missing, never as a ratio.
+Standard library only; exit status 1 when the flash run's own results are missing.
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+ATTENTION_ROWS = ("attention fwd bf16", "attention bwd bf16")
+
+
+def load(path):
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def row_seconds(kernels, name):
+    for row in (kernels or {}).get("results", []):
+        if row.get("name") == name:
+            return row.get("median_seconds")
+    return None
+
+
+def compare(flash_dir, base_kernels_path, base_bench_path):
+    flash_dir = pathlib.Path(flash_dir)
+    flash_kernels, base_kernels = load(flash_dir / "kernels.json"), load(base_kernels_path)
+    flash_bench, base_bench = load(flash_dir / "bench.json"), load(base_bench_path)
+    figures = {"rows": {}}
+    for name in ATTENTION_ROWS:
+        flash, base = row_seconds(flash_kernels, name), row_seconds(base_kernels, name)
+        figures["rows"][name] = {"flash_seconds": flash, "gemm_seconds": base,
+                                 "speedup": base / flash if flash and base else None}
+    step = {"flash_seconds": (flash_bench or {}).get("median_step_seconds"),
+            "gemm_seconds": (base_bench or {}).get("median_step_seconds"),
+            "flash_mfu": (flash_bench or {}).get("mfu"),
+            "flash_tokens_per_second": (flash_bench or {}).get("tokens_per_second")}
+    step["speedup"] = (step["gemm_seconds"] / step["flash_seconds"]
+                       if step["flash_seconds"] and step["gemm_seconds"] else None)
+    figures["step"] = step
+    return figures
+
+
+def ms(seconds):
+    return "missing" if seconds is None else "%.3f ms" % (1e3 * seconds)
+
+
+def ratio(x):
+    return "" if x is None else " (%.2fx)" % x
+
+
+def text(figures):
+    parts = []
+    for name, row in figures["rows"].items():
+        parts.append("%s %s vs %s%s" % (name, ms(row["flash_seconds"]), ms(row["gemm_seconds"]), ratio(row["speedup"])))
+    step = figures["step"]
+    mfu = "" if step["flash_mfu"] is None else ", MFU %.1f%%" % (100 * step["flash_mfu"])
+    parts.append("GPT-2 step %s vs %s%s%s" % (ms(step["flash_seconds"]), ms(step["gemm_seconds"]),
+                                               ratio(step["speedup"]), mfu))
+    return "; ".join(parts)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("flash_dir")
+    parser.add_argument("--base-kernels", required=True)
+    parser.add_argument("--base-bench", required=True)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    figures = compare(args.flash_dir, args.base_kernels, args.base_bench)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    print(text(figures))
+    flash_missing = figures["step"]["flash_seconds"] is None and all(
+        r["flash_seconds"] is None for r in figures["rows"].values())
+    return 1 if flash_missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
