@@ -100,11 +100,11 @@ Result run_tiles(const Shape& s, const std::vector<float>& qkv, const std::vecto
     delta[static_cast<std::size_t>(row)] = delta_of_row(p, dout.data(), r.out.data(), row);
   for (int64_t block = 0; block < blocks; ++block) {
     const BlockPlace keys = place_of_block(block, p, false);
-    auto sh = poisoned_shared<BackwardShared<HD>>();
-    key_grads_block<HD>(exec, *sh, p, qkv.data(), dout.data(), r.lse.data(), delta.data(), r.dqkv.data(), keys.pair,
+    auto keys_sh = poisoned_shared<KeyGradsShared<HD>>();
+    key_grads_block<HD>(exec, *keys_sh, p, qkv.data(), dout.data(), r.lse.data(), delta.data(), r.dqkv.data(), keys.pair,
                         keys.tile);
     const BlockPlace queries = place_of_block(block, p, true);
-    sh = poisoned_shared<BackwardShared<HD>>();
+    auto sh = poisoned_shared<BackwardShared<HD>>();
     query_grads_block<HD>(exec, *sh, p, qkv.data(), dout.data(), r.lse.data(), delta.data(), r.dqkv.data(),
                           queries.pair, queries.tile);
   }

@@ -28,6 +28,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/host_device.h"
@@ -36,9 +37,14 @@
 namespace tripod::kernels::flash {
 
 inline constexpr int kTile = 64;  // query rows and key rows a tile
-inline constexpr int kWarps = 4;  // warp w's products cover rows [16w, 16w + 16) of a tile
+inline constexpr int kWarps = 8;
 inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kSide = 16;  // a tensor-core product's output tile is kSide x kSide
+// The row phases: thread tid takes row tid / kRowThreads and, of its kTile columns, those
+// c = tid % kRowThreads + kRowThreads * i. A warp's lanes then cover 8 rows x 4 column offsets:
+// with the fp32 rows kTile + 4 apart, 32 different shared-memory banks.
+inline constexpr int kRowThreads = kThreads / kTile;
+inline constexpr int kRowColumns = kTile / kRowThreads;
 
 // The head sizes the kernels are built for (a product's inner dimension is a multiple of 16).
 TRIPOD_HD bool supported_head_dim(int64_t head_dim) {
@@ -65,9 +71,12 @@ struct ForwardShared {
   alignas(128) float scores[kTile * S::kSquare];
   alignas(128) bf16 probs[kTile * S::kSquare16];
   alignas(128) float out[kTile * S::kAccumulator];
-  float row_max[kTile], row_sum[kTile];
+  float row_max[kTile], row_sum[kTile], next_max[kTile];
+  float part_max[kTile * kRowThreads], part_sum[kTile * kRowThreads];  // each row thread's share
 };
 
+// The query-gradient kernel's shared memory; the key-gradient kernel's adds the probabilities and
+// a second accumulator.
 template <int HD>
 struct BackwardShared {
   using S = Strides<HD>;
@@ -77,11 +86,14 @@ struct BackwardShared {
   alignas(128) bf16 v[kTile * S::kOperand];
   alignas(128) float scores[kTile * S::kSquare];
   alignas(128) float dprobs[kTile * S::kSquare];
-  alignas(128) bf16 probs[kTile * S::kSquare16];
   alignas(128) bf16 score_grads[kTile * S::kSquare16];
   alignas(128) float grad_a[kTile * S::kAccumulator];  // dk (key tiles) or dq (query tiles)
-  alignas(128) float grad_b[kTile * S::kAccumulator];  // dv (key tiles)
   float lse[kTile], delta[kTile];
+};
+template <int HD>
+struct KeyGradsShared : BackwardShared<HD> {
+  alignas(128) bf16 probs[kTile * Strides<HD>::kSquare16];
+  alignas(128) float grad_b[kTile * Strides<HD>::kAccumulator];  // dv
 };
 
 // The tensors: qkv [B,T,3C] (q | k | v, head h in columns [h*hd, (h+1)*hd) of each third), out and
@@ -141,33 +153,58 @@ TRIPOD_HD void load_row_state(const Exec& exec, float* dst, const float* src, in
     if (tid < kTile) dst[tid] = tid < rows ? src[tid] : 0.0f;
 }
 
-// out [kTile, kTile] fp32 (ld Strides::kSquare) = a [kTile][HD] b[kTile][HD]^T: warp w the rows
-// [16w, 16w + 16).
+// The warps [first, first + count) share a product's 16 x 16 output tiles t = 0, 1, ... (row
+// block t % 4, column block t / 4): warp first + i takes t = i, i + count, ...
+
+// out [kTile, kTile] fp32 (ld Strides::kSquare) = a [kTile][HD] b [kTile][HD]^T.
 template <int HD, class Exec>
-TRIPOD_HD void row_by_row_products(const Exec& exec, float* out, const bf16* a, const bf16* b) {
+TRIPOD_HD void row_by_row_products(const Exec& exec, int first, int count, float* out, const bf16* a, const bf16* b) {
   using S = Strides<HD>;
-  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w)
-    for (int j = 0; j < kTile / kSide; ++j)
-      exec.template product<false, true>(out + w * kSide * S::kSquare + j * kSide, S::kSquare, false,
-                                         a + w * kSide * S::kOperand, S::kOperand, b + j * kSide * S::kOperand,
+  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w) {
+    if (w < first || w >= first + count) continue;
+    for (int t = w - first; t < (kTile / kSide) * (kTile / kSide); t += count) {
+      const int i = t % (kTile / kSide), j = t / (kTile / kSide);
+      exec.template product<false, true>(out + i * kSide * S::kSquare + j * kSide, S::kSquare, false,
+                                         a + i * kSide * S::kOperand, S::kOperand, b + j * kSide * S::kOperand,
                                          S::kOperand, HD);
+    }
+  }
 }
 
-// acc [kTile][HD] fp32 += op(a) [kTile, kTile] b [kTile][HD], with op(a) = a (rows of a square
-// tile, kA_transposed false) or a^T; warp w the rows [16w, 16w + 16) of acc.
+// acc [kTile][HD] fp32 += op(a) [kTile, kTile] b [kTile][HD], with op(a) = a (a square tile's
+// rows, kATransposed false) or a^T.
 template <int HD, bool kATransposed, class Exec>
-TRIPOD_HD void accumulate_square_times_rows(const Exec& exec, float* acc, const bf16* a, const bf16* b) {
+TRIPOD_HD void accumulate_square_times_rows(const Exec& exec, int first, int count, float* acc, const bf16* a,
+                                            const bf16* b) {
   using S = Strides<HD>;
-  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w)
-    for (int j = 0; j < HD / kSide; ++j) {
-      // op(a)'s rows [16w, 16w + 16): rows of a, or columns of a (a^T read column-major)
-      const bf16* a_rows = kATransposed ? a + w * kSide : a + w * kSide * S::kSquare16;
-      exec.template product<kATransposed, false>(acc + w * kSide * S::kAccumulator + j * kSide, S::kAccumulator,
+  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w) {
+    if (w < first || w >= first + count) continue;
+    for (int t = w - first; t < (kTile / kSide) * (HD / kSide); t += count) {
+      const int i = t % (kTile / kSide), j = t / (kTile / kSide);
+      // op(a)'s rows [16i, 16i + 16): rows of a, or columns of a (a^T read column-major)
+      const bf16* a_rows = kATransposed ? a + i * kSide : a + i * kSide * S::kSquare16;
+      exec.template product<kATransposed, false>(acc + i * kSide * S::kAccumulator + j * kSide, S::kAccumulator,
                                                  true, a_rows, S::kSquare16, b + j * kSide, S::kOperand, kTile);
     }
+  }
 }
 
 // ---- forward ----
+
+static_assert(kRowThreads == 4, "forward_block adds the row threads' sums as (0 + 1) + (2 + 3)");
+
+// The keys of a key tile starting at key0 that query t sees: c < visible_keys (t >= key0).
+TRIPOD_HD int visible_keys(int64_t t, int64_t key0) {
+  const int64_t last = t - key0;
+  return last < kTile ? static_cast<int>(last) + 1 : kTile;
+}
+
+// max(old max, the row threads' maxima).
+TRIPOD_HD float row_max_after(float old_max, const float* parts) {
+  float m = old_max;
+  for (int i = 0; i < kRowThreads; ++i) m = parts[i] > m ? parts[i] : m;
+  return m;
+}
 
 // Query tile qt of pair bh: out's rows and the rows' logsumexp.
 template <int HD, class Exec>
@@ -186,35 +223,52 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     load_rows<HD>(exec, sh.k, S::kOperand, qkv + p.qkv_index(bh, key0, 1), src_ld, p.rows_in_tile(kt));
     load_rows<HD>(exec, sh.v, S::kOperand, qkv + p.qkv_index(bh, key0, 2), src_ld, p.rows_in_tile(kt));
     exec.sync();
-    row_by_row_products<HD>(exec, sh.scores, sh.q, sh.k);
+    row_by_row_products<HD>(exec, 0, kWarps, sh.scores, sh.q, sh.k);
     exec.sync();
+    // Row r (query t = row0 + r) sees keys key0 + c for c < visible (>= 1: t >= row0 >= key0).
+    // Each row thread's max over its columns, then (next phase) the row's.
     for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
-      if (tid >= kTile) continue;
-      // row tid is query t; it sees keys key0 + c for c < visible (>= 1: t >= row0 >= key0)
-      const int64_t t = row0 + tid, last = t - key0;
-      const int visible = last < kTile ? static_cast<int>(last) + 1 : kTile;
-      const float* s = sh.scores + tid * S::kSquare;
-      const float old_max = sh.row_max[tid];
-      float new_max = old_max;
-      for (int c = 0; c < visible; ++c) {
+      const int r = tid / kRowThreads, part = tid % kRowThreads;
+      const int visible = visible_keys(row0 + r, key0);
+      const float* s = sh.scores + r * S::kSquare;
+      float m = -INFINITY;
+      for (int c = part; c < visible; c += kRowThreads) {
         const float x = p.scale * s[c];
-        new_max = x > new_max ? x : new_max;
+        m = x > m ? x : m;
       }
+      sh.part_max[tid] = m;
+    }
+    exec.sync();
+    // p_c = exp(s_c - new max), rounded to bf16 for the product; each row thread's sum of the fp32
+    // p_c; its share of the row's out rescaled by exp(old max - new max) (0 on the first tile).
+    for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+      const int r = tid / kRowThreads, part = tid % kRowThreads;
+      const int visible = visible_keys(row0 + r, key0);
+      const float new_max = row_max_after(sh.row_max[r], sh.part_max + r * kRowThreads);
+      const float* s = sh.scores + r * S::kSquare;
+      bf16* prob = sh.probs + r * S::kSquare16;
       float sum = 0;
-      bf16* prob = sh.probs + tid * S::kSquare16;
-      for (int c = 0; c < kTile; ++c) {
+      for (int c = part; c < kTile; c += kRowThreads) {
         const float e = c < visible ? std::exp(p.scale * s[c] - new_max) : 0.0f;
         prob[c] = to_bf16(e);
         sum += e;
       }
-      const float rescale = std::exp(old_max - new_max);  // 0 for the first tile (old_max -inf)
-      sh.row_sum[tid] = sh.row_sum[tid] * rescale + sum;
-      sh.row_max[tid] = new_max;
-      float* o = sh.out + tid * S::kAccumulator;
-      for (int d = 0; d < HD; ++d) o[d] *= rescale;
+      sh.part_sum[tid] = sum;
+      const float rescale = std::exp(sh.row_max[r] - new_max);
+      float* o = sh.out + r * S::kAccumulator;
+      for (int d = part * (HD / kRowThreads); d < (part + 1) * (HD / kRowThreads); ++d) o[d] *= rescale;
+      if (part == 0) sh.next_max[r] = new_max;
     }
     exec.sync();
-    accumulate_square_times_rows<HD, false>(exec, sh.out, sh.probs, sh.v);
+    // out += P V (the warps) and the rows' running sum and max (a thread a row): disjoint data.
+    accumulate_square_times_rows<HD, false>(exec, 0, kWarps, sh.out, sh.probs, sh.v);
+    for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+      if (tid >= kTile) continue;
+      const float* parts = sh.part_sum + tid * kRowThreads;
+      const float rescale = std::exp(sh.row_max[tid] - sh.next_max[tid]);
+      sh.row_sum[tid] = sh.row_sum[tid] * rescale + ((parts[0] + parts[1]) + (parts[2] + parts[3]));
+      sh.row_max[tid] = sh.next_max[tid];
+    }
     exec.sync();
   }
   for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
@@ -238,37 +292,35 @@ TRIPOD_HD float delta_of_row(const Problem& p, const float* dout, const float* o
   return sum;
 }
 
-// From the tile's scores and dprobs: probs (when asked) and the score gradients, rounded to bf16;
+// From the tile's scores and dprobs: probs (key tiles) and the score gradients, rounded to bf16;
 // exact zeros where the query is past T or the key past the query.
-template <int HD, class Exec>
-TRIPOD_HD void score_grads_of_tile(const Exec& exec, BackwardShared<HD>& sh, const Problem& p, int64_t row0,
-                                   int64_t key0, bool keep_probs) {
+template <int HD, class Shared, class Exec>
+TRIPOD_HD void score_grads_of_tile(const Exec& exec, Shared& sh, const Problem& p, int64_t row0, int64_t key0) {
   using S = Strides<HD>;
+  constexpr bool kKeepProbs = !std::is_same_v<Shared, BackwardShared<HD>>;
   for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
-    if (tid >= kTile) continue;
-    const int64_t t = row0 + tid;
-    const float* s = sh.scores + tid * S::kSquare;
-    const float* dp = sh.dprobs + tid * S::kSquare;
-    bf16* prob = sh.probs + tid * S::kSquare16;
-    bf16* ds = sh.score_grads + tid * S::kSquare16;
-    for (int c = 0; c < kTile; ++c) {
+    const int r = tid / kRowThreads;
+    const int64_t t = row0 + r;
+    const float* s = sh.scores + r * S::kSquare;
+    const float* dp = sh.dprobs + r * S::kSquare;
+    bf16* ds = sh.score_grads + r * S::kSquare16;
+    for (int c = tid % kRowThreads; c < kTile; c += kRowThreads) {
       const bool visible = t < p.seq_len && key0 + c <= t;
-      const float pr = visible ? std::exp(p.scale * s[c] - sh.lse[tid]) : 0.0f;
-      if (keep_probs) prob[c] = to_bf16(pr);
-      ds[c] = to_bf16(visible ? pr * (dp[c] - sh.delta[tid]) * p.scale : 0.0f);
+      const float pr = visible ? std::exp(p.scale * s[c] - sh.lse[r]) : 0.0f;
+      if constexpr (kKeepProbs) sh.probs[r * S::kSquare16 + c] = to_bf16(pr);
+      ds[c] = to_bf16(visible ? pr * (dp[c] - sh.delta[r]) * p.scale : 0.0f);
     }
   }
 }
 
-// The scores and dprobs of query tile (row0, rows) against the key tile in sh.k, sh.v (with
+// The scores and dprobs of the query tile at row0 against the key tile in sh.k, sh.v (with
 // sh.q, sh.dout, sh.lse, sh.delta loaded), then the score gradients: three phases.
-template <int HD, class Exec>
-TRIPOD_HD void tile_score_grads(const Exec& exec, BackwardShared<HD>& sh, const Problem& p, int64_t row0,
-                                int64_t key0, bool keep_probs) {
-  row_by_row_products<HD>(exec, sh.scores, sh.q, sh.k);
-  row_by_row_products<HD>(exec, sh.dprobs, sh.dout, sh.v);
+template <int HD, class Shared, class Exec>
+TRIPOD_HD void tile_score_grads(const Exec& exec, Shared& sh, const Problem& p, int64_t row0, int64_t key0) {
+  row_by_row_products<HD>(exec, 0, kWarps / 2, sh.scores, sh.q, sh.k);
+  row_by_row_products<HD>(exec, kWarps / 2, kWarps / 2, sh.dprobs, sh.dout, sh.v);
   exec.sync();
-  score_grads_of_tile<HD>(exec, sh, p, row0, key0, keep_probs);
+  score_grads_of_tile<HD>(exec, sh, p, row0, key0);
   exec.sync();
 }
 
@@ -306,7 +358,7 @@ TRIPOD_HD void store_gradient_rows(const Exec& exec, float* dqkv, const float* a
 
 // Key tile kt of pair bh: dk and dv of its rows, over the query tiles that see them.
 template <int HD, class Exec>
-TRIPOD_HD void key_grads_block(const Exec& exec, BackwardShared<HD>& sh, const Problem& p, const float* qkv,
+TRIPOD_HD void key_grads_block(const Exec& exec, KeyGradsShared<HD>& sh, const Problem& p, const float* qkv,
                                const float* dout, const float* lse, const float* delta, float* dqkv, int64_t bh,
                                int64_t kt) {
   using S = Strides<HD>;
@@ -316,9 +368,10 @@ TRIPOD_HD void key_grads_block(const Exec& exec, BackwardShared<HD>& sh, const P
   for (int64_t qt = kt; qt < p.tiles(); ++qt) {
     load_query_tile<HD>(exec, sh, p, qkv, dout, lse, delta, bh, qt);
     exec.sync();
-    tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile, true);
-    accumulate_square_times_rows<HD, true>(exec, sh.grad_b, sh.probs, sh.dout);     // dv += P^T dO
-    accumulate_square_times_rows<HD, true>(exec, sh.grad_a, sh.score_grads, sh.q);  // dk += dS^T Q
+    tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile);
+    accumulate_square_times_rows<HD, true>(exec, 0, kWarps / 2, sh.grad_b, sh.probs, sh.dout);  // dv += P^T dO
+    accumulate_square_times_rows<HD, true>(exec, kWarps / 2, kWarps / 2, sh.grad_a, sh.score_grads,
+                                           sh.q);  // dk += dS^T Q
     exec.sync();
   }
   store_gradient_rows<HD>(exec, dqkv, sh.grad_a, p, bh, kt * kTile, p.rows_in_tile(kt), 1);
@@ -335,8 +388,8 @@ TRIPOD_HD void query_grads_block(const Exec& exec, BackwardShared<HD>& sh, const
   for (int64_t kt = 0; kt <= qt; ++kt) {
     load_key_tile<HD>(exec, sh, p, qkv, bh, kt);
     exec.sync();
-    tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile, false);
-    accumulate_square_times_rows<HD, false>(exec, sh.grad_a, sh.score_grads, sh.k);  // dq += dS K
+    tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile);
+    accumulate_square_times_rows<HD, false>(exec, 0, kWarps, sh.grad_a, sh.score_grads, sh.k);  // dq += dS K
     exec.sync();
   }
   store_gradient_rows<HD>(exec, dqkv, sh.grad_a, p, bh, qt * kTile, p.rows_in_tile(qt), 0);

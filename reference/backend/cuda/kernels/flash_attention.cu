@@ -1,8 +1,9 @@
 // The flash attention kernels: backend/kernels/flash_attention_block.h's block algorithms run by a
 // device executor whose tile products are bf16 tensor-core products (nvcuda::wmma, 16 x 16 x 16,
-// fp32 accumulators) on operands in shared memory. One block of flash::kThreads threads per
-// (batch, head, 64-row tile); shared memory from 72 KiB (forward, head size 64) to 191 KiB
-// (key gradients, head size 128), so every launch raises the kernel's dynamic shared memory limit.
+// fp32 accumulators) on operands in shared memory. One block of flash::kThreads (256) threads per
+// (batch, head, 64-row tile). Shared memory at head size 64: 73 KiB forward (3 blocks an SM on an
+// H200's 227 KiB), 97 KiB query gradients (2), 122 KiB key gradients (1); at 128 up to 187 KiB.
+// Every launch raises the kernel's dynamic shared memory limit to what it takes.
 //
 // Deterministic: every output element is written by one block, which sums its tiles in a fixed
 // order; no atomics.
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(flash::kThreads)
     flash_key_grads_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
                            const float* delta, float* dqkv) {
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, false);
-  flash::key_grads_block<HD>(DeviceBlock{}, shared_of_block<flash::BackwardShared<HD>>(), p, qkv, dout, lse, delta,
+  flash::key_grads_block<HD>(DeviceBlock{}, shared_of_block<flash::KeyGradsShared<HD>>(), p, qkv, dout, lse, delta,
                              dqkv, at.pair, at.tile);
 }
 
@@ -177,7 +178,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
   launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
   with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
-    launch_tiles<flash::BackwardShared<HD>>(flash_key_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
+    launch_tiles<flash::KeyGradsShared<HD>>(flash_key_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
                                             static_cast<const float*>(delta), dqkv);
     launch_tiles<flash::BackwardShared<HD>>(flash_query_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
                                             static_cast<const float*>(delta), dqkv);
