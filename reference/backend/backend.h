@@ -168,9 +168,17 @@ class Backend {
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
   // Causal multi-head attention. qkv[B,T,3C] holds q|k|v, head h in columns [h*hd, (h+1)*hd) of
-  // each third. out[B,T,C]; probs[B,H,T,T] keeps the softmax for the backward pass, or, where
-  // keeps_attention_probabilities is false, what this backend's attention keeps instead (the CUDA
-  // backend's flash attention: the rows' logsumexp and a copy of out).
+  // each third. out[B,T,C]; `probs` keeps for the backward pass what attention_state_shape says:
+  // by default the softmax, [B,H,T,T]; where keeps_attention_probabilities is false, what this
+  // backend's attention keeps instead (the CUDA backend's flash attention: the rows' logsumexp and
+  // a copy of out, B*H*T + B*T*C elements). Both answers hold under the precision policy in force
+  // when they are asked, which must be the one of the attention calls (the model asks as it
+  // allocates its activations). A state buffer at least B*H*T*T long serves either.
+  virtual Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                      int64_t n_head) const {
+    (void)dtype, (void)channels;
+    return {batch, n_head, seq_len, seq_len};
+  }
   virtual bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
     (void)dtype, (void)seq_len, (void)channels, (void)n_head;
     return true;

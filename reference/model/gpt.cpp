@@ -154,7 +154,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln1_mean = own(shared.ln1_mean, {R});
     x.ln1_rstd = own(shared.ln1_rstd, {R});
     x.qkv = own(shared.qkv, {B, T, 3 * A});
-    x.probs = own(shared.probs, {B, H, T, T});
+    x.probs = own(shared.probs, backend_.attention_state_shape(dtype_, B, T, A, H));  // [B,H,T,T] on the CPU
     x.atty = own(shared.atty, {B, T, A});
     x.res2 = own(shared.res2, {R, C});
     x.ln2 = own(shared.ln2, {R, C});
@@ -213,7 +213,7 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
     const int64_t H = local_heads();
     BlockActivations& r = s->recomputed;
-    r.probs = act({B, H, T, T});
+    r.probs = act(backend_.attention_state_shape(dtype_, B, T, A, H));
     r.fc_gelu = act({N, F});
     if (recompute_ == Recompute::Full) {  // all but the block output
       r.ln1 = act({R, C});

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/host/attention_choice.h"
+#include "backend/cuda/host/launch_geometry.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -29,16 +30,23 @@ TEST(AttentionChoice, GemmUnlessFlashIsAsked) {
   }
 }
 
-TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateFits) {
-  EXPECT_TRUE(flash_attention_supported(1024, 768, 12));  // GPT-2 124M: head size 64
-  EXPECT_TRUE(flash_attention_supported(64, 128, 4));     // tiny: 32
-  EXPECT_TRUE(flash_attention_supported(17, 64, 4));      // 16, T = hd + 1: B*H*T*T = B*H*T + B*T*C
-  EXPECT_FALSE(flash_attention_supported(16, 64, 4));     // T = hd: the state would not fit
-  EXPECT_TRUE(flash_attention_supported(129, 128, 1));    // 128
-  EXPECT_FALSE(flash_attention_supported(1024, 40, 4));   // 10
-  EXPECT_FALSE(flash_attention_supported(1024, 768, 3));  // 256
-  EXPECT_FALSE(flash_attention_supported(1024, 100, 0));
-  EXPECT_FALSE(flash_attention_supported(1024, 100, 3));  // C not divisible by H
+TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateAndSharedMemoryFit) {
+  const std::size_t h200 = h200_limits().shared_per_block_optin;  // 227 KiB
+  EXPECT_TRUE(flash_attention_supported(1024, 768, 12, h200));  // GPT-2 124M: head size 64
+  EXPECT_TRUE(flash_attention_supported(64, 128, 4, h200));     // tiny: 32
+  EXPECT_TRUE(flash_attention_supported(17, 64, 4, h200));      // 16, T = hd + 1: B*H*T*T = B*H*T + B*T*C
+  EXPECT_FALSE(flash_attention_supported(16, 64, 4, h200));     // T = hd: the state would not fit
+  EXPECT_TRUE(flash_attention_supported(129, 128, 1, h200));    // 128
+  EXPECT_FALSE(flash_attention_supported(1024, 40, 4, h200));   // 10
+  EXPECT_FALSE(flash_attention_supported(1024, 768, 3, h200));  // 256
+  EXPECT_FALSE(flash_attention_supported(1024, 100, 0, h200));
+  EXPECT_FALSE(flash_attention_supported(1024, 100, 3, h200));  // C not divisible by H
+  // An A100 (163 KiB): head size 64's kernels fit, 128's key-gradient kernel does not.
+  EXPECT_TRUE(flash_attention_supported(1024, 768, 12, 163 * 1024));
+  EXPECT_FALSE(flash_attention_supported(1024, 1536, 12, 163 * 1024));
+  EXPECT_GT(flash_attention_shared_bytes(128), 163u * 1024);
+  EXPECT_LE(flash_attention_shared_bytes(128), h200);
+  EXPECT_EQ(flash_attention_shared_bytes(48), 0u);
 }
 
 }  // namespace

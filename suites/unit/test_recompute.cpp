@@ -4,6 +4,7 @@
 // really holds that much less.
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "support/test_backend.h"
 #include "model_test_util.h"
 #include "model/gpt.h"
@@ -168,6 +169,68 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
     return trace;
   };
   EXPECT_EQ(trained(true), trained(false));
+}
+
+// A backend whose attention keeps something else than the probabilities (the CUDA flash
+// attention: its rows' logsumexp and a copy of out) says how much in attention_state_shape; the
+// model allocates that for every block's state and for the recompute buffer, and its accounting
+// follows. This one keeps the CPU's probabilities and 5 elements more, in a flat buffer.
+class LargerStateCpuBackend : public cpu::CpuBackend {
+ public:
+  static constexpr int64_t kExtra = 5;
+  LargerStateCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  Shape attention_state_shape(DType, int64_t batch, int64_t seq_len, int64_t, int64_t n_head) const override {
+    return {batch * n_head * seq_len * seq_len + kExtra};
+  }
+  void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int64_t n_head) override {
+    cpu::CpuBackend::attention_forward(out, probs_in(state, qkv, n_head), qkv, n_head);
+  }
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& state,
+                          int64_t n_head) override {
+    cpu::CpuBackend::attention_backward(dqkv, dout, qkv, probs_in(state, qkv, n_head), n_head);
+  }
+
+ private:
+  static Tensor probs_in(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+    const int64_t b = qkv.dim(0), t = qkv.dim(1);
+    EXPECT_EQ(state.shape(), Shape({b * n_head * t * t + kExtra}));
+    return state.view(0, {b, n_head, t, t});
+  }
+};
+
+TEST(Recompute, TheModelKeepsTheAttentionStateTheBackendAsksFor) {
+  const ModelConfig m = wide_model();
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    cpu::CpuBackend plain(Device::Host, "cpu");
+    LargerStateCpuBackend larger;
+    auto bytes = [&](Backend& be) {
+      Gpt model(m, be, DType::F64, nullptr, StageSpan{}, mode);
+      model.reserve(2, 8);
+      return model.activation_bytes();
+    };
+    // Each block's own state, or (recomputed) the one shared buffer.
+    const int64_t states = mode == Recompute::None ? m.n_layer : 1;
+    EXPECT_EQ(bytes(larger) - bytes(plain), states * LargerStateCpuBackend::kExtra * sizeof(double))
+        << recompute_name(mode);
+  }
+  // Training through it gives the plain backend's bits.
+  const RunConfig config = testing::tiny_run_config("fp32", true);
+  for (Recompute mode : {Recompute::None, Recompute::Selective}) {
+    std::vector<double> losses[2];
+    cpu::CpuBackend plain(Device::Host, "cpu");
+    LargerStateCpuBackend larger;
+    Backend* backends[2] = {&plain, &larger};
+    for (int i = 0; i < 2; ++i) {
+      RunConfig c = config;
+      c.train.recompute = mode;
+      Trainer trainer(c, *backends[i]);
+      trainer.initialise();
+      for (int step = 0; step < 2; ++step)
+        losses[i].push_back(trainer.train_step(testing::random_batch(c.train.batch_size, c.train.seq_len,
+                                                                     c.model.vocab_size, 40 + step)).loss);
+    }
+    EXPECT_EQ(losses[0], losses[1]) << recompute_name(mode);
+  }
 }
 
 TEST(Recompute, NamesRoundTripAndBadOnesAreRefused) {

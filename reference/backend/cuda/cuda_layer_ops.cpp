@@ -105,7 +105,7 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
 
 bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
   return attention_kernel_ == cuda::AttentionKernel::Flash && dtype == DType::F32 &&
-         fp32_matmul() == Fp32Matmul::Bf16Operands && cuda::flash_attention_supported(seq_len, channels, n_head);
+         fp32_matmul() == Fp32Matmul::Bf16Operands && cuda::flash_attention_supported(seq_len, channels, n_head, ctx_.limits.shared_per_block_optin);
 }
 
 bool CudaBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels,
@@ -113,8 +113,26 @@ bool CudaBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, in
   return !takes_flash_attention(dtype, seq_len, channels, n_head);
 }
 
+Shape CudaBackend::attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                         int64_t n_head) const {
+  if (!takes_flash_attention(dtype, seq_len, channels, n_head))
+    return Backend::attention_state_shape(dtype, batch, seq_len, channels, n_head);
+  return {cuda::flash_attention_state_elements(batch, seq_len, channels, n_head)};
+}
+
+// The state buffer holds what this call's attention keeps (a buffer sized under another policy
+// or for another attention may not).
+void CudaBackend::check_attention_state(const Tensor& probs, const Tensor& qkv, int64_t n_head, const char* op) const {
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  const int64_t need = shape_numel(attention_state_shape(qkv.dtype(), batch, seq_len, channels, n_head));
+  check(probs.numel() >= need, op, ": the attention state (probs) holds ", probs.numel(), " elements, this ",
+        takes_flash_attention(qkv.dtype(), seq_len, channels, n_head) ? "flash" : "GEMM", " attention keeps ", need,
+        " (Backend::attention_state_shape, under the precision policy in force)");
+}
+
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
+  check_attention_state(probs, qkv, n_head, op);
   if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
     cuda::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0),
                                   qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
@@ -133,6 +151,7 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                      int64_t n_head) {
   const char* op = "attention_backward";
+  check_attention_state(probs, qkv, n_head, op);
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
     Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);

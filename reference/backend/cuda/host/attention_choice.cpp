@@ -21,10 +21,23 @@ AttentionKernel choose_attention_kernel() {
   });
 }
 
-bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head) {
+std::size_t flash_attention_shared_bytes(int64_t head_dim) {
+  using namespace kernels::flash;
+  switch (head_dim) {  // the key-gradient kernel's is the largest of the three
+    case 16: return sizeof(KeyGradsShared<16>);
+    case 32: return sizeof(KeyGradsShared<32>);
+    case 64: return sizeof(KeyGradsShared<64>);
+    case 128: return sizeof(KeyGradsShared<128>);
+    default: return 0;
+  }
+}
+
+bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin) {
   if (n_head <= 0 || channels % n_head != 0) return false;
   const int64_t head_dim = channels / n_head;
-  return kernels::flash::supported_head_dim(head_dim) && seq_len >= head_dim + 1;
+  static_assert(sizeof(kernels::flash::ForwardShared<128>) <= sizeof(kernels::flash::KeyGradsShared<128>));
+  return kernels::flash::supported_head_dim(head_dim) && seq_len >= head_dim + 1 &&
+         flash_attention_shared_bytes(head_dim) <= shared_per_block_optin;
 }
 
 }  // namespace tripod::cuda

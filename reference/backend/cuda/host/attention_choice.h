@@ -3,6 +3,7 @@
 // flash_attention.cu's tiles, which never hold the T x T scores (TRIPOD_CUDA_ATTENTION=flash; not
 // yet measured on a GPU). Pure host code, so the rule is unit-tested without a GPU.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,9 +17,14 @@ enum class AttentionKernel { Gemm, Flash };
 AttentionKernel choose_attention_kernel(const std::function<std::string(const char*)>& env);
 AttentionKernel choose_attention_kernel();  // from the process's environment
 
-// Shapes the flash kernels take: head size 16, 32, 64 or 128 (a tile product's inner dimension
-// is a multiple of 16; one kernel is built for each), and T >= hd + 1, so that the state they keep
-// (the rows' logsumexp, B*H*T, and a copy of out, B*T*C) fits in the B*H*T*T probs buffer.
-bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head);
+// Shapes the flash kernels take on a device whose blocks may opt in to `shared_per_block_optin`
+// bytes of shared memory: head size 16, 32, 64 or 128 (a tile product's inner dimension is a
+// multiple of 16; one kernel is built for each) whose kernels' shared memory fits (an H200's 227
+// KiB holds them all; an A100's 163 KiB not head size 128's key-gradient kernel), and T >= hd + 1,
+// so that the state they keep (the rows' logsumexp, B*H*T, and a copy of out, B*T*C) fits in the
+// B*H*T*T probs buffer. Elsewhere the backend runs the GEMM attention.
+bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin);
+// The most shared memory a block of the flash kernels takes at this head size (0 if unsupported).
+std::size_t flash_attention_shared_bytes(int64_t head_dim);
 
 }  // namespace tripod::cuda

@@ -130,11 +130,13 @@ void launch_tiles(void (*kernel)(KernelArgs...), const flash::Problem& p, const 
   check_launch(op);
 }
 
-flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                          const CudaContext& ctx) {
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
-  check(flash_attention_supported(seq_len, channels, n_head), op, ": head size ", channels / n_head,
-        " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
+  check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin), op, ": head size ",
+        channels / n_head, " at T = ", seq_len,
+        " is not supported (head size 16, 32, 64 or 128 whose kernels fit the device's shared memory, T > head size)");
   return {batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
 }
 
@@ -154,7 +156,7 @@ void with_head_dim(int64_t head_dim, F&& f) {
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head, const CudaContext& ctx) {
   const char* op = "flash_attention_forward";
-  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head);
+  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
   if (batch * seq_len == 0) return;
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
@@ -171,7 +173,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx) {
   const char* op = "flash_attention_backward";
-  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head);
+  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
   if (batch * seq_len == 0) return;
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
