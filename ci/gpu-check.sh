@@ -117,12 +117,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$OUT_DIR" ] || usage
-# The training and golden steps read the corpus that `data` writes: --only brings it along (a run of
-# `--only train-fp32` failed with "data directory ... does not exist").
-if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden), ]] &&
+# The training, golden and flash steps read the corpus that `data` writes: --only brings it along (a
+# run of `--only train-fp32` failed with "data directory ... does not exist").
+if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden|flash), ]] &&
    [[ "$ONLY" != *",data,"* ]]; then
   ONLY="${ONLY}data,"
-  echo "gpu-check: --only adds step data (the training and golden steps read its corpus)"
+  echo "gpu-check: --only adds step data (the training, golden and flash steps read its corpus)"
 fi
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)

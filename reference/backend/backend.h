@@ -231,6 +231,10 @@ class Backend {
                      int64_t step, double grad_scale) = 0;
 
  protected:
+  // Throws naming `op` when the attention state buffer holds fewer elements than
+  // attention_state_shape asks for qkv's shape under the policy in force (a buffer sized for the
+  // other attention, or under another policy).
+  void check_attention_state(const Tensor& state, const Tensor& qkv, int64_t n_head, const char* op) const;
   // A tensor every element of which the caller overwrites at once (gemm_operands' copies): alloc's
   // zero fill is a wasted pass on a device, so a backend may skip it.
   virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }

@@ -65,6 +65,7 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     # the flash step's CPU form: its check, benchmarks and speed report, against the dry kernels and bench-train
     assert steps["dry-flash"]["status"] == "pass", steps["dry-flash"]
     assert "attention fwd bf16" in steps["dry-flash"]["key"] and " vs missing" not in steps["dry-flash"]["key"]
+    assert "train loss max rel" in steps["dry-flash"]["key"], steps["dry-flash"]  # emulated flash vs the CPU
     assert json.loads((out / "dry-flash" / "speed.json").read_text())["step"]["speedup"] is not None
     for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
         assert steps[name]["key"], name  # a key figure read from the step's JSON

@@ -2,9 +2,10 @@
 // attention kernels), run on the host block by block with a host executor, against the CPU
 // backend's bf16-operand attention (cpu/attention_kernels.cpp).
 //
-// The executor runs each phase for every thread in turn and multiplies the tiles with a plain
-// loop (products of bf16 values, exact in fp32, summed in fp32), the same operands in the same
-// shared-memory layout that the device's tensor-core loads read. Shared memory is filled with NaN
+// The executor (backend/cpu/flash_host_block.h, also the emulated device's) runs each phase for
+// every thread in turn and multiplies the tiles with a plain loop (products of bf16 values, exact
+// in fp32, summed in fp32), the same operands in the same shared-memory layout that the device's
+// tensor-core loads read. Shared memory is filled with NaN
 // before every block, as a stand-in for the device's uninitialised shared memory: a phase that
 // reads what no earlier phase wrote turns a result into NaN.
 //
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/flash_host_block.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
 #include "backend/kernels/flash_attention_block.h"
@@ -37,30 +39,7 @@ using tripod::testing::relative_difference;
 
 constexpr double kBound = 1.0 / 256;
 
-float widened(bf16 x) { return bf16_bits_to_float(x.bits); }
-
-struct HostBlock {
-  int thread_begin() const { return 0; }
-  int thread_end() const { return kThreads; }
-  int warp_begin() const { return 0; }
-  int warp_end() const { return kWarps; }
-  void sync() const {}
-  // c [16][16] (ldc) = (accumulate ? c : 0) + op(a) [16, k] op(b) [k, 16]; op(a)(i, kk) is
-  // a[i*lda + kk], or a[kk*lda + i] transposed; op(b)(kk, j) is b[kk*ldb + j], or b[j*ldb + kk].
-  template <bool kATransposed, bool kBTransposed>
-  void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb, int k) const {
-    for (int i = 0; i < kSide; ++i)
-      for (int j = 0; j < kSide; ++j) {
-        float sum = accumulate ? c[i * ldc + j] : 0.0f;
-        for (int kk = 0; kk < k; ++kk) {
-          const bf16 x = kATransposed ? a[kk * lda + i] : a[i * lda + kk];
-          const bf16 y = kBTransposed ? b[j * ldb + kk] : b[kk * ldb + j];
-          sum += widened(x) * widened(y);
-        }
-        c[i * ldc + j] = sum;
-      }
-  }
-};
+using HostBlock = cpu::FlashHostBlock;
 
 template <class Shared>
 std::unique_ptr<Shared> poisoned_shared() {

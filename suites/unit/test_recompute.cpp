@@ -182,19 +182,21 @@ class LargerStateCpuBackend : public cpu::CpuBackend {
   Shape attention_state_shape(DType, int64_t batch, int64_t seq_len, int64_t, int64_t n_head) const override {
     return {batch * n_head * seq_len * seq_len + kExtra};
   }
+  // The CPU's attention writes the probabilities into the first B*H*T*T elements.
   void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int64_t n_head) override {
-    cpu::CpuBackend::attention_forward(out, probs_in(state, qkv, n_head), qkv, n_head);
+    expect_state(state, qkv, n_head);
+    cpu::CpuBackend::attention_forward(out, state, qkv, n_head);
   }
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& state,
                           int64_t n_head) override {
-    cpu::CpuBackend::attention_backward(dqkv, dout, qkv, probs_in(state, qkv, n_head), n_head);
+    expect_state(state, qkv, n_head);
+    cpu::CpuBackend::attention_backward(dqkv, dout, qkv, state, n_head);
   }
 
  private:
-  static Tensor probs_in(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+  static void expect_state(const Tensor& state, const Tensor& qkv, int64_t n_head) {
     const int64_t b = qkv.dim(0), t = qkv.dim(1);
     EXPECT_EQ(state.shape(), Shape({b * n_head * t * t + kExtra}));
-    return state.view(0, {b, n_head, t, t});
   }
 };
 

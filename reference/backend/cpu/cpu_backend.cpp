@@ -1,6 +1,7 @@
 // The CPU backend's memory, conversions, GEMM and elementwise operations (the layer kernels'
 // dispatch is in cpu_layer_ops.cpp). Both CPU-arithmetic backends are made here.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/host/attention_choice.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -206,6 +207,14 @@ void CpuBackend::scatter_add_rows(const Tensor& table, const Tensor& packed, con
 
 std::unique_ptr<Backend> make_cpu_backend() {
   return std::make_unique<cpu::CpuBackend>(Device::Host, "cpu (OpenBLAS + OpenMP)");
+}
+
+cpu::CpuBackend::CpuBackend(Device device, std::string name)
+    : device_(device),
+      name_(std::move(name)),
+      flash_attention_(device == Device::Emulated &&
+                       cuda::choose_attention_kernel() == cuda::AttentionKernel::Flash) {
+  if (flash_attention_) name_ = name_.substr(0, name_.rfind(')')) + ", flash attention)";
 }
 
 std::unique_ptr<Backend> make_emulated_backend() {

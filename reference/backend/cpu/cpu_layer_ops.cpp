@@ -2,6 +2,8 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/host/attention_choice.h"
+#include "backend/cuda/host/launch_geometry.h"
 #include "backend/cpu/kernels.h"
 
 namespace tripod::cpu {
@@ -79,8 +81,31 @@ void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tens
   });
 }
 
+bool CpuBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  // The limits of an H200, the device the CUDA flash kernels were written for.
+  return flash_attention_ && dtype == DType::F32 && fp32_matmul() == Fp32Matmul::Bf16Operands &&
+         cuda::flash_attention_supported(seq_len, channels, n_head, cuda::h200_limits().shared_per_block_optin);
+}
+
+Shape CpuBackend::attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                        int64_t n_head) const {
+  if (!takes_flash_attention(dtype, seq_len, channels, n_head))
+    return Backend::attention_state_shape(dtype, batch, seq_len, channels, n_head);
+  return {batch * n_head * seq_len + batch * seq_len * channels};  // logsumexp, then a copy of out
+}
+
+bool CpuBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  return !takes_flash_attention(dtype, seq_len, channels, n_head);
+}
+
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
+  check_attention_state(probs, qkv, n_head, op);
+  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
+    cpu::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0),
+                                 qkv.dim(1), qkv.dim(2) / 3, n_head);
+    return;
+  }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
@@ -91,6 +116,12 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                     int64_t n_head) {
   const char* op = "attention_backward";
+  check_attention_state(probs, qkv, n_head, op);
+  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
+    cpu::flash_attention_backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op),
+                                  ptr<float>(probs, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, n_head);
+    return;
+  }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::attention_backward<T>(ptr<T>(dqkv, op), ptr<T>(dout, op), ptr<T>(qkv, op), ptr<T>(probs, op), qkv.dim(0),

@@ -66,6 +66,13 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t batch,
                         int64_t seq_len, int64_t channels, int64_t n_head, bool bf16_operands = false);
 
+// The emulated device's flash attention (flash_attention_host.cpp): fp32 tensors, bf16 operands;
+// `state` keeps the rows' logsumexp [B*H*T] and a copy of out [B*T*C]. Overwrites dqkv.
+void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                             int64_t channels, int64_t n_head);
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
+                              int64_t seq_len, int64_t channels, int64_t n_head);
+
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab);
 template <typename T>

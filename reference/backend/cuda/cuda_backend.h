@@ -146,7 +146,6 @@ class CudaBackend final : public Backend {
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
   bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const;
-  void check_attention_state(const Tensor& probs, const Tensor& qkv, int64_t n_head, const char* op) const;
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {

@@ -120,16 +120,6 @@ Shape CudaBackend::attention_state_shape(DType dtype, int64_t batch, int64_t seq
   return {cuda::flash_attention_state_elements(batch, seq_len, channels, n_head)};
 }
 
-// The state buffer holds what this call's attention keeps (a buffer sized under another policy
-// or for another attention may not).
-void CudaBackend::check_attention_state(const Tensor& probs, const Tensor& qkv, int64_t n_head, const char* op) const {
-  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  const int64_t need = shape_numel(attention_state_shape(qkv.dtype(), batch, seq_len, channels, n_head));
-  check(probs.numel() >= need, op, ": the attention state (probs) holds ", probs.numel(), " elements, this ",
-        takes_flash_attention(qkv.dtype(), seq_len, channels, n_head) ? "flash" : "GEMM", " attention keeps ", need,
-        " (Backend::attention_state_shape, under the precision policy in force)");
-}
-
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
   check_attention_state(probs, qkv, n_head, op);

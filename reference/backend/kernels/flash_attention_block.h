@@ -1,7 +1,8 @@
 // Causal attention in tiles that never hold the T x T scores (FlashAttention-2's algorithm), one
 // thread block per (batch, head, 64-row tile), written once for the CUDA kernels
-// (backend/cuda/kernels/flash_attention.cu) and for the host replay in
-// suites/unit/test_flash_attention_block.cpp.
+// (backend/cuda/kernels/flash_attention.cu) and for the host (backend/cpu/flash_host_block.h's
+// executor: the emulated device's flash attention, and the replay in
+// suites/unit/test_flash_attention_block.cpp).
 //
 // Every block algorithm below is a sequence of phases separated by block barriers. An executor
 // runs them: on the device each thread runs its own share of a phase and `sync()` is
@@ -18,7 +19,7 @@
 // then out = O / l, and the row's logsumexp m + log(l) is what the backward needs of the softmax:
 // B*H*T floats instead of the B*H*T*T probabilities.
 // Backward (two kernels, each gradient element summed by one block in a fixed order, no atomics):
-//   D_t = sum_d dO[t, d] * out[t, d]                   (= sum_j P_tj dP_tj)
+//   D_t = sum_d bf16(dO[t, d]) * out[t, d]             (= sum_j P_tj dP_tj)
 //   per key tile:   P = exp(s - lse), dP = dO V^T, dS = P * (dP - D) * scale  (rounded to bf16)
 //                   dV += P^T dO,  dK += dS^T Q        over the query tiles qt >= kt
 //   per query tile: the same P, dS;  dQ += dS K          over the key tiles kt <= qt
@@ -44,7 +45,6 @@ inline constexpr int kSide = 16;  // a tensor-core product's output tile is kSid
 // c = tid % kRowThreads + kRowThreads * i. A warp's lanes then cover 8 rows x 4 column offsets:
 // with the fp32 rows kTile + 4 apart, 32 different shared-memory banks.
 inline constexpr int kRowThreads = kThreads / kTile;
-inline constexpr int kRowColumns = kTile / kRowThreads;
 
 // The head sizes the kernels are built for (a product's inner dimension is a multiple of 16).
 TRIPOD_HD bool supported_head_dim(int64_t head_dim) {
@@ -125,6 +125,17 @@ struct BlockPlace {
 TRIPOD_HD BlockPlace place_of_block(int64_t block, const Problem& p, bool heavy_last_tiles) {
   const int64_t rank = block / p.pairs();
   return {block % p.pairs(), heavy_last_tiles ? p.tiles() - 1 - rank : rank};
+}
+
+// f(std::integral_constant<int, HD>{}) for a supported head size (the launchers' dispatch; host code).
+template <class F>
+void with_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, 128>{});  // supported_head_dim: 16, 32, 64, 128
+  }
 }
 
 TRIPOD_HD bf16 to_bf16(float x) { return bf16{float_to_bf16_bits(x)}; }

@@ -140,17 +140,6 @@ flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_
   return {batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
 }
 
-// f(std::integral_constant<int, HD>) for the problem's head size.
-template <class F>
-void with_head_dim(int64_t head_dim, F&& f) {
-  switch (head_dim) {
-    case 16: return f(std::integral_constant<int, 16>{});
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    default: return f(std::integral_constant<int, 128>{});  // supported: 16, 32, 64, 128
-  }
-}
-
 }  // namespace
 
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
@@ -160,7 +149,7 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
   if (batch * seq_len == 0) return;
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
-  with_head_dim(p.head_dim(), [&](auto hd) {
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     launch_tiles<flash::ForwardShared<HD>>(flash_forward_kernel<HD>, p, ctx, op, p, qkv, out, lse);
   });
@@ -178,7 +167,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
   launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
-  with_head_dim(p.head_dim(), [&](auto hd) {
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     launch_tiles<flash::KeyGradsShared<HD>>(flash_key_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,
                                             static_cast<const float*>(delta), dqkv);

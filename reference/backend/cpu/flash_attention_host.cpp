@@ -1,0 +1,72 @@
+// The emulated device's flash attention (TRIPOD_CUDA_ATTENTION=flash): the CUDA kernels' block
+// algorithms (backend/kernels/flash_attention_block.h) run by the host executor, blocks in
+// parallel (OpenMP, each thread with its own shared memory), so that CI trains through what the
+// CUDA flash attention computes, up to the order of its tile products' sums, and through the
+// state it keeps (the rows' logsumexp, then a copy of out). The kernels' launchers in
+// backend/cuda/kernels/flash_attention.cu do the same with the device executor.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/flash_host_block.h"
+#include "backend/cpu/kernels.h"
+#include "backend/kernels/attention_math.h"
+
+namespace tripod::cpu {
+namespace {
+
+namespace flash = kernels::flash;
+
+// run(shared, block) for every block of the grid, in parallel, each OpenMP thread with its own
+// Shared (as each device block has its own shared memory).
+template <class Shared, class Run>
+void for_each_block(int64_t blocks, const Run& run) {
+#pragma omp parallel
+  {
+    auto shared = std::make_unique<Shared>();
+#pragma omp for schedule(dynamic)
+    for (int64_t block = 0; block < blocks; ++block) run(*shared, block);
+  }
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                             int64_t channels, int64_t n_head) {
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  float* lse = state;
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    for_each_block<flash::ForwardShared<HD>>(p.pairs() * p.tiles(), [&](flash::ForwardShared<HD>& sh, int64_t block) {
+      const flash::BlockPlace at = flash::place_of_block(block, p, true);
+      flash::forward_block<HD>(FlashHostBlock{}, sh, p, qkv, out, lse, at.pair, at.tile);
+    });
+  });
+  std::copy(out, out + batch * seq_len * channels, state + p.pairs() * seq_len);
+}
+
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
+                              int64_t seq_len, int64_t channels, int64_t n_head) {
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  const float* lse = state;
+  const float* kept_out = state + p.pairs() * seq_len;
+  std::vector<float> delta(static_cast<std::size_t>(p.pairs() * seq_len));
+  const auto rows = static_cast<int64_t>(delta.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) delta[static_cast<std::size_t>(row)] = flash::delta_of_row(p, dout, kept_out, row);
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    // The two kernels write different thirds of dqkv (dk and dv; dq): one after the other, as on
+    // the device's stream.
+    for_each_block<flash::KeyGradsShared<HD>>(p.pairs() * p.tiles(), [&](flash::KeyGradsShared<HD>& sh, int64_t block) {
+      const flash::BlockPlace at = flash::place_of_block(block, p, false);
+      flash::key_grads_block<HD>(FlashHostBlock{}, sh, p, qkv, dout, lse, delta.data(), dqkv, at.pair, at.tile);
+    });
+    for_each_block<flash::BackwardShared<HD>>(p.pairs() * p.tiles(), [&](flash::BackwardShared<HD>& sh, int64_t block) {
+      const flash::BlockPlace at = flash::place_of_block(block, p, true);
+      flash::query_grads_block<HD>(FlashHostBlock{}, sh, p, qkv, dout, lse, delta.data(), dqkv, at.pair, at.tile);
+    });
+  });
+}
+
+}  // namespace tripod::cpu

@@ -1,0 +1,37 @@
+// The host executor of backend/kernels/flash_attention_block.h's block algorithms: one loop runs
+// every thread's share of a phase in turn (no phase reads what another thread writes in it, so
+// this is the device's result), and a tile product is a plain loop over the bf16 operands in the
+// block's shared-memory layout (products of bf16 values are exact in fp32; summed in fp32, in k's
+// order, where the device's tensor cores sum in their own). Used by the emulated device's flash
+// attention (flash_attention_host.cpp) and by suites/unit/test_flash_attention_block.cpp.
+#pragma once
+#include "backend/kernels/bf16_math.h"
+#include "backend/kernels/flash_attention_block.h"
+
+namespace tripod::cpu {
+
+struct FlashHostBlock {
+  int thread_begin() const { return 0; }
+  int thread_end() const { return kernels::flash::kThreads; }
+  int warp_begin() const { return 0; }
+  int warp_end() const { return kernels::flash::kWarps; }
+  void sync() const {}
+  // c [16][16] (ldc) = (accumulate ? c : 0) + op(a) [16, k] op(b) [k, 16]; op(a)(i, kk) is
+  // a[i*lda + kk], or a[kk*lda + i] transposed; op(b)(kk, j) is b[kk*ldb + j], or b[j*ldb + kk].
+  template <bool kATransposed, bool kBTransposed>
+  void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb, int k) const {
+    constexpr int kSide = kernels::flash::kSide;
+    for (int i = 0; i < kSide; ++i)
+      for (int j = 0; j < kSide; ++j) {
+        float sum = accumulate ? c[i * ldc + j] : 0.0f;
+        for (int kk = 0; kk < k; ++kk) {
+          const bf16 x = kATransposed ? a[kk * lda + i] : a[i * lda + kk];
+          const bf16 y = kBTransposed ? b[j * ldb + kk] : b[kk * ldb + j];
+          sum += kernels::bf16_bits_to_float(x.bits) * kernels::bf16_bits_to_float(y.bits);
+        }
+        c[i * ldc + j] = sum;
+      }
+  }
+};
+
+}  // namespace tripod::cpu

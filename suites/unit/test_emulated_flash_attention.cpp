@@ -1,0 +1,152 @@
+// The emulated device's flash attention (TRIPOD_CUDA_ATTENTION=flash): the CUDA flash kernels'
+// block algorithms run on the host, through the model and the trainer. What this proves on the
+// CPU before any GPU runs the kernels: the state the model keeps for them (each block's, and the
+// recompute buffer's), that training through them stays within the bound gpu-check's flash step
+// gates the GPU with, that check-backend compares their results and leaves their state out, and
+// that a state buffer sized for the other attention is an error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "backend/backend_factory.h"
+#include "backend/check/backend_check.h"
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model_test_util.h"
+#include "train/trainer.h"
+
+namespace tripod {
+namespace {
+
+// TRIPOD_CUDA_ATTENTION=flash while it lives (read when a backend is made), the old value after.
+class FlashAttentionAsked {
+ public:
+  FlashAttentionAsked() {
+    if (const char* v = std::getenv(kName)) old_ = v;
+    setenv(kName, "flash", 1);
+  }
+  ~FlashAttentionAsked() {
+    if (old_) setenv(kName, old_->c_str(), 1);
+    else unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "TRIPOD_CUDA_ATTENTION";
+  std::optional<std::string> old_;
+};
+
+std::unique_ptr<Backend> emulated_flash() {
+  FlashAttentionAsked asked;
+  return make_backend("emulated");
+}
+
+// tiny's shape at a head size the flash kernels take (16) and T > 16.
+RunConfig flash_sized_config(Recompute recompute) {
+  RunConfig c = testing::tiny_run_config("bf16-mixed", true);
+  c.model.d_model = 32, c.model.n_head = 2, c.model.d_ff = 64, c.model.context = 20;
+  c.train.seq_len = 20, c.train.batch_size = 2;
+  c.train.recompute = recompute;
+  return c;
+}
+
+std::vector<double> losses_of(const RunConfig& config, Backend& backend, int steps) {
+  Trainer trainer(config, backend);
+  trainer.initialise();
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s)
+    losses.push_back(trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len,
+                                                              config.model.vocab_size, 70 + s))
+                         .loss);
+  return losses;
+}
+
+TEST(EmulatedFlashAttention, TakesFp32OnBf16OperandsAtSupportedShapesOnly) {
+  auto flash = emulated_flash();
+  EXPECT_NE(flash->name().find("flash attention"), std::string::npos) << flash->name();
+  EXPECT_EQ(make_backend("emulated")->name().find("flash"), std::string::npos);  // only when asked
+  // B 2, T 20, C 32, H 2: head size 16.
+  EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 32, 2), Shape({2, 2, 20, 20}));  // exact fp32 policy
+  flash->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 32, 2), Shape({2 * 2 * 20 + 2 * 20 * 32}));
+  EXPECT_FALSE(flash->keeps_attention_probabilities(DType::F32, 20, 32, 2));
+  EXPECT_EQ(flash->attention_state_shape(DType::F64, 2, 20, 32, 2), Shape({2, 2, 20, 20}));
+  EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 40, 2), Shape({2, 2, 20, 20}));  // head size 20
+  EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 16, 32, 2), Shape({2, 2, 16, 16}));  // T = hd
+  EXPECT_TRUE(flash->keeps_attention_probabilities(DType::F32, 16, 32, 2));
+}
+
+// Flash rounds each probability before the division by the row sum, the CPU's emulation after it:
+// on a model this small that is most of what bf16 does to attention, so the losses drift apart by
+// about as much as bf16-mixed and fp32 do (measured over 4 steps: at most 2.1e-4 against a bf16
+// effect of 3.5e-4). The bound is twice the bf16 effect of the same run; a wrong index, mask or
+// rescale moves a loss by far more.
+TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeepsItsState) {
+  for (Recompute mode : {Recompute::None, Recompute::Selective}) {
+    const RunConfig config = flash_sized_config(mode);
+    RunConfig fp32 = config;
+    fp32.train.bf16_mixed = false;
+    auto cpu = make_backend("cpu");
+    auto flash = emulated_flash();
+    const std::vector<double> want = losses_of(config, *cpu, 4), got = losses_of(config, *flash, 4);
+    const std::vector<double> exact = losses_of(fp32, *cpu, 4);
+    double flash_gap = 0, bf16_effect = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      flash_gap = std::max(flash_gap, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
+      bf16_effect = std::max(bf16_effect, std::fabs(want[i] - exact[i]) / std::fabs(exact[i]));
+    }
+    EXPECT_LE(flash_gap, 2 * bf16_effect) << recompute_name(mode);
+    EXPECT_GT(flash_gap, 0) << recompute_name(mode);  // not the CPU's bits: flash really ran
+
+    // The model keeps the flash state instead of the probabilities: per block (or once, recomputed).
+    auto bytes = [&](Backend& be) {
+      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+      Gpt model(config.model, be, DType::F32, nullptr, StageSpan{}, mode);
+      model.reserve(2, 20);
+      return static_cast<int64_t>(model.activation_bytes());
+    };
+    auto emulated = make_backend("emulated");  // the same padded logits, the probabilities kept
+    const int64_t probs = 2 * 2 * 20 * 20, state = 2 * 2 * 20 + 2 * 20 * 32;
+    const int64_t states = mode == Recompute::None ? config.model.n_layer : 1;
+    EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4) << recompute_name(mode);
+  }
+}
+
+TEST(EmulatedFlashAttention, CheckBackendComparesItsResultsAndLeavesItsStateOut) {
+  auto cpu = make_backend("cpu");
+  auto flash = emulated_flash();
+  int flash_cases = 0;
+  for (const auto& c : backend_check::all_op_cases({DType::F32})) {
+    if (c.op.find("attention") == std::string::npos) continue;
+    const backend_check::OpResult r = backend_check::check_backend(*flash, *cpu, {c}).at(0);
+    EXPECT_TRUE(r.pass) << c.op << " " << c.shape << ": " << r.error << " worst " << r.worst_output << " "
+                        << r.max_rel;
+    if (c.op.find("bf16") != std::string::npos && !r.bit_identical) ++flash_cases;
+  }
+  EXPECT_GE(flash_cases, 2);  // the head-size-64 shapes ran flash and compared out, dq, dk, dv
+}
+
+TEST(EmulatedFlashAttention, AStateBufferForTheOtherAttentionIsAnErrorNamingBothSizes) {
+  auto flash = emulated_flash();
+  flash->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const int64_t B = 2, T = 20, C = 32, H = 2;
+  Tensor qkv = flash->alloc({B, T, 3 * C}, DType::F32), out = flash->alloc({B, T, C}, DType::F32);
+  Tensor small = flash->alloc({B * H * T + B * T * C}, DType::F32);  // the flash state
+  flash->attention_forward(out, small, qkv, H);                      // fits
+  flash->set_fp32_matmul(Fp32Matmul::Exact);                         // the GEMM attention needs B*H*T*T
+  try {
+    flash->attention_forward(out, small, qkv, H);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("attention_forward: the attention state (probs) holds 1360 elements"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("keeps the probabilities, 1600"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace tripod
