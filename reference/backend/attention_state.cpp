@@ -3,6 +3,13 @@
 
 namespace tripod {
 
+Shape Backend::attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                     int64_t n_head) const {
+  if (takes_flash_attention(dtype, seq_len, channels, n_head))
+    return {batch * n_head * seq_len + batch * seq_len * channels};  // logsumexp, then a copy of out
+  return {batch, n_head, seq_len, seq_len};
+}
+
 void Backend::check_attention_state(const Tensor& state, const Tensor& qkv, int64_t n_head, const char* op) const {
   check(qkv.rank() == 3 && n_head > 0, op, ": qkv must be [B, T, 3C] with heads > 0, not ", shape_str(qkv.shape()),
         " with ", n_head, " heads");
@@ -10,7 +17,7 @@ void Backend::check_attention_state(const Tensor& state, const Tensor& qkv, int6
   const int64_t need = shape_numel(attention_state_shape(qkv.dtype(), batch, seq_len, channels, n_head));
   check(state.numel() >= need, op, ": the attention state (probs) holds ", state.numel(), " elements; this ",
         name(), "'s attention keeps ",
-        keeps_attention_probabilities(qkv.dtype(), seq_len, channels, n_head) ? "the probabilities, " : "its own state, ",
+        takes_flash_attention(qkv.dtype(), seq_len, channels, n_head) ? "the flash state, " : "the probabilities, ",
         need, " (Backend::attention_state_shape, under the precision policy in force)");
 }
 

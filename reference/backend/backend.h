@@ -169,20 +169,17 @@ class Backend {
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
   // Causal multi-head attention. qkv[B,T,3C] holds q|k|v, head h in columns [h*hd, (h+1)*hd) of
   // each third. out[B,T,C]; `probs` keeps for the backward pass what attention_state_shape says:
-  // by default the softmax, [B,H,T,T]; where keeps_attention_probabilities is false, what this
-  // backend's attention keeps instead (the CUDA backend's flash attention: the rows' logsumexp and
-  // a copy of out, B*H*T + B*T*C elements). Both answers hold under the precision policy in force
-  // when they are asked, which must be the one of the attention calls (the model asks as it
-  // allocates its activations). A state buffer at least B*H*T*T long serves either.
-  virtual Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
-                                      int64_t n_head) const {
-    (void)dtype, (void)channels;
-    return {batch, n_head, seq_len, seq_len};
-  }
-  virtual bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  // the softmax, [B,H,T,T], or where this backend takes flash attention for the sizes, the rows'
+  // logsumexp and a copy of out, [B*H*T + B*T*C] (the CUDA backend and the emulated device under
+  // TRIPOD_CUDA_ATTENTION=flash). Both answers hold under the precision policy in force when they
+  // are asked, which must be the one of the attention calls (the model asks as it allocates its
+  // activations). A state buffer at least B*H*T*T long serves either where T > the head size.
+  virtual bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
     (void)dtype, (void)seq_len, (void)channels, (void)n_head;
-    return true;
+    return false;
   }
+  virtual Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
+                                      int64_t n_head) const;
   virtual void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv,
                                  int64_t n_head) = 0;
   // Overwrites dqkv[B,T,3C].

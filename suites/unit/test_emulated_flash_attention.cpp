@@ -72,11 +72,11 @@ TEST(EmulatedFlashAttention, TakesFp32OnBf16OperandsAtSupportedShapesOnly) {
   EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 32, 2), Shape({2, 2, 20, 20}));  // exact fp32 policy
   flash->set_fp32_matmul(Fp32Matmul::Bf16Operands);
   EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 32, 2), Shape({2 * 2 * 20 + 2 * 20 * 32}));
-  EXPECT_FALSE(flash->keeps_attention_probabilities(DType::F32, 20, 32, 2));
+  EXPECT_TRUE(flash->takes_flash_attention(DType::F32, 20, 32, 2));
   EXPECT_EQ(flash->attention_state_shape(DType::F64, 2, 20, 32, 2), Shape({2, 2, 20, 20}));
   EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 20, 40, 2), Shape({2, 2, 20, 20}));  // head size 20
   EXPECT_EQ(flash->attention_state_shape(DType::F32, 2, 16, 32, 2), Shape({2, 2, 16, 16}));  // T = hd
-  EXPECT_TRUE(flash->keeps_attention_probabilities(DType::F32, 16, 32, 2));
+  EXPECT_FALSE(flash->takes_flash_attention(DType::F32, 16, 32, 2));
 }
 
 // Flash rounds each probability before the division by the row sum, the CPU's emulation after it:

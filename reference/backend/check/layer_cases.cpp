@@ -112,7 +112,7 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     Tensor dout = in.normal({b, T, c}), dqkv = in.normal({b, T, 3 * c});  // overwritten
     bool keeps_probs = true;
     with_bf16_operands(be, [&] {
-      keeps_probs = be.keeps_attention_probabilities(DType::F32, T, c, h);
+      keeps_probs = !be.takes_flash_attention(DType::F32, T, c, h);
       be.attention_forward(out, probs, qkv, h);
       be.attention_backward(dqkv, dout, qkv, probs, h);
     });

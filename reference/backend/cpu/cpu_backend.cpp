@@ -1,7 +1,6 @@
 // The CPU backend's memory, conversions, GEMM and elementwise operations (the layer kernels'
 // dispatch is in cpu_layer_ops.cpp). Both CPU-arithmetic backends are made here.
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cuda/host/attention_choice.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -212,9 +211,10 @@ std::unique_ptr<Backend> make_cpu_backend() {
 cpu::CpuBackend::CpuBackend(Device device, std::string name)
     : device_(device),
       name_(std::move(name)),
-      flash_attention_(device == Device::Emulated &&
-                       cuda::choose_attention_kernel() == cuda::AttentionKernel::Flash) {
-  if (flash_attention_) name_ = name_.substr(0, name_.rfind(')')) + ", flash attention)";
+      attention_kernel_(device == Device::Emulated ? cuda::choose_attention_kernel()
+                                                  : cuda::AttentionKernel::Gemm) {
+  if (attention_kernel_ == cuda::AttentionKernel::Flash)
+    name_ = name_.substr(0, name_.rfind(')')) + ", flash attention)";
 }
 
 std::unique_ptr<Backend> make_emulated_backend() {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/host/attention_choice.h"
 
 namespace tripod::cpu {
 
@@ -57,9 +58,9 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   void bias_grad(const Tensor& dbias, const Tensor& dout) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
-  Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
-                              int64_t n_head) const override;
-  bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  // The emulated device's flash attention, as the CUDA backend's on an H200 (the device its kernels
+  // were written for).
+  bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;
@@ -96,11 +97,9 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   struct Counters {
     std::atomic<std::size_t> live{0}, peak{0};
   };
-  // fp32 attention on bf16 operands where the emulated device takes the CUDA flash attention.
-  bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const;
   Device device_;
   std::string name_;
-  bool flash_attention_ = false;
+  cuda::AttentionKernel attention_kernel_;  // Flash only on the emulated device, when asked
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 

@@ -2,9 +2,9 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cuda/host/attention_choice.h"
 #include "backend/cuda/host/launch_geometry.h"
-#include "backend/cpu/kernels.h"
 
 namespace tripod::cpu {
 
@@ -82,20 +82,8 @@ void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tens
 }
 
 bool CpuBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
-  // The limits of an H200, the device the CUDA flash kernels were written for.
-  return flash_attention_ && dtype == DType::F32 && fp32_matmul() == Fp32Matmul::Bf16Operands &&
-         cuda::flash_attention_supported(seq_len, channels, n_head, cuda::h200_limits().shared_per_block_optin);
-}
-
-Shape CpuBackend::attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
-                                        int64_t n_head) const {
-  if (!takes_flash_attention(dtype, seq_len, channels, n_head))
-    return Backend::attention_state_shape(dtype, batch, seq_len, channels, n_head);
-  return {batch * n_head * seq_len + batch * seq_len * channels};  // logsumexp, then a copy of out
-}
-
-bool CpuBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
-  return !takes_flash_attention(dtype, seq_len, channels, n_head);
+  return cuda::takes_flash_attention(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
+                                     cuda::h200_limits().shared_per_block_optin);
 }
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {

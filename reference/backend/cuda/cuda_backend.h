@@ -68,10 +68,8 @@ class CudaBackend final : public Backend {
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   // Under TRIPOD_CUDA_ATTENTION=flash, fp32 attention under the bf16-operand policy runs the flash
-  // kernels where they take the shape (host/attention_choice.h), keeping their state in probs.
-  Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
-                              int64_t n_head) const override;
-  bool keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  // kernels where they take the shape and the device's shared memory (host/attention_choice.h).
+  bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;
@@ -145,7 +143,6 @@ class CudaBackend final : public Backend {
   // the whole device), counted by the allocator like any tensor.
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
-  bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const;
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {

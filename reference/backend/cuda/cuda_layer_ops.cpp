@@ -104,20 +104,8 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
 }
 
 bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
-  return attention_kernel_ == cuda::AttentionKernel::Flash && dtype == DType::F32 &&
-         fp32_matmul() == Fp32Matmul::Bf16Operands && cuda::flash_attention_supported(seq_len, channels, n_head, ctx_.limits.shared_per_block_optin);
-}
-
-bool CudaBackend::keeps_attention_probabilities(DType dtype, int64_t seq_len, int64_t channels,
-                                                int64_t n_head) const {
-  return !takes_flash_attention(dtype, seq_len, channels, n_head);
-}
-
-Shape CudaBackend::attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
-                                         int64_t n_head) const {
-  if (!takes_flash_attention(dtype, seq_len, channels, n_head))
-    return Backend::attention_state_shape(dtype, batch, seq_len, channels, n_head);
-  return {cuda::flash_attention_state_elements(batch, seq_len, channels, n_head)};
+  return cuda::takes_flash_attention(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
+                                     ctx_.limits.shared_per_block_optin);
 }
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
@@ -151,7 +139,6 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
     Tensor& score_grads =
         grown(score_grads_, cuda::attention_score_grad_elements(batch, seq_len, n_head), qkv.dtype());
     Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());

@@ -40,4 +40,10 @@ bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head
          flash_attention_shared_bytes(head_dim) <= shared_per_block_optin;
 }
 
+bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                           int64_t n_head, std::size_t shared_per_block_optin) {
+  return kernel == AttentionKernel::Flash && dtype == DType::F32 && policy == Fp32Matmul::Bf16Operands &&
+         flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin);
+}
+
 }  // namespace tripod::cuda

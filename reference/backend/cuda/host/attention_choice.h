@@ -8,6 +8,9 @@
 #include <functional>
 #include <string>
 
+#include "backend/backend.h"  // Fp32Matmul
+#include "core/dtype.h"
+
 namespace tripod::cuda {
 
 enum class AttentionKernel { Gemm, Flash };
@@ -24,6 +27,10 @@ AttentionKernel choose_attention_kernel();  // from the process's environment
 // so that the state they keep (the rows' logsumexp, B*H*T, and a copy of out, B*T*C) fits in the
 // B*H*T*T probs buffer. Elsewhere the backend runs the GEMM attention.
 bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin);
+// Whether a backend set to `kernel` takes flash attention for a call: fp32 tensors under the
+// bf16-operand policy, at a shape flash_attention_supported takes.
+bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                           int64_t n_head, std::size_t shared_per_block_optin);
 // The most shared memory a block of the flash kernels takes at this head size (0 if unsupported).
 std::size_t flash_attention_shared_bytes(int64_t head_dim);
 

@@ -5,8 +5,8 @@
 // (TRIPOD_CUDA_ATTENTION=flash) and the shape is supported; otherwise attention.cu's GEMMs.
 //
 // State kept from forward to backward, in the caller's state buffer ("probs": the model allocates
-// what Backend::attention_state_shape says, flash_attention_state_elements; a [B,H,T,T] buffer
-// also holds it when T >= hd + 1, which host/attention_choice.h's flash_attention_supported asks):
+// what Backend::attention_state_shape says, B*H*T + B*T*C; a [B,H,T,T] buffer also holds it when
+// T >= hd + 1, which host/attention_choice.h's flash_attention_supported asks):
 // the rows' logsumexp [B*H*T], then a copy of out [B*T*C] for the backward's
 // delta = rowsum(bf16(dout) * out).
 #pragma once
@@ -22,10 +22,6 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx);
-// The state forward keeps for backward: the rows' logsumexp [B*H*T], then a copy of out [B*T*C].
-inline int64_t flash_attention_state_elements(int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
-  return batch * n_head * seq_len + batch * seq_len * channels;
-}
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
