@@ -1,0 +1,108 @@
+// The CUDA flash attention (TRIPOD_CUDA_ATTENTION=flash) on a GPU against the emulated device's,
+// which runs the same block algorithms on the host (backend/kernels/flash_attention_block.h): the
+// same tiles, masks and rounding points, so what differs is the order of the tile products' fp32
+// sums (tensor cores against a loop) and the bf16 roundings that order moves by a step. Small
+// shapes, so that gpu-check's flash step can run this test under racecheck and memcheck in
+// seconds. Skipped with the reason where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "core/counter_rng.h"
+#include "core/error.h"
+
+namespace tripod {
+namespace {
+
+class FlashAttentionAsked {  // TRIPOD_CUDA_ATTENTION=flash while backends are made
+ public:
+  FlashAttentionAsked() {
+    if (const char* v = std::getenv("TRIPOD_CUDA_ATTENTION")) old_ = v;
+    setenv("TRIPOD_CUDA_ATTENTION", "flash", 1);
+  }
+  ~FlashAttentionAsked() {
+    if (old_) setenv("TRIPOD_CUDA_ATTENTION", old_->c_str(), 1);
+    else unsetenv("TRIPOD_CUDA_ATTENTION");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+struct Results {
+  std::vector<float> out, lse, dqkv;
+};
+
+Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H) {
+  be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  EXPECT_TRUE(be.takes_flash_attention(DType::F32, T, C, H)) << be.name();
+  const CounterRng rng(5, "flash");
+  std::vector<float> qkv(static_cast<std::size_t>(B * T * 3 * C)), dout(static_cast<std::size_t>(B * T * C));
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(4 * rng.uniform(i) - 2);
+  for (std::size_t i = 0; i < dout.size(); ++i) dout[i] = static_cast<float>(2 * rng.uniform(qkv.size() + i) - 1);
+  Tensor tqkv = be.alloc({B, T, 3 * C}, DType::F32), tdout = be.alloc({B, T, C}, DType::F32);
+  be.upload(qkv.data(), tqkv);
+  be.upload(dout.data(), tdout);
+  Tensor out = be.alloc({B, T, C}, DType::F32), dqkv = be.alloc({B, T, 3 * C}, DType::F32);
+  Tensor state = be.alloc(be.attention_state_shape(DType::F32, B, T, C, H), DType::F32);
+  be.attention_forward(out, state, tqkv, H);
+  be.attention_backward(dqkv, tdout, tqkv, state, H);
+  Results r;
+  r.out.resize(dout.size());
+  r.dqkv.resize(qkv.size());
+  std::vector<float> all(static_cast<std::size_t>(state.numel()));
+  be.download(out, r.out.data());
+  be.download(dqkv, r.dqkv.data());
+  be.download(state, all.data());
+  r.lse.assign(all.begin(), all.begin() + B * H * T);
+  return r;
+}
+
+double relative_gap(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
+  FlashAttentionAsked asked;
+  std::unique_ptr<Backend> cuda;
+  try {
+    cuda = make_backend("cuda");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  auto emulated = make_backend("emulated");
+  ASSERT_NE(cuda->name().find("flash attention"), std::string::npos) << cuda->name();
+  struct Shape {
+    int64_t B, T, C, H;
+  };
+  // head size 64 over two tiles (the second partial), and 16 with four heads over one
+  for (const Shape s : {Shape{1, 80, 64, 1}, Shape{2, 40, 64, 4}}) {
+    SCOPED_TRACE("B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " C" + std::to_string(s.C) + " H" +
+                 std::to_string(s.H));
+    const Results got = run(*cuda, s.B, s.T, s.C, s.H), want = run(*emulated, s.B, s.T, s.C, s.H);
+    // The logsumexp: fp32 sums of the same exponentials in another order.
+    double lse = 0;
+    for (std::size_t i = 0; i < want.lse.size(); ++i)
+      lse = std::max(lse, std::fabs(static_cast<double>(got.lse[i]) - want.lse[i]));
+    EXPECT_LE(lse, 1e-5) << "lse (absolute)";
+    // out and dqkv: a probability or score gradient rounded a bf16 step apart here and there.
+    EXPECT_LE(relative_gap(got.out, want.out), 1.0 / 256) << "out";
+    EXPECT_LE(relative_gap(got.dqkv, want.dqkv), 1.0 / 256) << "dqkv";
+  }
+}
+
+}  // namespace
+}  // namespace tripod
