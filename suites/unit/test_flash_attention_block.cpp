@@ -7,7 +7,10 @@
 // in fp32, summed in fp32), the same operands in the same shared-memory layout that the device's
 // tensor-core loads read. Shared memory is filled with NaN
 // before every block, as a stand-in for the device's uninitialised shared memory: a phase that
-// reads what no earlier phase wrote turns a result into NaN.
+// reads what no earlier phase wrote turns a result into NaN. Each block runs twice, each loop's
+// threads ascending and descending: a loop in which one thread reads what another writes (a race
+// on the device) gives other bits one way than the other. A barrier missing between two loops is
+// not seen here (the host ends one loop before it starts the next); the GPU's racecheck sees it.
 //
 // Tolerance, relative to each output's largest element (out; dq, dk and dv separately): 2^-8, as
 // check-backend's bf16-operand attention case. Both sides round q, k, v and dout to bf16 and the
@@ -61,9 +64,11 @@ struct Result {
 };
 
 template <int HD>
-Result run_tiles(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+Result run_tiles(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                 bool descending = false) {
   const Problem p{s.batch, s.seq_len, s.channels, s.n_head, attention_scale<float>(HD)};
-  const HostBlock exec;
+  HostBlock exec;
+  exec.descending = descending;
   Result r;
   r.out.assign(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), NAN);
   r.lse.assign(static_cast<std::size_t>(p.pairs() * s.seq_len), NAN);
@@ -112,6 +117,12 @@ void expect_tiles_match_the_cpu(const Shape& s) {
   cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), s.batch, s.seq_len, s.channels,
                           s.n_head, true);
   const Result tiles = run_tiles<HD>(s, qkv, dout);
+  // Every loop's threads in the other order: the same bits, or one thread of a loop reads what
+  // another writes.
+  const Result reversed = run_tiles<HD>(s, qkv, dout, true);
+  EXPECT_TRUE(tripod::testing::bits_equal(reversed.out, tiles.out)) << "out: threads' order matters";
+  EXPECT_TRUE(tripod::testing::bits_equal(reversed.lse, tiles.lse)) << "lse: threads' order matters";
+  EXPECT_TRUE(tripod::testing::bits_equal(reversed.dqkv, tiles.dqkv)) << "dqkv: threads' order matters";
 
   const double out_diff = relative_difference(tiles.out, out);
   record_measure("out " + s.text(), out_diff);

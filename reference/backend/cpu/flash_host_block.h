@@ -1,6 +1,6 @@
 // The host executor of backend/kernels/flash_attention_block.h's block algorithms: one loop runs
-// every thread's share of a phase in turn (no phase reads what another thread writes in it, so
-// this is the device's result), and a tile product is a plain loop over the bf16 operands in the
+// every thread's share of a phase in turn, ascending or (the race check) descending (no phase
+// reads what another thread writes in it, so either is the device's result), and a tile product is a plain loop over the bf16 operands in the
 // block's shared-memory layout (products of bf16 values are exact in fp32; summed in fp32, in k's
 // order, where the device's tensor cores sum in their own). Used by the emulated device's flash
 // attention (flash_attention_host.cpp) and by suites/unit/test_flash_attention_block.cpp.
@@ -11,10 +11,12 @@
 namespace tripod::cpu {
 
 struct FlashHostBlock {
-  int thread_begin() const { return 0; }
-  int thread_end() const { return kernels::flash::kThreads; }
-  int warp_begin() const { return 0; }
-  int warp_end() const { return kernels::flash::kWarps; }
+  bool descending = false;  // the replay test's race check: every phase's threads in reverse
+  int thread_begin() const { return descending ? kernels::flash::kThreads - 1 : 0; }
+  int thread_end() const { return descending ? -1 : kernels::flash::kThreads; }
+  int warp_begin() const { return descending ? kernels::flash::kWarps - 1 : 0; }
+  int warp_end() const { return descending ? -1 : kernels::flash::kWarps; }
+  int step() const { return descending ? -1 : 1; }
   void sync() const {}
   // c [16][16] (ldc) = (accumulate ? c : 0) + op(a) [16, k] op(b) [k, 16]; op(a)(i, kk) is
   // a[i*lda + kk], or a[kk*lda + i] transposed; op(b)(kk, j) is b[kk*ldb + j], or b[j*ldb + kk].
@@ -32,6 +34,7 @@ struct FlashHostBlock {
         c[i * ldc + j] = sum;
       }
   }
+
 };
 
 }  // namespace tripod::cpu

@@ -5,10 +5,15 @@
 // suites/unit/test_flash_attention_block.cpp).
 //
 // Every block algorithm below is a sequence of phases separated by block barriers. An executor
-// runs them: on the device each thread runs its own share of a phase and `sync()` is
-// __syncthreads(); on the host one loop runs every thread's share in turn and `sync()` does
-// nothing, which gives the same result because no phase reads what another thread writes in that
-// phase. The tile products are the executor's `product` (bf16 tensor cores on the device, a plain
+// runs them: on the device each thread runs its own share of a phase (the thread range
+// [thread_begin, thread_end) by step is that thread, the warp range its warp) and `sync()` is
+// __syncthreads(); on the host one loop runs every
+// thread's share in turn and `sync()` does nothing, which gives the same result because no phase
+// reads what another thread writes in that phase. The host executor also runs each loop's threads
+// in descending order: a loop in which one thread reads what another writes would then give
+// other bits, and the replay test requires the same. (That does not show a barrier missing
+// between two loops: the host finishes one loop before the next either way. compute-sanitizer's
+// racecheck, in gpu-check's flash step, does.) The tile products are the executor's `product` (bf16 tensor cores on the device, a plain
 // loop on the host), on operands in the block's shared memory, so the replay checks every index,
 // mask, bound and rounding point of the kernels; only the order of the products' fp32 sums differs.
 //
@@ -144,7 +149,7 @@ TRIPOD_HD bf16 to_bf16(float x) { return bf16{float_to_bf16_bits(x)}; }
 // (a zero key or value row adds nothing: its probability is an exact 0, and 0 * 0 = 0).
 template <int HD, class Exec>
 TRIPOD_HD void load_rows(const Exec& exec, bf16* dst, int ld, const float* src, int64_t src_ld, int rows) {
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid)
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
     for (int i = tid; i < kTile * HD; i += kThreads) {
       const int r = i / HD, d = i % HD;
       dst[r * ld + d] = r < rows ? to_bf16(src[r * src_ld + d]) : bf16{};
@@ -153,14 +158,14 @@ TRIPOD_HD void load_rows(const Exec& exec, bf16* dst, int ld, const float* src, 
 
 template <class Exec>
 TRIPOD_HD void zero(const Exec& exec, float* x, int n) {
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid)
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
     for (int i = tid; i < n; i += kThreads) x[i] = 0;
 }
 
 // dst[r] = src[r] for r < rows, 0 past them; one thread a row.
 template <class Exec>
 TRIPOD_HD void load_row_state(const Exec& exec, float* dst, const float* src, int rows) {
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid)
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
     if (tid < kTile) dst[tid] = tid < rows ? src[tid] : 0.0f;
 }
 
@@ -171,7 +176,7 @@ TRIPOD_HD void load_row_state(const Exec& exec, float* dst, const float* src, in
 template <int HD, class Exec>
 TRIPOD_HD void row_by_row_products(const Exec& exec, int first, int count, float* out, const bf16* a, const bf16* b) {
   using S = Strides<HD>;
-  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w) {
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
     if (w < first || w >= first + count) continue;
     for (int t = w - first; t < (kTile / kSide) * (kTile / kSide); t += count) {
       const int i = t % (kTile / kSide), j = t / (kTile / kSide);
@@ -188,7 +193,7 @@ template <int HD, bool kATransposed, class Exec>
 TRIPOD_HD void accumulate_square_times_rows(const Exec& exec, int first, int count, float* acc, const bf16* a,
                                             const bf16* b) {
   using S = Strides<HD>;
-  for (int w = exec.warp_begin(); w < exec.warp_end(); ++w) {
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
     if (w < first || w >= first + count) continue;
     for (int t = w - first; t < (kTile / kSide) * (HD / kSide); t += count) {
       const int i = t % (kTile / kSide), j = t / (kTile / kSide);
@@ -226,7 +231,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
   const int rows = p.rows_in_tile(qt);
   load_rows<HD>(exec, sh.q, S::kOperand, qkv + p.qkv_index(bh, row0, 0), src_ld, rows);
   zero(exec, sh.out, kTile * S::kAccumulator);
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid)
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
     if (tid < kTile) sh.row_max[tid] = -INFINITY, sh.row_sum[tid] = 0;
   exec.sync();
   for (int64_t kt = 0; kt <= qt; ++kt) {
@@ -238,7 +243,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     exec.sync();
     // Row r (query t = row0 + r) sees keys key0 + c for c < visible (>= 1: t >= row0 >= key0).
     // Each row thread's max over its columns, then (next phase) the row's.
-    for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+    for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
       const int r = tid / kRowThreads, part = tid % kRowThreads;
       const int visible = visible_keys(row0 + r, key0);
       const float* s = sh.scores + r * S::kSquare;
@@ -252,7 +257,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     exec.sync();
     // p_c = exp(s_c - new max), rounded to bf16 for the product; each row thread's sum of the fp32
     // p_c; its share of the row's out rescaled by exp(old max - new max) (0 on the first tile).
-    for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+    for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
       const int r = tid / kRowThreads, part = tid % kRowThreads;
       const int visible = visible_keys(row0 + r, key0);
       const float new_max = row_max_after(sh.row_max[r], sh.part_max + r * kRowThreads);
@@ -273,7 +278,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     exec.sync();
     // out += P V (the warps) and the rows' running sum and max (a thread a row): disjoint data.
     accumulate_square_times_rows<HD, false>(exec, 0, kWarps, sh.out, sh.probs, sh.v);
-    for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+    for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
       if (tid >= kTile) continue;
       const float* parts = sh.part_sum + tid * kRowThreads;
       const float rescale = std::exp(sh.row_max[tid] - sh.next_max[tid]);
@@ -282,7 +287,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     }
     exec.sync();
   }
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
     for (int i = tid; i < kTile * HD; i += kThreads) {
       const int r = i / HD, d = i % HD;
       if (r < rows) out[p.token_index(bh, row0 + r) + d] = sh.out[r * S::kAccumulator + d] / sh.row_sum[r];
@@ -309,7 +314,7 @@ template <int HD, class Shared, class Exec>
 TRIPOD_HD void score_grads_of_tile(const Exec& exec, Shared& sh, const Problem& p, int64_t row0, int64_t key0) {
   using S = Strides<HD>;
   constexpr bool kKeepProbs = !std::is_same_v<Shared, BackwardShared<HD>>;
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid) {
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
     const int r = tid / kRowThreads;
     const int64_t t = row0 + r;
     const float* s = sh.scores + r * S::kSquare;
@@ -360,7 +365,7 @@ TRIPOD_HD void load_key_tile(const Exec& exec, BackwardShared<HD>& sh, const Pro
 template <int HD, class Exec>
 TRIPOD_HD void store_gradient_rows(const Exec& exec, float* dqkv, const float* acc, const Problem& p, int64_t bh,
                                    int64_t row0, int rows, int part) {
-  for (int tid = exec.thread_begin(); tid < exec.thread_end(); ++tid)
+  for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
     for (int i = tid; i < kTile * HD; i += kThreads) {
       const int r = i / HD, d = i % HD;
       if (r < rows) dqkv[p.qkv_index(bh, row0 + r, part) + d] = acc[r * Strides<HD>::kAccumulator + d];

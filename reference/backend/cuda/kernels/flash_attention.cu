@@ -30,16 +30,18 @@ namespace flash = kernels::flash;
 // Each thread runs its own share of a phase; sync() is the block barrier between phases.
 // Host-callable so that the host pass of the block algorithms compiles; it never runs there.
 struct DeviceBlock {
-  __host__ __device__ int thread_begin() const {
+  __host__ __device__ static int thread() {
 #ifdef __CUDA_ARCH__
     return static_cast<int>(threadIdx.x);
 #else
     return 0;
 #endif
   }
-  __host__ __device__ int thread_end() const { return thread_begin() + 1; }
-  __host__ __device__ int warp_begin() const { return thread_begin() / kWarpSize; }
-  __host__ __device__ int warp_end() const { return warp_begin() + 1; }
+  __host__ __device__ int thread_begin() const { return thread(); }
+  __host__ __device__ int thread_end() const { return thread() + 1; }
+  __host__ __device__ int warp_begin() const { return thread() / kWarpSize; }
+  __host__ __device__ int warp_end() const { return thread() / kWarpSize + 1; }
+  __host__ __device__ int step() const { return 1; }
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
     __syncthreads();
