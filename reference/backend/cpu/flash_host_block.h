@@ -5,6 +5,9 @@
 // order, where the device's tensor cores sum in their own). Used by the emulated device's flash
 // attention (flash_attention_host.cpp) and by suites/unit/test_flash_attention_block.cpp.
 #pragma once
+#include <algorithm>
+#include <vector>
+
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/flash_attention_block.h"
 
@@ -35,6 +38,28 @@ struct FlashHostBlock {
       }
   }
 
+  // Every warp's N accumulator tiles (the device keeps only its own, in registers).
+  template <int N>
+  struct Accumulators {
+    std::vector<float> tiles = std::vector<float>(kernels::flash::kWarps * N * kTileElements);
+    float* tile(int w, int m) { return tiles.data() + (w * N + m) * kTileElements; }
+  };
+  template <int N>
+  void zero_accumulators(Accumulators<N>& acc, int w) const {
+    std::fill(acc.tile(w, 0), acc.tile(w, 0) + N * kTileElements, 0.0f);
+  }
+  template <bool kATransposed, bool kBTransposed, int N>
+  void accumulate(Accumulators<N>& acc, int w, int m, const bf16* a, int lda, const bf16* b, int ldb, int k) const {
+    product<kATransposed, kBTransposed>(acc.tile(w, m), kernels::flash::kSide, true, a, lda, b, ldb, k);
+  }
+  template <int N>
+  void store_accumulator(Accumulators<N>& acc, int w, int m, float* c, int ldc) const {
+    constexpr int kSide = kernels::flash::kSide;
+    for (int i = 0; i < kSide; ++i) std::copy_n(acc.tile(w, m) + i * kSide, kSide, c + i * ldc);
+  }
+
+ private:
+  static constexpr int kTileElements = kernels::flash::kSide * kernels::flash::kSide;
 };
 
 }  // namespace tripod::cpu

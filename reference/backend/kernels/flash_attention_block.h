@@ -80,8 +80,9 @@ struct ForwardShared {
   float part_max[kTile * kRowThreads], part_sum[kTile * kRowThreads];  // each row thread's share
 };
 
-// The query-gradient kernel's shared memory; the key-gradient kernel's adds the probabilities and
-// a second accumulator.
+// The query-gradient kernel's shared memory; the key-gradient kernel's adds the probabilities. The
+// gradients themselves add up in the warps' accumulators (registers on the device) and pass
+// through grad_a only at the end.
 template <int HD>
 struct BackwardShared {
   using S = Strides<HD>;
@@ -92,13 +93,12 @@ struct BackwardShared {
   alignas(128) float scores[kTile * S::kSquare];
   alignas(128) float dprobs[kTile * S::kSquare];
   alignas(128) bf16 score_grads[kTile * S::kSquare16];
-  alignas(128) float grad_a[kTile * S::kAccumulator];  // dk (key tiles) or dq (query tiles)
+  alignas(128) float grad_a[kTile * S::kAccumulator];  // a gradient's tiles on their way out
   float lse[kTile], delta[kTile];
 };
 template <int HD>
 struct KeyGradsShared : BackwardShared<HD> {
   alignas(128) bf16 probs[kTile * Strides<HD>::kSquare16];
-  alignas(128) float grad_b[kTile * Strides<HD>::kAccumulator];  // dv
 };
 
 // The tensors: qkv [B,T,3C] (q | k | v, head h in columns [h*hd, (h+1)*hd) of each third), out and
@@ -372,42 +372,90 @@ TRIPOD_HD void store_gradient_rows(const Exec& exec, float* dqkv, const float* a
     }
 }
 
-// Key tile kt of pair bh: dk and dv of its rows, over the query tiles that see them.
+// The backward's gradients add up in each warp's accumulators, `typename Exec::template
+// Accumulators<N>`: N 16 x 16 fp32 tiles a warp (registers on the device), reached through the
+// executor with the warp's index (the host keeps every warp's): zero_accumulators(acc, w),
+// accumulate<kATransposed, kBTransposed>(acc, w, m, a, lda, b, ldb, k) (tile m += op(a) op(b), as
+// product), store_accumulator(acc, w, m, c, ldc).
+
+// Key tile kt of pair bh: dk and dv of its rows, over the query tiles that see them. Warp w holds
+// row block w % 4 of dv (w < 4) or dk, every column block.
 template <int HD, class Exec>
 TRIPOD_HD void key_grads_block(const Exec& exec, KeyGradsShared<HD>& sh, const Problem& p, const float* qkv,
                                const float* dout, const float* lse, const float* delta, float* dqkv, int64_t bh,
                                int64_t kt) {
   using S = Strides<HD>;
+  constexpr int kColumnBlocks = HD / kSide;
+  static_assert(kWarps == 2 * (kTile / kSide), "four warps for dv's row blocks, four for dk's");
+  typename Exec::template Accumulators<kColumnBlocks> grad;
   load_key_tile<HD>(exec, sh, p, qkv, bh, kt);
-  zero(exec, sh.grad_a, kTile * S::kAccumulator);
-  zero(exec, sh.grad_b, kTile * S::kAccumulator);
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) exec.zero_accumulators(grad, w);
   for (int64_t qt = kt; qt < p.tiles(); ++qt) {
     load_query_tile<HD>(exec, sh, p, qkv, dout, lse, delta, bh, qt);
     exec.sync();
     tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile);
-    accumulate_square_times_rows<HD, true>(exec, 0, kWarps / 2, sh.grad_b, sh.probs, sh.dout);  // dv += P^T dO
-    accumulate_square_times_rows<HD, true>(exec, kWarps / 2, kWarps / 2, sh.grad_a, sh.score_grads,
-                                           sh.q);  // dk += dS^T Q
+    // dv += P^T dO, dk += dS^T Q: op(a) = a^T, rows [16i, 16i + 16) are a's columns
+    for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
+      const bool dv = w < kWarps / 2;
+      const bf16* a = (dv ? sh.probs : sh.score_grads) + (w % (kWarps / 2)) * kSide;
+      const bf16* b = dv ? sh.dout : sh.q;
+      TRIPOD_UNROLL
+      for (int m = 0; m < kColumnBlocks; ++m)
+        exec.template accumulate<true, false>(grad, w, m, a, S::kSquare16, b + m * kSide, S::kOperand, kTile);
+    }
     exec.sync();
   }
-  store_gradient_rows<HD>(exec, dqkv, sh.grad_a, p, bh, kt * kTile, p.rows_in_tile(kt), 1);
-  store_gradient_rows<HD>(exec, dqkv, sh.grad_b, p, bh, kt * kTile, p.rows_in_tile(kt), 2);
+  for (int part = 2; part >= 1; --part) {  // dv, then dk, through grad_a
+    for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
+      if ((w < kWarps / 2) != (part == 2)) continue;
+      TRIPOD_UNROLL
+      for (int m = 0; m < kColumnBlocks; ++m)
+        exec.store_accumulator(grad, w, m, sh.grad_a + (w % (kWarps / 2)) * kSide * S::kAccumulator + m * kSide,
+                               S::kAccumulator);
+    }
+    exec.sync();
+    store_gradient_rows<HD>(exec, dqkv, sh.grad_a, p, bh, kt * kTile, p.rows_in_tile(kt), part);
+    exec.sync();
+  }
 }
 
-// Query tile qt of pair bh: dq of its rows, over the key tiles it sees.
+// Query tile qt of pair bh: dq of its rows, over the key tiles it sees. Warp w holds row block
+// w % 4, column blocks w / 4, w / 4 + 2, ...
 template <int HD, class Exec>
 TRIPOD_HD void query_grads_block(const Exec& exec, BackwardShared<HD>& sh, const Problem& p, const float* qkv,
                                  const float* dout, const float* lse, const float* delta, float* dqkv, int64_t bh,
                                  int64_t qt) {
+  using S = Strides<HD>;
+  constexpr int kRowBlocks = kTile / kSide, kColumnBlocks = HD / kSide;
+  constexpr int kGroups = kWarps / kRowBlocks, kPerWarp = (kColumnBlocks + kGroups - 1) / kGroups;
+  typename Exec::template Accumulators<kPerWarp> grad;
   load_query_tile<HD>(exec, sh, p, qkv, dout, lse, delta, bh, qt);
-  zero(exec, sh.grad_a, kTile * Strides<HD>::kAccumulator);
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) exec.zero_accumulators(grad, w);
   for (int64_t kt = 0; kt <= qt; ++kt) {
     load_key_tile<HD>(exec, sh, p, qkv, bh, kt);
     exec.sync();
     tile_score_grads<HD>(exec, sh, p, qt * kTile, kt * kTile);
-    accumulate_square_times_rows<HD, false>(exec, 0, kWarps, sh.grad_a, sh.score_grads, sh.k);  // dq += dS K
+    for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {  // dq += dS K
+      const bf16* a = sh.score_grads + (w % kRowBlocks) * kSide * S::kSquare16;
+      TRIPOD_UNROLL
+      for (int m = 0; m < kPerWarp; ++m) {
+        const int j = w / kRowBlocks + kGroups * m;
+        if (j < kColumnBlocks)
+          exec.template accumulate<false, false>(grad, w, m, a, S::kSquare16, sh.k + j * kSide, S::kOperand, kTile);
+      }
+    }
     exec.sync();
   }
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
+    TRIPOD_UNROLL
+    for (int m = 0; m < kPerWarp; ++m) {
+      const int j = w / kRowBlocks + kGroups * m;
+      if (j < kColumnBlocks)
+        exec.store_accumulator(grad, w, m, sh.grad_a + (w % kRowBlocks) * kSide * S::kAccumulator + j * kSide,
+                               S::kAccumulator);
+    }
+  }
+  exec.sync();
   store_gradient_rows<HD>(exec, dqkv, sh.grad_a, p, bh, qt * kTile, p.rows_in_tile(qt), 0);
 }
 

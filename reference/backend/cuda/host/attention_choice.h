@@ -22,8 +22,8 @@ AttentionKernel choose_attention_kernel();  // from the process's environment
 
 // Shapes the flash kernels take on a device whose blocks may opt in to `shared_per_block_optin`
 // bytes of shared memory: head size 16, 32, 64 or 128 (a tile product's inner dimension is a
-// multiple of 16; one kernel is built for each) whose kernels' shared memory fits (an H200's 227
-// KiB holds them all; an A100's 163 KiB not head size 128's key-gradient kernel), and T >= hd + 1,
+// multiple of 16; one kernel is built for each) whose kernels' shared memory fits (an A100's 163
+// KiB holds them all; a 99 KiB limit not head size 64's key-gradient kernel), and T >= hd + 1,
 // so that the state they keep (the rows' logsumexp, B*H*T, and a copy of out, B*T*C) fits in the
 // B*H*T*T probs buffer. Elsewhere the backend runs the GEMM attention.
 bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin);

@@ -2,7 +2,8 @@
 // device executor whose tile products are bf16 tensor-core products (nvcuda::wmma, 16 x 16 x 16,
 // fp32 accumulators) on operands in shared memory. One block of flash::kThreads (256) threads per
 // (batch, head, 64-row tile). Shared memory at head size 64: 73 KiB forward (3 blocks an SM on an
-// H200's 227 KiB), 97 KiB query gradients (2), 122 KiB key gradients (1); at 128 up to 187 KiB.
+// H200's 227 KiB), 96.5 KiB query gradients (2), 105.5 KiB key gradients (2); at 128 up to 153.5
+// KiB. The backward's gradients add up in registers (each warp's wmma accumulators).
 // Every launch raises the kernel's dynamic shared memory limit to what it takes.
 //
 // Deterministic: every output element is written by one block, which sums its tiles in a fixed
@@ -53,12 +54,62 @@ struct DeviceBlock {
   __host__ __device__ void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb,
                                    int k) const {
 #ifdef __CUDA_ARCH__
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+    if (accumulate) nvcuda::wmma::load_matrix_sync(acc, c, static_cast<unsigned>(ldc), nvcuda::wmma::mem_row_major);
+    else nvcuda::wmma::fill_fragment(acc, 0.0f);
+    multiply_into<kATransposed, kBTransposed>(acc, a, lda, b, ldb, k);
+    nvcuda::wmma::store_matrix_sync(c, acc, static_cast<unsigned>(ldc), nvcuda::wmma::mem_row_major);
+#else
+    (void)c, (void)ldc, (void)accumulate, (void)a, (void)lda, (void)b, (void)ldb, (void)k;
+#endif
+  }
+  // The calling warp's N accumulator tiles, in registers (every index into `tile` is a constant
+  // after the block algorithms' unrolled loops). `w`, the warp, is the calling one.
+  template <int N>
+  struct Accumulators {
+#ifdef __CUDA_ARCH__
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tile[N];
+#endif
+  };
+  template <int N>
+  __host__ __device__ void zero_accumulators(Accumulators<N>& acc, int w) const {
+    (void)w;
+#ifdef __CUDA_ARCH__
+    TRIPOD_UNROLL
+    for (int m = 0; m < N; ++m) nvcuda::wmma::fill_fragment(acc.tile[m], 0.0f);
+#else
+    (void)acc;
+#endif
+  }
+  template <bool kATransposed, bool kBTransposed, int N>
+  __host__ __device__ void accumulate(Accumulators<N>& acc, int w, int m, const bf16* a, int lda, const bf16* b,
+                                      int ldb, int k) const {
+    (void)w;
+#ifdef __CUDA_ARCH__
+    multiply_into<kATransposed, kBTransposed>(acc.tile[m], a, lda, b, ldb, k);
+#else
+    (void)acc, (void)m, (void)a, (void)lda, (void)b, (void)ldb, (void)k;
+#endif
+  }
+  template <int N>
+  __host__ __device__ void store_accumulator(Accumulators<N>& acc, int w, int m, float* c, int ldc) const {
+    (void)w;
+#ifdef __CUDA_ARCH__
+    nvcuda::wmma::store_matrix_sync(c, acc.tile[m], static_cast<unsigned>(ldc), nvcuda::wmma::mem_row_major);
+#else
+    (void)acc, (void)m, (void)c, (void)ldc;
+#endif
+  }
+
+ private:
+#ifdef __CUDA_ARCH__
+  // acc += op(a) [16, k] op(b) [k, 16], 16 deep at a time.
+  template <bool kATransposed, bool kBTransposed>
+  __device__ static void multiply_into(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
+                                       const bf16* a, int lda, const bf16* b, int ldb, int k) {
     using namespace nvcuda;
     using LayoutA = std::conditional_t<kATransposed, wmma::col_major, wmma::row_major>;
     using LayoutB = std::conditional_t<kBTransposed, wmma::col_major, wmma::row_major>;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    if (accumulate) wmma::load_matrix_sync(acc, c, static_cast<unsigned>(ldc), wmma::mem_row_major);
-    else wmma::fill_fragment(acc, 0.0f);
     for (int kk = 0; kk < k; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA> fa;
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
@@ -68,11 +119,8 @@ struct DeviceBlock {
                              static_cast<unsigned>(ldb));
       wmma::mma_sync(acc, fa, fb, acc);
     }
-    wmma::store_matrix_sync(c, acc, static_cast<unsigned>(ldc), wmma::mem_row_major);
-#else
-    (void)c, (void)ldc, (void)accumulate, (void)a, (void)lda, (void)b, (void)ldb, (void)k;
-#endif
   }
+#endif
 };
 
 template <class Shared>
@@ -81,8 +129,12 @@ __device__ Shared& shared_of_block() {
   return *reinterpret_cast<Shared*>(shared_bytes);
 }
 
+// The blocks an SM must hold at once, which caps each thread's registers at 64 Ki / (256 x blocks):
+// what the kernel's shared memory allows on an H200 (227 KiB; host/attention_choice.h's sizes).
+constexpr int blocks_per_sm(int head_dim, int at_most) { return head_dim == 128 ? at_most - 1 : at_most; }
+
 template <int HD>
-__global__ void __launch_bounds__(flash::kThreads)
+__global__ void __launch_bounds__(flash::kThreads, blocks_per_sm(HD, 3))
     flash_forward_kernel(flash::Problem p, const float* qkv, float* out, float* lse) {
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
   flash::forward_block<HD>(DeviceBlock{}, shared_of_block<flash::ForwardShared<HD>>(), p, qkv, out, lse, at.pair,
@@ -90,7 +142,7 @@ __global__ void __launch_bounds__(flash::kThreads)
 }
 
 template <int HD>
-__global__ void __launch_bounds__(flash::kThreads)
+__global__ void __launch_bounds__(flash::kThreads, blocks_per_sm(HD, 2))
     flash_key_grads_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
                            const float* delta, float* dqkv) {
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, false);
@@ -99,7 +151,7 @@ __global__ void __launch_bounds__(flash::kThreads)
 }
 
 template <int HD>
-__global__ void __launch_bounds__(flash::kThreads)
+__global__ void __launch_bounds__(flash::kThreads, blocks_per_sm(HD, 2))
     flash_query_grads_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
                              const float* delta, float* dqkv) {
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
