@@ -31,6 +31,7 @@
 #include "backend/cpu/flash_host_block.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
 #include "kernel_math_test_util.h"
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
 #include "core/error.h"
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
 #include "core/error.h"
 
