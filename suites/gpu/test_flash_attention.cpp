@@ -10,31 +10,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend_factory.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "support/flash_attention_asked.h"
 
 namespace tripod {
 namespace {
 
-class FlashAttentionAsked {  // TRIPOD_CUDA_ATTENTION=flash while backends are made
- public:
-  FlashAttentionAsked() {
-    if (const char* v = std::getenv("TRIPOD_CUDA_ATTENTION")) old_ = v;
-    setenv("TRIPOD_CUDA_ATTENTION", "flash", 1);
-  }
-  ~FlashAttentionAsked() {
-    if (old_) setenv("TRIPOD_CUDA_ATTENTION", old_->c_str(), 1);
-    else unsetenv("TRIPOD_CUDA_ATTENTION");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
+using testing::FlashAttentionAsked;
 
 struct Results {
   std::vector<float> out, lse, dqkv;

@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
 #include "core/error.h"
+#include "support/flash_attention_asked.h"
 #include "model/gpt.h"
 #include "model_test_util.h"
 #include "train/trainer.h"
@@ -22,22 +22,7 @@
 namespace tripod {
 namespace {
 
-// TRIPOD_CUDA_ATTENTION=flash while it lives (read when a backend is made), the old value after.
-class FlashAttentionAsked {
- public:
-  FlashAttentionAsked() {
-    if (const char* v = std::getenv(kName)) old_ = v;
-    setenv(kName, "flash", 1);
-  }
-  ~FlashAttentionAsked() {
-    if (old_) setenv(kName, old_->c_str(), 1);
-    else unsetenv(kName);
-  }
-
- private:
-  static constexpr const char* kName = "TRIPOD_CUDA_ATTENTION";
-  std::optional<std::string> old_;
-};
+using testing::FlashAttentionAsked;
 
 std::unique_ptr<Backend> emulated_flash() {
   FlashAttentionAsked asked;

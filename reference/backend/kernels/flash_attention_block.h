@@ -167,22 +167,18 @@ TRIPOD_HD void row_by_row_products(const Exec& exec, int first, int count, float
   }
 }
 
-// acc [kTile][HD] fp32 += op(a) [kTile, kTile] b [kTile][HD], with op(a) = a (a square tile's
-// rows, kATransposed false) or a^T.
-template <int HD, bool kATransposed, class Exec>
-TRIPOD_HD void accumulate_square_times_rows(const Exec& exec, int first, int count, float* acc, const bf16* a,
-                                            const bf16* b) {
+// out [kTile][HD] fp32 += probs [kTile, kTile] v [kTile][HD] (the forward's out, which is rescaled
+// between tiles and so stays in shared memory; the backward's gradients stay in registers).
+template <int HD, class Exec>
+TRIPOD_HD void accumulate_probs_times_values(const Exec& exec, float* out, const bf16* probs, const bf16* v) {
   using S = Strides<HD>;
-  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step()) {
-    if (w < first || w >= first + count) continue;
-    for (int t = w - first; t < (kTile / kSide) * (HD / kSide); t += count) {
+  for (int w = exec.warp_begin(); w != exec.warp_end(); w += exec.step())
+    for (int t = w; t < (kTile / kSide) * (HD / kSide); t += kWarps) {
       const int i = t % (kTile / kSide), j = t / (kTile / kSide);
-      // op(a)'s rows [16i, 16i + 16): rows of a, or columns of a (a^T read column-major)
-      const bf16* a_rows = kATransposed ? a + i * kSide : a + i * kSide * S::kSquare16;
-      exec.template product<kATransposed, false>(acc + i * kSide * S::kAccumulator + j * kSide, S::kAccumulator,
-                                                 true, a_rows, S::kSquare16, b + j * kSide, S::kOperand, kTile);
+      exec.template product<false, false>(out + i * kSide * S::kAccumulator + j * kSide, S::kAccumulator, true,
+                                          probs + i * kSide * S::kSquare16, S::kSquare16, v + j * kSide, S::kOperand,
+                                          kTile);
     }
-  }
 }
 
 // ---- forward ----
@@ -257,7 +253,7 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
     }
     exec.sync();
     // out += P V (the warps) and the rows' running sum and max (a thread a row): disjoint data.
-    accumulate_square_times_rows<HD, false>(exec, 0, kWarps, sh.out, sh.probs, sh.v);
+    accumulate_probs_times_values<HD>(exec, sh.out, sh.probs, sh.v);
     for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
       if (tid >= kTile) continue;
       const float* parts = sh.part_sum + tid * kRowThreads;

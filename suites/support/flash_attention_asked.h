@@ -1,0 +1,28 @@
+// TRIPOD_CUDA_ATTENTION=flash while an instance lives (a backend reads it when it is made), the
+// variable's old value (or its absence) restored after: for the tests of the flash attention.
+#pragma once
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace tripod::testing {
+
+class FlashAttentionAsked {
+ public:
+  FlashAttentionAsked() {
+    if (const char* v = std::getenv(kName)) old_ = v;
+    setenv(kName, "flash", 1);
+  }
+  ~FlashAttentionAsked() {
+    if (old_) setenv(kName, old_->c_str(), 1);
+    else unsetenv(kName);
+  }
+  FlashAttentionAsked(const FlashAttentionAsked&) = delete;
+  FlashAttentionAsked& operator=(const FlashAttentionAsked&) = delete;
+
+ private:
+  static constexpr const char* kName = "TRIPOD_CUDA_ATTENTION";
+  std::optional<std::string> old_;
+};
+
+}  // namespace tripod::testing
