@@ -127,6 +127,11 @@ class Backend {
   // bits, in the pass that rounds operands[0] where a backend can (a linear layer's output
   // gradient is then read once for its bias gradient and its copy, not twice).
   std::vector<Tensor> gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first = Tensor());
+  // gemm_operands({gelu(x)})[0], for a caller whose only use of gelu(x) is as a GEMM operand: under
+  // the bf16-operand policy gelu(x)'s bf16 copy, which a device backend writes in the GELU's own
+  // pass, so the fp32 gelu(x) is never stored; otherwise gelu(x) itself, a new fp32 tensor. The
+  // same bits as gelu_forward followed by gemm_operands.
+  Tensor gelu_operand(const Tensor& x);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -240,6 +245,8 @@ class Backend {
   virtual Tensor bf16_operand_copy(const Tensor& x);
   // bias_grad(dbias, x), then bf16_operand_copy(x); a device backend may do both in one pass over x.
   virtual Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias);
+  // bf16_operand_copy(gelu(x)) for an fp32 x; a device backend may skip the fp32 gelu(x).
+  virtual Tensor bf16_gelu_operand(const Tensor& x);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

@@ -34,6 +34,20 @@ std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, 
   return rounded;
 }
 
+Tensor Backend::gelu_operand(const Tensor& x) {
+  check(x.defined() && x.numel() > 0, "gelu_operand: an empty input ", x.describe());
+  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x)) return bf16_gelu_operand(x);
+  Tensor out = alloc_for_overwrite(x.shape(), x.dtype());
+  gelu_forward(out, x);
+  return out;
+}
+
+Tensor Backend::bf16_gelu_operand(const Tensor& x) {
+  Tensor gelu = alloc_for_overwrite(x.shape(), DType::F32);
+  gelu_forward(gelu, x);
+  return bf16_operand_copy(gelu);
+}
+
 Tensor Backend::bf16_operand_copy(const Tensor& x) {
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
   convert(x, copy);

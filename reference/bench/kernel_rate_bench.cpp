@@ -120,6 +120,14 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.bias_grad(dbias4, dh);
                        b.gemm_operands({dh});
                      })});
+    // The MLP's gelu(fc) [N, 4C] as c_proj's bf16 operand: straight from fc (Backend::gelu_operand,
+    // one pass on a GPU), and as the fp32 GELU then its copy (what the model did before). Both
+    // count the same bytes (fc read once, the bf16 operand written), so their GB/s compare directly.
+    cases.push_back({"gelu->bf16 (fused)", copy_bytes, bf16_operands([&] { b.gelu_operand(h); })});
+    cases.push_back({"gelu, bf16 apart", copy_bytes, bf16_operands([&] {
+                       b.gelu_forward(hout, h);
+                       b.gemm_operands({hout});
+                     })});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,

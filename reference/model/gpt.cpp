@@ -67,13 +67,16 @@ struct Gpt::BlockActivations {
   Tensor atty;                     // [N,A] attention output before c_proj
   Tensor res2;                     // [R,C] residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
-  Tensor fc, fc_gelu;              // [N,F]
+  Tensor fc, fc_gelu;              // [N,F]; fc_gelu undefined where only its kept copy is made (below)
   Tensor res3;                     // [R,C] layer output (always the micro-batch's own)
   // The prepared GEMM operands of ln1, atty, ln2 and fc_gelu (bf16 copies under bf16-mixed, see
   // LayerOps::linear_forward), kept from the forward for the backward, which drops them: where
   // `keep_operands` (the layers keep them and the backend rounds fp32 operands), and only for the
   // micro-batch's own activations, not recomputed ones (keeping those would undo the saving), and
   // not in a forward-only pass (set_forward_only: evaluation).
+  // gelu(fc) is read only by c_proj's GEMM and its backward: where its copy is kept, the fp32
+  // gelu(fc) is not stored at all (Backend::gelu_operand writes the bf16 copy directly; an
+  // evaluation makes the copy and drops it).
   bool keep_operands = false;
   Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
 };
@@ -145,8 +148,8 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   const bool keep_operands = layers_->keeps_prepared_inputs() && dtype_ == DType::F32 &&
                              backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
   // A kept bf16 copy is half its fp32 activation (unpadded; a device may pad rows to 8).
-  auto kept_bytes = [&](const Tensor& recomputed, const Tensor& t) {
-    return keep_operands && !recomputed.defined() ? static_cast<std::size_t>(t.numel()) * sizeof(bf16) : 0;
+  auto kept_bytes = [&](const Tensor& recomputed, int64_t numel) {
+    return keep_operands && !recomputed.defined() ? static_cast<std::size_t>(numel) * sizeof(bf16) : 0;
   };
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     BlockActivations x;
@@ -161,11 +164,11 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln2_mean = own(shared.ln2_mean, {R});
     x.ln2_rstd = own(shared.ln2_rstd, {R});
     x.fc = own(shared.fc, {N, F});
-    x.fc_gelu = own(shared.fc_gelu, {N, F});
+    if (!keep_operands || shared.fc_gelu.defined()) x.fc_gelu = own(shared.fc_gelu, {N, F});
     x.res3 = act({R, C});
     x.keep_operands = keep_operands;
-    a->bytes += kept_bytes(shared.ln1, x.ln1) + kept_bytes(shared.atty, x.atty) + kept_bytes(shared.ln2, x.ln2) +
-                kept_bytes(shared.fc_gelu, x.fc_gelu);
+    a->bytes += kept_bytes(shared.ln1, R * C) + kept_bytes(shared.atty, N * A) + kept_bytes(shared.ln2, R * C) +
+                kept_bytes(shared.fc_gelu, N * F);
     a->layers.push_back(x);
   }
   if (span_.head) {
@@ -377,9 +380,15 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
   layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, keep(shared.ln2, x.ln2_op));  // [N,F]
-  be.gelu_forward(x.fc_gelu, x.fc);
-  layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b,
-                          keep(shared.fc_gelu, x.fc_gelu_op));  // [R,C]
+  if (x.fc_gelu.defined()) {
+    be.gelu_forward(x.fc_gelu, x.fc);
+    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b,
+                            keep(shared.fc_gelu, x.fc_gelu_op));  // [R,C]
+  } else {  // gelu(fc) only as c_proj's operand (BlockActivations::keep_operands)
+    const Tensor gelu_op = be.gelu_operand(x.fc);
+    layers_->linear_forward_from_operand(be, LinearRole::FcOut, x.res3, gelu_op, w.fcproj_w, w.fcproj_b);  // [R,C]
+    if (Tensor* kept = keep(shared.fc_gelu, x.fc_gelu_op)) *kept = gelu_op;
+  }
   be.add(x.res3, x.res3, x.res2);
 }
 

@@ -5,6 +5,12 @@
 
 namespace tripod {
 
+void LayerOps::linear_forward_from_operand(Backend&, LinearRole, const Tensor&, const Tensor& inp_operand,
+                                           const Tensor&, const Tensor&) {
+  fail("linear_forward_from_operand (", inp_operand.describe(),
+       "): this layer strategy keeps no prepared inputs and takes none");
+}
+
 SingleDeviceLayers::SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple)
     : vocab_(vocab), logits_row_multiple_(logits_row_multiple) {
   check(vocab > 0 && logits_row_multiple > 0, "SingleDeviceLayers: vocabulary ", vocab, ", row multiple ",
@@ -30,6 +36,12 @@ void SingleDeviceLayers::embedding_backward(Backend& be, const Tensor& dwte, con
 void SingleDeviceLayers::linear_forward(Backend& be, LinearRole, const Tensor& out, const Tensor& inp,
                                         const Tensor& weight, const Tensor& bias, Tensor* kept_input) {
   tripod::linear_forward(be, out, inp, weight, bias, kept_input);
+}
+
+void SingleDeviceLayers::linear_forward_from_operand(Backend& be, LinearRole, const Tensor& out,
+                                                     const Tensor& inp_operand, const Tensor& weight,
+                                                     const Tensor& bias) {
+  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias);
 }
 
 void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& dinp, const Tensor& dweight,

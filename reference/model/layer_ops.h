@@ -32,8 +32,13 @@ class LayerOps {
   // for linear_backward to take instead of preparing inp again; else it stays undefined.
   virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                               const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr) = 0;
-  // Whether linear_forward may set a kept input (the model accounts for their memory if so).
+  // Whether linear_forward may set a kept input (the model accounts for their memory if so); such a
+  // strategy also takes an input as its prepared operand (linear_forward_from_operand).
   virtual bool keeps_prepared_inputs() const { return false; }
+  // linear_forward from inp's prepared operand (Backend::gelu_operand's), which linear_backward then
+  // takes as the kept input, with no inp. Only where keeps_prepared_inputs(); an error otherwise.
+  virtual void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
+                                           const Tensor& weight, const Tensor& bias);
   // dinp is overwritten; dweight and dbias accumulate. `kept_input`: what linear_forward set for
   // this inp, unchanged since (undefined for none).
   virtual void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
@@ -51,6 +56,8 @@ class SingleDeviceLayers final : public LayerOps {
   SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple);
   int64_t local_width(LinearRole role, int64_t full) const override;
   bool keeps_prepared_inputs() const override { return true; }
+  void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
+                                   const Tensor& weight, const Tensor& bias) override;
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,

@@ -27,11 +27,33 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
   be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, row_length, acc);  // padded rows: ldc O'
 }
 
+void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
+                                 const Tensor& bias) {
+  const int64_t O = weight.dim(0), I = weight.dim(1), N = out.numel() / O;
+  check(out.dim(-1) == O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
+            inp_operand.numel() / inp_operand.dim(-1) >= N,
+        "linear_forward_from_operand: operand ", inp_operand.describe(), " for ", N, " rows of ", I,
+        " inputs into ", out.describe());
+  if (inp_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain product
+    check(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),
+          " for ", N, " rows of ", I, " inputs");
+    return be.gemm_bias(false, true, N, O, I, inp_operand, I, weight, I, out, bias, gemm_accumulate_dtype(weight.dtype()));
+  }
+  const Tensor w = be.gemm_operands({weight})[0];
+  check(w.dtype() == inp_operand.dtype(), "linear_forward_from_operand: a ", dtype_name(inp_operand.dtype()),
+        " operand with a ", dtype_name(w.dtype()), " weight copy");
+  const int64_t ld_x = inp_operand.dim(-1), ld_w = w.dim(-1);
+  be.gemm_bias(false, true, N, O, std::min(ld_x, ld_w), inp_operand, ld_x, w, ld_w, out, bias,
+               gemm_accumulate_dtype(weight.dtype()));
+}
+
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
                      const Tensor& kept_input) {
-  const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
+  const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
   const DType acc = gemm_accumulate_dtype(dout.dtype());
+  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), "linear_backward: input ", inp.describe(),
+        " for ", N, " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).
   // A prepared copy may be zero-padded (backend.h), and dout's own rows may be longer than O
@@ -43,7 +65,11 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   // not prepared, inp itself is used.
   std::vector<Tensor> ops = kept_input.defined() ? be.gemm_operands({dout, weight}, dbias)
                                                  : be.gemm_operands({dout, weight, inp}, dbias);
-  if (kept_input.defined()) ops.push_back(ops[0].dtype() == kept_input.dtype() ? kept_input : inp);
+  if (kept_input.defined()) {
+    check(ops[0].dtype() == kept_input.dtype() || inp.defined(), "linear_backward: a kept ",
+          kept_input.describe(), " without the policy that made it, and no input");
+    ops.push_back(ops[0].dtype() == kept_input.dtype() ? kept_input : inp);
+  }
   const Tensor &dy = ops[0], &w = ops[1], &x = ops[2];
   const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
   const int64_t outputs = std::min(ld_dy, w.numel() / ld_w), tokens = std::min(dy.numel() / ld_dy, x.numel() / ld_x);

@@ -14,11 +14,18 @@ namespace tripod {
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     Tensor* kept_input = nullptr);
 
+// linear_forward from inp's prepared operand `inp_operand` (Backend::gelu_operand's, or a copy that
+// gemm_operands made; unpadded rows of out): the weight's copy is prepared here, and the product is
+// linear_forward's with `kept_input` set, bit for bit. inp itself need not exist.
+void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
+                                 const Tensor& bias);
+
 // dinp[N,I] (= or += per accumulate_dinp) dout[N,O] @ weight[O,I];
 // dweight[O,I] += dout^T @ inp; dbias[O] += sum_n dout[n].
 // dout's rows may be longer than O ([N, O'], O' >= O) when its columns from O on are zero (padded
 // logits' gradient): the products may then run over them.
-// `kept_input`: linear_forward's copy of this inp (undefined: inp is prepared here).
+// `kept_input`: linear_forward's copy of this inp (undefined: inp is prepared here); where it is a
+// bf16 copy, inp may be undefined (linear_forward_from_operand's input, never stored in fp32).
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
                      const Tensor& kept_input = Tensor());

@@ -15,6 +15,7 @@
 #include "backend/transfer.h"
 #include "core/counter_rng.h"
 #include "model/linear.h"
+#include "support/padding_cpu_backend.h"
 #include "train/run_config.h"
 
 namespace tripod {
@@ -202,29 +203,8 @@ TEST(PrecisionPolicy, SharedGemmOperandsAreRoundedOnceToTheSameBits) {
   }
 }
 
-// What the CUDA backend's bf16_operand_copy does (backend.h allows it): bf16 copies zero-padded to
-// multiples of 8 in both sizes, here on the CPU backend, so linear_backward's use of padded copies
-// (each copy's own leading dimension, reductions over the shared padded extents) is checked
-// where it runs. The zeros add nothing, and these reductions (k < 64) are one block of sums: the
-// same bits as unpadded copies.
-class PaddingCpuBackend : public cpu::CpuBackend {
- public:
-  PaddingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-
- protected:
-  Tensor bf16_operand_copy(const Tensor& x) override {
-    const Tensor copy = cpu::CpuBackend::bf16_operand_copy(x);
-    const int64_t cols = copy.dim(-1), rows = copy.numel() / cols;
-    const int64_t rows8 = (rows + 7) / 8 * 8, cols8 = (cols + 7) / 8 * 8;
-    std::vector<bf16> values(static_cast<std::size_t>(copy.numel())), out(static_cast<std::size_t>(rows8 * cols8));
-    download(copy, values.data());
-    for (int64_t r = 0; r < rows; ++r) std::copy_n(values.begin() + r * cols, cols, out.begin() + r * cols8);
-    Tensor padded = alloc({rows8, cols8}, DType::BF16);
-    upload(out.data(), padded);
-    return padded;
-  }
-};
-
+// PaddingCpuBackend (suites/support/padding_cpu_backend.h) pads its operand copies as CUDA does, so
+// linear_backward's use of padded copies is checked where it runs.
 TEST(PrecisionPolicy, LinearBackwardTakesZeroPaddedSharedOperands) {
   for (const auto& [N, O, I] : {std::array<int64_t, 3>{21, 13, 19}, {16, 24, 40}, {3, 50, 8}}) {
     auto run = [&, N = N, O = O, I = I](Backend& be) {
@@ -237,7 +217,7 @@ TEST(PrecisionPolicy, LinearBackwardTakesZeroPaddedSharedOperands) {
       linear_backward(be, dinp, dw, db, dout, x, w, /*accumulate_dinp=*/false);
       return std::vector<std::vector<double>>{to_host_f64(be, dinp), to_host_f64(be, dw), to_host_f64(be, db)};
     };
-    PaddingCpuBackend padding;
+    testing::PaddingCpuBackend padding;
     auto plain = make_backend("cpu");
     EXPECT_EQ(run(padding), run(*plain)) << "N " << N << " O " << O << " I " << I;
   }

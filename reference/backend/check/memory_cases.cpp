@@ -162,6 +162,23 @@ void add_shared_operand_cases(CaseList& cases) {
               });
 }
 
+// Backend::gelu_operand under the policy: gelu(x) straight into its bf16 copy (one pass on a GPU),
+// against the CPU's gelu then rounding. Compared with the bf16 bound: a device's tanh may differ
+// from the CPU's in the last fp32 place, which can move a rounding by one bf16 place. An aligned
+// x takes the four-wide kernel; a view one element in, the one-element one. (Sizes a device pads
+// take gelu_forward then the padded copy, checked by the conversion cases.)
+void add_gelu_operand_cases(CaseList& cases) {
+  for (int64_t offset : {0, 1})
+    cases.add("gelu_operand fp32->bf16" + std::string(offset ? " x+1" : ""), DType::BF16, dims({64, 3072}),
+              [=](Backend& be) {
+                Inputs in(be, DType::F32, kSeed + 50 + offset);
+                const Tensor x = in.normal({64 * 3072 + 1}, 2.0).view(offset, {64, 3072});
+                Tensor op;
+                with_bf16_operands(be, [&] { op = be.gelu_operand(x); });
+                return std::vector<Output>{output(be, "gelu(x) bf16", op)};
+              });
+}
+
 void add_conversion_cases(CaseList& cases) {
   const std::vector<std::pair<DType, DType>> pairs = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
                                                       {DType::F32, DType::BF16}, {DType::F64, DType::BF16},
@@ -269,6 +286,7 @@ void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
       add_bf16_operand_cases(cases);
       add_bf16_operand_bias_cases(cases);
       add_shared_operand_cases(cases);
+      add_gelu_operand_cases(cases);
       add_conversion_cases(cases);
     }
   }

@@ -43,6 +43,10 @@ double sum_valid_losses(const T* losses, const int32_t* targets, int64_t n) {
   return sum;
 }
 
+void round_to_bf16(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
 #define TRIPOD_CONVERT(From, To) template void convert<From, To>(const From*, To*, int64_t);
 TRIPOD_CONVERT(float, double)
 TRIPOD_CONVERT(double, float)

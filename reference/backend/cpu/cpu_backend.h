@@ -84,6 +84,10 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr, double beta1,
              double beta2, double eps, double weight_decay, int64_t step, double grad_scale) override;
 
+  // gelu(x) rounded to bf16 in one pass (cpu::gelu_forward_to_bf16): no fp32 temporary. Unpadded,
+  // as this backend's bf16_operand_copy (a subclass that pads its copies overrides both).
+  Tensor bf16_gelu_operand(const Tensor& x) override;
+
   // The typed pointer to a tensor of this backend (the device checked, then the dtype).
   template <typename T>
   T* ptr(const Tensor& t, const char* op) const {

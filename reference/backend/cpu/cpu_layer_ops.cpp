@@ -73,6 +73,12 @@ void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   });
 }
 
+Tensor CpuBackend::bf16_gelu_operand(const Tensor& x) {
+  Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
+  cpu::gelu_forward_to_bf16(ptr<bf16>(copy, "gelu_operand"), ptr<float>(x, "gelu_operand"), x.numel());
+  return copy;
+}
+
 void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const char* op = "gelu_backward";
   dispatch_float(inp.dtype(), op, [&](auto zero) {

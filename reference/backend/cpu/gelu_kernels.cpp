@@ -53,6 +53,18 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t c = 0; c < n; c += kChunk) gelu_backward_chunk(dinp + c, inp + c, dout + c, std::min(kChunk, n - c));
 }
 
+// Chunk by chunk through a buffer on the stack: gelu_forward's chunk body, then convert's rounding
+// (round_to_bf16, in a file without -ffast-math, so NaN and infinity round as convert rounds them).
+void gelu_forward_to_bf16(bf16* out, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += kChunk) {
+    float buffer[kChunk];
+    const int64_t m = std::min(kChunk, n - c);
+    gelu_forward_chunk(buffer, inp + c, m);
+    round_to_bf16(buffer, out + c, m);
+  }
+}
+
 template void gelu_forward<float>(float*, const float*, int64_t);
 template void gelu_forward<double>(double*, const double*, int64_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t);

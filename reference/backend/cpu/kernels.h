@@ -27,6 +27,8 @@ void gemm_rounded_operands(Fp32Matmul mode, bool trans_a, bool trans_b, int64_t 
 // fp32 <-> fp64 <-> bf16, round to nearest even (core/bf16.h).
 template <typename From, typename To>
 void convert(const From* src, To* dst, int64_t n);
+// convert<float, bf16>'s rounding on one thread (for a caller already inside a parallel loop).
+void round_to_bf16(const float* src, bf16* dst, int64_t n);
 template <typename T>
 int64_t count_nonfinite(const T* x, int64_t n);
 // Sum of losses[i] over targets[i] >= 0, in fp64 and index order.
@@ -56,6 +58,8 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+// bf16(gelu(inp)): the bits of gelu_forward then convert, without an fp32 output.
+void gelu_forward_to_bf16(bf16* out, const float* inp, int64_t n);
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,

@@ -133,6 +133,14 @@ Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tens
   return copy;
 }
 
+Tensor CudaBackend::bf16_gelu_operand(const Tensor& x) {
+  const OperandCopyShape shape = operand_copy_shape(x);
+  if (shape.padded()) return Backend::bf16_gelu_operand(x);
+  Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
+  cuda::gelu_to_bf16(copy.device_data<bf16>(), ptr<float>(x, "gelu_operand"), x.numel(), ctx_);
+  return copy;
+}
+
 const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,
                                    int64_t row_length_padded, Tensor& scratch, int64_t& ld_copy) {
   // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the

@@ -133,6 +133,34 @@ struct GeluForwardOp {
   }
 };
 
+// bf16(gelu(x)) straight from fp32 x: the MLP's c_proj operand under bf16-mixed without the fp32
+// gelu(x) (Backend::gelu_operand). GeluForwardOp's values rounded as convert_element rounds them,
+// so the bits of gelu_forward then convert. Four elements a thread where x is 16-byte and out
+// 8-byte aligned (one 16-byte load, one 8-byte store), else one.
+struct GeluToBf16Op {
+  bf16* __restrict__ out;
+  const float* __restrict__ inp;
+  __device__ void operator()(int64_t i) const {
+    out[i] = convert_element<float, bf16>(kernels::gelu_forward_value(inp[i]));
+  }
+};
+struct GeluToBf16x4Op {
+  bf16* __restrict__ out;
+  const float* __restrict__ inp;
+  int64_t n;
+  __device__ void operator()(int64_t g) const {
+    const int64_t i = 4 * g;
+    if (i + 4 <= n) {
+      const float4 x = load4(inp, g);
+      store4(out, g,
+             make_float4(kernels::gelu_forward_value(x.x), kernels::gelu_forward_value(x.y),
+                         kernels::gelu_forward_value(x.z), kernels::gelu_forward_value(x.w)));
+    } else {
+      for (int64_t j = i; j < n; ++j) out[j] = convert_element<float, bf16>(kernels::gelu_forward_value(inp[j]));
+    }
+  }
+};
+
 template <typename T>
 struct GeluBackwardOp {
   T* __restrict__ dinp;
@@ -289,6 +317,14 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_forward");
   launch_elementwise_in_fours<T>(GeluForwardOp<T>{out, inp}, n, {out, inp}, ctx, "gelu_forward");
+}
+
+void gelu_to_bf16(bf16* out, const float* inp, int64_t n, const CudaContext& ctx) {
+  check_size(n, "gelu_to_bf16");
+  if (aligned_to(inp, 16) && aligned_to(out, 8))
+    launch_elementwise(GeluToBf16x4Op{out, inp, n}, (n + 3) / 4, ctx, "gelu_to_bf16 (x4)");
+  else
+    launch_elementwise(GeluToBf16Op{out, inp}, n, ctx, "gelu_to_bf16");
 }
 
 template <typename T>

@@ -35,6 +35,8 @@ void scatter_add_rows(T* table, const T* packed, const int32_t* ids, int64_t row
                       const CudaContext& ctx);
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx);
+// out = bf16(gelu(inp)), the bits of gelu_forward then convert (fp32 in, no fp32 out).
+void gelu_to_bf16(bf16* out, const float* inp, int64_t n, const CudaContext& ctx);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx);
 template <typename T>

@@ -1,0 +1,34 @@
+// A CPU backend that does what the CUDA backend's bf16_operand_copy does (backend.h allows it):
+// bf16 copies zero-padded to multiples of 8 in both sizes, so that the model code's use of padded
+// copies (each copy's own leading dimension, reductions over the shared padded extents) is
+// checked where it runs. The zeros add nothing, and the tests' reductions (k < 64) are one block
+// of sums: the same bits as unpadded copies.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace tripod::testing {
+
+class PaddingCpuBackend : public cpu::CpuBackend {
+ public:
+  PaddingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+
+ protected:
+  Tensor bf16_operand_copy(const Tensor& x) override {
+    const Tensor copy = cpu::CpuBackend::bf16_operand_copy(x);
+    const int64_t cols = copy.dim(-1), rows = copy.numel() / cols;
+    const int64_t rows8 = (rows + 7) / 8 * 8, cols8 = (cols + 7) / 8 * 8;
+    std::vector<bf16> values(static_cast<std::size_t>(copy.numel())), out(static_cast<std::size_t>(rows8 * cols8));
+    download(copy, values.data());
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(values.begin() + r * cols, cols, out.begin() + r * cols8);
+    Tensor padded = alloc({rows8, cols8}, DType::BF16);
+    upload(out.data(), padded);
+    return padded;
+  }
+  // As CUDA does for a copy it pads: gelu_forward, then the padded copy (Backend's default).
+  Tensor bf16_gelu_operand(const Tensor& x) override { return Backend::bf16_gelu_operand(x); }
+};
+
+}  // namespace tripod::testing

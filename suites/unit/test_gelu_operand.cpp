@@ -1,0 +1,110 @@
+// Backend::gelu_operand and linear_forward_from_operand: under bf16-mixed the MLP's gelu(fc) is
+// made only as c_proj's bf16 operand (model/gpt.cpp), never stored in fp32. The operand must be the
+// bits gemm_operands makes of gelu_forward's output, padded where the backend pads, and the layer
+// from it the bits of linear_forward/linear_backward with a kept input; outside the policy the
+// operand is gelu(x) itself. (test_recompute.cpp checks the model's bits and memory; the CUDA
+// kernel is checked against the emulated device by suites/gpu and check-backend.)
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "backend/transfer.h"
+#include "model/linear.h"
+#include "support/error_text.h"
+#include "support/padding_cpu_backend.h"
+#include "kernel_math_test_util.h"
+
+namespace tripod {
+namespace {
+
+Tensor random_tensor(Backend& be, const Shape& shape, uint64_t seed, double lo, double hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor t = be.alloc(shape, DType::F32);
+  from_host_f64(be, testing::uniform_values<double>(n, seed, "test.gelu_operand", lo, hi), t);
+  return t;
+}
+
+// The backends that make the operand: the CPU's, the emulated device's and a padding one (CUDA's
+// copies are padded to multiples of 8 where a size is not one).
+std::vector<std::pair<std::string, std::unique_ptr<Backend>>> backends() {
+  std::vector<std::pair<std::string, std::unique_ptr<Backend>>> all;
+  all.emplace_back("cpu", make_backend("cpu"));
+  all.emplace_back("emulated", make_backend("emulated"));
+  all.emplace_back("padding", std::make_unique<testing::PaddingCpuBackend>());
+  return all;
+}
+
+TEST(GeluOperand, IsTheOperandCopyOfGeluForwardBitForBit) {
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (const Shape& shape : {Shape{24, 40}, Shape{3, 7, 13}}) {  // [B,T,F] too, and sizes a device pads
+        be->set_fp32_matmul(policy);
+        const Tensor x = random_tensor(*be, shape, 81, -6.0, 6.0);
+        Tensor gelu = be->alloc(shape, DType::F32);
+        be->gelu_forward(gelu, x);
+        const Tensor want = be->gemm_operands({gelu})[0];
+        const Tensor got = be->gelu_operand(x);
+        const std::string what = name + (policy == Fp32Matmul::Exact ? " exact " : " bf16-operands ") +
+                                 std::to_string(x.numel()) + " elements";
+        EXPECT_EQ(got.dtype(), policy == Fp32Matmul::Exact ? DType::F32 : DType::BF16) << what;
+        EXPECT_EQ(got.shape(), want.shape()) << what;
+        EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+        if (policy == Fp32Matmul::Exact) EXPECT_NE(got.address(), x.address()) << what << ": a new tensor";
+      }
+}
+
+// c_proj from the operand, backward with no fp32 input: the bits of the layer on the stored
+// gelu(x) with its kept copy, forward and backward.
+TEST(GeluOperand, TheLayerFromTheOperandGivesTheKeptInputsBits) {
+  const int64_t N = 21, O = 12, I = 19;
+  for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
+    const bool mixed = policy == Fp32Matmul::Bf16Operands;
+    auto run = [&](Backend& be, bool from_operand) {
+      be.set_fp32_matmul(policy);
+      const Tensor x = random_tensor(be, {N, I}, 91, -4.0, 4.0), w = random_tensor(be, {O, I}, 92, -0.1, 0.1);
+      const Tensor b = random_tensor(be, {O}, 93, -0.5, 0.5), dout = random_tensor(be, {N, O}, 94, -1.0, 1.0);
+      Tensor y = be.alloc({N, O}, DType::F32), dx = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+      Tensor db = be.alloc({O}, DType::F32);
+      if (from_operand) {
+        const Tensor op = be.gelu_operand(x);
+        linear_forward_from_operand(be, y, op, w, b);
+        // under the policy the bf16 copy is all there is of gelu(x); outside it, gelu(x) itself
+        linear_backward(be, dx, dw, db, dout, mixed ? Tensor() : op, w, false, mixed ? op : Tensor());
+      } else {
+        Tensor gelu = be.alloc({N, I}, DType::F32), kept;
+        be.gelu_forward(gelu, x);
+        linear_forward(be, y, gelu, w, b, &kept);
+        linear_backward(be, dx, dw, db, dout, gelu, w, false, kept);
+      }
+      return std::vector<std::vector<double>>{to_host_f64(be, y), to_host_f64(be, dx), to_host_f64(be, dw),
+                                              to_host_f64(be, db)};
+    };
+    for (auto& [name, be] : backends())
+      EXPECT_EQ(run(*be, true), run(*be, false)) << name << (mixed ? " bf16-operands" : " exact");
+  }
+}
+
+TEST(GeluOperand, AMissingInputOrOperandIsNamed) {
+  auto be = make_backend("cpu");
+  be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const Tensor w = random_tensor(*be, {4, 8}, 95, -1.0, 1.0), dout = random_tensor(*be, {6, 4}, 96, -1.0, 1.0);
+  Tensor dx = be->alloc({6, 8}, DType::F32), dw = be->alloc({4, 8}, DType::F32);
+  EXPECT_NE(expected_error([&] { linear_backward(*be, dx, dw, Tensor(), dout, Tensor(), w, false); })
+                .find("no kept copy"),
+            std::string::npos);
+  EXPECT_NE(expected_error([&] { be->gelu_operand(be->alloc({0, 8}, DType::F32)); }).find("gelu_operand"),
+            std::string::npos);
+  // an operand with fewer rows than the output asks for
+  const Tensor small = be->gelu_operand(random_tensor(*be, {3, 8}, 97, -1.0, 1.0));
+  Tensor y = be->alloc({6, 4}, DType::F32);
+  EXPECT_NE(expected_error([&] { linear_forward_from_operand(*be, y, small, w, Tensor()); })
+                .find("linear_forward_from_operand"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tripod
