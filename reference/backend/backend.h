@@ -132,6 +132,12 @@ class Backend {
   // pass, so the fp32 gelu(x) is never stored; otherwise gelu(x) itself, a new fp32 tensor. The
   // same bits as gelu_forward followed by gemm_operands.
   Tensor gelu_operand(const Tensor& x);
+  // The backward's counterpart: gemm_operands({d}, dbias)[0] for d = gelu_backward(inp, dout) (dbias
+  // undefined for none), for a caller whose only uses of d are as a GEMM operand and its bias
+  // gradient: under the bf16-operand policy d's bf16 copy, which a device backend writes in the
+  // GELU backward's pass together with dbias += d's column sums, so d is never stored; otherwise d
+  // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands.
+  Tensor gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -247,6 +253,9 @@ class Backend {
   virtual Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias);
   // bf16_operand_copy(gelu(x)) for an fp32 x; a device backend may skip the fp32 gelu(x).
   virtual Tensor bf16_gelu_operand(const Tensor& x);
+  // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 tensors (dbias
+  // defined); a device backend may skip the fp32 gradient.
+  virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

@@ -48,6 +48,22 @@ Tensor Backend::bf16_gelu_operand(const Tensor& x) {
   return bf16_operand_copy(gelu);
 }
 
+Tensor Backend::gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
+  check(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
+        "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
+  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(inp) && dout.dtype() == DType::F32 && dbias.defined())
+    return bf16_gelu_backward_operand(inp, dout, dbias);
+  Tensor d = alloc_for_overwrite(inp.shape(), inp.dtype());
+  gelu_backward(d, inp, dout);
+  return gemm_operands({d}, dbias)[0];
+}
+
+Tensor Backend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
+  Tensor d = alloc_for_overwrite(inp.shape(), DType::F32);
+  gelu_backward(d, inp, dout);
+  return bf16_operand_copy_with_bias_grad(d, dbias);
+}
+
 Tensor Backend::bf16_operand_copy(const Tensor& x) {
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
   convert(x, copy);

@@ -128,6 +128,16 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.gelu_forward(hout, h);
                        b.gemm_operands({hout});
                      })});
+    // Its backward: d fc = gelu_backward(fc, d gelu) as c_fc's bf16 operand with c_fc's bias
+    // gradient, in one pass (gelu_backward_operand) and as the fp32 gradient then its fused copy.
+    // Both count fc and d gelu read once and the bf16 operand written.
+    const double backward_bytes = 4 * nc * (2 * s + 2);
+    cases.push_back({"gelu bwd+db+bf16 (fused)", backward_bytes,
+                     bf16_operands([&] { b.gelu_backward_operand(h, hout, dbias4); })});
+    cases.push_back({"gelu bwd, db+bf16 apart", backward_bytes, bf16_operands([&] {
+                       b.gelu_backward(dh, h, hout);
+                       b.gemm_operands({dh}, dbias4);
+                     })});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,

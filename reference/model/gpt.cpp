@@ -97,7 +97,7 @@ struct Gpt::Activations {
 // Backward scratch, shared by every layer and micro-batch (one backward runs at a time), and the
 // block activations that recomputation refills (undefined where kept per micro-batch).
 struct Gpt::Scratch {
-  Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [R,C] x2, [N,A], [N,3A], [N,F] x2
+  Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;  // [R,C] x2, [N,A], [N,3A], [N,F] x2 (dfc: none if keeps_operands)
   BlockActivations recomputed;
   std::size_t bytes = 0;
 };
@@ -124,6 +124,10 @@ int64_t Gpt::local_heads() const {
 
 Gpt::~Gpt() = default;
 
+bool Gpt::keeps_operands() const {
+  return layers_->keeps_prepared_inputs() && dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
+}
+
 std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   const int64_t B = batch_, T = seq_len_;
   // Split layers produce only this rank's share of some activations (see LayerOps::local_width).
@@ -145,8 +149,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   // A recomputed tensor is the shared one; every other is the micro-batch's own.
   const BlockActivations& shared = scratch_->recomputed;
   auto own = [&](const Tensor& recomputed, Shape shape) { return recomputed.defined() ? recomputed : act(shape); };
-  const bool keep_operands = layers_->keeps_prepared_inputs() && dtype_ == DType::F32 &&
-                             backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
+  const bool keep_operands = keeps_operands();
   // A kept bf16 copy is half its fp32 activation (unpadded; a device may pad rows to 8).
   auto kept_bytes = [&](const Tensor& recomputed, int64_t numel) {
     return keep_operands && !recomputed.defined() ? static_cast<std::size_t>(numel) * sizeof(bf16) : 0;
@@ -211,7 +214,7 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   s->dln = act({R, C});
   s->datty = act({B, T, A});
   s->dqkv = act({B, T, 3 * A});
-  s->dfc = act({N, F});
+  if (!keeps_operands()) s->dfc = act({N, F});  // else d fc is made only as its bf16 operand
   s->dfc_gelu = act({N, F});
   if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
     const int64_t H = local_heads();
@@ -447,8 +450,14 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
     layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w,
                              x.fc_gelu_op);
-    be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);
-    layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w, x.ln2_op);
+    if (x.keep_operands) {  // d fc only as c_fc's bf16 operand, with its bias gradient: never stored in fp32
+      const Tensor dfc_op = be.gelu_backward_operand(x.fc, s.dfc_gelu, g.fc_b);
+      layers_->linear_backward_from_operand(be, LinearRole::Fc, s.dln, g.fc_w, dfc_op, x.fc.numel() / x.fc.dim(-1),
+                                            x.ln2, w.fc_w, x.ln2_op);
+    } else {
+      be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);
+      layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w, x.ln2_op);
+    }
     be.layernorm_backward(s.dres, g.ln2_w, g.ln2_b, s.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
     layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w,

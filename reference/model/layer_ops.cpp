@@ -11,6 +11,13 @@ void LayerOps::linear_forward_from_operand(Backend&, LinearRole, const Tensor&, 
        "): this layer strategy keeps no prepared inputs and takes none");
 }
 
+void LayerOps::linear_backward_from_operand(Backend&, LinearRole, const Tensor&, const Tensor&,
+                                            const Tensor& dout_operand, int64_t, const Tensor&, const Tensor&,
+                                            const Tensor&) {
+  fail("linear_backward_from_operand (", dout_operand.describe(),
+       "): this layer strategy keeps no prepared inputs and takes none");
+}
+
 SingleDeviceLayers::SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple)
     : vocab_(vocab), logits_row_multiple_(logits_row_multiple) {
   check(vocab > 0 && logits_row_multiple > 0, "SingleDeviceLayers: vocabulary ", vocab, ", row multiple ",
@@ -42,6 +49,13 @@ void SingleDeviceLayers::linear_forward_from_operand(Backend& be, LinearRole, co
                                                      const Tensor& inp_operand, const Tensor& weight,
                                                      const Tensor& bias) {
   tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias);
+}
+
+void SingleDeviceLayers::linear_backward_from_operand(Backend& be, LinearRole, const Tensor& dinp,
+                                                      const Tensor& dweight, const Tensor& dout_operand, int64_t rows,
+                                                      const Tensor& inp, const Tensor& weight,
+                                                      const Tensor& kept_input) {
+  tripod::linear_backward_from_operand(be, dinp, dweight, dout_operand, rows, inp, weight, kept_input);
 }
 
 void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& dinp, const Tensor& dweight,

@@ -39,6 +39,11 @@ class LayerOps {
   // takes as the kept input, with no inp. Only where keeps_prepared_inputs(); an error otherwise.
   virtual void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
                                            const Tensor& weight, const Tensor& bias);
+  // linear_backward from dout's prepared operand (Backend::gelu_backward_operand's, which also added
+  // the bias gradient) for `rows` rows. Only where keeps_prepared_inputs(); an error otherwise.
+  virtual void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
+                                            const Tensor& dout_operand, int64_t rows, const Tensor& inp,
+                                            const Tensor& weight, const Tensor& kept_input);
   // dinp is overwritten; dweight and dbias accumulate. `kept_input`: what linear_forward set for
   // this inp, unchanged since (undefined for none).
   virtual void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
@@ -58,6 +63,9 @@ class SingleDeviceLayers final : public LayerOps {
   bool keeps_prepared_inputs() const override { return true; }
   void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
                                    const Tensor& weight, const Tensor& bias) override;
+  void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
+                                    const Tensor& dout_operand, int64_t rows, const Tensor& inp, const Tensor& weight,
+                                    const Tensor& kept_input) override;
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,

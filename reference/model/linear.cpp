@@ -1,6 +1,7 @@
 #include "model/linear.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 
@@ -47,19 +48,34 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
                gemm_accumulate_dtype(weight.dtype()));
 }
 
+namespace {
+
+// dinp[N,I] (= or +=) dy @ w and dweight[O,I] += dy^T @ x, from operands that may be prepared
+// copies (zero-padded, backend.h) and whose dy rows may be longer than O (zeros past O, linear.h):
+// each operand's last dimension is its leading dimension, and each product's reduction runs over
+// the extent its two operands both hold, zeros included (dX over dy's columns and w's rows, dW
+// over dy's and x's rows).
+void backward_products(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dy, const Tensor& w,
+                       const Tensor& x, int64_t O, int64_t I, int64_t N, bool accumulate_dinp, DType acc) {
+  const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
+  const int64_t outputs = std::min(ld_dy, w.numel() / ld_w), tokens = std::min(dy.numel() / ld_dy, x.numel() / ld_x);
+  check(outputs >= O && tokens >= N && ld_w >= I && ld_x >= I, "linear_backward: prepared operands ", dy.describe(),
+        ", ", w.describe(), ", ", x.describe(), " do not cover the extents (O ", O, ", I ", I, ", N ", N, ")");
+  if (dinp.defined())
+    be.gemm(false, false, N, I, outputs, 1.0, dy, ld_dy, w, ld_w, accumulate_dinp ? 1.0 : 0.0, dinp, I, acc);
+  be.gemm(true, false, O, I, tokens, 1.0, dy, ld_dy, x, ld_x, 1.0, dweight, I, acc);
+}
+
+}  // namespace
+
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
                      const Tensor& kept_input) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
-  const DType acc = gemm_accumulate_dtype(dout.dtype());
   check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), "linear_backward: input ", inp.describe(),
         " for ", N, " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).
-  // A prepared copy may be zero-padded (backend.h), and dout's own rows may be longer than O
-  // (zeros past O, linear.h): each operand's last dimension is its leading dimension, and each
-  // product's reduction runs over the extent its two operands both hold, zeros included (dX over
-  // dout's columns and the weight's rows, dW over dout's and the input's rows).
   check(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ", dout.describe());
   // A kept copy of inp (linear_forward) pairs with dout's and the weight's copies; where those are
   // not prepared, inp itself is used.
@@ -70,14 +86,30 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
           kept_input.describe(), " without the policy that made it, and no input");
     ops.push_back(ops[0].dtype() == kept_input.dtype() ? kept_input : inp);
   }
-  const Tensor &dy = ops[0], &w = ops[1], &x = ops[2];
-  const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
-  const int64_t outputs = std::min(ld_dy, w.numel() / ld_w), tokens = std::min(dy.numel() / ld_dy, x.numel() / ld_x);
-  check(outputs >= O && tokens >= N && ld_w >= I && ld_x >= I, "linear_backward: prepared operands ", dy.describe(),
-        ", ", w.describe(), ", ", x.describe(), " do not cover the extents (O ", O, ", I ", I, ", N ", N, ")");
-  if (dinp.defined())
-    be.gemm(false, false, N, I, outputs, 1.0, dy, ld_dy, w, ld_w, accumulate_dinp ? 1.0 : 0.0, dinp, I, acc);
-  be.gemm(true, false, O, I, tokens, 1.0, dy, ld_dy, x, ld_x, 1.0, dweight, I, acc);
+  backward_products(be, dinp, dweight, ops[0], ops[1], ops[2], O, I, N, accumulate_dinp,
+                    gemm_accumulate_dtype(dout.dtype()));
+}
+
+void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dout_operand,
+                                  int64_t rows, const Tensor& inp, const Tensor& weight, const Tensor& kept_input) {
+  const int64_t O = weight.dim(0), I = weight.dim(1), N = rows;
+  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), "linear_backward_from_operand: input ",
+        inp.describe(), " for ", N, " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
+  check(dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
+        "linear_backward_from_operand: output gradient operand ", dout_operand.describe(), " for ", N, " rows of ", O,
+        " outputs");
+  if (dout_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain products
+    check(inp.defined(), "linear_backward_from_operand: an unprepared ", dout_operand.describe(), " and no input");
+    return backward_products(be, dinp, dweight, dout_operand, weight, inp, O, I, N, false,
+                             gemm_accumulate_dtype(weight.dtype()));
+  }
+  const std::vector<Tensor> ops =
+      kept_input.defined() ? std::vector<Tensor>{be.gemm_operands({weight})[0], kept_input} : be.gemm_operands({weight, inp});
+  check(ops[0].dtype() == dout_operand.dtype() && ops[1].dtype() == dout_operand.dtype(),
+        "linear_backward_from_operand: a ", dtype_name(dout_operand.dtype()), " operand with ",
+        dtype_name(ops[0].dtype()), "/", dtype_name(ops[1].dtype()), " weight and input copies");
+  backward_products(be, dinp, dweight, dout_operand, ops[0], ops[1], O, I, N, false,
+                    gemm_accumulate_dtype(weight.dtype()));
 }
 
 }  // namespace tripod

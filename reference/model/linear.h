@@ -30,4 +30,12 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
                      const Tensor& kept_input = Tensor());
 
+// linear_backward (dinp overwritten) from dout's prepared operand `dout_operand` (Backend::
+// gelu_backward_operand's, whose making also added the bias gradient) for `rows` rows: the weight's
+// and inp's copies are prepared here (inp's taken from `kept_input` where defined; inp may then be
+// undefined). The bits of linear_backward.
+void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dout_operand,
+                                  int64_t rows, const Tensor& inp, const Tensor& weight,
+                                  const Tensor& kept_input = Tensor());
+
 }  // namespace tripod

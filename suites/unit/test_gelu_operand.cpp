@@ -1,5 +1,6 @@
 // Backend::gelu_operand and linear_forward_from_operand: under bf16-mixed the MLP's gelu(fc) is
-// made only as c_proj's bf16 operand (model/gpt.cpp), never stored in fp32. The operand must be the
+// made only as c_proj's bf16 operand (model/gpt.cpp), never stored in fp32; likewise the backward's
+// d fc (Backend::gelu_backward_operand, linear_backward_from_operand). The operand must be the
 // bits gemm_operands makes of gelu_forward's output, padded where the backend pads, and the layer
 // from it the bits of linear_forward/linear_backward with a kept input; outside the policy the
 // operand is gelu(x) itself. (test_recompute.cpp checks the model's bits and memory; the CUDA
@@ -88,6 +89,67 @@ TEST(GeluOperand, TheLayerFromTheOperandGivesTheKeptInputsBits) {
   }
 }
 
+// The backward's operand: d = gelu_backward(inp, dout) as gemm_operands({d}, dbias) makes it, the
+// bias gradient added once; without a bias gradient, the copy alone.
+TEST(GeluOperand, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGradient) {
+  const int64_t N = 21, F = 19;
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (bool with_bias : {true, false}) {
+        be->set_fp32_matmul(policy);
+        const Tensor inp = random_tensor(*be, {N, F}, 101, -5.0, 5.0), dout = random_tensor(*be, {N, F}, 102, -1, 1);
+        const Tensor db_start = random_tensor(*be, {F}, 103, -1.0, 1.0);
+        auto bias = [&] {
+          if (!with_bias) return Tensor();
+          Tensor db = be->alloc({F}, DType::F32);
+          be->copy(db_start, db);
+          return db;
+        };
+        const Tensor want_db = bias(), got_db = bias();
+        Tensor d = be->alloc({N, F}, DType::F32);
+        be->gelu_backward(d, inp, dout);
+        const Tensor want = be->gemm_operands({d}, want_db)[0];
+        const Tensor got = be->gelu_backward_operand(inp, dout, got_db);
+        const std::string what = name + (policy == Fp32Matmul::Exact ? " exact" : " bf16-operands") +
+                                 (with_bias ? " with" : " without") + " a bias gradient";
+        EXPECT_EQ(got.dtype(), want.dtype()) << what;
+        EXPECT_EQ(got.shape(), want.shape()) << what;
+        EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+        if (with_bias) EXPECT_EQ(to_host_f64(*be, got_db), to_host_f64(*be, want_db)) << what;
+      }
+}
+
+// c_fc's backward from that operand: the bits of linear_backward on the stored gradient, with the
+// input's kept copy and without one.
+TEST(GeluOperand, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
+  const int64_t N = 21, O = 19, I = 12;
+  for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+    for (bool keep : {true, false}) {
+      const bool mixed = policy == Fp32Matmul::Bf16Operands;
+      auto run = [&](Backend& be, bool from_operand) {
+        be.set_fp32_matmul(policy);
+        const Tensor x = random_tensor(be, {N, I}, 111, -1.0, 1.0), w = random_tensor(be, {O, I}, 112, -0.1, 0.1);
+        const Tensor b = random_tensor(be, {O}, 113, -0.5, 0.5), pre = random_tensor(be, {N, O}, 114, -4.0, 4.0);
+        const Tensor dgelu = random_tensor(be, {N, O}, 115, -1.0, 1.0);
+        Tensor y = be.alloc({N, O}, DType::F32), dx = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+        Tensor db = be.alloc({O}, DType::F32), kept;
+        linear_forward(be, y, x, w, b, keep ? &kept : nullptr);
+        if (from_operand) {
+          const Tensor d_op = be.gelu_backward_operand(pre, dgelu, db);
+          linear_backward_from_operand(be, dx, dw, d_op, N, kept.defined() ? Tensor() : x, w, kept);
+        } else {
+          Tensor d = be.alloc({N, O}, DType::F32);
+          be.gelu_backward(d, pre, dgelu);
+          linear_backward(be, dx, dw, db, d, x, w, false, kept);
+        }
+        return std::vector<std::vector<double>>{to_host_f64(be, dx), to_host_f64(be, dw), to_host_f64(be, db)};
+      };
+      for (auto& [name, be] : backends())
+        EXPECT_EQ(run(*be, true), run(*be, false))
+            << name << (mixed ? " bf16-operands" : " exact") << (keep ? ", input kept" : "");
+    }
+}
+
 TEST(GeluOperand, AMissingInputOrOperandIsNamed) {
   auto be = make_backend("cpu");
   be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
@@ -103,6 +165,17 @@ TEST(GeluOperand, AMissingInputOrOperandIsNamed) {
   Tensor y = be->alloc({6, 4}, DType::F32);
   EXPECT_NE(expected_error([&] { linear_forward_from_operand(*be, y, small, w, Tensor()); })
                 .find("linear_forward_from_operand"),
+            std::string::npos);
+  // the backward's: no input and no kept copy; an operand with fewer rows; mismatched sizes
+  const Tensor dout_op = be->gelu_backward_operand(dout, dout, Tensor());
+  EXPECT_NE(expected_error([&] { linear_backward_from_operand(*be, dx, dw, dout_op, 6, Tensor(), w); })
+                .find("no kept copy"),
+            std::string::npos);
+  const Tensor x = random_tensor(*be, {6, 8}, 98, -1.0, 1.0);
+  EXPECT_NE(expected_error([&] { linear_backward_from_operand(*be, dx, dw, dout_op, 7, x, w); })
+                .find("linear_backward_from_operand"),
+            std::string::npos);
+  EXPECT_NE(expected_error([&] { be->gelu_backward_operand(dout, x, Tensor()); }).find("gelu_backward_operand"),
             std::string::npos);
 }
 

@@ -177,6 +177,18 @@ void add_gelu_operand_cases(CaseList& cases) {
                 with_bf16_operands(be, [&] { op = be.gelu_operand(x); });
                 return std::vector<Output>{output(be, "gelu(x) bf16", op)};
               });
+  // Backend::gelu_backward_operand: the GELU's input gradient rounded to bf16 with its bias gradient
+  // (one pass over inp and dout on a GPU, the column sums of bias_grad), over one chunk of rows
+  // (N = 96) and three (N = 1040).
+  for (const auto& [tokens, channels] : std::vector<std::pair<int64_t, int64_t>>{{96, 64}, {1040, 40}})
+    cases.add("gelu_backward_operand fp32->bf16, db", DType::F32, dims({tokens, channels}), [=](Backend& be) {
+      Inputs in(be, DType::F32, kSeed + 52 + tokens);
+      const Tensor inp = in.normal({tokens, channels}, 2.0), dout = in.normal({tokens, channels}, 1.0);
+      const Tensor db = in.normal({channels}, 1.0);
+      Tensor op;
+      with_bf16_operands(be, [&] { op = be.gelu_backward_operand(inp, dout, db); });
+      return std::vector<Output>{output(be, "d bf16", op), output(be, "db", db)};
+    });
 }
 
 void add_conversion_cases(CaseList& cases) {

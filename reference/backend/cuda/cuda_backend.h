@@ -140,6 +140,9 @@ class CudaBackend final : public Backend {
   Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) override;
   // gelu(x)'s bf16 copy in one pass (cuda::gelu_to_bf16) where the copy needs no padding.
   Tensor bf16_gelu_operand(const Tensor& x) override;
+  // The GELU's input gradient's copy and bias gradient in one pass over inp and dout
+  // (gelu_backward_bias_grad_and_bf16_copy) where the copy needs no padding.
+  Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

@@ -141,6 +141,17 @@ Tensor CudaBackend::bf16_gelu_operand(const Tensor& x) {
   return copy;
 }
 
+Tensor CudaBackend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
+  const char* op = "gelu_backward_operand";
+  const OperandCopyShape shape = operand_copy_shape(inp);
+  if (shape.padded() || dbias.dtype() != DType::F32 || dbias.numel() != shape.cols)
+    return Backend::bf16_gelu_backward_operand(inp, dout, dbias);
+  Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
+  cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(inp, op),
+                                              ptr<float>(dout, op), shape.rows, shape.cols, ctx_);
+  return copy;
+}
+
 const void* CudaBackend::bf16_copy(const Tensor& x, const StoredMatrix& stored, int64_t rows_padded,
                                    int64_t row_length_padded, Tensor& scratch, int64_t& ld_copy) {
   // Grown, never shrunk: the training step repeats the same shapes, so this allocates only in the

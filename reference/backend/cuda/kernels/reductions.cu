@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/stream_scratch.cuh"
 #include "backend/cuda/kernels/warp_reduce.cuh"
 #include "backend/kernels/bf16_math.h"
+#include "backend/kernels/elementwise_math.h"
 #include "backend/kernels/reduction_math.h"
 #include "core/error.h"
 
@@ -119,6 +120,19 @@ struct BiasGradBf16CopyColumns : BiasGradColumns<float> {
   }
 };
 
+// The same for d = gelu_backward(inp, dout) (dout the GELU output's gradient), computed where it is
+// read and never stored: the bias gradient and bf16 copy of a GELU's input gradient in one pass.
+struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
+  bf16* __restrict__ copy;
+  const float* __restrict__ inp;
+  __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
+    const int64_t i = row * channels + c;
+    const float d = kernels::gelu_backward_value(inp[i], dout[i]);
+    copy[i].bits = kernels::float_to_bf16_bits(d);
+    sums[0] += d;
+  }
+};
+
 }  // namespace
 
 template <typename T>
@@ -153,6 +167,13 @@ void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_
   check(rows >= 0 && channels >= 0, "bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
   launch_column_sums(BiasGradBf16CopyColumns{{dbias, dout, channels}, copy}, rows, channels, ctx,
                      "bias_grad_and_bf16_copy");
+}
+
+void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* inp, const float* dout, int64_t rows,
+                                           int64_t channels, const CudaContext& ctx) {
+  check(rows >= 0 && channels >= 0, "gelu_backward_bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
+  launch_column_sums(GeluBackwardBiasGradBf16CopyColumns{{dbias, dout, channels}, copy, inp}, rows, channels, ctx,
+                     "gelu_backward_bias_grad_and_bf16_copy");
 }
 
 template void sum_squares<float>(double*, const float*, int64_t, const CudaContext&);

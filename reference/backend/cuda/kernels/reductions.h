@@ -26,5 +26,9 @@ void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels, const Cu
 // under bf16-mixed is read once for its bias gradient and its GEMM operand, not twice.
 void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_t rows, int64_t channels,
                              const CudaContext& ctx);
+// The same for the gradient d = gelu_backward(inp, dout) of a GELU's input, d computed where it is
+// read and never stored (the bits of gelu_backward then bias_grad_and_bf16_copy).
+void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* inp, const float* dout, int64_t rows,
+                                           int64_t channels, const CudaContext& ctx);
 
 }  // namespace tripod::cuda
