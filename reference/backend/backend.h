@@ -132,6 +132,12 @@ class Backend {
   // pass, so the fp32 gelu(x) is never stored; otherwise gelu(x) itself, a new fp32 tensor. The
   // same bits as gelu_forward followed by gemm_operands.
   Tensor gelu_operand(const Tensor& x);
+  // The same for a LayerNorm: gemm_operands({out})[0] for layernorm_forward(out, mean, rstd, inp,
+  // weight, bias, eps), mean and rstd written as there: under the bf16-operand policy out's bf16
+  // copy, which a device backend writes in the LayerNorm's own pass (out never stored); otherwise
+  // out itself, a new tensor. The same bits as layernorm_forward followed by gemm_operands.
+  Tensor layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias, double eps);
   // The backward's counterpart: gemm_operands({d}, dbias)[0] for d = gelu_backward(inp, dout) (dbias
   // undefined for none), for a caller whose only uses of d are as a GEMM operand and its bias
   // gradient: under the bf16-operand policy d's bf16 copy, which a device backend writes in the
@@ -253,6 +259,10 @@ class Backend {
   virtual Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias);
   // bf16_operand_copy(gelu(x)) for an fp32 x; a device backend may skip the fp32 gelu(x).
   virtual Tensor bf16_gelu_operand(const Tensor& x);
+  // bf16_operand_copy of layernorm_forward's output for fp32 tensors; a device backend may skip the
+  // fp32 output.
+  virtual Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                        const Tensor& bias, double eps);
   // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 tensors (dbias
   // defined); a device backend may skip the fp32 gradient.
   virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);

@@ -64,6 +64,23 @@ Tensor Backend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout
   return bf16_operand_copy_with_bias_grad(d, dbias);
 }
 
+Tensor Backend::layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                  const Tensor& bias, double eps) {
+  check(inp.defined() && inp.numel() > 0, "layernorm_operand: an empty input ", inp.describe());
+  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(inp))
+    return bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
+  Tensor out = alloc_for_overwrite(inp.shape(), inp.dtype());
+  layernorm_forward(out, mean, rstd, inp, weight, bias, eps);
+  return out;
+}
+
+Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                       const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor out = alloc_for_overwrite(inp.shape(), DType::F32);
+  layernorm_forward(out, mean, rstd, inp, weight, bias, eps);
+  return bf16_operand_copy(out);
+}
+
 Tensor Backend::bf16_operand_copy(const Tensor& x) {
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
   convert(x, copy);

@@ -128,6 +128,15 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.gelu_forward(hout, h);
                        b.gemm_operands({hout});
                      })});
+    // ln1/ln2 [N, C] as their GEMM's bf16 operand: in the LayerNorm's pass (layernorm_operand) and
+    // as the fp32 output then its copy. Both count x read once and the bf16 operand written.
+    const double norm_bytes = nc * (s + 2);
+    cases.push_back({"layernorm->bf16 (fused)", norm_bytes,
+                     bf16_operands([&] { b.layernorm_operand(mean, rstd, x, w, bias, 1e-5); })});
+    cases.push_back({"layernorm, bf16 apart", norm_bytes, bf16_operands([&] {
+                       b.layernorm_forward(y, mean, rstd, x, w, bias, 1e-5);
+                       b.gemm_operands({y});
+                     })});
     // Its backward: d fc = gelu_backward(fc, d gelu) as c_fc's bf16 operand with c_fc's bias
     // gradient, in one pass (gelu_backward_operand) and as the fp32 gradient then its fused copy.
     // Both count fc and d gelu read once and the bf16 operand written.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "core/host_memory.h"
 
@@ -18,6 +19,23 @@ template <typename Get>
 LayerTensors layer_tensors(Get&& get, const std::array<std::size_t, kBlockRoles>& at) {
   return {get(at[0]), get(at[1]), get(at[2]), get(at[3]), get(at[4]),  get(at[5]),
           get(at[6]), get(at[7]), get(at[8]), get(at[9]), get(at[10]), get(at[11])};
+}
+
+// The linear layer `role` on an activation that only its GEMMs read: made into `input` and passed
+// as it is where it is stored, else made as the GEMM operand alone (`make_operand`: a bf16 copy
+// written by the producer's own pass, BlockActivations::keep_operands), which `kept` then holds
+// for the backward where non-null.
+template <class MakeInput, class MakeOperand>
+void linear_on(LayerOps& layers, Backend& be, LinearRole role, const Tensor& out, const Tensor& input,
+               const Tensor& weight, const Tensor& bias, Tensor* kept, MakeInput&& make_input,
+               MakeOperand&& make_operand) {
+  if (input.defined()) {
+    make_input();
+    return layers.linear_forward(be, role, out, input, weight, bias, kept);
+  }
+  const Tensor operand = make_operand();
+  layers.linear_forward_from_operand(be, role, out, operand, weight, bias);
+  if (kept != nullptr) *kept = operand;
 }
 
 }  // namespace
@@ -61,22 +79,22 @@ Gpt::ParamIndex::ParamIndex(const std::vector<ParamSpec>& specs, const StageSpan
 // What one block's backward reads. Under recomputation some of these are not the micro-batch's
 // own: they alias the shared buffers of Scratch::recomputed, which backward fills again first.
 struct Gpt::BlockActivations {
-  Tensor ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R]
+  Tensor ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R]; ln1, ln2, fc_gelu undefined where only copies are made
   Tensor qkv;                      // [N,3A]
   Tensor probs;                    // [B,H,T,T]
   Tensor atty;                     // [N,A] attention output before c_proj
   Tensor res2;                     // [R,C] residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
-  Tensor fc, fc_gelu;              // [N,F]; fc_gelu undefined where only its kept copy is made (below)
+  Tensor fc, fc_gelu;              // [N,F]
   Tensor res3;                     // [R,C] layer output (always the micro-batch's own)
   // The prepared GEMM operands of ln1, atty, ln2 and fc_gelu (bf16 copies under bf16-mixed, see
   // LayerOps::linear_forward), kept from the forward for the backward, which drops them: where
   // `keep_operands` (the layers keep them and the backend rounds fp32 operands), and only for the
   // micro-batch's own activations, not recomputed ones (keeping those would undo the saving), and
   // not in a forward-only pass (set_forward_only: evaluation).
-  // gelu(fc) is read only by c_proj's GEMM and its backward: where its copy is kept, the fp32
-  // gelu(fc) is not stored at all (Backend::gelu_operand writes the bf16 copy directly; an
-  // evaluation makes the copy and drops it).
+  // ln1, ln2 and gelu(fc) are read only by a GEMM and its backward: where their copies are kept,
+  // they are not stored in fp32 at all (Backend::layernorm_operand and gelu_operand write the bf16
+  // copies directly; an evaluation makes the copies and drops them).
   bool keep_operands = false;
   Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
 };
@@ -156,18 +174,22 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   };
   for (int64_t l = span_.first_layer; l < span_.end_layer; ++l) {
     BlockActivations x;
-    x.ln1 = own(shared.ln1, {R, C});
+    // What only a GEMM reads is made as its operand alone where the layers keep operands.
+    auto own_unless_operand = [&](const Tensor& recomputed, Shape shape) {
+      return !keep_operands || recomputed.defined() ? own(recomputed, std::move(shape)) : Tensor();
+    };
+    x.ln1 = own_unless_operand(shared.ln1, {R, C});
     x.ln1_mean = own(shared.ln1_mean, {R});
     x.ln1_rstd = own(shared.ln1_rstd, {R});
     x.qkv = own(shared.qkv, {B, T, 3 * A});
     x.probs = own(shared.probs, backend_.attention_state_shape(dtype_, B, T, A, H));  // [B,H,T,T] on the CPU
     x.atty = own(shared.atty, {B, T, A});
     x.res2 = own(shared.res2, {R, C});
-    x.ln2 = own(shared.ln2, {R, C});
+    x.ln2 = own_unless_operand(shared.ln2, {R, C});
     x.ln2_mean = own(shared.ln2_mean, {R});
     x.ln2_rstd = own(shared.ln2_rstd, {R});
     x.fc = own(shared.fc, {N, F});
-    if (!keep_operands || shared.fc_gelu.defined()) x.fc_gelu = own(shared.fc_gelu, {N, F});
+    x.fc_gelu = own_unless_operand(shared.fc_gelu, {N, F});
     x.res3 = act({R, C});
     x.keep_operands = keep_operands;
     a->bytes += kept_bytes(shared.ln1, R * C) + kept_bytes(shared.atty, N * A) + kept_bytes(shared.ln2, R * C) +
@@ -373,25 +395,24 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   auto keep = [&](const Tensor& recomputed, Tensor& op) {
     return x.keep_operands && !forward_only_ && !recomputed.defined() ? &op : nullptr;
   };
+  LayerOps& layers = *layers_;
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps);
-  layers_->linear_forward(be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, keep(shared.ln1, x.ln1_op));  // [N,3A]
+  linear_on(
+      layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, keep(shared.ln1, x.ln1_op),  // [N,3A]
+      [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
+      [&] { return be.layernorm_operand(x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); });
   be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                                              // [N,A]
   layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b,
                           keep(shared.atty, x.atty_op));  // [R,C]
   be.add(x.res2, x.res2, residual);
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-  be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps);
-  layers_->linear_forward(be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, keep(shared.ln2, x.ln2_op));  // [N,F]
-  if (x.fc_gelu.defined()) {
-    be.gelu_forward(x.fc_gelu, x.fc);
-    layers_->linear_forward(be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b,
-                            keep(shared.fc_gelu, x.fc_gelu_op));  // [R,C]
-  } else {  // gelu(fc) only as c_proj's operand (BlockActivations::keep_operands)
-    const Tensor gelu_op = be.gelu_operand(x.fc);
-    layers_->linear_forward_from_operand(be, LinearRole::FcOut, x.res3, gelu_op, w.fcproj_w, w.fcproj_b);  // [R,C]
-    if (Tensor* kept = keep(shared.fc_gelu, x.fc_gelu_op)) *kept = gelu_op;
-  }
+  linear_on(
+      layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, keep(shared.ln2, x.ln2_op),  // [N,F]
+      [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
+      [&] { return be.layernorm_operand(x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); });
+  linear_on(
+      layers, be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b, keep(shared.fc_gelu, x.fc_gelu_op),
+      [&] { be.gelu_forward(x.fc_gelu, x.fc); }, [&] { return be.gelu_operand(x.fc); });  // [R,C]
   be.add(x.res3, x.res3, x.res2);
 }
 

@@ -102,7 +102,7 @@ class Gpt {
   Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
   // Whether the layers keep prepared GEMM operands under the backend's bf16-operand policy
-  // (BlockActivations::keep_operands): then gelu(fc) and d fc exist only as bf16 operands.
+  // (BlockActivations::keep_operands): then ln1, ln2, gelu(fc) and d fc exist only as bf16 operands.
   bool keeps_operands() const;
   // Block k of the span (layer first_layer + k) forward from `residual` into x; the parameters
   // are acquired by the caller.

@@ -29,6 +29,10 @@ class PaddingCpuBackend : public cpu::CpuBackend {
   }
   // As CUDA does for a copy it pads: gelu_forward, then the padded copy (Backend's default).
   Tensor bf16_gelu_operand(const Tensor& x) override { return Backend::bf16_gelu_operand(x); }
+  Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias, double eps) override {
+    return Backend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
+  }
 };
 
 }  // namespace tripod::testing

@@ -110,8 +110,9 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 // from the forward for the backward (model/gpt.cpp's BlockActivations::*_op): the activation
 // accounting counts them (none for recomputed activations: fc_gelu under selective, all under
 // full), the allocator holds them after the forward, and the backward gives them back. Where
-// gelu(fc)'s copy is kept, the fp32 gelu(fc) is not stored at all (Backend::gelu_operand), and
-// under the policy the backward's scratch has no fp32 d fc (Backend::gelu_backward_operand).
+// ln1's, ln2's and gelu(fc)'s copies are kept, those activations are not stored in fp32 at all
+// (Backend::layernorm_operand, gelu_operand), and under the policy the backward's scratch has no
+// fp32 d fc (Backend::gelu_backward_operand).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   const int64_t B = 4, T = 5;
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -138,20 +139,22 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
                            : mode == Recompute::Selective ? 3 * m.d_model           // gelu(fc) recomputed
                                                           : 0;                      // all recomputed
     const std::size_t kept = static_cast<std::size_t>(m.n_layer * B * T * inputs) * sizeof(bf16);
-    const std::size_t dfc_scratch = static_cast<std::size_t>(B * T * m.d_ff) * sizeof(float);
-    const std::size_t fp32_gelu_not_stored =
-        dfc_scratch + (mode == Recompute::None ? static_cast<std::size_t>(m.n_layer) * dfc_scratch : 0);
-    EXPECT_EQ(mixed + fp32_gelu_not_stored, fp32 + kept) << recompute_name(mode);
-    EXPECT_EQ(held_mixed + fp32_gelu_not_stored, held_fp32 + kept)
+    const int64_t not_stored_per_token = mode == Recompute::None        ? 2 * m.d_model + m.d_ff  // ln1, ln2, gelu(fc)
+                                         : mode == Recompute::Selective ? 2 * m.d_model            // ln1, ln2
+                                                                        : 0;
+    const std::size_t fp32_not_stored =
+        static_cast<std::size_t>(B * T * (m.d_ff + m.n_layer * not_stored_per_token)) * sizeof(float);  // + d fc
+    EXPECT_EQ(mixed + fp32_not_stored, fp32 + kept) << recompute_name(mode);
+    EXPECT_EQ(held_mixed + fp32_not_stored, held_fp32 + kept)
         << recompute_name(mode) << ": the allocator after the forward";
     EXPECT_EQ(back_mixed - back_fp32, kept) << recompute_name(mode) << ": given back by the backward";
   }
 }
 
 // An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
-// allocator holds as much under bf16-mixed as in fp32 but for the fp32 gelu(fc) and d fc scratch
-// that bf16-mixed never stores, and the next training step still gives the bits of a run that never
-// evaluated.
+// allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, ln2, gelu(fc) and d fc
+// scratch that bf16-mixed never stores, and the next training step still gives the bits of a run
+// that never evaluated.
 TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t B = 4, T = 5;
   auto held_after_eval = [&](const char* dtype) {
@@ -164,8 +167,9 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
     return backend->memory_stats().live - before;
   };
   const ModelConfig m = testing::tiny_run_config("fp32", true).model;
-  const std::size_t fp32_gelu = static_cast<std::size_t>((m.n_layer + 1) * B * T * m.d_ff) * sizeof(float);
-  EXPECT_EQ(held_after_eval("bf16-mixed") + fp32_gelu, held_after_eval("fp32"));
+  const std::size_t not_stored =
+      static_cast<std::size_t>(B * T * (m.d_ff + m.n_layer * (2 * m.d_model + m.d_ff))) * sizeof(float);
+  EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);
     auto backend = testing::make_test_backend();

@@ -177,6 +177,20 @@ void add_gelu_operand_cases(CaseList& cases) {
                 with_bf16_operands(be, [&] { op = be.gelu_operand(x); });
                 return std::vector<Output>{output(be, "gelu(x) bf16", op)};
               });
+  // Backend::layernorm_operand: the normalised rows rounded to bf16 as they are written (bf16's
+  // bound, as gelu_operand's), and the statistics (fp32's, as the layer cases' LayerNorm); four
+  // channels a lane where aligned, one from a view one element in.
+  for (int64_t offset : {0, 1})
+    cases.add("layernorm_operand fp32->bf16" + std::string(offset ? " x+1" : ""), DType::F32, dims({64, 768}),
+              [=](Backend& be) {
+                Inputs in(be, DType::F32, kSeed + 54 + offset);
+                const Tensor x = in.normal({64 * 768 + 1}, 2.0).view(offset, {64, 768});
+                const Tensor w = in.normal({768}, 1.0), b = in.normal({768}, 1.0);
+                Tensor mean = be.alloc({64}, DType::F32), rstd = be.alloc({64}, DType::F32), op;
+                with_bf16_operands(be, [&] { op = be.layernorm_operand(mean, rstd, x, w, b, 1e-5); });
+                return std::vector<Output>{output(be, "ln(x) bf16", op), output(be, "mean", mean),
+                                           output(be, "rstd", rstd)};
+              });
   // Backend::gelu_backward_operand: the GELU's input gradient rounded to bf16 with its bias gradient
   // (one pass over inp and dout on a GPU, the column sums of bias_grad), over one chunk of rows
   // (N = 96) and three (N = 1040).

@@ -87,6 +87,9 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   // gelu(x) rounded to bf16 in one pass (cpu::gelu_forward_to_bf16): no fp32 temporary. Unpadded,
   // as this backend's bf16_operand_copy (a subclass that pads its copies overrides both).
   Tensor bf16_gelu_operand(const Tensor& x) override;
+  // The LayerNorm's output rounded to bf16 as it is written (cpu::layernorm_forward_to_bf16).
+  Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias, double eps) override;
 
   // The typed pointer to a tensor of this backend (the device checked, then the dtype).
   template <typename T>

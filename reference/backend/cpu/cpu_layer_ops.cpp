@@ -39,6 +39,16 @@ void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const 
   });
 }
 
+Tensor CpuBackend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                          const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layernorm_operand";
+  const int64_t c = weight.numel();
+  Tensor copy = alloc_for_overwrite(inp.shape(), DType::BF16);
+  cpu::layernorm_forward_to_bf16(ptr<bf16>(copy, op), ptr<float>(mean, op), ptr<float>(rstd, op), ptr<float>(inp, op),
+                                 ptr<float>(weight, op), ptr<float>(bias, op), inp.numel() / c, c, eps);
+  return copy;
+}
+
 void CpuBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                     const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";

@@ -45,6 +45,9 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int64_t rows, int64_t channels, double eps);
+// layernorm_forward with its output rounded to bf16 (the bits of layernorm_forward then convert).
+void layernorm_forward_to_bf16(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t rows, int64_t channels, double eps);
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int64_t rows, int64_t channels);

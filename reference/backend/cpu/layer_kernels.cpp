@@ -3,9 +3,11 @@
 // result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace tripod::cpu {
@@ -46,9 +48,20 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   }
 }
 
-template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t rows, int64_t channels, double eps) {
+namespace {
+
+// An output element as stored: T itself, or rounded to bf16 as convert rounds (core/bf16.h).
+template <typename O, typename T>
+O stored_as(T v) {
+  if constexpr (std::is_same_v<O, bf16>) return float_to_bf16(v);
+  else return v;
+}
+
+// Each row's mean and rstd in T, its normalised output stored as O (T, or bf16 for a GEMM operand:
+// the same expression, then the rounding convert would apply to it).
+template <typename T, typename O>
+void layernorm_rows(O* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t rows,
+                    int64_t channels, double eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = inp + r * channels;
@@ -59,11 +72,24 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     for (int64_t c = 0; c < channels; ++c) var += (x[c] - m) * (x[c] - m);
     var /= static_cast<T>(channels);
     T s = static_cast<T>(1) / std::sqrt(var + static_cast<T>(eps));
-    T* o = out + r * channels;
-    for (int64_t c = 0; c < channels; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    O* o = out + r * channels;
+    for (int64_t c = 0; c < channels; ++c) o[c] = stored_as<O>((x[c] - m) * s * weight[c] + bias[c]);
     mean[r] = m;
     rstd[r] = s;
   }
+}
+
+}  // namespace
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t rows, int64_t channels, double eps) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, rows, channels, eps);
+}
+
+void layernorm_forward_to_bf16(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t rows, int64_t channels, double eps) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, rows, channels, eps);
 }
 
 template <typename T>

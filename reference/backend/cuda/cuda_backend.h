@@ -143,6 +143,10 @@ class CudaBackend final : public Backend {
   // The GELU's input gradient's copy and bias gradient in one pass over inp and dout
   // (gelu_backward_bias_grad_and_bf16_copy) where the copy needs no padding.
   Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) override;
+  // The LayerNorm's output rounded to bf16 as it is stored (layernorm_forward_to_bf16) where the copy
+  // needs no padding.
+  Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias, double eps) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

@@ -8,6 +8,7 @@
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 #include "backend/cuda/host/gemm_layout.h"
 #include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/layernorm.h"
 #include "backend/cuda/kernels/reductions.h"
 
 namespace tripod::cuda {
@@ -149,6 +150,19 @@ Tensor CudaBackend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& 
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(inp, op),
                                               ptr<float>(dout, op), shape.rows, shape.cols, ctx_);
+  return copy;
+}
+
+Tensor CudaBackend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                           const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layernorm_operand";
+  const OperandCopyShape shape = operand_copy_shape(inp);
+  if (shape.padded() || weight.numel() != shape.cols)
+    return Backend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
+  Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
+  cuda::layernorm_forward_to_bf16(copy.device_data<bf16>(), ptr<float>(mean, op), ptr<float>(rstd, op),
+                                  ptr<float>(inp, op), ptr<float>(weight, op), ptr<float>(bias, op), shape.rows,
+                                  shape.cols, eps, ctx_);
   return copy;
 }
 

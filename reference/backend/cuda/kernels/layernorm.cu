@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/cuda/kernels/layernorm.h"
 #include "backend/cuda/kernels/warp_reduce.cuh"
+#include "backend/kernels/bf16_math.h"
 #include "backend/kernels/layernorm_math.h"
 #include "core/error.h"
 
@@ -31,11 +32,23 @@ __device__ __forceinline__ void store_group(T* p, const kernels::ChannelGroup<T,
   }
 }
 
+// A group of outputs rounded to bf16 as convert rounds them (a GEMM operand's copy): four in one
+// 8-byte store where kWidth is 4.
+template <int kWidth>
+__device__ __forceinline__ void store_group(bf16* p, const kernels::ChannelGroup<float, kWidth>& g) {
+  if constexpr (kWidth == 4) {
+    store4(p, 0, make_float4(g.v[0], g.v[1], g.v[2], g.v[3]));
+  } else {
+    for (int e = 0; e < kWidth; ++e) p[e].bits = kernels::float_to_bf16_bits(g.v[e]);
+  }
+}
+
 // kWidth: channels a lane takes at once (layernorm_math.h): 1, or 4 for fp32 rows of whole
-// 16-byte groups (one 16-byte load or store a group instead of four 4-byte ones).
-template <typename T, int kWidth>
+// 16-byte groups (one 16-byte load or store a group instead of four 4-byte ones). O: the output's
+// type, T or bf16 (Backend::layernorm_operand: the output only as its GEMM operand's copy).
+template <typename T, int kWidth, typename O = T>
 struct ForwardRow {
-  T* __restrict__ out;
+  O* __restrict__ out;
   T* __restrict__ mean;
   T* __restrict__ rstd;
   const T* __restrict__ inp;
@@ -50,7 +63,7 @@ struct ForwardRow {
     const T s = kernels::layernorm_rstd(
         warp_sum_all(kernels::layernorm_lane_centered_squares<T, kWidth>(x, m, channels, lane, kWarpSize)), channels,
         eps);
-    T* o = out + row * channels;
+    O* o = out + row * channels;
     for (int64_t c = kWidth * lane; c < channels; c += kWidth * kWarpSize) {
       const auto xs = kernels::load_group<T, kWidth>(x + c), w = kernels::load_group<T, kWidth>(weight + c),
                  b = kernels::load_group<T, kWidth>(bias + c);
@@ -141,6 +154,19 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
   else
     launch_warp_rows(ForwardRow<T, 1>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx,
                      "layernorm_forward");
+}
+
+void layernorm_forward_to_bf16(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t rows, int64_t channels, double eps, const CudaContext& ctx) {
+  check_shape("layernorm_forward_to_bf16", rows, channels);
+  check(channels > 0 || rows == 0, "layernorm_forward_to_bf16: ", rows, " rows of 0 channels have no mean");
+  // Four channels a lane where the fp32 rows are whole 16-byte groups and the bf16 rows 8-byte ones.
+  if (group_width<float>(channels, {inp, weight, bias}) == 4 && aligned_to(out, 8))
+    launch_warp_rows(ForwardRow<float, 4, bf16>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx,
+                     "layernorm_forward_to_bf16");
+  else
+    launch_warp_rows(ForwardRow<float, 1, bf16>{out, mean, rstd, inp, weight, bias, channels, eps}, rows, ctx,
+                     "layernorm_forward_to_bf16");
 }
 
 template <typename T>

@@ -4,12 +4,17 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
+#include "core/dtype.h"  // bf16
 
 namespace tripod::cuda {
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t rows,
                        int64_t channels, double eps, const CudaContext& ctx);
+// layernorm_forward<float> with out rounded to bf16 as it is stored (the bits of layernorm_forward
+// then convert): a GEMM operand's copy without the fp32 output.
+void layernorm_forward_to_bf16(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t rows, int64_t channels, double eps, const CudaContext& ctx);
 // Accumulates into dinp, dweight, dbias.
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,

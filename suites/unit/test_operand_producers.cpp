@@ -1,6 +1,7 @@
-// Backend::gelu_operand and linear_forward_from_operand: under bf16-mixed the MLP's gelu(fc) is
-// made only as c_proj's bf16 operand (model/gpt.cpp), never stored in fp32; likewise the backward's
-// d fc (Backend::gelu_backward_operand, linear_backward_from_operand). The operand must be the
+// Activations made only as their GEMM's operand: under bf16-mixed the model (model/gpt.cpp) makes
+// ln1 and ln2 (Backend::layernorm_operand) and the MLP's gelu(fc) (gelu_operand) only as bf16
+// copies, feeds them to linear_forward_from_operand, and never stores them in fp32; likewise the
+// backward's d fc (gelu_backward_operand, linear_backward_from_operand). The operand must be the
 // bits gemm_operands makes of gelu_forward's output, padded where the backend pads, and the layer
 // from it the bits of linear_forward/linear_backward with a kept input; outside the policy the
 // operand is gelu(x) itself. (test_recompute.cpp checks the model's bits and memory; the CUDA
@@ -9,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -25,7 +27,7 @@ Tensor random_tensor(Backend& be, const Shape& shape, uint64_t seed, double lo, 
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   Tensor t = be.alloc(shape, DType::F32);
-  from_host_f64(be, testing::uniform_values<double>(n, seed, "test.gelu_operand", lo, hi), t);
+  from_host_f64(be, testing::uniform_values<double>(n, seed, "test.operand_producers", lo, hi), t);
   return t;
 }
 
@@ -39,7 +41,7 @@ std::vector<std::pair<std::string, std::unique_ptr<Backend>>> backends() {
   return all;
 }
 
-TEST(GeluOperand, IsTheOperandCopyOfGeluForwardBitForBit) {
+TEST(OperandProducers, TheGeluOperandIsTheCopyOfGeluForwardBitForBit) {
   for (auto& [name, be] : backends())
     for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
       for (const Shape& shape : {Shape{24, 40}, Shape{3, 7, 13}}) {  // [B,T,F] too, and sizes a device pads
@@ -58,9 +60,33 @@ TEST(GeluOperand, IsTheOperandCopyOfGeluForwardBitForBit) {
       }
 }
 
+// LayerNorm's: the operand gemm_operands makes of layernorm_forward's output, and its statistics.
+TEST(OperandProducers, TheLayernormOperandIsTheCopyOfItsOutputBitForBit) {
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (const auto& [rows, channels] : std::vector<std::pair<int64_t, int64_t>>{{24, 40}, {7, 13}}) {
+        be->set_fp32_matmul(policy);
+        const Tensor x = random_tensor(*be, {rows, channels}, 121, -3.0, 5.0);
+        const Tensor w = random_tensor(*be, {channels}, 122, 0.5, 1.5), b = random_tensor(*be, {channels}, 123, -1, 1);
+        Tensor out = be->alloc({rows, channels}, DType::F32), mean = be->alloc({rows}, DType::F32);
+        Tensor rstd = be->alloc({rows}, DType::F32), got_mean = be->alloc({rows}, DType::F32);
+        Tensor got_rstd = be->alloc({rows}, DType::F32);
+        be->layernorm_forward(out, mean, rstd, x, w, b, 1e-5);
+        const Tensor want = be->gemm_operands({out})[0];
+        const Tensor got = be->layernorm_operand(got_mean, got_rstd, x, w, b, 1e-5);
+        const std::string what = name + (policy == Fp32Matmul::Exact ? " exact " : " bf16-operands ") +
+                                 std::to_string(rows) + "x" + std::to_string(channels);
+        EXPECT_EQ(got.dtype(), want.dtype()) << what;
+        EXPECT_EQ(got.shape(), want.shape()) << what;
+        EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+        EXPECT_EQ(to_host_f64(*be, got_mean), to_host_f64(*be, mean)) << what;
+        EXPECT_EQ(to_host_f64(*be, got_rstd), to_host_f64(*be, rstd)) << what;
+      }
+}
+
 // c_proj from the operand, backward with no fp32 input: the bits of the layer on the stored
 // gelu(x) with its kept copy, forward and backward.
-TEST(GeluOperand, TheLayerFromTheOperandGivesTheKeptInputsBits) {
+TEST(OperandProducers, TheLayerFromTheOperandGivesTheKeptInputsBits) {
   const int64_t N = 21, O = 12, I = 19;
   for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
     const bool mixed = policy == Fp32Matmul::Bf16Operands;
@@ -91,7 +117,7 @@ TEST(GeluOperand, TheLayerFromTheOperandGivesTheKeptInputsBits) {
 
 // The backward's operand: d = gelu_backward(inp, dout) as gemm_operands({d}, dbias) makes it, the
 // bias gradient added once; without a bias gradient, the copy alone.
-TEST(GeluOperand, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGradient) {
+TEST(OperandProducers, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGradient) {
   const int64_t N = 21, F = 19;
   for (auto& [name, be] : backends())
     for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
@@ -121,7 +147,7 @@ TEST(GeluOperand, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGradien
 
 // c_fc's backward from that operand: the bits of linear_backward on the stored gradient, with the
 // input's kept copy and without one.
-TEST(GeluOperand, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
+TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
   const int64_t N = 21, O = 19, I = 12;
   for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
     for (bool keep : {true, false}) {
@@ -150,7 +176,7 @@ TEST(GeluOperand, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
     }
 }
 
-TEST(GeluOperand, AMissingInputOrOperandIsNamed) {
+TEST(OperandProducers, AMissingInputOrOperandIsNamed) {
   auto be = make_backend("cpu");
   be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
   const Tensor w = random_tensor(*be, {4, 8}, 95, -1.0, 1.0), dout = random_tensor(*be, {6, 4}, 96, -1.0, 1.0);
@@ -176,6 +202,10 @@ TEST(GeluOperand, AMissingInputOrOperandIsNamed) {
                 .find("linear_backward_from_operand"),
             std::string::npos);
   EXPECT_NE(expected_error([&] { be->gelu_backward_operand(dout, x, Tensor()); }).find("gelu_backward_operand"),
+            std::string::npos);
+  Tensor mean = be->alloc({0}, DType::F32), rstd = be->alloc({0}, DType::F32);
+  EXPECT_NE(expected_error([&] { be->layernorm_operand(mean, rstd, be->alloc({0, 8}, DType::F32), w, w, 1e-5); })
+                .find("layernorm_operand"),
             std::string::npos);
 }
 
