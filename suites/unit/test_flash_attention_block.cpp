@@ -164,6 +164,40 @@ TEST(FlashAttentionBlock, ASingleTokenAndAnExactTile) {
   expect_tiles_match_the_cpu<16>({1, 128, 32, 2});
 }
 
+// The host executor holds every tile product to the layout the device's tensor-core loads need
+// (32-byte aligned tiles, rows of whole 16 bytes, 16-deep products), so the replays above also
+// check that the kernels' shared-memory layouts meet it; a layout that breaks it is named.
+TEST(FlashAttentionBlock, TheHostExecutorRefusesALayoutTheTensorCoresCannotLoad) {
+  struct alignas(128) Tiles {
+    bf16 a[16 * 40], b[16 * 40];
+    float c[16 * 24];
+  };
+  auto tiles = std::make_unique<Tiles>();
+  std::memset(static_cast<void*>(tiles.get()), 0, sizeof(Tiles));
+  const HostBlock exec;
+  exec.product<false, true>(tiles->c, 24, false, tiles->a, 40, tiles->b, 40, 32);  // a layout that loads
+  auto error = [&](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a + 8, 40, tiles->b, 40, 32); })
+                .find("32-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 36, tiles->b, 40, 32); })
+                .find("leading dimension 36"),
+            std::string::npos);
+  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 22, false, tiles->a, 40, tiles->b, 40, 32); })
+                .find("operand c"),
+            std::string::npos);
+  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 40, tiles->b, 40, 24); })
+                .find("depth 24"),
+            std::string::npos);
+}
+
 TEST(FlashAttentionBlock, PlacesCoverEveryPairAndTileOnce) {
   const Problem p{3, 200, 64, 4, 0.25f};  // 12 pairs, 4 tiles
   for (bool heavy_last : {true, false}) {
