@@ -236,6 +236,14 @@ class Backend {
   virtual void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp,
                                              const Tensor& targets, VocabWindow window,
                                              double grad_scale) = 0;
+  // gemm_operands({g})[0] for g the gradient cross_entropy_backward_window writes, for a caller
+  // whose only use of it is as a GEMM operand (the LM head's backward): under the bf16-operand
+  // policy g's bf16 copy, which a device backend writes from the logits in the same pass (the fp32
+  // gradient never stored); otherwise g, in place of the logits. The logits are used up either way
+  // (afterwards they hold g or are unchanged). The same bits as cross_entropy_backward_window
+  // followed by gemm_operands.
+  Tensor cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                               VocabWindow window, double grad_scale);
 
   // ---- optimizer ----
   // Decoupled AdamW (Loshchilov & Hutter) on one tensor; `step` counts from 1 for bias correction.
@@ -261,6 +269,10 @@ class Backend {
   virtual Tensor bf16_gelu_operand(const Tensor& x);
   // bf16_operand_copy of layernorm_forward's output for fp32 tensors; a device backend may skip the
   // fp32 output.
+  // bf16_operand_copy of cross_entropy_backward_window's gradient (fp32 logits); a device backend may
+  // write it without the fp32 gradient.
+  virtual Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                            VocabWindow window, double grad_scale);
   virtual Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                         const Tensor& bias, double eps);
   // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 tensors (dbias

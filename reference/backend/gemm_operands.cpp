@@ -81,6 +81,20 @@ Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, c
   return bf16_operand_copy(out);
 }
 
+Tensor Backend::cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp,
+                                                     const Tensor& targets, VocabWindow window, double grad_scale) {
+  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(logits))
+    return bf16_cross_entropy_operand(logits, logsumexp, targets, window, grad_scale);
+  cross_entropy_backward_window(logits, logsumexp, targets, window, grad_scale);
+  return logits;
+}
+
+Tensor Backend::bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                           VocabWindow window, double grad_scale) {
+  cross_entropy_backward_window(logits, logsumexp, targets, window, grad_scale);
+  return bf16_operand_copy(logits);
+}
+
 Tensor Backend::bf16_operand_copy(const Tensor& x) {
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
   convert(x, copy);

@@ -147,6 +147,17 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.gelu_backward(dh, h, hout);
                        b.gemm_operands({dh}, dbias4);
                      })});
+    // The loss gradient [N, V] as the LM head's bf16 operand: written from the logits in one pass
+    // (cross_entropy_backward_window_operand; the logits stay as they are, so every call reads the
+    // same ones) and as the in-place gradient then its copy. Both count the logits read once and the
+    // bf16 operand written.
+    const double loss_bytes = static_cast<double>(n * v) * (s + 2);
+    cases.push_back({"ce window bwd->bf16 (fused)", loss_bytes,
+                     bf16_operands([&] { b.cross_entropy_backward_window_operand(logits, lse, targets, whole, 1.0); })});
+    cases.push_back({"ce window bwd, bf16 apart", loss_bytes, bf16_operands([&] {
+                       b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0);
+                       b.gemm_operands({logits});
+                     })});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,

@@ -429,8 +429,11 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
   const ParamIndex& at = index_;
 
   if (span_.head) {
-    // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits.
-    layers_->loss_backward(be, a.logits, a.targets, grad_scale);
+    // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits, or (keeps_operands)
+    // only as the LM head's bf16 operand.
+    const Tensor dlogits_op =
+        keeps_operands() ? layers_->loss_backward_operand(be, a.logits, a.targets, grad_scale) : Tensor();
+    if (!dlogits_op.defined()) layers_->loss_backward(be, a.logits, a.targets, grad_scale);
     p.acquire_params(head_group(L));
     p.acquire_grads(head_group(L));
     if (tied) {  // the head writes into wte's gradient, final only after the embedding backward
@@ -438,8 +441,12 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
       p.acquire_grads(embedding_group());
     }
     // dlnf[R,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
-    layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
-                             p.param(at.head));
+    if (dlogits_op.defined())
+      layers_->linear_backward_from_operand(be, LinearRole::LmHead, s.dln, p.grad(at.head), dlogits_op,
+                                            a.lnf.numel() / a.lnf.dim(-1), a.lnf, p.param(at.head), Tensor());
+    else
+      layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
+                               p.param(at.head));
     be.fill(s.dres, 0.0);
     be.layernorm_backward(s.dres, p.grad(at.lnf_w), p.grad(at.lnf_b), s.dln, output(index), p.param(at.lnf_w),
                           a.lnf_mean, a.lnf_rstd);

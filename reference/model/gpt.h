@@ -81,7 +81,8 @@ class Gpt {
                   int64_t seq_len);
   void backward(const ParamSet& params, const ParamSet& grads, double grad_scale);
 
-  // Logits [B,T,V'] of the last forward (valid until backward, which turns them into gradients):
+  // Logits [B,T,V'] of the last forward (valid until backward, which uses them up: they become the
+  // gradients, or stay as they were where the gradient is made only as its bf16 operand):
   // V' = LayerOps::local_width of the LM head, the vocabulary V padded to the backend's GEMM row
   // multiple on one device (columns past V are padding, not logits) or this rank's vocabulary
   // shard under tensor parallelism.

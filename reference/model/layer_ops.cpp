@@ -18,6 +18,10 @@ void LayerOps::linear_backward_from_operand(Backend&, LinearRole, const Tensor&,
        "): this layer strategy keeps no prepared inputs and takes none");
 }
 
+Tensor LayerOps::loss_backward_operand(Backend&, const Tensor& logits, const Tensor&, double) {
+  fail("loss_backward_operand (logits ", logits.describe(), "): this layer strategy keeps no prepared inputs");
+}
+
 SingleDeviceLayers::SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple)
     : vocab_(vocab), logits_row_multiple_(logits_row_multiple) {
   check(vocab > 0 && logits_row_multiple > 0, "SingleDeviceLayers: vocabulary ", vocab, ", row multiple ",
@@ -81,15 +85,26 @@ void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const T
   be.cross_entropy_from_sums(losses, lse, row_max, sums, flat_targets);
 }
 
-void SingleDeviceLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
+Tensor SingleDeviceLayers::take_logsumexp(const Tensor& logits) {
   const auto lse = logsumexp_.find(logits.address());
   check(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
-  be.cross_entropy_backward_window(logits, lse->second, targets.reshape({targets.numel()}), whole_vocabulary(),
-                                   grad_scale);
   // Used up (the logits are the gradient now): dropped, so that logits at new addresses (a new
-  // batch shape's activations) do not leave entries behind. The backend's stream order keeps the
-  // storage alive for the kernel that reads it.
+  // batch shape's activations) do not leave entries behind. The tensor returned keeps the storage
+  // alive for the kernel that reads it.
+  Tensor taken = lse->second;
   logsumexp_.erase(lse);
+  return taken;
+}
+
+void SingleDeviceLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
+  be.cross_entropy_backward_window(logits, take_logsumexp(logits), targets.reshape({targets.numel()}),
+                                   whole_vocabulary(), grad_scale);
+}
+
+Tensor SingleDeviceLayers::loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets,
+                                                 double grad_scale) {
+  return be.cross_entropy_backward_window_operand(logits, take_logsumexp(logits), targets.reshape({targets.numel()}),
+                                                  whole_vocabulary(), grad_scale);
 }
 
 }  // namespace tripod

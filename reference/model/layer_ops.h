@@ -52,6 +52,10 @@ class LayerOps {
   // losses[N] per token (0 where ignored); then, in place, logits become the loss gradient.
   virtual void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) = 0;
   virtual void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) = 0;
+  // loss_backward's gradient as the LM head's prepared operand (Backend::
+  // cross_entropy_backward_window_operand), for linear_backward_from_operand; the logits are used
+  // up. Only where keeps_prepared_inputs(); an error otherwise.
+  virtual Tensor loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale);
 };
 
 class SingleDeviceLayers final : public LayerOps {
@@ -84,8 +88,11 @@ class SingleDeviceLayers final : public LayerOps {
   // vocab_window_kernels.cpp).
   void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
+  Tensor loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
 
  private:
+  // The forward's logsumexp of these logits, dropped from the map (a backward uses it up).
+  Tensor take_logsumexp(const Tensor& logits);
   VocabWindow whole_vocabulary() const { return {0, vocab_, vocab_}; }
   int64_t vocab_, logits_row_multiple_;
   std::map<const void*, Tensor> logsumexp_;

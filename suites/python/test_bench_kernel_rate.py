@@ -27,11 +27,11 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     assert result.returncode == 0, result.stderr
     j = json.loads(out.read_text())
     # fp32 also times the bf16-mixed policy's forms: an output gradient's copy with its bias gradient,
-    # ln(x), gelu(fc) and its backward's d fc as bf16 operands (fused and apart), and attention on bf16
-    # operands
+    # ln(x), gelu(fc), its backward's d fc and the loss gradient as bf16 operands (fused and apart),
+    # and attention on bf16 operands
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
-             "attention fwd bf16", "attention bwd bf16"]
+             "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "attention fwd bf16", "attention bwd bf16"]
     assert [r["name"] for r in j["results"]] == KERNELS + (mixed if dtype == "fp32" else [])
     size = 8 if dtype == "fp64" else 4
     copy = j["results"][0]
@@ -52,6 +52,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert ce["bias_grad+bf16 (fused)"] == ce["bias_grad, bf16 apart"] == 4 * 64 * 32 * (4 + 2)
         assert ce["gelu->bf16 (fused)"] == ce["gelu, bf16 apart"] == 4 * 64 * 32 * (4 + 2)
         assert ce["layernorm->bf16 (fused)"] == ce["layernorm, bf16 apart"] == 64 * 32 * (4 + 2)
+        # the loss gradient's: the logits read, the bf16 operand written
+        assert ce["ce window bwd->bf16 (fused)"] == ce["ce window bwd, bf16 apart"] == 64 * 100 * (4 + 2)
         # the GELU backward's: fc and d gelu read, the bf16 operand written
         assert ce["gelu bwd+db+bf16 (fused)"] == ce["gelu bwd, db+bf16 apart"] == 4 * 64 * 32 * (2 * 4 + 2)
     # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head

@@ -1,7 +1,8 @@
 // Activations made only as their GEMM's operand: under bf16-mixed the model (model/gpt.cpp) makes
 // ln1 and ln2 (Backend::layernorm_operand) and the MLP's gelu(fc) (gelu_operand) only as bf16
 // copies, feeds them to linear_forward_from_operand, and never stores them in fp32; likewise the
-// backward's d fc (gelu_backward_operand, linear_backward_from_operand). The operand must be the
+// backward's d fc (gelu_backward_operand) and the loss gradient (cross_entropy_backward_window_
+// operand), fed to linear_backward_from_operand. The operand must be the
 // bits gemm_operands makes of gelu_forward's output, padded where the backend pads, and the layer
 // from it the bits of linear_forward/linear_backward with a kept input; outside the policy the
 // operand is gelu(x) itself. (test_recompute.cpp checks the model's bits and memory; the CUDA
@@ -82,6 +83,35 @@ TEST(OperandProducers, TheLayernormOperandIsTheCopyOfItsOutputBitForBit) {
         EXPECT_EQ(to_host_f64(*be, got_mean), to_host_f64(*be, mean)) << what;
         EXPECT_EQ(to_host_f64(*be, got_rstd), to_host_f64(*be, rstd)) << what;
       }
+}
+
+// The loss gradient's: the copy gemm_operands makes of cross_entropy_backward_window's gradient,
+// over rows padded past the vocabulary (zero columns) with an ignored target (a zero row).
+TEST(OperandProducers, TheLossGradientOperandIsTheCopyOfTheGradientBitForBit) {
+  const int64_t N = 12, V = 13, cols = 16;
+  const VocabWindow whole{0, V, V};
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
+      be->set_fp32_matmul(policy);
+      std::vector<int32_t> ids(static_cast<std::size_t>(N));
+      for (int64_t i = 0; i < N; ++i) ids[static_cast<std::size_t>(i)] = i == 5 ? -1 : static_cast<int32_t>(i * 7 % V);
+      Tensor targets = be->alloc({N}, DType::I32);
+      be->upload(ids.data(), targets);
+      auto logits = [&] { return random_tensor(*be, {N, cols}, 131, -4.0, 4.0); };
+      const Tensor lse = be->alloc({N}, DType::F32), losses = be->alloc({N}, DType::F32);
+      const Tensor row_max = be->alloc({N}, DType::F32), sums = be->alloc({2, N}, DType::F32);
+      const Tensor in_place = logits(), from = logits();
+      be->logits_row_max(row_max, in_place, targets, whole);
+      be->logits_exp_sums(sums, in_place, row_max, targets, whole);
+      be->cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+      be->cross_entropy_backward_window(in_place, lse, targets, whole, 0.25);
+      const Tensor want = be->gemm_operands({in_place})[0];
+      const Tensor got = be->cross_entropy_backward_window_operand(from, lse, targets, whole, 0.25);
+      const std::string what = name + (policy == Fp32Matmul::Exact ? " exact" : " bf16-operands");
+      EXPECT_EQ(got.dtype(), want.dtype()) << what;
+      EXPECT_EQ(got.shape(), want.shape()) << what;
+      EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+    }
 }
 
 // c_proj from the operand, backward with no fp32 input: the bits of the layer on the stored

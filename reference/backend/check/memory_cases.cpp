@@ -191,6 +191,23 @@ void add_gelu_operand_cases(CaseList& cases) {
                 return std::vector<Output>{output(be, "ln(x) bf16", op), output(be, "mean", mean),
                                            output(be, "rstd", rstd)};
               });
+  // Backend::cross_entropy_backward_window_operand: the loss gradient written straight to its bf16
+  // copy, over rows padded past the vocabulary (264 columns, 257 valid) with about one target in
+  // eight ignored (a zero row); the logsumexp from each backend's own forward on the same logits.
+  cases.add("cross_entropy_backward_window_operand", DType::BF16, dims({96, 264}), [=](Backend& be) {
+    const int64_t N = 96, cols = 264, V = 257;
+    const VocabWindow whole{0, V, V};
+    Inputs in(be, DType::F32, kSeed + 56);
+    const Tensor logits = in.normal({N, cols}, 3.0);
+    const Tensor targets = in.ids({N}, 0, V, 0.125);
+    Tensor lse = be.alloc({N}, DType::F32), losses = be.alloc({N}, DType::F32), row_max = be.alloc({N}, DType::F32);
+    Tensor sums = be.alloc({2, N}, DType::F32), op;
+    be.logits_row_max(row_max, logits, targets, whole);
+    be.logits_exp_sums(sums, logits, row_max, targets, whole);
+    be.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+    with_bf16_operands(be, [&] { op = be.cross_entropy_backward_window_operand(logits, lse, targets, whole, 0.5); });
+    return std::vector<Output>{output(be, "dlogits bf16", op)};
+  });
   // Backend::gelu_backward_operand: the GELU's input gradient rounded to bf16 with its bias gradient
   // (one pass over inp and dout on a GPU, the column sums of bias_grad), over one chunk of rows
   // (N = 96) and three (N = 1040).

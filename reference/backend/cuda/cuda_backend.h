@@ -147,6 +147,10 @@ class CudaBackend final : public Backend {
   // needs no padding.
   Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias, double eps) override;
+  // The loss gradient written straight to its bf16 copy (cross_entropy_backward_window_to_bf16),
+  // the logits left as they are, where the copy needs no padding (the model pads the logits' rows).
+  Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                    VocabWindow window, double grad_scale) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

@@ -7,6 +7,7 @@
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 #include "backend/cuda/host/gemm_layout.h"
+#include "backend/cuda/kernels/cross_entropy.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/layernorm.h"
 #include "backend/cuda/kernels/reductions.h"
@@ -163,6 +164,19 @@ Tensor CudaBackend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rst
   cuda::layernorm_forward_to_bf16(copy.device_data<bf16>(), ptr<float>(mean, op), ptr<float>(rstd, op),
                                   ptr<float>(inp, op), ptr<float>(weight, op), ptr<float>(bias, op), shape.rows,
                                   shape.cols, eps, ctx_);
+  return copy;
+}
+
+Tensor CudaBackend::bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                               VocabWindow window, double grad_scale) {
+  const char* op = "cross_entropy_backward_window_operand";
+  const OperandCopyShape shape = operand_copy_shape(logits);
+  if (shape.padded() || shape.rows != targets.numel())
+    return Backend::bf16_cross_entropy_operand(logits, logsumexp, targets, window, grad_scale);
+  Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
+  cuda::cross_entropy_backward_window_to_bf16(copy.device_data<bf16>(), ptr<float>(logits, op),
+                                              ptr<float>(logsumexp, op), ptr<int32_t>(targets, op), shape.rows,
+                                              shape.cols, window.start, window.valid, grad_scale, ctx_);
   return copy;
 }
 

@@ -14,10 +14,12 @@
 // target outside the window (a finite, wrong loss). The model checks every target on the host
 // before uploading them (model/gpt.cpp), so neither reaches a kernel from the trainer.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/kernels/cross_entropy.h"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/cuda/kernels/softmax_block_reduce.cuh"
+#include "backend/kernels/bf16_math.h"
 #include "backend/kernels/cross_entropy_math.h"
 #include "core/error.h"
 
@@ -133,22 +135,37 @@ struct FromSumsOp {
   }
 };
 
-// The window's columns of the gradient; padding columns [valid, cols) and ignored rows become 0.
-template <typename T>
+// A gradient element as stored: in T, or rounded to bf16 as convert rounds it (a GEMM operand).
+template <typename O, typename T>
+__device__ __forceinline__ O stored_as(T v) {
+  if constexpr (std::is_same_v<O, bf16>) {
+    O out;
+    out.bits = kernels::float_to_bf16_bits(v);
+    return out;
+  } else {
+    return v;
+  }
+}
+
+// The window's columns of the gradient into `out` (the logits themselves, in place, or their bf16
+// operand: each thread reads its elements before it writes them); padding columns [valid, cols)
+// and ignored rows become 0.
+template <typename T, typename O>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    cross_entropy_backward_window_kernel(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows,
-                                         int64_t cols, int64_t start, int64_t valid, T grad_scale) {
+    cross_entropy_backward_window_kernel(O* out, const T* logits, const T* logsumexp, const int32_t* targets,
+                                         int64_t rows, int64_t cols, int64_t start, int64_t valid, T grad_scale) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    T* x = logits + r * cols;
+    const T* x = logits + r * cols;
+    O* o = out + r * cols;
     const int32_t target = targets[r];
     if (target < 0) {
-      zero_row(x, cols);
+      for (int64_t j = threadIdx.x; j < cols; j += kSoftmaxThreads) o[j] = stored_as<O>(T(0));
       continue;
     }
     const T lse = logsumexp[r];
     const int64_t target_column = kernels::window_target_column(target, start, valid);
     for (int64_t j = threadIdx.x; j < cols; j += kSoftmaxThreads)
-      x[j] = j < valid ? kernels::cross_entropy_grad(x[j], lse, grad_scale, j == target_column) : T(0);
+      o[j] = stored_as<O>(j < valid ? kernels::cross_entropy_grad(x[j], lse, grad_scale, j == target_column) : T(0));
   }
 }
 
@@ -218,8 +235,18 @@ void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t*
   const char* op = "cross_entropy_backward_window";
   check_rows(op, rows, cols, valid);
   if (cols == 0) return;
-  launch_row_blocks(cross_entropy_backward_window_kernel<T>, rows, ctx, op, logits, logsumexp, targets, rows, cols,
-                    start, valid, static_cast<T>(grad_scale));
+  launch_row_blocks(cross_entropy_backward_window_kernel<T, T>, rows, ctx, op, logits, static_cast<const T*>(logits),
+                    logsumexp, targets, rows, cols, start, valid, static_cast<T>(grad_scale));
+}
+
+void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const float* logsumexp,
+                                           const int32_t* targets, int64_t rows, int64_t cols, int64_t start,
+                                           int64_t valid, double grad_scale, const CudaContext& ctx) {
+  const char* op = "cross_entropy_backward_window_to_bf16";
+  check_rows(op, rows, cols, valid);
+  if (cols == 0) return;
+  launch_row_blocks(cross_entropy_backward_window_kernel<float, bf16>, rows, ctx, op, out, logits, logsumexp, targets,
+                    rows, cols, start, valid, static_cast<float>(grad_scale));
 }
 
 #define TRIPOD_INSTANTIATE(T)                                                                                        \

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
+#include "core/dtype.h"  // bf16
 
 namespace tripod::cuda {
 
@@ -25,5 +26,10 @@ void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T*
 template <typename T>
 void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
                                    int64_t start, int64_t valid, double grad_scale, const CudaContext& ctx);
+// The same gradient rounded to bf16 into `out` [rows, cols] (its GEMM operand: the bits of the
+// in-place gradient then convert), the logits left as they are.
+void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const float* logsumexp,
+                                           const int32_t* targets, int64_t rows, int64_t cols, int64_t start,
+                                           int64_t valid, double grad_scale, const CudaContext& ctx);
 
 }  // namespace tripod::cuda
