@@ -228,6 +228,11 @@ class Backend {
   //            sums[1,n] = logits[n, targets[n] - start] if the window holds the target, else 0.
   virtual void logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
                                const Tensor& targets, VocabWindow window) = 0;
+  // logits_row_max then logits_exp_sums, for a caller that needs no reduction of the max between
+  // them (the whole vocabulary on one device). A device backend may read the logits once: an online
+  // max and sum, whose sums equal the two passes' up to rounding.
+  virtual void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
+                            VocabWindow window);
   // logsumexp[n] = row_max[n] + log(sums[0,n]); losses[n] = logsumexp[n] - sums[1,n] (0 if ignored).
   virtual void cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
                                        const Tensor& sums, const Tensor& targets) = 0;

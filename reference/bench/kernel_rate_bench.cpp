@@ -93,6 +93,13 @@ void run_kernel_rate(const KernelRateOptions& o) {
          b.logits_exp_sums(sums, logits, row_max, targets, whole);
          b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
        }},
+      // The same statistics in one pass (Backend::logits_stats: an online max and sum on a device;
+      // the CPU's is the two passes): the logits read once.
+      {"ce window fwd, 1 pass", static_cast<double>(n * v) * s,
+       [&] {
+         b.logits_stats(row_max, sums, logits, targets, whole);
+         b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+       }},
       {"cross-entropy window bwd", 2.0 * static_cast<double>(n * v) * s,
        [&] { b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0); }},
       // dout read twice (token and position gradients), the touched table rows read and written.

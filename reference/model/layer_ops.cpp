@@ -80,8 +80,7 @@ void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const T
   if (!lse.defined() || lse.numel() != n || lse.dtype() != dt) lse = be.alloc({n}, dt);
   const Tensor flat_targets = targets.reshape({n});
   const Tensor row_max = be.alloc({n}, dt), sums = be.alloc({2, n}, dt);  // sums: [sum of exp | target logit]
-  be.logits_row_max(row_max, logits, flat_targets, whole_vocabulary());
-  be.logits_exp_sums(sums, logits, row_max, flat_targets, whole_vocabulary());
+  be.logits_stats(row_max, sums, logits, flat_targets, whole_vocabulary());
   be.cross_entropy_from_sums(losses, lse, row_max, sums, flat_targets);
 }
 

@@ -80,12 +80,12 @@ class SingleDeviceLayers final : public LayerOps {
                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
                        const Tensor& kept_input = Tensor()) override;
   // The whole vocabulary as one window of the Backend's windowed cross-entropy (padding columns
-  // past it where the rows are padded): the forward keeps
-  // each row's logsumexp (per logits tensor, for every micro-batch in flight, until its backward), so the backward
-  // reads the logits once instead of recomputing their max and sum (GPT-2: three passes over
-  // 1.6 GB of logits become one). The same arithmetic in the same order as the backend's
-  // whole-vocabulary kernels, bit for bit (backend/kernels/cross_entropy_math.h, the CPU's
-  // vocab_window_kernels.cpp).
+  // past it where the rows are padded): the forward keeps each row's logsumexp (per logits
+  // tensor, for every micro-batch in flight, until its backward), so the backward reads the
+  // logits once instead of recomputing their max and sum (GPT-2: three passes over 1.6 GB of
+  // logits become one). The forward's max and sum come from Backend::logits_stats (one pass on a
+  // device). On the CPU the same arithmetic in the same order as the backend's whole-vocabulary
+  // kernels, bit for bit (backend/kernels/cross_entropy_math.h, the CPU's vocab_window_kernels.cpp).
   void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
   Tensor loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;

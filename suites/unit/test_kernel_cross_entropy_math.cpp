@@ -6,7 +6,8 @@
 // with cpu::cross_entropy_forward / backward (whole vocabulary) and with the window kernels
 // (logits_row_max, logits_exp_sums, cross_entropy_from_sums, cross_entropy_backward_window) over
 // three windows of GPT-2's 50257 ids, padded columns, ignored targets and targets held by
-// another window, at logit magnitudes ~4, ~100 and ~1000 (exp of an unshifted logit overflows).
+// another window, at logit magnitudes ~4, ~100 and ~1000 (exp of an unshifted logit overflows);
+// and the one-pass max and sum (logits_stats_kernel) against the two passes.
 //
 // Tolerances, relative to the compared tensor's largest element:
 //   row max, target logits          exact (a max and a copy: no rounding);
@@ -248,6 +249,81 @@ void expect_windows_match_cpu(uint64_t seed) {
 
 TEST(KernelCrossEntropyMath, VocabularyWindowsMatchCpuFp32) { expect_windows_match_cpu<float>(131); }
 TEST(KernelCrossEntropyMath, VocabularyWindowsMatchCpuFp64) { expect_windows_match_cpu<double>(132); }
+
+// logits_stats_kernel (the single-device loss's max and sum in one pass): each thread's online
+// state over its columns (strided_online_exp_sum), merged in the block's order (MergeExpSums).
+template <typename T>
+ExpSumState<T> online_stats_in_device_order(const T* row, int64_t valid) {
+  ExpSumState<T> states[kSoftmaxThreads];
+  for (int t = 0; t < kSoftmaxThreads; ++t) states[t] = strided_online_exp_sum(row, valid, t, kSoftmaxThreads);
+  return block_reduce_in_device_order(states, kSoftmaxThreads, MergeExpSums{});
+}
+
+// Against the CPU's two passes over GPT-2's rows padded to 8 (padding that would show if read):
+// the max exactly and the losses within the cap. The sums are held to the exact sum (long double)
+// within the cap, as the two passes' device order is: in fp32 the CPU's own one-loop sum of 50257
+// terms is about 1e-5 from the exact one, so a comparison with it would measure the CPU's rounding.
+template <typename T>
+void expect_online_stats_match_cpu(uint64_t seed) {
+  const int64_t rows = 9, cols = (kVocab + 7) / 8 * 8;
+  const std::vector<int32_t> t = targets(rows, seed);
+  for (double magnitude : kMagnitudes) {
+    const std::string where = "|logits| <= " + std::to_string(magnitude);
+    const std::vector<T> x = window_logits(logits<T>(rows, kVocab, magnitude, seed), rows, cols, 0, kVocab);
+    std::vector<T> want_max(rows), want_sums(2 * rows), got_max(rows), got_sums(rows);
+    cpu::logits_row_max<T>(want_max.data(), x.data(), t.data(), rows, cols, kVocab, kVocab);
+    cpu::logits_exp_sums<T>(want_sums.data(), x.data(), want_max.data(), t.data(), rows, cols, 0, kVocab);
+    std::vector<T> want_loss(rows), got_loss(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const ExpSumState<T> s = online_stats_in_device_order(x.data() + r * cols, kVocab);
+      got_max[r] = s.max;
+      got_sums[r] = s.sum;
+      want_loss[r] = cross_entropy_loss(logsumexp_from(want_max[r], want_sums[r]), want_sums[rows + r], t[r]);
+      got_loss[r] = cross_entropy_loss(logsumexp_from(got_max[r], got_sums[r]), want_sums[rows + r], t[r]);
+    }
+    EXPECT_TRUE(bits_equal(got_max, want_max)) << where;
+    std::vector<long double> exact(rows, 0.0L), two_pass(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < kVocab; ++j)
+        exact[r] += std::exp(static_cast<long double>(x[r * cols + j]) - static_cast<long double>(want_max[r]));
+      two_pass[r] = exp_sum_in_device_order(x.data() + r * cols, kVocab, want_max[r]);
+    }
+    auto from_exact = [&](const std::vector<T>& v) {
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        worst = std::max(worst, static_cast<double>(std::fabs((static_cast<long double>(v[r]) - exact[r]) / exact[r])));
+      return worst;
+    };
+    const double d_sums = from_exact(got_sums);
+    std::vector<T> two_pass_t(two_pass.begin(), two_pass.end());
+    EXPECT_LE(d_sums, kRelativeCap<T>) << "exp sums, " << where << " (the two passes' device order: "
+                                       << from_exact(two_pass_t) << ")";
+    EXPECT_LE(relative_difference(got_loss, want_loss), kRelativeCap<T>) << "losses, " << where;
+    testing::record_measure("online_sums_" + std::to_string(static_cast<int>(magnitude)), d_sums);
+  }
+}
+
+TEST(KernelCrossEntropyMath, OnlineRowStatsMatchTheTwoPassesFp32) { expect_online_stats_match_cpu<float>(141); }
+TEST(KernelCrossEntropyMath, OnlineRowStatsMatchTheTwoPassesFp64) { expect_online_stats_match_cpu<double>(142); }
+
+// The merge's edges: a thread without columns adds nothing, two empty ones stay {-inf, 0} (as the
+// two passes give for an empty window), a NaN never raises the max and makes the sum NaN.
+TEST(KernelCrossEntropyMath, OnlineStatsOfEmptyRowsAndNans) {
+  const float row[] = {1.0f, NAN, 3.0f, -2.0f};
+  const ExpSumState<float> empty = online_stats_in_device_order(row, 0);
+  EXPECT_EQ(empty.max, -INFINITY);
+  EXPECT_EQ(empty.sum, 0.0f);
+  const ExpSumState<float> with_nan = online_stats_in_device_order(row, 4);
+  EXPECT_EQ(with_nan.max, 3.0f);
+  EXPECT_TRUE(std::isnan(with_nan.sum));
+  const ExpSumState<float> one = MergeExpSums{}(ExpSumState<float>{}, ExpSumState<float>{2.0f, 1.5f});
+  EXPECT_EQ(one.max, 2.0f);
+  EXPECT_EQ(one.sum, 1.5f);
+  // a rising max rescales what came before: {1, 1} then 3 -> sum exp(1 - 3) + 1
+  const ExpSumState<float> rising = strided_online_exp_sum(row, 3, 0, 2);  // columns 0 and 2
+  EXPECT_EQ(rising.max, 3.0f);
+  EXPECT_EQ(rising.sum, 1.0f * std::exp(1.0f - 3.0f) + 1.0f);
+}
 
 TEST(KernelCrossEntropyMath, TargetColumnsAndIgnoredTargets) {
   EXPECT_EQ(window_target_column(5, 0, 10), 5);

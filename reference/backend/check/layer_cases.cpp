@@ -1,5 +1,7 @@
 // Backend checks of the transformer operations, the vocabulary-window forms and AdamW, on odd
 // sizes (partial warps) and on GPT-2 124M's row sizes (768 channels, 50257 logits, hd 64).
+#include <algorithm>
+
 #include "backend/check/backend_check.h"
 #include "backend/check/case_list.h"
 #include "backend/transfer.h"
@@ -158,6 +160,21 @@ void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale
               return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums),
                                          output(be, "losses", losses), output(be, "logsumexp", logsumexp),
                                          output(be, "dlogits", logits)};
+            });
+  // The single-device loss's statistics (Backend::logits_stats: one pass with an online max and sum
+  // on a GPU) over a whole vocabulary, rows padded past it. At most 4099 columns (16 a thread): the
+  // CPU adds the exponentials in one fp32 loop, about sqrt(V) roundings from the exact sum (1.3e-5
+  // at GPT-2's 50257, more than fp32's bound, 4e-6 at 4099), while the one-pass device sum is within
+  // 1e-7 of it (test_kernel_cross_entropy_math.cpp's replay at 50257).
+  const int64_t width = std::min<int64_t>(v, 4099);
+  cases.add("logits_stats (one pass)", t, std::to_string(n) + " rows of " + std::to_string(width) + " padded to " +
+                                              std::to_string(width + 3),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal({n, width + 3}, logit_scale), targets = in.ids({n}, 0, width, 0.125);
+              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
+              be.logits_stats(row_max, sums, logits, targets, VocabWindow{0, width, width});
+              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums)};
             });
 }
 

@@ -85,6 +85,9 @@ class CudaBackend final : public Backend {
                       VocabWindow window) override;
   void logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets,
                        VocabWindow window) override;
+  // One pass over the logits (cuda::logits_stats: an online max and sum).
+  void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
+                    VocabWindow window) override;
   void cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
                                const Tensor& sums, const Tensor& targets) override;
   void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,

@@ -217,6 +217,17 @@ void CudaBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, cons
   });
 }
 
+void CudaBackend::logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
+                               VocabWindow w) {
+  const char* op = "logits_stats";
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t rows = row_max.numel();
+    cuda::logits_stats<T>(ptr<T>(row_max, op), ptr<T>(sums, op), ptr<T>(logits, op), ptr<int32_t>(targets, op), rows,
+                          logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, ctx_);
+  });
+}
+
 void CudaBackend::cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
                                           const Tensor& sums, const Tensor& targets) {
   const char* op = "cross_entropy_from_sums";

@@ -38,6 +38,44 @@ TRIPOD_HD T strided_exp_sum_partial(const T* x, int64_t n, T shift, int64_t tid,
   return sum;
 }
 
+// A row's softmax statistics in one pass: the largest value seen and the sum of exp(x - max) over
+// the values seen, the sum rescaled whenever the max rises (the "online softmax"). The two-pass
+// form (strided_max_partial, then strided_exp_sum_partial with the row's max) gives the same
+// numbers up to rounding: exp(x - m') * exp(m' - m) here against exp(x - m) there.
+template <typename T>
+struct ExpSumState {
+  T max = -static_cast<T>(INFINITY);
+  T sum = 0;
+};
+
+// One thread's state over x[j], j = tid, tid + threads, ... < n, in ascending j; {-inf, 0} when
+// it has no element. A NaN never raises the max and makes the sum NaN, as in the two passes.
+template <typename T>
+TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const T* x, int64_t n, int64_t tid, int64_t threads) {
+  ExpSumState<T> s;
+  for (int64_t j = tid; j < n; j += threads) {
+    const T v = x[j];
+    if (v > s.max) {
+      s.sum = s.sum * std::exp(s.max - v) + static_cast<T>(1);
+      s.max = v;
+    } else {
+      s.sum += std::exp(v - s.max);
+    }
+  }
+  return s;
+}
+
+// Two states combined: both sums rescaled to the larger max. Commutative bit for bit (the sum of
+// two terms), so every lane of a butterfly holds the same result.
+struct MergeExpSums {
+  template <typename T>
+  TRIPOD_HD ExpSumState<T> operator()(ExpSumState<T> a, ExpSumState<T> b) const {
+    const T m = max_of(a.max, b.max);
+    if (m == -static_cast<T>(INFINITY)) return {m, a.sum + b.sum};  // neither has an element
+    return {m, a.sum * std::exp(a.max - m) + b.sum * std::exp(b.max - m)};
+  }
+};
+
 // ---- host replays of the device's combination order (arrays of per-lane / per-thread values) ----
 
 // The value every lane of a warp holds after `v += __shfl_xor_sync(v, offset)` for offsets
@@ -56,7 +94,7 @@ TRIPOD_HD T warp_butterfly_in_device_order(T* lane_values, Combine combine) {
 // butterfly, then the warps' results combined in warp order starting from warp 0's.
 template <typename T, typename Combine>
 TRIPOD_HD T block_reduce_in_device_order(const T* thread_values, int threads, Combine combine) {
-  T total = 0;
+  T total{};
   for (int warp = 0; warp * kWarpLanes < threads; ++warp) {
     T lanes[kWarpLanes];
     for (int lane = 0; lane < kWarpLanes; ++lane) lanes[lane] = thread_values[warp * kWarpLanes + lane];

@@ -120,6 +120,26 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   }
 }
 
+// logits_row_max and logits_exp_sums in one read of the row: each thread's online (max, sum) pair
+// over its columns, merged across the block in the reductions' fixed order (row_reduce_math.h).
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    logits_stats_kernel(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                        int64_t start, int64_t valid) {
+  __shared__ kernels::ExpSumState<T> scratch[kSoftmaxWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * cols;
+    if (threadIdx.x == 0) sums[rows + r] = kernels::window_target_logit(x, targets[r], start, valid);
+    const kernels::ExpSumState<T> total =
+        block_reduce(kernels::strided_online_exp_sum(x, valid, threadIdx.x, kSoftmaxThreads), scratch,
+                     kernels::MergeExpSums{});
+    if (threadIdx.x == 0) {
+      row_max[r] = total.max;
+      sums[r] = total.sum;
+    }
+  }
+}
+
 template <typename T>
 struct FromSumsOp {
   T* __restrict__ losses;
@@ -222,6 +242,14 @@ void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* 
 }
 
 template <typename T>
+void logits_stats(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                  int64_t start, int64_t valid, const CudaContext& ctx) {
+  const char* op = "logits_stats";
+  check_rows(op, rows, cols, valid);
+  launch_row_blocks(logits_stats_kernel<T>, rows, ctx, op, row_max, sums, logits, targets, rows, cols, start, valid);
+}
+
+template <typename T>
 void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
                              int64_t rows, const CudaContext& ctx) {
   check(rows >= 0, "cross_entropy_from_sums: negative row count ", rows);
@@ -255,6 +283,8 @@ void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const
   template void logits_row_max<T>(T*, const T*, int64_t, int64_t, int64_t, const CudaContext&);                    \
   template void logits_exp_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,     \
                                    const CudaContext&);                                                             \
+  template void logits_stats<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,             \
+                                const CudaContext&);                                                                \
   template void cross_entropy_from_sums<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, const CudaContext&); \
   template void cross_entropy_backward_window<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,  \
                                                  double, const CudaContext&);

@@ -20,6 +20,11 @@ void logits_row_max(T* row_max, const T* logits, int64_t rows, int64_t cols, int
 template <typename T>
 void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
                      int64_t start, int64_t valid, const CudaContext& ctx);
+// logits_row_max and logits_exp_sums in one pass over the logits (an online max and sum; the sums
+// equal the two passes' up to rounding).
+template <typename T>
+void logits_stats(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                  int64_t start, int64_t valid, const CudaContext& ctx);
 template <typename T>
 void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
                              int64_t rows, const CudaContext& ctx);

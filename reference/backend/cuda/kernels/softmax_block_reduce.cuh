@@ -7,12 +7,21 @@
 
 namespace tripod::cuda {
 
+// Lane i ^ offset's value (a state pair field by field).
+template <typename T>
+__device__ __forceinline__ T shuffle_xor(T value, int offset) {
+  return __shfl_xor_sync(0xffffffffu, value, offset);
+}
+template <typename T>
+__device__ __forceinline__ kernels::ExpSumState<T> shuffle_xor(kernels::ExpSumState<T> value, int offset) {
+  return {shuffle_xor(value.max, offset), shuffle_xor(value.sum, offset)};
+}
+
 // Every lane gets combine over the warp's 32 values (lane i combines its value with lane i ^ offset's,
 // offsets 16..1; a sum is commutative, so all lanes hold the same bits).
 template <typename T, typename Combine>
 __device__ __forceinline__ T warp_reduce(T value, Combine combine) {
-  for (int offset = kernels::kWarpLanes / 2; offset > 0; offset /= 2)
-    value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  for (int offset = kernels::kWarpLanes / 2; offset > 0; offset /= 2) value = combine(value, shuffle_xor(value, offset));
   return value;
 }
 
