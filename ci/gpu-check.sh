@@ -91,8 +91,9 @@ GEMM_BF16_SIZES=${GEMM_BF16_SIZES:-4096,8192}
 GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLOP/s: smaller squares
 GEMM_TOKENS=${GEMM_TOKENS:-8192}      # B*T rows of the GPT-2 shapes, as the training benchmark
 TRAIN_STEPS=${TRAIN_STEPS:-10}
-# The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel family.
-SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;at offsets"}
+# The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel
+# family ("_operand": the kernels that write a GEMM's bf16 operand; "logits_stats": the one-pass loss statistics).
+SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;at offsets;_operand;logits_stats"}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 

@@ -316,7 +316,7 @@ TEST(KernelCrossEntropyMath, OnlineStatsOfEmptyRowsAndNans) {
   const ExpSumState<float> with_nan = online_stats_in_device_order(row, 4);
   EXPECT_EQ(with_nan.max, 3.0f);
   EXPECT_TRUE(std::isnan(with_nan.sum));
-  const ExpSumState<float> one = MergeExpSums{}(ExpSumState<float>{}, ExpSumState<float>{2.0f, 1.5f});
+  const ExpSumState<float> one = MergeExpSums{}(no_exp_sum_elements<float>(), ExpSumState<float>{2.0f, 1.5f});
   EXPECT_EQ(one.max, 2.0f);
   EXPECT_EQ(one.sum, 1.5f);
   // a rising max rescales what came before: {1, 1} then 3 -> sum exp(1 - 3) + 1

@@ -42,17 +42,24 @@ TRIPOD_HD T strided_exp_sum_partial(const T* x, int64_t n, T shift, int64_t tid,
 // the values seen, the sum rescaled whenever the max rises (the "online softmax"). The two-pass
 // form (strided_max_partial, then strided_exp_sum_partial with the row's max) gives the same
 // numbers up to rounding: exp(x - m') * exp(m' - m) here against exp(x - m) there.
+// A plain aggregate (no member initializers), so that a block can keep an array of them in
+// __shared__ memory, which takes no initialisation.
 template <typename T>
 struct ExpSumState {
-  T max = -static_cast<T>(INFINITY);
-  T sum = 0;
+  T max, sum;
 };
+
+// The state of no elements: {-inf, 0}.
+template <typename T>
+TRIPOD_HD ExpSumState<T> no_exp_sum_elements() {
+  return {-static_cast<T>(INFINITY), static_cast<T>(0)};
+}
 
 // One thread's state over x[j], j = tid, tid + threads, ... < n, in ascending j; {-inf, 0} when
 // it has no element. A NaN never raises the max and makes the sum NaN, as in the two passes.
 template <typename T>
 TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const T* x, int64_t n, int64_t tid, int64_t threads) {
-  ExpSumState<T> s;
+  ExpSumState<T> s = no_exp_sum_elements<T>();
   for (int64_t j = tid; j < n; j += threads) {
     const T v = x[j];
     if (v > s.max) {
