@@ -34,6 +34,7 @@
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
 #include "kernel_math_test_util.h"
+#include "support/error_text.h"
 
 namespace tripod::kernels::flash {
 namespace {
@@ -176,24 +177,16 @@ TEST(FlashAttentionBlock, TheHostExecutorRefusesALayoutTheTensorCoresCannotLoad)
   std::memset(static_cast<void*>(tiles.get()), 0, sizeof(Tiles));
   const HostBlock exec;
   exec.product<false, true>(tiles->c, 24, false, tiles->a, 40, tiles->b, 40, 32);  // a layout that loads
-  auto error = [&](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a + 8, 40, tiles->b, 40, 32); })
+  EXPECT_NE(expected_error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a + 8, 40, tiles->b, 40, 32); })
                 .find("32-byte aligned"),
             std::string::npos);
-  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 36, tiles->b, 40, 32); })
+  EXPECT_NE(expected_error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 36, tiles->b, 40, 32); })
                 .find("leading dimension 36"),
             std::string::npos);
-  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 22, false, tiles->a, 40, tiles->b, 40, 32); })
+  EXPECT_NE(expected_error([&] { exec.product<false, true>(tiles->c, 22, false, tiles->a, 40, tiles->b, 40, 32); })
                 .find("operand c"),
             std::string::npos);
-  EXPECT_NE(error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 40, tiles->b, 40, 24); })
+  EXPECT_NE(expected_error([&] { exec.product<false, true>(tiles->c, 24, false, tiles->a, 40, tiles->b, 40, 24); })
                 .find("depth 24"),
             std::string::npos);
 }
