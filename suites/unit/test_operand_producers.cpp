@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/transfer.h"
 #include "model/linear.h"
+#include "model_test_util.h"
 #include "support/error_text.h"
 #include "support/padding_cpu_backend.h"
+#include "train/trainer.h"
 #include "kernel_math_test_util.h"
 
 namespace tripod {
@@ -204,6 +207,60 @@ TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
         EXPECT_EQ(run(*be, true), run(*be, false))
             << name << (mixed ? " bf16-operands" : " exact") << (keep ? ", input kept" : "");
     }
+}
+
+// A CPU backend that counts the calls that make operands (and the loss statistics).
+class ProducerCountingCpuBackend : public cpu::CpuBackend {
+ public:
+  ProducerCountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0;
+  void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
+                    VocabWindow window) override {
+    ++loss_stats;
+    cpu::CpuBackend::logits_stats(row_max, sums, logits, targets, window);
+  }
+
+ protected:
+  Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias, double eps) override {
+    ++layernorm;
+    return cpu::CpuBackend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
+  }
+  Tensor bf16_gelu_operand(const Tensor& x) override {
+    ++gelu;
+    return cpu::CpuBackend::bf16_gelu_operand(x);
+  }
+  Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) override {
+    ++gelu_backward;
+    return cpu::CpuBackend::bf16_gelu_backward_operand(inp, dout, dbias);
+  }
+  Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
+                                    VocabWindow window, double grad_scale) override {
+    ++loss_gradient;
+    return cpu::CpuBackend::bf16_cross_entropy_operand(logits, logsumexp, targets, window, grad_scale);
+  }
+};
+
+// The training step takes the operand paths: under bf16-mixed each block makes ln1 and ln2 and
+// gelu(fc) only as operands and its backward d fc, and the head its loss gradient, once per
+// micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
+// back to them would pass every comparison and only this count would show it.)
+TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
+  for (const char* dtype : {"bf16-mixed", "fp32"}) {
+    const int64_t micro = 2;
+    const RunConfig config = testing::tiny_run_config(dtype, true, micro);
+    ProducerCountingCpuBackend be;
+    Trainer trainer(config, be);
+    trainer.initialise();
+    trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len, config.model.vocab_size, 7));
+    const bool mixed = std::string(dtype) == "bf16-mixed";
+    const int64_t per_layer = mixed ? config.model.n_layer * micro : 0;
+    EXPECT_EQ(be.layernorm, 2 * per_layer) << dtype;
+    EXPECT_EQ(be.gelu, per_layer) << dtype;
+    EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
+    EXPECT_EQ(be.loss_gradient, mixed ? micro : 0) << dtype;
+    EXPECT_EQ(be.loss_stats, micro) << dtype;  // the loss statistics' one call, under every policy
+  }
 }
 
 TEST(OperandProducers, AMissingInputOrOperandIsNamed) {
