@@ -15,13 +15,18 @@ bool shareable(const Tensor& x) {
   return x.defined() && x.dtype() == DType::F32 && x.shape().size() >= 2 && x.numel() > 0;
 }
 
+// Whether `be` gives x (or what is computed from it) a bf16 copy as a GEMM operand.
+bool rounded_as_operand(const Backend& be, const Tensor& x) {
+  return be.fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x);
+}
+
 }  // namespace
 
 std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first) {
   check(!dbias_of_first.defined() || !operands.empty(), "gemm_operands: a bias gradient ",
         dbias_of_first.describe(), " without the operand it sums");
-  bool rounded_once = fp32_matmul() == Fp32Matmul::Bf16Operands;
-  for (const Tensor& x : operands) rounded_once = rounded_once && shareable(x);
+  bool rounded_once = true;
+  for (const Tensor& x : operands) rounded_once = rounded_once && rounded_as_operand(*this, x);
   if (!rounded_once) {
     if (dbias_of_first.defined()) bias_grad(dbias_of_first, operands[0]);
     return operands;
@@ -36,7 +41,7 @@ std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, 
 
 Tensor Backend::gelu_operand(const Tensor& x) {
   check(x.defined() && x.numel() > 0, "gelu_operand: an empty input ", x.describe());
-  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x)) return bf16_gelu_operand(x);
+  if (rounded_as_operand(*this, x)) return bf16_gelu_operand(x);
   Tensor out = alloc_for_overwrite(x.shape(), x.dtype());
   gelu_forward(out, x);
   return out;
@@ -51,7 +56,7 @@ Tensor Backend::bf16_gelu_operand(const Tensor& x) {
 Tensor Backend::gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
   check(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
         "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
-  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(inp) && dout.dtype() == DType::F32 && dbias.defined())
+  if (rounded_as_operand(*this, inp) && dout.dtype() == DType::F32 && dbias.defined())
     return bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor d = alloc_for_overwrite(inp.shape(), inp.dtype());
   gelu_backward(d, inp, dout);
@@ -67,7 +72,7 @@ Tensor Backend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout
 Tensor Backend::layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                   const Tensor& bias, double eps) {
   check(inp.defined() && inp.numel() > 0, "layernorm_operand: an empty input ", inp.describe());
-  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(inp))
+  if (rounded_as_operand(*this, inp))
     return bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
   Tensor out = alloc_for_overwrite(inp.shape(), inp.dtype());
   layernorm_forward(out, mean, rstd, inp, weight, bias, eps);
@@ -83,7 +88,7 @@ Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, c
 
 Tensor Backend::cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp,
                                                      const Tensor& targets, VocabWindow window, double grad_scale) {
-  if (fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(logits))
+  if (rounded_as_operand(*this, logits))
     return bf16_cross_entropy_operand(logits, logsumexp, targets, window, grad_scale);
   cross_entropy_backward_window(logits, logsumexp, targets, window, grad_scale);
   return logits;

@@ -50,6 +50,12 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
 
 namespace {
 
+// inp is [N, I], or absent where its kept copy stands in for it.
+void check_input_or_kept(const char* op, const Tensor& inp, const Tensor& kept_input, int64_t N, int64_t I) {
+  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), op, ": input ", inp.describe(), " for ", N,
+        " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
+}
+
 // dinp[N,I] (= or +=) dy @ w and dweight[O,I] += dy^T @ x, from operands that may be prepared
 // copies (zero-padded, backend.h) and whose dy rows may be longer than O (zeros past O, linear.h):
 // each operand's last dimension is its leading dimension, and each product's reduction runs over
@@ -72,8 +78,7 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
                      const Tensor& kept_input) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
-  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), "linear_backward: input ", inp.describe(),
-        " for ", N, " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
+  check_input_or_kept("linear_backward", inp, kept_input, N, I);
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).
   check(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ", dout.describe());
@@ -93,8 +98,7 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
 void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dout_operand,
                                   int64_t rows, const Tensor& inp, const Tensor& weight, const Tensor& kept_input) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = rows;
-  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), "linear_backward_from_operand: input ",
-        inp.describe(), " for ", N, " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
+  check_input_or_kept("linear_backward_from_operand", inp, kept_input, N, I);
   check(dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
         "linear_backward_from_operand: output gradient operand ", dout_operand.describe(), " for ", N, " rows of ", O,
         " outputs");
