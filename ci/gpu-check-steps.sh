@@ -64,7 +64,7 @@ step_probe() {
   for tool in timeout tar ldd awk "$PY"; do
     command -v "$tool" >/dev/null || problems+=("$tool not found")
   done
-  for f in reports/gpu_peer.py reports/torch_fp32.py reports/compare_training.py reports/gpu_check_summary.py reference/configs/tiny.json \
+  for f in reports/gpu_peer.py reports/torch_fp32.py reports/torch_gemm_rate.py reports/compare_training.py reports/gpu_check_summary.py reference/configs/tiny.json \
            reference/configs/gpt2-124m.json ci/gpu-check-lib.sh ci/gpu-check-steps.sh; do
     [ -f "$ROOT/$f" ] || problems+=("$f missing")
   done
@@ -258,20 +258,35 @@ step_golden() {
   exit $failed
 }
 
-gemm_rate() {  # DTYPE SIZES (empty: the GPT-2 shapes only) JSON
-  local squares=()
+gemm_rate() {  # DTYPE SIZES (empty: the GPT-2 shapes only) JSON [more gemm-rate options]
+  local dtype=$1 sizes=$2 json=$3 squares=()
+  shift 3
   if dry; then
-    tripod bench gemm-rate --backend cpu --dtype "$1" --sizes 64 --shapes gpt2 --tokens 16 --repeat 2 \
-        --min-time-ms 0 --json "$STEP_DIR/$3"
+    tripod bench gemm-rate --backend cpu --dtype "$dtype" --sizes 64 --shapes gpt2 --tokens 16 --repeat 2 \
+        --min-time-ms 0 --json "$STEP_DIR/$json" "$@"
   else
-    [ -z "$2" ] || squares=(--sizes "$2")
-    tripod bench gemm-rate --backend cuda --dtype "$1" "${squares[@]}" --shapes gpt2 --tokens "$GEMM_TOKENS" \
-        --repeat 10 --json "$STEP_DIR/$3"
+    [ -z "$sizes" ] || squares=(--sizes "$sizes")
+    tripod bench gemm-rate --backend cuda --dtype "$dtype" "${squares[@]}" --shapes gpt2 --tokens "$GEMM_TOKENS" \
+        --repeat 10 --json "$STEP_DIR/$json" "$@"
   fi
 }
-# bf16, then the GPT-2 shapes as the trainer runs them (bf16-mixed: fp32 tensors, the operand
-# conversions and the padding of the LM head's odd vocabulary in the time).
-step_gemm-bf16() { gemm_rate bf16 "$GEMM_BF16_SIZES" gemm.json && gemm_rate bf16-mixed "" gemm-mixed.json; }
+# PyTorch's bf16 matmul (bf16 C) on the squares, timed the same way: the peer of gemm-bf16out.json.
+torch_gemm_rate() {
+  if dry; then
+    "$PY" "$ROOT/reports/torch_gemm_rate.py" --device cpu --sizes 64 --repeat 2 --min-time-ms 0 \
+        --json "$STEP_DIR/torch-gemm.json"
+  else
+    "$PY" "$ROOT/reports/torch_gemm_rate.py" --device cuda --sizes "$GEMM_BF16_SIZES" --repeat 10 \
+        --json "$STEP_DIR/torch-gemm.json"
+  fi
+}
+# bf16 with fp32 C; the GPT-2 shapes as the trainer runs them (bf16-mixed: fp32 tensors, the
+# operand conversions and the padding of the LM head's odd vocabulary in the time); bf16 with bf16
+# C (as PyTorch's bf16 matmul, and what GEMMs writing bf16 activations would reach); PyTorch's.
+step_gemm-bf16() {
+  gemm_rate bf16 "$GEMM_BF16_SIZES" gemm.json && gemm_rate bf16-mixed "" gemm-mixed.json &&
+    gemm_rate bf16 "$GEMM_BF16_SIZES" gemm-bf16out.json --c-dtype bf16 && torch_gemm_rate
+}
 step_gemm-fp32() { gemm_rate fp32 "$GEMM_FP32_SIZES" gemm.json; }
 
 step_kernels() {

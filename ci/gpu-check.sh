@@ -43,7 +43,9 @@
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
-#                shapes as trained (--dtype bf16-mixed: conversions and padding included)   [f]
+#                shapes as trained (--dtype bf16-mixed: conversions and padding included); then
+#                bf16 with bf16 C (--c-dtype bf16), and PyTorch's bf16 matmul on the squares
+#                (reports/torch_gemm_rate.py), timed the same way                           [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
 #                and % of a device-to-device copy measured in the same run

@@ -66,17 +66,25 @@ GemmPrecision parse_gemm_precision(const std::string& name) {
   return {t, false};
 }
 
-DType c_dtype_for(DType ab) { return ab == DType::BF16 ? DType::F32 : ab; }
-
 }  // namespace
 
-GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, int repeat, double min_time_ms) {
+DType gemm_c_dtype(DType ab, const std::string& c_dtype) {
+  const DType usual = ab == DType::BF16 ? DType::F32 : ab;
+  if (c_dtype.empty()) return usual;
+  const DType c = parse_dtype(c_dtype);
+  check(c == usual || (ab == DType::BF16 && c == DType::BF16), "gemm-rate: --c-dtype ", c_dtype, " with A/B in ",
+        dtype_name(ab), ": C is ", dtype_name(usual), ab == DType::BF16 ? " or bf16" : "",
+        " (bf16 C only with --dtype bf16)");
+  return c;
+}
+
+GemmTiming time_gemm(Backend& backend, const GemmCase& g, DType ab, DType c_dtype, int repeat, double min_time_ms) {
   // Row-major storage: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
   // A's rows and C's may be longer than dense (GemmCase::lda, ldc).
   const Shape a_shape = g.trans_a ? Shape{g.k, std::max(g.m, g.lda)} : Shape{g.m, std::max(g.k, g.lda)};
   const Shape b_shape = g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n};
   const int64_t ldc = std::max(g.n, g.ldc);
-  Tensor a = backend.alloc(a_shape, ab), b = backend.alloc(b_shape, ab), c = backend.alloc({g.m, ldc}, c_dtype_for(ab));
+  Tensor a = backend.alloc(a_shape, ab), b = backend.alloc(b_shape, ab), c = backend.alloc({g.m, ldc}, c_dtype);
   fill_random(backend, a, 1);
   fill_random(backend, b, 2);
   const DType accumulate = gemm_accumulate_dtype(ab);
@@ -125,6 +133,9 @@ json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& pea
 void run_gemm_rate(const GemmRateOptions& o) {
   const GemmPrecision precision = parse_gemm_precision(o.dtype);
   const DType ab = precision.tensors;
+  check(o.c_dtype.empty() || !precision.bf16_operands, "gemm-rate: --c-dtype is for --dtype bf16, fp32 or fp64, not ",
+        o.dtype, " (whose C is the trainer's fp32)");
+  const DType c_dtype = gemm_c_dtype(ab, o.c_dtype);
   check(o.shapes.empty() || o.shapes == "gpt2", "gemm-rate: --shapes knows only gpt2, not '", o.shapes, "'");
   check(o.tokens > 0, "gemm-rate: --tokens must be positive, got ", o.tokens);
   check(o.vocab > 0, "gemm-rate: --vocab must be positive, got ", o.vocab);
@@ -143,7 +154,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
                              : table_peak_or_unknown(o.peak_device, peak_dtype);
   const std::string ab_text = precision.bf16_operands ? "fp32 rounded to bf16 by the backend (bf16-mixed)" : dtype_name(ab);
   std::printf("tripod bench gemm-rate: backend %s, A/B %s, C %s, accumulate %s, %d timed regions of >= %.1f ms\n",
-              backend->name().c_str(), ab_text.c_str(), dtype_name(c_dtype_for(ab)).c_str(),
+              backend->name().c_str(), ab_text.c_str(), dtype_name(c_dtype).c_str(),
               dtype_name(gemm_accumulate_dtype(ab)).c_str(), o.repeat, o.min_time_ms);
   if (peak.flops > 0) std::printf("peak: %.4g TFLOP/s, %s\n", peak.flops / 1e12, peak.source.c_str());
   else std::printf("%s\n", peak.source.c_str());
@@ -152,7 +163,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
   std::fflush(stdout);
   std::vector<GemmTiming> timings;
   for (const GemmCase& g : cases) {
-    const GemmTiming t = time_gemm(*backend, g, ab, o.repeat, o.min_time_ms);
+    const GemmTiming t = time_gemm(*backend, g, ab, c_dtype, o.repeat, o.min_time_ms);
     timings.push_back(t);
     const double rate = g.flops() / t.median_seconds;
     std::printf("%-18s %7lld %7lld %7lld %c%c  %6d %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
@@ -165,7 +176,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
   if (o.json_out.empty()) return;
   json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend->name()},
             {"dtype", precision.bf16_operands ? std::string("bf16-mixed") : dtype_name(ab)},
-            {"c_dtype", dtype_name(c_dtype_for(ab))},
+            {"c_dtype", dtype_name(c_dtype)},
             {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
             {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens}, {"vocab", o.vocab},
             {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},

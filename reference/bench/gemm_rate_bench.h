@@ -7,7 +7,9 @@
 // accumulate F32); bf16-mixed = the trainer's GEMMs under that policy: fp32 A, B and C whose
 // operands the backend rounds to bf16 itself (Fp32Matmul::Bf16Operands: on a GPU the conversions,
 // and the padding of sizes that are not multiples of 8, are in the time), against the bf16 peak;
-// fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere.
+// fp32 = fp32 everywhere (TF32 off); fp64 = fp64 everywhere. --c-dtype bf16 with --dtype bf16:
+// C in bf16 too (the product summed in fp32, rounded once), as PyTorch's bf16 matmul and the
+// issue's "about 790 TFLOP/s on this H200" measure it: C's traffic is half of fp32's.
 //
 // Timing: bench/timed_regions.h (warm-ups, regions of at least min_time_ms, median and best).
 #pragma once
@@ -22,6 +24,7 @@ namespace tripod::bench {
 struct GemmRateOptions {
   std::string backend = "cpu";
   std::string dtype = "fp32";      // bf16, bf16-mixed, fp32 or fp64
+  std::string c_dtype;             // "" (fp32 for bf16 A/B, else the A/B dtype) or bf16 (with --dtype bf16)
   std::vector<int64_t> sizes;      // squares n x n x n
   std::string shapes;              // "" or "gpt2"
   int64_t tokens = 8192;           // B*T rows of the GPT-2 activations
@@ -62,9 +65,13 @@ struct GemmTiming {
   double median_seconds = 0, best_seconds = 0;  // per GEMM call
 };
 
-// Times one case on `backend` with A and B in `ab` (C in fp32 for bf16 inputs, else `ab`), on
-// random data (never constants: some libraries and chips run faster on zeros).
-GemmTiming time_gemm(Backend& backend, const GemmCase& gemm, DType ab, int repeat, double min_time_ms);
+// Times one case on `backend` with A and B in `ab` and C in `c`, on random data (never constants:
+// some libraries and chips run faster on zeros).
+GemmTiming time_gemm(Backend& backend, const GemmCase& gemm, DType ab, DType c, int repeat, double min_time_ms);
+
+// --c-dtype's C dtype for A and B in `ab`: "" is fp32 for bf16 inputs and `ab` otherwise; bf16 only
+// with bf16 inputs. Throws naming both otherwise.
+DType gemm_c_dtype(DType ab, const std::string& c_dtype);
 
 void run_gemm_rate(const GemmRateOptions& options);
 

@@ -12,6 +12,8 @@ void add_bench_gemm_rate_command(CLI::App& bench) {
   add_backend_option(*cmd, o->backend);
   cmd->add_option("--dtype", o->dtype, "bf16 (bf16 A/B, fp32 accumulate and C), bf16-mixed (fp32 tensors the backend rounds to bf16, as the trainer's GEMMs), fp32 (TF32 off) or fp64")
       ->capture_default_str();
+  cmd->add_option("--c-dtype", o->c_dtype, "C's dtype: bf16 with --dtype bf16 (C rounded once from the fp32 sums, as "
+                                           "PyTorch's bf16 matmul); default fp32 for bf16, else the --dtype");
   cmd->add_option("--sizes", o->sizes, "square sizes n (n x n x n), comma-separated; default 1024,4096,8192 "
                                        "when --shapes is not given")
       ->delimiter(',');

@@ -95,6 +95,26 @@ def test_each_precision_sets_its_output_and_accumulation(tmp_path, dtype, c_dtyp
     assert j["gpt2_step"] is None and len(j["results"]) == 1
 
 
+def test_bf16_output_as_pytorchs_bf16_matmul(tmp_path):
+    result, j = gemm_rate(tmp_path, "--dtype", "bf16", "--c-dtype", "bf16", "--sizes", "40", "--shapes", "gpt2",
+                          "--tokens", 8, "--vocab", 97)
+    assert result.returncode == 0, result.stderr
+    assert (j["dtype"], j["c_dtype"], j["accumulate"]) == ("bf16", "bf16", "fp32")
+    assert "A/B bf16, C bf16" in result.stdout and j["gpt2_step"]["tflops"] > 0
+
+
+@pytest.mark.parametrize("args,expected", [
+    (("--dtype", "fp32", "--c-dtype", "bf16"), "--c-dtype bf16 with A/B in fp32: C is fp32 (bf16 C only with --dtype bf16)"),
+    (("--dtype", "bf16", "--c-dtype", "fp64"), "--c-dtype fp64 with A/B in bf16: C is fp32 or bf16"),
+    (("--dtype", "bf16-mixed", "--c-dtype", "fp32"), "--c-dtype is for --dtype bf16, fp32 or fp64, not bf16-mixed"),
+    (("--dtype", "bf16", "--c-dtype", "fp17"), "fp17"),
+])
+def test_an_output_dtype_the_inputs_do_not_take_is_refused(tmp_path, args, expected):
+    result, _ = gemm_rate(tmp_path, *args, "--sizes", "16")
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
+    assert not (tmp_path / "gemm.json").exists()
+
+
 @pytest.mark.parametrize("dtype,tflops", [("bf16", 989.5), ("fp32", 67), ("fp64", 67)])
 def test_a_gpu_is_held_against_its_datasheet_peak_for_the_precision(tmp_path, dtype, tflops):
     # The name a CUDA backend reports is "cuda (NVIDIA H200, sm_90, device 0)": the device part is

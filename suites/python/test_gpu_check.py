@@ -58,6 +58,10 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert all(name in plan for name in gpu_steps)
     assert json.loads((out / "dry-train-rerun" / "compare.json").read_text())["pass"]
     assert json.loads((out / "dry-gemm-bf16" / "gemm.json").read_text())["dtype"] == "bf16"
+    # bf16 C (as PyTorch's bf16 matmul) and PyTorch's own rate on the same squares, in the key figure
+    assert json.loads((out / "dry-gemm-bf16" / "gemm-bf16out.json").read_text())["c_dtype"] == "bf16"
+    assert json.loads((out / "dry-gemm-bf16" / "torch-gemm.json").read_text())["results"][0]["m"] == 64
+    assert "bf16 C 64^3" in steps["dry-gemm-bf16"]["key"] and "Tripod/PyTorch" in steps["dry-gemm-bf16"]["key"]
     assert json.loads((out / "dry-peer" / "peer.json").read_text())["benchmark"] == "pytorch_peer"
     # bench-train's second run, with the vocabulary padded (500 -> 512), in the key figure
     assert json.loads((out / "dry-bench-train" / "bench-padded.json").read_text())["padded_vocab"] == 512
@@ -313,6 +317,23 @@ def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     run_summary(tmp_path)
     target = next(t for t in summary(tmp_path)["targets"] if "8192^3" in t["target"])
     assert target["met"] is None and "700.0 TFLOP/s" in target["measured"]
+    # with bf16 C measured too (PyTorch's bf16 matmul's configuration) the target is judged on it,
+    # fp32 C and PyTorch's rate beside it
+    bf16_c = dict(row, median_tflops=760.0, pct_of_peak_median=76.8)
+    (tmp_path / "gemm-bf16" / "gemm-bf16out.json").write_text(json.dumps({"dtype": "bf16", "c_dtype": "bf16",
+                                                                        "results": [bf16_c], "gpt2_step": None}))
+    (tmp_path / "gemm-bf16" / "torch-gemm.json").write_text(json.dumps({"results": [dict(row, median_tflops=790.0)]}))
+    (tmp_path / "steps.tsv").write_text("gemm-bf16\tpass\t20.0\t\t\n")
+    run_summary(tmp_path)
+    s = summary(tmp_path)
+    target = next(t for t in s["targets"] if "8192^3" in t["target"])
+    assert target["met"] is True, target
+    assert target["measured"] == "bf16 C 760.0 TFLOP/s = 76.8%; fp32 C 700.0 TFLOP/s = n/a; PyTorch bf16 790.0 TFLOP/s"
+    assert "PyTorch bf16 8192^3 790.0 TFLOP/s (Tripod/PyTorch 0.96x)" in s["steps"][0]["key"]
+    bf16_c["pct_of_peak_median"] = 74.9
+    (tmp_path / "gemm-bf16" / "gemm-bf16out.json").write_text(json.dumps({"results": [bf16_c]}))
+    run_summary(tmp_path)
+    assert next(t for t in summary(tmp_path)["targets"] if "8192^3" in t["target"])["met"] is False
     # a sanitizer that ran out of its own time did not show "finds nothing"
     (tmp_path / "steps.tsv").write_text("sanitizer\ttimeout\t90.0\tkilled at its 90 s limit\t\n")
     run_summary(tmp_path)
