@@ -105,7 +105,10 @@ struct Gpt::Activations {
   Tensor host_tokens;       // [B,T] int32 on the host: the wte rows the embedding backward writes
   Tensor encoded;          // [R,C] residual stream entering the span (embedding output on the first)
   std::vector<BlockActivations> layers;  // the span's, first_layer first
-  Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only)
+  Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only); lnf undefined where only lnf_op is made
+  // lnf's prepared GEMM operand, kept from the forward for the LM head's backward, which drops it
+  // (as BlockActivations' copies: where the layers keep operands, not in a forward-only pass).
+  Tensor lnf_op;
   Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
   Tensor losses;                   // [N] (head only)
   Tensor loss_sum;                 // fp64 [1]: sum of losses over valid targets (head only)
@@ -197,7 +200,8 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     a->layers.push_back(x);
   }
   if (span_.head) {
-    a->lnf = act({R, C});
+    if (!keep_operands) a->lnf = act({R, C});  // else made only as the LM head's operand
+    a->bytes += kept_bytes(Tensor(), R * C);
     a->lnf_mean = act({R});
     a->lnf_rstd = act({R});
     a->logits = act({N, V});
@@ -373,8 +377,11 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   if (!span_.head) return result;
   p.acquire_params(head_group(L));
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
-  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps);
-  layers_->linear_forward(be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor());  // [N,V]
+  linear_on(
+      *layers_, be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor(),  // [N,V]
+      keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr,
+      [&] { be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); },
+      [&] { return be.layernorm_operand(a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); });
   if (config_.tie_embeddings) p.release_params(embedding_group());
   p.release_params(head_group(L));
   layers_->loss_forward(be, a.losses, a.logits, a.targets);
@@ -443,10 +450,11 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     // dlnf[R,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
     if (dlogits_op.defined())
       layers_->linear_backward_from_operand(be, LinearRole::LmHead, s.dln, p.grad(at.head), dlogits_op,
-                                            a.lnf.numel() / a.lnf.dim(-1), a.lnf, p.param(at.head), Tensor());
+                                            a.lnf_mean.numel(), a.lnf, p.param(at.head), a.lnf_op);
     else
       layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
-                               p.param(at.head));
+                               p.param(at.head), a.lnf_op);
+    a.lnf_op = Tensor();  // used: its memory goes back now
     be.fill(s.dres, 0.0);
     be.layernorm_backward(s.dres, p.grad(at.lnf_w), p.grad(at.lnf_b), s.dln, output(index), p.param(at.lnf_w),
                           a.lnf_mean, a.lnf_rstd);

@@ -30,22 +30,27 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
 
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
                                  const Tensor& bias) {
-  const int64_t O = weight.dim(0), I = weight.dim(1), N = out.numel() / O;
-  check(out.dim(-1) == O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
-            inp_operand.numel() / inp_operand.dim(-1) >= N,
+  const int64_t O = weight.dim(0), I = weight.dim(1), row_length = out.dim(-1), N = out.numel() / row_length;
+  check(row_length >= O && (row_length == O || !bias.defined()) && inp_operand.numel() > 0 &&
+            inp_operand.dim(-1) >= I && inp_operand.numel() / inp_operand.dim(-1) >= N,
         "linear_forward_from_operand: operand ", inp_operand.describe(), " for ", N, " rows of ", I,
-        " inputs into ", out.describe());
+        " inputs into ", out.describe(), row_length > O && bias.defined() ? " with a bias" : "");
+  const DType acc = gemm_accumulate_dtype(weight.dtype());
+  // out[N, O] of rows row_length long (padded logits rows: linear_forward's plain GEMM with ldc).
+  auto product = [&](int64_t k, const Tensor& x, int64_t ld_x, const Tensor& w, int64_t ld_w) {
+    if (row_length == O) return be.gemm_bias(false, true, N, O, k, x, ld_x, w, ld_w, out, bias, acc);
+    be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
+  };
   if (inp_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain product
     check(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),
           " for ", N, " rows of ", I, " inputs");
-    return be.gemm_bias(false, true, N, O, I, inp_operand, I, weight, I, out, bias, gemm_accumulate_dtype(weight.dtype()));
+    return product(I, inp_operand, I, weight, I);
   }
   const Tensor w = be.gemm_operands({weight})[0];
   check(w.dtype() == inp_operand.dtype(), "linear_forward_from_operand: a ", dtype_name(inp_operand.dtype()),
         " operand with a ", dtype_name(w.dtype()), " weight copy");
   const int64_t ld_x = inp_operand.dim(-1), ld_w = w.dim(-1);
-  be.gemm_bias(false, true, N, O, std::min(ld_x, ld_w), inp_operand, ld_x, w, ld_w, out, bias,
-               gemm_accumulate_dtype(weight.dtype()));
+  product(std::min(ld_x, ld_w), inp_operand, ld_x, w, ld_w);
 }
 
 namespace {

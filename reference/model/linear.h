@@ -15,8 +15,9 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
                     Tensor* kept_input = nullptr);
 
 // linear_forward from inp's prepared operand `inp_operand` (Backend::gelu_operand's, or a copy that
-// gemm_operands made; unpadded rows of out): the weight's copy is prepared here, and the product is
-// linear_forward's with `kept_input` set, bit for bit. inp itself need not exist.
+// gemm_operands made): the weight's copy is prepared here, and the product is linear_forward's with
+// `kept_input` set, bit for bit. inp itself need not exist. out's rows may be padded as
+// linear_forward's (the LM head's logits from lnf's operand; no bias then).
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
                                  const Tensor& bias);
 

@@ -148,6 +148,48 @@ TEST(OperandProducers, TheLayerFromTheOperandGivesTheKeptInputsBits) {
   }
 }
 
+// The LM head from lnf's operand (model/gpt.cpp under bf16-mixed): the logits' rows padded past the
+// vocabulary (LayerOps::local_width), no bias. The bits of linear_forward on the stored LayerNorm
+// output into the same padded rows (whose padding columns stay as they were), and of the backward
+// with the operand as the kept input.
+TEST(OperandProducers, TheLmHeadFromTheLayernormOperandFillsPaddedRowsWithTheStoredOutputsBits) {
+  const int64_t N = 13, V = 11, padded = 16, C = 24;
+  for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact}) {
+    const bool mixed = policy == Fp32Matmul::Bf16Operands;
+    auto run = [&](Backend& be, bool from_operand) {
+      be.set_fp32_matmul(policy);
+      const Tensor res = random_tensor(be, {N, C}, 81, -3.0, 3.0), head = random_tensor(be, {V, C}, 82, -0.1, 0.1);
+      const Tensor g = random_tensor(be, {C}, 83, 0.5, 1.5), b = random_tensor(be, {C}, 84, -0.5, 0.5);
+      const Tensor dlogits = random_tensor(be, {N, padded}, 85, -1.0, 1.0);
+      Tensor logits = random_tensor(be, {N, padded}, 86, 7.0, 8.0);  // the padding columns' old values
+      Tensor mean = be.alloc({N}, DType::F32), rstd = be.alloc({N}, DType::F32);
+      Tensor dx = be.alloc({N, C}, DType::F32), dw = be.alloc({V, C}, DType::F32);
+      be.fill(dw, 0.0);
+      if (from_operand) {
+        const Tensor op = be.layernorm_operand(mean, rstd, res, g, b, 1e-5);
+        linear_forward_from_operand(be, logits, op, head, Tensor());
+        linear_backward(be, dx, dw, Tensor(), dlogits, mixed ? Tensor() : op, head, false, mixed ? op : Tensor());
+      } else {
+        Tensor lnf = be.alloc({N, C}, DType::F32);
+        be.layernorm_forward(lnf, mean, rstd, res, g, b, 1e-5);
+        linear_forward(be, logits, lnf, head, Tensor());
+        linear_backward(be, dx, dw, Tensor(), dlogits, lnf, head, false);
+      }
+      return std::vector<std::vector<double>>{to_host_f64(be, logits), to_host_f64(be, dx), to_host_f64(be, dw)};
+    };
+    for (auto& [name, be] : backends())
+      EXPECT_EQ(run(*be, true), run(*be, false)) << name << (mixed ? " bf16-operands" : " exact");
+  }
+  // a bias needs unpadded rows, from the operand as from the input
+  auto be = make_backend("cpu");
+  be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const Tensor w = random_tensor(*be, {V, C}, 87, -1.0, 1.0), bias = random_tensor(*be, {V}, 88, -1.0, 1.0);
+  Tensor logits = be->alloc({N, padded}, DType::F32);
+  const Tensor op = be->gelu_operand(random_tensor(*be, {N, C}, 89, -1.0, 1.0));
+  EXPECT_NE(expected_error([&] { linear_forward_from_operand(*be, logits, op, w, bias); }).find("with a bias"),
+            std::string::npos);
+}
+
 // The backward's operand: d = gelu_backward(inp, dout) as gemm_operands({d}, dbias) makes it, the
 // bias gradient added once; without a bias gradient, the copy alone.
 TEST(OperandProducers, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGradient) {
@@ -242,7 +284,7 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
 };
 
 // The training step takes the operand paths: under bf16-mixed each block makes ln1 and ln2 and
-// gelu(fc) only as operands and its backward d fc, and the head its loss gradient, once per
+// gelu(fc) only as operands and its backward d fc, and the head lnf and its loss gradient, once per
 // micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
 // back to them would pass every comparison and only this count would show it.)
 TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
@@ -255,7 +297,7 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len, config.model.vocab_size, 7));
     const bool mixed = std::string(dtype) == "bf16-mixed";
     const int64_t per_layer = mixed ? config.model.n_layer * micro : 0;
-    EXPECT_EQ(be.layernorm, 2 * per_layer) << dtype;
+    EXPECT_EQ(be.layernorm, 2 * per_layer + (mixed ? micro : 0)) << dtype;  // ln1, ln2 a block; lnf
     EXPECT_EQ(be.gelu, per_layer) << dtype;
     EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
     EXPECT_EQ(be.loss_gradient, mixed ? micro : 0) << dtype;

@@ -107,10 +107,11 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 }
 
 // Under bf16-mixed the single-device layers keep the bf16 copies of ln1, atty, ln2 and fc_gelu
-// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op): the activation
-// accounting counts them (none for recomputed activations: fc_gelu under selective, all under
-// full), the allocator holds them after the forward, and the backward gives them back. Where
-// ln1's, ln2's and gelu(fc)'s copies are kept, those activations are not stored in fp32 at all
+// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op), and lnf's for the
+// LM head's (Activations::lnf_op): the activation accounting counts them (none for recomputed
+// activations: fc_gelu under selective, all of a block's under full; lnf is never recomputed),
+// the allocator holds them after the forward, and the backward gives them back. Where ln1's, ln2's,
+// gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at all
 // (Backend::layernorm_operand, gelu_operand), and under the policy the backward's scratch has no
 // fp32 d fc (Backend::gelu_backward_operand).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
@@ -138,12 +139,13 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
     const int64_t inputs = mode == Recompute::None        ? 3 * m.d_model + m.d_ff  // ln1, atty, ln2, gelu(fc)
                            : mode == Recompute::Selective ? 3 * m.d_model           // gelu(fc) recomputed
                                                           : 0;                      // all recomputed
-    const std::size_t kept = static_cast<std::size_t>(m.n_layer * B * T * inputs) * sizeof(bf16);
+    const std::size_t kept = static_cast<std::size_t>(B * T * (m.n_layer * inputs + m.d_model)) * sizeof(bf16);  // + lnf
     const int64_t not_stored_per_token = mode == Recompute::None        ? 2 * m.d_model + m.d_ff  // ln1, ln2, gelu(fc)
                                          : mode == Recompute::Selective ? 2 * m.d_model            // ln1, ln2
                                                                         : 0;
     const std::size_t fp32_not_stored =
-        static_cast<std::size_t>(B * T * (m.d_ff + m.n_layer * not_stored_per_token)) * sizeof(float);  // + d fc
+        static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * not_stored_per_token)) *
+        sizeof(float);  // + d fc, lnf
     EXPECT_EQ(mixed + fp32_not_stored, fp32 + kept) << recompute_name(mode);
     EXPECT_EQ(held_mixed + fp32_not_stored, held_fp32 + kept)
         << recompute_name(mode) << ": the allocator after the forward";
@@ -152,8 +154,8 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
 }
 
 // An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
-// allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, ln2, gelu(fc) and d fc
-// scratch that bf16-mixed never stores, and the next training step still gives the bits of a run
+// allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, ln2, gelu(fc), lnf and
+// d fc scratch that bf16-mixed never stores, and the next training step still gives the bits of a run
 // that never evaluated.
 TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t B = 4, T = 5;
@@ -168,7 +170,7 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   };
   const ModelConfig m = testing::tiny_run_config("fp32", true).model;
   const std::size_t not_stored =
-      static_cast<std::size_t>(B * T * (m.d_ff + m.n_layer * (2 * m.d_model + m.d_ff))) * sizeof(float);
+      static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * (2 * m.d_model + m.d_ff))) * sizeof(float);
   EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);
