@@ -95,7 +95,7 @@ GEMM_TOKENS=${GEMM_TOKENS:-8192}      # B*T rows of the GPT-2 shapes, as the tra
 TRAIN_STEPS=${TRAIN_STEPS:-10}
 # The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel
 # family ("_operand": the kernels that write a GEMM's bf16 operand; "logits_stats": the one-pass loss statistics).
-SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;at offsets;_operand;logits_stats"}
+SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;gemm_bias_residual;at offsets;_operand;logits_stats"}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 

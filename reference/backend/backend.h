@@ -106,6 +106,15 @@ class Backend {
   // backend may fuse the two (cuBLASLt's bias epilogue: one pass over c instead of two).
   virtual void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                          const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate);
+  // c[m,n] = op(A) @ op(B) + bias[n] + residual[m,n] (residual contiguous, of c's shape and dtype,
+  // apart from c): the residual stream's add after a block's output projection. This default
+  // is gemm_bias, then add(c, c, residual): those bits. A device backend may read the residual in
+  // the GEMM's epilogue instead (cuBLASLt: C = residual, D = c, beta 1), which saves the add's pass
+  // over three [m, n] tensors and sums in another order (the product plus the residual, then the
+  // bias): the bits of the separate sums up to fp32 rounding.
+  virtual void gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
+                                  int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
+                                  const Tensor& residual, DType accumulate);
 
   // The multiple of elements that a GEMM output's row length (its leading dimension) should be for
   // the backend's fast GEMMs: 1 on the CPU; a device's tensor-core GEMMs want 16-byte aligned rows.
@@ -262,6 +271,9 @@ class Backend {
   // attention_state_shape asks for qkv's shape under the policy in force (a buffer sized for the
   // other attention, or under another policy).
   void check_attention_state(const Tensor& state, const Tensor& qkv, int64_t n_head, const char* op) const;
+  // Throws unless `residual` is m x n elements of c's dtype on c's device, sharing no memory with c
+  // (gemm_bias_residual: this default writes c before it reads the residual).
+  void check_gemm_residual(const Tensor& c, const Tensor& residual, int64_t m, int64_t n) const;
   // A tensor every element of which the caller overwrites at once (gemm_operands' copies): alloc's
   // zero fill is a wasted pass on a device, so a backend may skip it.
   virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }

@@ -109,6 +109,8 @@ void run_kernel_rate(const KernelRateOptions& o) {
       {"attention bwd", (7 * nc + square) * s, [&] { b.attention_backward(dqkv, datt, qkv, probs, heads); },
        8 * products},
   };
+  Tensor proj_w;                  // the bf16 cases' [C, C] weight and its prepared copies: they
+  std::vector<Tensor> proj_ops;   // outlive the block below, as the timed calls read them
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -165,6 +167,23 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0);
                        b.gemm_operands({logits});
                      })});
+    // The attention projection's output with the residual stream's add (GPT-2: [N, C] = [N, C] x
+    // [C, C]^T + bias + residual), on prepared bf16 operands as the trainer runs it: the residual
+    // read by the GEMM (gemm_bias_residual; CUDA: cuBLASLt's C, the bias in the same epilogue) and
+    // as gemm_bias then add. Both count the output written and the residual read, and the same FLOPs.
+    proj_w = b.alloc({c, c}, dt);
+    fill_random(b, proj_w, seed++);
+    bf16_operands([&] { proj_ops = b.gemm_operands({a2, proj_w}); })();
+    const int64_t ld_x = proj_ops[0].dim(-1), ld_w = proj_ops[1].dim(-1), k = std::min(ld_x, ld_w);
+    const double projection_flops = 2.0 * static_cast<double>(n) * static_cast<double>(c * c);
+    cases.push_back({"proj+residual (fused)", 2 * nc * s, [&, ld_x, ld_w, k] {
+                       b.gemm_bias_residual(false, true, n, c, k, proj_ops[0], ld_x, proj_ops[1], ld_w, y, bias, x,
+                                            DType::F32);
+                     }, projection_flops});
+    cases.push_back({"proj, residual apart", 2 * nc * s, [&, ld_x, ld_w, k] {
+                       b.gemm_bias(false, true, n, c, k, proj_ops[0], ld_x, proj_ops[1], ld_w, y, bias, DType::F32);
+                       b.add(y, y, x);
+                     }, projection_flops});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,

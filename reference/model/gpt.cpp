@@ -24,17 +24,18 @@ LayerTensors layer_tensors(Get&& get, const std::array<std::size_t, kBlockRoles>
 // The linear layer `role` on an activation that only its GEMMs read: made into `input` and passed
 // as it is where it is stored, else made as the GEMM operand alone (`make_operand`: a bf16 copy
 // written by the producer's own pass, BlockActivations::keep_operands), which `kept` then holds
-// for the backward where non-null.
+// for the backward where non-null. `residual` (undefined for none) is added to the output.
 template <class MakeInput, class MakeOperand>
 void linear_on(LayerOps& layers, Backend& be, LinearRole role, const Tensor& out, const Tensor& input,
-               const Tensor& weight, const Tensor& bias, Tensor* kept, MakeInput&& make_input,
+               const Tensor& weight, const Tensor& bias, const Tensor& residual, Tensor* kept, MakeInput&& make_input,
                MakeOperand&& make_operand) {
   if (input.defined()) {
     make_input();
+    if (residual.defined()) return layers.linear_forward_residual(be, role, out, input, weight, bias, residual, kept);
     return layers.linear_forward(be, role, out, input, weight, bias, kept);
   }
   const Tensor operand = make_operand();
-  layers.linear_forward_from_operand(be, role, out, operand, weight, bias);
+  layers.linear_forward_from_operand(be, role, out, operand, weight, bias, residual);
   if (kept != nullptr) *kept = operand;
 }
 
@@ -378,7 +379,7 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   p.acquire_params(head_group(L));
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
   linear_on(
-      *layers_, be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor(),  // [N,V]
+      *layers_, be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor(), Tensor(),  // [N,V]
       keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr,
       [&] { be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); },
       [&] { return be.layernorm_operand(a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); });
@@ -405,22 +406,21 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   LayerOps& layers = *layers_;
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   linear_on(
-      layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, keep(shared.ln1, x.ln1_op),  // [N,3A]
+      layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, Tensor(), keep(shared.ln1, x.ln1_op),  // [N,3A]
       [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
       [&] { return be.layernorm_operand(x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); });
   be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                                              // [N,A]
-  layers_->linear_forward(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b,
-                          keep(shared.atty, x.atty_op));  // [R,C]
-  be.add(x.res2, x.res2, residual);
+  layers_->linear_forward_residual(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual,
+                                   keep(shared.atty, x.atty_op));  // [R,C]
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   linear_on(
-      layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, keep(shared.ln2, x.ln2_op),  // [N,F]
+      layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, Tensor(), keep(shared.ln2, x.ln2_op),  // [N,F]
       [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
       [&] { return be.layernorm_operand(x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); });
   linear_on(
-      layers, be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b, keep(shared.fc_gelu, x.fc_gelu_op),
-      [&] { be.gelu_forward(x.fc_gelu, x.fc); }, [&] { return be.gelu_operand(x.fc); });  // [R,C]
-  be.add(x.res3, x.res3, x.res2);
+      layers, be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b, x.res2,
+      keep(shared.fc_gelu, x.fc_gelu_op), [&] { be.gelu_forward(x.fc_gelu, x.fc); },
+      [&] { return be.gelu_operand(x.fc); });  // [R,C]
 }
 
 void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {

@@ -5,8 +5,15 @@
 
 namespace tripod {
 
+void LayerOps::linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
+                                       const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                       Tensor* kept_input) {
+  linear_forward(be, role, out, inp, weight, bias, kept_input);
+  be.add(out, out, residual);
+}
+
 void LayerOps::linear_forward_from_operand(Backend&, LinearRole, const Tensor&, const Tensor& inp_operand,
-                                           const Tensor&, const Tensor&) {
+                                           const Tensor&, const Tensor&, const Tensor&) {
   fail("linear_forward_from_operand (", inp_operand.describe(),
        "): this layer strategy keeps no prepared inputs and takes none");
 }
@@ -49,10 +56,16 @@ void SingleDeviceLayers::linear_forward(Backend& be, LinearRole, const Tensor& o
   tripod::linear_forward(be, out, inp, weight, bias, kept_input);
 }
 
+void SingleDeviceLayers::linear_forward_residual(Backend& be, LinearRole, const Tensor& out, const Tensor& inp,
+                                                 const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                                 Tensor* kept_input) {
+  tripod::linear_forward(be, out, inp, weight, bias, kept_input, residual);
+}
+
 void SingleDeviceLayers::linear_forward_from_operand(Backend& be, LinearRole, const Tensor& out,
                                                      const Tensor& inp_operand, const Tensor& weight,
-                                                     const Tensor& bias) {
-  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias);
+                                                     const Tensor& bias, const Tensor& residual) {
+  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias, residual);
 }
 
 void SingleDeviceLayers::linear_backward_from_operand(Backend& be, LinearRole, const Tensor& dinp,

@@ -32,13 +32,20 @@ class LayerOps {
   // for linear_backward to take instead of preparing inp again; else it stays undefined.
   virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                               const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr) = 0;
+  // linear_forward, then the residual stream's add: out = residual + (inp @ weight^T + bias), after
+  // a block's output projections (AttnOut, FcOut). This default adds in a second pass
+  // (Backend::add); SingleDeviceLayers reads the residual in the GEMM (Backend::gemm_bias_residual).
+  virtual void linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
+                                       const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                       Tensor* kept_input = nullptr);
   // Whether linear_forward may set a kept input (the model accounts for their memory if so); such a
   // strategy also takes an input as its prepared operand (linear_forward_from_operand).
   virtual bool keeps_prepared_inputs() const { return false; }
   // linear_forward from inp's prepared operand (Backend::gelu_operand's), which linear_backward then
-  // takes as the kept input, with no inp. Only where keeps_prepared_inputs(); an error otherwise.
+  // takes as the kept input, with no inp; `residual` as linear_forward_residual's (undefined for
+  // none). Only where keeps_prepared_inputs(); an error otherwise.
   virtual void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
-                                           const Tensor& weight, const Tensor& bias);
+                                           const Tensor& weight, const Tensor& bias, const Tensor& residual);
   // linear_backward from dout's prepared operand (Backend::gelu_backward_operand's, which also added
   // the bias gradient) for `rows` rows. Only where keeps_prepared_inputs(); an error otherwise.
   virtual void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
@@ -66,7 +73,7 @@ class SingleDeviceLayers final : public LayerOps {
   int64_t local_width(LinearRole role, int64_t full) const override;
   bool keeps_prepared_inputs() const override { return true; }
   void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
-                                   const Tensor& weight, const Tensor& bias) override;
+                                   const Tensor& weight, const Tensor& bias, const Tensor& residual) override;
   void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                     const Tensor& dout_operand, int64_t rows, const Tensor& inp, const Tensor& weight,
                                     const Tensor& kept_input) override;
@@ -76,6 +83,9 @@ class SingleDeviceLayers final : public LayerOps {
                           const Tensor& tokens, int64_t seq_len) override;
   void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias, Tensor* kept_input = nullptr) override;
+  void linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
+                               const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                               Tensor* kept_input = nullptr) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
                        const Tensor& kept_input = Tensor()) override;

@@ -7,8 +7,27 @@
 
 namespace tripod {
 
+namespace {
+
+// out[N, O] (contiguous) = x[N, k] w[O, k]^T + bias (+ residual where defined).
+void product_into(Backend& be, const Tensor& out, int64_t N, int64_t O, int64_t k, const Tensor& x, int64_t ld_x,
+                  const Tensor& w, int64_t ld_w, const Tensor& bias, const Tensor& residual, DType acc) {
+  if (residual.defined()) return be.gemm_bias_residual(false, true, N, O, k, x, ld_x, w, ld_w, out, bias, residual, acc);
+  be.gemm_bias(false, true, N, O, k, x, ld_x, w, ld_w, out, bias, acc);
+}
+
+// Rows of out longer than O (padded logits) take the plain GEMM with ldc: no bias or residual.
+void check_padded_rows(const char* op, const Tensor& out, int64_t N, int64_t O, const Tensor& bias,
+                       const Tensor& residual) {
+  check(out.dim(-1) > O && out.numel() == N * out.dim(-1) && !bias.defined() && !residual.defined(), op, ": output ",
+        out.describe(), " for ", N, " rows of ", O, " outputs", bias.defined() ? " with a bias" : "",
+        residual.defined() ? " with a residual" : "");
+}
+
+}  // namespace
+
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    Tensor* kept_input) {
+                    Tensor* kept_input, const Tensor& residual) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
   const int64_t row_length = out.dim(-1);
   const DType acc = gemm_accumulate_dtype(inp.dtype());
@@ -17,28 +36,28 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
     const std::vector<Tensor> ops = be.gemm_operands({inp, weight});
     if (ops[0].dtype() != inp.dtype()) {  // prepared copies (possibly zero-padded, backend.h)
       const int64_t ld_x = ops[0].dim(-1), ld_w = ops[1].dim(-1);
-      be.gemm_bias(false, true, N, O, std::min(ld_x, ld_w), ops[0], ld_x, ops[1], ld_w, out, bias, acc);
+      product_into(be, out, N, O, std::min(ld_x, ld_w), ops[0], ld_x, ops[1], ld_w, bias, residual, acc);
       *kept_input = ops[0];
       return;
     }
   }
-  if (row_length == O) return be.gemm_bias(false, true, N, O, I, inp, I, weight, I, out, bias, acc);
-  check(row_length > O && out.numel() == N * row_length && !bias.defined(), "linear_forward: output ",
-        out.describe(), " for ", N, " rows of ", O, " outputs", bias.defined() ? " with a bias" : "");
+  if (row_length == O) return product_into(be, out, N, O, I, inp, I, weight, I, bias, residual, acc);
+  check_padded_rows("linear_forward", out, N, O, bias, residual);
   be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, row_length, acc);  // padded rows: ldc O'
 }
 
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
-                                 const Tensor& bias) {
+                                 const Tensor& bias, const Tensor& residual) {
   const int64_t O = weight.dim(0), I = weight.dim(1), row_length = out.dim(-1), N = out.numel() / row_length;
-  check(row_length >= O && (row_length == O || !bias.defined()) && inp_operand.numel() > 0 &&
-            inp_operand.dim(-1) >= I && inp_operand.numel() / inp_operand.dim(-1) >= N,
+  check(row_length >= O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
+            inp_operand.numel() / inp_operand.dim(-1) >= N,
         "linear_forward_from_operand: operand ", inp_operand.describe(), " for ", N, " rows of ", I,
-        " inputs into ", out.describe(), row_length > O && bias.defined() ? " with a bias" : "");
+        " inputs into ", out.describe());
+  if (row_length > O) check_padded_rows("linear_forward_from_operand", out, N, O, bias, residual);
   const DType acc = gemm_accumulate_dtype(weight.dtype());
   // out[N, O] of rows row_length long (padded logits rows: linear_forward's plain GEMM with ldc).
   auto product = [&](int64_t k, const Tensor& x, int64_t ld_x, const Tensor& w, int64_t ld_w) {
-    if (row_length == O) return be.gemm_bias(false, true, N, O, k, x, ld_x, w, ld_w, out, bias, acc);
+    if (row_length == O) return product_into(be, out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
     be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
   };
   if (inp_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain product

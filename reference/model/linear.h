@@ -11,15 +11,17 @@ namespace tripod {
 // `kept_input` non-null (unpadded rows only): under the backend's bf16-operand policy the product
 // runs on gemm_operands' copies of inp and weight, and inp's copy is stored there for
 // linear_backward (the same bits as the per-GEMM rounding); otherwise it is left undefined.
+// `residual` defined (unpadded rows only): out = residual + (inp @ weight^T + bias), the residual
+// stream's add after a block's output projection, through Backend::gemm_bias_residual.
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    Tensor* kept_input = nullptr);
+                    Tensor* kept_input = nullptr, const Tensor& residual = Tensor());
 
 // linear_forward from inp's prepared operand `inp_operand` (Backend::gelu_operand's, or a copy that
 // gemm_operands made): the weight's copy is prepared here, and the product is linear_forward's with
 // `kept_input` set, bit for bit. inp itself need not exist. out's rows may be padded as
-// linear_forward's (the LM head's logits from lnf's operand; no bias then).
+// linear_forward's (the LM head's logits from lnf's operand; no bias or residual then).
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
-                                 const Tensor& bias);
+                                 const Tensor& bias, const Tensor& residual = Tensor());
 
 // dinp[N,I] (= or += per accumulate_dinp) dout[N,O] @ weight[O,I];
 // dweight[O,I] += dout^T @ inp; dbias[O] += sum_n dout[n].

@@ -395,6 +395,11 @@ TEST(GemmLayout, BiasEpilogueOnlyWhereItGivesTheBitsOfASeparateAddition) {
   RowMajorGemm other = plain;
   other.beta = 1.0;  // the epilogue would add into alpha * AB + beta * C before its one rounding
   EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  // ... which a residual read as C accepts (gemm_bias_residual); the other conditions stay
+  EXPECT_TRUE(bias_epilogue_applies(other, storage, false));
+  EXPECT_FALSE(bias_epilogue_applies(other, storage + 1, false)) << "4-byte aligned bias";
+  other.c_element_bytes = 2;
+  EXPECT_FALSE(bias_epilogue_applies(other, storage, false)) << "a bf16 C";
   other = plain;
   other.alpha = 0.5;
   EXPECT_FALSE(bias_epilogue_applies(other, storage));

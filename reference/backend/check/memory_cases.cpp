@@ -62,6 +62,24 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
                 return std::vector<Output>{output(be, "out", out)};
               });
   }
+  // ... and with the residual stream's add (gemm_bias_residual: a device reads the residual in the
+  // GEMM's epilogue, the bias too where it is fp32): a residual 16-byte aligned, one 4 bytes off
+  // (res+1), and no bias.
+  for (int variant = 0; variant < 3; ++variant) {
+    if (c_dtype == DType::BF16) break;  // the residual stream is fp32 or fp64
+    static const char* const kTags[] = {"", " res+1", " no-bias"};
+    cases.add(std::string("gemm_bias_residual NT ") + dtype_name(ab) + "->" + dtype_name(c_dtype) + kTags[variant],
+              c_dtype, dims({64, 768, 768}), [=](Backend& be) {
+                Inputs in(be, ab, kSeed + 14 + variant);
+                Tensor x = in.normal_as({64, 768}, ab, 1.0), w = in.normal_as({768, 768}, ab, 0.02);
+                Tensor bias = variant == 2 ? Tensor() : in.normal_as({768}, c_dtype, 1.0);
+                Tensor out = in.normal_as({64, 768}, c_dtype, 1.0);
+                const Tensor residual = in.normal_as({64 * 768 + 1}, c_dtype, 1.0).view(variant, {64, 768});
+                be.gemm_bias_residual(false, true, 64, 768, 768, x, 768, w, 768, out, bias, residual,
+                                      gemm_accumulate_dtype(ab));
+                return std::vector<Output>{output(be, "out", out)};
+              });
+  }
   // The LM head over an odd vocabulary (97 here; GPT-2's 50257): the logits' leading dimension is
   // odd, so rows start at 2- or 4-byte alignment, below the 16 bytes tensor-core kernels like. The
   // forward (logits = x W^T) and dX (dlogits W) must still find an algorithm and agree.
@@ -131,6 +149,19 @@ void add_bf16_operand_bias_cases(CaseList& cases) {
                 Tensor out = in.normal({64, n}, 1.0);
                 with_bf16_operands(be, [&] {
                   be.gemm_bias(false, true, 64, n, 768, x, 768, w, 768, out, bias, DType::F32);
+                });
+                return std::vector<Output>{output(be, "out", out)};
+              });
+  // With the residual: in the epilogue on a GPU where C is computed in place (n = 768), the
+  // separate passes where C is padded (n = 257).
+  for (int64_t n : {768, 257})
+    cases.add("gemm_bias_residual NT fp32 bf16-operands" + std::string(n % 8 ? " odd-n" : ""), DType::F32,
+              dims({64, n, 768}), [=](Backend& be) {
+                Inputs in(be, DType::F32, kSeed + 40 + n);
+                Tensor x = in.normal({64, 768}, 1.0), w = in.normal({n, 768}, 0.02), bias = in.normal({n}, 1.0);
+                Tensor out = in.normal({64, n}, 1.0), residual = in.normal({64, n}, 1.0);
+                with_bf16_operands(be, [&] {
+                  be.gemm_bias_residual(false, true, 64, n, 768, x, 768, w, 768, out, bias, residual, DType::F32);
                 });
                 return std::vector<Output>{output(be, "out", out)};
               });

@@ -43,6 +43,11 @@ class CudaBackend final : public Backend {
   // Fused through cuBLASLt's bias epilogue for an fp32 C where it applies (gemm_with_bias says where).
   void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                  const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) override;
+  // The residual as cuBLASLt's C (D = c, beta 1), with the bias in the same epilogue where it is
+  // fp32: no separate add (residual_in_epilogue says where; elsewhere Backend's three passes).
+  void gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
+                          const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, const Tensor& residual,
+                          DType accumulate) override;
   // 8 elements: bf16 rows of 16 bytes, fp32 rows of 32 (cuBLASLt's tensor-core kernels want 16).
   int64_t gemm_row_multiple() const override { return 8; }
 
@@ -122,10 +127,16 @@ class CudaBackend final : public Backend {
                         Tensor& scratch, int64_t& ld_copy);
   // gemm, with an fp32 `bias` (nullable) added by the GEMM's epilogue where one applies: C fp32 and
   // computed in place (no padded scratch), beta 0, the bias 16-byte aligned, cuBLASLt offering an
-  // algorithm. Returns whether the bias was added; if not, the caller adds it.
+  // algorithm. Returns whether the bias was added; if not, the caller adds it. `c_in` (nullable):
+  // beta * C read from there instead of c (cuda::gemm's), where residual_in_epilogue said yes.
   bool gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a,
                       int64_t lda, const Tensor& b, int64_t ldb, double beta, const Tensor& c, int64_t ldc,
-                      DType accumulate, const float* bias);
+                      DType accumulate, const float* bias, const Tensor* c_in = nullptr);
+  // Whether gemm_bias_residual's product can read the residual as cuBLASLt's C: a product (m, n,
+  // k > 0), C contiguous, and under the bf16-operand policy C computed in place (m and n multiples
+  // of 8, C and the residual 16-byte aligned: no padded scratch for C).
+  bool residual_in_epilogue(int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& c, const Tensor& residual,
+                            DType accumulate) const;
   // gemm_with_bias's bf16-operand product when only n needs padding, C's rows are aligned and
   // there is no bias (the LM head into logits whose rows the model padded): columns [0, n8) (n
   // rounded down to 8) in place, the last n - n8 through an [m, 8] scratch, instead of the whole

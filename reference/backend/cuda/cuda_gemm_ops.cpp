@@ -30,9 +30,37 @@ void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, in
     bias_add(c, bias);
 }
 
+void CudaBackend::gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
+                                     int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
+                                     const Tensor& residual, DType accumulate) {
+  check_gemm_residual(c, residual, m, n);
+  const bool bias_ok = !bias.defined() || (bias.dtype() == c.dtype() && bias.numel() == n);
+  if (!bias_ok || !residual_in_epilogue(m, n, k, a, c, residual, accumulate))
+    return Backend::gemm_bias_residual(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, residual, accumulate);
+  const float* bias32 = bias.defined() && bias.dtype() == DType::F32 ? ptr<float>(bias, "gemm_bias_residual") : nullptr;
+  if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, n, accumulate, bias32, &residual) &&
+      bias.defined())
+    bias_add(c, bias);
+}
+
+bool CudaBackend::residual_in_epilogue(int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& c,
+                                       const Tensor& residual, DType accumulate) const {
+  if (m <= 0 || n <= 0 || k <= 0 || c.numel() != m * n) return false;
+  const bool bf16_operands = a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32 &&
+                             fp32_matmul() == Fp32Matmul::Bf16Operands;
+  if (!bf16_operands) return true;
+  auto aligned = [&](const Tensor& t) {
+    return cuda::gemm_alignment_bytes(t.address(), n, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+  };
+  return cuda::padded_leading_dimension(m, sizeof(bf16)) == m && cuda::padded_leading_dimension(n, sizeof(bf16)) == n &&
+         aligned(c) && aligned(residual);
+}
+
 bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                                  const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, double beta,
-                                 const Tensor& c, int64_t ldc, DType accumulate, const float* bias) {
+                                 const Tensor& c, int64_t ldc, DType accumulate, const float* bias,
+                                 const Tensor* c_in) {
+  const void* c_in_raw = c_in != nullptr ? raw(*c_in, "gemm") : nullptr;
   require_same_dtype(a, b, "gemm");
   // A kernel reading past a tensor does not fault reliably on a GPU: check the spans here.
   auto checked_span = [&](const char* operand, const Tensor& t, int64_t rows, int64_t row_length, int64_t ld) {
@@ -67,18 +95,21 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
       return false;
     }
     const bool in_place = mp == m && np == n && c_aligned;
+    check(c_in_raw == nullptr || in_place, "gemm: a C read apart from D (", c_in->describe(),
+          ") for a C that is not computed in place (m = ", m, ", n = ", n, ")");
     float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
     const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
     if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
     // A padded C's bias would have to be padded too: added afterwards there.
     const bool fused = cuda::gemm(trans_a, trans_b, mp, np, kp, alpha, a16, lda16, b16, ldb16, DType::BF16, beta,
-                                  target, ld_target, DType::F32, DType::F32, false, ctx_, in_place ? bias : nullptr);
+                                  target, ld_target, DType::F32, DType::F32, false, ctx_, in_place ? bias : nullptr,
+                                  c_in_raw);
     if (!in_place) cuda::convert_2d<float, float>(target, np, m, n, c32, ldc, m, n, ctx_);
     return fused;
   }
   return cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
                     raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands,
-                    ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr);
+                    ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr, c_in_raw);
 }
 
 void CudaBackend::ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t kp, double alpha,

@@ -11,6 +11,7 @@
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 #include "backend/cuda/gemm/cublaslt_library.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -215,19 +216,26 @@ void zero_c(const CublasLtGemm& g, DType c_dtype, const CudaContext& ctx) {
 
 bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
-          bool fp32_on_tf32, const CudaContext& ctx, const float* bias) {
+          bool fp32_on_tf32, const CudaContext& ctx, const float* bias, const void* c_in) {
   const RowMajorGemm call{trans_a, trans_b, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, dtype_size(ab),
                           dtype_size(c_dtype)};
-  return gemm(call, ab, c_dtype, accumulate, fp32_on_tf32, ctx, bias);
+  return gemm(call, ab, c_dtype, accumulate, fp32_on_tf32, ctx, bias, c_in);
 }
 
 bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
-          const CudaContext& ctx, const float* bias) {
+          const CudaContext& ctx, const float* bias, const void* c_in) {
   const GemmTypes types = gemm_types(ab, c_dtype, accumulate, fp32_on_tf32);
   if (call.ab_element_bytes != dtype_size(ab) || call.c_element_bytes != dtype_size(c_dtype))
     fail("gemm: element sizes ", call.ab_element_bytes, "/", call.c_element_bytes, " do not match ",
          dtype_name(ab), "/", dtype_name(c_dtype));
-  const CublasLtGemm g = map_row_major_gemm(call, "gemm");
+  CublasLtGemm g = map_row_major_gemm(call, "gemm");
+  if (c_in != nullptr) {
+    if (g.work != GemmWork::Matmul)
+      fail("gemm: a C read apart from D needs a product (m, n, k > 0), not ", describe(g, types));
+    // The chosen algorithm may rely on C's alignment: the lesser of the two matrices'.
+    g.c_layout.alignment_bytes =
+        std::min(g.c_layout.alignment_bytes, gemm_alignment_bytes(c_in, g.c_layout.ld, call.c_element_bytes));
+  }
   if (g.work == GemmWork::Nothing) return false;
   if (g.work == GemmWork::ScaleC) return scale_c(g, c_dtype, ctx), false;
   if (g.work == GemmWork::ZeroC) return zero_c(g, c_dtype, ctx), false;
@@ -238,7 +246,7 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   const MatrixLayout a_layout(types.ab, g.a_layout, g.batch_count), b_layout(types.ab, g.b_layout, g.batch_count),
       c_layout(types.c, g.c_layout, g.batch_count);
   std::optional<cublasLtMatmulAlgo_t> algo;
-  if (bias_epilogue_applies(call, bias)) {
+  if (bias_epilogue_applies(call, bias, c_in == nullptr)) {
     desc.set_bias(bias);
     algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, true);
     if (!algo) {  // none with the epilogue: the plain product, the caller adds the bias
@@ -257,7 +265,8 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   const void* alpha_ptr = fp64 ? static_cast<const void*>(&g.alpha) : &alpha32;
   const void* beta_ptr = fp64 ? static_cast<const void*>(&g.beta) : &beta32;
   const cublasStatus_t status = cublaslt().matmul(ctx.lt, desc.desc, alpha_ptr, g.lt_a, a_layout.layout, g.lt_b,
-                                               b_layout.layout, beta_ptr, g.c, c_layout.layout, g.c, c_layout.layout,
+                                               b_layout.layout, beta_ptr, c_in != nullptr ? c_in : g.c,
+                                               c_layout.layout, g.c, c_layout.layout,
                                                &*algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
   // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
   if (status != CUBLAS_STATUS_SUCCESS)

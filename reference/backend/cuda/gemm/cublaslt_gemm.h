@@ -15,13 +15,16 @@ namespace tripod::cuda {
 // With `bias` (nullable; fp32 [n], for an fp32 C): + bias[j] on every row, through cuBLASLt's bias
 // epilogue, in fp32 after the product (the bits of a separate addition) where cuBLASLt offers an
 // algorithm with it and the bias is 16-byte aligned. Returns whether the bias was added.
+// With `c_in` (nullable; only where k > 0): beta * C is read from c_in, laid out as c, and the
+// result written to c (cuBLASLt's C and D apart: a residual added in the epilogue); a bias then
+// rides on the epilogue with beta != 0 too, summed before the one rounding.
 bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
-          bool fp32_on_tf32, const CudaContext& ctx, const float* bias = nullptr);
+          bool fp32_on_tf32, const CudaContext& ctx, const float* bias = nullptr, const void* c_in = nullptr);
 
 // The same for a call described whole, a strided batch included (gemm_layout.h): one cuBLASLt
 // call for the batch (a bias only without one). The element sizes must be those of `ab` and `c_dtype`.
 bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, bool fp32_on_tf32,
-          const CudaContext& ctx, const float* bias = nullptr);
+          const CudaContext& ctx, const float* bias = nullptr, const void* c_in = nullptr);
 
 }  // namespace tripod::cuda

@@ -115,9 +115,9 @@ ScaleRuns scale_c_runs(const CublasLtGemm& g) {
   return ScaleRuns{c.cols, c.rows, c.ld};
 }
 
-bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias) {
-  return bias != nullptr && call.c_element_bytes == sizeof(float) && call.alpha == 1.0 && call.beta == 0.0 &&
-         call.batch_count == 1 && call.m > 0 && call.n > 0 && call.k > 0 &&
+bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias, bool same_bits_as_separate) {
+  return bias != nullptr && call.c_element_bytes == sizeof(float) &&
+         (!same_bits_as_separate || (call.alpha == 1.0 && call.beta == 0.0)) && call.batch_count == 1 && call.m > 0 && call.n > 0 && call.k > 0 &&
          reinterpret_cast<std::uintptr_t>(bias) % kTensorCoreAlignmentBytes == 0;
 }
 

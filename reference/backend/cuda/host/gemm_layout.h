@@ -93,7 +93,9 @@ ScaleRuns scale_c_runs(const CublasLtGemm& g);
 // the product: an fp32 C, alpha 1 and beta 0 (the epilogue adds before the one rounding of
 // alpha * AB + beta * C, so only then is the product alone rounded first), one product (not a
 // batch), and the bias 16-byte aligned (cuBLASLt faults on less, as other users found).
-bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias);
+// `same_bits_as_separate` false (a residual read as C, gemm_bias_residual): any alpha and beta, the
+// bias then summed with alpha * AB + beta * C before the one rounding.
+bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias, bool same_bits_as_separate = true);
 
 // The largest power of two, at most 256, that divides the address and ld * element_bytes.
 uint32_t gemm_alignment_bytes(const void* address, int64_t ld, std::size_t element_bytes);
