@@ -74,7 +74,7 @@ void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
                 Tensor x = in.normal_as({64, 768}, ab, 1.0), w = in.normal_as({768, 768}, ab, 0.02);
                 Tensor bias = variant == 2 ? Tensor() : in.normal_as({768}, c_dtype, 1.0);
                 Tensor out = in.normal_as({64, 768}, c_dtype, 1.0);
-                const Tensor residual = in.normal_as({64 * 768 + 1}, c_dtype, 1.0).view(variant, {64, 768});
+                const Tensor residual = in.normal_as({64 * 768 + 1}, c_dtype, 1.0).view(variant == 1 ? 1 : 0, {64, 768});
                 be.gemm_bias_residual(false, true, 64, 768, 768, x, 768, w, 768, out, bias, residual,
                                       gemm_accumulate_dtype(ab));
                 return std::vector<Output>{output(be, "out", out)};

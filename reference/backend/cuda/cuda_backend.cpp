@@ -44,7 +44,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
   name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
           ", device " + std::to_string(device_) +
-          (attention_kernel_ == AttentionKernel::Flash ? ", flash attention" : "") + ")";
+          (attention_kernel_ == AttentionKernel::Flash ? ", flash attention" : "") +
+          (fusions_.all() ? "" : ", fusions: " + fusions_.describe()) + ")";
   ctx_.device = device_;
   ctx_.limits = limits_of(props);
   check_cuda(cudaStreamCreateWithFlags(&counters_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");

@@ -23,8 +23,8 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
                             int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
                             DType accumulate) {
-  const bool fusable = bias.defined() && bias.dtype() == DType::F32 && c.dtype() == DType::F32 &&
-                       bias.numel() == n && c.numel() == m * n;
+  const bool fusable = fusions_.on(CudaFusion::BiasEpilogue) && bias.defined() && bias.dtype() == DType::F32 &&
+                       c.dtype() == DType::F32 && bias.numel() == n && c.numel() == m * n;
   if (!fusable) return Backend::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, accumulate);
   if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm")))
     bias_add(c, bias);
@@ -35,9 +35,10 @@ void CudaBackend::gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int6
                                      const Tensor& residual, DType accumulate) {
   check_gemm_residual(c, residual, m, n);
   const bool bias_ok = !bias.defined() || (bias.dtype() == c.dtype() && bias.numel() == n);
-  if (!bias_ok || !residual_in_epilogue(m, n, k, a, c, residual, accumulate))
+  if (!fusions_.on(CudaFusion::ResidualEpilogue) || !bias_ok || !residual_in_epilogue(m, n, k, a, c, residual, accumulate))
     return Backend::gemm_bias_residual(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, residual, accumulate);
-  const float* bias32 = bias.defined() && bias.dtype() == DType::F32 ? ptr<float>(bias, "gemm_bias_residual") : nullptr;
+  const bool bias_epilogue = fusions_.on(CudaFusion::BiasEpilogue) && bias.defined() && bias.dtype() == DType::F32;
+  const float* bias32 = bias_epilogue ? ptr<float>(bias, "gemm_bias_residual") : nullptr;
   if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, n, accumulate, bias32, &residual) &&
       bias.defined())
     bias_add(c, bias);
@@ -158,7 +159,8 @@ Tensor CudaBackend::bf16_operand_copy(const Tensor& x) {
 Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias) {
   const char* op = "gemm_operands (with the bias gradient)";
   const OperandCopyShape shape = operand_copy_shape(x);
-  if (shape.padded() || dbias.dtype() != DType::F32 || dbias.numel() != shape.cols)
+  if (!fusions_.on(CudaFusion::BiasGradCopy) || shape.padded() || dbias.dtype() != DType::F32 ||
+      dbias.numel() != shape.cols)
     return Backend::bf16_operand_copy_with_bias_grad(x, dbias);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(x, op), shape.rows,
@@ -168,7 +170,7 @@ Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tens
 
 Tensor CudaBackend::bf16_gelu_operand(const Tensor& x) {
   const OperandCopyShape shape = operand_copy_shape(x);
-  if (shape.padded()) return Backend::bf16_gelu_operand(x);
+  if (!fusions_.on(CudaFusion::OperandProducers) || shape.padded()) return Backend::bf16_gelu_operand(x);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::gelu_to_bf16(copy.device_data<bf16>(), ptr<float>(x, "gelu_operand"), x.numel(), ctx_);
   return copy;
@@ -177,7 +179,8 @@ Tensor CudaBackend::bf16_gelu_operand(const Tensor& x) {
 Tensor CudaBackend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
   const char* op = "gelu_backward_operand";
   const OperandCopyShape shape = operand_copy_shape(inp);
-  if (shape.padded() || dbias.dtype() != DType::F32 || dbias.numel() != shape.cols)
+  if (!fusions_.on(CudaFusion::OperandProducers) || shape.padded() || dbias.dtype() != DType::F32 ||
+      dbias.numel() != shape.cols)
     return Backend::bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(inp, op),
@@ -189,7 +192,7 @@ Tensor CudaBackend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rst
                                            const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layernorm_operand";
   const OperandCopyShape shape = operand_copy_shape(inp);
-  if (shape.padded() || weight.numel() != shape.cols)
+  if (!fusions_.on(CudaFusion::OperandProducers) || shape.padded() || weight.numel() != shape.cols)
     return Backend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::layernorm_forward_to_bf16(copy.device_data<bf16>(), ptr<float>(mean, op), ptr<float>(rstd, op),
@@ -202,7 +205,7 @@ Tensor CudaBackend::bf16_cross_entropy_operand(const Tensor& logits, const Tenso
                                                VocabWindow window, double grad_scale) {
   const char* op = "cross_entropy_backward_window_operand";
   const OperandCopyShape shape = operand_copy_shape(logits);
-  if (shape.padded() || shape.rows != targets.numel())
+  if (!fusions_.on(CudaFusion::OperandProducers) || shape.padded() || shape.rows != targets.numel())
     return Backend::bf16_cross_entropy_operand(logits, logsumexp, targets, window, grad_scale);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
   cuda::cross_entropy_backward_window_to_bf16(copy.device_data<bf16>(), ptr<float>(logits, op),

@@ -219,6 +219,7 @@ void CudaBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, cons
 
 void CudaBackend::logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
                                VocabWindow w) {
+  if (!fusions_.on(CudaFusion::LossStats)) return Backend::logits_stats(row_max, sums, logits, targets, w);
   const char* op = "logits_stats";
   dispatch_float(logits.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
