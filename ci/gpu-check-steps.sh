@@ -303,7 +303,10 @@ step_kernels() {
 step_bench-train() {
   # The vocabulary as it is (as the PyTorch peer runs it), then padded to a multiple of
   # $GPT2_VOCAB_MULTIPLE (50257 -> 50304, as Megatron-LM and llm.c train GPT-2): aligned rows and
-  # whole tiles for the LM head's GEMMs, measured against the unpadded run in the same step.
+  # whole tiles for the LM head's GEMMs, measured against the unpadded run in the same step. Then
+  # the unpadded run with the CUDA backend's fused forms off (TRIPOD_CUDA_FUSIONS=none: the bias and
+  # residual epilogues, the bf16 operand producers, the one-pass loss statistics), so the step says
+  # what they are worth (on the CPU of a dry run the variable changes nothing).
   local padding=()
   [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
   if dry; then
@@ -312,12 +315,18 @@ step_bench-train() {
     [ ${#padding[@]} -eq 0 ] || tripod bench train --backend cpu --config tiny --set model.vocab_size=500 \
         --set train.dtype="$GPT2_PRECISION" --batch 2 --seq-len 32 --steps 2 --gemm-size 128 "${padding[@]}" \
         --json "$STEP_DIR/bench-padded.json"
+    (export TRIPOD_CUDA_FUSIONS=none
+     tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
+         --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench-unfused.json")
   else
     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json"
     [ ${#padding[@]} -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
         --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" "${padding[@]}" \
         --json "$STEP_DIR/bench-padded.json"
+    (export TRIPOD_CUDA_FUSIONS=none
+     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
+         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench-unfused.json")
   fi
 }
 

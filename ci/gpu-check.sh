@@ -50,7 +50,8 @@
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
 #                and % of a device-to-device copy measured in the same run
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
-#                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304)
+#                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
+#                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth
 #   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step against the two steps above

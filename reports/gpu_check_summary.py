@@ -136,7 +136,7 @@ def key_bench(d):
     mfu = pct(100 * j["mfu"]) if j.get("mfu") is not None else "n/a"
     text = (f"{j['config']} B{j['batch']}xT{j['seq_len']} {j.get('dtype', '?')}: {j['tokens_per_second']:.0f} tokens/s, "
             f"MFU {mfu}, step {1e3 * j['median_step_seconds']:.1f} ms")
-    return text + padded_text(j, load(d / "bench-padded.json"))
+    return text + padded_text(j, load(d / "bench-padded.json")) + unfused_text(j, load(d / "bench-unfused.json"))
 
 
 def gemm_target(d):
@@ -167,6 +167,15 @@ def padded_text(plain, padded):
     ratio = padded["tokens_per_second"] / plain["tokens_per_second"]
     return (f"; vocabulary padded to {padded.get('padded_vocab', '?')}: {padded['tokens_per_second']:.0f} tokens/s "
             f"({ratio:.2f}x)")
+
+
+def unfused_text(fused, unfused):
+    """'; fusions off: ... tokens/s (fused 1.08x)' from bench-train's third run
+    (TRIPOD_CUDA_FUSIONS=none), if it ran."""
+    if not fused or not unfused:
+        return ""
+    ratio = fused["tokens_per_second"] / unfused["tokens_per_second"]
+    return f"; fusions off: {unfused['tokens_per_second']:.0f} tokens/s (fused {ratio:.2f}x)"
 
 
 def key_peer(d):
