@@ -1,9 +1,10 @@
-// Shared helpers for the model and trainer tests: tiny configurations and random batches.
+// Shared helpers for the model and trainer tests: tiny configurations, random batches, one step.
 #pragma once
 #include <cstdint>
 
 #include "data/random_batch.h"
 #include "train/run_config.h"
+#include "train/trainer.h"
 
 namespace tripod::testing {
 
@@ -25,6 +26,14 @@ inline RunConfig tiny_run_config(const std::string& dtype, bool tied, int64_t mi
 // Random tokens; roughly one target in six ignored (-1).
 inline data::Batch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
   return data::random_token_batch(B, T, vocab, seed, "test.batch", 1.0 / 6);
+}
+
+// One training step of `config` from a fresh initialisation on a random batch: the run of the tests
+// that count what a step calls on a backend.
+inline void train_one_step(Backend& be, const RunConfig& config, uint64_t seed = 7) {
+  Trainer trainer(config, be);
+  trainer.initialise();
+  trainer.train_step(random_batch(config.train.batch_size, config.train.seq_len, config.model.vocab_size, seed));
 }
 
 }  // namespace tripod::testing

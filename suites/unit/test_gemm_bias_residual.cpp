@@ -119,9 +119,7 @@ TEST(GemmBiasResidual, ATrainingStepAddsEveryBlocksResidualsInTheProjections) {
     const int64_t micro = 2;
     const RunConfig config = testing::tiny_run_config(dtype, true, micro);
     ResidualCountingCpuBackend be;
-    Trainer trainer(config, be);
-    trainer.initialise();
-    trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len, config.model.vocab_size, 7));
+    testing::train_one_step(be, config);
     EXPECT_EQ(be.fused, 2 * config.model.n_layer * micro) << dtype;
   }
 }

@@ -292,9 +292,7 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     const int64_t micro = 2;
     const RunConfig config = testing::tiny_run_config(dtype, true, micro);
     ProducerCountingCpuBackend be;
-    Trainer trainer(config, be);
-    trainer.initialise();
-    trainer.train_step(testing::random_batch(config.train.batch_size, config.train.seq_len, config.model.vocab_size, 7));
+    testing::train_one_step(be, config);
     const bool mixed = std::string(dtype) == "bf16-mixed";
     const int64_t per_layer = mixed ? config.model.n_layer * micro : 0;
     EXPECT_EQ(be.layernorm, 2 * per_layer + (mixed ? micro : 0)) << dtype;  // ln1, ln2 a block; lnf
