@@ -18,7 +18,7 @@ std::size_t BlockCache::rounded(std::size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-void* BlockCache::allocate(std::size_t bytes) {
+void* BlockCache::allocate(std::size_t bytes, bool zero_fill) {
   bytes = rounded(bytes);
   std::unique_lock<std::mutex> lock(mutex_);
   auto found = by_size_.find(bytes);
@@ -31,7 +31,7 @@ void* BlockCache::allocate(std::size_t bytes) {
     stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
     ++stats_.reuses;
     lock.unlock();
-    std::memset(block, 0, bytes);
+    if (zero_fill) std::memset(block, 0, bytes);
     return block;
   }
   const std::size_t limit = std::max(stats_.peak_in_use, stats_.in_use + bytes);
@@ -80,10 +80,10 @@ BlockCache::Stats BlockCache::stats() const {
   return stats_;
 }
 
-void* allocate_host_block(std::size_t bytes) {
-  if (bytes >= kCachedBlockMinBytes) return host_block_cache().allocate(bytes);
+void* allocate_host_block(std::size_t bytes, bool zero_fill) {
+  if (bytes >= kCachedBlockMinBytes) return host_block_cache().allocate(bytes, zero_fill);
   void* block = bytes ? std::aligned_alloc(64, bytes) : nullptr;
-  if (block) std::memset(block, 0, bytes);
+  if (block && zero_fill) std::memset(block, 0, bytes);
   return block;
 }
 

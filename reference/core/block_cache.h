@@ -32,7 +32,9 @@ class BlockCache {
 
   static std::size_t rounded(std::size_t bytes);  // to whole pages
 
-  void* allocate(std::size_t bytes);  // zero-filled; null when the kernel refuses
+  // Zero-filled unless `zero_fill` is false (a reused block then keeps its old bytes: for a caller
+  // that overwrites all of it); null when the kernel refuses.
+  void* allocate(std::size_t bytes, bool zero_fill = true);
   void release(void* block, std::size_t bytes);
   void trim();  // unmaps every kept block (and forgets the peak in use): for a measurement's start
 
@@ -60,9 +62,10 @@ class BlockCache {
 constexpr std::size_t kCachedBlockMinBytes = std::size_t{1} << 20;
 BlockCache& host_block_cache();
 
-// A zero-filled, 64-byte-aligned host block of `bytes` (a multiple of 64): from the cache when
-// large, else from malloc; null when out of memory. Free it with the same size.
-void* allocate_host_block(std::size_t bytes);
+// A zero-filled (unless `zero_fill` is false), 64-byte-aligned host block of `bytes` (a multiple of
+// 64): from the cache when large, else from malloc; null when out of memory. Free it with the same
+// size.
+void* allocate_host_block(std::size_t bytes, bool zero_fill = true);
 void free_host_block(void* block, std::size_t bytes);
 
 }  // namespace tripod

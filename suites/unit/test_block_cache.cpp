@@ -1,5 +1,5 @@
 // The CPU backends' cache of large blocks (core/block_cache.h): reuse by size, zero-filled
-// blocks, and never more held than the peak in use.
+// blocks (unless the caller overwrites them all), and never more held than the peak in use.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,6 +26,29 @@ TEST(BlockCache, AFreedBlockServesTheNextRequestOfItsSizeZeroFilled) {
   EXPECT_EQ(cache.stats().maps, 1u);
   EXPECT_EQ(cache.stats().reuses, 1u);
   cache.release(b, 2 * kMiB);
+}
+
+// For a caller that overwrites the whole block (the CPU backends' alloc_for_overwrite: operand
+// copies), the fill is skipped: a reused block keeps its bytes, a fresh mapping is zero anyway.
+TEST(BlockCache, ABlockForOverwriteSkipsTheFill) {
+  BlockCache cache;
+  auto* a = static_cast<unsigned char*>(cache.allocate(2 * kMiB, /*zero_fill=*/false));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a[0], 0);
+  EXPECT_EQ(a[2 * kMiB - 1], 0);
+  std::memset(a, 0xAB, 2 * kMiB);
+  cache.release(a, 2 * kMiB);
+  auto* b = static_cast<unsigned char*>(cache.allocate(2 * kMiB, false));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(b[0], 0xAB);
+  EXPECT_EQ(b[2 * kMiB - 1], 0xAB);
+  cache.release(b, 2 * kMiB);
+  // the same block asked for as usual is zero-filled again
+  auto* c = static_cast<unsigned char*>(cache.allocate(2 * kMiB));
+  EXPECT_EQ(c, a);
+  EXPECT_EQ(c[0], 0);
+  EXPECT_EQ(c[2 * kMiB - 1], 0);
+  cache.release(c, 2 * kMiB);
 }
 
 TEST(BlockCache, KeptBlocksAreUnmappedRatherThanHoldMoreThanThePeak) {

@@ -26,10 +26,14 @@ void CpuBackend::wrong_device(const Tensor& t, const char* op) const {
        " memory only (move host data in with upload)");
 }
 
-Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
+Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return allocate(shape, dtype, true); }
+
+Tensor CpuBackend::alloc_for_overwrite(const Shape& shape, DType dtype) { return allocate(shape, dtype, false); }
+
+Tensor CpuBackend::allocate(const Shape& shape, DType dtype, bool zero_fill) {
   const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // 64-byte alignment for AVX-512 loads
-  void* p = allocate_host_block(padded);  // zero-filled; large ones cached (core/block_cache.h says why)
+  void* p = allocate_host_block(padded, zero_fill);  // large ones cached (core/block_cache.h says why)
   if (padded != 0 && p == nullptr)
     fail("out of ", device_name(device_), " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape));
   const std::size_t live = counters_->live.fetch_add(padded) + padded;

@@ -90,7 +90,6 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   // The LayerNorm's output rounded to bf16 as it is written (cpu::layernorm_forward_to_bf16).
   Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias, double eps) override;
-
   // The typed pointer to a tensor of this backend (the device checked, then the dtype).
   template <typename T>
   T* ptr(const Tensor& t, const char* op) const {
@@ -98,8 +97,14 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
     return t.device_data<T>();
   }
 
+ protected:
+  // alloc without its zero fill (a reused block keeps its old bytes): the caller overwrites every
+  // element (gemm_operands' copies, the operand producers' transients), so the fill was a wasted pass.
+  Tensor alloc_for_overwrite(const Shape& shape, DType dtype) override;
+
  private:
   [[noreturn]] void wrong_device(const Tensor& t, const char* op) const;
+  Tensor allocate(const Shape& shape, DType dtype, bool zero_fill);
   // Shared with every allocation's release, which may run after the backend is gone.
   struct Counters {
     std::atomic<std::size_t> live{0}, peak{0};
