@@ -20,6 +20,22 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   gemm_with_bias(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, accumulate, nullptr);
 }
 
+namespace {
+
+bool rows_aligned(const void* c, int64_t ldc) {
+  return cuda::gemm_alignment_bytes(c, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
+}
+
+// Under the bf16-operand policy, the fp32 C [m, n] (leading dimension ldc) is computed in place
+// where neither size needs padding to a multiple of 8 and its rows are 16-byte aligned; elsewhere
+// in a padded scratch and copied back (gemm_with_bias).
+bool bf16_product_in_place(int64_t m, int64_t n, const void* c, int64_t ldc) {
+  return cuda::padded_leading_dimension(m, sizeof(bf16)) == m && cuda::padded_leading_dimension(n, sizeof(bf16)) == n &&
+         rows_aligned(c, ldc);
+}
+
+}  // namespace
+
 void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a,
                             int64_t lda, const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias,
                             DType accumulate) {
@@ -49,12 +65,7 @@ bool CudaBackend::residual_in_epilogue(int64_t m, int64_t n, int64_t k, const Te
   if (m <= 0 || n <= 0 || k <= 0 || c.numel() != m * n) return false;
   const bool bf16_operands = a.dtype() == DType::F32 && c.dtype() == DType::F32 && accumulate == DType::F32 &&
                              fp32_matmul() == Fp32Matmul::Bf16Operands;
-  if (!bf16_operands) return true;
-  auto aligned = [&](const Tensor& t) {
-    return cuda::gemm_alignment_bytes(t.address(), n, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
-  };
-  return cuda::padded_leading_dimension(m, sizeof(bf16)) == m && cuda::padded_leading_dimension(n, sizeof(bf16)) == n &&
-         aligned(c) && aligned(residual);
+  return !bf16_operands || (bf16_product_in_place(m, n, c.address(), n) && rows_aligned(residual.address(), n));
 }
 
 bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
@@ -88,14 +99,12 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
                                 trans_a ? mp : kp, scratch_a_, lda16);
     const void* b16 = bf16_copy(b, {trans_b ? n : k, trans_b ? k : n, ldb, b_span}, trans_b ? np : kp,
                                 trans_b ? kp : np, scratch_b_, ldb16);
-    // In place where C's sizes need no padding and its rows align (then mp = m, np = n).
     float* c32 = ptr<float>(c, "gemm");
-    const bool c_aligned = cuda::gemm_alignment_bytes(c32, ldc, sizeof(float)) >= cuda::kTensorCoreAlignmentBytes;
-    if (mp == m && np != n && n >= 8 && c_aligned && bias == nullptr) {
+    if (mp == m && np != n && n >= 8 && rows_aligned(c32, ldc) && bias == nullptr) {
       ragged_columns_gemm(trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, beta, c32, ldc);
       return false;
     }
-    const bool in_place = mp == m && np == n && c_aligned;
+    const bool in_place = bf16_product_in_place(m, n, c32, ldc);
     check(c_in_raw == nullptr || in_place, "gemm: a C read apart from D (", c_in->describe(),
           ") for a C that is not computed in place (m = ", m, ", n = ", n, ")");
     float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]

@@ -1,7 +1,6 @@
 #include "backend/cuda/host/attention_choice.h"
 
-#include <cstdlib>
-
+#include "backend/cuda/host/process_env.h"
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
 #include "core/error.h"
@@ -16,10 +15,7 @@ AttentionKernel choose_attention_kernel(const std::function<std::string(const ch
 }
 
 AttentionKernel choose_attention_kernel() {
-  return choose_attention_kernel([](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value == nullptr ? "" : value);
-  });
+  return choose_attention_kernel(process_env);
 }
 
 std::size_t flash_attention_shared_bytes(int64_t head_dim) {

@@ -1,7 +1,6 @@
 #include "backend/cuda/host/device_choice.h"
 
-#include <cstdlib>
-
+#include "backend/cuda/host/process_env.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -38,10 +37,7 @@ int choose_device(int device_count, const std::function<std::string(const char*)
 }
 
 int choose_device(int device_count) {
-  return choose_device(device_count, [](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value ? value : "");
-  });
+  return choose_device(device_count, process_env);
 }
 
 }  // namespace tripod::cuda

@@ -1,8 +1,8 @@
 #include "backend/cuda/host/fusion_choice.h"
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "backend/cuda/host/process_env.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -62,10 +62,7 @@ CudaFusions choose_cuda_fusions(const std::function<std::string(const char*)>& e
 }
 
 CudaFusions choose_cuda_fusions() {
-  return choose_cuda_fusions([](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value == nullptr ? "" : value);
-  });
+  return choose_cuda_fusions(process_env);
 }
 
 }  // namespace tripod::cuda
