@@ -48,7 +48,8 @@
 #                (reports/torch_gemm_rate.py), timed the same way                           [f]
 #   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
-#                and % of a device-to-device copy measured in the same run
+#                and % of a device-to-device copy measured in the same run; again with the fused
+#                forms off (TRIPOD_CUDA_FUSIONS=none): LayerNorm backward's two forms as a ratio
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
 #                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
 #                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth

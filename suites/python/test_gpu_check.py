@@ -69,6 +69,9 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     # and its third, with the CUDA backend's fused forms off (TRIPOD_CUDA_FUSIONS=none), as a ratio
     assert json.loads((out / "dry-bench-train" / "bench-unfused.json").read_text())["tokens_per_second"] > 0
     assert "fusions off: " in steps["dry-bench-train"]["key"] and "(fused " in steps["dry-bench-train"]["key"]
+    # kernels runs twice, the second time with the fused forms off, and gives LayerNorm backward's ratio
+    assert json.loads((out / "dry-kernels" / "kernels-unfused.json").read_text())["results"]
+    assert "layernorm bwd: " in steps["dry-kernels"]["key"] and "fusions off" in steps["dry-kernels"]["key"]
     # the flash step's CPU form: its check, benchmarks and speed report, against the dry kernels and bench-train
     assert steps["dry-flash"]["status"] == "pass", steps["dry-flash"]
     assert "attention fwd bf16" in steps["dry-flash"]["key"] and " vs missing" not in steps["dry-flash"]["key"]

@@ -17,7 +17,7 @@ CudaFusions choose(const std::string& value) {
 }
 
 constexpr CudaFusion kAll[] = {CudaFusion::BiasEpilogue, CudaFusion::ResidualEpilogue, CudaFusion::BiasGradCopy,
-                               CudaFusion::OperandProducers, CudaFusion::LossStats};
+                               CudaFusion::OperandProducers, CudaFusion::LossStats, CudaFusion::LayernormGrads};
 
 TEST(FusionChoice, EveryFusionUnlessToldOtherwise) {
   for (const std::string value : {"", "all"}) {
@@ -38,6 +38,7 @@ TEST(FusionChoice, AListKeepsOnlyTheNamedOnes) {
   EXPECT_FALSE(f.on(CudaFusion::BiasGradCopy));
   EXPECT_FALSE(f.on(CudaFusion::OperandProducers));
   EXPECT_FALSE(f.on(CudaFusion::LossStats));
+  EXPECT_FALSE(f.on(CudaFusion::LayernormGrads));
   EXPECT_FALSE(f.all());
   EXPECT_EQ(f.describe(), "bias,residual");  // in the enum's order
   // every name round-trips on its own
@@ -46,7 +47,8 @@ TEST(FusionChoice, AListKeepsOnlyTheNamedOnes) {
     for (CudaFusion y : kAll) EXPECT_EQ(one.on(y), x == y) << fusion_name(x) << " " << fusion_name(y);
     EXPECT_EQ(one.describe(), fusion_name(x));
   }
-  EXPECT_TRUE(choose("bias,residual,bias-grad,operands,loss-stats").all());
+  EXPECT_FALSE(choose("bias,residual,bias-grad,operands,loss-stats").all());
+  EXPECT_TRUE(choose("bias,residual,bias-grad,operands,loss-stats,layernorm-grads").all());
 }
 
 TEST(FusionChoice, AnUnknownOrEmptyNameIsRefusedWithTheNamesItTakes) {
@@ -54,7 +56,7 @@ TEST(FusionChoice, AnUnknownOrEmptyNameIsRefusedWithTheNamesItTakes) {
     const std::string error = expected_error([&] { choose(value); });
     EXPECT_NE(error.find("TRIPOD_CUDA_FUSIONS=" + value + ": '"), std::string::npos) << error;
     EXPECT_NE(error.find("none, or a comma-separated list of those to keep: bias, residual, bias-grad, operands, "
-                         "loss-stats"),
+                         "loss-stats, layernorm-grads"),
               std::string::npos)
         << error;
   }

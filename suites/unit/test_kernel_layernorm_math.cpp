@@ -83,10 +83,39 @@ void forward_in_device_order(const Inputs<T>& in, std::vector<T>& out, std::vect
   }
 }
 
-// BackwardRow of layernorm.cu over every row, then the WeightBiasColumns column sums.
+// layernorm_backward_fused_kernel's dbias and dweight totals: a chunk (layernorm_grad_chunk_rows)
+// a block; warp w of layernorm_grad_warps adds the chunk's rows w, w + warps, ... ascending into
+// its partials from 0, the block adds the warps' partials in warp order from warp 0's, and the
+// chunks' partials [chunks, 2C] go through the column sums (ChunkPartialColumns).
+template <typename T, class Term>
+std::vector<T> fused_column_totals(const Term& term, int64_t rows, int64_t channels) {
+  const int warps = layernorm_grad_warps(channels, sizeof(T));
+  EXPECT_GE(warps, 1) << channels << " channels";
+  const int64_t chunk_rows = layernorm_grad_chunk_rows(rows), chunks = (rows + chunk_rows - 1) / chunk_rows;
+  EXPECT_LE(chunks, kLayernormGradMaxChunks);
+  std::vector<T> partials(static_cast<std::size_t>(chunks * channels));  // [chunks, C]
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * chunk_rows, end = std::min(rows, first + chunk_rows);
+    for (int64_t c = 0; c < channels; ++c) {
+      T block_total = 0;
+      for (int w = 0; w < warps; ++w) {
+        T warp_partial = 0;
+        for (int64_t r = first + w; r < end; r += warps) warp_partial += term(r, c);
+        block_total = w == 0 ? warp_partial : block_total + warp_partial;
+      }
+      partials[static_cast<std::size_t>(chunk * channels + c)] = block_total;
+    }
+  }
+  return testing::column_sums_in_device_order<T>(
+      [&](int64_t chunk, int64_t c) { return partials[static_cast<std::size_t>(chunk * channels + c)]; }, chunks,
+      channels);
+}
+
+// BackwardRow of layernorm.cu over every row, then the WeightBiasColumns column sums, or (`fused`)
+// the fused kernel's order of the same terms.
 template <typename T, int kWidth>
 void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, const std::vector<T>& rstd,
-                              std::vector<T>& dinp, std::vector<T>& dweight, std::vector<T>& dbias) {
+                              std::vector<T>& dinp, std::vector<T>& dweight, std::vector<T>& dbias, bool fused) {
   const int64_t C = in.channels;
   for (int64_t r = 0; r < in.rows; ++r) {
     const T* x = in.x.data() + r * C;
@@ -101,18 +130,22 @@ void backward_in_device_order(const Inputs<T>& in, const std::vector<T>& mean, c
     const LayernormRowSums<T> means = layernorm_backward_means(sums, C);
     for (int64_t c = 0; c < C; ++c) dinp[r * C + c] += layernorm_dinp(d[c], x[c], in.weight[c], mean[r], rstd[r], means);
   }
-  const std::vector<T> dbias_totals =
-      testing::column_sums_in_device_order<T>([&](int64_t r, int64_t c) { return in.dout[r * C + c]; }, in.rows, C);
-  const std::vector<T> dweight_totals = testing::column_sums_in_device_order<T>(
-      [&](int64_t r, int64_t c) { return layernorm_dweight_term(in.dout[r * C + c], in.x[r * C + c], mean[r], rstd[r]); },
-      in.rows, C);
+  auto dbias_term = [&](int64_t r, int64_t c) { return in.dout[r * C + c]; };
+  auto dweight_term = [&](int64_t r, int64_t c) {
+    return layernorm_dweight_term(in.dout[r * C + c], in.x[r * C + c], mean[r], rstd[r]);
+  };
+  const std::vector<T> dbias_totals = fused ? fused_column_totals<T>(dbias_term, in.rows, C)
+                                            : testing::column_sums_in_device_order<T>(dbias_term, in.rows, C);
+  const std::vector<T> dweight_totals = fused ? fused_column_totals<T>(dweight_term, in.rows, C)
+                                              : testing::column_sums_in_device_order<T>(dweight_term, in.rows, C);
   for (int64_t c = 0; c < C; ++c) {  // WeightBiasColumns::finish
     dbias[c] += dbias_totals[c];
     dweight[c] += dweight_totals[c];
   }
 }
 
-const int64_t kRows[] = {1, 5, 64, 1100};  // 1100: three chunks of the column sums
+// 1100: three chunks of the column sums; 8200: the fused backward's chunks of 17 rows
+const int64_t kRows[] = {1, 5, 64, 1100, 8200};
 const int64_t kChannels[] = {1, 7, 33, 36, 768, 769};  // 36, 768: fp32 lanes take groups of 4
 
 std::string describe(int64_t rows, int64_t channels) { return std::to_string(rows) + " x " + std::to_string(channels); }
@@ -145,7 +178,7 @@ TEST(KernelLayernormMath, ForwardMatchesCpuFp32) { expect_forward_matches_cpu<fl
 TEST(KernelLayernormMath, ForwardMatchesCpuFp64) { expect_forward_matches_cpu<double>(102); }
 
 template <typename T>
-void expect_backward_matches_cpu(uint64_t seed) {
+void expect_backward_matches_cpu(uint64_t seed, bool fused) {
   for (int64_t rows : kRows)
     for (int64_t channels : kChannels) {
       const Inputs<T> in = make_inputs<T>(rows, channels, seed);
@@ -162,9 +195,9 @@ void expect_backward_matches_cpu(uint64_t seed) {
                                  in.weight.data(), mean.data(), rstd.data(), rows, channels);
       std::vector<T> got_dinp = dinp0, got_dweight = dweight0, got_dbias = dbias0;
       if (layernorm_group_width<T>(channels) == 4)
-        backward_in_device_order<T, 4>(in, mean, rstd, got_dinp, got_dweight, got_dbias);
+        backward_in_device_order<T, 4>(in, mean, rstd, got_dinp, got_dweight, got_dbias, fused);
       else
-        backward_in_device_order<T, 1>(in, mean, rstd, got_dinp, got_dweight, got_dbias);
+        backward_in_device_order<T, 1>(in, mean, rstd, got_dinp, got_dweight, got_dbias, fused);
       // dinp is rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)): a difference of terms
       // of size rstd * |dnorm| that may cancel to ~0, and rounding is relative to the terms. With
       // one channel it cancels exactly (norm = 0, dnorm = its mean) and rstd = 1/sqrt(eps) = 316:
@@ -185,15 +218,37 @@ void expect_backward_matches_cpu(uint64_t seed) {
       if (channels > 1) {
         EXPECT_GT(relative_difference(got_dinp, dinp0), 1e-2);  // the row gradient was added
       }
-      const std::string shape = std::to_string(rows) + "x" + std::to_string(channels);
+      const std::string shape = std::string(fused ? "fused_" : "") + std::to_string(rows) + "x" + std::to_string(channels);
       testing::record_measure("dinp_" + shape, d_dinp);
       testing::record_measure("dweight_" + shape, d_dweight);
       testing::record_measure("dbias_" + shape, d_dbias);
     }
 }
 
-TEST(KernelLayernormMath, BackwardMatchesCpuFp32) { expect_backward_matches_cpu<float>(111); }
-TEST(KernelLayernormMath, BackwardMatchesCpuFp64) { expect_backward_matches_cpu<double>(112); }
+TEST(KernelLayernormMath, BackwardMatchesCpuFp32) { expect_backward_matches_cpu<float>(111, false); }
+TEST(KernelLayernormMath, BackwardMatchesCpuFp64) { expect_backward_matches_cpu<double>(112, false); }
+TEST(KernelLayernormMath, FusedBackwardMatchesCpuFp32) { expect_backward_matches_cpu<float>(113, true); }
+TEST(KernelLayernormMath, FusedBackwardMatchesCpuFp64) { expect_backward_matches_cpu<double>(114, true); }
+
+// The fused backward's partition depends only on the sizes: chunks of at least 16 rows, at most
+// 512 of them (one column-sums chunk), covering every row; warps from the partials' size.
+TEST(KernelLayernormMath, FusedBackwardPartition) {
+  for (int64_t rows : {1, 16, 17, 8192, 8193, 1 << 20}) {
+    const int64_t chunk_rows = layernorm_grad_chunk_rows(rows), chunks = (rows + chunk_rows - 1) / chunk_rows;
+    EXPECT_GE(chunk_rows, kLayernormGradChunkRows) << rows;
+    EXPECT_LE(chunks, kLayernormGradMaxChunks) << rows;
+    EXPECT_EQ(column_chunks(chunks), 1) << rows;
+    EXPECT_GE(chunks * chunk_rows, rows) << rows;
+  }
+  EXPECT_EQ(layernorm_grad_chunk_rows(8192), 16);
+  EXPECT_EQ(layernorm_grad_chunk_rows(8200), 17);
+  EXPECT_EQ(layernorm_grad_warps(768, 4), 8);  // GPT-2 fp32: 8 warps' [2][768] = 48 KiB
+  EXPECT_EQ(layernorm_grad_warps(768, 8), 4);
+  EXPECT_EQ(layernorm_grad_warps(1600, 4), 3);
+  EXPECT_EQ(layernorm_grad_warps(6144, 4), 1);
+  EXPECT_EQ(layernorm_grad_warps(6145, 4), 0);  // the two-pass form
+  EXPECT_EQ(layernorm_grad_warps(0, 4), 0);
+}
 
 }  // namespace
 }  // namespace tripod::kernels

@@ -55,7 +55,7 @@ void CudaBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, 
     const int64_t c = weight.numel();
     cuda::layernorm_backward<T>(ptr<T>(dinp, op), ptr<T>(dweight, op), ptr<T>(dbias, op), ptr<T>(dout, op),
                                 ptr<T>(inp, op), ptr<T>(weight, op), ptr<T>(mean, op), ptr<T>(rstd, op),
-                                c ? inp.numel() / c : 0, c, ctx_);
+                                c ? inp.numel() / c : 0, c, fusions_.on(CudaFusion::LayernormGrads), ctx_);
   });
 }
 

@@ -133,4 +133,30 @@ TRIPOD_HD T layernorm_dweight_term(T dout, T x, T mean, T rstd) {
   return dout * (x - mean) * rstd;
 }
 
+// ---- backward, fused (CUDA): dinp's rows and the column sums in one read of dout and x ----
+// The rows split into chunks of layernorm_grad_chunk_rows(rows); a block of
+// layernorm_grad_warps(C, sizeof(T)) warps takes a chunk, warp w its rows w, w + warps, ...,
+// each adding its rows' terms into its own partials [2][C] (dbias's, then dweight's) in shared
+// memory, ascending; the block adds its warps' partials in warp order into the chunk's row of a
+// [chunks, 2C] matrix, whose column sums (column_sums.cuh, one chunk of rows) are added into
+// dbias and dweight. Both partitions are functions of the sizes and the dtype only, so every
+// device adds in the same order.
+inline constexpr int64_t kLayernormGradChunkRows = 16;    // the least rows a chunk
+inline constexpr int64_t kLayernormGradMaxChunks = 512;   // so the chunks' sums are one column-sums chunk
+inline constexpr int kLayernormGradMaxWarps = 8;
+inline constexpr int64_t kLayernormGradSharedBytes = 48 * 1024;  // no opt-in needed
+
+TRIPOD_HD int64_t layernorm_grad_chunk_rows(int64_t rows) {
+  const int64_t even = (rows + kLayernormGradMaxChunks - 1) / kLayernormGradMaxChunks;
+  return even > kLayernormGradChunkRows ? even : kLayernormGradChunkRows;
+}
+
+// Warps a block: as many as their partials [warps][2][C] fit in kLayernormGradSharedBytes, at
+// most kLayernormGradMaxWarps; 0 where one warp's do not (the two-pass form runs instead).
+inline int layernorm_grad_warps(int64_t channels, int64_t element_bytes) {
+  if (channels <= 0) return 0;
+  const int64_t fit = kLayernormGradSharedBytes / (2 * channels * element_bytes);
+  return static_cast<int>(fit < kLayernormGradMaxWarps ? fit : kLayernormGradMaxWarps);
+}
+
 }  // namespace tripod::kernels

@@ -14,6 +14,7 @@ const char* fusion_name(CudaFusion f) {
     case CudaFusion::BiasGradCopy: return "bias-grad";
     case CudaFusion::OperandProducers: return "operands";
     case CudaFusion::LossStats: return "loss-stats";
+    case CudaFusion::LayernormGrads: return "layernorm-grads";
   }
   return "?";
 }

@@ -16,8 +16,9 @@ enum class CudaFusion : uint32_t {
   BiasGradCopy,      // "bias-grad": an output gradient's bf16 copy and its bias gradient in one pass
   OperandProducers,  // "operands": gelu(fc), d fc, ln(x) and the loss gradient written as bf16 operands
   LossStats,         // "loss-stats": the loss's row max and sum of exponentials in one pass (logits_stats)
+  LayernormGrads,    // "layernorm-grads": LayerNorm's weight and bias gradients summed in dinp's pass
 };
-inline constexpr int kCudaFusionCount = 5;
+inline constexpr int kCudaFusionCount = 6;
 
 struct CudaFusions {
   uint32_t mask = (1u << kCudaFusionCount) - 1;  // every one on

@@ -7,7 +7,11 @@
 // centred squares (two passes, as the CPU: no E[x^2] - mean^2 cancellation), then each lane writes
 // its channels. The row is read three times; after the first read it comes from L1.
 // Backward: the same warp per row for dinp (both row sums in one pass), and the column sums of
-// column_sums.cuh for dweight and dbias (rows added in a fixed order, no atomics).
+// column_sums.cuh for dweight and dbias (rows added in a fixed order, no atomics). Fused (the
+// default; TRIPOD_CUDA_FUSIONS' layernorm-grads): the warps add their rows' dweight and dbias
+// terms into shared-memory partials as they write dinp, a block a chunk of rows, and the chunks'
+// partials are summed by column_sums.cuh: dout and x are read once instead of twice
+// (layernorm_math.h has the partition and its order).
 // Statistics are in T (fp32 for fp32, fp64 for fp64), as on the CPU.
 #include <cstdint>
 #include <initializer_list>
@@ -88,7 +92,11 @@ struct BackwardRow {
   const T* __restrict__ mean;
   const T* __restrict__ rstd;
   int64_t channels;
-  __device__ void operator()(int64_t row, int lane) const {
+  __device__ void operator()(int64_t row, int lane) const { this->row<false>(row, lane, nullptr); }
+  // kWithTerms: also add the row's terms of dbias and dweight into `terms` [2][C] (this warp's
+  // partials, lane l owning the channels it owns here), reading dout and x once for both.
+  template <bool kWithTerms>
+  __device__ void row(int64_t row, int lane, T* terms) const {
     const T* x = inp + row * channels;
     const T* d = dout + row * channels;
     const T m = mean[row], s = rstd[row];
@@ -104,9 +112,86 @@ struct BackwardRow {
       auto acc = kernels::load_group<T, kWidth>(dx + c);
       for (int e = 0; e < kWidth; ++e) acc.v[e] += kernels::layernorm_dinp(ds.v[e], xs.v[e], w.v[e], m, s, means);
       store_group(dx + c, acc);
+      if constexpr (kWithTerms) {
+        auto db = kernels::load_group<T, kWidth>(terms + c), dw = kernels::load_group<T, kWidth>(terms + channels + c);
+        for (int e = 0; e < kWidth; ++e) {
+          db.v[e] += ds.v[e];
+          dw.v[e] += kernels::layernorm_dweight_term(ds.v[e], xs.v[e], m, s);
+        }
+        store_group(terms + c, db);
+        store_group(terms + channels + c, dw);
+      }
     }
   }
 };
+
+// The fused backward (layernorm_math.h's partition): a block of `warps` warps a chunk of rows,
+// each warp's partials [2][C] in dynamic shared memory, the block's sum of them written to
+// partials[chunk][2][C]. The grid loops over chunks.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kernels::kLayernormGradMaxWarps * kWarpSize)
+    layernorm_backward_fused_kernel(BackwardRow<T, kWidth> op, int64_t rows, int64_t chunk_rows, T* partials) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int64_t C = op.channels;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize, lane = threadIdx.x % kWarpSize,
+            warp = threadIdx.x / kWarpSize;
+  T* const all_terms = reinterpret_cast<T*>(shared_bytes);  // [warps][2][C]
+  T* const terms = all_terms + warp * 2 * C;
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    for (int64_t i = lane; i < 2 * C; i += kWarpSize) terms[i] = 0;
+    __syncwarp();  // the lanes own other channels below than in the zeroing loop
+    const int64_t first = chunk * chunk_rows, end = first + chunk_rows < rows ? first + chunk_rows : rows;
+    for (int64_t r = first + warp; r < end; r += warps) op.template row<true>(r, lane, terms);
+    __syncthreads();  // every warp's partials, before they are added across warps
+    T* out = partials + chunk * 2 * C;
+    for (int64_t i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+      T total = all_terms[i];
+      for (int w = 1; w < warps; ++w) total += all_terms[w * 2 * C + i];
+      out[i] = total;
+    }
+    __syncthreads();  // the next chunk zeroes what was just read
+  }
+}
+
+// dbias[j] += sum over chunks of partials[chunk][0][j], dweight[j] alike from [chunk][1][j]: the
+// partials as a [chunks, 2C] matrix whose column sums (column_sums.cuh) finish the gradients.
+template <typename T>
+struct ChunkPartialColumns {
+  using Value = T;
+  static constexpr int kSums = 1;
+  T* __restrict__ dweight;
+  T* __restrict__ dbias;
+  const T* __restrict__ partials;
+  int64_t channels;
+  __device__ void add_row(int64_t chunk, int64_t j, T (&sums)[1]) const { sums[0] += partials[chunk * 2 * channels + j]; }
+  __device__ void finish(int64_t j, const T (&totals)[1]) const {
+    if (j < channels) dbias[j] += totals[0];
+    else dweight[j - channels] += totals[0];
+  }
+};
+
+// The fused backward on ctx.stream; false (nothing launched) where one warp's partials do not fit.
+template <typename T, int kWidth>
+bool launch_fused_backward(const BackwardRow<T, kWidth>& op, T* dweight, T* dbias, int64_t rows,
+                           const CudaContext& ctx) {
+  const char* name = "layernorm_backward (fused)";
+  const int64_t C = op.channels;
+  const int warps = kernels::layernorm_grad_warps(C, sizeof(T));
+  if (warps == 0 || rows == 0) return false;
+  const int64_t chunk_rows = kernels::layernorm_grad_chunk_rows(rows), chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const std::size_t shared_bytes = static_cast<std::size_t>(warps * 2 * C) * sizeof(T);
+  const LaunchShape shape = rows_launch(chunks, warps * kWarpSize, 1, shared_bytes, ctx.limits);
+  check_fits(shape, ctx.limits, name);
+  StreamScratch partials(static_cast<std::size_t>(chunks * 2 * C) * sizeof(T), ctx.stream,
+                         "cudaMallocAsync (layernorm gradient partials)");
+  layernorm_backward_fused_kernel<T, kWidth>
+      <<<grid_of(shape), shape.block, shape.shared_bytes, ctx.stream>>>(op, rows, chunk_rows, partials.as<T>());
+  check_launch(name);
+  launch_column_sums(ChunkPartialColumns<T>{dweight, dbias, partials.as<T>(), C}, chunks, 2 * C, ctx,
+                     "layernorm_backward (fused: the chunks' sums)");
+  return true;
+}
 
 // dbias[c] += sum_r dout[r, c]; dweight[c] += sum_r dout[r, c] * norm[r, c].
 template <typename T>
@@ -171,15 +256,18 @@ void layernorm_forward_to_bf16(bf16* out, float* mean, float* rstd, const float*
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                        const T* rstd, int64_t rows, int64_t channels, const CudaContext& ctx) {
+                        const T* rstd, int64_t rows, int64_t channels, bool fused_sums, const CudaContext& ctx) {
   check_shape("layernorm_backward", rows, channels);
   if (channels == 0) return;
-  if (group_width<T>(channels, {dinp, dout, inp, weight}) == 4)
-    launch_warp_rows(BackwardRow<T, 4>{dinp, dout, inp, weight, mean, rstd, channels}, rows, ctx,
-                     "layernorm_backward");
-  else
-    launch_warp_rows(BackwardRow<T, 1>{dinp, dout, inp, weight, mean, rstd, channels}, rows, ctx,
-                     "layernorm_backward");
+  if (group_width<T>(channels, {dinp, dout, inp, weight}) == 4) {
+    const BackwardRow<T, 4> op{dinp, dout, inp, weight, mean, rstd, channels};
+    if (fused_sums && launch_fused_backward(op, dweight, dbias, rows, ctx)) return;
+    launch_warp_rows(op, rows, ctx, "layernorm_backward");
+  } else {
+    const BackwardRow<T, 1> op{dinp, dout, inp, weight, mean, rstd, channels};
+    if (fused_sums && launch_fused_backward(op, dweight, dbias, rows, ctx)) return;
+    launch_warp_rows(op, rows, ctx, "layernorm_backward");
+  }
   launch_column_sums(WeightBiasColumns<T>{dweight, dbias, dout, inp, mean, rstd, channels}, rows, channels, ctx,
                      "layernorm_backward (weight and bias)");
 }
@@ -188,7 +276,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double,       \
                                      const CudaContext&);                                                        \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,    \
-                                      int64_t, const CudaContext&);
+                                      int64_t, bool, const CudaContext&);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)
 #undef TRIPOD_INSTANTIATE
