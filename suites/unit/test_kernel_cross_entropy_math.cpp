@@ -323,6 +323,18 @@ TEST(KernelCrossEntropyMath, OnlineStatsOfEmptyRowsAndNans) {
   const ExpSumState<float> rising = strided_online_exp_sum(row, 3, 0, 2);  // columns 0 and 2
   EXPECT_EQ(rising.max, 3.0f);
   EXPECT_EQ(rising.sum, 1.0f * std::exp(1.0f - 3.0f) + 1.0f);
+  // a -inf adds nothing, as exp(-inf - max) in the two passes, also as a thread's first value
+  // (exp(-inf - -inf) would be NaN)
+  const float with_minus_inf[] = {-INFINITY, 1.0f, -INFINITY, 2.0f};
+  const ExpSumState<float> skipped = strided_online_exp_sum(with_minus_inf, 4, 0, 1);
+  EXPECT_EQ(skipped.max, 2.0f);
+  EXPECT_EQ(skipped.sum, std::exp(1.0f - 2.0f) + 1.0f);
+  const ExpSumState<float> only_minus_inf = strided_online_exp_sum(with_minus_inf, 3, 2, 2);  // column 2
+  EXPECT_EQ(only_minus_inf.max, -INFINITY);
+  EXPECT_EQ(only_minus_inf.sum, 0.0f);
+  const ExpSumState<float> merged = online_stats_in_device_order(with_minus_inf, 4);
+  EXPECT_EQ(merged.max, 2.0f);
+  EXPECT_FALSE(std::isnan(merged.sum));
 }
 
 TEST(KernelCrossEntropyMath, TargetColumnsAndIgnoredTargets) {

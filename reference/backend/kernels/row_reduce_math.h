@@ -56,7 +56,9 @@ TRIPOD_HD ExpSumState<T> no_exp_sum_elements() {
 }
 
 // One thread's state over x[j], j = tid, tid + threads, ... < n, in ascending j; {-inf, 0} when
-// it has no element. A NaN never raises the max and makes the sum NaN, as in the two passes.
+// it has no element. A NaN never raises the max and makes the sum NaN, as in the two passes. A
+// -inf adds nothing (exp(-inf - max) = 0 in the two passes), also before any finite value, where
+// exp(-inf - -inf) would make the sum NaN.
 template <typename T>
 TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const T* x, int64_t n, int64_t tid, int64_t threads) {
   ExpSumState<T> s = no_exp_sum_elements<T>();
@@ -65,7 +67,7 @@ TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const T* x, int64_t n, int64_t t
     if (v > s.max) {
       s.sum = s.sum * std::exp(s.max - v) + static_cast<T>(1);
       s.max = v;
-    } else {
+    } else if (v != -static_cast<T>(INFINITY)) {
       s.sum += std::exp(v - s.max);
     }
   }
