@@ -52,7 +52,7 @@ struct DeviceBlock {
   // c [16][16] (ldc, row-major) = (accumulate ? c : 0) + op(a) [16, k] op(b) [k, 16], the whole
   // warp together. op(a) is a row-major (a[i*lda + kk]) or, transposed, column-major; op(b) alike.
   template <bool kATransposed, bool kBTransposed>
-  __host__ __device__ void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb,
+  __host__ __device__ __forceinline__ void product(float* c, int ldc, bool accumulate, const bf16* a, int lda, const bf16* b, int ldb,
                                    int k) const {
 #ifdef __CUDA_ARCH__
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
@@ -73,7 +73,7 @@ struct DeviceBlock {
 #endif
   };
   template <int N>
-  __host__ __device__ void zero_accumulators(Accumulators<N>& acc, int w) const {
+  __host__ __device__ __forceinline__ void zero_accumulators(Accumulators<N>& acc, int w) const {
     (void)w;
 #ifdef __CUDA_ARCH__
     TRIPOD_UNROLL
@@ -83,7 +83,7 @@ struct DeviceBlock {
 #endif
   }
   template <bool kATransposed, bool kBTransposed, int N>
-  __host__ __device__ void accumulate(Accumulators<N>& acc, int w, int m, const bf16* a, int lda, const bf16* b,
+  __host__ __device__ __forceinline__ void accumulate(Accumulators<N>& acc, int w, int m, const bf16* a, int lda, const bf16* b,
                                       int ldb, int k) const {
     (void)w;
 #ifdef __CUDA_ARCH__
@@ -93,7 +93,7 @@ struct DeviceBlock {
 #endif
   }
   template <int N>
-  __host__ __device__ void store_accumulator(Accumulators<N>& acc, int w, int m, float* c, int ldc) const {
+  __host__ __device__ __forceinline__ void store_accumulator(Accumulators<N>& acc, int w, int m, float* c, int ldc) const {
     (void)w;
 #ifdef __CUDA_ARCH__
     nvcuda::wmma::store_matrix_sync(c, acc.tile[m], static_cast<unsigned>(ldc), nvcuda::wmma::mem_row_major);
@@ -106,7 +106,7 @@ struct DeviceBlock {
 #ifdef __CUDA_ARCH__
   // acc += op(a) [16, k] op(b) [k, 16], 16 deep at a time.
   template <bool kATransposed, bool kBTransposed>
-  __device__ static void multiply_into(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
+  __device__ __forceinline__ static void multiply_into(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
                                        const bf16* a, int lda, const bf16* b, int ldb, int k) {
     using namespace nvcuda;
     using LayoutA = std::conditional_t<kATransposed, wmma::col_major, wmma::row_major>;
