@@ -49,7 +49,11 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor mean = b.alloc({n}, dt), rstd = b.alloc({n}, dt);
   Tensor h = b.alloc({n, 4 * c}, dt), dh = b.alloc({n, 4 * c}, dt), hout = b.alloc({n, 4 * c}, dt);
   Tensor m = b.alloc({n, c}, dt), var = b.alloc({n, c}, dt), dbias4 = b.alloc({4 * c}, dt);
-  Tensor logits = b.alloc({n, v}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
+  // The logits' rows padded as the trainer pads them (Backend::gemm_row_multiple: 50257 -> 50264 on
+  // CUDA), so the window rows run the kernels training runs (a padded operand copy would take the
+  // unfused path); the padding is never in a window's softmax. The bytes count V columns.
+  const int64_t row_multiple = b.gemm_row_multiple(), vp = (v + row_multiple - 1) / row_multiple * row_multiple;
+  Tensor logits = b.alloc({n, vp}, dt), losses = b.alloc({n}, dt), targets = b.alloc({n}, DType::I32);
   Tensor qkv = b.alloc({batch, seq, 3 * c}, dt), att = b.alloc({batch, seq, c}, dt), datt = b.alloc({batch, seq, c}, dt);
   Tensor probs = b.alloc({batch, heads, seq, seq}, dt), dqkv = b.alloc({batch, seq, 3 * c}, dt);
   // The single-device loss's window forms over the whole vocabulary (what training runs), and the

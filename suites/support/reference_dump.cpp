@@ -69,7 +69,13 @@ int run(const std::string& dtype_name_arg, int64_t steps, bool tied, uint64_t se
   // Step 0's forward/backward with the initial weights: logits, loss and gradients.
   std::vector<ckpt::HostTensor> results;
   LossSum first = trainer.model().forward(trainer.params(), batches[0].tokens.data(), batches[0].targets.data(), B, T);
-  const std::vector<double> logits = to_host_f64(*backend, trainer.model().logits());
+  // The logits' rows may be padded past V (Backend::gemm_row_multiple: the emulated device, CUDA):
+  // the dump holds the V real columns of each.
+  const std::vector<double> padded = to_host_f64(*backend, trainer.model().logits());
+  const auto row_length = static_cast<std::size_t>(trainer.model().logits().numel() / (B * T));
+  std::vector<double> logits;
+  for (std::size_t row = 0; row < static_cast<std::size_t>(B * T); ++row)
+    logits.insert(logits.end(), padded.begin() + row * row_length, padded.begin() + row * row_length + V);
   backend->fill(trainer.grads().flat(), 0.0);
   trainer.model().backward(trainer.params(), trainer.grads(), 1.0 / static_cast<double>(first.n_valid));
   results.push_back(ckpt::make_host_tensor<double>("logits", {B, T, V}, logits));

@@ -55,9 +55,13 @@ void CudaBackend::gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int6
     return Backend::gemm_bias_residual(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, residual, accumulate);
   const bool bias_epilogue = fusions_.on(CudaFusion::BiasEpilogue) && bias.defined() && bias.dtype() == DType::F32;
   const float* bias32 = bias_epilogue ? ptr<float>(bias, "gemm_bias_residual") : nullptr;
-  if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, n, accumulate, bias32, &residual) &&
-      bias.defined())
-    bias_add(c, bias);
+  bool bias_added = false;
+  try {
+    bias_added = gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, n, accumulate, bias32, &residual);
+  } catch (const cuda::NoAlgorithmWithSeparateC&) {  // c untouched: the GEMM, the bias and the add apart
+    return Backend::gemm_bias_residual(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, residual, accumulate);
+  }
+  if (!bias_added && bias.defined()) bias_add(c, bias);
 }
 
 bool CudaBackend::residual_in_epilogue(int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& c,
@@ -100,7 +104,7 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
     const void* b16 = bf16_copy(b, {trans_b ? n : k, trans_b ? k : n, ldb, b_span}, trans_b ? np : kp,
                                 trans_b ? kp : np, scratch_b_, ldb16);
     float* c32 = ptr<float>(c, "gemm");
-    if (mp == m && np != n && n >= 8 && rows_aligned(c32, ldc) && bias == nullptr) {
+    if (mp == m && np != n && n >= 8 && rows_aligned(c32, ldc) && bias == nullptr && c_in_raw == nullptr) {
       ragged_columns_gemm(trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, beta, c32, ldc);
       return false;
     }

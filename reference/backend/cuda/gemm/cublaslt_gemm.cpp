@@ -137,24 +137,31 @@ std::string describe(const CublasLtGemm& g, const GemmTypes& types) {
 // training step repeats the same few shapes) and reused: the query costs more than a small GEMM.
 // The device and workspace size are part of the key because a handle's address can be reused by
 // a later backend on another device (another architecture) or with a smaller workspace.
-// With the bias epilogue (the last element), "no algorithm" is an answer too (nullopt): the caller
-// then runs the product without it.
+// The last element: the bias pointer's alignment with the bias epilogue (the heuristic reads the
+// pointer for it, cublasLt.h), 0 without one. "No algorithm" is cached as nullopt; where the
+// caller may decline (the bias epilogue, a C read apart from D) it is an answer, else an error.
 using AlgoKey = std::tuple<int, cublasLtHandle_t, std::size_t, int, int, int, int, bool, bool, int64_t, int64_t,
                            int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
-                           int64_t, int64_t, bool>;
+                           int64_t, int64_t, uint32_t>;
 
 std::optional<cublasLtMatmulAlgo_t> choose_algo(const CudaContext& ctx, const GemmTypes& types, const CublasLtGemm& g,
                                                 const MatmulDesc& desc, const MatrixLayout& a, const MatrixLayout& b,
-                                                const MatrixLayout& c, bool with_bias) {
+                                                const MatrixLayout& c, const float* bias, bool may_decline) {
   static std::mutex mutex;
   static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> chosen;
+  const uint32_t bias_alignment = bias != nullptr ? gemm_alignment_bytes(bias, 0, sizeof(float)) : 0;
   const AlgoKey key{ctx.device, ctx.lt, ctx.workspace_bytes, types.compute, types.scale, types.ab, types.c,
                     g.trans_lt_a, g.trans_lt_b, g.m, g.n, g.k, g.a_layout.ld, g.b_layout.ld, g.c_layout.ld,
                     g.a_layout.alignment_bytes, g.b_layout.alignment_bytes, g.c_layout.alignment_bytes,
                     g.batch_count, g.a_layout.batch_stride, g.b_layout.batch_stride, g.c_layout.batch_stride,
-                    with_bias};
+                    bias_alignment};
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  auto no_algorithm = [&]() -> std::optional<cublasLtMatmulAlgo_t> {
+    if (may_decline) return std::nullopt;
+    fail("gemm: cuBLASLt has no algorithm for ", describe(g, types),
+         " (run with CUBLASLT_LOG_LEVEL=2 for cuBLASLt's own reason)");
+  };
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second ? it->second : no_algorithm();
   Preference pref;
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ctx.workspace_bytes));
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a_layout.alignment_bytes);
@@ -171,13 +178,10 @@ std::optional<cublasLtMatmulAlgo_t> choose_algo(const CudaContext& ctx, const Ge
                                                                c.layout, pref.pref, 1, &result, &found);
   // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result: either way say which problem.
   const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
-  if (none && with_bias) {
+  if (none) {
     chosen.emplace(key, std::nullopt);
-    return std::nullopt;
+    return no_algorithm();
   }
-  if (none)
-    fail("gemm: cuBLASLt has no algorithm for ", describe(g, types),
-         " (run with CUBLASLT_LOG_LEVEL=2 for cuBLASLt's own reason)");
   check_cublas(status, str_cat("cublasLtMatmulAlgoGetHeuristic for ", describe(g, types)).c_str());
   chosen.emplace(key, result.algo);
   return result.algo;
@@ -248,7 +252,7 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   std::optional<cublasLtMatmulAlgo_t> algo;
   if (bias_epilogue_applies(call, bias, c_in == nullptr)) {
     desc.set_bias(bias);
-    algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, true);
+    algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, bias, true);
     if (!algo) {  // none with the epilogue: the plain product, the caller adds the bias
       const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
       check_cublas(cublaslt().desc_set_attribute(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain),
@@ -258,7 +262,11 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   } else {
     bias = nullptr;
   }
-  if (!algo) algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, false);
+  if (!algo) algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, nullptr, c_in != nullptr);
+  // Nothing written yet: the caller computes D = A B (+ bias) + C its own way.
+  if (!algo)
+    throw NoAlgorithmWithSeparateC("gemm: cuBLASLt has no algorithm reading C apart from D for " +
+                                   describe(g, types));
   // alpha and beta in the scale type, read from the host (the default pointer mode).
   const float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);
   const bool fp64 = types.scale == CUDA_R_64F;

@@ -8,8 +8,13 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/host/gemm_layout.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace tripod::cuda {
+
+struct NoAlgorithmWithSeparateC : Error {
+  using Error::Error;
+};
 
 // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (row-major, leading dimensions in elements).
 // With `bias` (nullable; fp32 [n], for an fp32 C): + bias[j] on every row, through cuBLASLt's bias
@@ -17,7 +22,8 @@ namespace tripod::cuda {
 // algorithm with it and the bias is 16-byte aligned. Returns whether the bias was added.
 // With `c_in` (nullable; only where k > 0): beta * C is read from c_in, laid out as c, and the
 // result written to c (cuBLASLt's C and D apart: a residual added in the epilogue); a bias then
-// rides on the epilogue with beta != 0 too, summed before the one rounding.
+// rides on the epilogue with beta != 0 too, summed before the one rounding. Where cuBLASLt has no
+// algorithm for that, NoAlgorithmWithSeparateC is thrown before anything is written.
 bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, DType ab, double beta, void* c, int64_t ldc, DType c_dtype, DType accumulate,
           bool fp32_on_tf32, const CudaContext& ctx, const float* bias = nullptr, const void* c_in = nullptr);
