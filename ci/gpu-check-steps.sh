@@ -206,12 +206,36 @@ compare_runs() {  # A B MODE... : the run under test, the reference, then compar
       --ckpt-b "$WORK/ckpt-$(basename "$b")" --json "$STEP_DIR/compare.json" "$@"
 }
 train_vs_cpu() {  # DTYPE TOLERANCE
-  local dtype=$1 tol=$2 device=cuda steps=$TRAIN_STEPS
+  local dtype=$1 tol=$2 device=cuda steps=$TRAIN_STEPS status=0
   if dry; then device=emulated; steps=3; fi
   train_tiny "cpu-$dtype" cpu "$dtype" "$steps"
-  train_tiny "$device-$dtype" "$device" "$dtype" "$steps"
+  train_tiny "$device-$dtype" "$device" "$dtype" "$steps" || status=$?
   cd "$STEP_DIR" || exit 1
-  compare_runs "$device-$dtype" "cpu-$dtype" --rel-tol "$tol" --steps "$steps" --label "tiny $dtype: $device vs cpu"
+  [ "$status" -ne 0 ] ||
+    compare_runs "$device-$dtype" "cpu-$dtype" --rel-tol "$tol" --steps "$steps" --label "tiny $dtype: $device vs cpu" ||
+    status=$?
+  if [ "$dtype" = bf16-mixed ] && { [ "$status" -ne 0 ] || [ "${TRIPOD_GPU_CHECK_BISECT:-}" = always ]; }; then
+    bisect_fusions "$dtype" "$tol" "$device" "$steps"
+  fi
+  return "$status"
+}
+# A bf16-mixed GPU run that crashed or left the CPU's: is one of the CUDA backend's fused forms
+# (TRIPOD_CUDA_FUSIONS) the cause? The GPU run again with none of them, then with each one alone,
+# held to the same bound; one line each in fusions.txt, which the key figure shows. Saves a rerun of
+# the lease to find out. (TRIPOD_GPU_CHECK_BISECT=always runs it on a pass too: the dry run's test.)
+bisect_fusions() {  # DTYPE TOLERANCE DEVICE STEPS
+  local dtype=$1 tol=$2 device=$3 steps=$4 fusions verdict
+  : > "$STEP_DIR/fusions.txt"
+  for fusions in none bias residual bias-grad operands loss-stats layernorm-grads; do
+    verdict=fail
+    if TRIPOD_CUDA_FUSIONS=$fusions train_tiny "$device-$dtype-$fusions" "$device" "$dtype" "$steps" \
+           > "$STEP_DIR/fusions-$fusions.log" 2>&1 &&
+       "$PY" "$ROOT/reports/compare_training.py" --a "$device-$dtype-$fusions.jsonl" --b "cpu-$dtype.jsonl" \
+           --json "$STEP_DIR/compare-fusions-$fusions.json" --rel-tol "$tol" --steps "$steps" \
+           --label "tiny $dtype: $device with TRIPOD_CUDA_FUSIONS=$fusions vs cpu" >> "$STEP_DIR/fusions-$fusions.log" 2>&1
+    then verdict=pass; fi
+    echo "$fusions $verdict" | tee -a "$STEP_DIR/fusions.txt"
+  done
 }
 step_train-fp64() { train_vs_cpu fp64 1e-10; }
 step_train-fp32() { train_vs_cpu fp32 1e-5; }
@@ -334,14 +358,18 @@ step_bench-train() {
      tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
          --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench-unfused.json")
   else
+    # Each run whether or not the one before failed: a fused form that fails at GPT-2's shapes
+    # still leaves the step a measured step with the fusions off (the key figure says which ran).
+    local failed=0
     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
-        --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json"
+        --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json" || failed=1
     [ ${#padding[@]} -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
         --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" "${padding[@]}" \
-        --json "$STEP_DIR/bench-padded.json"
+        --json "$STEP_DIR/bench-padded.json" || failed=1
     (export TRIPOD_CUDA_FUSIONS=none
      tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
-         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench-unfused.json")
+         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench-unfused.json") || failed=1
+    return "$failed"
   fi
 }
 

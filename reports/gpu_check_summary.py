@@ -73,10 +73,16 @@ def key_check(d):
     return text
 
 
+def fusions_text(d):
+    """'; fusions alone: none pass, bias fail, ...' from train-bf16's bisection (fusions.txt), if it ran."""
+    lines = [line.split() for line in read_text(d / "fusions.txt").splitlines()]
+    return ("; TRIPOD_CUDA_FUSIONS alone: " + ", ".join(" ".join(p) for p in lines if len(p) == 2)) if lines else ""
+
+
 def key_train(d):
     j = load(d / "compare.json")
     if not j:
-        return ""
+        return fusions_text(d).lstrip("; ")
     ckpt = j.get("checkpoint", {})
     if j["mode"] == "bitwise":
         same = all(ckpt.get("files_identical", {}).values()) if ckpt else None
@@ -85,7 +91,7 @@ def key_train(d):
     text = (f"loss max rel {j['loss_max_rel']:.2g} (bound {j['rel_tol']:g}), grad norm {j['grad_norm_max_rel']:.2g}")
     if ckpt:
         text += f", params {ckpt['param_max_rel']:.2g} ({ckpt['worst_param']})"
-    return text
+    return text + fusions_text(d)
 
 
 def largest_square(j):
@@ -132,7 +138,10 @@ def same_square(j, square):
 def key_bench(d):
     j = load(d / "bench.json")
     if not j:
-        return ""
+        unfused = load(d / "bench-unfused.json")  # the fused run failed: what the unfused one measured
+        return ("" if not unfused else
+                f"default run failed; fusions off: {unfused['tokens_per_second']:.0f} tokens/s, step "
+                f"{1e3 * unfused['median_step_seconds']:.1f} ms")
     mfu = pct(100 * j["mfu"]) if j.get("mfu") is not None else "n/a"
     text = (f"{j['config']} B{j['batch']}xT{j['seq_len']} {j.get('dtype', '?')}: {j['tokens_per_second']:.0f} tokens/s, "
             f"MFU {mfu}, step {1e3 * j['median_step_seconds']:.1f} ms")

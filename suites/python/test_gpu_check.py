@@ -346,6 +346,35 @@ def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     assert next(t for t in summary(tmp_path)["targets"] if "sanitizer" in t["target"])["met"] is False
 
 
+def test_summary_shows_the_unfused_step_when_the_default_one_failed_and_the_fusion_bisection(tmp_path):
+    (tmp_path / "bench-train").mkdir()
+    (tmp_path / "bench-train" / "bench-unfused.json").write_text(json.dumps(
+        {"tokens_per_second": 150000.0, "median_step_seconds": 0.0546}))
+    (tmp_path / "train-bf16").mkdir()
+    (tmp_path / "train-bf16" / "fusions.txt").write_text("none pass\nbias pass\nresidual fail\n")
+    (tmp_path / "steps.tsv").write_text("bench-train\tfail\t20.0\texit 1\t\ntrain-bf16\tfail\t30.0\texit 1\t\n")
+    run_summary(tmp_path)
+    steps = {x["name"]: x for x in summary(tmp_path)["steps"]}
+    assert steps["bench-train"]["key"] == "default run failed; fusions off: 150000 tokens/s, step 54.6 ms"
+    assert steps["train-bf16"]["key"] == "TRIPOD_CUDA_FUSIONS alone: none pass, bias pass, residual fail"
+
+
+def test_a_failing_bf16_training_step_runs_again_with_each_cuda_fusion_alone(tmp_path):
+    # TRIPOD_GPU_CHECK_BISECT=always: the bisection on a pass too (the emulated device of a dry run
+    # passes with every setting: the variable is the CUDA backend's)
+    out = tmp_path / "out"
+    result = gpu_check(out, "--dry-run", "--only", "train-bf16", env={"TRIPOD_GPU_CHECK_BISECT": "always"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (out / "dry-train-bf16" / "fusions.txt").read_text().split()
+    assert lines == ["none", "pass", "bias", "pass", "residual", "pass", "bias-grad", "pass", "operands", "pass",
+                     "loss-stats", "pass", "layernorm-grads", "pass"]
+    steps = {x["name"]: x for x in summary(out)["steps"]}
+    assert "TRIPOD_CUDA_FUSIONS alone: none pass, bias pass" in steps["dry-train-bf16"]["key"]
+    # the emulated device ignores the variable: the names are checked against the CUDA backend's own
+    names = re.findall(r'case CudaFusion::\w+: return "([a-z-]+)";', (SOURCE / "reference/backend/cuda/host/fusion_choice.cpp").read_text())
+    assert lines[2::2] == names
+
+
 def test_summary_judges_issue_15_and_17_targets_from_their_steps(tmp_path):
     (tmp_path / "overlap-cpu").mkdir()
     (tmp_path / "pipeline-cpu").mkdir()
