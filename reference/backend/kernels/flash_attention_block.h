@@ -125,14 +125,41 @@ void with_head_dim(int64_t head_dim, F&& f) {
 
 TRIPOD_HD bf16 to_bf16(float x) { return bf16{float_to_bf16_bits(x)}; }
 
+// v = p[0..3]: one 16-byte load on the device (p 16-byte aligned: the launchers check qkv and
+// dout, and every row and head offset is a multiple of 4 floats).
+TRIPOD_HD void load_four(const float* p, float (&v)[4]) {
+#ifdef __CUDA_ARCH__
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+#else
+  for (int e = 0; e < 4; ++e) v[e] = p[e];
+#endif
+}
+
+// dst[0..3] = v rounded to bf16: one 8-byte store on the device (dst 8-byte aligned: a shared
+// operand's rows are multiples of 16 bytes, and d a multiple of 4).
+TRIPOD_HD void store_four(bf16* dst, const float (&v)[4]) {
+#ifdef __CUDA_ARCH__
+  const uint32_t lo = float_to_bf16_bits(v[0]) | static_cast<uint32_t>(float_to_bf16_bits(v[1])) << 16;
+  const uint32_t hi = float_to_bf16_bits(v[2]) | static_cast<uint32_t>(float_to_bf16_bits(v[3])) << 16;
+  *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+#else
+  for (int e = 0; e < 4; ++e) dst[e] = to_bf16(v[e]);
+#endif
+}
+
 // dst [kTile][HD] (leading dimension ld) = src's rows [0, rows) rounded to bf16, zeros past them
-// (a zero key or value row adds nothing: its probability is an exact 0, and 0 * 0 = 0).
+// (a zero key or value row adds nothing: its probability is an exact 0, and 0 * 0 = 0). Four
+// consecutive elements a thread: a warp reads 512 contiguous bytes of a row or two, in 16-byte loads.
 template <int HD, class Exec>
 TRIPOD_HD void load_rows(const Exec& exec, bf16* dst, int ld, const float* src, int64_t src_ld, int rows) {
+  static_assert(HD % 4 == 0, "rows are loaded in groups of four");
   for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step())
-    for (int i = tid; i < kTile * HD; i += kThreads) {
-      const int r = i / HD, d = i % HD;
-      dst[r * ld + d] = r < rows ? to_bf16(src[r * src_ld + d]) : bf16{};
+    for (int g = tid; g < kTile * HD / 4; g += kThreads) {
+      const int r = g / (HD / 4), d = g % (HD / 4) * 4;
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (r < rows) load_four(src + r * src_ld + d, v);
+      store_four(dst + r * ld + d, v);
     }
 }
 

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -195,6 +196,14 @@ flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_
   return {batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
 }
 
+// The block algorithms load qkv and dout four floats at a time (flash_attention_block.h's
+// load_rows): their first element 16-byte aligned makes every row's (head sizes and C are
+// multiples of 4). The model's activations are whole allocations; a view that is not is refused.
+void check_rows_aligned(const char* op, std::initializer_list<const void*> tensors) {
+  check(all_aligned_to(16, tensors), op, ": qkv and the output gradient must start 16-byte aligned "
+        "(the flash kernels read them in 16-byte groups)");
+}
+
 }  // namespace
 
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
@@ -202,6 +211,7 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
   const char* op = "flash_attention_forward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
   if (batch * seq_len == 0) return;
+  check_rows_aligned(op, {qkv});
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
@@ -219,6 +229,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
   if (batch * seq_len == 0) return;
+  check_rows_aligned(op, {qkv, dout});
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
   launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
