@@ -76,6 +76,21 @@ void run_kernel_rate(const KernelRateOptions& o) {
   const double square = static_cast<double>(batch * heads) * static_cast<double>(seq * seq);
   const double products = static_cast<double>(batch) * static_cast<double>(seq * seq) * static_cast<double>(c);
 
+  // The optimizer's shape of work: AdamW over [N, C] in 96 runs, half of them 768 elements (as
+  // GPT-2's LayerNorm weights and biases), half the rest (its matrices), alternating weight decay:
+  // one adamw_runs call (CUDA: one launch) against a call of adamw a run. Both move the adamw row's
+  // bytes.
+  std::vector<AdamWRun> adamw_runs;
+  {
+    const int64_t small = std::min<int64_t>(768, n * c / 96), large = (n * c - 48 * small) / 48;
+    for (int64_t r = 0, at = 0; r < 96; ++r) {
+      const int64_t length = r % 2 ? small : (r == 94 ? n * c - at - small : large);
+      adamw_runs.push_back({at, length, r % 2 ? 0.0 : 0.1});
+      at += length;
+    }
+  }
+  auto flat = [&](const Tensor& t) { return t.view(0, {t.numel()}); };
+
   std::vector<KernelCase> cases = {
       // The baseline copies [N, 4C] (GPT-2 at N 8192: 2 x 100 MB), well past a GPU's L2 (50-60 MB on
       // an H200), so it is the device memory's rate; a copy of [N, C] would be partly served from L2.
@@ -87,6 +102,14 @@ void run_kernel_rate(const KernelRateOptions& o) {
       {"gelu fwd", 2 * 4 * nc * s, [&] { b.gelu_forward(hout, h); }},
       {"gelu bwd", 3 * 4 * nc * s, [&] { b.gelu_backward(dh, h, hout); }},
       {"adamw", 7 * nc * s, [&] { b.adamw(y, a2, m, var, 1e-4, 0.9, 0.95, 1e-8, 0.1, 10, 1.0); }},
+      {"adamw 96 runs (1 call)", 7 * nc * s,
+       [&] { b.adamw_runs(flat(y), flat(a2), flat(m), flat(var), adamw_runs, 1e-4, 0.9, 0.95, 1e-8, 10, 1.0); }},
+      {"adamw 96 runs apart", 7 * nc * s, [&] {
+         for (const AdamWRun& r : adamw_runs) {
+           auto span = [&](const Tensor& t) { return t.view(r.offset, {r.length}); };
+           b.adamw(span(y), span(a2), span(m), span(var), 1e-4, 0.9, 0.95, 1e-8, r.weight_decay, 10, 1.0);
+         }
+       }},
       {"cross-entropy fwd", static_cast<double>(n * v) * s, [&] { b.cross_entropy_forward(losses, logits, targets); }},
       // In place: every call turns the logits into gradients of the previous call's; the traffic is the same.
       {"cross-entropy bwd", 2.0 * static_cast<double>(n * v) * s, [&] { b.cross_entropy_backward(logits, targets, 1.0); }},

@@ -9,7 +9,7 @@ import pytest
 from tripod_cli import TRIPOD, require_tripod
 
 KERNELS = ["copy", "add", "bias_add", "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "adamw",
-           "cross-entropy fwd", "cross-entropy bwd", "cross-entropy window fwd", "ce window fwd, 1 pass",
+           "adamw 96 runs (1 call)", "adamw 96 runs apart", "cross-entropy fwd", "cross-entropy bwd", "cross-entropy window fwd", "ce window fwd, 1 pass",
            "cross-entropy window bwd",
            "embedding bwd", "attention fwd", "attention bwd"]
 
@@ -51,6 +51,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     assert ce["cross-entropy window fwd"] == ce["cross-entropy window bwd"] == 2 * 64 * 100 * size
     # the one-pass statistics read the logits once
     assert ce["ce window fwd, 1 pass"] == 64 * 100 * size
+    # AdamW's 96 runs move what one call over the same [N, C] moves
+    assert ce["adamw 96 runs (1 call)"] == ce["adamw 96 runs apart"] == ce["adamw"] == 7 * 64 * 32 * size
     # dout twice, and the 9 distinct table rows (ids below 64 / 8 + 1) read and written
     assert ce["embedding bwd"] == (2 * 64 * 32 + 2 * 9 * 32) * size
     if dtype == "fp32":  # [N, 4C] read in fp32 once, written in bf16, counted alike for both forms

@@ -1,15 +1,22 @@
-// AdamW::update calls the backend once per run of consecutive tensors with the same weight decay
-// that lie back to back in the parameter, gradient and moment buffers. AdamW is elementwise with
+// AdamW::update hands the backend its runs of consecutive tensors with the same weight decay that
+// lie back to back in the parameter, gradient and moment buffers, all in one Backend::adamw_runs
+// call (whose default makes a call of adamw a run; CUDA launches once). AdamW is elementwise with
 // the same coefficients across such a run, so the result must be the bits of one call a tensor.
+// Then the CUDA launch's partition of the runs into blocks (backend/kernels/adamw_runs_math.h),
+// and adamw_runs' refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/kernels/adamw_runs_math.h"
 #include "backend/transfer.h"
 #include "kernel_math_test_util.h"
 #include "model/param_spec.h"
 #include "optim/adamw.h"
+#include "support/error_text.h"
 
 namespace tripod {
 namespace {
@@ -22,7 +29,13 @@ class CountingCpuBackend : public cpu::CpuBackend {
     ++adamw_calls;
     cpu::CpuBackend::adamw(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   }
-  int adamw_calls = 0;
+  void adamw_runs(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                  const std::vector<AdamWRun>& runs, double lr, double beta1, double beta2, double eps, int64_t step,
+                  double grad_scale) override {
+    ++adamw_runs_calls;
+    cpu::CpuBackend::adamw_runs(params, grads, m, v, runs, lr, beta1, beta2, eps, step, grad_scale);
+  }
+  int adamw_calls = 0, adamw_runs_calls = 0;
 };
 
 // GPT-2's list of tensors (12 layers, tied embeddings) at small widths: the runs depend only on
@@ -55,9 +68,10 @@ TEST(AdamWRuns, OneCallARunGivesTheBitsOfOneCallATensor) {
     config.decay_policy = policy;
     AdamW optimizer(specs, be, DType::F32, config);
     for (int64_t step = 1; step <= 2; ++step) {
-      be.adamw_calls = 0;
+      be.adamw_calls = be.adamw_runs_calls = 0;
       optimizer.update(params, grads, 6e-4, step, 0.7);
       EXPECT_EQ(be.adamw_calls, want_calls) << "step " << step;
+      EXPECT_EQ(be.adamw_runs_calls, 1) << "step " << step;  // every run in one backend call
       for (std::size_t i = 0; i < specs.size(); ++i)  // the reference: one call a tensor
         be.adamw(reference.at(i), grads.at(i), m.at(i), v.at(i), 6e-4, config.beta1, config.beta2, config.eps,
                  decays(specs[i], policy) ? config.weight_decay : 0.0, step, 0.7);
@@ -84,6 +98,42 @@ TEST(AdamWRuns, TensorsWithAGapBetweenThemAreSeparateCalls) {
   be.adamw_calls = 0;
   optimizer.update(packed, grads, 1e-3, 2);
   EXPECT_EQ(be.adamw_calls, 1);
+}
+
+// Every element of every run in exactly one block, and each block's run found by the search,
+// runs of zero elements and runs of whole and partial blocks among them.
+TEST(AdamWRuns, TheLaunchsBlocksCoverEveryRunOnce) {
+  using namespace kernels;
+  const std::vector<int64_t> lengths{0, 1, kAdamWBlockElements, 0, 0, kAdamWBlockElements + 1, 768, 3 * kAdamWBlockElements, 0};
+  const int count = static_cast<int>(lengths.size());
+  std::vector<int64_t> first_block(lengths.size() + 1);
+  adamw_first_blocks(lengths.data(), count, first_block.data());
+  EXPECT_EQ(first_block.back(), 0 + 1 + 1 + 0 + 0 + 2 + 1 + 3 + 0);
+  std::vector<int64_t> covered(lengths.size(), 0);
+  for (int64_t block = 0; block < first_block.back(); ++block) {
+    const int r = adamw_run_of_block(first_block.data(), count, block);
+    ASSERT_GE(r, 0);
+    ASSERT_LT(r, count);
+    const int64_t begin = (block - first_block[r]) * kAdamWBlockElements;
+    ASSERT_LT(begin, lengths[r]) << "block " << block << " of run " << r;
+    covered[r] += std::min(begin + kAdamWBlockElements, lengths[r]) - begin;
+  }
+  EXPECT_EQ(covered, lengths);
+  EXPECT_EQ(adamw_run_of_block(first_block.data(), count, 0), 1);  // the empty run 0 shares its first block
+}
+
+TEST(AdamWRuns, RunsOutsideTheBuffersOrOverlappingAreRefused) {
+  cpu::CpuBackend be(Device::Host, "cpu");
+  const Tensor p = be.alloc({100}, DType::F32), g = be.alloc({100}, DType::F32), m = be.alloc({100}, DType::F32),
+               v = be.alloc({100}, DType::F32), short_v = be.alloc({99}, DType::F32);
+  auto run = [&](std::vector<AdamWRun> runs, const Tensor& vv) {
+    return expected_error([&] { be.adamw_runs(p, g, m, vv, runs, 1e-3, 0.9, 0.95, 1e-8, 1, 1.0); });
+  };
+  EXPECT_NE(run({{90, 11, 0.0}}, v).find("run [90, 101) is outside the 100 elements"), std::string::npos);
+  EXPECT_NE(run({{0, 10, 0.0}, {5, 10, 0.1}}, v).find("run [5, 15) overlaps another run (up to 10)"),
+            std::string::npos);
+  EXPECT_NE(run({{0, 10, 0.0}}, short_v).find("must be as long as the parameters"), std::string::npos);
+  EXPECT_NO_THROW(be.adamw_runs(p, g, m, v, {{0, 10, 0.0}, {10, 0, 0.1}, {10, 90, 0.1}}, 1e-3, 0.9, 0.95, 1e-8, 1, 1.0));
 }
 
 }  // namespace

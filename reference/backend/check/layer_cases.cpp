@@ -191,6 +191,23 @@ void add_adamw_case(CaseList& cases, DType t) {
     be.adamw(from_1(p), from_1(g), from_1(m), from_1(v), 3e-4, 0.9, 0.95, 1e-8, 0.0, 4, 1.0);
     return std::vector<Output>{output(be, "param", p), output(be, "m", m), output(be, "v", v)};
   });
+  // Many runs of one set of buffers (the optimizer's runs of tensors; CUDA: one launch a 64 runs):
+  // 70 runs of 0 to 9000 elements, odd and even offsets, gaps left untouched, two weight decays.
+  cases.add("adamw_runs", t, "150001, 70 runs step 2", [=](Backend& be) {
+    Inputs in(be, t, kSeed);
+    const int64_t n = 150'001;
+    Tensor p = in.normal({n}, 0.02), g = in.normal({n}, 1e-3), m = in.normal({n}, 1e-4);
+    Tensor v = in.positive({n}, 0.0, 1e-6);
+    const int64_t sizes[] = {1, 768, 0, 4097, 3, 2304, 9000, 5, 4096, 768};
+    std::vector<AdamWRun> runs;
+    for (int64_t r = 0, at = 0; r < 70; ++r) {
+      const int64_t length = sizes[r % 10];
+      runs.push_back({at, length, r % 2 ? 0.1 : 0.0});
+      at += length + (r % 7 == 3 ? 2 : 0);  // now and then a gap
+    }
+    be.adamw_runs(p, g, m, v, runs, 6e-4, 0.9, 0.95, 1e-8, 2, 0.5);
+    return std::vector<Output>{output(be, "param", p), output(be, "m", m), output(be, "v", v)};
+  });
 }
 
 }  // namespace

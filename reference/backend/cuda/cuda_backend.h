@@ -101,6 +101,10 @@ class CudaBackend final : public Backend {
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr, double beta1,
              double beta2, double eps, double weight_decay, int64_t step, double grad_scale) override;
+  // Every run in one launch (a launch per 64 runs): backend/cuda/kernels/adamw_runs.cu.
+  void adamw_runs(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                  const std::vector<AdamWRun>& runs, double lr, double beta1, double beta2, double eps, int64_t step,
+                  double grad_scale) override;
 
   // The typed device pointer of a tensor of this backend (the device checked, then the dtype).
   template <typename T>

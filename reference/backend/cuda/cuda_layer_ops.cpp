@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/dispatch.h"
+#include "backend/cuda/kernels/adamw_runs.h"
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/cross_entropy.h"
@@ -258,6 +259,27 @@ void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m
     using T = decltype(zero);
     cuda::adamw<T>(ptr<T>(param, op), ptr<T>(grad, op), ptr<T>(m, op), ptr<T>(v, op), param.numel(), lr, beta1, beta2,
                    eps, weight_decay, step, grad_scale, ctx_);
+  });
+}
+
+void CudaBackend::adamw_runs(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                             const std::vector<AdamWRun>& runs, double lr, double beta1, double beta2, double eps,
+                             int64_t step, double grad_scale) {
+  const char* op = "adamw_runs";
+  check_adamw_runs(params, grads, m, v, runs);
+  std::vector<int64_t> offsets, lengths;
+  std::vector<double> decays;
+  for (const AdamWRun& r : runs) {
+    if (r.length == 0) continue;
+    offsets.push_back(r.offset);
+    lengths.push_back(r.length);
+    decays.push_back(r.weight_decay);
+  }
+  dispatch_float(params.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::adamw_runs<T>(ptr<T>(params, op), ptr<T>(grads, op), ptr<T>(m, op), ptr<T>(v, op),
+                        static_cast<int>(offsets.size()), offsets.data(), lengths.data(), decays.data(), lr, beta1,
+                        beta2, eps, step, grad_scale, ctx_);
   });
 }
 
