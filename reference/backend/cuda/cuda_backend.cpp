@@ -13,6 +13,7 @@
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/gemm/cublaslt_gemm.h"
 #include "backend/cuda/gemm/cublaslt_library.h"
+#include "backend/cuda/host/architecture_fit.h"
 #include "backend/cuda/host/device_choice.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/reductions.h"
@@ -42,6 +43,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   cudaDeviceProp props{};
   check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
+  const std::string mismatch =
+      architecture_mismatch(TRIPOD_CUDA_ARCHITECTURES_TEXT, props.name, props.major, props.minor);
+  check(mismatch.empty(), "CUDA device ", device_, ": ", mismatch);
   name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
           ", device " + std::to_string(device_) +
           (attention_kernel_ == AttentionKernel::Flash ? ", flash attention" : "") +
