@@ -24,18 +24,21 @@ LayerTensors layer_tensors(Get&& get, const std::array<std::size_t, kBlockRoles>
 // The linear layer `role` on an activation that only its GEMMs read: made into `input` and passed
 // as it is where it is stored, else made as the GEMM operand alone (`make_operand`: a bf16 copy
 // written by the producer's own pass, BlockActivations::keep_operands), which `kept` then holds
-// for the backward where non-null. `residual` (undefined for none) is added to the output.
+// for the backward where non-null, and `kept_weight` the weight's prepared copy. `residual`
+// (undefined for none) is added to the output.
 template <class MakeInput, class MakeOperand>
 void linear_on(LayerOps& layers, Backend& be, LinearRole role, const Tensor& out, const Tensor& input,
-               const Tensor& weight, const Tensor& bias, const Tensor& residual, Tensor* kept, MakeInput&& make_input,
-               MakeOperand&& make_operand) {
+               const Tensor& weight, const Tensor& bias, const Tensor& residual, Tensor* kept, Tensor* kept_weight,
+               MakeInput&& make_input, MakeOperand&& make_operand) {
+  if (kept == nullptr) kept_weight = nullptr;  // a weight's copy is kept with its input's only
   if (input.defined()) {
     make_input();
-    if (residual.defined()) return layers.linear_forward_residual(be, role, out, input, weight, bias, residual, kept);
-    return layers.linear_forward(be, role, out, input, weight, bias, kept);
+    if (residual.defined())
+      return layers.linear_forward_residual(be, role, out, input, weight, bias, residual, kept, kept_weight);
+    return layers.linear_forward(be, role, out, input, weight, bias, kept, kept_weight);
   }
   const Tensor operand = make_operand();
-  layers.linear_forward_from_operand(be, role, out, operand, weight, bias, residual);
+  layers.linear_forward_from_operand(be, role, out, operand, weight, bias, residual, kept_weight);
   if (kept != nullptr) *kept = operand;
 }
 
@@ -96,8 +99,12 @@ struct Gpt::BlockActivations {
   // ln1, ln2 and gelu(fc) are read only by a GEMM and its backward: where their copies are kept,
   // they are not stored in fp32 at all (Backend::layernorm_operand and gelu_operand write the bf16
   // copies directly; an evaluation makes the copies and drops them).
+  // With each kept input, its GEMM's weight's prepared copy (LayerOps::linear_forward's
+  // kept_weight): the weights do not change between a micro-batch's forward and its backward, so
+  // the backward's dX products take the forward's copies instead of rounding the weights again.
   bool keep_operands = false;
   Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
+  Tensor qkv_w_op, proj_w_op, fc_w_op, fcproj_w_op;
 };
 
 // Everything the backward pass of one micro-batch needs, for one (B, T) and the span's layers.
@@ -109,7 +116,7 @@ struct Gpt::Activations {
   Tensor lnf, lnf_mean, lnf_rstd;  // [R,C], [R], [R] (head only); lnf undefined where only lnf_op is made
   // lnf's prepared GEMM operand, kept from the forward for the LM head's backward, which drops it
   // (as BlockActivations' copies: where the layers keep operands, not in a forward-only pass).
-  Tensor lnf_op;
+  Tensor lnf_op, head_w_op;  // and the LM head weight's
   Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
   Tensor losses;                   // [N] (head only)
   Tensor loss_sum;                 // fp64 [1]: sum of losses over valid targets (head only)
@@ -198,11 +205,14 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.keep_operands = keep_operands;
     a->bytes += kept_bytes(shared.ln1, R * C) + kept_bytes(shared.atty, N * A) + kept_bytes(shared.ln2, R * C) +
                 kept_bytes(shared.fc_gelu, N * F);
+    // and their GEMMs' weights' copies: c_attn [3A, C], c_proj [C, A], c_fc [F, C], c_proj [C, F]
+    a->bytes += kept_bytes(shared.ln1, 3 * A * C) + kept_bytes(shared.atty, C * A) + kept_bytes(shared.ln2, F * C) +
+                kept_bytes(shared.fc_gelu, C * F);
     a->layers.push_back(x);
   }
   if (span_.head) {
     if (!keep_operands) a->lnf = act({R, C});  // else made only as the LM head's operand
-    a->bytes += kept_bytes(Tensor(), R * C);
+    a->bytes += kept_bytes(Tensor(), R * C) + kept_bytes(Tensor(), config_.vocab_size * C);  // lnf, the head weight
     a->lnf_mean = act({R});
     a->lnf_rstd = act({R});
     a->logits = act({N, V});
@@ -380,7 +390,7 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
   linear_on(
       *layers_, be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor(), Tensor(),  // [N,V]
-      keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr,
+      keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr, &a.head_w_op,
       [&] { be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); },
       [&] { return be.layernorm_operand(a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); });
   if (config_.tie_embeddings) p.release_params(embedding_group());
@@ -407,19 +417,20 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   linear_on(
       layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, Tensor(), keep(shared.ln1, x.ln1_op),  // [N,3A]
-      [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
+      &x.qkv_w_op, [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
       [&] { return be.layernorm_operand(x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); });
   be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                                              // [N,A]
-  layers_->linear_forward_residual(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual,
-                                   keep(shared.atty, x.atty_op));  // [R,C]
+  Tensor* const atty_kept = keep(shared.atty, x.atty_op);
+  layers_->linear_forward_residual(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual, atty_kept,
+                                   atty_kept != nullptr ? &x.proj_w_op : nullptr);  // [R,C]
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   linear_on(
       layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, Tensor(), keep(shared.ln2, x.ln2_op),  // [N,F]
-      [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
+      &x.fc_w_op, [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
       [&] { return be.layernorm_operand(x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); });
   linear_on(
       layers, be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b, x.res2,
-      keep(shared.fc_gelu, x.fc_gelu_op), [&] { be.gelu_forward(x.fc_gelu, x.fc); },
+      keep(shared.fc_gelu, x.fc_gelu_op), &x.fcproj_w_op, [&] { be.gelu_forward(x.fc_gelu, x.fc); },
       [&] { return be.gelu_operand(x.fc); });  // [R,C]
 }
 
@@ -450,11 +461,11 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     // dlnf[R,C] = dlogits @ W_head ; dW_head += dlogits^T @ lnf  (dln is the scratch for dlnf)
     if (dlogits_op.defined())
       layers_->linear_backward_from_operand(be, LinearRole::LmHead, s.dln, p.grad(at.head), dlogits_op,
-                                            a.lnf_mean.numel(), a.lnf, p.param(at.head), a.lnf_op);
+                                            a.lnf_mean.numel(), a.lnf, p.param(at.head), a.lnf_op, a.head_w_op);
     else
       layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
-                               p.param(at.head), a.lnf_op);
-    a.lnf_op = Tensor();  // used: its memory goes back now
+                               p.param(at.head), a.lnf_op, a.head_w_op);
+    a.lnf_op = a.head_w_op = Tensor();  // used: their memory goes back now
     be.fill(s.dres, 0.0);
     be.layernorm_backward(s.dres, p.grad(at.lnf_w), p.grad(at.lnf_b), s.dln, output(index), p.param(at.lnf_w),
                           a.lnf_mean, a.lnf_rstd);
@@ -485,23 +496,25 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     }
     // MLP half (dres = d res3 flows unchanged to res2, plus through the MLP)
     layers_->linear_backward(be, LinearRole::FcOut, s.dfc_gelu, g.fcproj_w, g.fcproj_b, s.dres, x.fc_gelu, w.fcproj_w,
-                             x.fc_gelu_op);
+                             x.fc_gelu_op, x.fcproj_w_op);
     if (x.keep_operands) {  // d fc only as c_fc's bf16 operand, with its bias gradient: never stored in fp32
       const Tensor dfc_op = be.gelu_backward_operand(x.fc, s.dfc_gelu, g.fc_b);
       layers_->linear_backward_from_operand(be, LinearRole::Fc, s.dln, g.fc_w, dfc_op, x.fc.numel() / x.fc.dim(-1),
-                                            x.ln2, w.fc_w, x.ln2_op);
+                                            x.ln2, w.fc_w, x.ln2_op, x.fc_w_op);
     } else {
       be.gelu_backward(s.dfc, x.fc, s.dfc_gelu);
-      layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w, x.ln2_op);
+      layers_->linear_backward(be, LinearRole::Fc, s.dln, g.fc_w, g.fc_b, s.dfc, x.ln2, w.fc_w, x.ln2_op, x.fc_w_op);
     }
     be.layernorm_backward(s.dres, g.ln2_w, g.ln2_b, s.dln, x.res2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
     layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w,
-                             x.atty_op);
+                             x.atty_op, x.proj_w_op);
     be.attention_backward(s.dqkv, s.datty, x.qkv, x.probs, local_heads());
-    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w, x.ln1_op);
+    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w, x.ln1_op,
+                             x.qkv_w_op);
     be.layernorm_backward(s.dres, g.ln1_w, g.ln1_b, s.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
     x.ln1_op = x.atty_op = x.ln2_op = x.fc_gelu_op = Tensor();  // used: their memory goes back now
+    x.qkv_w_op = x.proj_w_op = x.fc_w_op = x.fcproj_w_op = Tensor();
     p.release_params(block_group(l));
     p.grads_ready(block_group(l));
   }

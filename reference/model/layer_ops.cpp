@@ -7,20 +7,20 @@ namespace tripod {
 
 void LayerOps::linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                                        const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                                       Tensor* kept_input) {
-  linear_forward(be, role, out, inp, weight, bias, kept_input);
+                                       Tensor* kept_input, Tensor* kept_weight) {
+  linear_forward(be, role, out, inp, weight, bias, kept_input, kept_weight);
   be.add(out, out, residual);
 }
 
 void LayerOps::linear_forward_from_operand(Backend&, LinearRole, const Tensor&, const Tensor& inp_operand,
-                                           const Tensor&, const Tensor&, const Tensor&) {
+                                           const Tensor&, const Tensor&, const Tensor&, Tensor*) {
   fail("linear_forward_from_operand (", inp_operand.describe(),
        "): this layer strategy keeps no prepared inputs and takes none");
 }
 
 void LayerOps::linear_backward_from_operand(Backend&, LinearRole, const Tensor&, const Tensor&,
                                             const Tensor& dout_operand, int64_t, const Tensor&, const Tensor&,
-                                            const Tensor&) {
+                                            const Tensor&, const Tensor&) {
   fail("linear_backward_from_operand (", dout_operand.describe(),
        "): this layer strategy keeps no prepared inputs and takes none");
 }
@@ -52,33 +52,35 @@ void SingleDeviceLayers::embedding_backward(Backend& be, const Tensor& dwte, con
 }
 
 void SingleDeviceLayers::linear_forward(Backend& be, LinearRole, const Tensor& out, const Tensor& inp,
-                                        const Tensor& weight, const Tensor& bias, Tensor* kept_input) {
-  tripod::linear_forward(be, out, inp, weight, bias, kept_input);
+                                        const Tensor& weight, const Tensor& bias, Tensor* kept_input,
+                                        Tensor* kept_weight) {
+  tripod::linear_forward(be, out, inp, weight, bias, kept_input, Tensor(), kept_weight);
 }
 
 void SingleDeviceLayers::linear_forward_residual(Backend& be, LinearRole, const Tensor& out, const Tensor& inp,
                                                  const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                                                 Tensor* kept_input) {
-  tripod::linear_forward(be, out, inp, weight, bias, kept_input, residual);
+                                                 Tensor* kept_input, Tensor* kept_weight) {
+  tripod::linear_forward(be, out, inp, weight, bias, kept_input, residual, kept_weight);
 }
 
 void SingleDeviceLayers::linear_forward_from_operand(Backend& be, LinearRole, const Tensor& out,
                                                      const Tensor& inp_operand, const Tensor& weight,
-                                                     const Tensor& bias, const Tensor& residual) {
-  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias, residual);
+                                                     const Tensor& bias, const Tensor& residual, Tensor* kept_weight) {
+  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias, residual, kept_weight);
 }
 
 void SingleDeviceLayers::linear_backward_from_operand(Backend& be, LinearRole, const Tensor& dinp,
                                                       const Tensor& dweight, const Tensor& dout_operand, int64_t rows,
                                                       const Tensor& inp, const Tensor& weight,
-                                                      const Tensor& kept_input) {
-  tripod::linear_backward_from_operand(be, dinp, dweight, dout_operand, rows, inp, weight, kept_input);
+                                                      const Tensor& kept_input, const Tensor& kept_weight) {
+  tripod::linear_backward_from_operand(be, dinp, dweight, dout_operand, rows, inp, weight, kept_input, kept_weight);
 }
 
 void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& dinp, const Tensor& dweight,
                                          const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                         const Tensor& weight, const Tensor& kept_input) {
-  tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false, kept_input);
+                                         const Tensor& weight, const Tensor& kept_input, const Tensor& kept_weight) {
+  tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false, kept_input,
+                          kept_weight);
 }
 
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {

@@ -30,32 +30,36 @@ class LayerOps {
   // out = inp @ weight^T + bias (bias may be undefined). `kept_input` non-null: the strategy may
   // set it to inp's prepared GEMM operand (under bf16-mixed, Backend::gemm_operands' bf16 copy),
   // for linear_backward to take instead of preparing inp again; else it stays undefined.
+  // `kept_weight` likewise for the weight's prepared operand (set only where kept_input is).
   virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
-                              const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr) = 0;
+                              const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr,
+                              Tensor* kept_weight = nullptr) = 0;
   // linear_forward, then the residual stream's add: out = residual + (inp @ weight^T + bias), after
   // a block's output projections (AttnOut, FcOut). This default adds in a second pass
   // (Backend::add); SingleDeviceLayers reads the residual in the GEMM (Backend::gemm_bias_residual).
   virtual void linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                                        const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                                       Tensor* kept_input = nullptr);
+                                       Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr);
   // Whether linear_forward may set a kept input (the model accounts for their memory if so); such a
   // strategy also takes an input as its prepared operand (linear_forward_from_operand).
   virtual bool keeps_prepared_inputs() const { return false; }
   // linear_forward from inp's prepared operand (Backend::gelu_operand's), which linear_backward then
   // takes as the kept input, with no inp; `residual` as linear_forward_residual's (undefined for
-  // none). Only where keeps_prepared_inputs(); an error otherwise.
+  // none); `kept_weight` as linear_forward's. Only where keeps_prepared_inputs(); an error otherwise.
   virtual void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
-                                           const Tensor& weight, const Tensor& bias, const Tensor& residual);
+                                           const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                           Tensor* kept_weight = nullptr);
   // linear_backward from dout's prepared operand (Backend::gelu_backward_operand's, which also added
   // the bias gradient) for `rows` rows. Only where keeps_prepared_inputs(); an error otherwise.
   virtual void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                             const Tensor& dout_operand, int64_t rows, const Tensor& inp,
-                                            const Tensor& weight, const Tensor& kept_input);
-  // dinp is overwritten; dweight and dbias accumulate. `kept_input`: what linear_forward set for
-  // this inp, unchanged since (undefined for none).
+                                            const Tensor& weight, const Tensor& kept_input,
+                                            const Tensor& kept_weight = Tensor());
+  // dinp is overwritten; dweight and dbias accumulate. `kept_input`, `kept_weight`: what
+  // linear_forward set for this inp and weight, unchanged since (undefined for none).
   virtual void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                const Tensor& dbias, const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                               const Tensor& kept_input = Tensor()) = 0;
+                               const Tensor& kept_input = Tensor(), const Tensor& kept_weight = Tensor()) = 0;
   // losses[N] per token (0 where ignored); then, in place, logits become the loss gradient.
   virtual void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) = 0;
   virtual void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) = 0;
@@ -73,22 +77,23 @@ class SingleDeviceLayers final : public LayerOps {
   int64_t local_width(LinearRole role, int64_t full) const override;
   bool keeps_prepared_inputs() const override { return true; }
   void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
-                                   const Tensor& weight, const Tensor& bias, const Tensor& residual) override;
+                                   const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                   Tensor* kept_weight = nullptr) override;
   void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                     const Tensor& dout_operand, int64_t rows, const Tensor& inp, const Tensor& weight,
-                                    const Tensor& kept_input) override;
+                                    const Tensor& kept_input, const Tensor& kept_weight = Tensor()) override;
   void embedding_forward(Backend& be, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int64_t seq_len) override;
   void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor& bias, Tensor* kept_input = nullptr) override;
+                      const Tensor& bias, Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr) override;
   void linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                                const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                               Tensor* kept_input = nullptr) override;
+                               Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                       const Tensor& kept_input = Tensor()) override;
+                       const Tensor& kept_input = Tensor(), const Tensor& kept_weight = Tensor()) override;
   // The whole vocabulary as one window of the Backend's windowed cross-entropy (padding columns
   // past it where the rows are padded): the forward keeps each row's logsumexp (per logits
   // tensor, for every micro-batch in flight, until its backward), so the backward reads the

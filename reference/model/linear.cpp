@@ -27,17 +27,19 @@ void check_padded_rows(const char* op, const Tensor& out, int64_t N, int64_t O, 
 }  // namespace
 
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    Tensor* kept_input, const Tensor& residual) {
+                    Tensor* kept_input, const Tensor& residual, Tensor* kept_weight) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
   const int64_t row_length = out.dim(-1);
   const DType acc = gemm_accumulate_dtype(inp.dtype());
   if (kept_input != nullptr) *kept_input = Tensor();
+  if (kept_weight != nullptr) *kept_weight = Tensor();
   if (kept_input != nullptr && row_length == O) {
     const std::vector<Tensor> ops = be.gemm_operands({inp, weight});
     if (ops[0].dtype() != inp.dtype()) {  // prepared copies (possibly zero-padded, backend.h)
       const int64_t ld_x = ops[0].dim(-1), ld_w = ops[1].dim(-1);
       product_into(be, out, N, O, std::min(ld_x, ld_w), ops[0], ld_x, ops[1], ld_w, bias, residual, acc);
       *kept_input = ops[0];
+      if (kept_weight != nullptr) *kept_weight = ops[1];
       return;
     }
   }
@@ -47,7 +49,8 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
 }
 
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
-                                 const Tensor& bias, const Tensor& residual) {
+                                 const Tensor& bias, const Tensor& residual, Tensor* kept_weight) {
+  if (kept_weight != nullptr) *kept_weight = Tensor();
   const int64_t O = weight.dim(0), I = weight.dim(1), row_length = out.dim(-1), N = out.numel() / row_length;
   check(row_length >= O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
             inp_operand.numel() / inp_operand.dim(-1) >= N,
@@ -70,6 +73,7 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
         " operand with a ", dtype_name(w.dtype()), " weight copy");
   const int64_t ld_x = inp_operand.dim(-1), ld_w = w.dim(-1);
   product(std::min(ld_x, ld_w), inp_operand, ld_x, w, ld_w);
+  if (kept_weight != nullptr) *kept_weight = w;
 }
 
 namespace {
@@ -100,27 +104,35 @@ void backward_products(Backend& be, const Tensor& dinp, const Tensor& dweight, c
 
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
-                     const Tensor& kept_input) {
+                     const Tensor& kept_input, const Tensor& kept_weight) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
   check_input_or_kept("linear_backward", inp, kept_input, N, I);
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).
   check(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ", dout.describe());
-  // A kept copy of inp (linear_forward) pairs with dout's and the weight's copies; where those are
-  // not prepared, inp itself is used.
-  std::vector<Tensor> ops = kept_input.defined() ? be.gemm_operands({dout, weight}, dbias)
-                                                 : be.gemm_operands({dout, weight, inp}, dbias);
-  if (kept_input.defined()) {
-    check(ops[0].dtype() == kept_input.dtype() || inp.defined(), "linear_backward: a kept ",
-          kept_input.describe(), " without the policy that made it, and no input");
-    ops.push_back(ops[0].dtype() == kept_input.dtype() ? kept_input : inp);
-  }
-  backward_products(be, dinp, dweight, ops[0], ops[1], ops[2], O, I, N, accumulate_dinp,
+  // Kept copies of the weight and inp (linear_forward) pair with dout's copy; where that is not
+  // prepared, the weight and inp themselves are used.
+  std::vector<Tensor> to_prepare{dout};
+  if (!kept_weight.defined()) to_prepare.push_back(weight);
+  if (!kept_input.defined()) to_prepare.push_back(inp);
+  const std::vector<Tensor> prepared = be.gemm_operands(to_prepare, dbias);
+  const Tensor& dout_op = prepared[0];
+  auto kept_or = [&](const Tensor& kept, const Tensor& plain, std::size_t& next, const char* what) {
+    if (!kept.defined()) return prepared[next++];
+    check(dout_op.dtype() == kept.dtype() || plain.defined(), "linear_backward: a kept ", what, " ", kept.describe(),
+          " without the policy that made it, and no ", what);
+    return dout_op.dtype() == kept.dtype() ? kept : plain;
+  };
+  std::size_t next = 1;
+  const Tensor w_op = kept_or(kept_weight, weight, next, "weight");
+  const Tensor x_op = kept_or(kept_input, inp, next, "input");
+  backward_products(be, dinp, dweight, dout_op, w_op, x_op, O, I, N, accumulate_dinp,
                     gemm_accumulate_dtype(dout.dtype()));
 }
 
 void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dout_operand,
-                                  int64_t rows, const Tensor& inp, const Tensor& weight, const Tensor& kept_input) {
+                                  int64_t rows, const Tensor& inp, const Tensor& weight, const Tensor& kept_input,
+                                  const Tensor& kept_weight) {
   const int64_t O = weight.dim(0), I = weight.dim(1), N = rows;
   check_input_or_kept("linear_backward_from_operand", inp, kept_input, N, I);
   check(dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
@@ -131,8 +143,13 @@ void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor&
     return backward_products(be, dinp, dweight, dout_operand, weight, inp, O, I, N, false,
                              gemm_accumulate_dtype(weight.dtype()));
   }
-  const std::vector<Tensor> ops =
-      kept_input.defined() ? std::vector<Tensor>{be.gemm_operands({weight})[0], kept_input} : be.gemm_operands({weight, inp});
+  // The copies not kept from the forward, prepared in one call.
+  std::vector<Tensor> to_prepare;
+  if (!kept_weight.defined()) to_prepare.push_back(weight);
+  if (!kept_input.defined()) to_prepare.push_back(inp);
+  const std::vector<Tensor> prepared = to_prepare.empty() ? std::vector<Tensor>{} : be.gemm_operands(to_prepare);
+  const std::vector<Tensor> ops{kept_weight.defined() ? kept_weight : prepared[0],
+                                kept_input.defined() ? kept_input : prepared.back()};
   check(ops[0].dtype() == dout_operand.dtype() && ops[1].dtype() == dout_operand.dtype(),
         "linear_backward_from_operand: a ", dtype_name(dout_operand.dtype()), " operand with ",
         dtype_name(ops[0].dtype()), "/", dtype_name(ops[1].dtype()), " weight and input copies");

@@ -54,7 +54,8 @@ void TensorParallelLayers::embedding_backward(Backend& be, const Tensor& dwte, c
 }
 
 void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
-                                          const Tensor& weight, const Tensor& bias, Tensor* /*kept_input*/) {
+                                          const Tensor& weight, const Tensor& bias, Tensor* /*kept_input*/,
+                                          Tensor* /*kept_weight*/) {
   const Tensor in2 = inp.reshape({inp.numel() / inp.dim(-1), inp.dim(-1)});
   const Tensor out2 = out.reshape({out.numel() / out.dim(-1), out.dim(-1)});
   const bool sp = group_.sequence_parallel;
@@ -68,7 +69,8 @@ void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Te
 
 void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                            const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                           const Tensor& weight, const Tensor& /*kept_input*/) {
+                                           const Tensor& weight, const Tensor& /*kept_input*/,
+                                           const Tensor& /*kept_weight*/) {
   auto flat2 = [](const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); };
   const bool sp = group_.sequence_parallel;
   if (row_parallel(role)) {

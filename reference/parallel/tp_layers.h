@@ -35,12 +35,12 @@ class TensorParallelLayers final : public LayerOps {
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int64_t seq_len) override;
-  // No kept input: an input split or gathered across ranks is prepared where it is used.
+  // No kept input or weight: an input split or gathered across ranks is prepared where it is used.
   void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor& bias, Tensor* kept_input = nullptr) override;
+                      const Tensor& bias, Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                       const Tensor& kept_input = Tensor()) override;
+                       const Tensor& kept_input = Tensor(), const Tensor& kept_weight = Tensor()) override;
   void loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) override;
   void loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
 

@@ -255,7 +255,7 @@ TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
 class ProducerCountingCpuBackend : public cpu::CpuBackend {
  public:
   ProducerCountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0;
+  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, plain_copies = 0;
   void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
                     VocabWindow window) override {
     ++loss_stats;
@@ -263,6 +263,10 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
   }
 
  protected:
+  Tensor bf16_operand_copy(const Tensor& x) override {
+    ++plain_copies;
+    return cpu::CpuBackend::bf16_operand_copy(x);
+  }
   Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias, double eps) override {
     ++layernorm;
@@ -286,7 +290,12 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
 // The training step takes the operand paths: under bf16-mixed each block makes ln1 and ln2 and
 // gelu(fc) only as operands and its backward d fc, and the head lnf and its loss gradient, once per
 // micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
-// back to them would pass every comparison and only this count would show it.)
+// back to them would pass every comparison and only this count would show it.) The plain copies
+// a micro-batch makes: in the forward a block's four weights and atty, and the head's weight; in
+// the backward only output gradients (here without biases, so not fused with a bias gradient):
+// a block's dres twice, dqkv and, through the CPU's unfused producer, d fc, and the head's loss
+// gradient. No weight: the backward takes the copies the forward kept (it made a block's four and
+// the head's again before, 4 L + 1 more).
 TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
   for (const char* dtype : {"bf16-mixed", "fp32"}) {
     const int64_t micro = 2;
@@ -300,6 +309,8 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
     EXPECT_EQ(be.loss_gradient, mixed ? micro : 0) << dtype;
     EXPECT_EQ(be.loss_stats, micro) << dtype;  // the loss statistics' one call, under every policy
+    EXPECT_EQ(be.plain_copies, mixed ? micro * ((5 * config.model.n_layer + 1) + (4 * config.model.n_layer + 1)) : 0)
+        << dtype;
   }
 }
 

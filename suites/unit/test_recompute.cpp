@@ -107,8 +107,9 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 }
 
 // Under bf16-mixed the single-device layers keep the bf16 copies of ln1, atty, ln2 and fc_gelu
-// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op), and lnf's for the
-// LM head's (Activations::lnf_op): the activation accounting counts them (none for recomputed
+// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op), with their GEMMs'
+// weights' copies, and lnf's and the head weight's for the LM head's (Activations::lnf_op,
+// head_w_op): the activation accounting counts them (none for recomputed
 // activations: fc_gelu under selective, all of a block's under full; lnf is never recomputed),
 // the allocator holds them after the forward, and the backward gives them back. Where ln1's, ln2's,
 // gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at all
@@ -139,7 +140,18 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
     const int64_t inputs = mode == Recompute::None        ? 3 * m.d_model + m.d_ff  // ln1, atty, ln2, gelu(fc)
                            : mode == Recompute::Selective ? 3 * m.d_model           // gelu(fc) recomputed
                                                           : 0;                      // all recomputed
-    const std::size_t kept = static_cast<std::size_t>(B * T * (m.n_layer * inputs + m.d_model)) * sizeof(bf16);  // + lnf
+    // with each kept input its GEMM's weight's copy: c_attn [3C, C], c_proj [C, C], c_fc [F, C],
+    // c_proj [C, F]; and the LM head's [V, C] with lnf's
+    const int64_t C = m.d_model, F = m.d_ff;
+    const int64_t weights = mode == Recompute::None        ? 4 * C * C + 2 * F * C
+                            : mode == Recompute::Selective ? 4 * C * C + F * C
+                                                           : 0;
+    const std::size_t head_weight = static_cast<std::size_t>(m.vocab_size * C) * sizeof(bf16);
+    const std::size_t kept =
+        static_cast<std::size_t>(B * T * (m.n_layer * inputs + m.d_model) + m.n_layer * weights) * sizeof(bf16) +
+        head_weight;  // + lnf, + the head's weight
+    // what the allocator holds for them: it pads each tensor to 64 bytes (the head weight's copy here)
+    const std::size_t kept_held = kept - head_weight + (head_weight + 63) / 64 * 64;
     const int64_t not_stored_per_token = mode == Recompute::None        ? 2 * m.d_model + m.d_ff  // ln1, ln2, gelu(fc)
                                          : mode == Recompute::Selective ? 2 * m.d_model            // ln1, ln2
                                                                         : 0;
@@ -147,9 +159,9 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
         static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * not_stored_per_token)) *
         sizeof(float);  // + d fc, lnf
     EXPECT_EQ(mixed + fp32_not_stored, fp32 + kept) << recompute_name(mode);
-    EXPECT_EQ(held_mixed + fp32_not_stored, held_fp32 + kept)
+    EXPECT_EQ(held_mixed + fp32_not_stored, held_fp32 + kept_held)
         << recompute_name(mode) << ": the allocator after the forward";
-    EXPECT_EQ(back_mixed - back_fp32, kept) << recompute_name(mode) << ": given back by the backward";
+    EXPECT_EQ(back_mixed - back_fp32, kept_held) << recompute_name(mode) << ": given back by the backward";
   }
 }
 
