@@ -62,7 +62,7 @@ struct Shape {
 };
 
 struct Result {
-  std::vector<float> out, lse, dqkv;
+  std::vector<float> out, out_copy, lse, dqkv;
 };
 
 template <int HD>
@@ -73,14 +73,16 @@ Result run_tiles(const Shape& s, const std::vector<float>& qkv, const std::vecto
   exec.descending = descending;
   Result r;
   r.out.assign(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), NAN);
+  r.out_copy = r.out;
   r.lse.assign(static_cast<std::size_t>(p.pairs() * s.seq_len), NAN);
   r.dqkv.assign(qkv.size(), NAN);  // every element must be written
   const int64_t blocks = p.pairs() * p.tiles();
   for (int64_t block = 0; block < blocks; ++block) {
     const BlockPlace at = place_of_block(block, p, true);
     auto sh = poisoned_shared<ForwardShared<HD>>();
-    forward_block<HD>(exec, *sh, p, qkv.data(), r.out.data(), r.lse.data(), at.pair, at.tile);
+    forward_block<HD>(exec, *sh, p, qkv.data(), r.out.data(), r.out_copy.data(), r.lse.data(), at.pair, at.tile);
   }
+  EXPECT_TRUE(tripod::testing::bits_equal(r.out_copy, r.out)) << "the kept copy of out";
   std::vector<float> delta(r.lse.size());
   for (int64_t row = 0; row < p.pairs() * s.seq_len; ++row)
     delta[static_cast<std::size_t>(row)] = delta_of_row(p, dout.data(), r.out.data(), row);

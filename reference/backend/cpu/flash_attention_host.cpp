@@ -4,7 +4,6 @@
 // CUDA flash attention computes, up to the order of its tile products' sums, and through the
 // state it keeps (the rows' logsumexp, then a copy of out). The kernels' launchers in
 // backend/cuda/kernels/flash_attention.cu do the same with the device executor.
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -40,10 +39,10 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
     constexpr int HD = decltype(hd)::value;
     for_each_block<flash::ForwardShared<HD>>(p.pairs() * p.tiles(), [&](flash::ForwardShared<HD>& sh, int64_t block) {
       const flash::BlockPlace at = flash::place_of_block(block, p, true);
-      flash::forward_block<HD>(FlashHostBlock{}, sh, p, qkv, out, lse, at.pair, at.tile);
+      flash::forward_block<HD>(FlashHostBlock{}, sh, p, qkv, out, state + p.pairs() * seq_len, lse, at.pair,
+                               at.tile);
     });
   });
-  std::copy(out, out + batch * seq_len * channels, state + p.pairs() * seq_len);
 }
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,

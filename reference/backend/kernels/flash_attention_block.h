@@ -225,10 +225,11 @@ TRIPOD_HD float row_max_after(float old_max, const float* parts) {
   return m;
 }
 
-// Query tile qt of pair bh: out's rows and the rows' logsumexp.
+// Query tile qt of pair bh: out's rows and the rows' logsumexp; out's rows also into out_copy
+// (the copy of out the backward reads, kept in the attention state) where it is not null.
 template <int HD, class Exec>
 TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Problem& p, const float* qkv, float* out,
-                             float* lse, int64_t bh, int64_t qt) {
+                             float* out_copy, float* lse, int64_t bh, int64_t qt) {
   using S = Strides<HD>;
   const int64_t row0 = qt * kTile, src_ld = 3 * p.channels;
   const int rows = p.rows_in_tile(qt);
@@ -293,7 +294,11 @@ TRIPOD_HD void forward_block(const Exec& exec, ForwardShared<HD>& sh, const Prob
   for (int tid = exec.thread_begin(); tid != exec.thread_end(); tid += exec.step()) {
     for (int i = tid; i < kTile * HD; i += kThreads) {
       const int r = i / HD, d = i % HD;
-      if (r < rows) out[p.token_index(bh, row0 + r) + d] = sh.out[r * S::kAccumulator + d] / sh.row_sum[r];
+      if (r >= rows) continue;
+      const int64_t index = p.token_index(bh, row0 + r) + d;
+      const float value = sh.out[r * S::kAccumulator + d] / sh.row_sum[r];
+      out[index] = value;
+      if (out_copy != nullptr) out_copy[index] = value;
     }
     if (tid < rows) lse[bh * p.seq_len + row0 + tid] = sh.row_max[tid] + std::log(sh.row_sum[tid]);
   }

@@ -137,10 +137,10 @@ constexpr int blocks_per_sm(int head_dim, int at_most) { return head_dim == 128 
 
 template <int HD>
 __global__ void __launch_bounds__(flash::kThreads, blocks_per_sm(HD, 3))
-    flash_forward_kernel(flash::Problem p, const float* qkv, float* out, float* lse) {
+    flash_forward_kernel(flash::Problem p, const float* qkv, float* out, float* kept_out, float* lse) {
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
-  flash::forward_block<HD>(DeviceBlock{}, shared_of_block<flash::ForwardShared<HD>>(), p, qkv, out, lse, at.pair,
-                           at.tile);
+  flash::forward_block<HD>(DeviceBlock{}, shared_of_block<flash::ForwardShared<HD>>(), p, qkv, out, kept_out, lse,
+                           at.pair, at.tile);
 }
 
 template <int HD>
@@ -216,11 +216,8 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
   float* kept_out = state + p.pairs() * seq_len;
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
-    launch_tiles<flash::ForwardShared<HD>>(flash_forward_kernel<HD>, p, ctx, op, p, qkv, out, lse);
+    launch_tiles<flash::ForwardShared<HD>>(flash_forward_kernel<HD>, p, ctx, op, p, qkv, out, kept_out, lse);
   });
-  check_cuda(cudaMemcpyAsync(kept_out, out, sizeof(float) * batch * seq_len * channels, cudaMemcpyDeviceToDevice,
-                             ctx.stream),
-             op);
 }
 
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
