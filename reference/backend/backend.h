@@ -159,6 +159,12 @@ class Backend {
   // GELU backward's pass together with dbias += d's column sums, so d is never stored; otherwise d
   // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands.
   Tensor gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
+  // The same for attention's output: gemm_operands({out})[0] for attention_forward(out, state,
+  // qkv, n_head) with out [B, T, C] for qkv [B, T, 3C], the state written as there: under the
+  // bf16-operand policy out's bf16 copy, which a device backend writes where its attention writes
+  // out (out never stored); otherwise out itself, a new tensor. The same bits as attention_forward
+  // followed by gemm_operands.
+  Tensor attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -312,6 +318,8 @@ class Backend {
   // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 tensors (dbias
   // defined); a device backend may skip the fp32 gradient.
   virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
+  // attention_operand under the policy: attention_forward into an fp32 out, then its copy.
+  virtual Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

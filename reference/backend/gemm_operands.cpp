@@ -86,6 +86,21 @@ Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, c
   return bf16_operand_copy(out);
 }
 
+Tensor Backend::attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+  check(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention_operand: qkv ",
+        qkv.defined() ? qkv.describe() : std::string("none"), " is not [B, T, 3C]");
+  if (rounded_as_operand(*this, qkv)) return bf16_attention_operand(state, qkv, n_head);
+  Tensor out = alloc_for_overwrite({qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3}, qkv.dtype());
+  attention_forward(out, state, qkv, n_head);
+  return out;
+}
+
+Tensor Backend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+  Tensor out = alloc_for_overwrite({qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3}, DType::F32);
+  attention_forward(out, state, qkv, n_head);
+  return bf16_operand_copy(out);
+}
+
 Tensor Backend::cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp,
                                                      const Tensor& targets, VocabWindow window, double grad_scale) {
   if (rounded_as_operand(*this, logits))

@@ -213,6 +213,16 @@ void run_kernel_rate(const KernelRateOptions& o) {
                      }, projection_flops});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
+    // The attention's output as c_proj's bf16 operand: written so by the attention (attention_operand;
+    // CUDA's GEMM attention rounds in its copy back to token-major rows) and as the fp32 output then
+    // its copy. Both count the attention's bytes with the bf16 operand written instead of fp32 out.
+    const double operand_bytes = (3 * nc + square) * s + 2 * nc;
+    cases.push_back({"attention fwd->bf16 (fused)", operand_bytes,
+                     bf16_operands([&] { b.attention_operand(probs, qkv, heads); }), 4 * products});
+    cases.push_back({"attention fwd, bf16 apart", operand_bytes, bf16_operands([&] {
+                       b.attention_forward(att, probs, qkv, heads);
+                       b.gemm_operands({att});
+                     }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,
                      bf16_operands([&] { b.attention_backward(dqkv, datt, qkv, probs, heads); }), 8 * products});
   }

@@ -96,9 +96,9 @@ struct Gpt::BlockActivations {
   // `keep_operands` (the layers keep them and the backend rounds fp32 operands), and only for the
   // micro-batch's own activations, not recomputed ones (keeping those would undo the saving), and
   // not in a forward-only pass (set_forward_only: evaluation).
-  // ln1, ln2 and gelu(fc) are read only by a GEMM and its backward: where their copies are kept,
-  // they are not stored in fp32 at all (Backend::layernorm_operand and gelu_operand write the bf16
-  // copies directly; an evaluation makes the copies and drops them).
+  // ln1, atty, ln2 and gelu(fc) are read only by a GEMM and its backward: where their copies are
+  // kept, they are not stored in fp32 at all (Backend::layernorm_operand, attention_operand and
+  // gelu_operand write the bf16 copies directly; an evaluation makes the copies and drops them).
   // With each kept input, its GEMM's weight's prepared copy (LayerOps::linear_forward's
   // kept_weight): the weights do not change between a micro-batch's forward and its backward, so
   // the backward's dX products take the forward's copies instead of rounding the weights again.
@@ -194,7 +194,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln1_rstd = own(shared.ln1_rstd, {R});
     x.qkv = own(shared.qkv, {B, T, 3 * A});
     x.probs = own(shared.probs, backend_.attention_state_shape(dtype_, B, T, A, H));  // [B,H,T,T] on the CPU
-    x.atty = own(shared.atty, {B, T, A});
+    x.atty = own_unless_operand(shared.atty, {B, T, A});
     x.res2 = own(shared.res2, {R, C});
     x.ln2 = own_unless_operand(shared.ln2, {R, C});
     x.ln2_mean = own(shared.ln2_mean, {R});
@@ -419,10 +419,10 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
       layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, Tensor(), keep(shared.ln1, x.ln1_op),  // [N,3A]
       &x.qkv_w_op, [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
       [&] { return be.layernorm_operand(x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); });
-  be.attention_forward(x.atty, x.probs, x.qkv, local_heads());                                              // [N,A]
-  Tensor* const atty_kept = keep(shared.atty, x.atty_op);
-  layers_->linear_forward_residual(be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual, atty_kept,
-                                   atty_kept != nullptr ? &x.proj_w_op : nullptr);  // [R,C]
+  linear_on(
+      layers, be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual, keep(shared.atty, x.atty_op),
+      &x.proj_w_op, [&] { be.attention_forward(x.atty, x.probs, x.qkv, local_heads()); },  // atty [N,A]
+      [&] { return be.attention_operand(x.probs, x.qkv, local_heads()); });              // res2 [R,C]
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   linear_on(
       layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, Tensor(), keep(shared.ln2, x.ln2_op),  // [N,F]

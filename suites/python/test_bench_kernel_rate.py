@@ -34,7 +34,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
              "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "proj+residual (fused)",
-             "proj, residual apart", "attention fwd bf16", "attention bwd bf16"]
+             "proj, residual apart", "attention fwd bf16", "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
+             "attention bwd bf16"]
     assert [r["name"] for r in j["results"]] == KERNELS + (mixed if dtype == "fp32" else [])
     size = 8 if dtype == "fp64" else 4
     copy = j["results"][0]

@@ -9,6 +9,7 @@
 // kernel is checked against the emulated device by suites/gpu and check-backend.)
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -85,6 +86,29 @@ TEST(OperandProducers, TheLayernormOperandIsTheCopyOfItsOutputBitForBit) {
         EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
         EXPECT_EQ(to_host_f64(*be, got_mean), to_host_f64(*be, mean)) << what;
         EXPECT_EQ(to_host_f64(*be, got_rstd), to_host_f64(*be, rstd)) << what;
+      }
+}
+
+// Attention's: the operand gemm_operands makes of attention_forward's output, and its state.
+TEST(OperandProducers, TheAttentionOperandIsTheCopyOfItsOutputBitForBit) {
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (const auto& [batch, seq, channels, heads] :
+           std::vector<std::array<int64_t, 4>>{{2, 8, 16, 2}, {1, 5, 12, 3}}) {
+        be->set_fp32_matmul(policy);
+        const Tensor qkv = random_tensor(*be, {batch, seq, 3 * channels}, 124, -2.0, 2.0);
+        const Shape state_shape = be->attention_state_shape(DType::F32, batch, seq, channels, heads);
+        Tensor out = be->alloc({batch, seq, channels}, DType::F32), state = be->alloc(state_shape, DType::F32);
+        Tensor got_state = be->alloc(state_shape, DType::F32);
+        be->attention_forward(out, state, qkv, heads);
+        const Tensor want = be->gemm_operands({out})[0];
+        const Tensor got = be->attention_operand(got_state, qkv, heads);
+        const std::string what = name + (policy == Fp32Matmul::Exact ? " exact " : " bf16-operands ") +
+                                 std::to_string(batch) + "x" + std::to_string(seq) + "x" + std::to_string(channels);
+        EXPECT_EQ(got.dtype(), want.dtype()) << what;
+        EXPECT_EQ(got.numel(), want.numel()) << what;
+        EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+        EXPECT_EQ(to_host_f64(*be, got_state), to_host_f64(*be, state)) << what;
       }
 }
 
@@ -255,7 +279,7 @@ TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
 class ProducerCountingCpuBackend : public cpu::CpuBackend {
  public:
   ProducerCountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, plain_copies = 0;
+  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, attention = 0, plain_copies = 0;
   void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
                     VocabWindow window) override {
     ++loss_stats;
@@ -272,6 +296,10 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
     ++layernorm;
     return cpu::CpuBackend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
   }
+  Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override {
+    ++attention;
+    return cpu::CpuBackend::bf16_attention_operand(state, qkv, n_head);
+  }
   Tensor bf16_gelu_operand(const Tensor& x) override {
     ++gelu;
     return cpu::CpuBackend::bf16_gelu_operand(x);
@@ -287,7 +315,7 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
   }
 };
 
-// The training step takes the operand paths: under bf16-mixed each block makes ln1 and ln2 and
+// The training step takes the operand paths: under bf16-mixed each block makes ln1, atty, ln2 and
 // gelu(fc) only as operands and its backward d fc, and the head lnf and its loss gradient, once per
 // micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
 // back to them would pass every comparison and only this count would show it.) The plain copies
@@ -306,6 +334,7 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     const int64_t per_layer = mixed ? config.model.n_layer * micro : 0;
     EXPECT_EQ(be.layernorm, 2 * per_layer + (mixed ? micro : 0)) << dtype;  // ln1, ln2 a block; lnf
     EXPECT_EQ(be.gelu, per_layer) << dtype;
+    EXPECT_EQ(be.attention, per_layer) << dtype;
     EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
     EXPECT_EQ(be.loss_gradient, mixed ? micro : 0) << dtype;
     EXPECT_EQ(be.loss_stats, micro) << dtype;  // the loss statistics' one call, under every policy

@@ -111,9 +111,9 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 // weights' copies, and lnf's and the head weight's for the LM head's (Activations::lnf_op,
 // head_w_op): the activation accounting counts them (none for recomputed
 // activations: fc_gelu under selective, all of a block's under full; lnf is never recomputed),
-// the allocator holds them after the forward, and the backward gives them back. Where ln1's, ln2's,
-// gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at all
-// (Backend::layernorm_operand, gelu_operand), and under the policy the backward's scratch has no
+// the allocator holds them after the forward, and the backward gives them back. Where ln1's,
+// atty's, ln2's, gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at
+// all (Backend::layernorm_operand, attention_operand, gelu_operand), and under the policy the backward's scratch has no
 // fp32 d fc (Backend::gelu_backward_operand).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   const int64_t B = 4, T = 5;
@@ -152,8 +152,8 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
         head_weight;  // + lnf, + the head's weight
     // what the allocator holds for them: it pads each tensor to 64 bytes (the head weight's copy here)
     const std::size_t kept_held = kept - head_weight + (head_weight + 63) / 64 * 64;
-    const int64_t not_stored_per_token = mode == Recompute::None        ? 2 * m.d_model + m.d_ff  // ln1, ln2, gelu(fc)
-                                         : mode == Recompute::Selective ? 2 * m.d_model            // ln1, ln2
+    const int64_t not_stored_per_token = mode == Recompute::None        ? 3 * m.d_model + m.d_ff  // ln1, atty, ln2, gelu(fc)
+                                         : mode == Recompute::Selective ? 3 * m.d_model            // ln1, atty, ln2
                                                                         : 0;
     const std::size_t fp32_not_stored =
         static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * not_stored_per_token)) *
@@ -166,9 +166,9 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
 }
 
 // An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
-// allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, ln2, gelu(fc), lnf and
-// d fc scratch that bf16-mixed never stores, and the next training step still gives the bits of a run
-// that never evaluated.
+// allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, atty, ln2, gelu(fc),
+// lnf and d fc scratch that bf16-mixed never stores, and the next training step still gives the
+// bits of a run that never evaluated.
 TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t B = 4, T = 5;
   auto held_after_eval = [&](const char* dtype) {
@@ -182,7 +182,7 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   };
   const ModelConfig m = testing::tiny_run_config("fp32", true).model;
   const std::size_t not_stored =
-      static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * (2 * m.d_model + m.d_ff))) * sizeof(float);
+      static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * (3 * m.d_model + m.d_ff))) * sizeof(float);
   EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);

@@ -131,6 +131,24 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     outputs[1].not_comparable = !keeps_probs;
     return outputs;
   });
+  // Backend::attention_operand: the output written straight as its GEMM operand's bf16 copy (the
+  // CUDA GEMM attention's token-major copy rounds as it writes), with the state as
+  // attention_forward's; the same bound as out's.
+  cases.add("attention_operand fp32->bf16", DType::F32, s.text(), [=](Backend& be) {
+    Inputs in(be, DType::F32, kSeed + 4);
+    const Tensor qkv = in.normal({b, T, 3 * c});
+    Tensor probs = be.alloc({b, h, T, T}, DType::F32), op;
+    bool keeps_probs = true;
+    with_bf16_operands(be, [&] {
+      keeps_probs = !be.takes_flash_attention(DType::F32, T, c, h);
+      op = be.attention_operand(probs, qkv, h);
+    });
+    std::vector<Output> outputs{output(be, "out bf16", op), output(be, "probs", probs)};
+    outputs[0].bound = 1.0 / 256;
+    outputs[1].bound = 0;  // fp32's
+    outputs[1].not_comparable = !keeps_probs;
+    return outputs;
+  });
 }
 
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {

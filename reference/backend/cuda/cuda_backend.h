@@ -170,6 +170,9 @@ class CudaBackend final : public Backend {
   // the logits left as they are, where the copy needs no padding (the model pads the logits' rows).
   Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                     VocabWindow window, double grad_scale) override;
+  // The GEMM attention's output copied back to token-major rows as bf16 (cuda::attention_forward's
+  // out16) where the copy needs no padding; the flash attention keeps the two passes.
+  Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

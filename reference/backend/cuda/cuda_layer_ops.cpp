@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/dispatch.h"
+#include "backend/cuda/host/gemm_layout.h"
 #include "backend/cuda/kernels/adamw_runs.h"
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/flash_attention.h"
@@ -125,6 +126,23 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
                                attention_bf16_scratch(qkv.dtype(), batch, seq_len, channels, n_head), batch, seq_len,
                                channels, n_head, ctx_);
   });
+}
+
+Tensor CudaBackend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+  const char* op = "attention_operand";
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3, rows = batch * seq_len;
+  const bool padded = cuda::padded_leading_dimension(rows, sizeof(bf16)) != rows ||
+                      cuda::padded_leading_dimension(channels, sizeof(bf16)) != channels;
+  if (!fusions_.on(CudaFusion::OperandProducers) || padded || qkv.dtype() != DType::F32 ||
+      takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))
+    return Backend::bf16_attention_operand(state, qkv, n_head);
+  check_attention_state(state, qkv, n_head, op);
+  Tensor copy = alloc_for_overwrite({rows, channels}, DType::BF16);
+  Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), qkv.dtype());
+  cuda::attention_forward<float>(nullptr, ptr<float>(state, op), ptr<float>(qkv, op), scratch.device_data<float>(),
+                                 attention_bf16_scratch(qkv.dtype(), batch, seq_len, channels, n_head), batch,
+                                 seq_len, channels, n_head, ctx_, copy.device_data<bf16>());
+  return copy;
 }
 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,

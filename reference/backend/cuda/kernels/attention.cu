@@ -80,10 +80,11 @@ LaunchShape softmax_launch(int64_t rows, const CudaContext& ctx, const char* op)
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch16, int64_t batch, int64_t seq_len,
-                       int64_t channels, int64_t n_head, const CudaContext& ctx) {
+                       int64_t channels, int64_t n_head, const CudaContext& ctx, bf16* out16) {
   const char* op = "attention_forward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
   check(scratch16 == nullptr || std::is_same_v<T, float>, op, ": bf16 operands are for fp32 tensors");
+  check(out16 == nullptr || scratch16 != nullptr, op, ": a bf16 output is for the bf16-operand policy");
   if (batch * seq_len * channels == 0) return;
   const int64_t part = attention_head_major_elements(d);
   const bool bf16_operands = scratch16 != nullptr;
@@ -115,7 +116,8 @@ void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch
     if (bf16_operands) run_bf16_gemm(attention_values_gemm(d, r, probs16, qkvh16, outh, kBf16Operands), ctx);
     else run_gemm<T>(attention_values_gemm(d, r, probs, qkvh, outh, same_bytes<T>()), ctx);
   }
-  copy_to_token_major(out, outh, d, 1, ctx);
+  if (out16 != nullptr) copy_head_major<T, bf16>(out16, outh, d, 1, /*to_head_major=*/false, ctx);
+  else copy_to_token_major(out, outh, d, 1, ctx);
 }
 
 template <typename T>
@@ -177,7 +179,7 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
 
 #define TRIPOD_INSTANTIATE(T)                                                                                   \
   template void attention_forward<T>(T*, T*, const T*, T*, bf16*, int64_t, int64_t, int64_t, int64_t,          \
-                                     const CudaContext&);                                                       \
+                                     const CudaContext&, bf16*);                                                \
   template void attention_backward<T>(T*, T*, T*, bf16*, const T*, const T*, const T*, int64_t, int64_t, int64_t, \
                                       int64_t, const CudaContext&);
 TRIPOD_INSTANTIATE(float)

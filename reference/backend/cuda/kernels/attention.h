@@ -16,9 +16,11 @@ namespace tripod::cuda {
 // `scratch` holds attention_scratch_elements(...) elements (head-major copies of qkv, out/dout and
 // dqkv: 7 * B*T*C), `score_grads` attention_score_grad_elements(...) (the gradient of the scores,
 // B*H*T*T, as large as probs), `scratch16` (null: products in T) attention_bf16_scratch_elements(...).
+// `out16` (T = float with scratch16 only): out is written there, rounded to bf16 (the GEMM operand's
+// copy, Backend::attention_operand), instead of into `out`, which may then be null.
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch16, int64_t batch, int64_t seq_len,
-                       int64_t channels, int64_t n_head, const CudaContext& ctx);
+                       int64_t channels, int64_t n_head, const CudaContext& ctx, bf16* out16 = nullptr);
 // Overwrites dqkv.
 template <typename T>
 void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, const T* dout, const T* qkv,
