@@ -144,16 +144,10 @@ void CudaBackend::ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int
 
 namespace {
 
-// gemm_operands' copy of x [rows, cols]: [rows_padded, cols_padded], both rounded up to multiples of
-// 8. The padded rows are another product's padded reduction extent (a linear layer's weight rows
-// meet its output gradient's columns).
-struct OperandCopyShape {
-  int64_t rows, cols, rows_padded, cols_padded;
-  bool padded() const { return rows_padded != rows || cols_padded != cols; }
-};
+// host/gemm_layout.h's operand_copy_shape of x as a [numel / last dim, last dim] matrix.
 OperandCopyShape operand_copy_shape(const Tensor& x) {
-  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
-  return {rows, cols, padded_leading_dimension(rows, sizeof(bf16)), padded_leading_dimension(cols, sizeof(bf16))};
+  const int64_t cols = x.dim(-1);
+  return cuda::operand_copy_shape(x.numel() / cols, cols);
 }
 
 }  // namespace

@@ -131,9 +131,8 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
 Tensor CudaBackend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_operand";
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3, rows = batch * seq_len;
-  const bool padded = cuda::padded_leading_dimension(rows, sizeof(bf16)) != rows ||
-                      cuda::padded_leading_dimension(channels, sizeof(bf16)) != channels;
-  if (!fusions_.on(CudaFusion::OperandProducers) || padded || qkv.dtype() != DType::F32 ||
+  if (!fusions_.on(CudaFusion::OperandProducers) || cuda::operand_copy_shape(rows, channels).padded() ||
+      qkv.dtype() != DType::F32 ||
       takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))
     return Backend::bf16_attention_operand(state, qkv, n_head);
   check_attention_state(state, qkv, n_head, op);

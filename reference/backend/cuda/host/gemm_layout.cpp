@@ -53,6 +53,11 @@ int64_t padded_leading_dimension(int64_t row_length, std::size_t element_bytes) 
   return (row_length + per_boundary - 1) / per_boundary * per_boundary;
 }
 
+OperandCopyShape operand_copy_shape(int64_t rows, int64_t cols) {
+  constexpr std::size_t kBf16Bytes = 2;
+  return {rows, cols, padded_leading_dimension(rows, kBf16Bytes), padded_leading_dimension(cols, kBf16Bytes)};
+}
+
 int64_t gemm_operand_span(int64_t rows, int64_t row_length, int64_t ld) {
   return rows == 0 || row_length == 0 ? 0 : (rows - 1) * ld + row_length;
 }

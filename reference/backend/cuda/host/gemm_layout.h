@@ -108,6 +108,16 @@ constexpr uint32_t kTensorCoreAlignmentBytes = 16;
 // start): what an aligned copy of such a matrix uses.
 int64_t padded_leading_dimension(int64_t row_length, std::size_t element_bytes);
 
+// gemm_operands' bf16 copy of an fp32 matrix [rows, cols]: [rows_padded, cols_padded], both
+// rounded up to multiples of 8. The padded rows are another product's padded reduction extent (a
+// linear layer's weight rows meet its output gradient's columns). A fused producer of the copy
+// applies only where it is not padded.
+struct OperandCopyShape {
+  int64_t rows, cols, rows_padded, cols_padded;
+  bool padded() const { return rows_padded != rows || cols_padded != cols; }
+};
+OperandCopyShape operand_copy_shape(int64_t rows, int64_t cols);
+
 // The elements a stored row-major matrix of `rows` x `row_length` with leading dimension `ld`
 // spans (0 when empty): what a tensor must hold for the GEMM to stay inside it.
 int64_t gemm_operand_span(int64_t rows, int64_t row_length, int64_t ld);
