@@ -21,25 +21,46 @@ LayerTensors layer_tensors(Get&& get, const std::array<std::size_t, kBlockRoles>
           get(at[6]), get(at[7]), get(at[8]), get(at[9]), get(at[10]), get(at[11])};
 }
 
+// Where a linear layer's forward keeps its weight's prepared copy: the slot's `handle`, shared
+// through `copies` (null: not kept) as the copy of the span's tensor `weight`.
+struct KeptWeight {
+  SharedWeightCopies* copies;
+  std::size_t weight;
+  Tensor* handle;
+};
+
 // The linear layer `role` on an activation that only its GEMMs read: made into `input` and passed
 // as it is where it is stored, else made as the GEMM operand alone (`make_operand`: a bf16 copy
 // written by the producer's own pass, BlockActivations::keep_operands), which `kept` then holds
-// for the backward where non-null, and `kept_weight` the weight's prepared copy. `residual`
-// (undefined for none) is added to the output.
+// for the backward where non-null, and `kept_weight` the weight's prepared copy: the one a
+// micro-batch in flight holds, else a new one, then held by this one too. `residual` (undefined
+// for none) is added to the output.
 template <class MakeInput, class MakeOperand>
 void linear_on(LayerOps& layers, Backend& be, LinearRole role, const Tensor& out, const Tensor& input,
-               const Tensor& weight, const Tensor& bias, const Tensor& residual, Tensor* kept, Tensor* kept_weight,
+               const Tensor& weight, const Tensor& bias, const Tensor& residual, Tensor* kept, KeptWeight weight_copy,
                MakeInput&& make_input, MakeOperand&& make_operand) {
-  if (kept == nullptr) kept_weight = nullptr;  // a weight's copy is kept with its input's only
+  // A weight's copy is kept with its input's only.
+  Tensor* kept_weight = kept != nullptr && weight_copy.copies != nullptr ? weight_copy.handle : nullptr;
+  if (kept_weight != nullptr) *kept_weight = weight_copy.copies->find(weight_copy.weight);
   if (input.defined()) {
     make_input();
     if (residual.defined())
-      return layers.linear_forward_residual(be, role, out, input, weight, bias, residual, kept, kept_weight);
-    return layers.linear_forward(be, role, out, input, weight, bias, kept, kept_weight);
+      layers.linear_forward_residual(be, role, out, input, weight, bias, residual, kept, kept_weight);
+    else
+      layers.linear_forward(be, role, out, input, weight, bias, kept, kept_weight);
+  } else {
+    const Tensor operand = make_operand();
+    layers.linear_forward_from_operand(be, role, out, operand, weight, bias, residual, kept_weight);
+    if (kept != nullptr) *kept = operand;
   }
-  const Tensor operand = make_operand();
-  layers.linear_forward_from_operand(be, role, out, operand, weight, bias, residual, kept_weight);
-  if (kept != nullptr) *kept = operand;
+  if (kept_weight != nullptr && kept_weight->defined()) weight_copy.copies->hold(weight_copy.weight, *kept_weight);
+}
+
+// Gives back the copy of the span's tensor `weight` that `handle` holds, if it holds one.
+void give_back(SharedWeightCopies& copies, std::size_t weight, Tensor& handle) {
+  if (!handle.defined()) return;
+  copies.release(weight);
+  handle = Tensor();
 }
 
 }  // namespace
@@ -204,15 +225,12 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.res3 = act({R, C});
     x.keep_operands = keep_operands;
     a->bytes += kept_bytes(shared.ln1, R * C) + kept_bytes(shared.atty, N * A) + kept_bytes(shared.ln2, R * C) +
-                kept_bytes(shared.fc_gelu, N * F);
-    // and their GEMMs' weights' copies: c_attn [3A, C], c_proj [C, A], c_fc [F, C], c_proj [C, F]
-    a->bytes += kept_bytes(shared.ln1, 3 * A * C) + kept_bytes(shared.atty, C * A) + kept_bytes(shared.ln2, F * C) +
-                kept_bytes(shared.fc_gelu, C * F);
+                kept_bytes(shared.fc_gelu, N * F);  // (their GEMMs' weights' copies: ensure_activations)
     a->layers.push_back(x);
   }
   if (span_.head) {
     if (!keep_operands) a->lnf = act({R, C});  // else made only as the LM head's operand
-    a->bytes += kept_bytes(Tensor(), R * C) + kept_bytes(Tensor(), config_.vocab_size * C);  // lnf, the head weight
+    a->bytes += kept_bytes(Tensor(), R * C);   // lnf's copy
     a->lnf_mean = act({R});
     a->lnf_rstd = act({R});
     a->logits = act({N, V});
@@ -271,6 +289,19 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
       r.fc = act({N, F});
     }
   }
+  if (keeps_operands() && keep_weight_copies_) {
+    // The weights' copies kept for the backward, once for every slot (model/weight_copies.h): a
+    // weight's with its input's, so none for a recomputed input. c_attn [3A, C], c_proj [C, A],
+    // c_fc [F, C], c_proj [C, F]; the LM head's [V, C] (unpadded; a device may pad rows to 8).
+    const BlockActivations& r = s->recomputed;
+    auto copy_bytes = [](const Tensor& recomputed, int64_t numel) {
+      return recomputed.defined() ? 0 : static_cast<std::size_t>(numel) * sizeof(bf16);
+    };
+    s->bytes += static_cast<std::size_t>(span_.end_layer - span_.first_layer) *
+                (copy_bytes(r.ln1, 3 * A * C) + copy_bytes(r.atty, C * A) + copy_bytes(r.ln2, F * C) +
+                 copy_bytes(r.fc_gelu, C * F));
+    if (span_.head) s->bytes += copy_bytes(Tensor(), config_.vocab_size * C);
+  }
   scratch_ = std::move(s);
   slots_.push_back(make_slot());
   slot_used_.push_back(false);
@@ -292,6 +323,27 @@ void Gpt::release_slot(int index) {
   check(index >= 0 && static_cast<std::size_t>(index) < slots_.size() && slot_used_[static_cast<std::size_t>(index)],
         "release_slot(", index, "): not a claimed activation slot");
   slot_used_[static_cast<std::size_t>(index)] = false;
+  release_weight_copies(slot(index));  // a slot given up without its backward holds them still
+}
+
+void Gpt::release_weight_copies(Activations& a, std::size_t k) {
+  if (k == a.layers.size()) return give_back(weight_copies_, index_.head, a.head_w_op);
+  BlockActivations& x = a.layers[k];
+  const std::array<std::size_t, kBlockRoles>& at = index_.blocks[k];  // positions 2, 4, 8, 10: the weights
+  give_back(weight_copies_, at[2], x.qkv_w_op);
+  give_back(weight_copies_, at[4], x.proj_w_op);
+  give_back(weight_copies_, at[8], x.fc_w_op);
+  give_back(weight_copies_, at[10], x.fcproj_w_op);
+}
+
+void Gpt::release_weight_copies(Activations& a) {
+  for (std::size_t k = 0; k <= a.layers.size(); ++k) release_weight_copies(a, k);
+}
+
+void Gpt::set_keep_weight_copies(bool keep) {
+  check(slots_.empty() && weight_copies_.held() == 0,
+        "set_keep_weight_copies: the activations are allocated already (set it before the first forward)");
+  keep_weight_copies_ = keep;
 }
 
 Gpt::Activations& Gpt::slot(int index) const {
@@ -356,6 +408,7 @@ void check_ids(const char* kind, const int32_t* ids, int64_t n, int64_t vocab, b
 
 LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, const int32_t* targets) {
   Activations& a = slot(index);
+  release_weight_copies(a);  // any the slot's previous forward kept for a backward that never ran
   Backend& be = backend_;
   const double eps = config_.layernorm_eps;
   const int64_t B = batch_, T = seq_len_;
@@ -390,7 +443,8 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
   if (config_.tie_embeddings) p.acquire_params(embedding_group());
   linear_on(
       *layers_, be, LinearRole::LmHead, a.logits, a.lnf, p.param(at.head), Tensor(), Tensor(),  // [N,V]
-      keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr, &a.head_w_op,
+      keeps_operands() && !forward_only_ ? &a.lnf_op : nullptr,
+      KeptWeight{keep_weight_copies_ ? &weight_copies_ : nullptr, at.head, &a.head_w_op},
       [&] { be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); },
       [&] { return be.layernorm_operand(a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); });
   if (config_.tie_embeddings) p.release_params(embedding_group());
@@ -413,24 +467,28 @@ void Gpt::block_forward(ParamAccess& p, std::size_t k, const Tensor& residual, B
   auto keep = [&](const Tensor& recomputed, Tensor& op) {
     return x.keep_operands && !forward_only_ && !recomputed.defined() ? &op : nullptr;
   };
+  const std::array<std::size_t, kBlockRoles>& at = index_.blocks[k];  // positions 2, 4, 8, 10: the weights
+  auto kept_weight = [&](std::size_t position, Tensor& handle) {
+    return KeptWeight{keep_weight_copies_ ? &weight_copies_ : nullptr, at[position], &handle};
+  };
   LayerOps& layers = *layers_;
   // attention half: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   linear_on(
       layers, be, LinearRole::Qkv, x.qkv, x.ln1, w.qkv_w, w.qkv_b, Tensor(), keep(shared.ln1, x.ln1_op),  // [N,3A]
-      &x.qkv_w_op, [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
+      kept_weight(2, x.qkv_w_op), [&] { be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); },
       [&] { return be.layernorm_operand(x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b, eps); });
   linear_on(
       layers, be, LinearRole::AttnOut, x.res2, x.atty, w.proj_w, w.proj_b, residual, keep(shared.atty, x.atty_op),
-      &x.proj_w_op, [&] { be.attention_forward(x.atty, x.probs, x.qkv, local_heads()); },  // atty [N,A]
+      kept_weight(4, x.proj_w_op), [&] { be.attention_forward(x.atty, x.probs, x.qkv, local_heads()); },  // atty [N,A]
       [&] { return be.attention_operand(x.probs, x.qkv, local_heads()); });              // res2 [R,C]
   // MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   linear_on(
       layers, be, LinearRole::Fc, x.fc, x.ln2, w.fc_w, w.fc_b, Tensor(), keep(shared.ln2, x.ln2_op),  // [N,F]
-      &x.fc_w_op, [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
+      kept_weight(8, x.fc_w_op), [&] { be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); },
       [&] { return be.layernorm_operand(x.ln2_mean, x.ln2_rstd, x.res2, w.ln2_w, w.ln2_b, eps); });
   linear_on(
       layers, be, LinearRole::FcOut, x.res3, x.fc_gelu, w.fcproj_w, w.fcproj_b, x.res2,
-      keep(shared.fc_gelu, x.fc_gelu_op), &x.fcproj_w_op, [&] { be.gelu_forward(x.fc_gelu, x.fc); },
+      keep(shared.fc_gelu, x.fc_gelu_op), kept_weight(10, x.fcproj_w_op), [&] { be.gelu_forward(x.fc_gelu, x.fc); },
       [&] { return be.gelu_operand(x.fc); });  // [R,C]
 }
 
@@ -465,7 +523,8 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     else
       layers_->linear_backward(be, LinearRole::LmHead, s.dln, p.grad(at.head), Tensor(), a.logits, a.lnf,
                                p.param(at.head), a.lnf_op, a.head_w_op);
-    a.lnf_op = a.head_w_op = Tensor();  // used: their memory goes back now
+    a.lnf_op = Tensor();  // used: its memory goes back now, and the head weight's copy with its last holder
+    release_weight_copies(a, a.layers.size());
     be.fill(s.dres, 0.0);
     be.layernorm_backward(s.dres, p.grad(at.lnf_w), p.grad(at.lnf_b), s.dln, output(index), p.param(at.lnf_w),
                           a.lnf_mean, a.lnf_rstd);
@@ -514,7 +573,7 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
                              x.qkv_w_op);
     be.layernorm_backward(s.dres, g.ln1_w, g.ln1_b, s.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
     x.ln1_op = x.atty_op = x.ln2_op = x.fc_gelu_op = Tensor();  // used: their memory goes back now
-    x.qkv_w_op = x.proj_w_op = x.fc_w_op = x.fcproj_w_op = Tensor();
+    release_weight_copies(a, k);  // and the weights' copies with their last holders
     p.release_params(block_group(l));
     p.grads_ready(block_group(l));
   }

@@ -13,6 +13,7 @@
 #include "model/param_access.h"
 #include "model/param_set.h"
 #include "model/recompute.h"
+#include "model/weight_copies.h"
 
 namespace tripod {
 
@@ -52,6 +53,14 @@ class Gpt {
   // While set, forwards are for evaluation: they keep nothing that only a backward would use (the
   // bf16 operand copies of BlockActivations).
   void set_forward_only(bool forward_only) { forward_only_ = forward_only; }
+  // Whether the weights' bf16 copies that a forward makes under the bf16-operand policy are kept for
+  // the backward's dX products, one a weight shared by the micro-batches in flight
+  // (model/weight_copies.h; the default), or made again by the backward. An owner that frees the
+  // parameters after each use (ZeRO-3) clears it: kept copies would hold every layer's weights on
+  // every rank, the memory its sharding frees. Set before the first forward (the accounting of
+  // activation_bytes counts the copies).
+  void set_keep_weight_copies(bool keep);
+  std::size_t weight_copies_held() const { return weight_copies_.held(); }  // weights with a copy in flight
   const std::vector<ParamSpec>& specs() const { return specs_; }  // of the span
 
   // Several micro-batches in flight (a pipeline schedule, say): each holds its own activations (a
@@ -90,7 +99,8 @@ class Gpt {
   // Allocates the activations for (B, T) now (forward does it on demand).
   void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
   // Bytes of activation memory held: every slot allocated so far (the peak number of micro-batches
-  // in flight) plus the shared backward scratch and recomputation buffers.
+  // in flight) plus the shared backward scratch and recomputation buffers, and the weights' bf16
+  // copies kept for the backward (once: the slots share them).
   std::size_t activation_bytes() const;
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
@@ -105,6 +115,11 @@ class Gpt {
   // Whether the layers keep prepared GEMM operands under the backend's bf16-operand policy
   // (BlockActivations::keep_operands): then ln1, ln2, gelu(fc) and d fc exist only as bf16 operands.
   bool keeps_operands() const;
+  // Gives back the weight copies that the slot's layer k (or, k past the last, the LM head) still
+  // holds; a backward gives back each layer's as it goes, and a slot left without its backward (a
+  // forward run again, release_slot) all of them.
+  void release_weight_copies(Activations& slot, std::size_t k);
+  void release_weight_copies(Activations& slot);
   // Block k of the span (layer first_layer + k) forward from `residual` into x; the parameters
   // are acquired by the caller.
   void block_forward(ParamAccess& params, std::size_t k, const Tensor& residual, BlockActivations& x);
@@ -131,6 +146,8 @@ class Gpt {
   LayerOps* layers_;
   Recompute recompute_;
   bool forward_only_ = false;
+  bool keep_weight_copies_ = true;
+  SharedWeightCopies weight_copies_;
 };
 
 // Gpt::set_forward_only for a scope (an evaluation's forwards), cleared on leaving it, also when

@@ -30,7 +30,8 @@ class LayerOps {
   // out = inp @ weight^T + bias (bias may be undefined). `kept_input` non-null: the strategy may
   // set it to inp's prepared GEMM operand (under bf16-mixed, Backend::gemm_operands' bf16 copy),
   // for linear_backward to take instead of preparing inp again; else it stays undefined.
-  // `kept_weight` likewise for the weight's prepared operand (set only where kept_input is).
+  // `kept_weight` likewise for the weight's prepared operand (set only where kept_input is); a
+  // copy there on entry (another micro-batch's, model/weight_copies.h) is used, not made again.
   virtual void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
                               const Tensor& weight, const Tensor& bias, Tensor* kept_input = nullptr,
                               Tensor* kept_weight = nullptr) = 0;

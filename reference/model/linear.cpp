@@ -24,6 +24,26 @@ void check_padded_rows(const char* op, const Tensor& out, int64_t N, int64_t O, 
         residual.defined() ? " with a residual" : "");
 }
 
+// The weight copy a caller passes in through kept_weight (another micro-batch's, linear.h), and
+// the pointer cleared for the copy this call leaves there.
+Tensor take_given(Tensor* kept_weight) {
+  if (kept_weight == nullptr) return Tensor();
+  Tensor given = *kept_weight;
+  *kept_weight = Tensor();
+  return given;
+}
+
+// A weight copy made earlier stands in for gemm_operands({weight})[0]: it must be one, of the
+// operand's type, covering the weight's [O, I] with rows at least I long.
+const Tensor& checked_weight_copy(const char* op, const Tensor& copy, const Tensor& weight, const Tensor& operand) {
+  const int64_t O = weight.dim(0), I = weight.dim(1);
+  check(copy.dtype() == operand.dtype() && copy.dtype() != weight.dtype() && copy.dim(-1) >= I &&
+            copy.numel() / copy.dim(-1) >= O,
+        op, ": the weight copy passed in, ", copy.describe(), ", is not a prepared copy of ", weight.describe(),
+        " for the ", dtype_name(operand.dtype()), " operand");
+  return copy;
+}
+
 }  // namespace
 
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -31,11 +51,13 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
   const int64_t O = weight.dim(0), I = weight.dim(1), N = inp.numel() / I;
   const int64_t row_length = out.dim(-1);
   const DType acc = gemm_accumulate_dtype(inp.dtype());
+  const Tensor given_weight = take_given(kept_weight);
   if (kept_input != nullptr) *kept_input = Tensor();
-  if (kept_weight != nullptr) *kept_weight = Tensor();
   if (kept_input != nullptr && row_length == O) {
-    const std::vector<Tensor> ops = be.gemm_operands({inp, weight});
+    std::vector<Tensor> ops = be.gemm_operands(given_weight.defined() ? std::vector<Tensor>{inp}
+                                                                      : std::vector<Tensor>{inp, weight});
     if (ops[0].dtype() != inp.dtype()) {  // prepared copies (possibly zero-padded, backend.h)
+      if (given_weight.defined()) ops.push_back(checked_weight_copy("linear_forward", given_weight, weight, ops[0]));
       const int64_t ld_x = ops[0].dim(-1), ld_w = ops[1].dim(-1);
       product_into(be, out, N, O, std::min(ld_x, ld_w), ops[0], ld_x, ops[1], ld_w, bias, residual, acc);
       *kept_input = ops[0];
@@ -50,7 +72,7 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
 
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
                                  const Tensor& bias, const Tensor& residual, Tensor* kept_weight) {
-  if (kept_weight != nullptr) *kept_weight = Tensor();
+  const Tensor given_weight = take_given(kept_weight);
   const int64_t O = weight.dim(0), I = weight.dim(1), row_length = out.dim(-1), N = out.numel() / row_length;
   check(row_length >= O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
             inp_operand.numel() / inp_operand.dim(-1) >= N,
@@ -68,7 +90,9 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
           " for ", N, " rows of ", I, " inputs");
     return product(I, inp_operand, I, weight, I);
   }
-  const Tensor w = be.gemm_operands({weight})[0];
+  const Tensor w = given_weight.defined()
+                       ? checked_weight_copy("linear_forward_from_operand", given_weight, weight, inp_operand)
+                       : be.gemm_operands({weight})[0];
   check(w.dtype() == inp_operand.dtype(), "linear_forward_from_operand: a ", dtype_name(inp_operand.dtype()),
         " operand with a ", dtype_name(w.dtype()), " weight copy");
   const int64_t ld_x = inp_operand.dim(-1), ld_w = w.dim(-1);

@@ -15,7 +15,9 @@ namespace tripod {
 // stream's add after a block's output projection, through Backend::gemm_bias_residual.
 // `kept_weight` non-null: where inp's copy is kept, the weight's copy is stored there too, for
 // linear_backward's dX product (the weight cannot change between a micro-batch's forward and its
-// backward); otherwise it is left undefined.
+// backward); otherwise it is left undefined. A copy already there on entry (another micro-batch's
+// of the same weight, model/weight_copies.h) is used instead of rounding the weight again, and
+// left there.
 void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     Tensor* kept_input = nullptr, const Tensor& residual = Tensor(), Tensor* kept_weight = nullptr);
 
@@ -23,7 +25,8 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
 // gemm_operands made): the weight's copy is prepared here, and the product is linear_forward's with
 // `kept_input` set, bit for bit. inp itself need not exist. out's rows may be padded as
 // linear_forward's (the LM head's logits from lnf's operand; no bias or residual then).
-// `kept_weight` non-null: the weight's prepared copy is stored there, as linear_forward's.
+// `kept_weight` non-null: the weight's prepared copy is stored there, and one there on entry is
+// used, as linear_forward's.
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
                                  const Tensor& bias, const Tensor& residual = Tensor(),
                                  Tensor* kept_weight = nullptr);

@@ -63,6 +63,9 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   const StageSpan span = split_.span(index);
   c.model = std::make_unique<Gpt>(config_.model, backend_, config_.train.dtype, tp_layers_.get(), span,
                                   config_.train.recompute);
+  // ZeRO-3 frees each layer's gathered weights after use: copies of them kept for the backward
+  // would hold the whole model on every rank. Its backward gathers and rounds them again.
+  if (layout_.zero == 3) c.model->set_keep_weight_copies(false);
   // This TP rank's shards of the chunk's tensors (local shapes, same identities) and their map to
   // the logical tensors.
   std::vector<ParamSpec> specs = c.model->specs();

@@ -71,5 +71,36 @@ TEST(MemoryPeak, TheStartUpReportHoldsTheSequenceParallelBuffers) {
   });
 }
 
+// Under bf16-mixed ZeRO-3 keeps no copy of a layer's weights past its use (Gpt::
+// set_keep_weight_copies): they would hold every layer's weights on every rank, what the sharding
+// frees. ZeRO-2 keeps them for the backward: its activations are ZeRO-3's and the copies. The same
+// losses either way (the backward rounds the same weights to the same bits).
+TEST(MemoryPeak, ZeroThreeKeepsNoWeightCopies) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "memory-z3-copies");
+  if (group) {
+    const RunConfig config = conform::default_conformance_config("bf16-mixed");
+    auto run = [&](const char* name, double* loss) {
+      const ParallelLayout layout = ParallelLayout::parse(name);
+      ProcessGrid grid(*group, layout.grid(), layout.grid_order);
+      DistributedTrainer trainer(config, testing::shared_test_backend(), grid, layout);
+      trainer.initialise();
+      *loss = trainer.train_step(conform::conformance_batch(config, 0)).loss;
+      *loss = trainer.train_step(conform::conformance_batch(config, 1)).loss;
+      return trainer.memory().activations;
+    };
+    double loss_z2 = 0, loss_z3 = 0;
+    const std::size_t z2 = run("tp1-pp1-dp2-z2-mb1", &loss_z2), z3 = run("tp1-pp1-dp2-z3-mb1", &loss_z3);
+    const ModelConfig& m = config.model;
+    const int64_t C = m.d_model, F = m.d_ff;
+    const std::size_t copies =
+        static_cast<std::size_t>(m.n_layer * (4 * C * C + 2 * F * C) + m.vocab_size * C) * sizeof(bf16);
+    EXPECT_EQ(z2 - z3, copies) << "ZeRO-2 activations " << z2 << ", ZeRO-3 " << z3;
+    EXPECT_EQ(loss_z3, loss_z2);
+  }
+  world->barrier();
+}
+
 }  // namespace
 }  // namespace tripod
