@@ -107,7 +107,7 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 }
 
 // Under bf16-mixed the single-device layers keep the bf16 copies of ln1, atty, ln2 and fc_gelu
-// from the forward for the backward (model/gpt.cpp's BlockActivations::*_op), with their GEMMs'
+// from the forward for the backward (model/gpt_activations.h's BlockActivations::*_op), with their GEMMs'
 // weights' copies, and lnf's and the head weight's for the LM head's (Activations::lnf_op,
 // head_w_op): the activation accounting counts them (none for recomputed
 // activations: fc_gelu under selective, all of a block's under full; lnf is never recomputed),
