@@ -165,6 +165,15 @@ class Backend {
   // out (out never stored); otherwise out itself, a new tensor. The same bits as attention_forward
   // followed by gemm_operands.
   Tensor attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);
+  // And for attention's backward: gemm_operands({dqkv}, dbias)[0] for dqkv = attention_backward's
+  // [B, T, 3C] from dout, qkv and the state (dbias: c_attn's bias gradient, undefined for none), for
+  // a caller whose only uses of dqkv are as c_attn's GEMM operand and its bias gradient: under the
+  // bf16-operand policy (dbias defined) dqkv's bf16 copy, which a device backend writes, with dbias
+  // += its column sums, where its attention would write dqkv (dqkv never stored in fp32);
+  // otherwise dqkv itself, a new tensor. The same bits as attention_backward followed by
+  // gemm_operands.
+  Tensor attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                    const Tensor& dbias);
 
   // ---- elementwise and reductions ----
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
@@ -320,6 +329,10 @@ class Backend {
   virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
   // attention_operand under the policy: attention_forward into an fp32 out, then its copy.
   virtual Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);
+  // attention_backward_operand under the policy: attention_backward into an fp32 dqkv, then
+  // bf16_operand_copy_with_bias_grad.
+  virtual Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state,
+                                                 int64_t n_head, const Tensor& dbias);
 
  private:
   Fp32Matmul fp32_matmul_ = Fp32Matmul::Exact;

@@ -101,6 +101,26 @@ Tensor Backend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, i
   return bf16_operand_copy(out);
 }
 
+Tensor Backend::attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                          const Tensor& dbias) {
+  check(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && dout.defined() &&
+            dout.numel() * 3 == qkv.numel(),
+        "attention_backward_operand: qkv ", qkv.defined() ? qkv.describe() : std::string("none"),
+        " is not [B, T, 3C] for the output gradient ", dout.defined() ? dout.describe() : std::string("none"));
+  if (rounded_as_operand(*this, qkv) && dout.dtype() == DType::F32 && dbias.defined())
+    return bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
+  Tensor dqkv = alloc_for_overwrite(qkv.shape(), qkv.dtype());
+  attention_backward(dqkv, dout, qkv, state, n_head);
+  return gemm_operands({dqkv}, dbias)[0];
+}
+
+Tensor Backend::bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state,
+                                                int64_t n_head, const Tensor& dbias) {
+  Tensor dqkv = alloc_for_overwrite(qkv.shape(), DType::F32);
+  attention_backward(dqkv, dout, qkv, state, n_head);
+  return bf16_operand_copy_with_bias_grad(dqkv, dbias);
+}
+
 Tensor Backend::cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp,
                                                      const Tensor& targets, VocabWindow window, double grad_scale) {
   if (rounded_as_operand(*this, logits))

@@ -138,6 +138,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
   };
   Tensor proj_w;                  // the bf16 cases' [C, C] weight and its prepared copies: they
   std::vector<Tensor> proj_ops;   // outlive the block below, as the timed calls read them
+  Tensor dqkv_bias;               // c_attn's bias gradient for the attention backward's operand, likewise
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -225,6 +226,19 @@ void run_kernel_rate(const KernelRateOptions& o) {
                      }), 4 * products});
     cases.push_back({"attention bwd bf16", (7 * nc + square) * s,
                      bf16_operands([&] { b.attention_backward(dqkv, datt, qkv, probs, heads); }), 8 * products});
+    // dqkv as c_attn's bf16 operand with its bias gradient: written so by the attention's backward
+    // (attention_backward_operand; CUDA's GEMM attention rounds and sums in its pass back to
+    // token-major rows) and as the fp32 dqkv then the fused copy and sums. Both count the
+    // attention's bytes with the bf16 dqkv written instead of the fp32 one.
+    dqkv_bias = b.alloc({3 * c}, dt);
+    const double backward_operand_bytes = (4 * nc + square) * s + 2 * 3 * nc;
+    cases.push_back({"attention bwd->bf16 (fused)", backward_operand_bytes, bf16_operands([&] {
+                       b.attention_backward_operand(datt, qkv, probs, heads, dqkv_bias);
+                     }), 8 * products});
+    cases.push_back({"attention bwd, bf16 apart", backward_operand_bytes, bf16_operands([&] {
+                       b.attention_backward(dqkv, datt, qkv, probs, heads);
+                       b.gemm_operands({dqkv}, dqkv_bias);
+                     }), 8 * products});
   }
   std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, attention B %lld x T %lld, "
               "H %lld, %d timed regions of >= %.1f ms\n",

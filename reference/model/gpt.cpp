@@ -314,9 +314,15 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     // attention half (dres = d res2 flows unchanged to the layer input, plus through attention)
     layers_->linear_backward(be, LinearRole::AttnOut, s.datty, g.proj_w, g.proj_b, s.dres, x.atty, w.proj_w,
                              x.atty_op, x.proj_w_op);
-    be.attention_backward(s.dqkv, s.datty, x.qkv, x.probs, local_heads());
-    layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w, x.ln1_op,
-                             x.qkv_w_op);
+    if (x.keep_operands) {  // d qkv only as c_attn's bf16 operand, with its bias gradient: never stored in fp32
+      const Tensor dqkv_op = be.attention_backward_operand(s.datty, x.qkv, x.probs, local_heads(), g.qkv_b);
+      layers_->linear_backward_from_operand(be, LinearRole::Qkv, s.dln, g.qkv_w, dqkv_op,
+                                            x.qkv.numel() / x.qkv.dim(-1), x.ln1, w.qkv_w, x.ln1_op, x.qkv_w_op);
+    } else {
+      be.attention_backward(s.dqkv, s.datty, x.qkv, x.probs, local_heads());
+      layers_->linear_backward(be, LinearRole::Qkv, s.dln, g.qkv_w, g.qkv_b, s.dqkv, x.ln1, w.qkv_w, x.ln1_op,
+                               x.qkv_w_op);
+    }
     be.layernorm_backward(s.dres, g.ln1_w, g.ln1_b, s.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
     x.ln1_op = x.atty_op = x.ln2_op = x.fc_gelu_op = Tensor();  // used: their memory goes back now
     release_weight_copies(a, k);  // and the weights' copies with their last holders

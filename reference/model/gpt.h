@@ -113,7 +113,8 @@ class Gpt {
   Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
   // Whether the layers keep prepared GEMM operands under the backend's bf16-operand policy
-  // (BlockActivations::keep_operands): then ln1, ln2, gelu(fc) and d fc exist only as bf16 operands.
+  // (BlockActivations::keep_operands): then ln1, atty, ln2, gelu(fc), lnf, d qkv and d fc exist only
+  // as bf16 operands.
   bool keeps_operands() const;
   // Gives back the weight copies that the slot's layer k (or, k past the last, the LM head) still
   // holds; a backward gives back each layer's as it goes, and a slot left without its backward (a

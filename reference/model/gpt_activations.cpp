@@ -109,8 +109,10 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   s->dres = act({R, C});
   s->dln = act({R, C});
   s->datty = act({B, T, A});
-  s->dqkv = act({B, T, 3 * A});
-  if (!keeps_operands()) s->dfc = act({N, F});  // else d fc is made only as its bf16 operand
+  if (!keeps_operands()) {  // else d qkv and d fc are made only as their bf16 operands
+    s->dqkv = act({B, T, 3 * A});
+    s->dfc = act({N, F});
+  }
   s->dfc_gelu = act({N, F});
   if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
     const int64_t H = local_heads();

@@ -30,12 +30,12 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     # fp32 also times the bf16-mixed policy's forms: an output gradient's copy with its bias gradient,
     # ln(x), gelu(fc), its backward's d fc and the loss gradient as bf16 operands (fused and apart),
     # the attention projection with the residual stream's add (fused and apart), and attention on
-    # bf16 operands
+    # bf16 operands, its output and its backward's dqkv as bf16 operands (fused and apart)
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
              "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "proj+residual (fused)",
              "proj, residual apart", "attention fwd bf16", "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
-             "attention bwd bf16"]
+             "attention bwd bf16", "attention bwd->bf16 (fused)", "attention bwd, bf16 apart"]
     assert [r["name"] for r in j["results"]] == KERNELS + (mixed if dtype == "fp32" else [])
     size = 8 if dtype == "fp64" else 4
     copy = j["results"][0]

@@ -1,8 +1,8 @@
 // Activations made only as their GEMM's operand: under bf16-mixed the model (model/gpt.cpp) makes
 // ln1 and ln2 (Backend::layernorm_operand) and the MLP's gelu(fc) (gelu_operand) only as bf16
 // copies, feeds them to linear_forward_from_operand, and never stores them in fp32; likewise the
-// backward's d fc (gelu_backward_operand) and the loss gradient (cross_entropy_backward_window_
-// operand), fed to linear_backward_from_operand. The operand must be the
+// backward's d fc (gelu_backward_operand), d qkv (attention_backward_operand) and the loss gradient
+// (cross_entropy_backward_window_operand), fed to linear_backward_from_operand. The operand must be the
 // bits gemm_operands makes of gelu_forward's output, padded where the backend pads, and the layer
 // from it the bits of linear_forward/linear_backward with a kept input; outside the policy the
 // operand is gelu(x) itself. (test_recompute.cpp checks the model's bits and memory; the CUDA
@@ -244,6 +244,43 @@ TEST(OperandProducers, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGr
       }
 }
 
+// Attention's backward operand: dqkv = attention_backward(...) as gemm_operands({dqkv}, dbias)
+// makes it (c_attn's bias gradient added once), from the state attention_forward kept; without a
+// bias gradient, the copy alone.
+TEST(OperandProducers, TheAttentionBackwardOperandIsTheCopyOfDqkvWithItsBiasGradient) {
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (bool with_bias : {true, false})
+        for (const auto& [batch, seq, channels, heads] :
+             std::vector<std::array<int64_t, 4>>{{2, 8, 16, 2}, {1, 5, 12, 3}}) {
+          be->set_fp32_matmul(policy);
+          const Tensor qkv = random_tensor(*be, {batch, seq, 3 * channels}, 131, -2.0, 2.0);
+          const Tensor dout = random_tensor(*be, {batch, seq, channels}, 132, -1.0, 1.0);
+          Tensor out = be->alloc({batch, seq, channels}, DType::F32);
+          Tensor state = be->alloc(be->attention_state_shape(DType::F32, batch, seq, channels, heads), DType::F32);
+          be->attention_forward(out, state, qkv, heads);
+          const Tensor db_start = random_tensor(*be, {3 * channels}, 133, -1.0, 1.0);
+          auto bias = [&] {
+            if (!with_bias) return Tensor();
+            Tensor db = be->alloc({3 * channels}, DType::F32);
+            be->copy(db_start, db);
+            return db;
+          };
+          const Tensor want_db = bias(), got_db = bias();
+          Tensor dqkv = be->alloc(qkv.shape(), DType::F32);
+          be->attention_backward(dqkv, dout, qkv, state, heads);
+          const Tensor want = be->gemm_operands({dqkv}, want_db)[0];
+          const Tensor got = be->attention_backward_operand(dout, qkv, state, heads, got_db);
+          const std::string what = name + (policy == Fp32Matmul::Exact ? " exact " : " bf16-operands ") +
+                                   std::to_string(batch) + "x" + std::to_string(seq) + "x" + std::to_string(channels) +
+                                   (with_bias ? " with" : " without") + " a bias gradient";
+          EXPECT_EQ(got.dtype(), want.dtype()) << what;
+          EXPECT_EQ(got.numel(), want.numel()) << what;
+          EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what;
+          if (with_bias) EXPECT_EQ(to_host_f64(*be, got_db), to_host_f64(*be, want_db)) << what;
+        }
+}
+
 // c_fc's backward from that operand: the bits of linear_backward on the stored gradient, with the
 // input's kept copy and without one.
 TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
@@ -279,7 +316,8 @@ TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
 class ProducerCountingCpuBackend : public cpu::CpuBackend {
  public:
   ProducerCountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, attention = 0, plain_copies = 0;
+  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, attention = 0,
+      attention_backward = 0, plain_copies = 0;
   void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
                     VocabWindow window) override {
     ++loss_stats;
@@ -300,6 +338,11 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
     ++attention;
     return cpu::CpuBackend::bf16_attention_operand(state, qkv, n_head);
   }
+  Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                         const Tensor& dbias) override {
+    ++attention_backward;
+    return cpu::CpuBackend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
+  }
   Tensor bf16_gelu_operand(const Tensor& x) override {
     ++gelu;
     return cpu::CpuBackend::bf16_gelu_operand(x);
@@ -316,12 +359,12 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
 };
 
 // The training step takes the operand paths: under bf16-mixed each block makes ln1, atty, ln2 and
-// gelu(fc) only as operands and its backward d fc, and the head lnf and its loss gradient, once per
-// micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
+// gelu(fc) only as operands and its backward d qkv and d fc, and the head lnf and its loss
+// gradient, once per micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
 // back to them would pass every comparison and only this count would show it.) The plain copies
 // a micro-batch makes: in the forward a block's four weights and atty, and the head's weight; in
 // the backward only output gradients (here without biases, so not fused with a bias gradient):
-// a block's dres twice, dqkv and, through the CPU's unfused producer, d fc, and the head's loss
+// a block's dres twice, through the CPU's unfused producers dqkv and d fc, and the head's loss
 // gradient. No weight: the backward takes the copies the forward kept (it made a block's four and
 // the head's again before, 4 L + 1 more).
 TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
@@ -336,6 +379,7 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     EXPECT_EQ(be.gelu, per_layer) << dtype;
     EXPECT_EQ(be.attention, per_layer) << dtype;
     EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
+    EXPECT_EQ(be.attention_backward, per_layer) << dtype;
     EXPECT_EQ(be.loss_gradient, mixed ? micro : 0) << dtype;
     EXPECT_EQ(be.loss_stats, micro) << dtype;  // the loss statistics' one call, under every policy
     EXPECT_EQ(be.plain_copies, mixed ? micro * ((5 * config.model.n_layer + 1) + (4 * config.model.n_layer + 1)) : 0)
@@ -369,6 +413,9 @@ TEST(OperandProducers, AMissingInputOrOperandIsNamed) {
                 .find("linear_backward_from_operand"),
             std::string::npos);
   EXPECT_NE(expected_error([&] { be->gelu_backward_operand(dout, x, Tensor()); }).find("gelu_backward_operand"),
+            std::string::npos);
+  EXPECT_NE(expected_error([&] { be->attention_backward_operand(x, x, x, 2, Tensor()); })
+                .find("attention_backward_operand"),
             std::string::npos);
   Tensor mean = be->alloc({0}, DType::F32), rstd = be->alloc({0}, DType::F32);
   EXPECT_NE(expected_error([&] { be->layernorm_operand(mean, rstd, be->alloc({0, 8}, DType::F32), w, w, 1e-5); })

@@ -114,7 +114,7 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 // the allocator holds them after the forward, and the backward gives them back. Where ln1's,
 // atty's, ln2's, gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at
 // all (Backend::layernorm_operand, attention_operand, gelu_operand), and under the policy the backward's scratch has no
-// fp32 d fc (Backend::gelu_backward_operand).
+// fp32 d fc or d qkv (Backend::gelu_backward_operand, attention_backward_operand).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   const int64_t B = 4, T = 5;
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -156,8 +156,8 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
                                          : mode == Recompute::Selective ? 3 * m.d_model            // ln1, atty, ln2
                                                                         : 0;
     const std::size_t fp32_not_stored =
-        static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * not_stored_per_token)) *
-        sizeof(float);  // + d fc, lnf
+        static_cast<std::size_t>(B * T * (m.d_ff + 3 * m.d_model + m.d_model + m.n_layer * not_stored_per_token)) *
+        sizeof(float);  // + the d fc and d qkv scratch, lnf
     EXPECT_EQ(mixed + fp32_not_stored, fp32 + kept) << recompute_name(mode);
     EXPECT_EQ(held_mixed + fp32_not_stored, held_fp32 + kept_held)
         << recompute_name(mode) << ": the allocator after the forward";
@@ -167,7 +167,7 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
 
 // An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
 // allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, atty, ln2, gelu(fc),
-// lnf and d fc scratch that bf16-mixed never stores, and the next training step still gives the
+// lnf and d fc and d qkv scratch that bf16-mixed never stores, and the next training step still gives the
 // bits of a run that never evaluated.
 TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t B = 4, T = 5;
@@ -181,8 +181,9 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
     return backend->memory_stats().live - before;
   };
   const ModelConfig m = testing::tiny_run_config("fp32", true).model;
-  const std::size_t not_stored =
-      static_cast<std::size_t>(B * T * (m.d_ff + m.d_model + m.n_layer * (3 * m.d_model + m.d_ff))) * sizeof(float);
+  const std::size_t not_stored =  // d fc, d qkv, lnf, and each block's ln1, atty, ln2 and gelu(fc)
+      static_cast<std::size_t>(B * T * (m.d_ff + 3 * m.d_model + m.d_model + m.n_layer * (3 * m.d_model + m.d_ff))) *
+      sizeof(float);
   EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);

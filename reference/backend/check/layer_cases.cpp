@@ -149,6 +149,28 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     outputs[1].not_comparable = !keeps_probs;
     return outputs;
   });
+  // Backend::attention_backward_operand: dqkv written straight as c_attn's bf16 operand with the
+  // bias gradient's column sums (the CUDA GEMM attention's pass to token-major rows rounds and sums
+  // as it reads), from attention_forward's state. dq, dk, dv: dqkv's bound (2^-8 of the largest
+  // element) plus one bf16 step of the largest element (2^-7 of it at most), since two fp32 values
+  // apart by less than the first may round one step apart; db: dqkv's bound (its sums add the fp32
+  // values). The inputs are the bf16-operands case's, so its dqkv is this one's before rounding.
+  cases.add("attention_backward_operand fp32->bf16, db", DType::F32, s.text(), [=](Backend& be) {
+    Inputs in(be, DType::F32, kSeed + 3);
+    const Tensor qkv = in.normal({b, T, 3 * c}), dout = in.normal({b, T, c});
+    in.normal({b, T, 3 * c});  // the bf16-operands case's dqkv, overwritten there
+    const Tensor db = in.normal({3 * c});
+    Tensor out = be.alloc({b, T, c}, DType::F32), probs = be.alloc({b, h, T, T}, DType::F32), op;
+    with_bf16_operands(be, [&] {
+      be.attention_forward(out, probs, qkv, h);
+      op = be.attention_backward_operand(dout, qkv, probs, h, db);
+    });
+    std::vector<Output> outputs = qkv_thirds(output(be, "dqkv bf16", op), c);
+    for (Output& o : outputs) o.bound = 1.0 / 256 + 1.0 / 128;
+    outputs.push_back(output(be, "db", db));
+    outputs.back().bound = 1.0 / 256;
+    return outputs;
+  });
 }
 
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {

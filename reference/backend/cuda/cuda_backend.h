@@ -173,6 +173,8 @@ class CudaBackend final : public Backend {
   // The GEMM attention's output copied back to token-major rows as bf16 (cuda::attention_forward's
   // out16) where the copy needs no padding; the flash attention keeps the two passes.
   Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override;
+  Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                         const Tensor& dbias) override;
   // `buffer`, reallocated when it is undefined, of another dtype or smaller than `elements`: kept
   // from call to call (every layer has the same shapes, and a free through cudaFree would wait for
   // the whole device), counted by the allocator like any tensor.

@@ -166,6 +166,26 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   });
 }
 
+Tensor CudaBackend::bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state,
+                                                    int64_t n_head, const Tensor& dbias) {
+  const char* op = "attention_backward_operand";
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3, rows = batch * seq_len;
+  // The flash backward writes dqkv from its own kernels: it takes the default (dqkv, then the copy).
+  if (!fusions_.on(CudaFusion::OperandProducers) || cuda::operand_copy_shape(rows, 3 * channels).padded() ||
+      qkv.dtype() != DType::F32 || dbias.dtype() != DType::F32 || dbias.numel() != 3 * channels ||
+      takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))
+    return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
+  check_attention_state(state, qkv, n_head, op);
+  Tensor copy = alloc_for_overwrite({rows, 3 * channels}, DType::BF16);
+  Tensor& score_grads = grown(score_grads_, cuda::attention_score_grad_elements(batch, seq_len, n_head), DType::F32);
+  Tensor& scratch = grown(attention_scratch_, cuda::attention_scratch_elements(batch, seq_len, channels), DType::F32);
+  cuda::attention_backward<float>(nullptr, score_grads.device_data<float>(), scratch.device_data<float>(),
+                                  attention_bf16_scratch(qkv.dtype(), batch, seq_len, channels, n_head),
+                                  ptr<float>(dout, op), ptr<float>(qkv, op), ptr<float>(state, op), batch, seq_len,
+                                  channels, n_head, ctx_, copy.device_data<bf16>(), ptr<float>(dbias, op));
+  return copy;
+}
+
 void CudaBackend::cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   const char* op = "cross_entropy_forward";
   dispatch_float(logits.dtype(), op, [&](auto zero) {

@@ -39,6 +39,7 @@
 #include "backend/cuda/kernels/attention_copies.cuh"
 #include "backend/cuda/kernels/attention_rows.cuh"
 #include "backend/cuda/kernels/launch_patterns.cuh"
+#include "backend/cuda/kernels/reductions.h"
 #include "backend/kernels/attention_math.h"
 #include "core/error.h"
 
@@ -123,10 +124,12 @@ void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch
 template <typename T>
 void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, const T* dout, const T* qkv,
                         const T* probs, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                        const CudaContext& ctx) {
+                        const CudaContext& ctx, bf16* dqkv16, float* dbias) {
   const char* op = "attention_backward";
   const AttentionDims d = checked_attention_dims(op, batch, seq_len, channels, n_head);
   check(scratch16 == nullptr || std::is_same_v<T, float>, op, ": bf16 operands are for fp32 tensors");
+  check(dqkv16 == nullptr || (scratch16 != nullptr && dbias != nullptr), op,
+        ": a bf16 dqkv is written with bf16 operands and a bias gradient only");
   if (batch * seq_len * channels == 0) return;
   const int64_t part = attention_head_major_elements(d), square = attention_score_grad_elements(batch, seq_len, n_head);
   const bool bf16_operands = scratch16 != nullptr;
@@ -174,6 +177,12 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
       run_gemm<T>(attention_dvalue_gemm(d, r, probs, douth, dqkvh, same_bytes<T>()), ctx);
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (dqkv16 != nullptr) {  // token-major bf16 and c_attn's bias gradient, no fp32 dqkv
+      head_major_bias_grad_and_bf16_copy(dbias, dqkv16, dqkvh, batch, seq_len, n_head, d.head_dim(), 3, ctx);
+      return;
+    }
+  }
   copy_to_token_major(dqkv, dqkvh, d, 3, ctx);
 }
 
@@ -181,7 +190,7 @@ void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, co
   template void attention_forward<T>(T*, T*, const T*, T*, bf16*, int64_t, int64_t, int64_t, int64_t,          \
                                      const CudaContext&, bf16*);                                                \
   template void attention_backward<T>(T*, T*, T*, bf16*, const T*, const T*, const T*, int64_t, int64_t, int64_t, \
-                                      int64_t, const CudaContext&);
+                                      int64_t, const CudaContext&, bf16*, float*);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)
 #undef TRIPOD_INSTANTIATE

@@ -21,11 +21,13 @@ namespace tripod::cuda {
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, T* scratch, bf16* scratch16, int64_t batch, int64_t seq_len,
                        int64_t channels, int64_t n_head, const CudaContext& ctx, bf16* out16 = nullptr);
-// Overwrites dqkv.
+// Overwrites dqkv. `dqkv16` (fp32 with bf16 operands only; dqkv then unused, may be null): dqkv
+// written only as its bf16 copy [B*T, 3C], with dbias[3C] += its column sums, in the pass that
+// would have copied it to token-major rows (reductions.h: head_major_bias_grad_and_bf16_copy).
 template <typename T>
 void attention_backward(T* dqkv, T* score_grads, T* scratch, bf16* scratch16, const T* dout, const T* qkv,
                         const T* probs, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                        const CudaContext& ctx);
+                        const CudaContext& ctx, bf16* dqkv16 = nullptr, float* dbias = nullptr);
 inline int64_t attention_score_grad_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len * seq_len;
 }

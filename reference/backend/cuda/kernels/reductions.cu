@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels/reductions.h"
 #include "backend/cuda/kernels/stream_scratch.cuh"
 #include "backend/cuda/kernels/warp_reduce.cuh"
+#include "backend/kernels/attention_math.h"
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/elementwise_math.h"
 #include "backend/kernels/reduction_math.h"
@@ -133,6 +134,23 @@ struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
   }
 };
 
+// BiasGradBf16CopyColumns over a token-major matrix that is stored head-major: element (row, c)
+// read from head_major[head_major_index(row, c)], the copy and the sums token-major.
+struct HeadMajorBiasGradBf16CopyColumns {
+  using Value = float;
+  static constexpr int kSums = 1;
+  float* __restrict__ dbias;
+  bf16* __restrict__ copy;
+  const float* __restrict__ head_major;
+  int64_t channels, batch, seq_len, n_head, head_dim;
+  __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
+    const float x = head_major[kernels::head_major_index(row, c, batch, seq_len, n_head, head_dim)];
+    copy[row * channels + c].bits = kernels::float_to_bf16_bits(x);
+    sums[0] += x;
+  }
+  __device__ void finish(int64_t c, const float (&totals)[1]) const { dbias[c] += totals[0]; }
+};
+
 }  // namespace
 
 template <typename T>
@@ -174,6 +192,18 @@ void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float
   check(rows >= 0 && channels >= 0, "gelu_backward_bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
   launch_column_sums(GeluBackwardBiasGradBf16CopyColumns{{dbias, dout, channels}, copy, inp}, rows, channels, ctx,
                      "gelu_backward_bias_grad_and_bf16_copy");
+}
+
+void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* head_major, int64_t batch,
+                                        int64_t seq_len, int64_t n_head, int64_t head_dim, int64_t parts,
+                                        const CudaContext& ctx) {
+  check(batch >= 0 && seq_len >= 0 && n_head >= 0 && head_dim >= 0 && parts >= 1,
+        "head_major_bias_grad_and_bf16_copy: bad shape [", parts, "][", batch, "][", n_head, "][", seq_len, "][",
+        head_dim, "]");
+  const int64_t channels = parts * n_head * head_dim;
+  launch_column_sums(HeadMajorBiasGradBf16CopyColumns{dbias, copy, head_major, channels, batch, seq_len, n_head,
+                                                      head_dim},
+                     batch * seq_len, channels, ctx, "head_major_bias_grad_and_bf16_copy");
 }
 
 template void sum_squares<float>(double*, const float*, int64_t, const CudaContext&);

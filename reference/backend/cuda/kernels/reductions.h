@@ -30,5 +30,12 @@ void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_
 // read and never stored (the bits of gelu_backward then bias_grad_and_bf16_copy).
 void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* inp, const float* dout, int64_t rows,
                                            int64_t channels, const CudaContext& ctx);
+// The same for a token-major gradient [B*T, parts*C] that exists only in head-major form
+// [parts][B][H][T][hd] (the GEMM attention's backward, attention.cu): read by token rows through
+// attention_math.h's head_major_index, summed and rounded into the token-major bf16 copy (the bits
+// of copying it to token-major fp32, then bias_grad_and_bf16_copy).
+void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* head_major, int64_t batch,
+                                        int64_t seq_len, int64_t n_head, int64_t head_dim, int64_t parts,
+                                        const CudaContext& ctx);
 
 }  // namespace tripod::cuda
