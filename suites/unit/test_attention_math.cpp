@@ -77,6 +77,14 @@ TEST(AttentionMath, HeadMajorIndexIsABijectionOntoTheTokenMajorTensor) {
     const int64_t row_length = parts * n_head * head_dim;
     EXPECT_EQ(head_major_index(t_i / row_length, t_i % row_length, batch, seq_len, n_head, head_dim), h_i);
   }
+  // HeadMajorOffsets splits it into a column's term and a row's (reductions.cu's column sums)
+  const HeadMajorOffsets offsets{batch, seq_len, n_head, head_dim};
+  const int64_t rows = batch * seq_len, row_length = parts * n_head * head_dim;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t col = 0; col < row_length; ++col)
+      ASSERT_EQ(offsets.column_offset(col) + offsets.row_offset(row),
+                head_major_index(row, col, batch, seq_len, n_head, head_dim))
+          << "row " << row << ", column " << col;
   // attention.cu's row form: a row's start is head_dim times the index of one-element rows
   for (int64_t row = 0; row < n / head_dim; ++row)
     for (int64_t e = 0; e < head_dim; ++e)

@@ -144,6 +144,23 @@ TRIPOD_HD int64_t head_major_index(int64_t token_row, int64_t col, int64_t batch
   return (((part * batch + b) * n_head + h) * seq_len + t) * head_dim + d;
 }
 
+// head_major_index as a column's term plus a token row's, for a loop down the rows of one column
+// (the column sums of reductions.cu: the column's term is computed once, and a row's takes one
+// 32-bit division instead of head_major_index's four 64-bit ones):
+// head_major_index(row, col, ...) == column_offset(col) + row_offset(row). Rows below 2^31.
+struct HeadMajorOffsets {
+  int64_t batch, seq_len, n_head, head_dim;
+  TRIPOD_HD int64_t column_offset(int64_t col) const {
+    const int64_t channels = n_head * head_dim, part = col / channels, within = col % channels;
+    return (part * batch * n_head + within / head_dim) * seq_len * head_dim + within % head_dim;
+  }
+  TRIPOD_HD int64_t row_offset(int64_t token_row) const {
+    const auto row = static_cast<uint32_t>(token_row), t_len = static_cast<uint32_t>(seq_len);
+    const uint32_t b = row / t_len, t = row - b * t_len;
+    return (static_cast<int64_t>(b) * n_head * seq_len + t) * head_dim;
+  }
+};
+
 // Softmax backward of one score, the CPU's expression: dscore = p * (dp - sum_j p_j dp_j) * scale.
 template <typename T>
 TRIPOD_HD T softmax_backward_score(T prob, T dprob, T row_dot, T scale) {

@@ -135,16 +135,18 @@ struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
 };
 
 // BiasGradBf16CopyColumns over a token-major matrix that is stored head-major: element (row, c)
-// read from head_major[head_major_index(row, c)], the copy and the sums token-major.
+// read from head_major[head_major_index(row, c)] (as HeadMajorOffsets' two terms: the column's is
+// loop-invariant in column_sums.cuh's loop down the rows), the copy and the sums token-major.
 struct HeadMajorBiasGradBf16CopyColumns {
   using Value = float;
   static constexpr int kSums = 1;
   float* __restrict__ dbias;
   bf16* __restrict__ copy;
   const float* __restrict__ head_major;
-  int64_t channels, batch, seq_len, n_head, head_dim;
+  int64_t channels;
+  kernels::HeadMajorOffsets offsets;
   __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
-    const float x = head_major[kernels::head_major_index(row, c, batch, seq_len, n_head, head_dim)];
+    const float x = head_major[offsets.column_offset(c) + offsets.row_offset(row)];
     copy[row * channels + c].bits = kernels::float_to_bf16_bits(x);
     sums[0] += x;
   }
@@ -197,12 +199,13 @@ void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float
 void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* head_major, int64_t batch,
                                         int64_t seq_len, int64_t n_head, int64_t head_dim, int64_t parts,
                                         const CudaContext& ctx) {
-  check(batch >= 0 && seq_len >= 0 && n_head >= 0 && head_dim >= 0 && parts >= 1,
+  check(batch >= 0 && seq_len >= 0 && n_head >= 0 && head_dim >= 0 && parts >= 1 &&
+            batch * seq_len < (int64_t{1} << 31),
         "head_major_bias_grad_and_bf16_copy: bad shape [", parts, "][", batch, "][", n_head, "][", seq_len, "][",
-        head_dim, "]");
+        head_dim, "] (token rows below 2^31)");
   const int64_t channels = parts * n_head * head_dim;
-  launch_column_sums(HeadMajorBiasGradBf16CopyColumns{dbias, copy, head_major, channels, batch, seq_len, n_head,
-                                                      head_dim},
+  launch_column_sums(HeadMajorBiasGradBf16CopyColumns{dbias, copy, head_major, channels,
+                                                      {batch, seq_len, n_head, head_dim}},
                      batch * seq_len, channels, ctx, "head_major_bias_grad_and_bf16_copy");
 }
 
