@@ -31,6 +31,8 @@ struct Gpt::BlockActivations {
   // With each kept input, its GEMM's weight's prepared copy (LayerOps::linear_forward's
   // kept_weight): the weights do not change between a micro-batch's forward and its backward, so
   // the backward's dX products take the forward's copies instead of rounding the weights again.
+  // One copy a weight, shared by the micro-batches in flight (model/weight_copies.h); none where
+  // the model keeps no weight copies (Gpt::set_keep_weight_copies: ZeRO-3).
   bool keep_operands = false;
   Tensor ln1_op, atty_op, ln2_op, fc_gelu_op;
   Tensor qkv_w_op, proj_w_op, fc_w_op, fcproj_w_op;
