@@ -82,6 +82,8 @@ void run_bench_train(const BenchTrainOptions& o) {
   const MemoryReport held = trainer.memory();
   const std::size_t state_bytes = held.params + held.grads + held.optimizer;  // weights + grads + Adam m, v
   const std::size_t act_bytes = held.activations;
+  const std::size_t transient_bytes = held.transient;  // the backward's: bf16-mixed's loss gradient copy
+  const std::size_t by_hand = state_bytes + act_bytes + transient_bytes;
   const std::size_t rss = peak_resident_bytes();
   // The backend's own high-water mark, where its tensors live: on a GPU the host's RSS holds none of
   // them (set against the accounting, it printed "that + -12037.9 MiB" on an H200).
@@ -97,13 +99,14 @@ void run_bench_train(const BenchTrainOptions& o) {
               peak.source.c_str());
   // The state as the trainer holds it (a padded vocabulary's rows and bf16-mixed's copies included),
   // so the sum adds up; "16 B/param x the model's count" did not with either.
-  std::printf("  memory: %.1f MiB state (weights, grads, Adam m and v) + %.1f MiB activations = %.1f MiB by hand;\n"
+  std::printf("  memory: %.1f MiB state (weights, grads, Adam m and v) + %.1f MiB activations + %.1f MiB the\n"
+              "          backward's transient (bf16-mixed's loss gradient copy) = %.1f MiB by hand;\n"
               "          the %s backend's allocator peak %.1f MiB = that %c %.1f MiB (the backend's scratch: GEMM\n"
               "          operand copies, attention buffers; the trainer's gradient and step buffers);\n"
               "          host peak RSS %.1f MiB (before the model, with the sgemm baseline: %.1f MiB)\n",
-              state_bytes / 1048576.0, act_bytes / 1048576.0, (state_bytes + act_bytes) / 1048576.0,
-              o.backend.c_str(), allocator_peak / 1048576.0, allocator_peak >= state_bytes + act_bytes ? '+' : '-',
-              std::abs(static_cast<double>(allocator_peak) - static_cast<double>(state_bytes + act_bytes)) / 1048576.0,
+              state_bytes / 1048576.0, act_bytes / 1048576.0, transient_bytes / 1048576.0, by_hand / 1048576.0,
+              o.backend.c_str(), allocator_peak / 1048576.0, allocator_peak >= by_hand ? '+' : '-',
+              std::abs(static_cast<double>(allocator_peak) - static_cast<double>(by_hand)) / 1048576.0,
               rss / 1048576.0, baseline_rss / 1048576.0);
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"benchmark", "train_step"}, {"build", build_info_json()}, {"config", o.config}, {"batch", o.batch},
@@ -112,6 +115,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
+                        {"transient_bytes", transient_bytes},
                         {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss},
                         {"allocator_peak_bytes", allocator_peak}, {"backend", o.backend},
                         {"vocab_multiple", o.vocab_multiple},

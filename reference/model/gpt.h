@@ -102,6 +102,10 @@ class Gpt {
   // in flight) plus the shared backward scratch and recomputation buffers, and the weights' bf16
   // copies kept for the backward (once: the slots share them).
   std::size_t activation_bytes() const;
+  // Bytes the backward holds for a while beyond those: the LM head's loss gradient as its bf16
+  // operand [N, V'] where the layers keep operands (bf16-mixed: made beside the fp32 logits, which
+  // stay allocated; fp32 writes the gradient in place of the logits), else 0.
+  std::size_t transient_bytes() const;
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
  private:

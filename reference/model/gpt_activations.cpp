@@ -212,6 +212,12 @@ std::size_t Gpt::activation_bytes() const {
   return bytes;
 }
 
+std::size_t Gpt::transient_bytes() const {
+  if (!span_.head || !keeps_operands()) return 0;
+  const int64_t width = layers_->local_width(LinearRole::LmHead, config_.vocab_size);  // V', padded as the logits
+  return static_cast<std::size_t>(batch_ * seq_len_ * width) * sizeof(bf16);
+}
+
 Tensor Gpt::logits() const {
   check(!slots_.empty() && span_.head, "logits() called before forward() (or on a stage without the LM head)");
   const Tensor& logits = slots_[0]->logits;  // [N, local vocabulary width]: padded or split by the layers

@@ -176,7 +176,8 @@ MemoryReport DistributedTrainer::memory() const {
   for (const Chunk& c : chunks_) {
     const ZeroMemory z = c.engine->memory();
     report = {report.params + z.params, report.grads + z.grads, report.optimizer + z.optimizer,
-              report.activations + c.model->activation_bytes(), report.transient + z.peak_transient};
+              report.activations + c.model->activation_bytes(),
+              report.transient + z.peak_transient + c.model->transient_bytes()};
   }
   if (tp_layers_) report.activations += tp_layers_->held_bytes();  // shared by the chunks: once
   return report;

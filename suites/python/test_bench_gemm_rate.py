@@ -160,7 +160,7 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
 def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     require_tripod()
     out = tmp_path / "bench.json"
-    result = subprocess.run([str(TRIPOD), "bench", "train", "--config", "tiny", "--set", "model.vocab_size=64",
+    result = subprocess.run([str(TRIPOD), "bench", "train", "--config", "tiny", "--set", "model.vocab_size=4096",
                              "--set", f"train.dtype={precision}", "--batch", "2", "--seq-len", "16", "--steps", "1",
                              "--gemm-size", "64", "--json", str(out)],
                             capture_output=True, text=True, timeout=300, env=MPI_ENV)
@@ -172,9 +172,13 @@ def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     assert j["dtype"] == precision
     assert j["mfu"] == pytest.approx(j["model_flops_per_second"] / j["peak_flops"])
     assert "MFU " in result.stdout
-    # memory against the backend's own allocator, where the tensors live (a GPU's are not in the RSS)
-    assert j["state_bytes"] + j["activation_bytes"] <= j["allocator_peak_bytes"] < 4 * (j["state_bytes"] +
-                                                                                     j["activation_bytes"])
+    # memory against the backend's own allocator, where the tensors live (a GPU's are not in the RSS):
+    # on the CPU the accounting is the peak but for the allocator's 64-byte padding of small tensors,
+    # bf16-mixed's loss gradient copy included (the transient: N x V x 2 = 256 KiB here, which the
+    # report left out until 2026-12-05)
+    by_hand = j["state_bytes"] + j["activation_bytes"] + j["transient_bytes"]
+    assert (j["transient_bytes"] > 0) == (precision == "bf16-mixed")
+    assert by_hand <= j["allocator_peak_bytes"] <= by_hand + 4096, (by_hand, j["allocator_peak_bytes"])
     assert "the cpu backend's allocator peak" in result.stdout and "+ -" not in result.stdout
     # the baseline GEMM runs under the step's own precision policy
     assert f"threads, {precision} GEMMs:" in result.stdout
