@@ -134,23 +134,17 @@ struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
   }
 };
 
-// BiasGradBf16CopyColumns over a token-major matrix that is stored head-major: element (row, c)
-// read from head_major[head_major_index(row, c)] (as HeadMajorOffsets' two terms: the column's is
-// loop-invariant in column_sums.cuh's loop down the rows), the copy and the sums token-major.
-struct HeadMajorBiasGradBf16CopyColumns {
-  using Value = float;
-  static constexpr int kSums = 1;
-  float* __restrict__ dbias;
+// BiasGradBf16CopyColumns over a token-major matrix that is stored head-major: `dout` holds it in
+// head-major order, element (row, c) at head_major_index(row, c) (as HeadMajorOffsets' two terms:
+// the column's is loop-invariant in column_sums.cuh's loop down the rows); the copy token-major.
+struct HeadMajorBiasGradBf16CopyColumns : BiasGradColumns<float> {
   bf16* __restrict__ copy;
-  const float* __restrict__ head_major;
-  int64_t channels;
   kernels::HeadMajorOffsets offsets;
   __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
-    const float x = head_major[offsets.column_offset(c) + offsets.row_offset(row)];
+    const float x = dout[offsets.column_offset(c) + offsets.row_offset(row)];
     copy[row * channels + c].bits = kernels::float_to_bf16_bits(x);
     sums[0] += x;
   }
-  __device__ void finish(int64_t c, const float (&totals)[1]) const { dbias[c] += totals[0]; }
 };
 
 }  // namespace
@@ -204,7 +198,7 @@ void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* h
         "head_major_bias_grad_and_bf16_copy: bad shape [", parts, "][", batch, "][", n_head, "][", seq_len, "][",
         head_dim, "] (token rows below 2^31)");
   const int64_t channels = parts * n_head * head_dim;
-  launch_column_sums(HeadMajorBiasGradBf16CopyColumns{dbias, copy, head_major, channels,
+  launch_column_sums(HeadMajorBiasGradBf16CopyColumns{{dbias, head_major, channels}, copy,
                                                       {batch, seq_len, n_head, head_dim}},
                      batch * seq_len, channels, ctx, "head_major_bias_grad_and_bf16_copy");
 }
