@@ -26,8 +26,13 @@ def main(results):
     if comm:
         best = max((r for r in comm if r["collective"] == "all_reduce"), key=lambda r: r["busbw"], default=None)
         if best:
+            # A rank held off its core by other processes (on_cpu < 0.9) makes the figure the
+            # machine's load, not its transport's: say so beside it.
+            shared = best.get("on_cpu") is not None and best["on_cpu"] < 0.9
             print(f"all_reduce:  best bus bandwidth {best['busbw']:.2f} GB/s at {best['size']} bytes "
-                  f"({bench['comm'].get('group_size')} ranks)")
+                  f"({bench['comm'].get('group_size')} ranks)"
+                  + (f"; ranks on a CPU {100 * best['on_cpu']:.0f}% of its time: other processes shared the "
+                     f"cores, so it is low" if shared else ""))
     gemm = bench.get("gemm", {}).get("sgemm_best")
     if gemm:
         print(f"sgemm:       {gemm['tflops'] * 1e3:.1f} GFLOP/s at n={gemm['size']}, {gemm['pct_of_peak']:.0f}% of "

@@ -61,11 +61,23 @@ json read_json(const fs::path& path) {
 void print_summary(const json& bench) {
   std::printf("\nsummary\n");
   const json& comm = bench.value("comm", json::object());
-  std::map<std::string, std::pair<double, int64_t>> best;
+  struct BestRow {
+    double busbw = 0;
+    int64_t size = 0;
+    double on_cpu = 1;  // the least share of a CPU of its ranks (bench comm's on_cpu; 1 if not measured)
+  };
+  std::map<std::string, BestRow> best;
   for (const auto& r : comm.value("results", json::array()))
-    if (r["busbw"].get<double>() > best[r["collective"]].first) best[r["collective"]] = {r["busbw"], r["size"]};
-  for (const auto& [name, b] : best)
-    std::printf("  best busbw %-16s %8.2f GB/s at %lld bytes\n", name.c_str(), b.first, static_cast<long long>(b.second));
+    if (r["busbw"].get<double>() > best[r["collective"]].busbw) {
+      const json on_cpu = r.value("on_cpu", json());
+      best[r["collective"]] = {r["busbw"], r["size"], on_cpu.is_number() ? on_cpu.get<double>() : 1.0};
+    }
+  for (const auto& [name, b] : best) {
+    std::printf("  best busbw %-16s %8.2f GB/s at %lld bytes", name.c_str(), b.busbw, static_cast<long long>(b.size));
+    // A figure from ranks held off their cores is the machine's load, not its transport: say so.
+    if (b.on_cpu < 0.9) std::printf(" (ranks on a CPU %.0f%% of it: cores shared, figure low)", 100 * b.on_cpu);
+    std::printf("\n");
+  }
   const json& gemm = bench.value("gemm", json::object());
   if (gemm.contains("sgemm_best"))
     std::printf("  best sgemm                  %8.3f TFLOP/s at n=%d (%.0f%% of %s)\n",

@@ -17,6 +17,7 @@
 #include "comm/host_collectives.h"
 #include "comm/rank_errors.h"
 #include "core/build_info.h"
+#include "core/host_cpus.h"
 #include "core/host_memory.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -67,12 +68,21 @@ int result_holder(const CollectiveSpec& spec, const CollectiveCall& call, int gr
   return 0;
 }
 
+// A timed block shorter than this says little about the ranks' share of a CPU (one context
+// switch is most of it), so the warning about shared cores ignores it.
+constexpr double kShortestJudgedSeconds = 1e-3;
+// Below this share of a CPU, a busy-waiting rank was held off its core by other processes.
+constexpr double kSharedCpuShare = 0.9;
+
 // What one collective's block accumulates for its footer.
 struct Outcome {
   int64_t out_of_bounds = 0;  // (rank, test) pairs with a wrong element, as nccl-tests counts them
   double busbw_sum = 0;
   int64_t rows = 0;
   int seed = 0;  // new inputs for every check, so a stale result of an earlier call is caught
+  bool host_buffers = false;  // ranks wait on a CPU: their share of it is measured (on_cpu)
+  double least_on_cpu = 1;    // the least share of any block long enough to judge, and its size
+  int64_t least_on_cpu_bytes = 0;
 };
 
 // One (size, out of place or in place) result: -w warm-up calls, a world barrier, then -n calls
@@ -83,9 +93,11 @@ void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBench
   bench.fill(call, outcome.seed);  // the timed calls move real numbers, not the -1 sentinels
   for (int i = 0; i < plan.settings.warmup_iters; ++i) bench.run(call);
   world.barrier();
+  const double cpu_start = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < plan.settings.iters; ++i) bench.run(call);
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double local_on_cpu = local > 0 ? (process_cpu_seconds() - cpu_start) / local : 1;
   const double seconds = across_ranks(local / plan.settings.iters, plan.average, world);
   const Bandwidth bw = collective_bandwidth(plan.collective, bench.counts().bytes, seconds, group_size);
 
@@ -107,6 +119,17 @@ void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBench
   record["algbw"] = bw.algbw;
   record["busbw"] = bw.busbw;
   record["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);  // null: unchecked
+  // The least share of a CPU any rank had while timed: a rank busy-waits in a collective on host
+  // buffers, so below 1 the scheduler gave its core to another process and the time is inflated.
+  record["on_cpu"] = nullptr;  // null: device buffers, where the rank's CPU share says nothing
+  if (!outcome.host_buffers) return;
+  const std::vector<double> least = all_reduce_values(world, {local_on_cpu, -local}, ReduceOp::Min);
+  const double on_cpu = least[0], longest = -least[1];
+  record["on_cpu"] = on_cpu;
+  if (longest >= kShortestJudgedSeconds && on_cpu < outcome.least_on_cpu) {
+    outcome.least_on_cpu = on_cpu;
+    outcome.least_on_cpu_bytes = bench.counts().bytes;
+  }
 }
 
 // One row: a size of one type, op and root, out of place then in place.
@@ -142,6 +165,7 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
   print_device_lines(world, group);
   print_on_rank0(world, column_header_text());
   Outcome outcome;
+  outcome.host_buffers = backend.device() != Device::Cuda;  // the emulated device's are host memory too
   for (DType dtype : plan.types) {
     CollectiveBench bench(comm, backend, plan.collective, dtype, plan.settings.max_bytes, !plan.async);
     for (ReduceOp op : plan.ops_for(dtype))
@@ -150,6 +174,14 @@ Outcome run_collective(const CommBenchPlan& plan, Communicator& world, const Ben
   }
   const double avg_busbw = outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0;
   print_on_rank0(world, footer_text(plan.collective, outcome.out_of_bounds, avg_busbw));
+  // On stderr: stdout stays exactly nccl-tests' format for the parsers that read it.
+  if (world.rank() == 0 && outcome.least_on_cpu < kSharedCpuShare)
+    std::fprintf(stderr,
+                 "tripod: warning: bench comm %s: a rank was on a CPU for only %.0f%% of the timed time at %lld "
+                 "bytes; other processes share these cores, so the times are inflated and the bandwidths low "
+                 "(on_cpu in the --json results); rerun on an idle machine\n",
+                 collective_name(plan.collective).c_str(), 100 * outcome.least_on_cpu,
+                 static_cast<long long>(outcome.least_on_cpu_bytes));
   return outcome;
 }
 
@@ -194,7 +226,8 @@ void run_bench_comm(const CommBenchOptions& options) {
       const Outcome outcome = run_collective(plan, *world, group, *backend, results);
       failures += outcome.out_of_bounds;
       summaries.push_back({{"collective", collective_name(plan.collective)}, {"out_of_bounds", outcome.out_of_bounds},
-                           {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0}});
+                           {"avg_busbw", outcome.rows ? outcome.busbw_sum / outcome.rows : 0.0},
+                           {"least_on_cpu", outcome.host_buffers ? nlohmann::json(outcome.least_on_cpu) : nullptr}});
     }
   });
   if (world->rank() == 0 && !options.json_out.empty())

@@ -1,11 +1,18 @@
 // How many CPUs this process may run on: its affinity mask (what taskset, Slurm's cgroups or
 // mpirun's binding left it), else the online CPUs. Read by the sweeps and the bench suite to size
 // their jobs, by the nominal CPU peak (threads beyond it add no FLOPs) and by the OMP_NUM_THREADS
-// check.
+// check. And the CPU time this process has had, to tell a benchmark slowed by other processes on
+// its cores from a slow transport.
 #pragma once
 
 namespace tripod {
 
 int available_cores();
+
+// CPU seconds this process's threads have run so far (CLOCK_PROCESS_CPUTIME_ID). Over a timed
+// region, CPU time / wall time is the share of it the process was on a CPU: about 1 for one
+// thread that busy-waits (an MPI rank in a collective), less where the scheduler gave its core to
+// another process.
+double process_cpu_seconds();
 
 }  // namespace tripod

@@ -31,6 +31,12 @@ def test_quick_bench_writes_results_and_plots(quick_bench):
     assert {r["collective"] for r in bench["comm"]["results"]} >= {"all_reduce", "all_gather", "reduce_scatter",
                                                                      "broadcast", "reduce", "alltoall", "sendrecv"}
     assert all(r["wrong"] == 0 for r in bench["comm"]["results"])
+    # Each collective's best row says when its ranks shared their cores (bench comm's on_cpu), and
+    # only then (test_bench_comm.py makes them share one).
+    for collective in {r["collective"] for r in bench["comm"]["results"]}:
+        best = max((r for r in bench["comm"]["results"] if r["collective"] == collective), key=lambda r: r["busbw"])
+        line = next(l for l in result.stdout.splitlines() if l.startswith(f"  best busbw {collective} "))
+        assert ("cores shared" in line) == (best["on_cpu"] < 0.9), (line, best)
     assert all(0 < r["mfu"] < 1 for r in bench["layouts"]["layouts"])
     assert [s["status"] for s in bench["steps"]] == ["done"] * len(bench["steps"]) and len(bench["steps"]) == 5
     for png in ("busbw.png", "gemm.png", "gemm_layers.png", "mfu.png"):
