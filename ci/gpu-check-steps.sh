@@ -345,7 +345,9 @@ step_bench-train() {
   # whole tiles for the LM head's GEMMs, measured against the unpadded run in the same step. Then
   # the unpadded run with the CUDA backend's fused forms off (TRIPOD_CUDA_FUSIONS=none: the bias and
   # residual epilogues, the bf16 operand producers, the one-pass loss statistics), so the step says
-  # what they are worth (on the CPU of a dry run the variable changes nothing).
+  # what they are worth (on the CPU of a dry run the variable changes nothing). Last, the padded
+  # vocabulary at $GPT2_LARGE_BATCH sequences: the issue's MFU target leaves the batch to us, and a
+  # larger one spreads the step's fixed costs (AdamW, launches) and fills the GEMMs' tiles better.
   local padding=()
   [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
   if dry; then
@@ -357,6 +359,9 @@ step_bench-train() {
     (export TRIPOD_CUDA_FUSIONS=none
      tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
          --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench-unfused.json")
+    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cpu --config tiny --set model.vocab_size=500 \
+        --set train.dtype="$GPT2_PRECISION" --batch 4 --seq-len 32 --steps 2 --gemm-size 128 "${padding[@]}" \
+        --json "$STEP_DIR/bench-large.json"
   else
     # Each run whether or not the one before failed: a fused form that fails at GPT-2's shapes
     # still leaves the step a measured step with the fusions off (the key figure says which ran).
@@ -369,6 +374,9 @@ step_bench-train() {
     (export TRIPOD_CUDA_FUSIONS=none
      tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
          --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench-unfused.json") || failed=1
+    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m \
+        --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_LARGE_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" \
+        "${padding[@]}" --json "$STEP_DIR/bench-large.json" || failed=1
     return "$failed"
   fi
 }

@@ -53,7 +53,8 @@
 #                forms off (TRIPOD_CUDA_FUSIONS=none): LayerNorm backward's two forms as a ratio
 #   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
 #                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
-#                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth
+#                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth;
+#                and padded at batch $GPT2_LARGE_BATCH (32): the issue lets us choose the batch
 #   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step against the two steps above
@@ -91,6 +92,9 @@ GPT2_BATCH=${GPT2_BATCH:-8}           # sequences per step
 GPT2_SEQ=${GPT2_SEQ:-1024}            # context: 8 x 1024 = 8192 tokens per step
 GPT2_STEPS=${GPT2_STEPS:-5}           # timed steps after one warm-up
 GPT2_VOCAB_MULTIPLE=${GPT2_VOCAB_MULTIPLE:-128}  # bench-train's second run: vocabulary padded to it (1: no second run)
+# bench-train's fourth run: the padded vocabulary at this batch (0: no fourth run). 32 x 1024 holds
+# about 4 x B8's 16.5 GB (session 20's allocator peak): ~60 GB, within an H100's 80 GB.
+GPT2_LARGE_BATCH=${GPT2_LARGE_BATCH:-32}
 PEER_PRECISIONS=${PEER_PRECISIONS:-bf16,fp32}
 GEMM_BF16_SIZES=${GEMM_BF16_SIZES:-4096,8192}
 GEMM_FP32_SIZES=${GEMM_FP32_SIZES:-2048,4096}  # fp32 without TF32 runs ~60 TFLOP/s: smaller squares
@@ -176,7 +180,7 @@ else
   TRIPOD_LIBS=$(join_path "$BUNDLE_LIBS" "$(compat_dir_if_needed)" "$CUDA_LIBS" "${LD_LIBRARY_PATH:-}")
 fi
 export ROOT OUT_DIR WORK DRY_RUN TRIPOD_BIN GTEST_BIN TRIPOD_LIBS TRIPOD_LOADER CUDA_SONAMES_LOADED_AT_RUN_TIME PY BUNDLE BUILD_DIR GPT2_PRECISION \
-       GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
+       GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE GPT2_LARGE_BATCH PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
        SANITIZER_CASES
 
 # name, time limit (s), needs a GPU, has a CPU form for the dry run
