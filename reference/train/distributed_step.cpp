@@ -21,6 +21,7 @@ struct DistributedTrainer::StepRun {
   Tensor loss_parts;                          // fp64 [m] on the device
   std::map<std::pair<int, int>, int> slots;   // (micro-batch, chunk) -> activation slot
   std::map<int, int> eval_slot;               // forward only: a chunk's previous slot, free once sent
+  std::size_t message_bytes = 0;              // of the executor's message buffers, all held to the end
 
   int slot_of(int mb, int chunk) const {
     auto it = slots.find({mb, chunk});
@@ -64,7 +65,9 @@ struct DistributedTrainer::StepRun {
     w.boundary_buffer = [this] {
       const int64_t tokens = per_micro * batch.seq_len;
       const int64_t rows = t.tp_layers_ ? t.tp_layers_->local_tokens(tokens) : tokens;
-      return t.backend_.alloc({rows, t.config_.model.d_model}, t.config_.train.dtype);
+      Tensor buffer = t.backend_.alloc({rows, t.config_.model.d_model}, t.config_.train.dtype);
+      message_bytes += buffer.bytes();  // the executor pools it until the pass ends
+      return buffer;
     };
     w.forward = [this](int mb, int index, const Tensor* input) { forward(mb, index, input); };
     w.backward = [this](int mb, int index, const Tensor* grad) { run_backward(mb, index, grad); };
@@ -96,6 +99,7 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
               backend_.alloc({micro}, DType::F64), {}, {}};
   std::vector<ActionTiming> timings = run_pipeline(schedule_, pp_, backend_, run.work(), /*forward_only=*/!backward,
                                                     layout_.receives_ahead);
+  message_bytes_ = std::max(message_bytes_, run.message_bytes);
   if (backward) {
     timings_ = std::move(timings);
     reduce_after_backward();

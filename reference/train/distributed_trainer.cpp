@@ -180,6 +180,7 @@ MemoryReport DistributedTrainer::memory() const {
               report.transient + z.peak_transient + c.model->transient_bytes()};
   }
   if (tp_layers_) report.activations += tp_layers_->held_bytes();  // shared by the chunks: once
+  report.transient += message_bytes_;
   return report;
 }
 

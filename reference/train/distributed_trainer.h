@@ -105,6 +105,9 @@ class DistributedTrainer final : public TrainingEngine {
   std::vector<Chunk> chunks_;
   int64_t step_ = 0;
   std::vector<ActionTiming> timings_;
+  // The pipeline's message buffers of a pass (its pool, freed when the pass ends), the most of
+  // any pass so far: part of memory()'s transient, as ZeRO's buckets are.
+  std::size_t message_bytes_ = 0;
 };
 
 // The configuration a layout runs under: `base` with the layout's micro-batch count and activation

@@ -68,9 +68,10 @@ double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t ba
   return batches > 0 ? sum / static_cast<double>(batches) : 0.0;
 }
 
-// Prints every rank's memory (gathered to all ranks; rank 0 prints). ZeRO's part of the transient
-// column is the peak so far, so at start-up it is 0 (`tripod bench layouts` and the suites measure
-// it in use); the model's part (bf16-mixed's loss gradient copy) is known from the start.
+// Prints every rank's memory (gathered to all ranks; rank 0 prints). ZeRO's and the pipeline's
+// parts of the transient column (buckets, message buffers) are the peaks so far, so at start-up
+// they are 0 (`tripod bench layouts` and the suites measure them in use); the model's part
+// (bf16-mixed's loss gradient copy) is known from the start.
 void print_memory(const MemoryReport& m, Communicator* world, bool root) {
   const int n = world ? world->size() : 1;
   const std::vector<double> mine = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),

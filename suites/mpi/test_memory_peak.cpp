@@ -1,8 +1,8 @@
 // Memory that is really returned: the allocator's high-water mark over a run equals what the
-// memory report itemises (parameters, gradients, optimizer state, activations, and the peak of
-// gathered parameter buckets and gradient buckets in flight), for every ZeRO stage, with gradient
-// accumulation, ZeRO-3 prefetch and recomputation, tensor and sequence parallelism (whose layers'
-// own buffers the report counts) - up to the allocator's 64-byte padding of small tensors and the
+// memory report itemises (parameters, gradients, optimizer state, activations, the peak of gathered
+// parameter buckets and gradient buckets in flight, and the pipeline's message buffers), for every
+// ZeRO stage and pipeline schedule, with gradient accumulation, ZeRO-3 prefetch and recomputation,
+// tensor and sequence parallelism (whose layers' own buffers the report counts) - up to the allocator's 64-byte padding of small tensors and the
 // step's scalars. A buffer kept alive by a stray reference (a finished request still holding its
 // bucket, say) shows up here as peak > accounting.
 #include <gtest/gtest.h>
@@ -31,7 +31,10 @@ TEST(MemoryPeak, AllocatorPeakIsTheAccountingForEveryZeroStage) {
     const std::size_t allowance = 16 << 10;  // padding of the small tensors, scalars of the step
     for (const char* name : {"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z2-mb2",
                              "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb2-pf2", "tp1-pp1-dp2-z3-mb2-rfull-pf0",
-                             "tp2-pp1-dp1-z0-mb1", "tp2-pp1-dp1-z0-mb1-sp", "tp2-pp1-dp1-z1-mb2-sp-rsel"}) {
+                             "tp2-pp1-dp1-z0-mb1", "tp2-pp1-dp1-z0-mb1-sp", "tp2-pp1-dp1-z1-mb2-sp-rsel",
+                             // The pipeline's message buffers (its pool, held to the pass's end) were
+                             // missing from the report: 49 KB of a 1.8 MB peak at pp2 1F1B.
+                             "tp1-pp2-dp1-z0-mb2", "tp1-pp2-dp1-z0-mb4-afab", "tp1-pp2-dp1-z1-mb4-interleaved-v2"}) {
       const ParallelLayout layout = ParallelLayout::parse(name);
       const conform::Trajectory t = conform::run_layout(config, layout, group, 3, testing::shared_test_backend());
       EXPECT_GE(t.peak_bytes + allowance, t.accounted_bytes) << name << ": the accounting counts what is not there";
