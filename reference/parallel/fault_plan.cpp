@@ -38,7 +38,7 @@ const std::vector<FaultInfo>& catalogue() {
       {Fault::UseAfterRelease, "use-after-release",
        "ZeRO-3 releases a bucket's gathered parameters before the model has read them"},
       {Fault::PipelineSlotMixup, "pipeline-slot-mixup",
-       "a pipeline stage's backward reads the activations of another micro-batch in flight"},
+       "a pipeline stage's backward reads the activations of another micro-batch in flight (stages before the loss)"},
       {Fault::HangOneRank, "hang-one-rank",
        "data-parallel rank 1 skips the loss reduction, so the others wait forever (the timeout's test)"},
   };

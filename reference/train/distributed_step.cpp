@@ -47,7 +47,11 @@ struct DistributedTrainer::StepRun {
     Chunk& c = t.chunk(index);
     const int slot = slot_of(mb, index);
     int read_slot = slot;  // the activations the backward reads
-    if (t.faults_.has(Fault::PipelineSlotMixup) && slots.count({mb ^ 1, index})) read_slot = slot_of(mb ^ 1, index);
+    // Not on the loss head's chunk: its slot also holds the loss state that each backward consumes
+    // once, so a mix-up there failed that stage's ranks alone with an error while the others waited
+    // out the layout's timeout, and the job ended before the later layouts ran.
+    if (t.faults_.has(Fault::PipelineSlotMixup) && !c.model->span().head && slots.count({mb ^ 1, index}))
+      read_slot = slot_of(mb ^ 1, index);
     if (output_grad) t.backend_.copy(*output_grad, c.model->output_grad());
     // A chunk's backwards run in micro-batch order: ZeRO 0/1 reduce after the last one, 2/3 after
     // each. A backward's reductions are waited for only when the chunk's next backward begins (or

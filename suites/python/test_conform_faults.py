@@ -60,6 +60,11 @@ def test_every_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
     result = conform("--layouts", *LAYOUTS, "--inject-fault", fault, "--timeout", "60", "--json", tmp_path / "c.json")
     assert result.returncode != 0, f"{fault} was not caught:\n{result.stdout}"
     report = json.loads((tmp_path / "c.json").read_text())
+    # Caught by the comparison in every layout, not by a rank failing alone: that ends the job at
+    # the layout's timeout and leaves the later layouts unrun (pipeline-slot-mixup did: one minute
+    # of CI, and its 1F1B, interleaved and pp4 rows were never checked).
+    assert [r["layout"] for r in report["layouts"]] == LAYOUTS, result.stdout + result.stderr
+    assert not any(r.get("timed_out") for r in report["layouts"]), result.stderr
     failed = {r["layout"] for r in report["layouts"] if not r["pass"]}
     expected = {r["layout"] for r in report["layouts"] if must_fail(r)}
     assert failed == expected, f"{fault}: failed {sorted(failed)}, expected {sorted(expected)}\n{result.stdout}"
