@@ -21,9 +21,9 @@
 #   probe        nvidia-smi, driver, nvcc, python/torch, each binary's libraries (ldd)   [issue item a]
 #   data         a synthetic Markov corpus for `tiny` (the node has no prepared data)
 #   check-fp64   tripod check-backend --backend cuda --dtype fp64 (every op vs the CPU)  [b]
-#   check-fp32   the same in fp32 (with the bf16 conversion and GEMM cases)              [b]
-#   check-bf16   --dtype bf16 when this build's check-backend takes it; else skipped,
-#                since its bf16 cases then run inside check-fp32                          [b]
+#   check-fp32   the same in fp32                                                         [b]
+#   check-bf16   --dtype bf16: bf16 GEMMs, GEMM operands and the kernels that write them,
+#                attention under that policy, conversions to and from bf16                [b]
 #   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
 #   train-fp32   the same in fp32: within 1e-5                                             [e]
 #   train-bf16   the same in bf16-mixed against the CPU's emulation of the policy: within 1e-4 [e];

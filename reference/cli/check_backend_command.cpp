@@ -1,5 +1,5 @@
 // tripod check-backend: every Backend operation on one backend against another (the CPU backend by
-// default) on the same random inputs, in fp64 and fp32 (bf16 conversions and GEMMs with fp32) -
+// default) on the same random inputs, in fp64, fp32 and bf16 (backend_check.h's groups) -
 // the first command to run on a new device:
 //   tripod check-backend --backend cuda --json kernels.json
 // Prints a row per operation (largest error relative to the output's largest element, its bound,
@@ -19,7 +19,7 @@ namespace {
 
 struct CheckOptions {
   std::string backend = "emulated", against = "cpu", json_out;
-  std::vector<std::string> dtypes = {"fp64", "fp32"};
+  std::vector<std::string> dtypes = {"fp64", "fp32", "bf16"};
   std::vector<std::string> only;  // name substrings: a case runs when its name holds any of them
 };
 
@@ -41,7 +41,7 @@ nlohmann::json result_json(const backend_check::OpResult& r) {
 void run_check(const CheckOptions& o) {
   std::vector<DType> dtypes;
   for (const std::string& d : o.dtypes) {
-    check(d == "fp64" || d == "fp32", "--dtype: fp64 or fp32 (bf16 cases come with fp32), not '", d, "'");
+    check(d == "fp64" || d == "fp32" || d == "bf16", "--dtype: fp64, fp32 or bf16, not '", d, "'");
     const DType t = parse_dtype(d);
     check(std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end(), "--dtype lists ", d, " twice");
     dtypes.push_back(t);
@@ -94,7 +94,10 @@ void add_check_backend_command(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   add_backend_option(*cmd, o->backend);
   cmd->add_option("--against", o->against, "the reference backend")->capture_default_str();
-  cmd->add_option("--dtype", o->dtypes, "fp64 and/or fp32")->capture_default_str();
+  cmd->add_option("--dtype", o->dtypes,
+                  "case groups: fp64, fp32, bf16 (bf16 tensors around fp32 arithmetic: bf16 GEMMs, GEMM operands, "
+                  "conversions)")
+      ->capture_default_str();
   cmd->add_option("--only", o->only, "only the operations whose name contains one of these (several may follow)");
   add_output_option(*cmd, "--json", o->json_out, "write one record per case here");
   cmd->callback([o]() { run_check(*o); });

@@ -34,7 +34,7 @@ std::unique_ptr<Backend> cuda_or_skip(std::string& reason) {
 TEST(CudaBackend, EveryOperationMatchesTheCpuBackend) {
   REQUIRE_GPU(cuda);
   auto cpu = make_backend("cpu");
-  for (const auto& r : backend_check::check_backend(*cuda, *cpu, backend_check::all_op_cases({DType::F64, DType::F32})))
+  for (const auto& r : backend_check::check_backend(*cuda, *cpu, backend_check::all_op_cases({DType::F64, DType::F32, DType::BF16})))
     EXPECT_TRUE(r.pass) << r.op << " " << dtype_name(r.dtype) << " " << r.shape << ": max rel " << r.max_rel
                         << " (bound " << r.bound << ", worst output " << r.worst_output << ") " << r.error;
 }

@@ -118,7 +118,7 @@ def test_an_unavailable_backend_is_a_clear_error(corpus, backend):
 
 def test_check_backend_only_takes_several_names():
     # the GPU check's sanitizer step runs every kernel family in one process
-    result = run([TRIPOD, "check-backend", "--dtype", "fp32", "--only", "layernorm", "adamw"])
+    result = run([TRIPOD, "check-backend", "--dtype", "fp32", "bf16", "--only", "layernorm", "adamw"])
     assert result.returncode == 0, result.stdout + result.stderr
     ops = {line.split()[0] for line in result.stdout.splitlines()[2:] if line.endswith("PASS")}
     # a name matches every operation that contains it: the LayerNorm that writes a bf16 operand too,
@@ -126,6 +126,22 @@ def test_check_backend_only_takes_several_names():
     assert ops == {"layernorm_forward/backward", "layernorm_operand", "adamw", "adamw_runs"}, result.stdout
     result = run([TRIPOD, "check-backend", "--only", "no-such-op", "nor-this"])
     assert result.returncode == 1 and "--only 'no-such-op', 'nor-this' matches no operation" in result.stderr
+
+
+def test_check_backend_runs_the_bf16_cases_as_a_group_of_their_own():
+    # The GPU check's check-bf16 step: until 2026-12-05 --dtype bf16 was refused ("bf16 cases come
+    # with fp32") and the step showed as skipped.
+    cases = {}
+    for group in ("fp32", "bf16"):
+        result = run([TRIPOD, "check-backend", "--dtype", group, "--only", "convert", "operand"])
+        assert result.returncode == 0, result.stdout + result.stderr
+        cases[group] = {" ".join(line.split()[:2]) for line in result.stdout.splitlines()[2:] if line.endswith("PASS")}
+    assert cases["fp32"] == {"convert fp64->fp32", "convert fp32->fp64"}, cases
+    assert {"convert fp32->bf16", "convert bf16->fp64", "gelu_operand fp32->bf16",
+            "attention_backward_operand fp32->bf16,"} <= cases["bf16"], cases
+    assert not any("fp64->fp32" in c or "fp32->fp64" in c for c in cases["bf16"]), cases
+    bad = run([TRIPOD, "check-backend", "--dtype", "fp16"])
+    assert bad.returncode != 0 and "--dtype: fp64, fp32 or bf16, not 'fp16'" in bad.stderr
 
 
 @pytest.mark.parametrize("suite,instead", [("gemm", "gemm-rate"), ("kernels", "kernel-rate")])

@@ -16,7 +16,7 @@ using backend_check::Output;
 
 TEST(BackendCheck, EmulatedDevicePassesEveryCaseBitForBit) {
   auto cpu = make_backend("cpu"), emulated = make_backend("emulated");
-  const auto cases = backend_check::all_op_cases({DType::F64, DType::F32});
+  const auto cases = backend_check::all_op_cases({DType::F64, DType::F32, DType::BF16});
   EXPECT_GE(cases.size(), 40u);
   for (const auto& r : backend_check::check_backend(*emulated, *cpu, cases)) {
     EXPECT_TRUE(r.pass) << r.op << " " << dtype_name(r.dtype) << " " << r.shape << ": " << r.error;

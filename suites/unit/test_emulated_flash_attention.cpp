@@ -104,7 +104,7 @@ TEST(EmulatedFlashAttention, CheckBackendComparesItsResultsAndLeavesItsStateOut)
   auto cpu = make_backend("cpu");
   auto flash = emulated_flash();
   int flash_cases = 0;
-  for (const auto& c : backend_check::all_op_cases({DType::F32})) {
+  for (const auto& c : backend_check::all_op_cases({DType::F32, DType::BF16})) {
     if (c.op.find("attention") == std::string::npos) continue;
     const backend_check::OpResult r = backend_check::check_backend(*flash, *cpu, {c}).at(0);
     EXPECT_TRUE(r.pass) << c.op << " " << c.shape << ": " << r.error << " worst " << r.worst_output << " "

@@ -46,7 +46,10 @@ struct OpResult {
   std::string error;  // an exception from either backend (the case fails)
 };
 
-// The cases in the given dtypes (fp64, fp32; bf16 cases come with fp32: conversions, GEMM).
+// The cases of the given groups: F64 and F32, every operation in that dtype (and the conversions
+// between the two); BF16, the cases of bf16 tensors, which compute in fp32 around them: bf16 GEMMs
+// (bf16 or fp32 C), fp32 GEMMs with bf16 operands, the kernels that write a GEMM's bf16 operand,
+// attention under the bf16-operand policy, and the conversions to and from bf16.
 std::vector<OpCase> all_op_cases(const std::vector<DType>& dtypes);
 double output_bound(DType dtype);
 std::vector<OpResult> check_backend(Backend& tested, Backend& reference, const std::vector<OpCase>& cases,

@@ -261,6 +261,12 @@ void add_adamw_case(CaseList& cases, DType t) {
 
 void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
   for (DType t : dtypes) {
+    if (t == DType::BF16) {  // fp32 attention with bf16 GEMM operands, and its operand copies
+      add_bf16_operand_attention_case(cases, kOdd);
+      add_bf16_operand_attention_case(cases, {2, 128, 128, 2, 97});
+      add_bf16_operand_attention_case(cases, {1, 520, 128, 2, 97});
+      continue;
+    }
     const double big_logits = t == DType::F64 ? 1000 : 100;  // the logsumexp shift must matter
     for (const Sizes& s : {kOdd, kGpt2Rows}) {
       add_row_cases(cases, t, s);
@@ -278,11 +284,6 @@ void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
     // Two causal row blocks (a GPU's products stop at T/2 for the first half of the rows), and fp32
     // rows of 520 columns: the device's grouped softmax rows, two groups of four a thread.
     add_attention_case(cases, t, {1, 520, 128, 2, 97});
-    if (t == DType::F32) {
-      add_bf16_operand_attention_case(cases, kOdd);
-      add_bf16_operand_attention_case(cases, {2, 128, 128, 2, 97});
-      add_bf16_operand_attention_case(cases, {1, 520, 128, 2, 97});
-    }
     add_adamw_case(cases, t);
   }
 }

@@ -253,10 +253,12 @@ void add_gelu_operand_cases(CaseList& cases) {
     });
 }
 
-void add_conversion_cases(CaseList& cases) {
-  const std::vector<std::pair<DType, DType>> pairs = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
-                                                      {DType::F32, DType::BF16}, {DType::F64, DType::BF16},
-                                                      {DType::BF16, DType::F32}, {DType::BF16, DType::F64}};
+// The conversions of a case group: F32's between fp64 and fp32, BF16's to and from bf16.
+void add_conversion_cases(CaseList& cases, DType group) {
+  const std::vector<std::pair<DType, DType>> pairs =
+      group == DType::BF16 ? std::vector<std::pair<DType, DType>>{{DType::F32, DType::BF16}, {DType::F64, DType::BF16},
+                                                                   {DType::BF16, DType::F32}, {DType::BF16, DType::F64}}
+                           : std::vector<std::pair<DType, DType>>{{DType::F64, DType::F32}, {DType::F32, DType::F64}};
   for (const auto& [from, to] : pairs)
     cases.add("convert " + dtype_name(from) + "->" + dtype_name(to), to, "1037 + specials", [=](Backend& be) {
       // Halfway and near-halfway values for the roundings, and infinities, NaN and zeros.
@@ -352,17 +354,19 @@ void add_elementwise_cases(CaseList& cases, DType t) {
 
 void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
   for (DType t : dtypes) {
-    add_elementwise_cases(cases, t);
-    add_gemm_cases(cases, t, t);
-    if (t == DType::F32) {
+    if (t == DType::BF16) {  // the cases of bf16 tensors (backend_check.h)
       add_gemm_cases(cases, DType::BF16, DType::F32);
       add_gemm_cases(cases, DType::BF16, DType::BF16);
       add_bf16_operand_cases(cases);
       add_bf16_operand_bias_cases(cases);
       add_shared_operand_cases(cases);
       add_gelu_operand_cases(cases);
-      add_conversion_cases(cases);
+      add_conversion_cases(cases, DType::BF16);
+      continue;
     }
+    add_elementwise_cases(cases, t);
+    add_gemm_cases(cases, t, t);
+    if (t == DType::F32) add_conversion_cases(cases, DType::F32);
   }
 }
 
