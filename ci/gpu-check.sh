@@ -127,6 +127,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$OUT_DIR" ] || usage
+# The knobs are whole numbers (a typo such as GPT2_LARGE_BATCH=3x2 would otherwise reach a step as
+# a shell test's "integer expression expected" or a tripod option error, minutes into a lease).
+for knob in GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE GEMM_TOKENS TRAIN_STEPS BUDGET GPT2_LARGE_BATCH; do
+  least=1
+  [ "$knob" != GPT2_LARGE_BATCH ] || least=0  # 0: no fourth bench-train run
+  if ! [[ "${!knob}" =~ ^[0-9]+$ ]] || [ "${!knob}" -lt "$least" ]; then
+    name=$knob
+    [ "$knob" != BUDGET ] || name=--budget
+    echo "gpu-check: $name must be a whole number >= $least, got '${!knob}'" >&2
+    exit 2
+  fi
+done
 # The training, golden and flash steps read the corpus that `data` writes: --only brings it along (a
 # run of `--only train-fp32` failed with "data directory ... does not exist").
 if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden|flash), ]] &&

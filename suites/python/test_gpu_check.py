@@ -213,6 +213,18 @@ def test_a_folder_of_other_files_is_never_emptied(tmp_path):
     assert keep.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("env,args,message", [
+    ({"GPT2_LARGE_BATCH": "3x2"}, [], "GPT2_LARGE_BATCH must be a whole number >= 0, got '3x2'"),
+    ({"GPT2_BATCH": "0"}, [], "GPT2_BATCH must be a whole number >= 1, got '0'"),
+    ({}, ["--budget", "7m"], "--budget must be a whole number >= 1, got '7m'"),
+])
+def test_a_knob_that_is_not_a_whole_number_is_refused_before_any_step(tmp_path, env, args, message):
+    # Else a typo would reach a step as a shell test's "integer expression expected", minutes into a lease.
+    result = gpu_check(tmp_path / "out", "--dry-run", *args, env=env, timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # ---- the pieces: training comparison, summary ----
 
 def write_metrics(path, losses, norms=None):
