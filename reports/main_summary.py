@@ -26,8 +26,8 @@ def main(results):
     if comm:
         best = max((r for r in comm if r["collective"] == "all_reduce"), key=lambda r: r["busbw"], default=None)
         if best:
-            # A rank held off its core by other processes (on_cpu < 0.9) makes the figure the
-            # machine's load, not its transport's: say so beside it.
+            # A rank held off its core by other processes (on_cpu < 0.9, core/host_cpus.h's
+            # kSharedCpuShare) makes the figure the machine's load, not its transport's: say so.
             shared = best.get("on_cpu") is not None and best["on_cpu"] < 0.9
             print(f"all_reduce:  best bus bandwidth {best['busbw']:.2f} GB/s at {best['size']} bytes "
                   f"({bench['comm'].get('group_size')} ranks)"

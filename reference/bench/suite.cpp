@@ -75,7 +75,7 @@ void print_summary(const json& bench) {
   for (const auto& [name, b] : best) {
     std::printf("  best busbw %-16s %8.2f GB/s at %lld bytes", name.c_str(), b.busbw, static_cast<long long>(b.size));
     // A figure from ranks held off their cores is the machine's load, not its transport: say so.
-    if (b.on_cpu < 0.9) std::printf(" (ranks on a CPU %.0f%% of it: cores shared, figure low)", 100 * b.on_cpu);
+    if (b.on_cpu < kSharedCpuShare) std::printf(" (ranks on a CPU %.0f%% of it: cores shared, figure low)", 100 * b.on_cpu);
     std::printf("\n");
   }
   const json& gemm = bench.value("gemm", json::object());

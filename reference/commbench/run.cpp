@@ -71,8 +71,6 @@ int result_holder(const CollectiveSpec& spec, const CollectiveCall& call, int gr
 // A timed block shorter than this says little about the ranks' share of a CPU (one context
 // switch is most of it), so the warning about shared cores ignores it.
 constexpr double kShortestJudgedSeconds = 1e-3;
-// Below this share of a CPU, a busy-waiting rank was held off its core by other processes.
-constexpr double kSharedCpuShare = 0.9;
 
 // What one collective's block accumulates for its footer.
 struct Outcome {

@@ -14,5 +14,9 @@ int available_cores();
 // thread that busy-waits (an MPI rank in a collective), less where the scheduler gave its core to
 // another process.
 double process_cpu_seconds();
+// Below this share of a CPU over a timed region, a busy-waiting process was held off its core by
+// other processes: `bench comm` warns, and the bench summaries say "cores shared" (reports/
+// main_summary.py states the same number).
+inline constexpr double kSharedCpuShare = 0.9;
 
 }  // namespace tripod
