@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -34,12 +35,19 @@ void run_or_abort_job(Communicator& world, const std::function<void()>& work) {
     work();
   } catch (const Error& e) {
     if (*e.what() != '\0') report(world, e);
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (world.size() > 1 && initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (world.size() > 1) abort_job(1);
     throw Error("");  // one rank: already reported; the program exits 1
   }
+}
+
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 }  // namespace tripod

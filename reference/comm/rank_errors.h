@@ -21,5 +21,8 @@ void check_on_every_rank(Communicator& world, const std::function<void()>& check
 // Runs `work`; on an error, reports it and aborts every rank of the job (a world of one: throws an
 // empty Error instead).
 void run_or_abort_job(Communicator& world, const std::function<void()>& work);
+// Ends every rank of the launch with `exit_code` (MPI_Abort; a process without a running MPI exits
+// alone). From the thread that communicates: the others are blocked in collectives of their own.
+[[noreturn]] void abort_job(int exit_code);
 
 }  // namespace tripod

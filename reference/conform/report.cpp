@@ -1,7 +1,11 @@
 #include "conform/report.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace tripod::conform {
 namespace {
@@ -12,16 +16,36 @@ std::string xml_escape(const std::string& s) {
   return out;
 }
 
-void write_junit(const std::string& path, const std::vector<Outcome>& outcomes, const std::string& running,
-                 const std::string& dtype) {
+// Written under a name of this process's and renamed over `path`: a reader, or a second rank
+// writing the same report after a lone failure, never meets half a file. A path that is not a
+// regular file (/dev/stdout, a pipe) is written in place.
+void replace_file(const std::string& path, const std::string& text, const char* what) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  const bool in_place = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+  const std::string written = in_place ? path : path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(written);
+    out << text;
+    out.flush();
+    check(out.good(), "cannot write ", what, " ", path);
+  }
+  if (in_place) return;
+  std::filesystem::rename(written, path, error);
+  if (!error) return;
+  std::error_code ignored;
+  std::filesystem::remove(written, ignored);
+  fail("cannot write ", what, " ", path, ": ", error.message());
+}
+
+std::string junit_text(const std::vector<Outcome>& outcomes, const std::string& running, const std::string& dtype) {
   int failures = 0;
   double total = 0;
   for (const auto& o : outcomes) {
     failures += !o.errors.pass;
     total += o.seconds_per_step;
   }
-  std::ofstream out(path);
-  check(out.good(), "cannot write JUnit file ", path);
+  std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"tripod.conform\" tests=\""
       << outcomes.size() + !running.empty() << "\" failures=\"" << failures << "\" errors=\"" << !running.empty()
       << "\" time=\"" << total << "\">\n";
@@ -33,6 +57,10 @@ void write_junit(const std::string& path, const std::vector<Outcome>& outcomes, 
     } else if (o.timed_out) {
       out << ">\n      <failure message=\"" << xml_escape(o.errors.failure)
           << "\">the layout did not finish in time: a rank failed alone or it hung</failure>\n    </testcase>\n";
+    } else if (o.failed_alone) {
+      out << ">\n      <failure message=\"" << xml_escape(o.errors.failure)
+          << "\">a rank failed alone while the others waited for it in the layout: the job ended here</failure>"
+          << "\n    </testcase>\n";
     } else {
       out << ">\n      <failure message=\"" << xml_escape(o.errors.failure) << "\">loss rel " << o.errors.loss_rel
           << ", grad norm rel " << o.errors.norm_rel << ", parameter rel " << o.errors.param_rel << " ("
@@ -43,6 +71,7 @@ void write_junit(const std::string& path, const std::vector<Outcome>& outcomes, 
     out << "    <testcase classname=\"tripod.conform." << dtype << "\" name=\"" << xml_escape(running)
         << "\">\n      <error message=\"did not finish (still running, aborted or hung)\"/>\n    </testcase>\n";
   out << "  </testsuite>\n</testsuites>\n";
+  return out.str();
 }
 
 }  // namespace
@@ -55,7 +84,7 @@ nlohmann::json outcome_json(const Outcome& o, const std::string& dtype) {
                       {"grad_norm_rel_error", e.norm_rel}, {"param_abs_error", e.param_abs},
                       {"param_rel_error", e.param_rel}, {"worst_param", e.worst_param}, {"pass", e.pass},
                       {"failure", e.failure}, {"error_over_bound", e.error_over_bound}, {"seconds_per_step", o.seconds_per_step}, {"fingerprint", o.fingerprint},
-                      {"timed_out", o.timed_out}};
+                      {"timed_out", o.timed_out}, {"failed_alone", o.failed_alone}};
   if (o.name.rfind("op:", 0) == 0) return j;
   j.update({{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"micro_batches", l.micro_batches},
             {"schedule", l.pipelined() ? schedule_kind_name(l.schedule) : "none"},
@@ -81,32 +110,34 @@ std::string table_row(const Outcome& o) {
   return line;
 }
 
-ReportWriter::ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header)
+ReportWriter::ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header,
+                           bool writes_rows)
     : json_path_(std::move(json_path)), junit_path_(std::move(junit_path)), dtype_(std::move(dtype)),
-      header_(std::move(header)) {}
+      header_(std::move(header)), writes_rows_(writes_rows) {}
 
 void ReportWriter::running(const Outcome& row) {
   std::lock_guard<std::mutex> lock(mutex_);
   running_ = row.name;
   running_row_ = row;
-  write();
+  if (writes_rows_) write();
 }
 
 void ReportWriter::add(const Outcome& outcome) {
   std::lock_guard<std::mutex> lock(mutex_);
   outcomes_.push_back(outcome);
   running_.clear();
-  write();
+  if (writes_rows_) write();
 }
 
-void ReportWriter::abandon(const std::string& name, const std::string& reason) {
+void ReportWriter::abandon(const std::string& name, const std::string& reason, Ending ending) {
   std::lock_guard<std::mutex> lock(mutex_);
   Outcome o;
   if (running_ == name) o = running_row_;  // its layout and head; nothing measured
   o.name = name;
   o.errors.pass = false;
   o.errors.failure = reason;
-  o.timed_out = true;
+  o.timed_out = ending == Ending::TimedOut;
+  o.failed_alone = ending == Ending::FailedAlone;
   outcomes_.push_back(o);
   running_.clear();
   write();
@@ -120,11 +151,9 @@ void ReportWriter::write() {
     for (const auto& o : outcomes_)
       j[o.name.rfind("op:", 0) == 0 ? "operator_checks" : "layouts"].push_back(outcome_json(o, dtype_));
     j["running"] = running_.empty() ? nlohmann::json(nullptr) : nlohmann::json(running_);
-    std::ofstream out(json_path_);
-    check(out.good(), "cannot write JSON report ", json_path_);
-    out << j.dump(2) << "\n";
+    replace_file(json_path_, j.dump(2) + "\n", "JSON report");
   }
-  if (!junit_path_.empty()) write_junit(junit_path_, outcomes_, running_, dtype_);
+  if (!junit_path_.empty()) replace_file(junit_path_, junit_text(outcomes_, running_, dtype_), "JUnit file");
 }
 
 }  // namespace tripod::conform

@@ -2,6 +2,8 @@
 // record per row and a JUnit XML suite (a testcase per row) that CI systems read. The files are
 // rewritten after every row, and before each row with that row marked as running, so a job that
 // is killed (or hangs and is ended by the watchdog) still leaves a report naming where it stopped.
+// Rank 0 writes them; a rank that ends the job inside a row (it failed alone) writes them too, with
+// the rows so far and its own: every rank holds the same rows, since every row's result is agreed.
 #pragma once
 #include <mutex>
 #include <string>
@@ -22,6 +24,7 @@ struct Outcome {
   std::string fingerprint;  // of the trajectory (conformance.h)
   double peak_mib = 0, accounted_mib = 0;  // largest over ranks: allocator peak, and the trainer's accounting
   bool timed_out = false;                  // did not finish: the watchdog ended the job
+  bool failed_alone = false;               // one rank failed while the others still waited in the layout
 };
 
 nlohmann::json outcome_json(const Outcome& o, const std::string& dtype);
@@ -32,14 +35,18 @@ std::string table_row(const Outcome& o);
 
 class ReportWriter {
  public:
-  // Empty paths write nothing. `header` goes into the JSON beside the rows.
-  ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header);
+  // Empty paths write nothing. `header` goes into the JSON beside the rows. `writes_rows`: the
+  // files are rewritten at every row (rank 0); otherwise only by abandon.
+  ReportWriter(std::string json_path, std::string junit_path, std::string dtype, nlohmann::json header,
+               bool writes_rows);
   // The next row has started: its name, layout and head (kept for abandon).
   void running(const Outcome& row);
   void add(const Outcome& outcome);  // a row is complete
-  // The running row, `name`, did not finish: a FAIL row with `reason` and the running row's layout
-  // fields (from the watchdog's thread; they were a default layout's, tp1-pp1-dp1).
-  void abandon(const std::string& name, const std::string& reason);
+  // The running row, `name`, ends the job: a FAIL row with `reason` and the running row's layout
+  // fields (they were a default layout's, tp1-pp1-dp1), timed out (from the watchdog's thread) or
+  // failed alone. Writes the files whatever `writes_rows` said.
+  enum class Ending { TimedOut, FailedAlone };
+  void abandon(const std::string& name, const std::string& reason, Ending ending);
   const std::vector<Outcome>& outcomes() const { return outcomes_; }
 
  private:
@@ -47,6 +54,7 @@ class ReportWriter {
 
   std::string json_path_, junit_path_, dtype_;
   nlohmann::json header_;
+  bool writes_rows_;
   std::vector<Outcome> outcomes_;
   std::string running_;  // its name; "" between rows
   Outcome running_row_;

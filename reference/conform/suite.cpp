@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -11,7 +12,9 @@
 #include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
 #include "comm/mpi_communicator.h"
+#include "comm/rank_errors.h"
 #include "comm/world.h"
+#include "conform/lone_failure.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
 #include "conform/reshard.h"
@@ -112,6 +115,12 @@ void agree(Communicator& world, Outcome& o, const std::string& my_failure) {
     }
 }
 
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
 // The layout's own timeout reports first (a timeout row in the reports): a wait for peers is
 // watched only past it.
 CommSettings suite_comm(const SuiteOptions& o) {
@@ -144,15 +153,16 @@ class Suite {
       floor_untied_ = rounding_floor(reference_untied_, run_single_device(in_fp64(untied_), o_.steps, *backend_));
     }
     // Rank 0 writes the reports; the others keep the rows only.
-    report_ = std::make_unique<ReportWriter>(root_ ? o_.json_out : "", root_ ? o_.junit_out : "", o_.dtype,
-                                             json_header());
+    report_ = std::make_unique<ReportWriter>(o_.json_out, o_.junit_out, o_.dtype, json_header(), /*writes_rows=*/root_);
     // Rank 0 writes the reports on a timeout; the others give it a moment before they exit.
     watchdog_ = std::make_unique<Watchdog>(o_.timeout_seconds, root_ ? 0.0 : 5.0, [this](const std::string& name) {
       const std::string error = row_error();
       std::fprintf(stderr, "tripod: error: %s%s did not finish within %g s (a rank failed alone or hung)%s%s; "
                    "ending the job\n", rank_text().c_str(), name.c_str(), o_.timeout_seconds,
                    error.empty() ? "" : "; this rank failed with: ", error.c_str());
-      if (root_) report_->abandon(name, "timeout after " + std::to_string(static_cast<int>(o_.timeout_seconds)) + " s");
+      if (root_)
+        report_->abandon(name, "timeout after " + std::to_string(static_cast<int>(o_.timeout_seconds)) + " s",
+                         ReportWriter::Ending::TimedOut);
     });
     if (root_) print_header();
     run_operator_checks();
@@ -202,16 +212,20 @@ class Suite {
   void run_row(Outcome& out, Body&& body) {
     report_->running(out);
     watchdog_->arm(out.name);
+    const SteadyClock::time_point started = SteadyClock::now();
     std::string my_failure;
     set_row_error("");
+    bool left_early = false;  // an error may have left the others waiting in the layout's collectives
     try {
       body();
     } catch (const Error& e) {
       out.errors.pass = false;
       my_failure = e.what();
       set_row_error(my_failure);  // for the watchdog's message, should the other ranks not get here
+      left_early = true;
     }
     if (!out.errors.pass && my_failure.empty()) my_failure = out.errors.failure;
+    meet_at_row_end(out, my_failure, left_early, seconds_since(started));
     agree(*world_, out, my_failure);
     watchdog_->disarm();
     report_->add(out);
@@ -219,6 +233,31 @@ class Suite {
       std::fputs(table_row(out).c_str(), stdout);
       std::fflush(stdout);
     }
+  }
+
+  // Every rank meets at the row's end before agreeing on it. One that left the layout on an error
+  // waits there only for its grace (conform/lone_failure.h), then ends the job.
+  void meet_at_row_end(const Outcome& out, const std::string& my_failure, bool left_early, double row_seconds) {
+    std::unique_ptr<CommRequest> met = world_->barrier_async();
+    const double grace = left_early ? lone_failure_grace(row_seconds, o_.timeout_seconds) : -1;
+    if (grace < 0)
+      met->wait();
+    else if (!completes_within(*met, grace))
+      end_job_alone(out, my_failure, grace);
+  }
+
+  [[noreturn]] void end_job_alone(const Outcome& out, const std::string& my_failure, double grace) {
+    watchdog_->disarm();
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%g s", grace);
+    const bool reports = !o_.json_out.empty() || !o_.junit_out.empty();
+    std::fprintf(stderr, "tripod: error: %s%s failed on this rank alone: %s; the other ranks were still inside the "
+                 "layout %s later, waiting for this one: ending the job%s\n", rank_text().c_str(), out.name.c_str(),
+                 my_failure.c_str(), waited, reports ? " (this rank writes the reports)" : "");
+    report_->abandon(out.name,
+                     rank_text() + my_failure + " (this rank alone: the others still waited for it " + waited + " later)",
+                     ReportWriter::Ending::FailedAlone);
+    abort_job(3);
   }
 
   void run_operator_checks() {

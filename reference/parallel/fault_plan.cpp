@@ -41,6 +41,9 @@ const std::vector<FaultInfo>& catalogue() {
        "a pipeline stage's backward reads the activations of another micro-batch in flight (stages before the loss)"},
       {Fault::HangOneRank, "hang-one-rank",
        "data-parallel rank 1 skips the loss reduction, so the others wait forever (the timeout's test)"},
+      {Fault::FailOneRank, "fail-one-rank",
+       "data-parallel rank 1 fails a check in its loss step that the others pass, so they wait for it in the "
+       "loss reduction (the lone failure's test)"},
   };
   return faults;
 }

@@ -27,7 +27,8 @@ enum class Fault {
   StaleZero3Params,            // ZeRO-3 keeps the buckets it gathered first and never gathers updates
   UseAfterRelease,             // ZeRO-3 releases a bucket's gathered parameters before they are read
   PipelineSlotMixup,           // a pipeline backward reads another in-flight micro-batch's activations
-  HangOneRank                  // DP rank 1 skips the loss reduction: the others wait forever (timeout test)
+  HangOneRank,                 // DP rank 1 skips the loss reduction: the others wait forever (timeout test)
+  FailOneRank                  // DP rank 1 fails a check the others pass: they wait for it (lone-failure test)
 };
 
 std::string fault_name(Fault fault);           // "skip-grad-reduction", ...

@@ -113,6 +113,8 @@ LossSum DistributedTrainer::forward_backward(const data::Batch& batch, bool back
   Tensor total = alloc_scalar(backend_);
   for (int64_t mb = 0; mb < micro; ++mb) backend_.add_inplace(total, run.loss_parts.view(mb, {1}));  // in order
   if (pp_.size() > 1) pp_.all_reduce(total, total, ReduceOp::Sum);  // only the last stage's is non-zero
+  check(!(faults_.has(Fault::FailOneRank) && dp_.rank() == 1),
+        "planted fault fail-one-rank: data-parallel rank 1's loss check failed");
   if (!(faults_.has(Fault::HangOneRank) && dp_.rank() == 1)) dp_.all_reduce(total, total, ReduceOp::Sum);
   return {total, n_valid};
 }

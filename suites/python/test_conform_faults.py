@@ -1,7 +1,8 @@
 """The conformance suite's mutation score: every fault of the catalogue (`tripod conform
 --list-faults`), planted alone in an 8-rank fp64 run over one layout of every kind, must be caught
 - by exactly the layouts that exercise the broken code, the others still passing - and a rank that
-hangs must end in a timeout row, written reports and a non-zero exit, never a hung CI job."""
+hangs must end in a timeout row, written reports and a non-zero exit, never a hung CI job; a rank
+that fails alone ends the job within its grace, not at the timeout."""
 import json
 import subprocess
 import time
@@ -51,7 +52,7 @@ def test_the_catalogue_is_listed_and_covered():
     assert result.returncode == 0
     listed = [line.split()[0] for line in result.stdout.splitlines()[1:]]
     assert len(listed) >= 10
-    assert set(listed) == set(EXPECTED) | {"hang-one-rank"}
+    assert set(listed) == set(EXPECTED) | {"hang-one-rank", "fail-one-rank"}
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
@@ -91,3 +92,32 @@ def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):
     assert hung["head"] in ("tied", "untied"), hung
     suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
     assert int(suite.get("failures")) == 1
+
+
+def test_a_rank_failing_alone_ends_the_job_with_its_error_within_the_grace(tmp_path):
+    """DP rank 1 fails where the others go on into the loss reduction and wait for it there: it
+    waits 10 s for them at the row's end, then ends the job with its own error and writes the
+    reports itself (rank 0 is stuck), instead of the job waiting out the 100 s --timeout."""
+    layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp8-z1-mb1"]
+    start = time.monotonic()
+    result = conform("--layouts", *layouts, "--inject-fault", "fail-one-rank", "--timeout", "100",
+                     "--json", tmp_path / "c.json", "--junit", tmp_path / "c.xml", timeout=150)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 3, result.stderr
+    assert elapsed < 10 + 25, f"took {elapsed:.0f} s"  # start-up, the first layout, the grace, the teardown
+    assert ("rank 1: tp1-pp1-dp8-z0-mb1 failed on this rank alone: planted fault fail-one-rank: data-parallel "
+            "rank 1's loss check failed") in result.stderr
+    assert "did not finish within" not in result.stderr  # not the watchdog's timeout
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["running"] is None
+    rows = {r["layout"]: r for r in report["layouts"]}
+    assert list(rows) == layouts[:2]  # the row before it, then the failed one: the job ended there
+    assert rows["tp1-pp1-dp1-z0-mb1"]["pass"]
+    failed = rows["tp1-pp1-dp8-z0-mb1"]
+    assert not failed["pass"] and failed["failed_alone"] and not failed["timed_out"], failed
+    assert failed["failure"].startswith("rank 1: planted fault fail-one-rank"), failed["failure"]
+    assert (failed["dp"], failed["head"]) == (8, "tied"), failed
+    suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "c.xml"]  # no temporary file left
+
