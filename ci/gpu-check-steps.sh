@@ -391,7 +391,10 @@ step_bench-train() {
 #             on a model this small that is most of what bf16 does to attention (on the emulated
 #             device, flash vs the CPU: at most 0.6x the bf16 effect over 4 steps)
 #   speed     kernel-rate's attention rows and bench-train's GPT-2 step, both with flash, against
-#             the `kernels` and `bench-train` steps of this run
+#             the `kernels` and `bench-train` steps of this run; and the step padded at the large
+#             batch (bench-train's fourth run) with flash: a passing flash step's runs count for
+#             the MFU target beside bench-train's (flash holds no T x T scores: the large batch
+#             is where it should pay most)
 # The dry run takes every part but the sanitizer on the emulated device, which runs the same block
 # algorithms on the host (TRIPOD_CUDA_ATTENTION=flash too).
 step_flash() {
@@ -444,16 +447,25 @@ step_flash() {
   else
     failed+=" train"
   fi
+  # The GPT-2 step as bench-train's first run, then as its fourth (padded, large batch), where it ran
+  local padding=()
+  [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
   if dry; then
     tripod bench kernel-rate --backend emulated --tokens 64 --channels 64 --vocab 256 --repeat 2 --min-time-ms 0 \
         --json "$STEP_DIR/kernels.json" || failed+=" kernels"
     tripod bench train --backend emulated --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
         --batch 2 --seq-len 48 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench.json" || failed+=" bench"
+    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend emulated --config tiny --set model.vocab_size=500 \
+        --set train.dtype="$GPT2_PRECISION" --batch 4 --seq-len 48 --steps 2 --gemm-size 128 "${padding[@]}" \
+        --json "$STEP_DIR/bench-large.json" || failed+=" bench-large"
   else
     tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 --json "$STEP_DIR/kernels.json" ||
         failed+=" kernels"
     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json" || failed+=" bench"
+    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m \
+        --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_LARGE_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" \
+        "${padding[@]}" --json "$STEP_DIR/bench-large.json" || failed+=" bench-large"
   fi
   key+="; $({ "$PY" "$ROOT/reports/flash_speed.py" "$STEP_DIR" --base-kernels "$base_kernels" \
       --base-bench "$base_bench" --json "$STEP_DIR/speed.json" 2>&1 || true; } | tail -1)"

@@ -6,7 +6,9 @@ the `flash` step with TRIPOD_CUDA_ATTENTION=flash, against the same commands' re
     python3 reports/flash_speed.py FLASH_STEP_DIR --base-kernels KERNELS_JSON --base-bench BENCH_JSON [--json OUT]
 
 FLASH_STEP_DIR holds the flash run's kernels.json and bench.json; the base files are the `kernels`
-and `bench-train` steps' (OUT_DIR/kernels/kernels.json, OUT_DIR/bench-train/bench.json).
+and `bench-train` steps' (OUT_DIR/kernels/kernels.json, OUT_DIR/bench-train/bench.json). Where the
+flash run has bench-large.json too (the padded vocabulary at the large batch), it is set against
+bench-large.json beside BENCH_JSON.
 
 Prints one line (the step's key figure) and, with --json, the figures. A ratio above 1 means the
 flash run is faster. A figure missing on either side is reported as missing, never as a ratio.
@@ -50,6 +52,15 @@ def compare(flash_dir, base_kernels_path, base_bench_path):
     step["speedup"] = (step["gemm_seconds"] / step["flash_seconds"]
                        if step["flash_seconds"] and step["gemm_seconds"] else None)
     figures["step"] = step
+    # The large batch with the padded vocabulary (bench-train's fourth run), where both ran
+    flash_large = load(flash_dir / "bench-large.json")
+    base_large = load(pathlib.Path(base_bench_path).parent / "bench-large.json")
+    if flash_large:
+        large = {"batch": flash_large.get("batch"), "flash_seconds": flash_large.get("median_step_seconds"),
+                 "gemm_seconds": (base_large or {}).get("median_step_seconds"), "flash_mfu": flash_large.get("mfu")}
+        large["speedup"] = (large["gemm_seconds"] / large["flash_seconds"]
+                            if large["flash_seconds"] and large["gemm_seconds"] else None)
+        figures["large_step"] = large
     return figures
 
 
@@ -69,6 +80,11 @@ def text(figures):
     mfu = "" if step["flash_mfu"] is None else ", MFU %.1f%%" % (100 * step["flash_mfu"])
     parts.append("GPT-2 step %s vs %s%s%s" % (ms(step["flash_seconds"]), ms(step["gemm_seconds"]),
                                                ratio(step["speedup"]), mfu))
+    large = figures.get("large_step")
+    if large:
+        mfu = "" if large["flash_mfu"] is None else ", MFU %.1f%%" % (100 * large["flash_mfu"])
+        parts.append("B%s padded %s vs %s%s%s" % (large["batch"], ms(large["flash_seconds"]), ms(large["gemm_seconds"]),
+                                                  ratio(large["speedup"]), mfu))
     return "; ".join(parts)
 
 

@@ -33,6 +33,13 @@ def test_ratios_are_the_default_time_over_the_flash_time(tmp_path):
     line = flash_speed.text(figures)
     assert "attention bwd bf16 0.200 ms vs 0.800 ms (4.00x)" in line
     assert "GPT-2 step 40.000 ms vs 46.000 ms (1.15x), MFU 20.0%" in line
+    assert "B32" not in line and "large_step" not in figures  # no large-batch run: nothing said
+    # the padded large-batch step, where the flash step ran it, against bench-train's
+    write(out / "flash" / "bench-large.json", {"batch": 32, "median_step_seconds": 0.120, "mfu": 0.3})
+    write(out / "bench-train" / "bench-large.json", {"batch": 32, "median_step_seconds": 0.180})
+    figures = flash_speed.compare(out / "flash", out / "kernels" / "kernels.json", out / "bench-train" / "bench.json")
+    assert abs(figures["large_step"]["speedup"] - 1.5) < 1e-12
+    assert flash_speed.text(figures).endswith("; B32 padded 120.000 ms vs 180.000 ms (1.50x), MFU 30.0%")
 
 
 def test_a_missing_side_is_reported_missing_and_no_flash_result_fails(tmp_path, capsys):

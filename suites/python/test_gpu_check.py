@@ -80,7 +80,9 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert steps["dry-flash"]["status"] == "pass", steps["dry-flash"]
     assert "attention fwd bf16" in steps["dry-flash"]["key"] and " vs missing" not in steps["dry-flash"]["key"]
     assert "train loss max rel" in steps["dry-flash"]["key"], steps["dry-flash"]  # emulated flash vs the CPU
-    assert json.loads((out / "dry-flash" / "speed.json").read_text())["step"]["speedup"] is not None
+    speed = json.loads((out / "dry-flash" / "speed.json").read_text())
+    assert speed["step"]["speedup"] is not None
+    assert speed["large_step"]["batch"] == 4 and speed["large_step"]["speedup"] is not None, speed  # the padded B4
     for name in ["dry-check-fp64", "dry-train-fp64", "dry-gemm-fp32", "dry-bench-train", "dry-peer"]:
         assert steps[name]["key"], name  # a key figure read from the step's JSON
     # the steps added for issues 15 and 17 run their CPU forms too, each to its verdict
@@ -403,6 +405,16 @@ def test_the_mfu_target_is_judged_on_the_best_bf16_mixed_run_and_names_it(tmp_pa
     run_summary(tmp_path)
     target = next(t for t in summary(tmp_path)["targets"] if "MFU >= 40%" in t["target"])
     assert target["met"] is False and "judged on" not in target["measured"]
+    # the flash step's runs count, named, once that step passed (its kernels and training checked)
+    (tmp_path / "flash").mkdir()
+    (tmp_path / "flash" / "bench-large.json").write_text(
+        json.dumps(dict(run, batch=32, padded_vocab=50304, mfu=0.43, tokens_per_second=330000.0)))
+    for flash_status, met in (("fail", False), ("pass", True)):
+        (tmp_path / "steps.tsv").write_text(f"bench-train\tpass\t20.0\t\t\nflash\t{flash_status}\t60.0\t\t\n")
+        run_summary(tmp_path)
+        target = next(t for t in summary(tmp_path)["targets"] if "MFU >= 40%" in t["target"])
+        assert target["met"] is met, (flash_status, target)
+        assert ("judged on B32xT1024, vocabulary 50304, flash attention (MFU 43.0%)" in target["measured"]) is met
 
 
 def test_a_failing_bf16_training_step_runs_again_with_each_cuda_fusion_alone(tmp_path):
