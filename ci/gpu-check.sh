@@ -55,11 +55,12 @@
 #                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
 #                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth;
 #                and padded at batch $GPT2_LARGE_BATCH (32): the issue lets us choose the batch
+#   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
+#                (before flash: the MFU target's line compares with it, and flash may take long)
 #   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step (B8, and padded at the large batch)
 #                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
-#   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
 #   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
@@ -218,8 +219,8 @@ PLAN=(
   "gemm-fp32 45 1 1"
   "kernels 40 1 1"
   "bench-train 120 1 1"
-  "flash 170 1 1"
   "peer 90 1 1"
+  "flash 170 1 1"
   "sanitizer 90 1 0"
   "profile 120 1 0"
   "overlap-cpu 60 0 0"
