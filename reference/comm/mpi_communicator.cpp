@@ -124,9 +124,9 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCal
                       : MPI_Iallreduce(wide_in, wide_out, count, MPI_FLOAT, op, comm, request->handle());
       break;
     case CommOp::ReduceScatter:
-      if (blocking) code = MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm);
-      else if (size_ == 2)
+      if (size_ == 2)  // (mpi_ops.cpp: two reduces, blocking or not)
         code = mpi_ops::ireduce_per_block(wide_in, wide_out, false, count, MPI_FLOAT, op, comm, rank_, size_, *request);
+      else if (blocking) code = MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm);
       else code = MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm, request->handle());
       break;
     default:  // Reduce
