@@ -1,5 +1,5 @@
 // tripod_bare_nonblocking_reductions: why MpiCommunicator issues a non-blocking reduce_scatter as
-// one MPI_Ireduce per block (comm/mpi_communicator.cpp, ireduce_per_block) instead of
+// one MPI_Ireduce per block (comm/mpi_ops.cpp, reduce_per_block) instead of
 // MPI_Ireduce_scatter_block. Bare MPI, nothing of Tripod: for each size (the whole input, float
 // sum, in place as the gradient buckets do it), the two forms alternate -r times in one run, each
 // started and then waited for, and the slowest rank's time per call is kept; the medians print

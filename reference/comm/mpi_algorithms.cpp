@@ -5,13 +5,18 @@
 
 namespace tripod {
 
-void prefer_ring_allreduce() { ::setenv(kIallreduceAlgorithmVariable, "1", /*overwrite=*/0); }
+void prefer_nonblocking_algorithms() {
+  ::setenv(kIallreduceAlgorithmVariable, "1", /*overwrite=*/0);
+  ::setenv(kIreduceAlgorithmVariable, "2", /*overwrite=*/0);
+}
 
-int iallreduce_algorithm() {
+namespace {
+// A libnbc control variable's value through the MPI tool interface, -1 where there is none.
+int libnbc_algorithm(const char* variable) {
   int provided = 0;
   if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
   int value = -1, index = 0;
-  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS) {
+  if (MPI_T_cvar_get_index(variable, &index) == MPI_SUCCESS) {
     MPI_T_cvar_handle handle;
     int count = 0;
     if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
@@ -22,6 +27,10 @@ int iallreduce_algorithm() {
   MPI_T_finalize();
   return value;
 }
+}  // namespace
+
+int iallreduce_algorithm() { return libnbc_algorithm("coll_libnbc_iallreduce_algorithm"); }
+int ireduce_algorithm() { return libnbc_algorithm("coll_libnbc_ireduce_algorithm"); }
 
 std::string iallreduce_algorithm_name(int algorithm) {
   switch (algorithm) {

@@ -30,7 +30,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   if (already) {
     MPI_Query_thread(&thread_level_);
   } else {
-    prefer_ring_allreduce();  // comm/mpi_algorithms.h: why
+    prefer_nonblocking_algorithms();  // comm/mpi_algorithms.h: why
     // MULTIPLE for the optional progress thread (comm/mpi_progress.h; measured to cost 1-5 % on
     // an 8-rank conform here, within noise); FUNNELED is enough without it.
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_), "MPI_Init_thread");
@@ -125,7 +125,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_bf16_reduction(const CommCal
       break;
     case CommOp::ReduceScatter:
       if (size_ == 2)  // (mpi_ops.cpp: two reduces, blocking or not)
-        code = mpi_ops::ireduce_per_block(wide_in, wide_out, false, count, MPI_FLOAT, op, comm, rank_, size_, *request);
+        code = mpi_ops::reduce_per_block(wide_in, wide_out, false, count, MPI_FLOAT, op, comm, rank_, size_, blocking,
+                                         *request);
       else if (blocking) code = MPI_Reduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm);
       else code = MPI_Ireduce_scatter_block(wide_in, wide_out, count, MPI_FLOAT, op, comm, request->handle());
       break;

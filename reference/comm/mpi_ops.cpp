@@ -74,26 +74,29 @@ int issue_allreduce(const MpiIssue& s) {
 
 }  // namespace
 
-// A reduce_scatter of two ranks as two MPI_Ireduce, one per block, rooted at the rank that keeps
-// it, issued in block order on both (a blocking call waits for them at once). Open MPI 4.1's
-// MPI_Ireduce_scatter_block reduces the whole input to rank 0 (binomial) and scatters from there:
-// rank 0 adds both blocks while the other waits, and half the data crosses twice. Two reduces are a
-// ring: each rank adds one block. Measured with microbench/bare_nonblocking_reductions.cpp
-// (README: Benchmarks): 0.44-0.88x the time from 2 to 32 MiB at two ranks; at four ranks on two
-// cores it was 1.06-1.22x slower except at 16 MiB, so from three ranks on the library's algorithm
-// stays. The blocking MPI_Reduce_scatter_block was slower still, whichever of its four tuned
-// algorithms (~1 GB/s from 1 MiB, against 2.5-5 GB/s for the two reduces: `bench comm
-// reduce_scatter`, README). The bits are the library's: with two contributions a + b is b + a.
-// `in` holds size blocks of `count`; in place, `out` is this rank's block of it.
-int ireduce_per_block(const void* in, void* out, bool in_place, int count, MPI_Datatype type, MPI_Op op,
-                      MPI_Comm comm, int rank, int size, MpiRequest& request) {
+// A reduce_scatter of two ranks as two reduces, one per block, rooted at the rank that keeps it,
+// issued in block order on both. Open MPI 4.1's MPI_Ireduce_scatter_block reduces the whole input
+// to rank 0 (binomial) and scatters from there: rank 0 adds both blocks while the other waits, and
+// half the data crosses twice. Two reduces are a ring: each rank adds one block. Measured with
+// microbench/bare_nonblocking_reductions.cpp (README: Benchmarks): 0.44-0.88x the time from 2 to
+// 32 MiB at two ranks; at four ranks on two cores it was 1.06-1.22x slower except at 16 MiB, so
+// from three ranks on the library's algorithm stays. The blocking MPI_Reduce_scatter_block was
+// slower still, whichever of its four tuned algorithms (~1 GB/s from 1 MiB): a blocking call is
+// two blocking MPI_Reduce, a non-blocking one two MPI_Ireduce on libnbc's binomial tree
+// (comm/mpi_algorithms.h; `bench comm reduce_scatter`, README). The bits are the library's: with two
+// contributions a + b is b + a. `in` holds size blocks of `count`; in place, `out` is this rank's
+// block of it.
+int reduce_per_block(const void* in, void* out, bool in_place, int count, MPI_Datatype type, MPI_Op op,
+                     MPI_Comm comm, int rank, int size, bool blocking, MpiRequest& request) {
   int type_bytes = 0;
   MPI_Type_size(type, &type_bytes);
   const std::size_t block_bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(type_bytes);
   for (int root = 0; root < size; ++root) {
     const void* send = static_cast<const char*>(in) + static_cast<std::size_t>(root) * block_bytes;
     if (root == rank && in_place) send = MPI_IN_PLACE;
-    const int code = MPI_Ireduce(send, root == rank ? out : nullptr, count, type, op, root, comm, request.handle());
+    void* recv = root == rank ? out : nullptr;
+    const int code = blocking ? MPI_Reduce(send, recv, count, type, op, root, comm)
+                              : MPI_Ireduce(send, recv, count, type, op, root, comm, request.handle());
     if (code != MPI_SUCCESS) return code;
   }
   return MPI_SUCCESS;
@@ -105,8 +108,8 @@ int issue_reduce_scatter(const MpiIssue& s) {
   const int count = mpi_count(s.call.out.numel(), s.request);
   const bool avg = s.call.reduce == ReduceOp::Avg;
   if (s.size == 2) {
-    const int code = ireduce_per_block(s.in, s.out, s.call.in_place, count, s.type, s.op, s.comm, s.rank, s.size,
-                                       s.request);
+    const int code = reduce_per_block(s.in, s.out, s.call.in_place, count, s.type, s.op, s.comm, s.rank, s.size,
+                                      s.blocking, s.request);
     if (avg) divide_on_complete(s.request, s.call.out, s.size);
     return code;
   }

@@ -136,8 +136,10 @@ struct MpiIssue {
 // Issues s.call's operation (any CommOp) into s.request; returns MPI's error code.
 int issue(const MpiIssue& s);
 
-// A non-blocking reduce_scatter of two ranks as one MPI_Ireduce per block (mpi_ops.cpp says why).
-int ireduce_per_block(const void* in, void* out, bool in_place, int count, MPI_Datatype type, MPI_Op op,
-                      MPI_Comm comm, int rank, int size, MpiRequest& request);
+// A reduce_scatter of two ranks as one reduce per block, rooted at the rank that keeps it
+// (mpi_ops.cpp says why): blocking, MPI_Reduce one after the other (`request` takes nothing);
+// otherwise MPI_Ireduce into `request`.
+int reduce_per_block(const void* in, void* out, bool in_place, int count, MPI_Datatype type, MPI_Op op,
+                     MPI_Comm comm, int rank, int size, bool blocking, MpiRequest& request);
 
 }  // namespace tripod::mpi_ops

@@ -217,12 +217,19 @@ TEST(Reductions, ReduceToEachRoot) {
   });
 }
 
-// MpiRuntime asks Open MPI for its ring all-reduce before MPI_Init (comm/mpi_algorithms.h), unless
-// the environment already chose: what Open MPI reports is what the environment holds.
+// MpiRuntime asks Open MPI for its ring all-reduce and binomial reduce before MPI_Init
+// (comm/mpi_algorithms.h), unless the environment already chose: what Open MPI reports is what the
+// environment holds.
 TEST(Reductions, NonBlockingAllReduceUsesTheAlgorithmTheRuntimeChose) {
   const char* chosen = std::getenv(kIallreduceAlgorithmVariable);
   ASSERT_NE(chosen, nullptr) << kIallreduceAlgorithmVariable << " was not set before MPI_Init";
   EXPECT_EQ(iallreduce_algorithm(), std::atoi(chosen));
+}
+
+TEST(Reductions, NonBlockingReduceUsesTheAlgorithmTheRuntimeChose) {
+  const char* chosen = std::getenv(kIreduceAlgorithmVariable);
+  ASSERT_NE(chosen, nullptr) << kIreduceAlgorithmVariable << " was not set before MPI_Init";
+  EXPECT_EQ(ireduce_algorithm(), std::atoi(chosen));
 }
 
 }  // namespace
