@@ -163,6 +163,9 @@ void run_overlap(const OverlapOptions& o) {
   const int algorithm = iallreduce_algorithm();
   std::printf("  non-blocking all-reduce: %s (Open MPI coll_libnbc_iallreduce_algorithm %d)\n",
               iallreduce_algorithm_name(algorithm).c_str(), algorithm);
+  const int reduce_algorithm = ireduce_algorithm();  // two ranks' reduce_scatter is two reduces
+  std::printf("  non-blocking reduce: %s (Open MPI coll_libnbc_ireduce_algorithm %d)\n",
+              ireduce_algorithm_name(reduce_algorithm).c_str(), reduce_algorithm);
   if (const auto share = process_core_share()) std::printf("  threads: %s\n", describe(*share).c_str());
   std::printf("  %-42s %11s %11s %11s %11s\n", "", "pass", "exposed", "in calls", "gathers");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -227,6 +230,7 @@ void run_overlap(const OverlapOptions& o) {
                                               {"last_bucket_share", last_bucket_share},
                                               {"split_rest_share", split_rest_share},
                                               {"iallreduce_algorithm", iallreduce_algorithm_name(algorithm)},
+                                              {"ireduce_algorithm", ireduce_algorithm_name(reduce_algorithm)},
                                               {"progress_us", o.progress_us}, {"prefetch", o.prefetch},
                                               {"bucket_mb", o.bucket_mb}, {"gradient_mib", grad_mib}}
                                    .dump(2) + "\n",

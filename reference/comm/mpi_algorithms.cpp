@@ -43,4 +43,14 @@ std::string iallreduce_algorithm_name(int algorithm) {
   }
 }
 
+std::string ireduce_algorithm_name(int algorithm) {
+  switch (algorithm) {
+    case 0: return "library default";
+    case 1: return "chain";
+    case 2: return "binomial";
+    case 3: return "rabenseifner";
+    default: return "unknown";
+  }
+}
+
 }  // namespace tripod

@@ -35,5 +35,6 @@ int iallreduce_algorithm();
 std::string iallreduce_algorithm_name(int algorithm);  // "ring", ..., "library default", "unknown"
 // The same for the reduce (0 its own choice, 1 chain, 2 binomial, 3 Rabenseifner; -1 none).
 int ireduce_algorithm();
+std::string ireduce_algorithm_name(int algorithm);  // "chain", "binomial", ..., "library default", "unknown"
 
 }  // namespace tripod

@@ -12,6 +12,7 @@ import pytest
 from tripod_cli import BINARY_DIR, MPI_ENV, MPIRUN, make_markov_corpus, mpirun_command, require_tripod
 
 ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+REDUCE_ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_ireduce_algorithm"
 SMALL = ["--set", "model.n_layer=2", "--set", "model.d_model=32", "--set", "model.n_head=2",
          "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
          "--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set", "train.steps=4",
@@ -102,15 +103,20 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
     if ALGORITHM_VARIABLE not in os.environ:  # Tripod asks Open MPI for its ring unless the user chose
         assert report["iallreduce_algorithm"] == "ring"
         assert "non-blocking all-reduce: ring" in result.stdout
+    if REDUCE_ALGORITHM_VARIABLE not in os.environ:  # and for its binomial reduce
+        assert report["ireduce_algorithm"] == "binomial"
+        assert "non-blocking reduce: binomial (Open MPI coll_libnbc_ireduce_algorithm 2)" in result.stdout
 
 
-def test_a_users_all_reduce_algorithm_is_kept():
-    env = {**MPI_ENV, ALGORITHM_VARIABLE: "2"}  # mpirun passes OMPI_MCA_ variables on to every rank
+def test_a_users_all_reduce_and_reduce_algorithms_are_kept():
+    # mpirun passes OMPI_MCA_ variables on to every rank
+    env = {**MPI_ENV, ALGORITHM_VARIABLE: "2", REDUCE_ALGORITHM_VARIABLE: "1"}
     result = subprocess.run(mpirun_command(2, "bench", "overlap", "--config", "tiny", "--batch", "1", "--seq-len", "8",
                                            "--vocab", "64", "--repeats", "1", "--progress-us", "0"),
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "non-blocking all-reduce: binomial (Open MPI coll_libnbc_iallreduce_algorithm 2)" in result.stdout
+    assert "non-blocking reduce: chain (Open MPI coll_libnbc_ireduce_algorithm 1)" in result.stdout
 
 
 def test_bare_reduction_comparison_prints_each_size():
