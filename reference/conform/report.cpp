@@ -24,18 +24,22 @@ void replace_file(const std::string& path, const std::string& text, const char* 
   const auto status = std::filesystem::status(path, error);
   const bool in_place = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
   const std::string written = in_place ? path : path + ".tmp-" + std::to_string(::getpid());
+  bool good = false;
   {
     std::ofstream out(written);
     out << text;
     out.flush();
-    check(out.good(), "cannot write ", what, " ", path);
+    good = out.good();
   }
-  if (in_place) return;
-  std::filesystem::rename(written, path, error);
-  if (!error) return;
+  if (in_place) {
+    check(good, "cannot write ", what, " ", path);
+    return;
+  }
+  if (good) std::filesystem::rename(written, path, error);
+  if (good && !error) return;
   std::error_code ignored;
-  std::filesystem::remove(written, ignored);
-  fail("cannot write ", what, " ", path, ": ", error.message());
+  std::filesystem::remove(written, ignored);  // no half-written temporary left behind
+  fail("cannot write ", what, " ", path, error ? ": " + error.message() : "");
 }
 
 std::string junit_text(const std::vector<Outcome>& outcomes, const std::string& running, const std::string& dtype) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -17,6 +18,7 @@
 #include "conform/lone_failure.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
+#include "conform/row_agreement.h"
 #include "conform/reshard.h"
 #include "conform/watchdog.h"
 #include "core/build_info.h"
@@ -98,23 +100,6 @@ std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig
   return layouts;
 }
 
-// Every rank learns whether the row passed everywhere, and why not: the first failing rank's reason.
-void agree(Communicator& world, Outcome& o, const std::string& my_failure) {
-  const std::vector<double> v =
-      all_reduce_values(world, {o.errors.pass ? 0.0 : 1.0, o.seconds_per_step, o.peak_mib, o.accounted_mib}, ReduceOp::Max);
-  const std::vector<std::string> reasons = all_gather_text(world, o.errors.pass ? "" : my_failure);
-  o.errors.pass = v[0] == 0.0;
-  o.seconds_per_step = v[1];
-  o.peak_mib = v[2];
-  o.accounted_mib = v[3];
-  if (o.errors.pass) return;
-  for (std::size_t r = 0; r < reasons.size(); ++r)
-    if (!reasons[r].empty()) {
-      o.errors.failure = reasons[r] == my_failure ? my_failure : "rank " + std::to_string(r) + ": " + reasons[r];
-      return;
-    }
-}
-
 using SteadyClock = std::chrono::steady_clock;
 
 double seconds_since(SteadyClock::time_point start) {
@@ -152,7 +137,8 @@ class Suite {
       floor_tied_ = rounding_floor(reference_tied_, run_single_device(in_fp64(tied_), o_.steps, *backend_));
       floor_untied_ = rounding_floor(reference_untied_, run_single_device(in_fp64(untied_), o_.steps, *backend_));
     }
-    // Rank 0 writes the reports; the others keep the rows only.
+    // Rank 0 writes the reports at every row; the others keep the rows, written only by a rank
+    // that ends the job alone (end_job_alone).
     report_ = std::make_unique<ReportWriter>(o_.json_out, o_.junit_out, o_.dtype, json_header(), /*writes_rows=*/root_);
     // Rank 0 writes the reports on a timeout; the others give it a moment before they exit.
     watchdog_ = std::make_unique<Watchdog>(o_.timeout_seconds, root_ ? 0.0 : 5.0, [this](const std::string& name) {
@@ -161,8 +147,11 @@ class Suite {
                    "ending the job\n", rank_text().c_str(), name.c_str(), o_.timeout_seconds,
                    error.empty() ? "" : "; this rank failed with: ", error.c_str());
       if (root_)
-        report_->abandon(name, "timeout after " + std::to_string(static_cast<int>(o_.timeout_seconds)) + " s",
-                         ReportWriter::Ending::TimedOut);
+        write_or_say(
+            [&] {
+              report_->abandon(name, "timeout after " + std::to_string(static_cast<int>(o_.timeout_seconds)) + " s",
+                               ReportWriter::Ending::TimedOut);
+            });
     });
     if (root_) print_header();
     run_operator_checks();
@@ -210,7 +199,9 @@ class Suite {
   // Runs one row on every rank: an error is this rank's FAIL, then every rank agrees.
   template <typename Body>
   void run_row(Outcome& out, Body&& body) {
-    report_->running(out);
+    // A report rank 0 cannot write (a full disk) is its error alone: it ends the job at once
+    // rather than leave the others waiting in the row's collectives.
+    run_or_abort_job(*world_, [&] { report_->running(out); });
     watchdog_->arm(out.name);
     const SteadyClock::time_point started = SteadyClock::now();
     std::string my_failure;
@@ -228,7 +219,7 @@ class Suite {
     meet_at_row_end(out, my_failure, left_early, seconds_since(started));
     agree(*world_, out, my_failure);
     watchdog_->disarm();
-    report_->add(out);
+    run_or_abort_job(*world_, [&] { report_->add(out); });
     if (root_) {
       std::fputs(table_row(out).c_str(), stdout);
       std::fflush(stdout);
@@ -254,10 +245,21 @@ class Suite {
     std::fprintf(stderr, "tripod: error: %s%s failed on this rank alone: %s; the other ranks were still inside the "
                  "layout %s later, waiting for this one: ending the job%s\n", rank_text().c_str(), out.name.c_str(),
                  my_failure.c_str(), waited, reports ? " (this rank writes the reports)" : "");
-    report_->abandon(out.name,
-                     rank_text() + my_failure + " (this rank alone: the others still waited for it " + waited + " later)",
-                     ReportWriter::Ending::FailedAlone);
+    write_or_say([&] {
+      report_->abandon(out.name,
+                       rank_text() + my_failure + " (this rank alone: the others still waited for it " + waited + " later)",
+                       ReportWriter::Ending::FailedAlone);
+    });
     abort_job(3);
+  }
+
+  // Writes a report on the way out of the job: a failure is said, and the job still ends.
+  void write_or_say(const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "tripod: error: %s%s\n", rank_text().c_str(), e.what());
+    }
   }
 
   void run_operator_checks() {

@@ -121,3 +121,16 @@ def test_a_rank_failing_alone_ends_the_job_with_its_error_within_the_grace(tmp_p
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "c.xml"]  # no temporary file left
 
+
+
+def test_a_report_that_cannot_be_written_ends_the_job_at_once_naming_it(tmp_path):
+    """Rank 0 writes the reports before and after every row. A write that fails there (a full disk:
+    /dev/full) was rank 0's error alone: it left the suite while the others went into the row's
+    collectives, and the job waited out --timeout (300 s by default). It now ends at once."""
+    start = time.monotonic()
+    result = conform("--layouts", "tp1-pp1-dp8-z0-mb1", "--json", "/dev/full", timeout=100)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0
+    assert "rank 0 of 8: cannot write JSON report /dev/full" in result.stderr, result.stderr
+    assert elapsed < 30, f"took {elapsed:.0f} s"
+    assert "did not finish within" not in result.stderr
