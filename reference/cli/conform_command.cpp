@@ -20,7 +20,9 @@ void add_conform_command(CLI::App& app) {
   add_comm_options(*cmd, o->comm);
   cmd->add_option("--heads", o->heads, "LM heads: alternate (tied on even ZeRO stages, untied on odd), tied or untied")
       ->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung")
+  cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung (a rank whose row fails while the "
+                  "others still wait for it in the layout ends the job sooner, after 10 s or three times the row's "
+                  "time)")
       ->capture_default_str();
   cmd->add_option("--inject-fault", o->faults, "plant a deliberate bug (repeatable; see --list-faults)");
   cmd->add_flag("--reshard", o->reshard, "also run each layout halfway, save a sharded checkpoint and finish in the "
