@@ -334,6 +334,22 @@ print("%s: %.3f ms, fusions off %.3f ms (fused %.2fx)" % (name, 1e3 * fused, 1e3
       "$STEP_DIR/kernels.json" "$STEP_DIR/kernels-unfused.json" | tee -a "$STEP_DIR/key.txt"
 }
 
+# bench-train's fourth run, the flash step's second: the padded vocabulary at $GPT2_LARGE_BATCH
+# sequences (none when it is 0). OUT DRY_BACKEND DRY_SEQ: the JSON, and the dry run's CPU form
+# (tiny at batch 4 on DRY_BACKEND, DRY_SEQ tokens).
+bench_large_batch() {
+  if [ "$GPT2_LARGE_BATCH" -eq 0 ]; then return 0; fi
+  local padding=()
+  [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
+  if dry; then
+    tripod bench train --backend "$2" --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
+        --batch 4 --seq-len "$3" --steps 2 --gemm-size 128 "${padding[@]}" --json "$1"
+  else
+    tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
+        --batch "$GPT2_LARGE_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" "${padding[@]}" --json "$1"
+  fi
+}
+
 step_bench-train() {
   # The vocabulary as it is (as the PyTorch peer runs it), then padded to a multiple of
   # $GPT2_VOCAB_MULTIPLE (50257 -> 50304, as Megatron-LM and llm.c train GPT-2): aligned rows and
@@ -354,9 +370,7 @@ step_bench-train() {
     (export TRIPOD_CUDA_FUSIONS=none
      tripod bench train --backend cpu --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
          --batch 2 --seq-len 32 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench-unfused.json")
-    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cpu --config tiny --set model.vocab_size=500 \
-        --set train.dtype="$GPT2_PRECISION" --batch 4 --seq-len 32 --steps 2 --gemm-size 128 "${padding[@]}" \
-        --json "$STEP_DIR/bench-large.json"
+    bench_large_batch "$STEP_DIR/bench-large.json" cpu 32
   else
     # Each run whether or not the one before failed: a fused form that fails at GPT-2's shapes
     # still leaves the step a measured step with the fusions off (the key figure says which ran).
@@ -369,9 +383,7 @@ step_bench-train() {
     (export TRIPOD_CUDA_FUSIONS=none
      tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
          --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench-unfused.json") || failed=1
-    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m \
-        --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_LARGE_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" \
-        "${padding[@]}" --json "$STEP_DIR/bench-large.json" || failed=1
+    bench_large_batch "$STEP_DIR/bench-large.json" cpu 32 || failed=1
     return "$failed"
   fi
 }
@@ -447,26 +459,19 @@ step_flash() {
   else
     failed+=" train"
   fi
-  # The GPT-2 step as bench-train's first run, then as its fourth (padded, large batch), where it ran
-  local padding=()
-  [ "$GPT2_VOCAB_MULTIPLE" -gt 1 ] && padding=(--make-vocab-size-divisible-by "$GPT2_VOCAB_MULTIPLE")
+  # The GPT-2 step as bench-train's first run, then as its fourth (padded, large batch)
   if dry; then
     tripod bench kernel-rate --backend emulated --tokens 64 --channels 64 --vocab 256 --repeat 2 --min-time-ms 0 \
         --json "$STEP_DIR/kernels.json" || failed+=" kernels"
     tripod bench train --backend emulated --config tiny --set model.vocab_size=500 --set train.dtype="$GPT2_PRECISION" \
         --batch 2 --seq-len 48 --steps 2 --gemm-size 128 --json "$STEP_DIR/bench.json" || failed+=" bench"
-    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend emulated --config tiny --set model.vocab_size=500 \
-        --set train.dtype="$GPT2_PRECISION" --batch 4 --seq-len 48 --steps 2 --gemm-size 128 "${padding[@]}" \
-        --json "$STEP_DIR/bench-large.json" || failed+=" bench-large"
   else
     tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 --json "$STEP_DIR/kernels.json" ||
         failed+=" kernels"
     tripod bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_BATCH" \
         --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" --json "$STEP_DIR/bench.json" || failed+=" bench"
-    [ "$GPT2_LARGE_BATCH" -eq 0 ] || tripod bench train --backend cuda --config gpt2-124m \
-        --set train.dtype="$GPT2_PRECISION" --batch "$GPT2_LARGE_BATCH" --seq-len "$GPT2_SEQ" --steps "$GPT2_STEPS" \
-        "${padding[@]}" --json "$STEP_DIR/bench-large.json" || failed+=" bench-large"
   fi
+  bench_large_batch "$STEP_DIR/bench-large.json" emulated 48 || failed+=" bench-large"
   key+="; $({ "$PY" "$ROOT/reports/flash_speed.py" "$STEP_DIR" --base-kernels "$base_kernels" \
       --base-bench "$base_bench" --json "$STEP_DIR/speed.json" 2>&1 || true; } | tail -1)"
   echo "$key" | tee "$STEP_DIR/key.txt"

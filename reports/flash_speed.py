@@ -36,6 +36,16 @@ def row_seconds(kernels, name):
     return None
 
 
+def step_figures(flash_bench, base_bench):
+    """A GPT-2 step with flash against the same step without: seconds, flash's MFU, the speedup."""
+    flash_bench, base_bench = flash_bench or {}, base_bench or {}
+    step = {"flash_seconds": flash_bench.get("median_step_seconds"), "gemm_seconds": base_bench.get("median_step_seconds"),
+            "flash_mfu": flash_bench.get("mfu")}
+    step["speedup"] = (step["gemm_seconds"] / step["flash_seconds"]
+                       if step["flash_seconds"] and step["gemm_seconds"] else None)
+    return step
+
+
 def compare(flash_dir, base_kernels_path, base_bench_path):
     flash_dir = pathlib.Path(flash_dir)
     flash_kernels, base_kernels = load(flash_dir / "kernels.json"), load(base_kernels_path)
@@ -45,22 +55,13 @@ def compare(flash_dir, base_kernels_path, base_bench_path):
         flash, base = row_seconds(flash_kernels, name), row_seconds(base_kernels, name)
         figures["rows"][name] = {"flash_seconds": flash, "gemm_seconds": base,
                                  "speedup": base / flash if flash and base else None}
-    step = {"flash_seconds": (flash_bench or {}).get("median_step_seconds"),
-            "gemm_seconds": (base_bench or {}).get("median_step_seconds"),
-            "flash_mfu": (flash_bench or {}).get("mfu"),
-            "flash_tokens_per_second": (flash_bench or {}).get("tokens_per_second")}
-    step["speedup"] = (step["gemm_seconds"] / step["flash_seconds"]
-                       if step["flash_seconds"] and step["gemm_seconds"] else None)
-    figures["step"] = step
+    figures["step"] = dict(step_figures(flash_bench, base_bench),
+                           flash_tokens_per_second=(flash_bench or {}).get("tokens_per_second"))
     # The large batch with the padded vocabulary (bench-train's fourth run), where both ran
     flash_large = load(flash_dir / "bench-large.json")
-    base_large = load(pathlib.Path(base_bench_path).parent / "bench-large.json")
     if flash_large:
-        large = {"batch": flash_large.get("batch"), "flash_seconds": flash_large.get("median_step_seconds"),
-                 "gemm_seconds": (base_large or {}).get("median_step_seconds"), "flash_mfu": flash_large.get("mfu")}
-        large["speedup"] = (large["gemm_seconds"] / large["flash_seconds"]
-                            if large["flash_seconds"] and large["gemm_seconds"] else None)
-        figures["large_step"] = large
+        base_large = load(pathlib.Path(base_bench_path).parent / "bench-large.json")
+        figures["large_step"] = dict(step_figures(flash_large, base_large), batch=flash_large.get("batch"))
     return figures
 
 
@@ -72,19 +73,18 @@ def ratio(x):
     return "" if x is None else " (%.2fx)" % x
 
 
+def step_text(label, step):
+    mfu = "" if step["flash_mfu"] is None else ", MFU %.1f%%" % (100 * step["flash_mfu"])
+    return "%s %s vs %s%s%s" % (label, ms(step["flash_seconds"]), ms(step["gemm_seconds"]), ratio(step["speedup"]), mfu)
+
+
 def text(figures):
     parts = []
     for name, row in figures["rows"].items():
         parts.append("%s %s vs %s%s" % (name, ms(row["flash_seconds"]), ms(row["gemm_seconds"]), ratio(row["speedup"])))
-    step = figures["step"]
-    mfu = "" if step["flash_mfu"] is None else ", MFU %.1f%%" % (100 * step["flash_mfu"])
-    parts.append("GPT-2 step %s vs %s%s%s" % (ms(step["flash_seconds"]), ms(step["gemm_seconds"]),
-                                               ratio(step["speedup"]), mfu))
-    large = figures.get("large_step")
-    if large:
-        mfu = "" if large["flash_mfu"] is None else ", MFU %.1f%%" % (100 * large["flash_mfu"])
-        parts.append("B%s padded %s vs %s%s%s" % (large["batch"], ms(large["flash_seconds"]), ms(large["gemm_seconds"]),
-                                                  ratio(large["speedup"]), mfu))
+    parts.append(step_text("GPT-2 step", figures["step"]))
+    if "large_step" in figures:
+        parts.append(step_text("B%s padded" % figures["large_step"]["batch"], figures["large_step"]))
     return "; ".join(parts)
 
 

@@ -1,5 +1,6 @@
 #include "comm/mpi_algorithms.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <mpi.h>
 
@@ -32,25 +33,18 @@ int libnbc_algorithm(const char* variable) {
 int iallreduce_algorithm() { return libnbc_algorithm("coll_libnbc_iallreduce_algorithm"); }
 int ireduce_algorithm() { return libnbc_algorithm("coll_libnbc_ireduce_algorithm"); }
 
-std::string iallreduce_algorithm_name(int algorithm) {
-  switch (algorithm) {
-    case 0: return "library default";
-    case 1: return "ring";
-    case 2: return "binomial";
-    case 3: return "rabenseifner";
-    case 4: return "recursive doubling";
-    default: return "unknown";
-  }
+namespace {
+// Index = Open MPI's number for the algorithm.
+template <std::size_t N>
+std::string algorithm_name(const char* const (&names)[N], int algorithm) {
+  return algorithm >= 0 && static_cast<std::size_t>(algorithm) < N ? names[algorithm] : "unknown";
 }
+constexpr const char* kIallreduceNames[] = {"library default", "ring", "binomial", "rabenseifner",
+                                            "recursive doubling"};
+constexpr const char* kIreduceNames[] = {"library default", "chain", "binomial", "rabenseifner"};
+}  // namespace
 
-std::string ireduce_algorithm_name(int algorithm) {
-  switch (algorithm) {
-    case 0: return "library default";
-    case 1: return "chain";
-    case 2: return "binomial";
-    case 3: return "rabenseifner";
-    default: return "unknown";
-  }
-}
+std::string iallreduce_algorithm_name(int algorithm) { return algorithm_name(kIallreduceNames, algorithm); }
+std::string ireduce_algorithm_name(int algorithm) { return algorithm_name(kIreduceNames, algorithm); }
 
 }  // namespace tripod
