@@ -13,6 +13,17 @@ int block_position(ParamRole role) {
   return k >= 0 && k < kBlockRoles ? k : -1;
 }
 
+bool is_gemm_operand_only(ParamRole role) {
+  switch (role) {
+    case ParamRole::QkvWeight:
+    case ParamRole::AttnProjWeight:
+    case ParamRole::FcWeight:
+    case ParamRole::FcProjWeight:
+    case ParamRole::LmHead: return true;
+    default: return false;
+  }
+}
+
 const char* role_suffix(ParamRole role) {
   switch (role) {
     case ParamRole::TokenEmbedding: return "wte.weight";

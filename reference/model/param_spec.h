@@ -31,6 +31,11 @@ bool is_block_role(ParamRole role);
 int block_position(ParamRole role);
 // A GPT-2 role's name inside its block or model: "attn.c_attn.weight", "wte.weight", ...
 const char* role_suffix(ParamRole role);
+// Whether the model reads a tensor of this role only as a GEMM operand (the linear layers'
+// weights and an untied LM head), never in its own arithmetic: under the bf16-operand policy only
+// its bf16 rounding reaches the result, so a ZeRO-3 gather may carry it as bf16 alone. Not the
+// embeddings (looked up), the LayerNorms or the biases.
+bool is_gemm_operand_only(ParamRole role);
 
 // Parameter groups: the units that are gathered, released and reported ready together.
 inline int embedding_group() { return 0; }

@@ -19,6 +19,7 @@ std::string ParallelLayout::name() const {
   if (recompute == Recompute::Selective) out << "-rsel";
   if (recompute == Recompute::Full) out << "-rfull";
   if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
+  if (zero3_fp32_gathers) out << "-gfp32";
   if (receives_ahead != 2) out << "-ra" << receives_ahead;
   if (vocab_multiple != 1) out << "-pad" << vocab_multiple;
   return out.str();
@@ -32,6 +33,7 @@ std::string ParallelLayout::describe() const {
             (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
+  if (zero3_fp32_gathers) text += ", fp32 gathers";
   if (pipelined() && receives_ahead != 2) text += ", receives ahead " + std::to_string(receives_ahead);
   if (vocab_multiple != 1) text += ", vocabulary padded to a multiple of " + std::to_string(vocab_multiple) + " per TP rank";
   return text;
@@ -60,6 +62,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     else if (part.rfind("ra", 0) == 0) l.receives_ahead = number(2);
     else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
+    else if (part == "gfp32") l.zero3_fp32_gathers = true;
     else if (part == "rsel") l.recompute = Recompute::Selective;
     else if (part == "rfull") l.recompute = Recompute::Full;
     else if (part == "afab" || part == "1f1b" || part == "interleaved") {
@@ -67,7 +70,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
       has_schedule = true;
     } else {
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
-           "with -sp, -v2, -rsel, -rfull, -pf2, -ra0 or -pad64)");
+           "with -sp, -v2, -rsel, -rfull, -pf2, -gfp32, -ra0 or -pad64)");
     }
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
@@ -92,6 +95,8 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
   check(bucket_bytes > 0, "the gradient bucket size (--bucket-mb) must be positive (got ", bucket_bytes, " bytes)");
   check(zero3_prefetch >= 0 && zero3_prefetch <= 64, "the ZeRO-3 prefetch (--zero3-prefetch) must be 0-64 buckets (got ",
         zero3_prefetch, ")");
+  check(!zero3_fp32_gathers || zero == 3, "fp32 parameter gathers (-gfp32, --zero3-gather-fp32) are ZeRO-3's; "
+        "ZeRO-", zero, " gathers none");
   check(receives_ahead >= 0 && receives_ahead <= 1024, "pipeline receives posted ahead (--receives-ahead) must be "
         "0-1024 (got ", receives_ahead, ")");
   check(vocab_multiple >= 1 && vocab_multiple <= 65536, "the vocabulary padding multiple "

@@ -6,12 +6,17 @@
 namespace tripod {
 
 struct ParamGatherer::InFlight {
-  std::unique_ptr<CommRequest> request;
+  std::unique_ptr<CommRequest> request;  // the bucket in fp32, or its bf16 rounding
+  // A rounded bucket's: this rank's slice as bf16 [size / dp], the gathered bf16 bucket [size], and
+  // the exact head's pieces [dp, c] in fp32 (c = min(exact, size / dp)), with their request.
+  Tensor sent, rounded, exact;
+  std::unique_ptr<CommRequest> exact_request;
+  std::size_t temporary_bytes() const { return sent.bytes() + rounded.bytes() + exact.bytes(); }
 };
 
 ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp,
                              Backend& backend, DType dtype, Tensor param_shard, TransientMemory& memory,
-                             const FaultPlan& faults, int prefetch)
+                             const FaultPlan& faults, int prefetch, bool bf16_operand_gathers)
     : layout_(layout),
       specs_(specs),
       dp_(dp),
@@ -22,17 +27,23 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
       faults_(faults),
       // The stale-parameters fault reuses its first gather; prefetching would only hide that.
       prefetch_(faults.has(Fault::StaleZero3Params) ? 0 : prefetch),
+      bf16_operand_gathers_(bf16_operand_gathers),
       gathered_(layout.buckets().size()),
       in_flight_(layout.buckets().size()),
       users_(layout.buckets().size(), 0),
       views_(specs.size()),
       stale_(layout.buckets().size()) {
   check(prefetch >= 0, "ZeRO-3 prefetch must be >= 0 buckets (got ", prefetch, ")");
+  check(!bf16_operand_gathers || dtype == DType::F32, "ZeRO-3: bf16 operand gathers need fp32 parameters, not ",
+        dtype_name(dtype));
 }
 
 ParamGatherer::~ParamGatherer() {
   for (auto& f : in_flight_)  // collectives already started must complete on every rank
-    if (f) f->request->wait();
+    if (f) {
+      f->request->wait();
+      if (f->exact_request) f->exact_request->wait();
+    }
 }
 
 Tensor ParamGatherer::gather_bucket(int b) const {
@@ -42,20 +53,60 @@ Tensor ParamGatherer::gather_bucket(int b) const {
   return buffer;
 }
 
+bool ParamGatherer::travels_rounded(int b) const {
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  return bf16_operand_gathers_ && bucket.exact < bucket.used;
+}
+
 void ParamGatherer::start_gather(int b) {
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
-  Tensor buffer = backend_.alloc({bucket.size}, dtype_);
-  account(static_cast<std::ptrdiff_t>(buffer.bytes()));
+  const int64_t slice_size = bucket.size / layout_.dp();
+  const Tensor slice = param_shard_.view(layout_.shard_offset(b), {slice_size});
   auto flight = std::make_unique<InFlight>();
-  flight->request = dp_.all_gather_async(param_shard_.view(layout_.shard_offset(b), {bucket.size / layout_.dp()}), buffer);
-  gathered_[static_cast<std::size_t>(b)] = buffer;
+  if (!travels_rounded(b)) {
+    Tensor buffer = backend_.alloc({bucket.size}, dtype_);
+    account(static_cast<std::ptrdiff_t>(buffer.bytes()));
+    received_bytes_ += static_cast<int64_t>(buffer.bytes());
+    flight->request = dp_.all_gather_async(slice, buffer);
+    gathered_[static_cast<std::size_t>(b)] = buffer;
+  } else {
+    // [slice] -> bf16 [slice]; all-gathered into bf16 [size]. The exact head: every rank's first c
+    // elements into [dp, c] fp32, of which rank r's piece is the head's [r * slice, ...) part.
+    flight->sent = backend_.alloc({slice_size}, DType::BF16);
+    backend_.convert(slice, flight->sent);
+    flight->rounded = backend_.alloc({bucket.size}, DType::BF16);
+    flight->request = dp_.all_gather_async(flight->sent, flight->rounded);
+    if (bucket.exact > 0) {
+      const int64_t head = std::min(bucket.exact, slice_size);
+      flight->exact = backend_.alloc({layout_.dp() * head}, dtype_);
+      flight->exact_request = dp_.all_gather_async(slice.view(0, {head}), flight->exact);
+    }
+    account(static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
+    received_bytes_ += static_cast<int64_t>(flight->rounded.bytes() + flight->exact.bytes());
+  }
   in_flight_[static_cast<std::size_t>(b)] = std::move(flight);
 }
 
-void ParamGatherer::finish_gather(int b) {
+void ParamGatherer::finish_gather(int b, bool use) {
   auto& flight = in_flight_[static_cast<std::size_t>(b)];
   if (!flight) return;
   flight->request->wait();
+  if (flight->exact_request) flight->exact_request->wait();
+  if (flight->rounded.defined() && !use) {
+    account(-static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
+  } else if (flight->rounded.defined()) {  // widened to fp32 (exact), the exact head written over it
+    const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+    const int64_t slice_size = bucket.size / layout_.dp(), head = std::min(bucket.exact, slice_size);
+    Tensor buffer = backend_.alloc({bucket.size}, dtype_);
+    account(static_cast<std::ptrdiff_t>(buffer.bytes()));
+    backend_.convert(flight->rounded, buffer);
+    for (int64_t at = 0, r = 0; at < bucket.exact; at += slice_size, ++r) {
+      const int64_t n = std::min(head, bucket.exact - at);
+      backend_.copy(flight->exact.view(r * head, {n}), buffer.view(at, {n}));
+    }
+    account(-static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
+    gathered_[static_cast<std::size_t>(b)] = buffer;
+  }
   flight.reset();
 }
 
@@ -98,12 +149,16 @@ void ParamGatherer::acquire(int group) {
     buffer = backend_.alloc({bucket.size}, dtype_);
     account(static_cast<std::ptrdiff_t>(buffer.bytes()));
     backend_.copy(first, buffer);
-  } else if (buffer.defined()) {  // prefetched (perhaps still travelling) or kept from the last use
+  } else if (held(b)) {  // prefetched (perhaps still travelling) or kept from the last use
     prefetch_hits_ += in_flight_[static_cast<std::size_t>(b)] != nullptr;
+    finish_gather(b);
+  } else if (travels_rounded(b)) {
+    start_gather(b);
     finish_gather(b);
   } else {
     buffer = gather_bucket(b);
     account(static_cast<std::ptrdiff_t>(buffer.bytes()));
+    received_bytes_ += static_cast<int64_t>(buffer.bytes());
   }
   for (std::size_t i : bucket.tensors) views_[i] = buffer.view(layout_.offsets()[i] - bucket.start, specs_[i].shape);
   prefetch_after(event);
@@ -111,7 +166,7 @@ void ParamGatherer::acquire(int group) {
 }
 
 void ParamGatherer::drop(int b) {
-  finish_gather(b);
+  finish_gather(b, /*use=*/false);
   Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
   if (!buffer.defined()) return;
   // Poisoned, so that a view someone kept cannot go on reading the old values unnoticed.

@@ -12,6 +12,14 @@
 // pass's leftovers (prefetched, never acquired) are dropped when the next pass begins, so no pass
 // reads a gather made before the shards last changed (an update, a checkpoint load); drop_all()
 // also empties everything before the update and initialisation.
+//
+// bf16 operand gathers (under the bf16-operand policy, fp32 shards): the weights the model reads
+// only as GEMM operands lie last in their bucket (parallel/shard_layout.h). Each rank rounds its
+// slice to bf16 (nearest even) and the bucket is all-gathered as bf16, its exact head [0, exact)
+// - LayerNorms, biases, embeddings - a second time in fp32; the receiver widens the bf16 bucket to
+// fp32 (exactly) and writes the exact head over it. The model then rounds the operand-only weights
+// to bf16 again for its GEMMs, which gives back the same bf16 values: the same bits as an fp32
+// gather, for about half the bytes. A bucket with no operand-only tensor travels in fp32 alone.
 #pragma once
 #include <memory>
 #include <vector>
@@ -31,7 +39,8 @@ class ParamGatherer {
   // param_shard (this rank's slices of every bucket) must outlive the gatherer. prefetch: buckets
   // gathered ahead of use (0: each is gathered when it is acquired).
   ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp, Backend& backend,
-                DType dtype, Tensor param_shard, TransientMemory& memory, const FaultPlan& faults, int prefetch);
+                DType dtype, Tensor param_shard, TransientMemory& memory, const FaultPlan& faults, int prefetch,
+                bool bf16_operand_gathers = false);
   ~ParamGatherer();
 
   void begin_pass(PassKind kind);                // the model's next pass (enables the traces)
@@ -43,6 +52,9 @@ class ParamGatherer {
   Tensor gather_bucket(int bucket) const;
   int64_t prefetched() const { return prefetch_hits_; }  // acquisitions served by a prefetch, so far
   std::size_t peak_bytes() const { return own_.peak; }    // of gathered buckets held at once, so far
+  // Bytes the model's gathers have written on this rank so far (their whole outputs: what travels
+  // is (dp - 1) / dp of it); gather_bucket's are not counted.
+  int64_t received_bytes() const { return received_bytes_; }
 
  private:
   struct Trace {
@@ -51,8 +63,11 @@ class ParamGatherer {
     bool valid = true;        // a pass that strayed from it turns prefetching off for this kind
   };
   struct InFlight;
+  // Whether the bucket travels as bf16 with its exact head in fp32 (see above).
+  bool travels_rounded(int bucket) const;
   void start_gather(int bucket);   // non-blocking, into a fresh buffer
-  void finish_gather(int bucket);  // waits for an in-flight gather
+  // Waits for an in-flight gather; a rounded one is widened into the bucket's buffer where `use`.
+  void finish_gather(int bucket, bool use = true);
   void prefetch_after(std::size_t event);
   void drop(int bucket);           // poison (if asked) and free
   void drop_unused();              // every bucket held without a user (prefetched or kept)
@@ -67,6 +82,7 @@ class ParamGatherer {
   TransientMemory& memory_;
   const FaultPlan& faults_;
   const int prefetch_;
+  const bool bf16_operand_gathers_;
   std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched)
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // per bucket, a gather not yet waited for
   std::vector<int> users_;        // per bucket
@@ -76,6 +92,7 @@ class ParamGatherer {
   Trace* trace_ = nullptr;        // the current pass's (none outside a pass)
   std::size_t cursor_ = 0;        // events of the current pass so far
   int64_t prefetch_hits_ = 0;
+  int64_t received_bytes_ = 0;
   TransientMemory own_;  // the gathered buckets alone (memory_ also counts gradient buckets)
   void account(std::ptrdiff_t bytes) {
     memory_.add(bytes);

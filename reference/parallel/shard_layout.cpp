@@ -8,11 +8,14 @@ namespace tripod {
 
 ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp,
                          int64_t bucket_elements, bool one_group_per_bucket, const std::vector<int>& own_bucket_groups,
-                         int64_t own_bucket_min_elements)
+                         int64_t own_bucket_min_elements, const std::vector<bool>& operand_only)
     : dp_(dp) {
   check(dp >= 1, "data-parallel size must be >= 1 (got ", dp, ")");
   check(bucket_elements >= 1, "gradient bucket size must be positive (got ", bucket_elements, " elements)");
   check(groups.size() == specs.size(), "ShardLayout: a group for every tensor");
+  check(operand_only.empty() || operand_only.size() == specs.size(), "ShardLayout: ", operand_only.size(),
+        " operand-only flags for ", specs.size(), " tensors");
+  auto last_in_bucket = [&](std::size_t i) { return !operand_only.empty() && operand_only[i]; };
   const int n_groups = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end()) + 1;
   std::vector<int64_t> group_elements(static_cast<std::size_t>(n_groups), 0);
   std::vector<bool> present(static_cast<std::size_t>(n_groups), false);
@@ -50,12 +53,16 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
     const int64_t quantum = static_cast<int64_t>(dp) * kAlignElements;
     const int64_t least = alone(b->groups.front()) ? std::max(b->used, own_bucket_min_elements) : b->used;
     b->size = (least + quantum - 1) / quantum * quantum;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (std::find(b->groups.begin(), b->groups.end(), groups[i]) != b->groups.end()) b->tensors.push_back(i);
     int64_t inside = cursor;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (std::find(b->groups.begin(), b->groups.end(), groups[i]) == b->groups.end()) continue;
-      offsets_[i] = inside;
-      inside += sizes_[i];
-      b->tensors.push_back(i);
+    for (bool operand_part : {false, true}) {  // the exact tensors first, then the operand-only ones
+      if (operand_part) b->exact = inside - cursor;
+      for (std::size_t i : b->tensors)
+        if (last_in_bucket(i) == operand_part) {
+          offsets_[i] = inside;
+          inside += sizes_[i];
+        }
     }
     cursor += b->size;
   }

@@ -10,6 +10,12 @@
 //   flat:  | bucket (group 0)  pad | bucket (groups 1-2)     pad | bucket (group 3) pad |
 //   rank r owns slice r of every bucket; its shard is those slices concatenated (shard_elements).
 //
+// Inside a bucket the tensors lie in spec order, except that those the model reads only as GEMM
+// operands (`operand_only`: the linear layers' weights, model/param_spec.h) come after all the
+// others: a bucket is [exact tensors | operand-only tensors | pad], so that ZeRO-3 under the
+// bf16-operand policy can gather its first `exact` elements in fp32 and the rest as bf16
+// (parallel/param_gatherer.h), with no packing. Every stage and precision uses this placement.
+//
 // A tensor may straddle slices; `segments(rank)` lists the pieces of the rank's slices that lie in
 // each tensor, which is what the sharded optimizer iterates over (weight decay is per tensor).
 #pragma once
@@ -26,6 +32,8 @@ struct Bucket {
   int64_t used = 0;         // elements that belong to tensors (the rest is padding)
   std::vector<int> groups;  // parameter groups it holds
   std::vector<std::size_t> tensors;  // the specs it holds (indices), in spec order
+  // Elements [0, exact) hold the tensors that are not operand-only (`used` where none is).
+  int64_t exact = 0;
 };
 
 class ShardLayout {
@@ -35,9 +43,10 @@ class ShardLayout {
   // own_bucket_groups: groups that share their bucket with no other (a pipeline's tied embedding,
   // whose reduction waits for the other stage), each bucket padded to at least
   // own_bucket_min_elements (so two stages' buckets of one tied tensor can be made the same size).
+  // operand_only: per tensor, or empty for none (see above).
   ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<int>& groups, int dp, int64_t bucket_elements,
               bool one_group_per_bucket, const std::vector<int>& own_bucket_groups = {},
-              int64_t own_bucket_min_elements = 0);
+              int64_t own_bucket_min_elements = 0, const std::vector<bool>& operand_only = {});
 
   int dp() const { return dp_; }
   const std::vector<int64_t>& offsets() const { return offsets_; }  // per tensor, in the padded buffer

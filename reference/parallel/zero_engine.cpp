@@ -16,6 +16,13 @@ std::vector<int> own_bucket_groups(const ZeroSettings& s) {
   return groups;
 }
 
+// Placed last in their buckets at every stage and precision, so that all stages keep sharding alike.
+std::vector<bool> operand_only_tensors(const std::vector<ParamSpec>& specs) {
+  std::vector<bool> flags;
+  for (const ParamSpec& spec : specs) flags.push_back(is_gemm_operand_only(spec.role));
+  return flags;
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Communicator& dp, Backend& backend,
@@ -29,7 +36,8 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
       // Every stage uses the same buckets, so stages 1-3 shard identically (and agree bit for bit).
       layout_(specs_, param_groups(specs_), dp.size(),
               std::max<int64_t>(1, s.bucket_bytes / static_cast<int64_t>(dtype_size(s.dtype))),
-              /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements) {
+              /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements,
+              operand_only_tensors(specs_)) {
   check(s.bucket_bytes > 0, "the gradient bucket size must be positive (got ", s.bucket_bytes, " bytes)");
   if (tp && tp->comm) tp_ = std::make_unique<TensorParallelShards>(*tp);
   buffers_ = ZeroBuffers::allocate(layout_, policy_, backend_, dtype_);
@@ -46,7 +54,7 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
   sparse_groups_ = s.sparse_groups;
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
-                                                faults_, s.zero3_prefetch);
+                                                faults_, s.zero3_prefetch, s.zero3_bf16_operand_gathers);
   optimizer_ =
       std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_);
 }

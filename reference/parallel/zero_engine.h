@@ -58,6 +58,9 @@ struct ZeroSettings {
   // Of those, the groups only an embedding lookup writes (an untied embedding): while nothing has
   // been accumulated in their bucket, the first part is zero and is not sent.
   std::vector<int> sparse_groups;
+  // ZeRO-3 under the bf16-operand policy: the weights the model reads only as GEMM operands travel
+  // as bf16 (half the bytes, the same bits; parallel/param_gatherer.h). Only with an fp32 dtype.
+  bool zero3_bf16_operand_gathers = false;
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -107,6 +110,8 @@ class ZeroEngine final : public ParamAccess {
   }
   // ZeRO-3 acquisitions served by a prefetched gather, so far (0 otherwise).
   int64_t prefetch_hits() const { return gatherer_ ? gatherer_->prefetched() : 0; }
+  // Bytes ZeRO-3's gathers for the model have received on this rank so far (0 otherwise).
+  int64_t gathered_bytes() const { return gatherer_ ? gatherer_->received_bytes() : 0; }
   // Seconds this rank has spent inside the engine's communication since construction: starting,
   // testing and waiting for gradient reductions and ZeRO-3 gathers (with what completing them
   // does: accumulating a reduced bucket into the shard). Without a progress thread a rank does
