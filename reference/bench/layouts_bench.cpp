@@ -59,6 +59,7 @@ struct LayoutTiming {
   // The process's resident memory before the trainer existed (program, libraries, MPI, BLAS) and its
   // high-water mark while this layout ran (perf/process_memory.h).
   std::size_t base_resident_bytes = 0, peak_resident_bytes = 0;
+  double gathered_bytes_per_step = 0;  // ZeRO-3's parameter gathers, over the timed steps
 };
 
 // The median over o.steps timed steps (after one warm-up) of the slowest rank's step time: a step
@@ -80,6 +81,7 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   };
   trainer.train_step(batch(0));  // warm-up
   std::vector<double> seconds;
+  const int64_t gathered_before = trainer.zero3_gathered_bytes();
   for (int64_t s = 1; s <= o.steps; ++s) {
     const StepResult r = trainer.train_step(batch(s));
     seconds.push_back(all_reduce_value(world, r.seconds, ReduceOp::Max));  // as slow as the slowest rank
@@ -88,7 +90,8 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   const MemoryReport m = trainer.memory();
   return {seconds[seconds.size() / 2], backend.memory_stats().peak - before, m.activations,
           m.params + m.grads + m.optimizer + m.activations + m.transient, base_resident,
-          std::max(base_resident, peak_resident_bytes())};  // (the kernel's mark is kept lazily, to the page)
+          std::max(base_resident, peak_resident_bytes()),  // (the kernel's mark is kept lazily, to the page)
+          static_cast<double>(trainer.zero3_gathered_bytes() - gathered_before) / static_cast<double>(o.steps)};
 }
 
 }  // namespace
@@ -117,8 +120,8 @@ void run_layouts(const LayoutsOptions& o) {
                 peak.source.c_str(), measured_flops / 1e12);
     if (const auto share = process_core_share())
       std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
-    std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s\n", "layout", "step (s)", "tokens/s", "MFU",
-                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB");
+    std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s %12s\n", "layout", "step (s)", "tokens/s", "MFU",
+                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB", "gathers MiB");
   }
   for (const auto& [layout, shape] : layouts_to_run(o, n)) {
     const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
@@ -135,19 +138,21 @@ void run_layouts(const LayoutsOptions& o) {
     for (std::size_t r = 0; r < resident.size(); r += 2)
       if (resident[r] - resident[r + 1] > resident[worst] - resident[worst + 1]) worst = r;
     const double rss_mib = resident[worst] / 1048576.0, base_mib = resident[worst + 1] / 1048576.0;
+    const double gathered_mib = all_reduce_value(*world, timing.gathered_bytes_per_step, ReduceOp::Max) / 1048576.0;
     const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
     const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
     const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
     if (world->rank() == 0) {
-      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f\n", layout.c_str(), step,
-                  tokens / step, 100 * m, 100 * m_sgemm, peak_mib, accounted_mib, activation_mib, rss_mib, base_mib);
+      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f %12.1f\n", layout.c_str(),
+                  step, tokens / step, 100 * m, 100 * m_sgemm, peak_mib, accounted_mib, activation_mib, rss_mib, base_mib,
+                  gathered_mib);
       std::fflush(stdout);
     }
     records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
                        {"micro_batches", shape.micro_batches}, {"recompute", recompute_name(shape.recompute)},
                        {"peak_mib_max_rank", peak_mib}, {"accounted_mib_max_rank", accounted_mib},
                        {"activation_mib_max_rank", activation_mib}, {"resident_peak_mib", rss_mib},
-                       {"resident_base_mib", base_mib},
+                       {"resident_base_mib", base_mib}, {"gathered_mib_per_step", gathered_mib},
                        {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
                        {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }

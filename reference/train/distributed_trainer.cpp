@@ -126,6 +126,12 @@ DistributedTrainer::Chunk& DistributedTrainer::chunk(int index) {
   fail("pipeline rank ", pp_.rank(), " does not hold chunk ", index);
 }
 
+int64_t DistributedTrainer::zero3_gathered_bytes() const {
+  int64_t bytes = 0;
+  for (const Chunk& c : chunks_) bytes += c.engine->gathered_bytes();
+  return bytes;
+}
+
 int DistributedTrainer::max_microbatches_in_flight() const {
   int most = 0;
   for (const Chunk& c : chunks_) most = std::max(most, c.model->slots_allocated());

@@ -60,6 +60,7 @@ class DistributedTrainer final : public TrainingEngine {
   void set_step(int64_t step) override { step_ = step; }
   const ParallelLayout& layout() const { return layout_; }
   const ZeroEngine& engine() const { return *chunks_.front().engine; }  // of this rank's first chunk
+  int64_t zero3_gathered_bytes() const;  // ZeroEngine::gathered_bytes over this rank's chunks
   Gpt& model() { return *chunks_.front().model; }
   int64_t local_batch() const;
 
