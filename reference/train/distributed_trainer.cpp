@@ -90,8 +90,9 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
                         defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
                         layout_.zero3_prefetch, {}, {}};
   // Under the bf16-operand policy the GEMM weights' bf16 rounding is all the model reads of them.
-  settings.zero3_bf16_operand_gathers =
-      layout_.zero == 3 && config_.train.bf16_mixed && config_.train.dtype == DType::F32 && !layout_.zero3_fp32_gathers;
+  // One DP rank sends nothing: its gathers are copies, which rounding and widening would only slow.
+  settings.zero3_bf16_operand_gathers = layout_.zero == 3 && layout_.dp > 1 && config_.train.bf16_mixed &&
+                                        config_.train.dtype == DType::F32 && !layout_.zero3_fp32_gathers;
   // A tied wte with its head in this chunk: the head's part of the gradient is reduced while the
   // rest of backward runs, the lookup's rows after it (parallel/gradient_buckets.h).
   if (tied && span.embedding && span.head && config_.train.split_tied_grad) settings.split_groups = {embedding_group()};
