@@ -33,6 +33,12 @@ Tensor take_given(Tensor* kept_weight) {
   return given;
 }
 
+}  // namespace
+
+bool is_weight_operand(const Tensor& weight) { return weight.defined() && weight.dtype() == DType::BF16; }
+
+namespace {
+
 // A weight copy made earlier stands in for gemm_operands({weight})[0]: it must be one, of the
 // operand's type, covering the weight's [O, I] with rows at least I long.
 const Tensor& checked_weight_copy(const char* op, const Tensor& copy, const Tensor& weight, const Tensor& operand) {
@@ -53,6 +59,20 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
   const DType acc = gemm_accumulate_dtype(inp.dtype());
   const Tensor given_weight = take_given(kept_weight);
   if (kept_input != nullptr) *kept_input = Tensor();
+  if (is_weight_operand(weight)) {  // the weight is its own operand: inp's copy is the one to make
+    const Tensor x = be.gemm_operands({inp})[0];
+    check(x.dtype() == weight.dtype(), "linear_forward: a ", dtype_name(weight.dtype()), " weight operand ",
+          weight.describe(), " for a ", x.describe(), " input: the backend's GEMM policy does not round to it");
+    if (row_length == O) {
+      product_into(be, out, N, O, I, x, x.dim(-1), weight, I, bias, residual, acc);
+      if (kept_input != nullptr) *kept_input = x;
+    } else {
+      check_padded_rows("linear_forward", out, N, O, bias, residual);
+      be.gemm(false, true, N, O, I, 1.0, x, x.dim(-1), weight, I, 0.0, out, row_length, acc);
+    }
+    if (kept_weight != nullptr) *kept_weight = weight;
+    return;
+  }
   if (kept_input != nullptr && row_length == O) {
     std::vector<Tensor> ops = be.gemm_operands(given_weight.defined() ? std::vector<Tensor>{inp}
                                                                       : std::vector<Tensor>{inp, weight});
@@ -85,12 +105,13 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
     if (row_length == O) return product_into(be, out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
     be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
   };
-  if (inp_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain product
+  if (inp_operand.dtype() == weight.dtype() && !is_weight_operand(weight)) {  // not prepared (no bf16 policy): the plain product
     check(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),
           " for ", N, " rows of ", I, " inputs");
     return product(I, inp_operand, I, weight, I);
   }
-  const Tensor w = given_weight.defined()
+  const Tensor w = is_weight_operand(weight) ? weight
+                   : given_weight.defined()
                        ? checked_weight_copy("linear_forward_from_operand", given_weight, weight, inp_operand)
                        : be.gemm_operands({weight})[0];
   check(w.dtype() == inp_operand.dtype(), "linear_forward_from_operand: a ", dtype_name(inp_operand.dtype()),
@@ -128,7 +149,8 @@ void backward_products(Backend& be, const Tensor& dinp, const Tensor& dweight, c
 
 void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, bool accumulate_dinp,
-                     const Tensor& kept_input, const Tensor& kept_weight) {
+                     const Tensor& kept_input, const Tensor& given_kept_weight) {
+  const Tensor& kept_weight = is_weight_operand(weight) ? weight : given_kept_weight;  // its own copy
   const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
   check_input_or_kept("linear_backward", inp, kept_input, N, I);
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
@@ -156,13 +178,14 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
 
 void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor& dweight, const Tensor& dout_operand,
                                   int64_t rows, const Tensor& inp, const Tensor& weight, const Tensor& kept_input,
-                                  const Tensor& kept_weight) {
+                                  const Tensor& given_kept_weight) {
+  const Tensor& kept_weight = is_weight_operand(weight) ? weight : given_kept_weight;  // its own copy
   const int64_t O = weight.dim(0), I = weight.dim(1), N = rows;
   check_input_or_kept("linear_backward_from_operand", inp, kept_input, N, I);
   check(dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
         "linear_backward_from_operand: output gradient operand ", dout_operand.describe(), " for ", N, " rows of ", O,
         " outputs");
-  if (dout_operand.dtype() == weight.dtype()) {  // not prepared (no bf16 policy): the plain products
+  if (dout_operand.dtype() == weight.dtype() && !is_weight_operand(weight)) {  // not prepared: the plain products
     check(inp.defined(), "linear_backward_from_operand: an unprepared ", dout_operand.describe(), " and no input");
     return backward_products(be, dinp, dweight, dout_operand, weight, inp, O, I, N, false,
                              gemm_accumulate_dtype(weight.dtype()));

@@ -5,6 +5,12 @@
 
 namespace tripod {
 
+// A weight may come as its own GEMM operand: a bf16 [O, I] (an owner that holds only the weight's
+// bf16 rounding, as ZeRO-3's bf16 operand gathers do, parallel/param_gatherer.h). It then stands
+// where its prepared copy would (is_weight_operand), under the bf16-operand policy only: the same
+// bits as the fp32 weight it was rounded from. Every function below takes either.
+bool is_weight_operand(const Tensor& weight);
+
 // out[N,O] = inp[N,I] @ weight[O,I]^T + bias[O]   (bias may be undefined)
 // out's rows may be longer than O (padded logits, LayerOps::local_width): [N, O'] with O' >= O,
 // columns from O on left as they are; a bias needs unpadded rows.

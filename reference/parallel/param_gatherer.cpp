@@ -7,11 +7,12 @@ namespace tripod {
 
 struct ParamGatherer::InFlight {
   std::unique_ptr<CommRequest> request;  // the bucket in fp32, or its bf16 rounding
-  // A rounded bucket's: this rank's slice as bf16 [size / dp], the gathered bf16 bucket [size], and
-  // the exact head's pieces [dp, c] in fp32 (c = min(exact, size / dp)), with their request.
+  // A rounded bucket's: this rank's slice as bf16 [size / dp] (freed on arrival), the gathered bf16
+  // bucket [size], and the exact head's pieces [dp, c] in fp32 (c = min(exact, size / dp)), with
+  // their request; the last two become the bucket's buffers.
   Tensor sent, rounded, exact;
   std::unique_ptr<CommRequest> exact_request;
-  std::size_t temporary_bytes() const { return sent.bytes() + rounded.bytes() + exact.bytes(); }
+  std::size_t bytes() const { return sent.bytes() + rounded.bytes() + exact.bytes(); }
 };
 
 ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp,
@@ -29,6 +30,7 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
       prefetch_(faults.has(Fault::StaleZero3Params) ? 0 : prefetch),
       bf16_operand_gathers_(bf16_operand_gathers),
       gathered_(layout.buckets().size()),
+      operands_(layout.buckets().size()),
       in_flight_(layout.buckets().size()),
       users_(layout.buckets().size(), 0),
       views_(specs.size()),
@@ -71,7 +73,9 @@ void ParamGatherer::start_gather(int b) {
     gathered_[static_cast<std::size_t>(b)] = buffer;
   } else {
     // [slice] -> bf16 [slice]; all-gathered into bf16 [size]. The exact head: every rank's first c
-    // elements into [dp, c] fp32, of which rank r's piece is the head's [r * slice, ...) part.
+    // elements into [dp, c] fp32. Rank r's piece is the bucket's [r * slice, r * slice + c), so
+    // the head [0, exact) lies at its own offsets in that buffer: in piece 0 where exact <= slice
+    // (c = exact), else in the whole bucket (c = slice).
     flight->sent = backend_.alloc({slice_size}, DType::BF16);
     backend_.convert(slice, flight->sent);
     flight->rounded = backend_.alloc({bucket.size}, DType::BF16);
@@ -81,31 +85,21 @@ void ParamGatherer::start_gather(int b) {
       flight->exact = backend_.alloc({layout_.dp() * head}, dtype_);
       flight->exact_request = dp_.all_gather_async(slice.view(0, {head}), flight->exact);
     }
-    account(static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
+    account(static_cast<std::ptrdiff_t>(flight->bytes()));
     received_bytes_ += static_cast<int64_t>(flight->rounded.bytes() + flight->exact.bytes());
   }
   in_flight_[static_cast<std::size_t>(b)] = std::move(flight);
 }
 
-void ParamGatherer::finish_gather(int b, bool use) {
+void ParamGatherer::finish_gather(int b) {
   auto& flight = in_flight_[static_cast<std::size_t>(b)];
   if (!flight) return;
   flight->request->wait();
   if (flight->exact_request) flight->exact_request->wait();
-  if (flight->rounded.defined() && !use) {
-    account(-static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
-  } else if (flight->rounded.defined()) {  // widened to fp32 (exact), the exact head written over it
-    const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
-    const int64_t slice_size = bucket.size / layout_.dp(), head = std::min(bucket.exact, slice_size);
-    Tensor buffer = backend_.alloc({bucket.size}, dtype_);
-    account(static_cast<std::ptrdiff_t>(buffer.bytes()));
-    backend_.convert(flight->rounded, buffer);
-    for (int64_t at = 0, r = 0; at < bucket.exact; at += slice_size, ++r) {
-      const int64_t n = std::min(head, bucket.exact - at);
-      backend_.copy(flight->exact.view(r * head, {n}), buffer.view(at, {n}));
-    }
-    account(-static_cast<std::ptrdiff_t>(flight->temporary_bytes()));
-    gathered_[static_cast<std::size_t>(b)] = buffer;
+  if (flight->rounded.defined()) {  // the sent slice goes; the bucket is the two gathered buffers
+    account(-static_cast<std::ptrdiff_t>(flight->sent.bytes()));
+    gathered_[static_cast<std::size_t>(b)] = flight->exact;
+    operands_[static_cast<std::size_t>(b)] = flight->rounded;
   }
   flight.reset();
 }
@@ -143,6 +137,7 @@ void ParamGatherer::acquire(int group) {
   }
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
   Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
+  const Tensor& operands = operands_[static_cast<std::size_t>(b)];
   if (faults_.has(Fault::StaleZero3Params)) {  // the bug: what was gathered first is used for ever
     Tensor& first = stale_[static_cast<std::size_t>(b)];
     if (!first.defined()) first = gather_bucket(b);
@@ -160,19 +155,23 @@ void ParamGatherer::acquire(int group) {
     account(static_cast<std::ptrdiff_t>(buffer.bytes()));
     received_bytes_ += static_cast<int64_t>(buffer.bytes());
   }
-  for (std::size_t i : bucket.tensors) views_[i] = buffer.view(layout_.offsets()[i] - bucket.start, specs_[i].shape);
+  for (std::size_t i : bucket.tensors) {  // a rounded bucket's operand-only tensors: bf16, in `operands`
+    const int64_t at = layout_.offsets()[i] - bucket.start;
+    views_[i] = (operands.defined() && at >= bucket.exact ? operands : buffer).view(at, specs_[i].shape);
+  }
   prefetch_after(event);
   if (faults_.has(Fault::UseAfterRelease)) drop(b);  // the bug: released before the model reads the views
 }
 
 void ParamGatherer::drop(int b) {
-  finish_gather(b, /*use=*/false);
-  Tensor& buffer = gathered_[static_cast<std::size_t>(b)];
-  if (!buffer.defined()) return;
-  // Poisoned, so that a view someone kept cannot go on reading the old values unnoticed.
-  if (faults_.poison_released()) backend_.fill(buffer, std::numeric_limits<double>::quiet_NaN());
-  account(-static_cast<std::ptrdiff_t>(buffer.bytes()));
-  buffer = Tensor();
+  finish_gather(b);
+  for (Tensor* buffer : {&gathered_[static_cast<std::size_t>(b)], &operands_[static_cast<std::size_t>(b)]}) {
+    if (!buffer->defined()) continue;
+    // Poisoned, so that a view someone kept cannot go on reading the old values unnoticed.
+    if (faults_.poison_released()) backend_.fill(*buffer, std::numeric_limits<double>::quiet_NaN());
+    account(-static_cast<std::ptrdiff_t>(buffer->bytes()));
+    *buffer = Tensor();
+  }
 }
 
 void ParamGatherer::release(int group) {

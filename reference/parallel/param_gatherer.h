@@ -16,10 +16,11 @@
 // bf16 operand gathers (under the bf16-operand policy, fp32 shards): the weights the model reads
 // only as GEMM operands lie last in their bucket (parallel/shard_layout.h). Each rank rounds its
 // slice to bf16 (nearest even) and the bucket is all-gathered as bf16, its exact head [0, exact)
-// - LayerNorms, biases, embeddings - a second time in fp32; the receiver widens the bf16 bucket to
-// fp32 (exactly) and writes the exact head over it. The model then rounds the operand-only weights
-// to bf16 again for its GEMMs, which gives back the same bf16 values: the same bits as an fp32
-// gather, for about half the bytes. A bucket with no operand-only tensor travels in fp32 alone.
+// - LayerNorms, biases, embeddings - a second time in fp32. view() gives the operand-only weights
+// as bf16 tensors, which the model's linear layers take as their prepared GEMM operands
+// (model/linear.h): the bf16 values the model would have rounded an fp32 gather to, so the same
+// bits, for about half the bytes and half the gathered memory, and no rounding of the weights in
+// the model. A bucket with no operand-only tensor travels in fp32 alone.
 #pragma once
 #include <memory>
 #include <vector>
@@ -46,7 +47,8 @@ class ParamGatherer {
   void begin_pass(PassKind kind);                // the model's next pass (enables the traces)
   void acquire(int group);                       // gathers the group's bucket on its first user
   void release(int group);                       // frees it after its last
-  const Tensor& view(std::size_t tensor) const;  // the tensor in its gathered bucket, while acquired
+  // The tensor in its gathered bucket, while acquired (bf16 for a rounded bucket's operand-only ones).
+  const Tensor& view(std::size_t tensor) const;
   void drop_all();                               // no gathered or in-flight bucket remains
   // The whole bucket, gathered into a fresh buffer (for reports and checkpoints; no bookkeeping).
   Tensor gather_bucket(int bucket) const;
@@ -66,12 +68,14 @@ class ParamGatherer {
   // Whether the bucket travels as bf16 with its exact head in fp32 (see above).
   bool travels_rounded(int bucket) const;
   void start_gather(int bucket);   // non-blocking, into a fresh buffer
-  // Waits for an in-flight gather; a rounded one is widened into the bucket's buffer where `use`.
-  void finish_gather(int bucket, bool use = true);
+  void finish_gather(int bucket);  // waits for an in-flight gather
   void prefetch_after(std::size_t event);
   void drop(int bucket);           // poison (if asked) and free
   void drop_unused();              // every bucket held without a user (prefetched or kept)
-  bool held(int bucket) const { return gathered_[static_cast<std::size_t>(bucket)].defined() || in_flight_[static_cast<std::size_t>(bucket)] != nullptr; }
+  bool held(int bucket) const {
+    const auto b = static_cast<std::size_t>(bucket);
+    return gathered_[b].defined() || operands_[b].defined() || in_flight_[b] != nullptr;
+  }
 
   const ShardLayout& layout_;
   const std::vector<ParamSpec>& specs_;
@@ -83,7 +87,9 @@ class ParamGatherer {
   const FaultPlan& faults_;
   const int prefetch_;
   const bool bf16_operand_gathers_;
-  std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched)
+  std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched); a rounded
+                                  // bucket's exact head [dp, c] (undefined where it has none)
+  std::vector<Tensor> operands_;  // per bucket, while a rounded bucket is gathered: bf16 [size]
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // per bucket, a gather not yet waited for
   std::vector<int> users_;        // per bucket
   std::vector<Tensor> views_;     // per tensor

@@ -47,23 +47,27 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
   int64_t cursor = 0;
   for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
     b->start = cursor;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (std::find(b->groups.begin(), b->groups.end(), groups[i]) != b->groups.end()) b->tensors.push_back(i);
+    int64_t inside = 0;
+    for (bool operand_part : {false, true}) {  // the exact tensors first, then the operand-only ones
+      if (operand_part) b->exact = inside;
+      for (std::size_t i : b->tensors)
+        if (last_in_bucket(i) == operand_part) {
+          // An operand-only tensor starts 16 elements aligned in the bucket: gathered as bf16 it is
+          // a GEMM operand in place, and a device's tensor-core GEMMs want 16-byte aligned operands.
+          if (operand_part) inside = (inside + kAlignElements - 1) / kAlignElements * kAlignElements;
+          offsets_[i] = cursor + inside;
+          inside += sizes_[i];
+        }
+    }
+    b->used = inside;  // with the gaps that aligned the operand-only tensors
     // Padded to n slices of a multiple of 16 elements, so every bucket and every slice starts 64-byte
     // aligned in any buffer: kernels then see the same alignment whether a tensor lives in the full
     // buffer or in a gathered copy (vectorised loops peel by alignment), keeping stages bit-identical.
     const int64_t quantum = static_cast<int64_t>(dp) * kAlignElements;
     const int64_t least = alone(b->groups.front()) ? std::max(b->used, own_bucket_min_elements) : b->used;
     b->size = (least + quantum - 1) / quantum * quantum;
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      if (std::find(b->groups.begin(), b->groups.end(), groups[i]) != b->groups.end()) b->tensors.push_back(i);
-    int64_t inside = cursor;
-    for (bool operand_part : {false, true}) {  // the exact tensors first, then the operand-only ones
-      if (operand_part) b->exact = inside - cursor;
-      for (std::size_t i : b->tensors)
-        if (last_in_bucket(i) == operand_part) {
-          offsets_[i] = inside;
-          inside += sizes_[i];
-        }
-    }
     cursor += b->size;
   }
   total_ = cursor;

@@ -1,7 +1,7 @@
 // ShardLayout's placement of the tensors the model reads only as GEMM operands: last in their
 // bucket, after every exact tensor, so that a bucket's exact head [0, exact) is contiguous (ZeRO-3's
-// bf16 operand gathers send the rest as bf16); and every element still lies in exactly one rank's
-// segments.
+// bf16 operand gathers send the rest as bf16), each 16 elements aligned; and every element still
+// lies in exactly one rank's segments.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -37,6 +37,7 @@ TEST(ShardLayout, OperandOnlyTensorsComeLastInTheirBucket) {
           const int64_t at = layout.offsets()[i] - b.start, n = shape_numel(specs[i].shape);
           if (flags[i]) {
             EXPECT_GE(at, b.exact) << specs[i].name;
+            EXPECT_EQ(at % ShardLayout::kAlignElements, 0) << specs[i].name;  // a GEMM operand in place
             operand_elements += n;
           } else {
             EXPECT_LE(at + n, b.exact) << specs[i].name;

@@ -2,12 +2,14 @@
 // dispatch is in cpu_layer_ops.cpp). Both CPU-arithmetic backends are made here.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend/convert_dispatch.h"
 #include "backend/row_indexing.h"
+#include "core/bf16.h"
 #include "core/block_cache.h"
 #include "backend/cpu/kernels.h"
 
@@ -49,6 +51,12 @@ Tensor CpuBackend::allocate(const Shape& shape, DType dtype, bool zero_fill) {
 }
 
 void CpuBackend::fill(const Tensor& t, double value) {
+  if (t.dtype() == DType::BF16) {  // as the CUDA backend's: ZeRO-3 poisons its released bf16 gathers
+    const bf16 rounded = double_to_bf16(value);
+    bf16* p = ptr<bf16>(t, "fill");
+    std::fill(p, p + t.numel(), rounded);
+    return;
+  }
   dispatch_float(t.dtype(), "fill", [&](auto zero) {
     using T = decltype(zero);
     T* p = ptr<T>(t, "fill");
