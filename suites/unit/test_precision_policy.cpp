@@ -315,6 +315,62 @@ TEST(PrecisionPolicy, AKeptInputCopyGivesTheSameBitsAndIsPreparedOnce) {
   }
 }
 
+// ZeRO-3's bf16 operand gathers hand the linear layers their weights as bf16 (model/linear.h): every
+// entry point takes such a weight as its own GEMM operand, with the bits of the fp32 weight it was
+// rounded from - forward with and without a kept input and into padded rows, from an input
+// operand, backward with and without kept copies - on unpadded and CUDA-like padded copies.
+TEST(PrecisionPolicy, AWeightGivenAsItsBf16OperandGivesTheBitsOfTheFp32Weight) {
+  for (const auto& [N, O, I] : {std::array<int64_t, 3>{21, 13, 19}, {16, 24, 40}}) {
+    auto run = [&, N = N, O = O, I = I](Backend& be, bool as_operand) {
+      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+      Tensor x = make(be, {N, I}, DType::F32, random_values(N * I, 81, 1.0));
+      Tensor w32 = make(be, {O, I}, DType::F32, random_values(O * I, 82, 0.05));
+      Tensor b = make(be, {O}, DType::F32, random_values(O, 83, 0.5));
+      Tensor dout = make(be, {N, O}, DType::F32, random_values(N * O, 84, 1.0));
+      Tensor w = w32;
+      if (as_operand) {
+        w = be.alloc({O, I}, DType::BF16);
+        be.convert(w32, w);
+        EXPECT_TRUE(is_weight_operand(w));
+      }
+      std::vector<std::vector<double>> out;
+      for (bool keep : {false, true}) {
+        Tensor y = be.alloc({N, O}, DType::F32), dx = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+        Tensor db = be.alloc({O}, DType::F32), kept;
+        linear_forward(be, y, x, w, b, keep ? &kept : nullptr);
+        linear_backward(be, dx, dw, db, dout, x, w, /*accumulate_dinp=*/false, kept);
+        for (const Tensor& t : {y, dx, dw, db}) out.push_back(to_host_f64(be, t));
+      }
+      Tensor padded = be.alloc({N, O + 3}, DType::F32);  // rows longer than O (padded logits)
+      linear_forward(be, padded, x, w, Tensor());
+      out.push_back(to_host_f64(be, padded));
+      const Tensor x_op = be.gemm_operands({x})[0], dout_op = be.gemm_operands({dout})[0];
+      Tensor y = be.alloc({N, O}, DType::F32), dx = be.alloc({N, I}, DType::F32), dw = be.alloc({O, I}, DType::F32);
+      linear_forward_from_operand(be, y, x_op, w, b);
+      linear_backward_from_operand(be, dx, dw, dout_op, N, x, w);
+      for (const Tensor& t : {y, dx, dw}) out.push_back(to_host_f64(be, t));
+      return out;
+    };
+    testing::PaddingCpuBackend padding;
+    auto plain = make_backend("cpu");
+    const auto reference = run(*plain, false);
+    EXPECT_EQ(run(*plain, true), reference) << "N " << N << " O " << O << " I " << I;
+    EXPECT_EQ(run(padding, true), reference) << "padded copies, N " << N << " O " << O << " I " << I;
+  }
+}
+
+// A released ZeRO-3 gather is poisoned with NaN, a bf16 one too.
+TEST(PrecisionPolicy, TheCpuBackendFillsBf16) {
+  for (const char* name : {"cpu", "emulated"}) {
+    auto be = make_backend(name);
+    Tensor t = be->alloc({5}, DType::BF16);
+    be->fill(t, std::nan(""));
+    for (double v : to_host_f64(*be, t)) EXPECT_TRUE(std::isnan(v)) << name;
+    be->fill(t, 1.5);
+    EXPECT_EQ(to_host_f64(*be, t), std::vector<double>(5, 1.5)) << name;
+  }
+}
+
 TEST(PrecisionPolicy, AnUnknownPrecisionIsNamed) {
   nlohmann::json j = default_config_json();
   j["model"]["vocab_size"] = 64;
