@@ -42,7 +42,8 @@
 #   nccl-multi   on a node with 2+ GPUs (skipped on one): a rank per GPU over NCCL, conform over a
 #                representative layout set using every rank (fp64) and bench comm all, 8 B - 128 MiB
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
-#                4 ranks (a 3D set, fp32), through the bundle's Open MPI
+#                4 ranks (a 3D set, fp32), through the bundle's Open MPI; ZeRO-3 in bf16-mixed with
+#                bf16 weight gathers against -gfp32 (reports/same_fingerprints.py)
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
 #                shapes as trained (--dtype bf16-mixed: conversions and padding included); then
 #                bf16 with bf16 C (--c-dtype bf16), and PyTorch's bf16 matmul on the squares

@@ -2,13 +2,18 @@
 the JSON and JUnit outputs carry one record per layout, and a deliberately broken layout (a skipped
 gradient reduction) is reported as failing with a non-zero exit - the suite can fail."""
 import json
+import os
 import re
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
+
+SOURCE = Path(os.environ.get("TRIPOD_SOURCE_DIR", Path(__file__).parents[2]))
 
 
 def conform(ranks, *args):
@@ -193,3 +198,29 @@ def test_an_oversubscribed_run_needs_no_environment_variables():
     # OMP_NUM_THREADS, where set, is the user's choice and is kept.
     r = conform(2, "--layouts", "tp2-pp1-dp1-z0-mb1")
     assert r.returncode == 0 and "1 thread per rank (OMP_NUM_THREADS)" in r.stdout, r.stdout + r.stderr
+
+
+def test_zero3_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
+    # Under bf16-mixed ZeRO-3 gathers the GEMM weights as bf16; -gfp32 gathers them in fp32. The
+    # model only reads their bf16 rounding, so the trajectories must be bit-identical.
+    layouts = ["tp1-pp1-dp2-z3-mb2", "tp1-pp1-dp2-z3-mb2-gfp32", "tp1-pp1-dp2-z3-mb1-pf0",
+               "tp1-pp1-dp2-z3-mb1-pf0-gfp32"]
+    check = [sys.executable, "-m", "reports.same_fingerprints"]
+    for heads in ("tied", "untied"):
+        out = tmp_path / f"{heads}.json"
+        result = conform(2, "--dtype", "bf16-mixed", "--heads", heads, "--json", out, "--layouts", *layouts)
+        assert result.returncode == 0, result.stdout + result.stderr
+        same = subprocess.run(check + [out, "--suffix=-gfp32"], capture_output=True, text=True, cwd=SOURCE)
+        assert same.returncode == 0 and "2/2 pairs with the same fingerprint" in same.stdout, same.stdout + same.stderr
+    # The check can fail: a pair that differs, no pair at all, a file that is not conform's.
+    record = json.loads((tmp_path / "tied.json").read_text())
+    record["layouts"][1]["fingerprint"] = "0" * 16
+    (tmp_path / "differs.json").write_text(json.dumps(record))
+    differs = subprocess.run(check + [tmp_path / "differs.json", "--suffix=-gfp32"], capture_output=True, text=True,
+                             cwd=SOURCE)
+    assert differs.returncode == 1 and "tp1-pp1-dp2-z3-mb2 and tp1-pp1-dp2-z3-mb2-gfp32 differ" in differs.stderr
+    none = subprocess.run(check + [tmp_path / "tied.json", "--suffix=-pf2"], capture_output=True, text=True, cwd=SOURCE)
+    assert none.returncode == 1 and "0/0 pairs" in none.stdout and "no layout" in none.stderr
+    (tmp_path / "bad.json").write_text("{")
+    bad = subprocess.run(check + [tmp_path / "bad.json", "--suffix=-gfp32"], capture_output=True, text=True, cwd=SOURCE)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr
