@@ -89,10 +89,7 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   ZeroSettings settings{layout_.zero, layout_.bucket_bytes, config_.train.dtype, config_.adamw,
                         defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
                         layout_.zero3_prefetch, {}, {}};
-  // Under the bf16-operand policy the GEMM weights' bf16 rounding is all the model reads of them.
-  // One DP rank sends nothing: its gathers are copies, which rounding and widening would only slow.
-  settings.zero3_bf16_operand_gathers = layout_.zero == 3 && layout_.dp > 1 && config_.train.bf16_mixed &&
-                                        config_.train.dtype == DType::F32 && !layout_.zero3_fp32_gathers;
+  settings.zero3_bf16_operand_gathers = gathers_gemm_weights_as_bf16(layout_, config_.train);
   // A tied wte with its head in this chunk: the head's part of the gradient is reduced while the
   // rest of backward runs, the lookup's rows after it (parallel/gradient_buckets.h).
   if (tied && span.embedding && span.head && config_.train.split_tied_grad) settings.split_groups = {embedding_group()};
@@ -111,6 +108,12 @@ Shape DistributedTrainer::local_shape(const ParamSpec& spec) const {
 }
 
 DistributedTrainer::~DistributedTrainer() = default;
+
+// Under the bf16-operand policy the GEMM weights' bf16 rounding is all the model reads of them.
+bool gathers_gemm_weights_as_bf16(const ParallelLayout& layout, const TrainSettings& train) {
+  return layout.zero == 3 && layout.dp > 1 && train.bf16_mixed && train.dtype == DType::F32 &&
+         !layout.zero3_fp32_gathers;
+}
 
 RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
   nlohmann::json j = base.json;

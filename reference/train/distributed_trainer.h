@@ -116,4 +116,9 @@ class DistributedTrainer final : public TrainingEngine {
 // benchmark run layouts from one base configuration through it.
 RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout);
 
+// Whether ZeRO-3 gathers the GEMM weights as bf16 (parallel/param_gatherer.h): under bf16-mixed,
+// with more than one DP rank (one rank's gathers are copies, which rounding would only slow),
+// unless the layout asks for fp32 gathers (-gfp32).
+bool gathers_gemm_weights_as_bf16(const ParallelLayout& layout, const TrainSettings& train);
+
 }  // namespace tripod

@@ -196,6 +196,14 @@ class TrainingRun {
                   parallel_->layout.zero <= 1 && t.micro_batches > 1 ? " (not with ZeRO 0-1 and micro-batches: "
                                                                        "they accumulate in the whole table)"
                                                                      : "");
+    if (parallel_ && gathers_gemm_weights_as_bf16(parallel_->layout, t)) {
+      int64_t weights = 0;
+      for (const ParamSpec& spec : gpt_param_specs(config_.model))
+        if (is_gemm_operand_only(spec.role)) weights += shape_numel(spec.shape);
+      std::printf("  ZeRO-3 gathers the GEMM weights as bf16: %lld of %lld parameters, the same bits for half their "
+                  "bytes (--zero3-gather-fp32 for fp32)\n",
+                  static_cast<long long>(weights), static_cast<long long>(flops_.n_params_total));
+    }
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());
     if (const auto share = process_core_share(); share && parallel_)
       std::printf("  threads: %s\n", describe(*share).c_str());  // the words conform prints too

@@ -61,12 +61,30 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
     (["--microbatches", "8"], "which do not split into 8 micro-batches"),
     (["--pp", "2", "--set", "model.n_layer=2", "--pipeline-split", "1,2"], "pipeline split sums to 3 layers"),
     (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "zigzag"], "unknown pipeline schedule 'zigzag'"),
+    (["--zero", "1", "--zero3-gather-fp32"], "fp32 parameter gathers (-gfp32, --zero3-gather-fp32) are ZeRO-3's"),
 ])
 def test_bad_layout_fails_on_every_rank(corpus, args, message):
     result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, *args)
     assert result.returncode != 0
     assert result.stderr.count(message) == 2, result.stderr  # both ranks say why
     assert "rank 0 of 2" in result.stderr and "rank 1 of 2" in result.stderr
+
+
+def test_zero3_bf16_gathers_are_said_and_give_the_fp32_gathers_losses(corpus, tmp_path):
+    # bf16-mixed ZeRO-3 over 2 DP ranks gathers the GEMM weights as bf16, says so at start-up, and
+    # trains bit for bit as with --zero3-gather-fp32 (the metrics print losses to every digit).
+    mixed = [a if a != "train.dtype=fp64" else "train.dtype=bf16-mixed" for a in SMALL]
+    seen = {}
+    for extra in ([], ["--zero3-gather-fp32"]):
+        metrics = tmp_path / f"z3{len(extra)}.jsonl"
+        result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
+                        f"train.metrics={metrics}", *mixed, "--zero", "3", *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        # one block of d_model 32, d_ff 64: c_attn 96 x 32, c_proj 32 x 32, c_fc 64 x 32, its c_proj 32 x 64
+        said = "ZeRO-3 gathers the GEMM weights as bf16: 8192 of 11168 parameters" in result.stdout
+        assert said == (not extra), result.stdout
+        seen[bool(extra)] = losses(metrics)
+    assert seen[False] == seen[True] and len(seen[False]) == 4
 
 
 @pytest.mark.parametrize("schedule, extra", [("afab", []), ("1f1b", ["--set", "train.pipeline_split=[3,1]"]),
