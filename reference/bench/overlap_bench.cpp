@@ -19,6 +19,7 @@
 #include "model/gpt.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/zero_engine.h"
+#include "train/distributed_trainer.h"
 #include "train/run_config.h"
 
 namespace tripod::bench {
@@ -48,6 +49,7 @@ void run_overlap(const OverlapOptions& o) {
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("model.vocab_size=" + std::to_string(o.vocab));
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
+  apply_precision_policy(config.train, *backend);  // bf16-mixed's GEMMs, as training runs them
   Gpt model(config.model, *backend, config.train.dtype);
   const data::Batch batch = data::random_token_batch(o.batch, o.seq_len, o.vocab, world->rank(), "bench.overlap");
   const double scale = 1.0 / static_cast<double>(o.batch * o.seq_len * world->size());
@@ -76,8 +78,15 @@ void run_overlap(const OverlapOptions& o) {
   };
   const int64_t bucket_bytes = ParallelLayout::bucket_bytes_from_mib(o.bucket_mb);
   const bool tied = config.model.tie_embeddings;
+  auto data_parallel = [&](int stage) {  // the engines' layout: every rank data-parallel
+    ParallelLayout layout;
+    layout.dp = world->size();
+    layout.zero = stage;
+    return layout;
+  };
   auto engine = [&](int stage, int64_t bytes, int prefetch, bool split = false) {
     ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}, {}};
+    s.zero3_bf16_operand_gathers = gathers_gemm_weights_as_bf16(data_parallel(stage), config.train);
     if (split) s.split_groups = {embedding_group()};
     if (split && !tied) s.sparse_groups = {embedding_group()};  // untied: the lookup's rows alone
     auto e = std::make_unique<ZeroEngine>(model.specs(), s, *world, *backend);
@@ -157,9 +166,12 @@ void run_overlap(const OverlapOptions& o) {
       static_cast<double>(bucketed_split->last_split_elements()) / static_cast<double>(layout.total());
   if (world->rank() != 0) return;
   const double grad_mib = layout.total() * dtype_size(config.train.dtype) / 1048576.0;
-  std::printf("tripod bench overlap: %d ranks, %s, %.1f MiB of gradients, %zu buckets of <= %.2f MiB, "
-              "medians of %lld\n", world->size(), o.config.c_str(), grad_mib, layout.buckets().size(),
-              o.bucket_mb, static_cast<long long>(o.repeats));
+  std::printf("tripod bench overlap: %d ranks, %s, %s (GEMMs: %s), %.1f MiB of gradients, %zu buckets of <= %.2f "
+              "MiB, medians of %lld\n", world->size(), o.config.c_str(), precision_name(config.train).c_str(),
+              fp32_matmul_name(backend->fp32_matmul()).c_str(), grad_mib, layout.buckets().size(), o.bucket_mb,
+              static_cast<long long>(o.repeats));
+  if (gathers_gemm_weights_as_bf16(data_parallel(3), config.train))
+    std::printf("  ZeRO-3 gathers the GEMM weights as bf16 (the same bits as fp32 gathers, half their bytes)\n");
   const int algorithm = iallreduce_algorithm();
   std::printf("  non-blocking all-reduce: %s (Open MPI coll_libnbc_iallreduce_algorithm %d)\n",
               iallreduce_algorithm_name(algorithm).c_str(), algorithm);
@@ -221,6 +233,8 @@ void run_overlap(const OverlapOptions& o) {
   }
   if (o.json_out.empty()) return;
   write_output_file(o.json_out, nlohmann::json{{"benchmark", "dp_overlap"}, {"ranks", world->size()},
+                                              {"precision", precision_name(config.train)},
+                                              {"gemms", fp32_matmul_name(backend->fp32_matmul())},
                                               {"compute_seconds", med[0]}, {"bucketed_seconds", med[2]},
                                               {"single_allreduce_seconds", med[1]}, {"seconds", seconds},
                                               {"communication_call_seconds", in_calls},

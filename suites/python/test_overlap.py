@@ -108,6 +108,19 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
         assert "non-blocking reduce: binomial (Open MPI coll_libnbc_ireduce_algorithm 2)" in result.stdout
 
 
+@pytest.mark.parametrize("dtype, gemms", [("fp32", "exact fp32"), ("bf16-mixed", "bf16 operands, fp32 accumulation")])
+def test_bench_overlap_runs_the_precision_policy_as_training_does(tmp_path, dtype, gemms):
+    # --set train.dtype=bf16-mixed used to time exact fp32 GEMMs: the policy was never applied.
+    out = tmp_path / "overlap.json"
+    result = mpirun(2, "bench", "overlap", "--config", "tiny", "--batch", "1", "--seq-len", "8", "--vocab", "64",
+                    "--repeats", "1", "--set", f"train.dtype={dtype}", "--json", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"tiny, {dtype} (GEMMs: {gemms})" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["precision"] == dtype and report["gemms"] == gemms
+    assert ("ZeRO-3 gathers the GEMM weights as bf16" in result.stdout) == (dtype == "bf16-mixed")
+
+
 def test_a_users_all_reduce_and_reduce_algorithms_are_kept():
     # mpirun passes OMPI_MCA_ variables on to every rank
     env = {**MPI_ENV, ALGORITHM_VARIABLE: "2", REDUCE_ALGORITHM_VARIABLE: "1"}
