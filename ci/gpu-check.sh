@@ -42,8 +42,7 @@
 #   nccl-multi   on a node with 2+ GPUs (skipped on one): a rank per GPU over NCCL, conform over a
 #                representative layout set using every rank (fp64) and bench comm all, 8 B - 128 MiB
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
-#                4 ranks (a 3D set, fp32), through the bundle's Open MPI; ZeRO-3 in bf16-mixed with
-#                bf16 weight gathers against -gfp32 (reports/same_fingerprints.py)
+#                4 ranks (a 3D set, fp32), through the bundle's Open MPI
 #   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
 #                shapes as trained (--dtype bf16-mixed: conversions and padding included); then
 #                bf16 with bf16 C (--c-dtype bf16), and PyTorch's bf16 matmul on the squares
@@ -66,6 +65,8 @@
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
 #                summed per step (reports/kernel_profile.py); skipped where ncu is missing or refused
+#   zero3-bf16-gathers  ZeRO-3 in bf16-mixed, 2 ranks on the one GPU (staged): the GEMM weights
+#                gathered as bf16 against -gfp32, the same fingerprints (reports/same_fingerprints.py)
 #   overlap-cpu  issue 17 on the node's idle CPU cores (no GPU): tripod bench overlap, 2 ranks, small,
 #                medians of 9 - the DP reduction hidden behind backward (target >= 80 %)
 #   pipeline-cpu issue 17: tiny pp = 2 with receives posted ahead vs blocking (-ra0), three
@@ -224,6 +225,7 @@ PLAN=(
   "flash 170 1 1"
   "sanitizer 90 1 0"
   "profile 120 1 0"
+  "zero3-bf16-gathers 40 1 1"
   "overlap-cpu 60 0 0"
   "pipeline-cpu 40 0 0"
   "nccl-socket-conform 60 1 0"
