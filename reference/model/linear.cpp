@@ -24,6 +24,16 @@ void check_padded_rows(const char* op, const Tensor& out, int64_t N, int64_t O, 
         residual.defined() ? " with a residual" : "");
 }
 
+// product_into, or where out's rows are longer than O (padded logits) the plain GEMM with ldc.
+void product_into_rows(Backend& be, const char* op, const Tensor& out, int64_t N, int64_t O, int64_t k,
+                       const Tensor& x, int64_t ld_x, const Tensor& w, int64_t ld_w, const Tensor& bias,
+                       const Tensor& residual, DType acc) {
+  const int64_t row_length = out.dim(-1);
+  if (row_length == O) return product_into(be, out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
+  check_padded_rows(op, out, N, O, bias, residual);
+  be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
+}
+
 // The weight copy a caller passes in through kept_weight (another micro-batch's, linear.h), and
 // the pointer cleared for the copy this call leaves there.
 Tensor take_given(Tensor* kept_weight) {
@@ -63,13 +73,8 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
     const Tensor x = be.gemm_operands({inp})[0];
     check(x.dtype() == weight.dtype(), "linear_forward: a ", dtype_name(weight.dtype()), " weight operand ",
           weight.describe(), " for a ", x.describe(), " input: the backend's GEMM policy does not round to it");
-    if (row_length == O) {
-      product_into(be, out, N, O, I, x, x.dim(-1), weight, I, bias, residual, acc);
-      if (kept_input != nullptr) *kept_input = x;
-    } else {
-      check_padded_rows("linear_forward", out, N, O, bias, residual);
-      be.gemm(false, true, N, O, I, 1.0, x, x.dim(-1), weight, I, 0.0, out, row_length, acc);
-    }
+    product_into_rows(be, "linear_forward", out, N, O, I, x, x.dim(-1), weight, I, bias, residual, acc);
+    if (kept_input != nullptr && row_length == O) *kept_input = x;
     if (kept_weight != nullptr) *kept_weight = weight;
     return;
   }
@@ -85,9 +90,7 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
       return;
     }
   }
-  if (row_length == O) return product_into(be, out, N, O, I, inp, I, weight, I, bias, residual, acc);
-  check_padded_rows("linear_forward", out, N, O, bias, residual);
-  be.gemm(false, true, N, O, I, 1.0, inp, I, weight, I, 0.0, out, row_length, acc);  // padded rows: ldc O'
+  product_into_rows(be, "linear_forward", out, N, O, I, inp, I, weight, I, bias, residual, acc);
 }
 
 void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& inp_operand, const Tensor& weight,
@@ -100,10 +103,8 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
         " inputs into ", out.describe());
   if (row_length > O) check_padded_rows("linear_forward_from_operand", out, N, O, bias, residual);
   const DType acc = gemm_accumulate_dtype(weight.dtype());
-  // out[N, O] of rows row_length long (padded logits rows: linear_forward's plain GEMM with ldc).
   auto product = [&](int64_t k, const Tensor& x, int64_t ld_x, const Tensor& w, int64_t ld_w) {
-    if (row_length == O) return product_into(be, out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
-    be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
+    product_into_rows(be, "linear_forward_from_operand", out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
   };
   if (inp_operand.dtype() == weight.dtype() && !is_weight_operand(weight)) {  // not prepared (no bf16 policy): the plain product
     check(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),

@@ -24,6 +24,12 @@ bool is_gemm_operand_only(ParamRole role) {
   }
 }
 
+std::vector<bool> gemm_operand_only_flags(const std::vector<ParamSpec>& specs) {
+  std::vector<bool> flags;
+  for (const ParamSpec& spec : specs) flags.push_back(is_gemm_operand_only(spec.role));
+  return flags;
+}
+
 const char* role_suffix(ParamRole role) {
   switch (role) {
     case ParamRole::TokenEmbedding: return "wte.weight";

@@ -56,6 +56,8 @@ struct ParamSpec {
 // In the order of the flat parameter buffer: wte, wpe, h.0.*, ..., h.{L-1}.*, ln_f.*, [lm_head].
 std::vector<ParamSpec> gpt_param_specs(const ModelConfig& config);
 int64_t count_params(const std::vector<ParamSpec>& specs);
+// is_gemm_operand_only of every spec's role, in spec order.
+std::vector<bool> gemm_operand_only_flags(const std::vector<ParamSpec>& specs);
 // The spec named `name` (a checkpoint's or a user's name for a tensor); throws naming it if absent.
 const ParamSpec& find_spec(const std::vector<ParamSpec>& specs, const std::string& name);
 

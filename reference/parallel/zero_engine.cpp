@@ -16,13 +16,6 @@ std::vector<int> own_bucket_groups(const ZeroSettings& s) {
   return groups;
 }
 
-// Placed last in their buckets at every stage and precision, so that all stages keep sharding alike.
-std::vector<bool> operand_only_tensors(const std::vector<ParamSpec>& specs) {
-  std::vector<bool> flags;
-  for (const ParamSpec& spec : specs) flags.push_back(is_gemm_operand_only(spec.role));
-  return flags;
-}
-
 }  // namespace
 
 ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Communicator& dp, Backend& backend,
@@ -37,7 +30,8 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
       layout_(specs_, param_groups(specs_), dp.size(),
               std::max<int64_t>(1, s.bucket_bytes / static_cast<int64_t>(dtype_size(s.dtype))),
               /*one_group_per_bucket=*/false, own_bucket_groups(s), s.deferred_bucket_min_elements,
-              operand_only_tensors(specs_)) {
+              // placed last in their buckets at every stage and precision: all stages shard alike
+              gemm_operand_only_flags(specs_)) {
   check(s.bucket_bytes > 0, "the gradient bucket size must be positive (got ", s.bucket_bytes, " bytes)");
   if (tp && tp->comm) tp_ = std::make_unique<TensorParallelShards>(*tp);
   buffers_ = ZeroBuffers::allocate(layout_, policy_, backend_, dtype_);

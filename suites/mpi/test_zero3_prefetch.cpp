@@ -40,73 +40,70 @@ PrefetchRun run(const RunConfig& config, ParallelLayout layout, Communicator& gr
   return r;
 }
 
-TEST(Zero3Prefetch, BitIdenticalAndServedAhead) {
+// body(group, config, tied) on a group of the world's first two ranks (the others wait at the
+// end), for a tied and an untied head: the conformance model in `dtype`, two micro-batches a step.
+template <class Body>
+void on_two_ranks_each_head(const char* dtype, const char* name, Body&& body) {
   auto world = testing::test_world();
   if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "prefetch");
-  if (group) {
+  if (auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), name)) {
     for (bool tied : {true, false}) {
-      nlohmann::json j = conform::default_conformance_config("fp32").json;
+      nlohmann::json j = conform::default_conformance_config(dtype).json;
       j["model"]["tie_embeddings"] = tied;
       j["train"]["micro_batches"] = 2;
-      const RunConfig config = parse_run_config(j);
-      ParallelLayout layout = testing::make_layout(1, 1, 2, 3, 2);
-      layout.zero3_prefetch = 0;
-      const PrefetchRun on_use = run(config, layout, *group, 3);
-      EXPECT_EQ(on_use.hits, 0);
-      for (int prefetch : {1, 2, 4}) {
-        layout.zero3_prefetch = prefetch;
-        const PrefetchRun got = run(config, layout, *group, 3);
-        const std::string what = (tied ? "tied, prefetch " : "untied, prefetch ") + std::to_string(prefetch);
-        EXPECT_EQ(got.losses, on_use.losses) << what;
-        EXPECT_EQ(got.norms, on_use.norms) << what;
-        EXPECT_EQ(got.params, on_use.params) << what;
-        // Every pass after the first of its kind acquires most buckets from a prefetch.
-        EXPECT_GT(got.hits, 10) << what;
-        // At most `prefetch` more buckets than gathering on use holds at once (which holds one,
-        // two under the tied head).
-        EXPECT_LE(got.peak_gathered, on_use.peak_gathered + static_cast<std::size_t>(prefetch) * got.largest_bucket)
-            << what;
-        EXPECT_LE(on_use.peak_gathered, (tied ? 2u : 1u) * got.largest_bucket) << what;
-      }
+      body(*group, parse_run_config(j), tied);
     }
   }
   world->barrier();
 }
 
-TEST(Zero3Bf16OperandGathers, SameBitsAsFp32GathersForLittleMoreThanHalfTheBytes) {
-  auto world = testing::test_world();
-  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto group = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "bf16 gathers");
-  if (group) {
-    for (bool tied : {true, false}) {
-      nlohmann::json j = conform::default_conformance_config("bf16-mixed").json;
-      j["model"]["tie_embeddings"] = tied;
-      j["train"]["micro_batches"] = 2;
-      const RunConfig config = parse_run_config(j);
-      for (int prefetch : {0, 1}) {
-        ParallelLayout layout = testing::make_layout(1, 1, 2, 3, 2);
-        layout.zero3_prefetch = prefetch;
-        layout.zero3_fp32_gathers = true;
-        const PrefetchRun fp32 = run(config, layout, *group, 3);
-        layout.zero3_fp32_gathers = false;
-        const PrefetchRun bf16 = run(config, layout, *group, 3);
-        const std::string what = (tied ? "tied, prefetch " : "untied, prefetch ") + std::to_string(prefetch);
-        EXPECT_EQ(bf16.losses, fp32.losses) << what;
-        EXPECT_EQ(bf16.norms, fp32.norms) << what;
-        EXPECT_EQ(bf16.params, fp32.params) << what;
-        // A block of the conformance model is 8192 GEMM-weight elements and 352 exact ones: as bf16
-        // with its exact head from each of the 2 ranks in fp32, 0.58 of its fp32 bytes. The
-        // embeddings' bucket (gathered twice a pass when tied) travels in fp32 alone: 0.64 of the
-        // bytes tied, 0.60 untied (measured: 0.641, 0.598), where every parameter as bf16 would be 0.5.
-        ASSERT_GT(fp32.gathered_bytes, 0) << what;
-        const double ratio = static_cast<double>(bf16.gathered_bytes) / static_cast<double>(fp32.gathered_bytes);
-        EXPECT_GT(ratio, 0.55) << what;
-        EXPECT_LT(ratio, tied ? 0.66 : 0.62) << what;
-      }
+TEST(Zero3Prefetch, BitIdenticalAndServedAhead) {
+  on_two_ranks_each_head("fp32", "prefetch", [](Communicator& group, const RunConfig& config, bool tied) {
+    ParallelLayout layout = testing::make_layout(1, 1, 2, 3, 2);
+    layout.zero3_prefetch = 0;
+    const PrefetchRun on_use = run(config, layout, group, 3);
+    EXPECT_EQ(on_use.hits, 0);
+    for (int prefetch : {1, 2, 4}) {
+      layout.zero3_prefetch = prefetch;
+      const PrefetchRun got = run(config, layout, group, 3);
+      const std::string what = (tied ? "tied, prefetch " : "untied, prefetch ") + std::to_string(prefetch);
+      EXPECT_EQ(got.losses, on_use.losses) << what;
+      EXPECT_EQ(got.norms, on_use.norms) << what;
+      EXPECT_EQ(got.params, on_use.params) << what;
+      // Every pass after the first of its kind acquires most buckets from a prefetch.
+      EXPECT_GT(got.hits, 10) << what;
+      // At most `prefetch` more buckets than gathering on use holds at once (which holds one,
+      // two under the tied head).
+      EXPECT_LE(got.peak_gathered, on_use.peak_gathered + static_cast<std::size_t>(prefetch) * got.largest_bucket)
+          << what;
+      EXPECT_LE(on_use.peak_gathered, (tied ? 2u : 1u) * got.largest_bucket) << what;
     }
-  }
-  world->barrier();
+  });
+}
+
+TEST(Zero3Bf16OperandGathers, SameBitsAsFp32GathersForLittleMoreThanHalfTheBytes) {
+  on_two_ranks_each_head("bf16-mixed", "bf16 gathers", [](Communicator& group, const RunConfig& config, bool tied) {
+    for (int prefetch : {0, 1}) {
+      ParallelLayout layout = testing::make_layout(1, 1, 2, 3, 2);
+      layout.zero3_prefetch = prefetch;
+      layout.zero3_fp32_gathers = true;
+      const PrefetchRun fp32 = run(config, layout, group, 3);
+      layout.zero3_fp32_gathers = false;
+      const PrefetchRun bf16 = run(config, layout, group, 3);
+      const std::string what = (tied ? "tied, prefetch " : "untied, prefetch ") + std::to_string(prefetch);
+      EXPECT_EQ(bf16.losses, fp32.losses) << what;
+      EXPECT_EQ(bf16.norms, fp32.norms) << what;
+      EXPECT_EQ(bf16.params, fp32.params) << what;
+      // A block of the conformance model is 8192 GEMM-weight elements and 352 exact ones: as bf16
+      // with its exact head from each of the 2 ranks in fp32, 0.58 of its fp32 bytes. The
+      // embeddings' bucket (gathered twice a pass when tied) travels in fp32 alone: 0.64 of the
+      // bytes tied, 0.60 untied (measured: 0.641, 0.598), where every parameter as bf16 would be 0.5.
+      ASSERT_GT(fp32.gathered_bytes, 0) << what;
+      const double ratio = static_cast<double>(bf16.gathered_bytes) / static_cast<double>(fp32.gathered_bytes);
+      EXPECT_GT(ratio, 0.55) << what;
+      EXPECT_LT(ratio, tied ? 0.66 : 0.62) << what;
+    }
+  });
 }
 
 }  // namespace

@@ -14,19 +14,13 @@
 namespace tripod {
 namespace {
 
-std::vector<bool> operand_only(const std::vector<ParamSpec>& specs) {
-  std::vector<bool> flags;
-  for (const ParamSpec& s : specs) flags.push_back(is_gemm_operand_only(s.role));
-  return flags;
-}
-
 TEST(ShardLayout, OperandOnlyTensorsComeLastInTheirBucket) {
   for (bool tied : {true, false}) {
     nlohmann::json j = default_config_json();
     j["model"] = {{"n_layer", 3}, {"n_head", 2}, {"d_model", 16}, {"d_ff", 32}, {"vocab_size", 50},
                   {"context", 64}, {"tie_embeddings", tied}, {"layernorm_eps", 1e-5}};
     const std::vector<ParamSpec> specs = gpt_param_specs(parse_run_config(j).model);
-    const std::vector<bool> flags = operand_only(specs);
+    const std::vector<bool> flags = gemm_operand_only_flags(specs);
     for (int dp : {1, 3}) {
       // 2000 elements: buckets of one block (2.4k elements), or of the head with the last block.
       const ShardLayout layout(specs, param_groups(specs), dp, 2000, false, {}, 0, flags);
