@@ -726,16 +726,18 @@ step_staged-conform() {
   grep -h 'rows (' "$STEP_DIR/log.txt" | tee "$STEP_DIR/key.txt"
 }
 
-# ZeRO-3 in bf16-mixed gathers the GEMM weights as bf16 and the GPU's GEMMs take them as they are
-# (parallel/param_gatherer.h): 2 ranks on the one GPU (staged), each layout against its -gfp32
-# twin, which must give the same fingerprint (reports/same_fingerprints.py), tied and untied.
-step_zero3-bf16-gathers() {
+# ZeRO 1-3 in bf16-mixed gather the GEMM weights as bf16: ZeRO-3's GPU GEMMs take them as they are
+# (parallel/param_gatherer.h), ZeRO-1/2 widen them into the other ranks' slices after the step
+# (parallel/updated_param_gather.h). 2 ranks on the one GPU (staged), each layout against its
+# -gfp32 twin, which must give the same fingerprint (reports/same_fingerprints.py), tied and untied.
+step_bf16-gathers() {
   local backend=cuda heads
   dry && backend=emulated
   for heads in tied untied; do
     tripod_ranks 2 conform --backend "$backend" --comm staged --dtype bf16-mixed --heads "$heads" \
         --json "$STEP_DIR/conform-$heads.json" --layouts tp1-pp1-dp2-z3-mb2 tp1-pp1-dp2-z3-mb2-gfp32 \
-        tp1-pp1-dp2-z3-mb1-pf0 tp1-pp1-dp2-z3-mb1-pf0-gfp32 || return 1
+        tp1-pp1-dp2-z3-mb1-pf0 tp1-pp1-dp2-z3-mb1-pf0-gfp32 tp1-pp1-dp2-z1-mb2 tp1-pp1-dp2-z1-mb2-gfp32 \
+        tp1-pp1-dp2-z2-mb2 tp1-pp1-dp2-z2-mb2-gfp32 || return 1
     "$PY" "$ROOT/reports/same_fingerprints.py" "$STEP_DIR/conform-$heads.json" --suffix=-gfp32 \
         --what "bf16 against fp32 gathers, $heads head" || return 1
   done

@@ -65,7 +65,7 @@
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
 #                summed per step (reports/kernel_profile.py); skipped where ncu is missing or refused
-#   zero3-bf16-gathers  ZeRO-3 in bf16-mixed, 2 ranks on the one GPU (staged): the GEMM weights
+#   bf16-gathers  ZeRO 1-3 in bf16-mixed, 2 ranks on the one GPU (staged): the GEMM weights
 #                gathered as bf16 against -gfp32, the same fingerprints (reports/same_fingerprints.py)
 #   overlap-cpu  issue 17 on the node's idle CPU cores (no GPU): tripod bench overlap, 2 ranks, small,
 #                medians of 9 - the DP reduction hidden behind backward (target >= 80 %)
@@ -225,7 +225,7 @@ PLAN=(
   "flash 170 1 1"
   "sanitizer 90 1 0"
   "profile 120 1 0"
-  "zero3-bf16-gathers 40 1 1"
+  "bf16-gathers 50 1 1"
   "overlap-cpu 60 0 0"
   "pipeline-cpu 40 0 0"
   "nccl-socket-conform 60 1 0"

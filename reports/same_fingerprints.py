@@ -1,8 +1,10 @@
 """python3 reports/same_fingerprints.py CONFORM.json --suffix=-gfp32 [--what TEXT]
 
 Are two spellings of the same training bit-identical? Takes one `tripod conform --json` file and
-pairs every layout NAME with NAME + SUFFIX where both ran (say, ZeRO-3's bf16 operand gathers and
-`-gfp32`, which must give the same bits): prints one line, and each pair whose fingerprints differ,
+pairs every layout NAME with its twin that adds the option SUFFIX where both ran (say, the bf16
+operand gathers of ZeRO 1-3 and `-gfp32`, which must give the same bits). The twin's canonical name
+may place the option before later ones (tp1-pp1-dp2-z2-mb1-pad16 and tp1-pp1-dp2-z2-mb1-gfp32-pad16
+are a pair). Prints one line, and each pair whose fingerprints differ,
 and exits 0 when every pair agrees, 1 when one differs or none was found (a check that compared
 nothing passes nothing), 2 on an unreadable file. Conform's fingerprint is a hash of every loss,
 gradient norm and parameter bit (reference/conform/conformance.h).
@@ -13,18 +15,25 @@ import sys
 
 
 def fingerprint_pairs(record, suffix):
-    """[(layout, twin, same)] for every layout of the conform record whose twin (layout + suffix)
-    ran too; a layout that ran more than once (tied and untied heads) is paired per head."""
+    """[(layout, twin, same)] for every layout of the conform record whose twin (the layout with the
+    option `suffix`, wherever its name places it) ran too; a layout that ran more than once (tied and
+    untied heads) is paired per head."""
+    option = suffix.lstrip("-")
     rows = {(r["layout"], r.get("head")): r["fingerprint"] for r in record["layouts"]}
-    return [(name, name + suffix, fp == rows[(name + suffix, head)])
+    twins = {}  # (the name's other parts, head) -> the twin's name
+    for name, head in rows:
+        parts = name.split("-")
+        if option in parts:
+            twins[("-".join(p for p in parts if p != option), head)] = name
+    return [(name, twins[(name, head)], fp == rows[(twins[(name, head)], head)])
             for (name, head), fp in sorted(rows.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-            if (name + suffix, head) in rows]
+            if (name, head) in twins]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[2])
     parser.add_argument("conform_json")
-    parser.add_argument("--suffix", required=True, help="the twin's layout suffix, e.g. --suffix=-gfp32")
+    parser.add_argument("--suffix", required=True, help="the option the twin's layout name adds, e.g. --suffix=-gfp32")
     parser.add_argument("--what", default="layouts", help="what the pairs compare, for the printed line")
     args = parser.parse_args(argv)
     try:

@@ -59,7 +59,7 @@ struct LayoutTiming {
   // The process's resident memory before the trainer existed (program, libraries, MPI, BLAS) and its
   // high-water mark while this layout ran (perf/process_memory.h).
   std::size_t base_resident_bytes = 0, peak_resident_bytes = 0;
-  double gathered_bytes_per_step = 0;  // ZeRO-3's parameter gathers, over the timed steps
+  double gathered_bytes_per_step = 0;  // ZeRO 1-3's parameter gathers, over the timed steps
 };
 
 // The median over o.steps timed steps (after one warm-up) of the slowest rank's step time: a step
@@ -81,7 +81,7 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   };
   trainer.train_step(batch(0));  // warm-up
   std::vector<double> seconds;
-  const int64_t gathered_before = trainer.zero3_gathered_bytes();
+  const int64_t gathered_before = trainer.param_gathered_bytes();
   for (int64_t s = 1; s <= o.steps; ++s) {
     const StepResult r = trainer.train_step(batch(s));
     seconds.push_back(all_reduce_value(world, r.seconds, ReduceOp::Max));  // as slow as the slowest rank
@@ -91,7 +91,7 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   return {seconds[seconds.size() / 2], backend.memory_stats().peak - before, m.activations,
           m.params + m.grads + m.optimizer + m.activations + m.transient, base_resident,
           std::max(base_resident, peak_resident_bytes()),  // (the kernel's mark is kept lazily, to the page)
-          static_cast<double>(trainer.zero3_gathered_bytes() - gathered_before) / static_cast<double>(o.steps)};
+          static_cast<double>(trainer.param_gathered_bytes() - gathered_before) / static_cast<double>(o.steps)};
 }
 
 }  // namespace

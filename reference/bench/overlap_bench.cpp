@@ -86,7 +86,7 @@ void run_overlap(const OverlapOptions& o) {
   };
   auto engine = [&](int stage, int64_t bytes, int prefetch, bool split = false) {
     ZeroSettings s{stage, bytes, config.train.dtype, config.adamw, {}, 0, prefetch, {}, {}};
-    s.zero3_bf16_operand_gathers = gathers_gemm_weights_as_bf16(data_parallel(stage), config.train);
+    s.bf16_operand_gathers = gathers_gemm_weights_as_bf16(data_parallel(stage), config.train);
     if (split) s.split_groups = {embedding_group()};
     if (split && !tied) s.sparse_groups = {embedding_group()};  // untied: the lookup's rows alone
     auto e = std::make_unique<ZeroEngine>(model.specs(), s, *world, *backend);

@@ -106,8 +106,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--zero3-prefetch", l.zero3_prefetch, "ZeRO-3: parameter buckets gathered ahead of use (0: on use)")
       ->capture_default_str();
-  cmd->add_flag("--zero3-gather-fp32", l.zero3_fp32_gathers,
-                "ZeRO-3 under bf16-mixed: gather the GEMM weights in fp32 too (the same bits, twice the bytes)");
+  // (--zero3-gather-fp32: its name while only ZeRO-3 gathered the weights as bf16)
+  cmd->add_flag("--gather-fp32,--zero3-gather-fp32", l.fp32_param_gathers,
+                "ZeRO 1-3 under bf16-mixed: gather the GEMM weights in fp32 too (the same bits, twice the bytes)");
   cmd->add_option("--grid-order", l.grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
   cmd->add_option("--schedule", o->schedule, "pipeline schedule: afab (GPipe), 1f1b or interleaved")
       ->capture_default_str();

@@ -19,7 +19,7 @@ std::string ParallelLayout::name() const {
   if (recompute == Recompute::Selective) out << "-rsel";
   if (recompute == Recompute::Full) out << "-rfull";
   if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
-  if (zero3_fp32_gathers) out << "-gfp32";
+  if (fp32_param_gathers) out << "-gfp32";
   if (receives_ahead != 2) out << "-ra" << receives_ahead;
   if (vocab_multiple != 1) out << "-pad" << vocab_multiple;
   return out.str();
@@ -33,7 +33,7 @@ std::string ParallelLayout::describe() const {
             (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "");
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
-  if (zero3_fp32_gathers) text += ", fp32 gathers";
+  if (fp32_param_gathers) text += ", fp32 gathers";
   if (pipelined() && receives_ahead != 2) text += ", receives ahead " + std::to_string(receives_ahead);
   if (vocab_multiple != 1) text += ", vocabulary padded to a multiple of " + std::to_string(vocab_multiple) + " per TP rank";
   return text;
@@ -62,7 +62,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     else if (part.rfind("ra", 0) == 0) l.receives_ahead = number(2);
     else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
     else if (part == "sp") l.sequence_parallel = true;
-    else if (part == "gfp32") l.zero3_fp32_gathers = true;
+    else if (part == "gfp32") l.fp32_param_gathers = true;
     else if (part == "rsel") l.recompute = Recompute::Selective;
     else if (part == "rfull") l.recompute = Recompute::Full;
     else if (part == "afab" || part == "1f1b" || part == "interleaved") {
@@ -95,8 +95,8 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
   check(bucket_bytes > 0, "the gradient bucket size (--bucket-mb) must be positive (got ", bucket_bytes, " bytes)");
   check(zero3_prefetch >= 0 && zero3_prefetch <= 64, "the ZeRO-3 prefetch (--zero3-prefetch) must be 0-64 buckets (got ",
         zero3_prefetch, ")");
-  check(!zero3_fp32_gathers || zero == 3, "fp32 parameter gathers (-gfp32, --zero3-gather-fp32) are ZeRO-3's; "
-        "ZeRO-", zero, " gathers none");
+  check(!fp32_param_gathers || zero >= 1, "fp32 parameter gathers (-gfp32, --gather-fp32) are for ZeRO 1-3, whose "
+        "parameters are gathered; ZeRO-0 gathers none");
   check(receives_ahead >= 0 && receives_ahead <= 1024, "pipeline receives posted ahead (--receives-ahead) must be "
         "0-1024 (got ", receives_ahead, ")");
   check(vocab_multiple >= 1 && vocab_multiple <= 65536, "the vocabulary padding multiple "

@@ -32,9 +32,10 @@ struct ParallelLayout {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;  // mirrors train.recompute: "-rsel", "-rfull" in the name
   int zero3_prefetch = 1;   // ZeRO-3 buckets gathered ahead of use: "-pfN" in the name unless 1
-  // ZeRO-3 under bf16-mixed gathers the GEMM weights as bf16 (the same bits, half the bytes;
-  // parallel/param_gatherer.h); this gathers every parameter in fp32 instead: "-gfp32".
-  bool zero3_fp32_gathers = false;
+  // ZeRO 1-3 under bf16-mixed gather the GEMM weights as bf16 (the same bits, half the bytes;
+  // parallel/param_gatherer.h, parallel/updated_param_gather.h); this gathers every parameter in
+  // fp32 instead: "-gfp32".
+  bool fp32_param_gathers = false;
   int receives_ahead = 2;   // pipeline receives posted ahead of their action: "-raN" unless 2
   // Each TP rank's vocabulary rows (wte, LM head, logit columns) padded up to a multiple of this
   // (Megatron's --make-vocab-size-divisible-by): "-padN" unless 1. Storage only: the padding rows

@@ -57,7 +57,7 @@ Tensor ParamGatherer::gather_bucket(int b) const {
 
 bool ParamGatherer::travels_rounded(int b) const {
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
-  return bf16_operand_gathers_ && bucket.exact < bucket.used;
+  return bf16_operand_gathers_ && bucket.exact < bucket.end;
 }
 
 void ParamGatherer::start_gather(int b) {

@@ -65,6 +65,7 @@ ShardLayout::ShardLayout(const std::vector<ParamSpec>& specs, const std::vector<
     // aligned in any buffer: kernels then see the same alignment whether a tensor lives in the full
     // buffer or in a gathered copy (vectorised loops peel by alignment), keeping stages bit-identical.
     // `inside` is the tensors' extent, with the gaps that aligned the operand-only ones.
+    b->end = inside;
     const int64_t quantum = static_cast<int64_t>(dp) * kAlignElements;
     const int64_t least = alone(b->groups.front()) ? std::max(inside, own_bucket_min_elements) : inside;
     b->size = (least + quantum - 1) / quantum * quantum;

@@ -34,6 +34,9 @@ struct Bucket {
   std::vector<std::size_t> tensors;  // the specs it holds (indices), in spec order
   // Elements [0, exact) hold the tensors that are not operand-only (`used` where none is).
   int64_t exact = 0;
+  // One past the last tensor's last element: `used` plus the gaps that align the operand-only
+  // tensors (so [exact, end) holds exactly those tensors and their gaps).
+  int64_t end = 0;
 };
 
 class ShardLayout {

@@ -1,12 +1,14 @@
 #include "parallel/sharded_optimizer.h"
 
 #include "backend/transfer.h"
+#include "parallel/updated_param_gather.h"
 
 namespace tripod {
 
 ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<ParamSpec>& specs,
                                    const ZeroPolicy& policy, const ZeroBuffers& buffers, Communicator& dp,
-                                   Backend& backend, DType dtype, AdamWConfig adamw, const FaultPlan& faults)
+                                   Backend& backend, DType dtype, AdamWConfig adamw, const FaultPlan& faults,
+                                   TransientMemory& memory, bool bf16_operand_gathers)
     : layout_(layout),
       specs_(specs),
       policy_(policy),
@@ -15,6 +17,8 @@ ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<
       backend_(backend),
       adamw_(adamw),
       faults_(faults),
+      memory_(memory),
+      bf16_operand_gathers_(bf16_operand_gathers),
       segments_(layout.segments(dp.rank())) {
   const int64_t moments = policy_.shard_optimizer ? layout_.shard_elements() : layout_.total();
   m_ = backend_.alloc({moments}, dtype);
@@ -72,14 +76,8 @@ void ShardedOptimizer::step(double lr, int64_t step, double grad_scale) {
   }
   if (!policy_.gather_params_after_step) return;
   // Every rank updated its slices; gather the whole parameters back, in place.
-  std::vector<std::unique_ptr<CommRequest>> gathers;
-  for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
-    const Bucket& bucket = layout_.buckets()[b];
-    const Tensor full = buffers_.full_params.view(bucket.start, {bucket.size});
-    const int64_t slice = bucket.size / layout_.dp();
-    gathers.push_back(dp_.all_gather_async(full.view(dp_.rank() * slice, {slice}), full));
-  }
-  for (auto& g : gathers) g->wait();
+  gathered_bytes_ +=
+      gather_updated_params(layout_, buffers_.full_params, dp_, backend_, memory_, bf16_operand_gathers_);
 }
 
 }  // namespace tripod

@@ -46,11 +46,13 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
   for (int group : s.deferred_groups) buckets_->defer(layout_.bucket_of_group(group));
   for (int group : s.split_groups) buckets_->allow_split(layout_.bucket_of_group(group));
   sparse_groups_ = s.sparse_groups;
+  bf16_operand_gathers_ = s.bf16_operand_gathers;
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
-                                                faults_, s.zero3_prefetch, s.zero3_bf16_operand_gathers);
+                                                faults_, s.zero3_prefetch, s.bf16_operand_gathers);
   optimizer_ =
-      std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_);
+      std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_,
+                                         transient_, s.bf16_operand_gathers);
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -178,12 +180,22 @@ std::vector<std::string> ZeroEngine::nonfinite_grads() {
 
 std::vector<std::vector<double>> ZeroEngine::gather_params() {
   std::vector<std::vector<double>> out(specs_.size());
+  // After a step with bf16 operand gathers (stages 1-2), the other ranks' slices of the full
+  // parameters hold bf16 roundings; their exact values are in their owners' slices.
+  const bool full_is_exact = !(policy_.gather_params_after_step && bf16_operand_gathers_);
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const Bucket& bucket = layout_.buckets()[b];
-    const Tensor buffer = gatherer_ ? gatherer_->gather_bucket(static_cast<int>(b)) : Tensor();
+    Tensor buffer;
+    if (gatherer_) {
+      buffer = gatherer_->gather_bucket(static_cast<int>(b));
+    } else if (!full_is_exact) {
+      buffer = backend_.alloc({bucket.size}, dtype_);
+      const int64_t slice = bucket.size / layout_.dp();
+      dp_.all_gather(buffers_.full_params.view(bucket.start + dp_.rank() * slice, {slice}), buffer);
+    }
     for (std::size_t i : bucket.tensors)
-      out[i] = to_host_f64(backend_, gatherer_ ? buffer.view(layout_.offsets()[i] - bucket.start, specs_[i].shape)
-                                               : param_views_[i]);
+      out[i] = to_host_f64(backend_, buffer.defined() ? buffer.view(layout_.offsets()[i] - bucket.start, specs_[i].shape)
+                                                      : param_views_[i]);
   }
   if (tp_)  // assemble the logical tensors from the TP shards, in spec order on every rank
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = tp::assemble_full(*tp_->comm, tp_->shards[i], out[i]);

@@ -58,9 +58,11 @@ struct ZeroSettings {
   // Of those, the groups only an embedding lookup writes (an untied embedding): while nothing has
   // been accumulated in their bucket, the first part is zero and is not sent.
   std::vector<int> sparse_groups;
-  // ZeRO-3 under the bf16-operand policy: the weights the model reads only as GEMM operands travel
-  // as bf16 (half the bytes, the same bits; parallel/param_gatherer.h). Only with an fp32 dtype.
-  bool zero3_bf16_operand_gathers = false;
+  // ZeRO 1-3 under the bf16-operand policy: the weights the model reads only as GEMM operands
+  // travel as bf16 (half the bytes, the same bits): ZeRO-3's gathers on use
+  // (parallel/param_gatherer.h), ZeRO-1/2's after the step (parallel/updated_param_gather.h).
+  // Only with an fp32 dtype.
+  bool bf16_operand_gathers = false;
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -110,8 +112,11 @@ class ZeroEngine final : public ParamAccess {
   }
   // ZeRO-3 acquisitions served by a prefetched gather, so far (0 otherwise).
   int64_t prefetch_hits() const { return gatherer_ ? gatherer_->prefetched() : 0; }
-  // Bytes ZeRO-3's gathers for the model have received on this rank so far (0 otherwise).
-  int64_t gathered_bytes() const { return gatherer_ ? gatherer_->received_bytes() : 0; }
+  // Bytes the parameter gathers have written on this rank so far: ZeRO-3's for the model, ZeRO-1/2's
+  // after the steps (0 for ZeRO-0).
+  int64_t gathered_bytes() const {
+    return (gatherer_ ? gatherer_->received_bytes() : 0) + optimizer_->gathered_bytes();
+  }
   // Seconds this rank has spent inside the engine's communication since construction: starting,
   // testing and waiting for gradient reductions and ZeRO-3 gathers (with what completing them
   // does: accumulating a reduced bucket into the shard). Without a progress thread a rank does
@@ -122,8 +127,8 @@ class ZeroEngine final : public ParamAccess {
   // gradient buckets' (under ZeRO-2/3 a bucket's buffer is allocated and zeroed when backward first
   // writes it) and their reductions.
   double gather_seconds() const { return gather_seconds_; }
-  // Every parameter, full (logical) and unpadded, identical on all ranks (a collective for stage 3
-  // and under tensor parallelism).
+  // Every parameter, full (logical), exact and unpadded, identical on all ranks (a collective for
+  // stage 3, for stages 1-2 with bf16 operand gathers, and under tensor parallelism).
   std::vector<std::vector<double>> gather_params();
   // What this rank holds, in logical coordinates, for checkpoints: parameters and AdamW moments,
   // one region per ZeRO slice piece (this rank's, and for state it holds in full, every rank's),
@@ -173,6 +178,7 @@ class ZeroEngine final : public ParamAccess {
   std::unique_ptr<ShardedOptimizer> optimizer_;
   double gather_seconds_ = 0, reduction_seconds_ = 0;
   std::vector<int> sparse_groups_;  // ZeroSettings::sparse_groups
+  bool bf16_operand_gathers_ = false;  // ZeroSettings::bf16_operand_gathers
   int backwards_since_zero_ = 0;    // backward passes since zero_grads()
 };
 

@@ -89,7 +89,7 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
   ZeroSettings settings{layout_.zero, layout_.bucket_bytes, config_.train.dtype, config_.adamw,
                         defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
                         layout_.zero3_prefetch, {}, {}};
-  settings.zero3_bf16_operand_gathers = gathers_gemm_weights_as_bf16(layout_, config_.train);
+  settings.bf16_operand_gathers = gathers_gemm_weights_as_bf16(layout_, config_.train);
   // A tied wte with its head in this chunk: the head's part of the gradient is reduced while the
   // rest of backward runs, the lookup's rows after it (parallel/gradient_buckets.h).
   if (tied && span.embedding && span.head && config_.train.split_tied_grad) settings.split_groups = {embedding_group()};
@@ -111,8 +111,8 @@ DistributedTrainer::~DistributedTrainer() = default;
 
 // Under the bf16-operand policy the GEMM weights' bf16 rounding is all the model reads of them.
 bool gathers_gemm_weights_as_bf16(const ParallelLayout& layout, const TrainSettings& train) {
-  return layout.zero == 3 && layout.dp > 1 && train.bf16_mixed && train.dtype == DType::F32 &&
-         !layout.zero3_fp32_gathers;
+  return layout.zero >= 1 && layout.dp > 1 && train.bf16_mixed && train.dtype == DType::F32 &&
+         !layout.fp32_param_gathers;
 }
 
 RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout) {
@@ -130,7 +130,7 @@ DistributedTrainer::Chunk& DistributedTrainer::chunk(int index) {
   fail("pipeline rank ", pp_.rank(), " does not hold chunk ", index);
 }
 
-int64_t DistributedTrainer::zero3_gathered_bytes() const {
+int64_t DistributedTrainer::param_gathered_bytes() const {
   int64_t bytes = 0;
   for (const Chunk& c : chunks_) bytes += c.engine->gathered_bytes();
   return bytes;

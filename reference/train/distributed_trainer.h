@@ -60,7 +60,7 @@ class DistributedTrainer final : public TrainingEngine {
   void set_step(int64_t step) override { step_ = step; }
   const ParallelLayout& layout() const { return layout_; }
   const ZeroEngine& engine() const { return *chunks_.front().engine; }  // of this rank's first chunk
-  int64_t zero3_gathered_bytes() const;  // ZeroEngine::gathered_bytes over this rank's chunks
+  int64_t param_gathered_bytes() const;  // ZeroEngine::gathered_bytes over this rank's chunks
   Gpt& model() { return *chunks_.front().model; }
   int64_t local_batch() const;
 
@@ -116,9 +116,10 @@ class DistributedTrainer final : public TrainingEngine {
 // benchmark run layouts from one base configuration through it.
 RunConfig layout_run_config(const RunConfig& base, const ParallelLayout& layout);
 
-// Whether ZeRO-3 gathers the GEMM weights as bf16 (parallel/param_gatherer.h): under bf16-mixed,
-// with more than one DP rank (one rank's gathers are copies, which rounding would only slow),
-// unless the layout asks for fp32 gathers (-gfp32).
+// Whether ZeRO 1-3's parameter gathers carry the GEMM weights as bf16 (ZeRO-3's on use,
+// parallel/param_gatherer.h; ZeRO-1/2's after the step, parallel/updated_param_gather.h): under
+// bf16-mixed, with more than one DP rank (one rank's gathers are copies, which rounding would only
+// slow), unless the layout asks for fp32 gathers (-gfp32).
 bool gathers_gemm_weights_as_bf16(const ParallelLayout& layout, const TrainSettings& train);
 
 }  // namespace tripod

@@ -200,8 +200,9 @@ class TrainingRun {
       int64_t weights = 0;
       for (const ParamSpec& spec : gpt_param_specs(config_.model))
         if (is_gemm_operand_only(spec.role)) weights += shape_numel(spec.shape);
-      std::printf("  ZeRO-3 gathers the GEMM weights as bf16: %lld of %lld parameters, the same bits for half their "
-                  "bytes (--zero3-gather-fp32 for fp32)\n",
+      std::printf("  ZeRO-%d gathers the GEMM weights as bf16%s: %lld of %lld parameters, the same bits for half "
+                  "their bytes (--gather-fp32 for fp32)\n",
+                  parallel_->layout.zero, parallel_->layout.zero == 3 ? "" : " after each step",
                   static_cast<long long>(weights), static_cast<long long>(flops_.n_params_total));
     }
     if (const std::string health = gpu_health_.startup_line(); !health.empty()) std::printf("  %s\n", health.c_str());

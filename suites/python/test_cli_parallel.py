@@ -61,7 +61,7 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
     (["--microbatches", "8"], "which do not split into 8 micro-batches"),
     (["--pp", "2", "--set", "model.n_layer=2", "--pipeline-split", "1,2"], "pipeline split sums to 3 layers"),
     (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "zigzag"], "unknown pipeline schedule 'zigzag'"),
-    (["--zero", "1", "--zero3-gather-fp32"], "fp32 parameter gathers (-gfp32, --zero3-gather-fp32) are ZeRO-3's"),
+    (["--zero", "0", "--gather-fp32"], "fp32 parameter gathers (-gfp32, --gather-fp32) are for ZeRO 1-3"),
 ])
 def test_bad_layout_fails_on_every_rank(corpus, args, message):
     result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, *args)
@@ -70,19 +70,23 @@ def test_bad_layout_fails_on_every_rank(corpus, args, message):
     assert "rank 0 of 2" in result.stderr and "rank 1 of 2" in result.stderr
 
 
-def test_zero3_bf16_gathers_are_said_and_give_the_fp32_gathers_losses(corpus, tmp_path):
-    # bf16-mixed ZeRO-3 over 2 DP ranks gathers the GEMM weights as bf16, says so at start-up, and
-    # trains bit for bit as with --zero3-gather-fp32 (the metrics print losses to every digit).
+@pytest.mark.parametrize("zero, fp32_flag, said", [
+    ("3", "--zero3-gather-fp32", "ZeRO-3 gathers the GEMM weights as bf16: "),  # the flag's first name
+    ("2", "--gather-fp32", "ZeRO-2 gathers the GEMM weights as bf16 after each step: "),
+    ("1", "--gather-fp32", "ZeRO-1 gathers the GEMM weights as bf16 after each step: ")])
+def test_bf16_gathers_are_said_and_give_the_fp32_gathers_losses(corpus, tmp_path, zero, fp32_flag, said):
+    # bf16-mixed ZeRO 1-3 over 2 DP ranks gather the GEMM weights as bf16 (ZeRO-3 on use, ZeRO-1/2
+    # after the step), say so at start-up, and train bit for bit as with fp32 gathers (the metrics
+    # print losses to every digit).
     mixed = [a if a != "train.dtype=fp64" else "train.dtype=bf16-mixed" for a in SMALL]
     seen = {}
-    for extra in ([], ["--zero3-gather-fp32"]):
-        metrics = tmp_path / f"z3{len(extra)}.jsonl"
+    for extra in ([], [fp32_flag]):
+        metrics = tmp_path / f"z{zero}-{len(extra)}.jsonl"
         result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
-                        f"train.metrics={metrics}", *mixed, "--zero", "3", *extra)
+                        f"train.metrics={metrics}", *mixed, "--zero", zero, *extra)
         assert result.returncode == 0, result.stdout + result.stderr
         # one block of d_model 32, d_ff 64: c_attn 96 x 32, c_proj 32 x 32, c_fc 64 x 32, its c_proj 32 x 64
-        said = "ZeRO-3 gathers the GEMM weights as bf16: 8192 of 11168 parameters" in result.stdout
-        assert said == (not extra), result.stdout
+        assert (said + "8192 of 11168 parameters" in result.stdout) == (not extra), result.stdout
         seen[bool(extra)] = losses(metrics)
     assert seen[False] == seen[True] and len(seen[False]) == 4
 

@@ -200,7 +200,7 @@ def test_an_oversubscribed_run_needs_no_environment_variables():
     assert r.returncode == 0 and "1 thread per rank (OMP_NUM_THREADS)" in r.stdout, r.stdout + r.stderr
 
 
-def test_zero3_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
+def test_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
     # Under bf16-mixed ZeRO-3 gathers the GEMM weights as bf16; -gfp32 gathers them in fp32. The
     # model only reads their bf16 rounding, so the trajectories must be bit-identical.
     layouts = ["tp1-pp1-dp2-z3-mb2", "tp1-pp1-dp2-z3-mb2-gfp32", "tp1-pp1-dp2-z3-mb1-pf0",
@@ -219,6 +219,18 @@ def test_zero3_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
     differs = subprocess.run(check + [tmp_path / "differs.json", "--suffix=-gfp32"], capture_output=True, text=True,
                              cwd=SOURCE)
     assert differs.returncode == 1 and "tp1-pp1-dp2-z3-mb2 and tp1-pp1-dp2-z3-mb2-gfp32 differ" in differs.stderr
+    # The twin's canonical name may put the option before later ones (-gfp32 before -pad16): paired
+    # all the same (they were once left out silently).
+    record = json.loads((tmp_path / "tied.json").read_text())
+    for row in record["layouts"]:
+        row["layout"] += "-pad16"
+    record["layouts"][1]["layout"] = "tp1-pp1-dp2-z3-mb2-gfp32-pad16"
+    record["layouts"][1]["fingerprint"] = "0" * 16
+    (tmp_path / "padded.json").write_text(json.dumps(record))
+    padded = subprocess.run(check + [tmp_path / "padded.json", "--suffix=-gfp32"], capture_output=True, text=True,
+                            cwd=SOURCE)
+    assert padded.returncode == 1 and "1/2 pairs" in padded.stdout, padded.stdout + padded.stderr
+    assert "tp1-pp1-dp2-z3-mb2-pad16 and tp1-pp1-dp2-z3-mb2-gfp32-pad16 differ" in padded.stderr
     none = subprocess.run(check + [tmp_path / "tied.json", "--suffix=-pf2"], capture_output=True, text=True, cwd=SOURCE)
     assert none.returncode == 1 and "0/0 pairs" in none.stdout and "no layout" in none.stderr
     (tmp_path / "bad.json").write_text("{")

@@ -43,7 +43,7 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-pf0").describe(), "tp=1 pp=1 dp=2, ZeRO-3, prefetch 0");
   EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-pf0-gfp32").describe(),
             "tp=1 pp=1 dp=2, ZeRO-3, prefetch 0, fp32 gathers");
-  EXPECT_TRUE(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-gfp32").zero3_fp32_gathers);
+  EXPECT_TRUE(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-gfp32").fp32_param_gathers);
   EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z3-mb1-gfp32").name(), "tp1-pp1-dp2-z3-mb1-gfp32");
   EXPECT_EQ(ParallelLayout::parse("tp1-pp2-dp1-z0-mb2").name(), "tp1-pp2-dp1-z0-mb2-1f1b");  // the default schedule
   EXPECT_EQ(ParallelLayout::parse("tp2-pp2-dp2-z1-mb4-afab").describe(), "tp=2 pp=2 dp=2, ZeRO-1, afab m=4");
@@ -74,8 +74,11 @@ TEST(ParallelLayout, EveryRuleIsCheckedWithTheSettingNamed) {
   EXPECT_NE(message("tp1-pp1-dp2-z0-mb1-sp", 2, none).find("sequence parallelism (--sequence-parallel) needs"),
             std::string::npos);
   EXPECT_NE(message("tp1-pp1-dp2-z0-mb1-v2", 2, none).find("need pipeline parallelism"), std::string::npos);
-  EXPECT_NE(message("tp1-pp1-dp2-z2-mb1-gfp32", 2, none).find("(-gfp32, --zero3-gather-fp32) are ZeRO-3's; ZeRO-2"),
+  EXPECT_NE(message("tp1-pp1-dp2-z0-mb1-gfp32", 2, none).find("(-gfp32, --gather-fp32) are for ZeRO 1-3, whose "
+                                                              "parameters are gathered; ZeRO-0 gathers none"),
             std::string::npos);
+  EXPECT_EQ(message("tp1-pp1-dp2-z1-mb1-gfp32", 2, none), "no error");  // ZeRO-1/2 gather after the step
+  EXPECT_EQ(message("tp1-pp1-dp2-z2-mb1-gfp32", 2, none), "no error");
   EXPECT_NE(message("tp3-pp1-dp1-z0-mb1", 3, none).find("does not divide model.n_head = 4"), std::string::npos);
   EXPECT_NE(message("tp1-pp1-dp3-z0-mb1", 3, none).find("does not divide among 3 data-parallel ranks"),
             std::string::npos);

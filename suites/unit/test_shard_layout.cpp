@@ -4,6 +4,7 @@
 // lies in exactly one rank's segments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -26,9 +27,10 @@ TEST(ShardLayout, OperandOnlyTensorsComeLastInTheirBucket) {
       const ShardLayout layout(specs, param_groups(specs), dp, 2000, false, {}, 0, flags);
       int64_t operand_elements = 0;
       for (const Bucket& b : layout.buckets()) {
-        int64_t exact = 0;
+        int64_t exact = 0, end = 0;
         for (std::size_t i : b.tensors) {
           const int64_t at = layout.offsets()[i] - b.start, n = shape_numel(specs[i].shape);
+          end = std::max(end, at + n);
           if (flags[i]) {
             EXPECT_GE(at, b.exact) << specs[i].name;
             EXPECT_EQ(at % ShardLayout::kAlignElements, 0) << specs[i].name;  // a GEMM operand in place
@@ -39,6 +41,11 @@ TEST(ShardLayout, OperandOnlyTensorsComeLastInTheirBucket) {
           }
         }
         EXPECT_EQ(b.exact, exact);  // nothing but the exact tensors in the head
+        // The tensors end at `end`, past `used` by the alignment gaps (ZeRO-1/2's bf16 gathers widen
+        // [exact, end): stopping at `used` once left the last weight's tail stale).
+        EXPECT_EQ(b.end, end);
+        EXPECT_GE(b.end, b.used);
+        EXPECT_LE(b.end, b.size);
       }
       // The four weights of each block, and an untied LM head.
       EXPECT_EQ(operand_elements, 3 * (16 * 48 + 16 * 16 + 32 * 16 + 16 * 32) + (tied ? 0 : 50 * 16));
@@ -52,6 +59,7 @@ TEST(ShardLayout, OperandOnlyTensorsComeLastInTheirBucket) {
     const ShardLayout plain(specs, param_groups(specs), 2, 2000, false);
     for (const Bucket& b : plain.buckets()) {
       EXPECT_EQ(b.exact, b.used);
+      EXPECT_EQ(b.end, b.used);  // no gaps
       for (std::size_t k = 1; k < b.tensors.size(); ++k)
         EXPECT_GT(plain.offsets()[b.tensors[k]], plain.offsets()[b.tensors[k - 1]]);
     }

@@ -1,0 +1,87 @@
+#include "parallel/updated_param_gather.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+
+#include "core/error.h"
+
+namespace tripod {
+
+BucketGatherPlan plan_bucket_gather(const Bucket& bucket, int dp, bool bf16_operand_gathers) {
+  check(dp >= 1 && bucket.size % dp == 0, "plan_bucket_gather: a bucket of ", bucket.size,
+        " elements does not split into ", dp, " slices");
+  check(bucket.exact >= 0 && bucket.exact <= bucket.end && bucket.end <= bucket.size, "plan_bucket_gather: bucket with exact ",
+        bucket.exact, ", end ", bucket.end, ", size ", bucket.size);
+  BucketGatherPlan plan;
+  // bf16 [size] + fp32 [exact] against fp32 [size]
+  plan.rounded = bf16_operand_gathers && bucket.exact < bucket.end && 2 * bucket.exact < bucket.size;
+  if (!plan.rounded) return plan;
+  const int64_t slice = bucket.size / dp;
+  for (int64_t begin = 0; begin < bucket.exact; begin += slice)
+    plan.head.push_back({static_cast<int>(begin / slice), begin, std::min(bucket.exact, begin + slice) - begin});
+  return plan;
+}
+
+namespace {
+
+struct Pending {  // a rounded bucket's gather in flight
+  const Bucket* bucket = nullptr;
+  Tensor sent, gathered;  // this rank's slice [slice] and the bucket [size], bf16
+  std::vector<std::unique_ptr<CommRequest>> requests;
+};
+
+}  // namespace
+
+int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
+                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers) {
+  check(!bf16_operand_gathers || full_params.dtype() == DType::F32,
+        "ZeRO: bf16 operand gathers need fp32 parameters, not ", dtype_name(full_params.dtype()));
+  const int rank = dp.rank();
+  int64_t received = 0;
+  // Widens a rounded bucket into every slice but this rank's, over [exact, end).
+  auto finish = [&](Pending& p) {
+    for (auto& request : p.requests) request->wait();
+    const Bucket& bucket = *p.bucket;
+    const int64_t slice = bucket.size / layout.dp();
+    const int64_t own_begin = rank * slice, own_end = own_begin + slice;
+    for (const auto& [begin, end] : {std::pair{bucket.exact, std::min(bucket.end, own_begin)},
+                                     std::pair{std::max(bucket.exact, own_end), bucket.end}})
+      if (begin < end)
+        backend.convert(p.gathered.view(begin, {end - begin}), full_params.view(bucket.start + begin, {end - begin}));
+    memory.add(-static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
+  };
+  std::deque<Pending> rounded;                        // at most two: their bf16 buffers
+  std::vector<std::unique_ptr<CommRequest>> in_place;  // fp32 buckets, waited for at the end
+  for (const Bucket& bucket : layout.buckets()) {
+    const BucketGatherPlan plan = plan_bucket_gather(bucket, layout.dp(), bf16_operand_gathers);
+    const Tensor full = full_params.view(bucket.start, {bucket.size});
+    const int64_t slice = bucket.size / layout.dp();
+    const Tensor own = full.view(rank * slice, {slice});
+    if (!plan.rounded) {
+      in_place.push_back(dp.all_gather_async(own, full));
+      received += bucket.size * static_cast<int64_t>(dtype_size(full_params.dtype()));
+      continue;
+    }
+    if (rounded.size() == 2) {  // the next bucket travels while this one is widened
+      finish(rounded.front());
+      rounded.pop_front();
+    }
+    Pending p;
+    p.bucket = &bucket;
+    p.sent = backend.alloc({slice}, DType::BF16);
+    p.gathered = backend.alloc({bucket.size}, DType::BF16);
+    memory.add(static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
+    backend.convert(own, p.sent);
+    p.requests.push_back(dp.all_gather_async(p.sent, p.gathered));
+    for (const auto& piece : plan.head)  // in place: the root's slice is the source
+      p.requests.push_back(dp.broadcast_async(full.view(piece.begin, {piece.length}), piece.root));
+    received += static_cast<int64_t>(p.gathered.bytes()) + bucket.exact * 4;
+    rounded.push_back(std::move(p));
+  }
+  for (Pending& p : rounded) finish(p);
+  for (auto& request : in_place) request->wait();
+  return received;
+}
+
+}  // namespace tripod

@@ -1,0 +1,131 @@
+// ZeRO-1/2's all-gather after the step (parallel/updated_param_gather.h), on every world size: each
+// rank's slices stay its exact masters, the exact heads arrive exact (from one or several ranks'
+// slices), the operand-only weights arrive as their bf16 rounding, and the bytes and the scratch
+// memory are what the plan says. Without bf16 operand gathers every value arrives exact.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "support/test_backend.h"
+#include "backend/transfer.h"
+#include "core/bf16.h"
+#include "parallel/updated_param_gather.h"
+
+namespace tripod {
+namespace {
+
+// A value with bits below bf16's precision, different for every element.
+double exact_value(int64_t i) { return 1.0 + 0.001 * static_cast<double>(i % 997) + 3e-7 * static_cast<double>(i % 7); }
+
+ParamSpec spec(const std::string& name, int64_t n, ParamRole role, int group) {
+  ParamSpec s;
+  s.name = name;
+  s.shape = {n};
+  s.role = role;
+  s.group = group;
+  return s;
+}
+
+// Three buckets (so that the two-bucket window moves): a LayerNorm-only one (fp32 alone), and two
+// of a large exact head (700, which spans two slices from 3 ranks on) before a weight.
+std::vector<ParamSpec> specs() {
+  return {spec("ln_only.weight", 300, ParamRole::LnFWeight, 0), spec("h.0.ln_1.weight", 700, ParamRole::Ln1Weight, 1),
+          spec("h.0.attn.c_attn.weight", 1000, ParamRole::QkvWeight, 1),
+          spec("h.1.ln_1.weight", 40, ParamRole::Ln1Weight, 2),
+          spec("h.1.mlp.c_fc.weight", 2000, ParamRole::FcWeight, 2)};
+}
+
+struct Gathered {
+  std::vector<double> full;
+  int64_t bytes = 0;
+  TransientMemory memory;
+};
+
+Gathered gather(const ShardLayout& layout, Communicator& dp, bool bf16) {
+  Backend& be = testing::shared_test_backend();
+  // This rank's slices hold the exact values; every other element is NaN until gathered.
+  std::vector<double> host(static_cast<std::size_t>(layout.total()), std::numeric_limits<double>::quiet_NaN());
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const int64_t first = layout.slice_start(static_cast<int>(b), dp.rank());
+    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
+      host[static_cast<std::size_t>(i)] = exact_value(i);
+  }
+  Tensor full = be.alloc({layout.total()}, DType::F32);
+  from_host_f64(be, host, full);
+  Gathered g;
+  g.bytes = gather_updated_params(layout, full, dp, be, g.memory, bf16);
+  g.full = to_host_f64(be, full);
+  return g;
+}
+
+TEST(UpdatedParamGather, OwnSlicesStayExactHeadsArriveExactWeightsAsBf16) {
+  auto world = testing::test_world();
+  const std::vector<ParamSpec> s = specs();
+  const std::vector<int> groups = {0, 1, 1, 2, 2};
+  const ShardLayout layout(s, groups, world->size(), /*bucket_elements=*/1, false, {}, 0, gemm_operand_only_flags(s));
+  ASSERT_EQ(layout.buckets().size(), 3u);
+  const Gathered exact = gather(layout, *world, false);
+  const Gathered rounded = gather(layout, *world, true);
+  int64_t exact_bytes = 0, rounded_bytes = 0;
+  std::size_t largest_scratch = 0;
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const Bucket& bucket = layout.buckets()[b];
+    const BucketGatherPlan plan = plan_bucket_gather(bucket, layout.dp(), true);
+    EXPECT_EQ(plan.rounded, b != 2) << "bucket " << b;  // buckets in backward order: the LayerNorm's last
+    exact_bytes += bucket.size * 4;
+    rounded_bytes += plan.rounded ? bucket.size * 2 + bucket.exact * 4 : bucket.size * 4;
+    if (plan.rounded) largest_scratch = std::max(largest_scratch, static_cast<std::size_t>(bucket.size * 2));
+    const int64_t slice = bucket.size / layout.dp();
+    if (plan.rounded) ASSERT_GT(bucket.end, bucket.used) << "bucket " << b;  // a gap aligns the weight
+    for (int64_t at = 0; at < bucket.end; ++at) {
+      const int64_t i = bucket.start + at;
+      const double want = exact_value(i);
+      ASSERT_EQ(exact.full[static_cast<std::size_t>(i)], static_cast<double>(static_cast<float>(want))) << i;
+      const bool own = at / slice == world->rank();
+      const double got = rounded.full[static_cast<std::size_t>(i)];
+      if (!plan.rounded || own || at < bucket.exact)
+        ASSERT_EQ(got, static_cast<double>(static_cast<float>(want))) << "bucket " << b << " element " << at;
+      else
+        ASSERT_EQ(got, static_cast<double>(bf16_to_float(float_to_bf16(static_cast<float>(want)))))
+            << "bucket " << b << " element " << at;
+    }
+  }
+  EXPECT_EQ(exact.bytes, exact_bytes);
+  EXPECT_EQ(rounded.bytes, rounded_bytes);
+  EXPECT_LT(rounded.bytes, exact.bytes);
+  EXPECT_EQ(exact.memory.peak, 0u);
+  EXPECT_EQ(rounded.memory.current, 0u);  // every scratch buffer returned
+  // Two rounded buckets at most at once: their gathered bf16 buckets and sent slices.
+  EXPECT_GT(rounded.memory.peak, 0u);
+  EXPECT_LE(rounded.memory.peak, 2 * (largest_scratch + largest_scratch / static_cast<std::size_t>(layout.dp())));
+}
+
+TEST(UpdatedParamGather, PlanCutsTheHeadAtSliceBoundaries) {
+  Bucket bucket;
+  bucket.size = 960;  // 3 slices of 320
+  bucket.used = 890;
+  bucket.end = 900;
+  bucket.exact = 400;
+  const BucketGatherPlan plan = plan_bucket_gather(bucket, 3, true);
+  ASSERT_TRUE(plan.rounded);
+  ASSERT_EQ(plan.head.size(), 2u);
+  EXPECT_EQ(plan.head[0].root, 0);
+  EXPECT_EQ(plan.head[0].begin, 0);
+  EXPECT_EQ(plan.head[0].length, 320);
+  EXPECT_EQ(plan.head[1].root, 1);
+  EXPECT_EQ(plan.head[1].begin, 320);
+  EXPECT_EQ(plan.head[1].length, 80);
+  EXPECT_FALSE(plan_bucket_gather(bucket, 3, false).rounded);  // not asked
+  bucket.exact = 480;  // bf16 [960] + fp32 [480] is as many bytes as fp32 [960]: not worth it
+  EXPECT_FALSE(plan_bucket_gather(bucket, 3, true).rounded);
+  bucket.exact = 900;  // nothing operand-only
+  bucket.used = 900;
+  EXPECT_FALSE(plan_bucket_gather(bucket, 3, true).rounded);
+  bucket.size = 961;
+  EXPECT_THROW(plan_bucket_gather(bucket, 3, true), Error);
+}
+
+}  // namespace
+}  // namespace tripod
