@@ -55,9 +55,13 @@ Tensor ParamGatherer::gather_bucket(int b) const {
   return buffer;
 }
 
+bool zero3_gathers_rounded(const Bucket& bucket, int dp, bool bf16_operand_gathers) {
+  const int64_t head = std::min(bucket.exact, bucket.size / dp);  // each rank's fp32 piece
+  return bf16_operand_gathers && bucket.exact < bucket.end && 2 * dp * head < bucket.size;
+}
+
 bool ParamGatherer::travels_rounded(int b) const {
-  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
-  return bf16_operand_gathers_ && bucket.exact < bucket.end;
+  return zero3_gathers_rounded(layout_.buckets()[static_cast<std::size_t>(b)], layout_.dp(), bf16_operand_gathers_);
 }
 
 void ParamGatherer::start_gather(int b) {

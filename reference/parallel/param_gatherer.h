@@ -35,6 +35,11 @@ namespace tripod {
 
 enum class PassKind { Forward, Backward };
 
+// Whether ZeRO-3 gathers a bucket as bf16 with its exact head in fp32 (see above): asked for, the
+// bucket holds operand-only tensors, and bf16 [size] plus the head's dp pieces of min(exact, slice)
+// fp32 elements are fewer bytes than fp32 [size] (a bucket whose head spans slices would cost more).
+bool zero3_gathers_rounded(const Bucket& bucket, int dp, bool bf16_operand_gathers);
+
 class ParamGatherer {
  public:
   // param_shard (this rank's slices of every bucket) must outlive the gatherer. prefetch: buckets
