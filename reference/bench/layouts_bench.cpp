@@ -98,6 +98,8 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
 
 void run_layouts(const LayoutsOptions& o) {
   check(o.steps >= 1, "bench layouts: --steps must be >= 1 (got ", o.steps, ")");  // 0 was a segmentation fault
+  check(o.batch_per_rank >= 1 && o.seq_len >= 1 && o.vocab >= 2, "bench layouts: --batch and --seq-len must be >= 1 and "
+        "--vocab >= 2 (got ", o.batch_per_rank, ", ", o.seq_len, ", ", o.vocab, ")");
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);

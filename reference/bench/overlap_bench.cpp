@@ -41,6 +41,8 @@ struct Pass {
 
 void run_overlap(const OverlapOptions& o) {
   check(o.repeats >= 1, "bench overlap: --repeats must be >= 1 (got ", o.repeats, ")");  // medians of nothing
+  check(o.batch >= 1 && o.seq_len >= 1 && o.vocab >= 2, "bench overlap: --batch and --seq-len must be >= 1 and --vocab "
+        ">= 2 (got ", o.batch, ", ", o.seq_len, ", ", o.vocab, ")");
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);

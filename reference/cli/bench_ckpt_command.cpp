@@ -9,9 +9,10 @@ void add_bench_ckpt_command(CLI::App& bench) {
   auto o = std::make_shared<bench::BenchCkptOptions>();
   cmd->add_option("-c,--config", o->config, "model preset or config file (model.vocab_size 0 becomes 8192)")->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
-  cmd->add_option("--batch", o->batch, "sequences per training step")->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "measurements of each kind (medians are reported)")->capture_default_str();
+  require_positive(cmd->add_option("--batch", o->batch, "sequences per training step")->capture_default_str());
+  require_positive(cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str());
+  require_positive(
+      cmd->add_option("--repeats", o->repeats, "measurements of each kind (medians are reported)")->capture_default_str());
   cmd->add_option("--dir", o->dir, "write here (the disk to measure; must not hold a ckpt folder); default: a "
                   "temporary folder. What the bench writes is removed after it, unless --keep");
   cmd->add_flag("--keep", o->keep, "leave the checkpoints it wrote in DIR/ckpt (e.g. to `tripod ckpt verify` them)");

@@ -25,8 +25,8 @@ void add_bench_train_command(CLI::App& bench) {
   auto o = std::make_shared<bench::BenchTrainOptions>();
   train->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
   train->add_option("--set", o->overrides, "override a config key (repeatable)");
-  train->add_option("--batch", o->batch, "sequences per step")->capture_default_str();
-  train->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
+  require_positive(train->add_option("--batch", o->batch, "sequences per step")->capture_default_str());
+  require_positive(train->add_option("--seq-len", o->seq_len, "context length")->capture_default_str());
   require_positive(train->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str());
   require_positive(train->add_option("--gemm-size", o->gemm_size, "size of the square sgemm baseline")->capture_default_str());
   train->add_option("--make-vocab-size-divisible-by", o->vocab_multiple,

@@ -14,9 +14,10 @@ void add_bench_layouts_command(CLI::App& bench) {
                                            "(e.g. tp1-pp2-dp1-z0-mb8-1f1b)");
   cmd->add_option("--recompute", o->recompute, "activation recomputation modes to time each layout in: none, "
                   "selective, full (e.g. --recompute none selective full)")->capture_default_str();
-  cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
-  cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens")->capture_default_str();
+  // (0 is no default here: a batch or vocabulary of 0 ran, or failed naming a config key)
+  require_positive(cmd->add_option("--batch", o->batch_per_rank, "sequences per rank")->capture_default_str());
+  require_positive(cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str());
+  require_positive(cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens (>= 2)")->capture_default_str());
   require_positive(cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str());
   require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)"));
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");

@@ -9,9 +9,10 @@ void add_bench_overlap_command(CLI::App& bench) {
   auto o = std::make_shared<bench::OverlapOptions>();
   cmd->add_option("-c,--config", o->config, "model preset or config file")->capture_default_str();
   cmd->add_option("--set", o->overrides, "override a config key (repeatable)");
-  cmd->add_option("--batch", o->batch, "sequences per rank")->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str();
-  cmd->add_option("--vocab", o->vocab, "vocabulary size of the random tokens")->capture_default_str();
+  // (a batch or context of 0 timed nothing and printed 0 MiB with exit 0)
+  require_positive(cmd->add_option("--batch", o->batch, "sequences per rank")->capture_default_str());
+  require_positive(cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str());
+  require_positive(cmd->add_option("--vocab", o->vocab, "vocabulary size of the random tokens (>= 2)")->capture_default_str());
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   require_non_negative(cmd->add_option("--progress-us", o->progress_us,
                   "polling interval of the MPI progress thread measured as a mechanism (0: skip it)")->capture_default_str());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "parallel/pipeline_executor.h"
@@ -39,11 +40,32 @@ std::string ParallelLayout::describe() const {
   return text;
 }
 
+namespace {
+
+// The setting a layout name's part sets (parts that set the same one exclude each other), or null
+// for a part parse() does not know.
+const char* setting_named_by(const std::string& part) {
+  static const std::pair<const char*, const char*> prefixes[] = {
+      {"pad", "vocabulary padding"}, {"tp", "TP size"}, {"pp", "PP size"}, {"dp", "DP size"},
+      {"mb", "micro-batches"}, {"z", "ZeRO stage"}, {"pf", "ZeRO-3 prefetch"}, {"ra", "receives ahead"}};
+  for (const auto& [prefix, setting] : prefixes)
+    if (part.rfind(prefix, 0) == 0) return setting;
+  if (part.rfind("v", 0) == 0 && part.size() > 1) return "virtual stages";
+  if (part == "sp") return "sequence parallelism";
+  if (part == "gfp32") return "fp32 gathers";
+  if (part == "rsel" || part == "rfull") return "recomputation";
+  if (part == "afab" || part == "1f1b" || part == "interleaved") return "pipeline schedule";
+  return nullptr;
+}
+
+}  // namespace
+
 ParallelLayout ParallelLayout::parse(const std::string& name) {
   ParallelLayout l;
   bool has_schedule = false;
   std::istringstream in(name);
   std::string part;
+  std::map<std::string, std::string> seen;  // setting -> the part that set it
   while (std::getline(in, part, '-')) {
     auto number = [&](std::size_t prefix) {
       try {
@@ -52,6 +74,10 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
         fail("layout '", name, "': cannot read a number in '", part, "'");
       }
     };
+    if (const char* setting = setting_named_by(part)) {
+      const auto [at, first] = seen.emplace(setting, part);  // a second part would silently win
+      check(first, "layout '", name, "': '", part, "' sets the ", setting, " that '", at->second, "' set already");
+    }
     if (part.rfind("pad", 0) == 0) l.vocab_multiple = number(3);
     else if (part.rfind("tp", 0) == 0) l.tp = number(2);
     else if (part.rfind("pp", 0) == 0) l.pp = number(2);

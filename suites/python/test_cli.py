@@ -355,6 +355,18 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "layouts", "-c", "tiny", "--steps", "-1"], "--steps: -1 is not a finite number > 0"),
     (["bench", "layouts", "-c", "tiny", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
     (["bench", "overlap", "-c", "tiny", "--repeats", "0"], "--repeats: 0 is not a finite number > 0"),
+    # bench overlap timed nothing with exit 0; bench layouts ran a vocabulary of 0 (random tokens in
+    # [0, 0)); the others failed naming the config key they set, not the option typed.
+    (["bench", "overlap", "-c", "tiny", "--batch", "0"], "--batch: 0 is not a finite number > 0"),
+    (["bench", "overlap", "-c", "tiny", "--seq-len", "0"], "--seq-len: 0 is not a finite number > 0"),
+    (["bench", "overlap", "-c", "tiny", "--vocab", "1"], "bench overlap: --batch and --seq-len must be >= 1 and --vocab >= 2"),
+    (["bench", "layouts", "-c", "tiny", "--vocab", "0"], "--vocab: 0 is not a finite number > 0"),
+    (["bench", "layouts", "-c", "tiny", "--vocab", "1"], "bench layouts: --batch and --seq-len must be >= 1 and --vocab >= 2"),
+    (["bench", "layouts", "-c", "tiny", "--batch", "0"], "--batch: 0 is not a finite number > 0"),
+    (["bench", "train", "-c", "tiny", "--batch", "-3"], "--batch: -3 is not a finite number > 0"),
+    (["bench", "train", "-c", "tiny", "--seq-len", "0"], "--seq-len: 0 is not a finite number > 0"),
+    (["bench", "ckpt", "-c", "tiny", "--batch", "0"], "--batch: 0 is not a finite number > 0"),
+    (["bench", "ckpt", "-c", "tiny", "--repeats", "0"], "--repeats: 0 is not a finite number > 0"),
     # The bench suite found these only after its GEMM and kernel sweeps (and --ranks -1 ran as the default).
     (["bench", "--quick", "--out", "unused", "--mpirun", "/nonexistent/mpirun"],
      "--mpirun /nonexistent/mpirun is not an executable file"),

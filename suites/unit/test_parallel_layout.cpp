@@ -55,6 +55,17 @@ TEST(ParallelLayout, ParseRefusesWhatItCannotRead) {
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp1-z0-mb1-1f1b"); }).find("needs pp > 1"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp0-pp1"); }).find("sizes must be >= 1"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-padx"); }).find("cannot read a number in 'padx'"), std::string::npos);
+  // A setting given twice: the second part silently won (tp1-tp2 ran as TP 2).
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp2-z1-mb1-tp2"); })
+                .find("layout 'tp1-pp1-dp2-z1-mb1-tp2': 'tp2' sets the TP size that 'tp1' set already"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp2-z1-mb1-gfp32-gfp32"); }).find("fp32 gathers"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp2-dp1-z0-mb2-rsel-rfull"); })
+                .find("'rfull' sets the recomputation that 'rsel' set already"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp2-dp1-z0-mb2-afab-1f1b"); }).find("pipeline schedule"),
+            std::string::npos);
 }
 
 TEST(ParallelLayout, EveryRuleIsCheckedWithTheSettingNamed) {
