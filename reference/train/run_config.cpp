@@ -119,7 +119,9 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   train.micro_batches = t.at("micro_batches");
   train.recompute = parse_recompute(t.at("recompute").get<std::string>());
   train.steps = t.at("steps");
-  train.seed = t.at("seed");
+  const json& seed = t.at("seed");  // unsigned: a negative one wrapped to 2^64 minus it, silently
+  check(seed.is_number_unsigned() || seed.get<int64_t>() >= 0, "train.seed must be >= 0 (got ", seed.dump(), ")");
+  train.seed = seed;
   train.log_every = t.at("log_every");
   train.eval_every = t.at("eval_every");
   train.eval_batches = t.at("eval_batches");

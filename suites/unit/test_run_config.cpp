@@ -73,6 +73,10 @@ TEST(RunConfig, ContradictionsAreNamed) {
   EXPECT_NE(error_of([] { with({"optim.weight_decay=-0.1"}); }).find("optim.weight_decay must be >= 0 (got -0.1)"),
             std::string::npos);
   EXPECT_NO_THROW(with({"optim.eps=0", "optim.weight_decay=0"}));
+  // A negative seed wrapped to 2^64 minus it and trained as that seed, silently.
+  EXPECT_NE(error_of([] { with({"train.seed=-1"}); }).find("train.seed must be >= 0 (got -1)"), std::string::npos);
+  EXPECT_NO_THROW(with({"train.seed=0"}));
+  EXPECT_NO_THROW(with({"train.seed=18446744073709551615"}));
   EXPECT_NE(error_of([] { with({"anomaly.skip_batches=9223372036854775807"}); })
                 .find("anomaly.skip_batches must be in [0, 2^20] (got 9223372036854775807)"),
             std::string::npos);
