@@ -84,6 +84,9 @@ class Backend {
 
   // ---- memory ----
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;  // zero-filled
+  // A tensor every element of which the caller overwrites before reading it (gemm_operands' copies,
+  // ZeRO-1/2's bf16 gather buffers): alloc's zero fill is a wasted pass, so a backend may skip it.
+  virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }
   virtual void fill(const Tensor& t, double value) = 0;
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;      // equal numel and dtype
   virtual void upload(const void* host, const Tensor& dst) = 0;     // host bytes -> dst
@@ -306,9 +309,6 @@ class Backend {
   // Throws unless `residual` is m x n elements of c's dtype on c's device, sharing no memory with c
   // (gemm_bias_residual: this default writes c before it reads the residual).
   void check_gemm_residual(const Tensor& c, const Tensor& residual, int64_t m, int64_t n) const;
-  // A tensor every element of which the caller overwrites at once (gemm_operands' copies): alloc's
-  // zero fill is a wasted pass on a device, so a backend may skip it.
-  virtual Tensor alloc_for_overwrite(const Shape& shape, DType dtype) { return alloc(shape, dtype); }
   // gemm_operands' copy of one fp32 matrix x [rows, cols] (rows = numel / last dim): rounded to
   // bf16, unpadded here; a device backend may zero-pad it (see gemm_operands).
   virtual Tensor bf16_operand_copy(const Tensor& x);

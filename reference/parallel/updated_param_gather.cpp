@@ -69,8 +69,9 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     }
     Pending p;
     p.bucket = &bucket;
-    p.sent = backend.alloc({slice}, DType::BF16);
-    p.gathered = backend.alloc({bucket.size}, DType::BF16);
+    // Both are written whole (the rounding, the gather) before anything reads them: no zero fill.
+    p.sent = backend.alloc_for_overwrite({slice}, DType::BF16);
+    p.gathered = backend.alloc_for_overwrite({bucket.size}, DType::BF16);
     memory.add(static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
     backend.convert(own, p.sent);
     p.requests.push_back(dp.all_gather_async(p.sent, p.gathered));
