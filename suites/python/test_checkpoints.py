@@ -75,6 +75,10 @@ LAYOUTS = {
                             "--microbatches", "2", "--set", "model.n_layer=4"]),
     "tp2-pp2-dp2-z1": (8, ["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "1"]),
     "tp2-padded": (2, ["--tp", "2", "--make-vocab-size-divisible-by", "48"]),
+    # bf16-mixed gathers the GEMM weights as bf16: ZeRO-1/2's full parameters then hold roundings
+    # outside a rank's own slices, which the checkpoint must not save (each piece from its owner).
+    "dp2-z1-bf16": (2, ["--zero", "1", "--set", "train.dtype=bf16-mixed"]),
+    "dp2-z3-bf16": (2, ["--zero", "3", "--set", "train.dtype=bf16-mixed"]),
 }
 
 
@@ -97,6 +101,21 @@ def test_exact_resume_in_every_layout_family(corpus, tmp_path, name):
         for tensor in a[kind]:
             assert np.array_equal(a[kind][tensor], b[kind][tensor]), f"{name}: {kind} of {tensor} differs"
     assert ok(tripod("ckpt", "verify", tmp_path / "split")).stdout.count("OK") == 1
+
+
+@pytest.mark.parametrize("zero", ["1", "2"])
+def test_bf16_gathers_save_the_owners_exact_parameters(corpus, tmp_path, zero):
+    """ZeRO-1/2 under bf16-mixed: a rank's full parameters hold the GEMM weights' bf16 roundings
+    outside its own slices. The checkpoint holds the exact values all the same: every tensor and
+    moment equals the fp32 gathers' (--gather-fp32) bit for bit."""
+    saved = {}
+    for extra in ([], ["--gather-fp32"]):
+        root = tmp_path / f"z{zero}{len(extra)}"
+        ok(train(corpus, 2, "--zero", zero, "--set", "train.dtype=bf16-mixed", "--save", root, *extra))
+        saved[bool(extra)] = read_checkpoint(root)[1]
+    for kind in saved[True]:
+        for tensor in saved[True][kind]:
+            assert np.array_equal(saved[False][kind][tensor], saved[True][kind][tensor]), f"{kind} of {tensor}"
 
 
 def test_resharding_between_layouts(corpus, tmp_path):
