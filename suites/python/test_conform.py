@@ -201,17 +201,19 @@ def test_an_oversubscribed_run_needs_no_environment_variables():
 
 
 def test_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
-    # Under bf16-mixed ZeRO-3 gathers the GEMM weights as bf16; -gfp32 gathers them in fp32. The
-    # model only reads their bf16 rounding, so the trajectories must be bit-identical.
+    # Under bf16-mixed ZeRO 1-3 gather the GEMM weights as bf16 (ZeRO-3 before use, ZeRO-1/2 after
+    # the update); -gfp32 gathers them in fp32. The model only reads their bf16 rounding, so the
+    # trajectories must be bit-identical.
     layouts = ["tp1-pp1-dp2-z3-mb2", "tp1-pp1-dp2-z3-mb2-gfp32", "tp1-pp1-dp2-z3-mb1-pf0",
-               "tp1-pp1-dp2-z3-mb1-pf0-gfp32"]
+               "tp1-pp1-dp2-z3-mb1-pf0-gfp32", "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z1-mb2-gfp32",
+               "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z2-mb1-gfp32"]
     check = [sys.executable, "-m", "reports.same_fingerprints"]
     for heads in ("tied", "untied"):
         out = tmp_path / f"{heads}.json"
         result = conform(2, "--dtype", "bf16-mixed", "--heads", heads, "--json", out, "--layouts", *layouts)
         assert result.returncode == 0, result.stdout + result.stderr
         same = subprocess.run(check + [out, "--suffix=-gfp32"], capture_output=True, text=True, cwd=SOURCE)
-        assert same.returncode == 0 and "2/2 pairs with the same fingerprint" in same.stdout, same.stdout + same.stderr
+        assert same.returncode == 0 and "4/4 pairs with the same fingerprint" in same.stdout, same.stdout + same.stderr
     # The check can fail: a pair that differs, no pair at all, a file that is not conform's.
     record = json.loads((tmp_path / "tied.json").read_text())
     record["layouts"][1]["fingerprint"] = "0" * 16
@@ -229,7 +231,7 @@ def test_bf16_operand_gathers_give_the_bits_of_fp32_gathers(tmp_path):
     (tmp_path / "padded.json").write_text(json.dumps(record))
     padded = subprocess.run(check + [tmp_path / "padded.json", "--suffix=-gfp32"], capture_output=True, text=True,
                             cwd=SOURCE)
-    assert padded.returncode == 1 and "1/2 pairs" in padded.stdout, padded.stdout + padded.stderr
+    assert padded.returncode == 1 and "3/4 pairs" in padded.stdout, padded.stdout + padded.stderr
     assert "tp1-pp1-dp2-z3-mb2-pad16 and tp1-pp1-dp2-z3-mb2-gfp32-pad16 differ" in padded.stderr
     none = subprocess.run(check + [tmp_path / "tied.json", "--suffix=-pf2"], capture_output=True, text=True, cwd=SOURCE)
     assert none.returncode == 1 and "0/0 pairs" in none.stdout and "no layout" in none.stderr
