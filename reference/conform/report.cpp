@@ -133,6 +133,15 @@ void ReportWriter::add(const Outcome& outcome) {
   if (writes_rows_) write();
 }
 
+void ReportWriter::fail_rows(const std::vector<std::size_t>& rows, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t i : rows) {
+    outcomes_.at(i).errors.pass = false;
+    outcomes_.at(i).errors.failure = reason;
+  }
+  if (writes_rows_) write();
+}
+
 void ReportWriter::abandon(const std::string& name, const std::string& reason, Ending ending) {
   std::lock_guard<std::mutex> lock(mutex_);
   Outcome o;

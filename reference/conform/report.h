@@ -42,6 +42,9 @@ class ReportWriter {
   // The next row has started: its name, layout and head (kept for abandon).
   void running(const Outcome& row);
   void add(const Outcome& outcome);  // a row is complete
+  // Rows (indices into outcomes()) found wrong after they completed (conform/bit_twins.h): failed
+  // with `reason`, and the files rewritten (where this writer writes rows).
+  void fail_rows(const std::vector<std::size_t>& rows, const std::string& reason);
   // The running row, `name`, ends the job: a FAIL row with `reason` and the running row's layout
   // fields (they were a default layout's, tp1-pp1-dp1), timed out (from the watchdog's thread) or
   // failed alone. Writes the files whatever `writes_rows` said.

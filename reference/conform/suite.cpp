@@ -15,6 +15,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/rank_errors.h"
 #include "comm/world.h"
+#include "conform/bit_twins.h"
 #include "conform/lone_failure.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
@@ -347,12 +348,19 @@ class Suite {
   }
 
   void finish() {
+    // Every rank holds the same rows (agreed row by row), so every rank finds the same twins.
+    const BitTwinCheck twins = check_bit_twins(report_->outcomes());
+    for (const TwinDisagreement& d : twins.disagreements) {
+      if (root_) std::printf("FAIL: %s\n", d.reason.c_str());
+      report_->fail_rows(d.rows, "bit twins differ: " + d.reason);
+    }
     int failed = 0;
     for (const auto& out : report_->outcomes()) failed += !out.errors.pass;
     const std::size_t rows = report_->outcomes().size();
     if (root_)
-      std::printf("%zu rows (%zu layouts), %zu passed, %d failed (tolerance: %s)\n", rows, layouts_.size(),
-                  rows - failed, failed, tolerance_text().c_str());
+      std::printf("%zu rows (%zu layouts), %zu passed, %d failed (tolerance: %s; bit twins: %zu of %zu groups agree)\n",
+                  rows, layouts_.size(), rows - failed, failed, tolerance_text().c_str(),
+                  twins.groups - twins.disagreements.size(), twins.groups);
     if (failed > 0) throw Error(root_ ? std::to_string(failed) + " row(s) failed conformance" : "");
   }
 

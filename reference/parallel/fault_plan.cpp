@@ -37,6 +37,11 @@ const std::vector<FaultInfo>& catalogue() {
        "ZeRO-3 reuses the parameters it gathered first instead of gathering the updated shards"},
       {Fault::UseAfterRelease, "use-after-release",
        "ZeRO-3 releases a bucket's gathered parameters before the model has read them"},
+      {Fault::StaleZero12Params, "stale-zero12-params",
+       "ZeRO-1/2 skip the parameter all-gather after the step: each rank keeps its old copy of the others' slices"},
+      {Fault::RoundedMasters, "rounded-masters",
+       "ZeRO-1/2's bf16 parameter gathers (bf16-mixed) widen into the rank's own slice too: its fp32 master "
+       "weights become their bf16 rounding"},
       {Fault::PipelineSlotMixup, "pipeline-slot-mixup",
        "a pipeline stage's backward reads the activations of another micro-batch in flight (stages before the loss)"},
       {Fault::HangOneRank, "hang-one-rank",

@@ -74,10 +74,10 @@ void ShardedOptimizer::step(double lr, int64_t step, double grad_scale) {
                    v_.view(seg.local, {seg.length}), lr, adamw_.beta1, adamw_.beta2, adamw_.eps, decay_of(seg.tensor),
                    step, grad_scale);
   }
-  if (!policy_.gather_params_after_step) return;
+  if (!policy_.gather_params_after_step || faults_.has(Fault::StaleZero12Params)) return;
   // Every rank updated its slices; gather the whole parameters back, in place.
-  gathered_bytes_ +=
-      gather_updated_params(layout_, buffers_.full_params, dp_, backend_, memory_, bf16_operand_gathers_);
+  gathered_bytes_ += gather_updated_params(layout_, buffers_.full_params, dp_, backend_, memory_, bf16_operand_gathers_,
+                                           faults_.has(Fault::RoundedMasters));
 }
 
 }  // namespace tripod

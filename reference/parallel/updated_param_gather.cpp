@@ -34,7 +34,8 @@ struct Pending {  // a rounded bucket's gather in flight
 }  // namespace
 
 int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
-                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers) {
+                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
+                              bool round_own_slices) {
   check(!bf16_operand_gathers || full_params.dtype() == DType::F32,
         "ZeRO: bf16 operand gathers need fp32 parameters, not ", dtype_name(full_params.dtype()));
   const int rank = dp.rank();
@@ -44,7 +45,8 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     for (auto& request : p.requests) request->wait();
     const Bucket& bucket = *p.bucket;
     const int64_t slice = bucket.size / layout.dp();
-    const int64_t own_begin = rank * slice, own_end = own_begin + slice;
+    // (the fault: an empty own slice, so the widening overwrites the master with its rounding)
+    const int64_t own_begin = round_own_slices ? 0 : rank * slice, own_end = round_own_slices ? 0 : own_begin + slice;
     for (const auto& [begin, end] : {std::pair{bucket.exact, std::min(bucket.end, own_begin)},
                                      std::pair{std::max(bucket.exact, own_end), bucket.end}})
       if (begin < end)

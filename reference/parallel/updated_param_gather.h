@@ -43,8 +43,10 @@ BucketGatherPlan plan_bucket_gather(const Bucket& bucket, int dp, bool bf16_oper
 // Gathers every bucket of `full_params` (fp32 [layout.total()]) from its ranks' slices, in place, as
 // planned; at most two buckets' bf16 buffers exist at once (counted in `memory`). Collective over
 // `dp`. Returns the bytes the gathers wrote on this rank (their whole outputs, as ZeRO-3's
-// ParamGatherer::received_bytes counts them).
+// ParamGatherer::received_bytes counts them). `round_own_slices`: the rounded-masters fault
+// (parallel/fault_plan.h), never otherwise.
 int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
-                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers);
+                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
+                              bool round_own_slices = false);
 
 }  // namespace tripod

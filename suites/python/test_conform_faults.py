@@ -37,13 +37,25 @@ EXPECTED = {
     "max-to-sum-shift": (lambda l: False, True),  # exact in real arithmetic: only huge logits break it
     "stale-zero3-params": (lambda l: l["zero"] == 3, False),
     "use-after-release": (lambda l: l["zero"] == 3, False),  # caught because released buffers are poisoned
+    "stale-zero12-params": (lambda l: l["zero"] in (1, 2) and l["dp"] > 1, False),
     "pipeline-slot-mixup": (lambda l: l["pp"] > 1, False),
 }
 
 
-def conform(*args, timeout=200):
+# Faults of the bf16-mixed policy alone, with the layouts they are run on and those that must catch
+# them. rounded-masters moves results by less than bf16's rounding floor, within the tolerance: only
+# the bit twins catch it (ZeRO-1 at one micro-batch a step against ZeRO-3, conform/bit_twins.h), and
+# both twins of each pair fail, since either could be the wrong one.
+BF16_LAYOUTS = ["tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z3-mb1", "tp2-pp1-dp2-z1-mb1-sp",
+                "tp2-pp1-dp2-z3-mb1-sp", "tp1-pp1-dp2-z2-mb2"]
+BF16_EXPECTED = {
+    "rounded-masters": {"tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z3-mb1", "tp2-pp1-dp2-z1-mb1-sp", "tp2-pp1-dp2-z3-mb1-sp"},
+}
+
+
+def conform(*args, timeout=200, dtype="fp64"):
     require_tripod()
-    return subprocess.run(mpirun_command(8, "conform", "--dtype", "fp64", *args, timeout=timeout),
+    return subprocess.run(mpirun_command(8, "conform", "--dtype", dtype, *args, timeout=timeout),
                           capture_output=True, text=True, timeout=timeout + 40, env=MPI_ENV)
 
 
@@ -52,7 +64,7 @@ def test_the_catalogue_is_listed_and_covered():
     assert result.returncode == 0
     listed = [line.split()[0] for line in result.stdout.splitlines()[1:]]
     assert len(listed) >= 10
-    assert set(listed) == set(EXPECTED) | {"hang-one-rank", "fail-one-rank"}
+    assert set(listed) == set(EXPECTED) | set(BF16_EXPECTED) | {"hang-one-rank", "fail-one-rank"}
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
@@ -70,6 +82,20 @@ def test_every_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
     expected = {r["layout"] for r in report["layouts"] if must_fail(r)}
     assert failed == expected, f"{fault}: failed {sorted(failed)}, expected {sorted(expected)}\n{result.stdout}"
     assert all(c["pass"] != checks_fail for c in report["operator_checks"]), report["operator_checks"]
+
+
+@pytest.mark.parametrize("fault", sorted(BF16_EXPECTED))
+def test_every_bf16_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
+    clean = conform("--layouts", *BF16_LAYOUTS, "--timeout", "60", dtype="bf16-mixed")
+    assert clean.returncode == 0 and "bit twins: 2 of 2 groups agree" in clean.stdout, clean.stdout + clean.stderr
+    result = conform("--layouts", *BF16_LAYOUTS, "--inject-fault", fault, "--timeout", "60", "--json", tmp_path / "c.json",
+                     dtype="bf16-mixed")
+    assert result.returncode != 0, f"{fault} was not caught:\n{result.stdout}"
+    report = json.loads((tmp_path / "c.json").read_text())
+    failed = {r["layout"] for r in report["layouts"] if not r["pass"]}
+    assert failed == BF16_EXPECTED[fault], f"{fault}: failed {sorted(failed)}\n{result.stdout}"
+    assert all("bit twins differ" in r["failure"] for r in report["layouts"] if not r["pass"])
+    assert "bit twins: 0 of 2 groups agree" in result.stdout, result.stdout
 
 
 def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):

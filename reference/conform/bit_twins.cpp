@@ -1,0 +1,43 @@
+#include "conform/bit_twins.h"
+
+#include <map>
+
+namespace tripod::conform {
+
+std::string bit_twin_key(const Outcome& row) {
+  const ParallelLayout& l = row.layout;
+  if (row.name != l.name() || l.zero == 0) return "";  // operator checks, checkpoint rows, ZeRO-0
+  ParallelLayout twin = l;  // what the twins share: everything but the stage, prefetch and gather precision
+  twin.zero = 0;
+  twin.zero3_prefetch = 1;
+  twin.fp32_param_gathers = false;
+  // ZeRO-1 with more than one micro-batch a step reduces once after them, the others after each.
+  const bool reduces_like_zero2 = l.zero >= 2 || l.micro_batches == 1;
+  return twin.name() + (reduces_like_zero2 ? " zero 1-3" : " zero 1");
+}
+
+BitTwinCheck check_bit_twins(const std::vector<Outcome>& rows) {
+  std::map<std::string, std::vector<std::size_t>> groups;  // key and head -> rows, in run order
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string key = bit_twin_key(rows[i]);
+    if (!key.empty() && rows[i].errors.pass && !rows[i].fingerprint.empty())
+      groups[key + " " + rows[i].head].push_back(i);
+  }
+  BitTwinCheck out;
+  for (const auto& [key, members] : groups) {
+    if (members.size() < 2) continue;
+    ++out.groups;
+    bool same = true;
+    for (std::size_t i : members) same = same && rows[i].fingerprint == rows[members.front()].fingerprint;
+    if (same) continue;
+    TwinDisagreement d{members, ""};
+    for (std::size_t i : members)
+      d.reason += (d.reason.empty() ? "" : " and ") + rows[i].name + " " + rows[i].fingerprint;
+    d.reason += " must agree bit for bit (" + rows[members.front()].head +
+                " head; ZeRO-2 and -3, ZeRO-1 at one micro-batch a step, -gfp32 and -pfN change no arithmetic)";
+    out.disagreements.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace tripod::conform

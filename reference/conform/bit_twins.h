@@ -1,0 +1,34 @@
+// Layouts that must agree bit for bit, not only within the tolerance: rows of one run whose
+// layouts differ only in what cannot change an arithmetic result.
+//   - ZeRO-2 and ZeRO-3: the same buckets, the same reduce-scatter every micro-batch, the same
+//     sharded update; ZeRO-3's gathers copy values (prefetch, -pfN, only changes when).
+//   - ZeRO-1 too, when a step is one micro-batch: its one reduction after backward is then ZeRO-2's.
+//   - `-gfp32`: bf16-mixed gathers the GEMM weights as bf16, whose rounding is all the model reads.
+// ZeRO-0 all-reduces instead (another summation order beyond two ranks): it has no twins.
+// The tolerance cannot see a bug that moves results by less than rounding does (bf16-mixed's
+// rounding floor hid fp32 master weights rounded to bf16 at every step); a twin that disagrees can.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "conform/report.h"
+
+namespace tripod::conform {
+
+// The rows (indices) of one group of twins whose fingerprints are not all equal, and what they are.
+struct TwinDisagreement {
+  std::vector<std::size_t> rows;
+  std::string reason;  // "tp1-pp1-dp2-z1-mb1 a1b2... and tp1-pp1-dp2-z3-mb1 c3d4... must agree bit for bit (...)"
+};
+
+// The key of a layout's twins (rows with equal keys and heads must agree), or "" for a row without
+// twins (an operator check, a checkpoint row, ZeRO-0).
+std::string bit_twin_key(const Outcome& row);
+
+struct BitTwinCheck {
+  std::size_t groups = 0;  // of two or more passing rows with one key and head
+  std::vector<TwinDisagreement> disagreements;  // those whose fingerprints differ
+};
+BitTwinCheck check_bit_twins(const std::vector<Outcome>& rows);
+
+}  // namespace tripod::conform
