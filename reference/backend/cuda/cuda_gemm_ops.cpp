@@ -109,8 +109,12 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
       return false;
     }
     const bool in_place = bf16_product_in_place(m, n, c32, ldc);
-    check(c_in_raw == nullptr || in_place, "gemm: a C read apart from D (", c_in->describe(),
-          ") for a C that is not computed in place (m = ", m, ", n = ", n, ")");
+    // (not check(): its message arguments are evaluated first, and c_in is null for most GEMMs; that
+    // call dereferenced it in every bf16-operand GEMM of fp32 tensors, a segmentation fault the
+    // first GPU run after it found)
+    if (c_in_raw != nullptr && !in_place)
+      fail("gemm: a C read apart from D (", c_in->describe(), ") for a C that is not computed in place (m = ", m,
+           ", n = ", n, ")");
     float* target = in_place ? c32 : grown(scratch_c_, mp * np, DType::F32).device_data<float>();  // [mp, np]
     const int64_t ld_target = in_place ? ldc : np;  // np, a multiple of 8, aligns fp32 rows too
     if (!in_place && beta != 0.0) cuda::convert_2d<float, float>(c32, ldc, m, n, target, np, m, n, ctx_);
