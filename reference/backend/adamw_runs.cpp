@@ -13,15 +13,15 @@ void Backend::check_adamw_runs(const Tensor& params, const Tensor& grads, const 
                                const std::vector<AdamWRun>& runs) const {
   const int64_t n = params.numel();
   for (const Tensor* t : {&grads, &m, &v})
-    check(t->numel() == n && t->dtype() == params.dtype() && t->device() == params.device(),
-          "adamw_runs: the buffers must be as long as the parameters (", params.describe(), "), of their dtype and ",
-          "device; got ", t->describe());
+    TRIPOD_CHECK(t->numel() == n && t->dtype() == params.dtype() && t->device() == params.device(),
+                 "adamw_runs: the buffers must be as long as the parameters (", params.describe(),
+                 "), of their dtype and ", "device; got ", t->describe());
   std::vector<AdamWRun> sorted = runs;
   std::sort(sorted.begin(), sorted.end(), [](const AdamWRun& a, const AdamWRun& b) { return a.offset < b.offset; });
   int64_t end = 0;
   for (const AdamWRun& r : sorted) {
-    check(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= n, "adamw_runs: run [", r.offset, ", ",
-          r.offset + r.length, ") is outside the ", n, " elements of ", params.describe());
+    TRIPOD_CHECK(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= n, "adamw_runs: run [", r.offset, ", ",
+                 r.offset + r.length, ") is outside the ", n, " elements of ", params.describe());
     check(r.length == 0 || r.offset >= end, "adamw_runs: run [", r.offset, ", ", r.offset + r.length,
           ") overlaps another run (up to ", end, ")");
     if (r.length > 0) end = r.offset + r.length;

@@ -12,9 +12,10 @@ namespace tripod {
 
 void Backend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                         const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) {
-  check(c.numel() == m * n, "gemm_bias: C (", c.describe(), ") must hold exactly its ", m, " x ", n, " elements");
-  check(!bias.defined() || (bias.numel() == n && bias.dtype() == c.dtype()), "gemm_bias: the bias (",
-        bias.defined() ? bias.describe() : std::string("none"), ") must be ", n, " elements of C's dtype");
+  TRIPOD_CHECK(c.numel() == m * n, "gemm_bias: C (", c.describe(), ") must hold exactly its ", m, " x ", n,
+               " elements");
+  TRIPOD_CHECK(!bias.defined() || (bias.numel() == n && bias.dtype() == c.dtype()), "gemm_bias: the bias (",
+               bias.defined() ? bias.describe() : std::string("none"), ") must be ", n, " elements of C's dtype");
   gemm(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate);
   if (bias.defined()) bias_add(c, bias);
 }
@@ -28,14 +29,15 @@ void Backend::gemm_bias_residual(bool trans_a, bool trans_b, int64_t m, int64_t 
 }
 
 void Backend::check_gemm_residual(const Tensor& c, const Tensor& residual, int64_t m, int64_t n) const {
-  check(residual.defined() && residual.numel() == m * n && residual.dtype() == c.dtype() &&
-            residual.device() == c.device(),
-        "gemm_bias_residual: the residual (", residual.defined() ? residual.describe() : std::string("none"),
-        ") must be ", m, " x ", n, " elements of C's dtype where C (", c.describe(), ") is");
+  TRIPOD_CHECK(residual.defined() && residual.numel() == m * n && residual.dtype() == c.dtype() &&
+                   residual.device() == c.device(),
+               "gemm_bias_residual: the residual (", residual.defined() ? residual.describe() : std::string("none"),
+               ") must be ", m, " x ", n, " elements of C's dtype where C (", c.describe(), ") is");
   const auto r = reinterpret_cast<std::uintptr_t>(residual.address());
   const auto o = reinterpret_cast<std::uintptr_t>(c.address());
-  check(r + residual.bytes() <= o || o + c.bytes() <= r, "gemm_bias_residual: the residual (", residual.describe(),
-        ") shares memory with C (", c.describe(), "): C is written before the residual is read");
+  TRIPOD_CHECK(r + residual.bytes() <= o || o + c.bytes() <= r, "gemm_bias_residual: the residual (",
+               residual.describe(), ") shares memory with C (", c.describe(),
+               "): C is written before the residual is read");
 }
 
 }  // namespace tripod

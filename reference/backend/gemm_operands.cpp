@@ -23,8 +23,8 @@ bool rounded_as_operand(const Backend& be, const Tensor& x) {
 }  // namespace
 
 std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first) {
-  check(!dbias_of_first.defined() || !operands.empty(), "gemm_operands: a bias gradient ",
-        dbias_of_first.describe(), " without the operand it sums");
+  TRIPOD_CHECK(!dbias_of_first.defined() || !operands.empty(), "gemm_operands: a bias gradient ",
+               dbias_of_first.describe(), " without the operand it sums");
   bool rounded_once = true;
   for (const Tensor& x : operands) rounded_once = rounded_once && rounded_as_operand(*this, x);
   if (!rounded_once) {
@@ -40,7 +40,7 @@ std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, 
 }
 
 Tensor Backend::gelu_operand(const Tensor& x) {
-  check(x.defined() && x.numel() > 0, "gelu_operand: an empty input ", x.describe());
+  TRIPOD_CHECK(x.defined() && x.numel() > 0, "gelu_operand: an empty input ", x.describe());
   if (rounded_as_operand(*this, x)) return bf16_gelu_operand(x);
   Tensor out = alloc_for_overwrite(x.shape(), x.dtype());
   gelu_forward(out, x);
@@ -54,8 +54,8 @@ Tensor Backend::bf16_gelu_operand(const Tensor& x) {
 }
 
 Tensor Backend::gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
-  check(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
-        "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
+  TRIPOD_CHECK(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
+               "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
   if (rounded_as_operand(*this, inp) && dout.dtype() == DType::F32 && dbias.defined())
     return bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor d = alloc_for_overwrite(inp.shape(), inp.dtype());
@@ -71,7 +71,7 @@ Tensor Backend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout
 
 Tensor Backend::layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                   const Tensor& bias, double eps) {
-  check(inp.defined() && inp.numel() > 0, "layernorm_operand: an empty input ", inp.describe());
+  TRIPOD_CHECK(inp.defined() && inp.numel() > 0, "layernorm_operand: an empty input ", inp.describe());
   if (rounded_as_operand(*this, inp))
     return bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
   Tensor out = alloc_for_overwrite(inp.shape(), inp.dtype());
@@ -87,8 +87,8 @@ Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, c
 }
 
 Tensor Backend::attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
-  check(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention_operand: qkv ",
-        qkv.defined() ? qkv.describe() : std::string("none"), " is not [B, T, 3C]");
+  TRIPOD_CHECK(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention_operand: qkv ",
+               qkv.defined() ? qkv.describe() : std::string("none"), " is not [B, T, 3C]");
   if (rounded_as_operand(*this, qkv)) return bf16_attention_operand(state, qkv, n_head);
   Tensor out = alloc_for_overwrite({qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3}, qkv.dtype());
   attention_forward(out, state, qkv, n_head);
@@ -103,10 +103,10 @@ Tensor Backend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, i
 
 Tensor Backend::attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
                                           const Tensor& dbias) {
-  check(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && dout.defined() &&
-            dout.numel() * 3 == qkv.numel(),
-        "attention_backward_operand: qkv ", qkv.defined() ? qkv.describe() : std::string("none"),
-        " is not [B, T, 3C] for the output gradient ", dout.defined() ? dout.describe() : std::string("none"));
+  TRIPOD_CHECK(
+      qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && dout.defined() && dout.numel() * 3 == qkv.numel(),
+      "attention_backward_operand: qkv ", qkv.defined() ? qkv.describe() : std::string("none"),
+      " is not [B, T, 3C] for the output gradient ", dout.defined() ? dout.describe() : std::string("none"));
   if (rounded_as_operand(*this, qkv) && dout.dtype() == DType::F32 && dbias.defined())
     return bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
   Tensor dqkv = alloc_for_overwrite(qkv.shape(), qkv.dtype());

@@ -31,8 +31,8 @@ std::vector<double> to_host_f64(Backend& backend, const Tensor& t) {
 }
 
 void from_host_f64(Backend& backend, const std::vector<double>& values, const Tensor& t) {
-  check(static_cast<int64_t>(values.size()) == t.numel(), "from_host_f64: ", values.size(), " values for ",
-        t.describe());
+  TRIPOD_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_host_f64: ", values.size(), " values for ",
+               t.describe());
   switch (t.dtype()) {
     case DType::F64: backend.upload(values.data(), t); return;
     case DType::F32: {
@@ -53,8 +53,8 @@ void from_host_f64(Backend& backend, const std::vector<double>& values, const Te
 Tensor alloc_scalar(Backend& backend) { return backend.alloc({1}, DType::F64); }
 
 double read_scalar(Backend& backend, const Tensor& scalar) {
-  check(scalar.dtype() == DType::F64 && scalar.numel() == 1, "read_scalar: expected one fp64 element, got ",
-        scalar.describe());
+  TRIPOD_CHECK(scalar.dtype() == DType::F64 && scalar.numel() == 1, "read_scalar: expected one fp64 element, got ",
+               scalar.describe());
   double value = 0;
   backend.download(scalar, &value);
   return value;

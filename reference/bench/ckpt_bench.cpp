@@ -37,7 +37,7 @@ double disk_write_seconds(const fs::path& file, uint64_t bytes) {
   const std::vector<char> piece(kPiece, 'x');
   const auto start = Clock::now();
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  check(fd >= 0, "cannot create ", file.string());
+  TRIPOD_CHECK(fd >= 0, "cannot create ", file.string());
   for (uint64_t done = 0; done < bytes;) {
     const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPiece, bytes - done));
     const ssize_t written = ::write(fd, piece.data(), n);
@@ -49,7 +49,7 @@ double disk_write_seconds(const fs::path& file, uint64_t bytes) {
   }
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
-  check(synced, "cannot fsync ", file.string());
+  TRIPOD_CHECK(synced, "cannot fsync ", file.string());
   const double seconds = seconds_since(start);
   fs::remove(file);
   return seconds;
@@ -74,7 +74,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
   const fs::path dir = own_dir ? fs::temp_directory_path() / ("tripod-bench-ckpt-" + std::to_string(::getpid())) : fs::path(o.dir);
   const fs::path root = dir / "ckpt";
   fs::create_directories(dir);
-  check(!fs::exists(root), root.string(), " exists: give --dir an empty or new folder");
+  TRIPOD_CHECK(!fs::exists(root), root.string(), " exists: give --dir an empty or new folder");
   const uint64_t bytes = checkpoint_bytes(nullptr, trainer.state_regions());
   const double mb = static_cast<double>(bytes) / 1e6;
   std::printf("tripod bench ckpt: %s, %.1f MB of state (parameters, AdamW m and v, %s), %lld repeats, into %s\n",

@@ -266,7 +266,7 @@ void run_suite(const SuiteOptions& o) {
       out / "plots.log", {{"PYTHONPATH", TRIPOD_SOURCE_DIR}}));
   std::printf("results: %s; plots: %s%s\n", (out / "bench.json").string().c_str(), (out / "plots").string().c_str(),
               plots.code == 0 && !plots.signaled ? "" : " (plotting failed, see plots.log)");
-  check(failed == 0, failed, " benchmark step(s) failed; their logs are in ", out.string());
+  TRIPOD_CHECK(failed == 0, failed, " benchmark step(s) failed; their logs are in ", out.string());
 }
 
 }  // namespace tripod::bench

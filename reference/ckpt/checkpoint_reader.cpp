@@ -38,9 +38,9 @@ void store_double(double value, std::byte* p, DType dtype) {
 
 CheckpointReader::CheckpointReader(const fs::path& dir) : dir_(dir) {
   const fs::path path = dir / kManifestFile;
-  check(fs::is_directory(dir), "checkpoint ", dir.string(), " does not exist or is not a directory");
-  check(fs::exists(path), "checkpoint ", dir.string(), " has no ", kManifestFile,
-        " (an unfinished save, or not a checkpoint): it cannot be loaded");
+  TRIPOD_CHECK(fs::is_directory(dir), "checkpoint ", dir.string(), " does not exist or is not a directory");
+  TRIPOD_CHECK(fs::exists(path), "checkpoint ", dir.string(), " has no ", kManifestFile,
+               " (an unfinished save, or not a checkpoint): it cannot be loaded");
   manifest_ = parse_manifest(read_text(path), path.string());
   fds_.assign(manifest_.files.size(), -1);
 }
@@ -55,8 +55,8 @@ int CheckpointReader::open_file(std::size_t file) {
   const ShardFile& entry = manifest_.files[file];
   const fs::path path = dir_ / entry.name;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  check(fd >= 0, "checkpoint ", dir_.string(), ": cannot open shard file ", entry.name, " (rank ", entry.rank,
-        "'s): ", last_system_error());
+  TRIPOD_CHECK(fd >= 0, "checkpoint ", dir_.string(), ": cannot open shard file ", entry.name, " (rank ", entry.rank,
+               "'s): ", last_system_error());
   try {
     check_shard_header(fd, path, entry, manifest_.step);
   } catch (...) {
@@ -72,9 +72,9 @@ std::vector<std::byte> CheckpointReader::read_block(std::size_t file, std::size_
   std::vector<std::byte> bytes(b.bytes());
   read_fully(open_file(file), bytes.data(), bytes.size(), b.offset, dir_ / entry.name);
   const std::string actual = xxh64_hex(bytes.data(), bytes.size());
-  check(actual == b.xxh64, "checkpoint shard ", (dir_ / entry.name).string(), " is damaged in tensor '", b.tensor,
-        "' (", b.kind, ", bytes ", b.offset, "..", b.offset + b.bytes(), "): checksum ", actual, " but the manifest records ",
-        b.xxh64);
+  TRIPOD_CHECK(actual == b.xxh64, "checkpoint shard ", (dir_ / entry.name).string(), " is damaged in tensor '",
+               b.tensor, "' (", b.kind, ", bytes ", b.offset, "..", b.offset + b.bytes(), "): checksum ", actual,
+               " but the manifest records ", b.xxh64);
   return bytes;
 }
 
@@ -90,7 +90,7 @@ const std::vector<CheckpointReader::Piece>& CheckpointReader::pieces(const std::
       std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.logical < b.logical; });
   }
   const auto it = index_.find({tensor, kind});
-  check(it != index_.end(), "checkpoint ", dir_.string(), " holds no ", kind, " of tensor '", tensor, "'");
+  TRIPOD_CHECK(it != index_.end(), "checkpoint ", dir_.string(), " holds no ", kind, " of tensor '", tensor, "'");
   return it->second;
 }
 
@@ -106,8 +106,8 @@ void CheckpointReader::copy_logical(const std::string& tensor, const std::string
   const int64_t end = first + count;
   for (; at < end && it != list.end(); ++it) {
     if (it->logical + it->length <= at) continue;
-    check(it->logical <= at, "checkpoint ", dir_.string(), ": element ", at, " of tensor '", tensor, "' (", kind,
-          ") is in no block (the checkpoint does not cover it)");
+    TRIPOD_CHECK(it->logical <= at, "checkpoint ", dir_.string(), ": element ", at, " of tensor '", tensor, "' (", kind,
+                 ") is in no block (the checkpoint does not cover it)");
     const auto key = std::make_pair(it->file, it->block);
     if (!cache.count(key)) cache[key] = read_block(it->file, it->block);
     const Block& b = manifest_.files[it->file].blocks[it->block];
@@ -122,16 +122,16 @@ void CheckpointReader::copy_logical(const std::string& tensor, const std::string
     }
     at += n;
   }
-  check(at == end, "checkpoint ", dir_.string(), ": element ", at, " of tensor '", tensor, "' (", kind,
-        ") is in no block (the checkpoint does not cover it)");
+  TRIPOD_CHECK(at == end, "checkpoint ", dir_.string(), ": element ", at, " of tensor '", tensor, "' (", kind,
+               ") is in no block (the checkpoint does not cover it)");
 }
 
 void CheckpointReader::load(const StateRegion& region, Backend& backend) {
   const auto shape = manifest_.tensors.find(region.tensor);
-  check(shape != manifest_.tensors.end(), "checkpoint ", dir_.string(), " has no tensor '", region.tensor,
-        "' (a checkpoint of another model?)");
-  check(shape->second == region.logical_shape, "checkpoint ", dir_.string(), ": tensor '", region.tensor, "' is ",
-        shape_str(shape->second), " there but ", shape_str(region.logical_shape), " in this model");
+  TRIPOD_CHECK(shape != manifest_.tensors.end(), "checkpoint ", dir_.string(), " has no tensor '", region.tensor,
+               "' (a checkpoint of another model?)");
+  TRIPOD_CHECK(shape->second == region.logical_shape, "checkpoint ", dir_.string(), ": tensor '", region.tensor,
+               "' is ", shape_str(shape->second), " there but ", shape_str(region.logical_shape), " in this model");
   std::vector<std::byte> host(region.local.bytes());
   backend.download(region.local, host.data());  // keeps the padding as it is
   std::map<std::pair<std::size_t, std::size_t>, std::vector<std::byte>> cache;
@@ -144,7 +144,7 @@ void CheckpointReader::load(const StateRegion& region, Backend& backend) {
 
 std::vector<double> CheckpointReader::read_tensor(const std::string& tensor, const std::string& kind) {
   const auto shape = manifest_.tensors.find(tensor);
-  check(shape != manifest_.tensors.end(), "checkpoint ", dir_.string(), " has no tensor '", tensor, "'");
+  TRIPOD_CHECK(shape != manifest_.tensors.end(), "checkpoint ", dir_.string(), " has no tensor '", tensor, "'");
   const int64_t n = shape_numel(shape->second);
   std::vector<double> values(static_cast<std::size_t>(n));
   std::map<std::pair<std::size_t, std::size_t>, std::vector<std::byte>> cache;

@@ -73,31 +73,33 @@ fs::path partial_dir(const fs::path& root, int64_t step) { return root / std::st
 void check_save_root(const fs::path& root, uint64_t bytes_needed, const std::string& option) {
   std::error_code ec;
   if (fs::exists(root, ec)) {
-    check(fs::is_directory(root), option, " ", root.string(), ": a file of that name exists and is not a Tripod ",
-          "checkpoint root; refusing to replace it (choose another path)");
-    check(!fs::exists(root / "state.json"), option, " ", root.string(), ": it holds a single checkpoint of Tripod's ",
-          "old format (state.json); refusing to touch it (choose another path, or move it aside)");
-    check(fs::is_empty(root) || is_checkpoint_root(root), option, " ", root.string(),
-          ": the folder exists and is not a Tripod checkpoint root (no 'latest', files other than step-* ",
-          "checkpoints); refusing to write into it and risk its files (choose another path)");
+    TRIPOD_CHECK(fs::is_directory(root), option, " ", root.string(),
+                 ": a file of that name exists and is not a Tripod ",
+                 "checkpoint root; refusing to replace it (choose another path)");
+    TRIPOD_CHECK(!fs::exists(root / "state.json"), option, " ", root.string(),
+                 ": it holds a single checkpoint of Tripod's ",
+                 "old format (state.json); refusing to touch it (choose another path, or move it aside)");
+    TRIPOD_CHECK(fs::is_empty(root) || is_checkpoint_root(root), option, " ", root.string(),
+                 ": the folder exists and is not a Tripod checkpoint root (no 'latest', files other than step-* ",
+                 "checkpoints); refusing to write into it and risk its files (choose another path)");
   }
   fs::create_directories(root, ec);
-  check(fs::is_directory(root), option, " ", root.string(), ": cannot create it",
-        ec ? " (" + ec.message() + ")" : std::string());
+  TRIPOD_CHECK(fs::is_directory(root), option, " ", root.string(), ": cannot create it",
+               ec ? " (" + ec.message() + ")" : std::string());
   const fs::path probe = root / (".tripod-write-test-" + std::to_string(::getpid()));
   {
     std::ofstream out(probe);
     out << "x";
     out.flush();
-    check(out.good(), option, " ", root.string(), ": cannot write in it");
+    TRIPOD_CHECK(out.good(), option, " ", root.string(), ": cannot write in it");
   }
   fs::remove(probe, ec);
   if (bytes_needed == 0) return;
   struct statvfs st {};
   if (::statvfs(root.c_str(), &st) != 0) return;
   const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-  check(free_bytes >= bytes_needed, option, " ", root.string(), ": a checkpoint of this run needs about ",
-        mib(bytes_needed), " but only ", mib(free_bytes), " are free there");
+  TRIPOD_CHECK(free_bytes >= bytes_needed, option, " ", root.string(), ": a checkpoint of this run needs about ",
+               mib(bytes_needed), " but only ", mib(free_bytes), " are free there");
 }
 
 int remove_leftovers(const fs::path& root) {
@@ -151,18 +153,20 @@ std::string latest_pointer_problem(const fs::path& path) {
 }
 
 fs::path resolve_checkpoint(const fs::path& path) {
-  check(fs::exists(path), "checkpoint ", path.string(), " does not exist");
+  TRIPOD_CHECK(fs::exists(path), "checkpoint ", path.string(), " does not exist");
   // ROOT/latest, the pointer file a user sees beside the step directories, means the root's latest.
   if (path.filename() == kLatestFile && fs::is_regular_file(path) && !path.parent_path().empty())
     return resolve_checkpoint(path.parent_path());
-  check(fs::is_directory(path), "checkpoint ", path.string(), " is a file, not a checkpoint directory");
+  TRIPOD_CHECK(fs::is_directory(path), "checkpoint ", path.string(), " is a file, not a checkpoint directory");
   if (fs::exists(path / kManifestFile)) return path;
-  check(!fs::exists(path / "state.json"), "checkpoint ", path.string(), " is in Tripod's old single-file format ",
-        "(state.json, format version 1), which this version does not read; convert it with `tripod ckpt upgrade ",
-        path.string(), " NEW_ROOT` and resume from NEW_ROOT");
+  TRIPOD_CHECK(
+      !fs::exists(path / "state.json"), "checkpoint ", path.string(), " is in Tripod's old single-file format ",
+      "(state.json, format version 1), which this version does not read; convert it with `tripod ckpt upgrade ",
+      path.string(), " NEW_ROOT` and resume from NEW_ROOT");
   const auto latest = find_latest(path);
-  check(latest.has_value(), "checkpoint ", path.string(), " holds no complete checkpoint (no step-* directory with a ",
-        kManifestFile, "; an unfinished save leaves none)");
+  TRIPOD_CHECK(latest.has_value(), "checkpoint ", path.string(),
+               " holds no complete checkpoint (no step-* directory with a ", kManifestFile,
+               "; an unfinished save leaves none)");
   return *latest;
 }
 
@@ -176,10 +180,11 @@ fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_
   if (fs::exists(target)) {
     fs::remove_all(replaced, ec);
     fs::rename(target, replaced, ec);
-    check(!ec, "cannot move the previous ", target.string(), " aside: ", ec.message());
+    TRIPOD_CHECK(!ec, "cannot move the previous ", target.string(), " aside: ", ec.message());
   }
   fs::rename(staged, target, ec);
-  check(!ec, "cannot move the finished checkpoint ", staged.string(), " to ", target.string(), ": ", ec.message());
+  TRIPOD_CHECK(!ec, "cannot move the finished checkpoint ", staged.string(), " to ", target.string(), ": ",
+               ec.message());
   fsync_directory(root);
   write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
   fs::remove_all(replaced, ec);

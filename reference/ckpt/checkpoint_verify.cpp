@@ -23,7 +23,7 @@ namespace {
 
 std::string file_xxh64(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  check(fd >= 0, "cannot open ", path.string(), ": ", last_system_error());
+  TRIPOD_CHECK(fd >= 0, "cannot open ", path.string(), ": ", last_system_error());
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
   std::vector<char> buffer(1 << 20);
@@ -95,7 +95,7 @@ VerifyReport verify_checkpoint(const fs::path& path) {
     ++report.files;
     report.bytes += file.bytes;
     try {
-      check(fs::exists(p), "shard file ", p.string(), " (rank ", file.rank, "'s) is missing");
+      TRIPOD_CHECK(fs::exists(p), "shard file ", p.string(), " (rank ", file.rank, "'s) is missing");
       const std::string actual = file_xxh64(p);
       bool whole_ok = actual == file.xxh64;
       for (std::size_t k = 0; k < file.blocks.size(); ++k) {

@@ -26,7 +26,7 @@ void write_fully(int fd, const void* data, std::size_t bytes, const std::filesys
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    check(n > 0, "cannot write ", path.string(), ": ", n < 0 ? last_system_error() : std::string("no progress"));
+    TRIPOD_CHECK(n > 0, "cannot write ", path.string(), ": ", n < 0 ? last_system_error() : std::string("no progress"));
     p += n;
     bytes -= static_cast<std::size_t>(n);
   }
@@ -37,8 +37,8 @@ void read_fully(int fd, void* data, std::size_t bytes, uint64_t offset, const st
   while (bytes > 0) {
     const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    check(n > 0, "cannot read ", path.string(), " at byte ", offset, ": ",
-          n < 0 ? last_system_error() : std::string("the file ends there (truncated?)"));
+    TRIPOD_CHECK(n > 0, "cannot read ", path.string(), " at byte ", offset, ": ",
+                 n < 0 ? last_system_error() : std::string("the file ends there (truncated?)"));
     p += n;
     offset += static_cast<uint64_t>(n);
     bytes -= static_cast<std::size_t>(n);
@@ -48,25 +48,25 @@ void read_fully(int fd, void* data, std::size_t bytes, uint64_t offset, const st
 void write_text_durably(const std::filesystem::path& path, const std::string& text) {
   const std::filesystem::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  check(fd >= 0, "cannot create ", tmp.string(), ": ", last_system_error());
+  TRIPOD_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", last_system_error());
   try {
     write_fully(fd, text.data(), text.size(), tmp);
-    check(::fsync(fd) == 0, "fsync of ", tmp.string(), " failed: ", last_system_error());
+    TRIPOD_CHECK(::fsync(fd) == 0, "fsync of ", tmp.string(), " failed: ", last_system_error());
   } catch (...) {
     ::close(fd);
     std::filesystem::remove(tmp);
     throw;
   }
-  check(::close(fd) == 0, "closing ", tmp.string(), " failed: ", last_system_error());
+  TRIPOD_CHECK(::close(fd) == 0, "closing ", tmp.string(), " failed: ", last_system_error());
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  check(!ec, "cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
+  TRIPOD_CHECK(!ec, "cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
   fsync_directory(path.parent_path());
 }
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot read ", path.string());
+  TRIPOD_CHECK(in.good(), "cannot read ", path.string());
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();

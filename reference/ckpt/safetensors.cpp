@@ -31,7 +31,7 @@ void write_all(int fd, const void* bytes, std::size_t size, const std::filesyste
   while (size > 0) {
     ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
-    check(n > 0, "writing ", path.string(), ": ", sys_error());
+    TRIPOD_CHECK(n > 0, "writing ", path.string(), ": ", sys_error());
     p += n;
     size -= static_cast<std::size_t>(n);
   }
@@ -50,8 +50,8 @@ void fsync_directory(const std::filesystem::path& dir) {
 uint64_t checked_bytes(const Shape& shape, DType dtype, const std::string& what) {
   uint64_t bytes = dtype_size(dtype);
   for (int64_t d : shape) {
-    check(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), what,
-          ": shape ", shape_str(shape), " is too large");
+    TRIPOD_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), what, ": shape ", shape_str(shape),
+                 " is too large");
   }
   return bytes;
 }
@@ -125,9 +125,9 @@ TensorEntry parse_tensor_entry(const std::string& name, const nlohmann::json& in
   entry.end = offsets[1].get<uint64_t>();
   check(entry.begin <= entry.end, what, ": data_offsets [", entry.begin, ", ", entry.end, "] are reversed");
   const uint64_t bytes = checked_bytes(entry.tensor.shape, entry.tensor.dtype, what);
-  check(entry.end - entry.begin == bytes, what, ": data_offsets [", entry.begin, ", ", entry.end,
-        "] span ", entry.end - entry.begin, " bytes but shape ", shape_str(entry.tensor.shape), " of ",
-        info["dtype"].get<std::string>(), " needs ", bytes);
+  TRIPOD_CHECK(entry.end - entry.begin == bytes, what, ": data_offsets [", entry.begin, ", ", entry.end, "] span ",
+               entry.end - entry.begin, " bytes but shape ", shape_str(entry.tensor.shape), " of ",
+               info["dtype"].get<std::string>(), " needs ", bytes);
   return entry;
 }
 
@@ -201,10 +201,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Host
     const std::string what = "safetensors file " + path.string() + ", tensor '" + t.name + "'";
     check(t.name != kMetadataKey, what, ": the name is reserved for the metadata");
     check(names.insert(t.name).second, what, ": duplicate tensor name");
-    for (int64_t d : t.shape) check(d >= 0, what, ": negative dimension in shape ", shape_str(t.shape));
+    for (int64_t d : t.shape) TRIPOD_CHECK(d >= 0, what, ": negative dimension in shape ", shape_str(t.shape));
     const uint64_t bytes = checked_bytes(t.shape, t.dtype, what);
-    check(t.data.size() == bytes, what, ": holds ", t.data.size(), " bytes but shape ",
-          shape_str(t.shape), " of ", safetensors_dtype_name(t.dtype), " needs ", bytes);
+    TRIPOD_CHECK(t.data.size() == bytes, what, ": holds ", t.data.size(), " bytes but shape ", shape_str(t.shape),
+                 " of ", safetensors_dtype_name(t.dtype), " needs ", bytes);
     header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
@@ -218,18 +218,18 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Host
   std::filesystem::path tmp = path;
   tmp += ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  check(fd >= 0, "cannot create ", tmp.string(), ": ", sys_error());
+  TRIPOD_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", sys_error());
   try {
     write_all(fd, &header_size, sizeof header_size, tmp);
     write_all(fd, text.data(), text.size(), tmp);
     for (const HostTensor& t : tensors) write_all(fd, t.data.data(), t.data.size(), tmp);
-    check(::fsync(fd) == 0, "fsync of ", tmp.string(), " failed: ", sys_error());
+    TRIPOD_CHECK(::fsync(fd) == 0, "fsync of ", tmp.string(), " failed: ", sys_error());
     const int closed = ::close(fd);
     fd = -1;
-    check(closed == 0, "closing ", tmp.string(), " failed: ", sys_error());
+    TRIPOD_CHECK(closed == 0, "closing ", tmp.string(), " failed: ", sys_error());
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
-    check(!ec, "cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
+    TRIPOD_CHECK(!ec, "cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
   } catch (...) {
     if (fd >= 0) ::close(fd);
     std::error_code ignored;
@@ -292,7 +292,7 @@ void SafetensorsFile::add(HostTensor tensor) {
 
 const HostTensor& SafetensorsFile::get(const std::string& name) const {
   auto it = index_.find(name);
-  check(it != index_.end(), "safetensors file ", path_.string(), " has no tensor '", name, "'");
+  TRIPOD_CHECK(it != index_.end(), "safetensors file ", path_.string(), " has no tensor '", name, "'");
   return tensors_[it->second];
 }
 

@@ -59,9 +59,9 @@ struct HostTensor {
     const DType wanted = host_dtype_of<T>();
     check(dtype == wanted, "tensor '", name, "' of dtype ", dtype_name(dtype), " read as ",
           dtype_name(wanted));
-    check(data.size() == static_cast<std::size_t>(numel()) * dtype_size(dtype), "tensor '", name,
-          "' holds ", data.size(), " bytes but its shape ", shape_str(shape), " needs ",
-          numel() * static_cast<int64_t>(dtype_size(dtype)));
+    TRIPOD_CHECK(data.size() == static_cast<std::size_t>(numel()) * dtype_size(dtype), "tensor '", name, "' holds ",
+                 data.size(), " bytes but its shape ", shape_str(shape), " needs ",
+                 numel() * static_cast<int64_t>(dtype_size(dtype)));
   }
 };
 
@@ -70,9 +70,9 @@ template <class T>
 HostTensor make_host_tensor(std::string name, Shape shape, std::span<const T> values) {
   constexpr DType dtype = host_dtype_of<T>();
   static_assert(dtype_size(dtype) == sizeof(T));
-  for (int64_t d : shape) check(d >= 0, "tensor '", name, "' has a negative dimension in ", shape_str(shape));
-  check(static_cast<int64_t>(values.size()) == shape_numel(shape), "tensor '", name, "' has shape ",
-        shape_str(shape), " but ", values.size(), " values were given");
+  for (int64_t d : shape) TRIPOD_CHECK(d >= 0, "tensor '", name, "' has a negative dimension in ", shape_str(shape));
+  TRIPOD_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "tensor '", name, "' has shape ",
+               shape_str(shape), " but ", values.size(), " values were given");
   HostTensor t{std::move(name), dtype, std::move(shape), std::vector<std::byte>(values.size_bytes())};
   if (!values.empty()) std::memcpy(t.data.data(), values.data(), values.size_bytes());
   return t;

@@ -79,7 +79,7 @@ ShardWriter::ShardWriter(const fs::path& dir, int rank, int64_t step)
   entry_.name = shard_file_name(rank);
   entry_.rank = rank;
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  check(fd_ >= 0, "cannot create checkpoint shard ", tmp_.string(), ": ", last_system_error());
+  TRIPOD_CHECK(fd_ >= 0, "cannot create checkpoint shard ", tmp_.string(), ": ", last_system_error());
   const auto header = header_bytes(rank, step);
   write_fully(fd_, header.data(), header.size(), tmp_);
   XXH64_update(hash_->state, header.data(), header.size());
@@ -123,13 +123,13 @@ void ShardWriter::add(const StateRegion& region, const std::byte* host) {
 }
 
 ShardFile ShardWriter::finish() {
-  check(::fsync(fd_) == 0, "fsync of ", tmp_.string(), " failed: ", last_system_error());
+  TRIPOD_CHECK(::fsync(fd_) == 0, "fsync of ", tmp_.string(), " failed: ", last_system_error());
   const int closed = ::close(fd_);
   fd_ = -1;
-  check(closed == 0, "closing ", tmp_.string(), " failed: ", last_system_error());
+  TRIPOD_CHECK(closed == 0, "closing ", tmp_.string(), " failed: ", last_system_error());
   std::error_code ec;
   fs::rename(tmp_, path_, ec);
-  check(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
+  TRIPOD_CHECK(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
   entry_.bytes = written_;
   entry_.xxh64 = hex(XXH64_digest(hash_->state));
   return entry_;
@@ -137,18 +137,20 @@ ShardFile ShardWriter::finish() {
 
 void check_shard_header(int fd, const fs::path& path, const ShardFile& entry, int64_t step) {
   struct stat st {};
-  check(::fstat(fd, &st) == 0, "cannot stat ", path.string(), ": ", last_system_error());
-  check(S_ISREG(st.st_mode), "checkpoint shard ", path.string(), " is not a regular file");
-  check(static_cast<uint64_t>(st.st_size) == entry.bytes, "checkpoint shard ", path.string(), " is ", st.st_size,
-        " bytes but the manifest records ", entry.bytes, st.st_size < static_cast<off_t>(entry.bytes) ? " (truncated)" : "");
-  check(entry.bytes >= kShardHeaderBytes, "checkpoint shard ", path.string(), " is shorter than its header");
+  TRIPOD_CHECK(::fstat(fd, &st) == 0, "cannot stat ", path.string(), ": ", last_system_error());
+  TRIPOD_CHECK(S_ISREG(st.st_mode), "checkpoint shard ", path.string(), " is not a regular file");
+  TRIPOD_CHECK(static_cast<uint64_t>(st.st_size) == entry.bytes, "checkpoint shard ", path.string(), " is ", st.st_size,
+               " bytes but the manifest records ", entry.bytes,
+               st.st_size < static_cast<off_t>(entry.bytes) ? " (truncated)" : "");
+  TRIPOD_CHECK(entry.bytes >= kShardHeaderBytes, "checkpoint shard ", path.string(), " is shorter than its header");
   std::array<std::byte, kShardHeaderBytes> header{};
   read_fully(fd, header.data(), header.size(), 0, path);
   const auto expected = header_bytes(entry.rank, step);
-  check(std::memcmp(header.data(), kMagic, 8) == 0, "checkpoint shard ", path.string(),
-        " does not start with TRIPODCK (not a shard file, or its header is damaged)");
-  check(header == expected, "checkpoint shard ", path.string(), "'s header does not match the manifest (rank ",
-        entry.rank, ", step ", step, ", version ", kManifestVersion, "): it is damaged or from another checkpoint");
+  TRIPOD_CHECK(std::memcmp(header.data(), kMagic, 8) == 0, "checkpoint shard ", path.string(),
+               " does not start with TRIPODCK (not a shard file, or its header is damaged)");
+  TRIPOD_CHECK(header == expected, "checkpoint shard ", path.string(), "'s header does not match the manifest (rank ",
+               entry.rank, ", step ", step, ", version ", kManifestVersion,
+               "): it is damaged or from another checkpoint");
 }
 
 }  // namespace tripod::ckpt

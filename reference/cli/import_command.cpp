@@ -40,7 +40,8 @@ void add_kind(CLI::App& import, const std::string& kind, const std::string& desc
     if (!o->collective.empty()) args.insert(args.end(), {"--collective", o->collective});
     const int code = process::run_python_module_writing(o->python, "reports.importers", args, o->out);
     // The importer has already printed which line it could not read; this says which command failed.
-    check(code == 0, "import ", kind, " ", o->file, " failed (exit status ", code, "): nothing written to ", o->out);
+    TRIPOD_CHECK(code == 0, "import ", kind, " ", o->file, " failed (exit status ", code, "): nothing written to ",
+                 o->out);
   });
 }
 

@@ -65,8 +65,9 @@ nlohmann::json event_json(const process::LaunchEvent& e) {
 void run_launch_command(const LaunchCommandOptions& o) {
   const std::filesystem::path& checkpoints = o.supervisor.checkpoints;
   // A file here was read as "no checkpoint (step 0)".
-  check(checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints),
-        "--checkpoints ", checkpoints.string(), " is a file, not a checkpoint root");
+  TRIPOD_CHECK(
+      checkpoints.empty() || !std::filesystem::exists(checkpoints) || std::filesystem::is_directory(checkpoints),
+      "--checkpoints ", checkpoints.string(), " is a file, not a checkpoint root");
   // Appended to, as train.metrics is on resume: a launch run again after the supervisor itself
   // died (a rebooted login node) truncated the history of the attempts before it. Each launch
   // starts with a "start" line, so a script can tell them apart.

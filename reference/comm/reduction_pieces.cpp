@@ -17,10 +17,10 @@ std::vector<ReductionPiece> reduction_pieces(int64_t block, int ranks_per_piece,
 }
 
 void pack_piece(const Tensor& in, int64_t block, int ranks, const ReductionPiece& piece, const Tensor& staging) {
-  check(in.numel() == block * ranks && staging.numel() >= piece.length * ranks && staging.dtype() == in.dtype() &&
-            piece.first + piece.length <= block,
-        "pack_piece: ", in.describe(), " as ", ranks, " blocks of ", block, ", columns ", piece.first, "+",
-        piece.length, " into ", staging.describe());
+  TRIPOD_CHECK(in.numel() == block * ranks && staging.numel() >= piece.length * ranks &&
+                   staging.dtype() == in.dtype() && piece.first + piece.length <= block,
+               "pack_piece: ", in.describe(), " as ", ranks, " blocks of ", block, ", columns ", piece.first, "+",
+               piece.length, " into ", staging.describe());
   const std::size_t element = dtype_size(in.dtype());
   const char* from = static_cast<const char*>(in.raw());
   char* to = static_cast<char*>(staging.raw());

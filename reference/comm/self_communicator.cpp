@@ -43,12 +43,12 @@ class SelfRecvRequest final : public CommRequest {
   }
 
   bool test() override {
-    check(pending_->error.empty(), what_, ": ", pending_->error);
+    TRIPOD_CHECK(pending_->error.empty(), what_, ": ", pending_->error);
     return pending_->done;
   }
   void wait() override {
-    check(test(), what_, ": no send with tag ", pending_->tag,
-          " has been posted, and a group of one process would wait for it forever");
+    TRIPOD_CHECK(test(), what_, ": no send with tag ", pending_->tag,
+                 " has been posted, and a group of one process would wait for it forever");
   }
 
  private:
@@ -132,8 +132,8 @@ std::unique_ptr<CommRequest> SelfCommunicator::start(const CommCall& call, bool)
       if (match == sent.end()) {
         mailbox_->waiting.push_back(pending);
       } else {
-        check(match->numel == call.out.numel(), at, ": the matching send has ", match->numel, " elements, not ",
-              call.out.numel());
+        TRIPOD_CHECK(match->numel == call.out.numel(), at, ": the matching send has ", match->numel, " elements, not ",
+                     call.out.numel());
         if (call.out.device() == Device::Host) {
           if (!match->bytes.empty()) std::memcpy(call.out.raw(), match->bytes.data(), match->bytes.size());
         } else {

@@ -46,12 +46,22 @@ inline std::string name_list(const std::vector<std::string>& names, std::size_t 
 }
 
 // check(condition, "message parts", ...): throws tripod::Error with the concatenated message.
-// The parts are evaluated before the call: on hot paths whose message parts build strings
-// (shape_str, dtype_name, ...) write `if (!condition) fail(...)` so the message costs nothing
-// until it is needed.
+// A function evaluates its arguments before it runs, so the parts must be values that cost
+// nothing and are always safe to compute: literals, numbers, names held in variables.
 template <typename... Parts>
 void check(bool condition, const Parts&... parts) {
   if (!condition) fail(parts...);
 }
+
+// TRIPOD_CHECK(condition, "message parts", ...): check() for parts that compute something
+// (t.describe(), shape_str(...), p->member): they are evaluated only when the condition fails.
+// With check() a part `c_in->describe()` ran on every call and crashed where `c_in` was null
+// and the condition held (every fp32 GEMM of the bf16-operand policy, on the first GPU run);
+// describe() on a hot path also formats a string per call for nothing. ci/lint/eager_messages.py
+// refuses a check() whose parts compute.
+#define TRIPOD_CHECK(condition, ...)          \
+  do {                                        \
+    if (!(condition)) ::tripod::fail(__VA_ARGS__); \
+  } while (false)
 
 }  // namespace tripod

@@ -12,8 +12,8 @@ Tensor host_alloc(const Shape& shape, DType dtype) {
   const std::size_t bytes = allocation_bytes(shape, dtype);
   const std::size_t padded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
   void* ptr = allocate_host_block(padded);  // large ones cached: core/block_cache.h says why not malloc
-  check(padded == 0 || ptr != nullptr, "out of host memory allocating ", bytes, " bytes for a tensor of shape ",
-        shape_str(shape));
+  TRIPOD_CHECK(padded == 0 || ptr != nullptr, "out of host memory allocating ", bytes, " bytes for a tensor of shape ",
+               shape_str(shape));
   auto release = [padded](void* p) { free_host_block(p, padded); };
   return Tensor(std::make_shared<Storage>(ptr, bytes, Device::Host, release), 0, shape, dtype);
 }

@@ -18,9 +18,9 @@ void check_output_path(const std::string& path, const std::string& option) {
   std::error_code ec;
   check(!fs::is_directory(path, ec), option, " ", path, ": is a directory, not a file name");
   const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  check(fs::is_directory(parent, ec), option, " ", path, ": the folder ", parent.string(), " does not exist");
-  check(::access(parent.c_str(), W_OK) == 0, option, " ", path, ": the folder ", parent.string(),
-        " is not writable (", std::strerror(errno), ")");
+  TRIPOD_CHECK(fs::is_directory(parent, ec), option, " ", path, ": the folder ", parent.string(), " does not exist");
+  TRIPOD_CHECK(::access(parent.c_str(), W_OK) == 0, option, " ", path, ": the folder ", parent.string(),
+               " is not writable (", std::strerror(errno), ")");
 }
 
 void write_output_file(const std::string& path, const std::string& text, const std::string& what) {

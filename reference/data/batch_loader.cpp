@@ -46,7 +46,7 @@ BatchLoader& BatchLoader::operator=(BatchLoader&&) noexcept = default;
 BatchLoader::~BatchLoader() = default;
 
 int64_t BatchLoader::window_of_sample(int64_t sample) const {
-  check(sample >= 0, "batch loader for ", data_->dir(), ": negative sample index ", sample);
+  TRIPOD_CHECK(sample >= 0, "batch loader for ", data_->dir(), ": negative sample index ", sample);
   const int64_t epoch = sample / num_windows_;
   std::lock_guard lock(cache_->mutex);
   if (cache_->epoch != epoch) {
@@ -57,8 +57,8 @@ int64_t BatchLoader::window_of_sample(int64_t sample) const {
 }
 
 Batch BatchLoader::samples(int64_t first_sample, int64_t count) const {
-  check(first_sample >= 0 && count >= 0, "batch loader for ", data_->dir(), ": bad sample range [",
-        first_sample, ", +", count, ")");
+  TRIPOD_CHECK(first_sample >= 0 && count >= 0, "batch loader for ", data_->dir(), ": bad sample range [", first_sample,
+               ", +", count, ")");
   Batch batch;
   batch.batch = count;
   batch.seq_len = seq_len_;

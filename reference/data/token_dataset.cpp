@@ -129,14 +129,15 @@ bool written_by_a_dataset(const std::string& name) {
 void check_dataset_folder(const fs::path& dir, const std::string& command) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return;
-  check(fs::is_directory(dir, ec), command, ": --out ", dir.string(), " is a file, not a folder");
+  TRIPOD_CHECK(fs::is_directory(dir, ec), command, ": --out ", dir.string(), " is a file, not a folder");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    check(written_by_a_dataset(name), command, ": --out ", dir.string(), " holds files that are not a dataset's (",
-          name, " among them); refusing to write into it and risk them (give a new or empty folder, or a ",
-          "dataset's folder to rewrite)");
+    TRIPOD_CHECK(written_by_a_dataset(name), command, ": --out ", dir.string(),
+                 " holds files that are not a dataset's (", name,
+                 " among them); refusing to write into it and risk them (give a new or empty folder, or a ",
+                 "dataset's folder to rewrite)");
   }
-  check(!ec, command, ": cannot read the folder --out ", dir.string(), ": ", ec.message());
+  TRIPOD_CHECK(!ec, command, ": cannot read the folder --out ", dir.string(), ": ", ec.message());
 }
 
 void invalidate_dataset(const fs::path& dir) {

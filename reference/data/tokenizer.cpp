@@ -46,8 +46,8 @@ void train_bpe_tokenizer(const fs::path& text_file, const fs::path& model_prefix
   // The line sampling above draws from SentencePiece's global generator; fix it for determinism.
   sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
   const auto status = sentencepiece::SentencePieceTrainer::Train(options);
-  check(status.ok(), "training the tokenizer on ", text_file, " (vocab_size ", vocab_size,
-        ") failed: ", status.ToString());
+  TRIPOD_CHECK(status.ok(), "training the tokenizer on ", text_file, " (vocab_size ", vocab_size,
+               ") failed: ", status.ToString());
 }
 
 struct Tokenizer::Impl {
@@ -65,25 +65,25 @@ Tokenizer Tokenizer::load(const fs::path& model_file) {
   auto impl = std::make_unique<Impl>();
   impl->model_file = model_file;
   const auto status = impl->processor.Load(model_file.string());
-  check(status.ok(), "cannot load tokenizer model ", model_file, ": ", status.ToString());
+  TRIPOD_CHECK(status.ok(), "cannot load tokenizer model ", model_file, ": ", status.ToString());
   return Tokenizer(std::move(impl));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   const auto status = impl_->processor.Encode(text, &ids);
-  check(status.ok(), "tokenizer ", impl_->model_file, ": encode failed: ", status.ToString());
+  TRIPOD_CHECK(status.ok(), "tokenizer ", impl_->model_file, ": encode failed: ", status.ToString());
   return {ids.begin(), ids.end()};
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   const int vocab = vocab_size();
   for (std::size_t i = 0; i < ids.size(); ++i)
-    check(ids[i] >= 0 && ids[i] < vocab, "tokenizer ", impl_->model_file, ": cannot decode id ",
-          ids[i], " at position ", i, " (vocab_size ", vocab, ")");
+    TRIPOD_CHECK(ids[i] >= 0 && ids[i] < vocab, "tokenizer ", impl_->model_file, ": cannot decode id ", ids[i],
+                 " at position ", i, " (vocab_size ", vocab, ")");
   std::string text;
   const auto status = impl_->processor.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  check(status.ok(), "tokenizer ", impl_->model_file, ": decode failed: ", status.ToString());
+  TRIPOD_CHECK(status.ok(), "tokenizer ", impl_->model_file, ": decode failed: ", status.ToString());
   return text;
 }
 

@@ -42,8 +42,8 @@ ckpt::HostTensor to_hf_tensor(Backend& backend, const ParamSpec& spec, const Ten
 std::vector<double> from_hf_tensor(const ParamSpec& spec, const ckpt::HostTensor& hf, const std::string& origin) {
   Shape expected = spec.shape;
   if (is_conv1d_weight(spec.role)) std::swap(expected[0], expected[1]);
-  check(hf.shape == expected, origin, ": ", hf.name, " has shape ", shape_str(hf.shape), ", the model needs ",
-        shape_str(expected), " (Hugging Face layout)");
+  TRIPOD_CHECK(hf.shape == expected, origin, ": ", hf.name, " has shape ", shape_str(hf.shape), ", the model needs ",
+               shape_str(expected), " (Hugging Face layout)");
   std::vector<double> values(static_cast<std::size_t>(hf.numel()));
   if (hf.dtype == DType::F32) {
     const float* v = hf.as<float>();
@@ -96,12 +96,12 @@ namespace {
 void check_export_target(const fs::path& out_dir) {
   std::error_code ec;
   if (!fs::exists(out_dir, ec)) return;
-  check(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
+  TRIPOD_CHECK(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const std::string name = entry.path().filename().string();
-    check(name == "model.safetensors" || name == "config.json" || name == "tokenizer.model", "export target ",
-          out_dir.string(), " holds other files (", name, "); refusing to mix a new export into it (choose an empty ",
-          "or new folder)");
+    TRIPOD_CHECK(name == "model.safetensors" || name == "config.json" || name == "tokenizer.model", "export target ",
+                 out_dir.string(), " holds other files (", name,
+                 "); refusing to mix a new export into it (choose an empty ", "or new folder)");
   }
 }
 
@@ -111,7 +111,7 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
                                   Backend& backend) {
   ckpt::CheckpointReader reader(ckpt::resolve_checkpoint(checkpoint));
   const RunConfig run = parse_run_config(reader.manifest().config);
-  check(run.model.vocab_size > 0, reader.dir().string(), ": checkpoint config has no resolved vocab_size");
+  TRIPOD_CHECK(run.model.vocab_size > 0, reader.dir().string(), ": checkpoint config has no resolved vocab_size");
   ParamSet params(gpt_param_specs(run.model), backend, reader.manifest().dtype);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params.specs()[i];

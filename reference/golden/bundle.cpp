@@ -26,7 +26,8 @@ namespace {
 
 json read_json(const fs::path& path) {
   std::ifstream in(path);
-  check(in.good(), path.string(), ": cannot open (is this a golden bundle? `tripod golden --out DIR` writes one)");
+  TRIPOD_CHECK(in.good(), path.string(),
+               ": cannot open (is this a golden bundle? `tripod golden --out DIR` writes one)");
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
@@ -52,22 +53,23 @@ Bundle read_bundle(const fs::path& dir) {
   const fs::path meta_file = dir / kBundleJson;
   b.meta = read_json(meta_file);
   try {
-    check(b.meta.value("format", "") == "tripod-golden", meta_file.string(), ": format is not tripod-golden");
-    check(b.meta.at("version").get<int>() == kBundleVersion, meta_file.string(), ": version ", b.meta.at("version"),
-          ", this Tripod reads version ", kBundleVersion);
+    TRIPOD_CHECK(b.meta.value("format", "") == "tripod-golden", meta_file.string(), ": format is not tripod-golden");
+    TRIPOD_CHECK(b.meta.at("version").get<int>() == kBundleVersion, meta_file.string(), ": version ",
+                 b.meta.at("version"), ", this Tripod reads version ", kBundleVersion);
     b.config = parse_run_config(b.meta.at("source").at("config"));
     b.steps = b.meta.at("batch").at("steps").get<int64_t>();
     const json& model = b.meta.at("model");
     const ModelConfig& m = b.config.model;
-    check(model.at("n_layer") == m.n_layer && model.at("n_head") == m.n_head && model.at("n_embd") == m.d_model &&
-              model.at("vocab_size") == m.vocab_size && model.at("tie_word_embeddings") == m.tie_embeddings,
-          meta_file.string(), ": the model block disagrees with source.config");
+    TRIPOD_CHECK(model.at("n_layer") == m.n_layer && model.at("n_head") == m.n_head &&
+                     model.at("n_embd") == m.d_model && model.at("vocab_size") == m.vocab_size &&
+                     model.at("tie_word_embeddings") == m.tie_embeddings,
+                 meta_file.string(), ": the model block disagrees with source.config");
     // A peer trains from these blocks and Tripod from source.config: every number they share must
     // agree, or the two would train different runs (an edited beta1 = 5 ran with Tripod's 0.9).
     const json& optimizer = b.meta.at("optimizer");
     const auto agree = [&](const json& block, const std::string& where, const char* key, const json& expected) {
-      check(block.at(key) == expected, meta_file.string(), ": ", where, ".", key, " is ", block.at(key).dump(),
-            " but source.config says ", expected.dump());
+      TRIPOD_CHECK(block.at(key) == expected, meta_file.string(), ": ", where, ".", key, " is ", block.at(key).dump(),
+                   " but source.config says ", expected.dump());
     };
     agree(model, "model", "n_positions", m.context);
     agree(model, "model", "n_inner", m.d_ff);
@@ -80,11 +82,11 @@ Bundle read_bundle(const fs::path& dir) {
     agree(optimizer, "optimizer", "weight_decay", b.config.adamw.weight_decay);
     agree(optimizer, "optimizer", "grad_clip", b.config.grad_clip);
     const json& lrs = optimizer.at("lrs");
-    check(static_cast<int64_t>(lrs.size()) == b.steps, meta_file.string(), ": ", lrs.size(), " learning rates for ",
-          b.steps, " steps");
+    TRIPOD_CHECK(static_cast<int64_t>(lrs.size()) == b.steps, meta_file.string(), ": ", lrs.size(),
+                 " learning rates for ", b.steps, " steps");
     for (int64_t k = 0; k < b.steps; ++k)
-      check(lrs[static_cast<std::size_t>(k)].get<double>() == b.config.schedule.at(k), meta_file.string(),
-            ": optimizer.lrs[", k, "] differs from the schedule of source.config");
+      TRIPOD_CHECK(lrs[static_cast<std::size_t>(k)].get<double>() == b.config.schedule.at(k), meta_file.string(),
+                   ": optimizer.lrs[", k, "] differs from the schedule of source.config");
   } catch (const json::exception& e) {
     fail(meta_file.string(), ": ", e.what());
   }
@@ -113,7 +115,7 @@ std::vector<std::vector<double>> read_hf_params(const fs::path& file, const std:
     names.insert(spec.name);
   }
   for (const auto& t : st.tensors())
-    check(names.count(t.name) != 0, file.string(), ": tensor ", t.name, " is not a parameter of this model");
+    TRIPOD_CHECK(names.count(t.name) != 0, file.string(), ": tensor ", t.name, " is not a parameter of this model");
   return values;
 }
 

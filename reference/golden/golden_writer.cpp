@@ -147,8 +147,8 @@ GoldenWriteSummary write_golden_bundle(const RunConfig& given, int64_t steps, co
   check(steps <= config.train.steps, "golden: --steps ", steps, " is beyond the run's train.steps ",
         config.train.steps, " (its learning-rate schedule ends there)");
   if (fs::exists(out))
-    check(fs::is_directory(out) && fs::is_empty(out), "golden: ", out.string(),
-          " exists and is not an empty folder; refusing to mix a bundle into it");
+    TRIPOD_CHECK(fs::is_directory(out) && fs::is_empty(out), "golden: ", out.string(),
+                 " exists and is not an empty folder; refusing to mix a bundle into it");
   const data::TokenDataset train = data::TokenDataset::open(config.data.dir, "train");
   resolve_vocab(config, train.vocab_size(), config.data.dir);
   const int64_t B = config.train.batch_size, T = config.train.seq_len;

@@ -25,8 +25,8 @@ int64_t element_count(const std::vector<int64_t>& shape) {
 }  // namespace
 
 void write_npy_int32(const fs::path& path, const Int32Array& array) {
-  check(element_count(array.shape) == static_cast<int64_t>(array.values.size()), path.string(),
-        ": shape and value count disagree");
+  TRIPOD_CHECK(element_count(array.shape) == static_cast<int64_t>(array.values.size()), path.string(),
+               ": shape and value count disagree");
   std::string shape;
   for (int64_t d : array.shape) shape += std::to_string(d) + ", ";  // "(K, B, T, )" is valid; one dim needs the comma
   std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + shape + "), }";
@@ -35,7 +35,7 @@ void write_npy_int32(const fs::path& path, const Int32Array& array) {
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    check(out.good(), "cannot write ", tmp.string());
+    TRIPOD_CHECK(out.good(), "cannot write ", tmp.string());
     const uint16_t length = static_cast<uint16_t>(header.size());
     const unsigned char version_and_length[4] = {1, 0, static_cast<unsigned char>(length & 0xff),
                                                   static_cast<unsigned char>(length >> 8)};
@@ -45,21 +45,21 @@ void write_npy_int32(const fs::path& path, const Int32Array& array) {
     // x86-64 and aarch64 are little-endian, which '<i4' says.
     out.write(reinterpret_cast<const char*>(array.values.data()),
               static_cast<std::streamsize>(array.values.size() * sizeof(int32_t)));
-    check(out.good(), "writing ", tmp.string(), " failed (disk full?)");
+    TRIPOD_CHECK(out.good(), "writing ", tmp.string(), " failed (disk full?)");
   }
   fs::rename(tmp, path);
 }
 
 Int32Array read_npy_int32(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  check(in.good(), path.string(), ": cannot open");
+  TRIPOD_CHECK(in.good(), path.string(), ": cannot open");
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  check(bytes.size() >= kPreambleBytes && bytes.compare(0, kMagicBytes, kMagic, kMagicBytes) == 0, path.string(),
-        ": not a .npy file (no \\x93NUMPY magic)");
-  check(bytes[6] == 1 && bytes[7] == 0, path.string(), ": .npy version ", int(bytes[6]), ".", int(bytes[7]),
-        ", only 1.0 is read");
+  TRIPOD_CHECK(bytes.size() >= kPreambleBytes && bytes.compare(0, kMagicBytes, kMagic, kMagicBytes) == 0, path.string(),
+               ": not a .npy file (no \\x93NUMPY magic)");
+  TRIPOD_CHECK(bytes[6] == 1 && bytes[7] == 0, path.string(), ": .npy version ", int(bytes[6]), ".", int(bytes[7]),
+               ", only 1.0 is read");
   const std::size_t length = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
-  check(bytes.size() >= kPreambleBytes + length, path.string(), ": truncated header");
+  TRIPOD_CHECK(bytes.size() >= kPreambleBytes + length, path.string(), ": truncated header");
   const std::string header = bytes.substr(kPreambleBytes, length);
   static const std::regex descr(R"('descr'\s*:\s*'([^']*)')"), order(R"('fortran_order'\s*:\s*(True|False))"),
       shape(R"('shape'\s*:\s*\(([^)]*)\))");
@@ -76,8 +76,8 @@ Int32Array read_npy_int32(const fs::path& path) {
     array.shape.push_back(std::stoll(it->str()));
   const std::size_t expected = static_cast<std::size_t>(element_count(array.shape)) * sizeof(int32_t);
   const std::size_t data = bytes.size() - kPreambleBytes - length;
-  check(data == expected, path.string(), ": ", data, " data bytes, the shape needs ", expected,
-        data < expected ? " (truncated)" : " (trailing bytes)");
+  TRIPOD_CHECK(data == expected, path.string(), ": ", data, " data bytes, the shape needs ", expected,
+               data < expected ? " (truncated)" : " (trailing bytes)");
   array.values.resize(static_cast<std::size_t>(element_count(array.shape)));
   std::memcpy(array.values.data(), bytes.data() + kPreambleBytes + length, expected);
   return array;

@@ -86,11 +86,11 @@ void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& 
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   const int64_t n = losses.numel();
   const DType dt = logits.dtype();
-  check(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
-        targets.numel(), " targets for logits ", logits.describe());
+  TRIPOD_CHECK(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
+               targets.numel(), " targets for logits ", logits.describe());
   const int64_t width = local_width(LinearRole::LmHead, vocab_);
-  check(logits.dim(-1) == width, "loss_forward: logits ", logits.describe(), " have rows of ", logits.dim(-1),
-        " columns, ", width, " expected (vocabulary ", vocab_, ")");
+  TRIPOD_CHECK(logits.dim(-1) == width, "loss_forward: logits ", logits.describe(), " have rows of ", logits.dim(-1),
+               " columns, ", width, " expected (vocabulary ", vocab_, ")");
   Tensor& lse = logsumexp_[logits.address()];
   if (!lse.defined() || lse.numel() != n || lse.dtype() != dt) lse = be.alloc({n}, dt);
   const Tensor flat_targets = targets.reshape({n});
@@ -101,7 +101,7 @@ void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const T
 
 Tensor SingleDeviceLayers::take_logsumexp(const Tensor& logits) {
   const auto lse = logsumexp_.find(logits.address());
-  check(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
+  TRIPOD_CHECK(lse != logsumexp_.end(), "loss backward without its forward (logits ", logits.describe(), ")");
   // Used up (the logits are the gradient now): dropped, so that logits at new addresses (a new
   // batch shape's activations) do not leave entries behind. The tensor returned keeps the storage
   // alive for the kernel that reads it.

@@ -19,9 +19,9 @@ void product_into(Backend& be, const Tensor& out, int64_t N, int64_t O, int64_t 
 // Rows of out longer than O (padded logits) take the plain GEMM with ldc: no bias or residual.
 void check_padded_rows(const char* op, const Tensor& out, int64_t N, int64_t O, const Tensor& bias,
                        const Tensor& residual) {
-  check(out.dim(-1) > O && out.numel() == N * out.dim(-1) && !bias.defined() && !residual.defined(), op, ": output ",
-        out.describe(), " for ", N, " rows of ", O, " outputs", bias.defined() ? " with a bias" : "",
-        residual.defined() ? " with a residual" : "");
+  TRIPOD_CHECK(out.dim(-1) > O && out.numel() == N * out.dim(-1) && !bias.defined() && !residual.defined(), op,
+               ": output ", out.describe(), " for ", N, " rows of ", O, " outputs",
+               bias.defined() ? " with a bias" : "", residual.defined() ? " with a residual" : "");
 }
 
 // product_into, or where out's rows are longer than O (padded logits) the plain GEMM with ldc.
@@ -53,10 +53,10 @@ namespace {
 // operand's type, covering the weight's [O, I] with rows at least I long.
 const Tensor& checked_weight_copy(const char* op, const Tensor& copy, const Tensor& weight, const Tensor& operand) {
   const int64_t O = weight.dim(0), I = weight.dim(1);
-  check(copy.dtype() == operand.dtype() && copy.dtype() != weight.dtype() && copy.dim(-1) >= I &&
-            copy.numel() / copy.dim(-1) >= O,
-        op, ": the weight copy passed in, ", copy.describe(), ", is not a prepared copy of ", weight.describe(),
-        " for the ", dtype_name(operand.dtype()), " operand");
+  TRIPOD_CHECK(copy.dtype() == operand.dtype() && copy.dtype() != weight.dtype() && copy.dim(-1) >= I &&
+                   copy.numel() / copy.dim(-1) >= O,
+               op, ": the weight copy passed in, ", copy.describe(), ", is not a prepared copy of ", weight.describe(),
+               " for the ", dtype_name(operand.dtype()), " operand");
   return copy;
 }
 
@@ -71,8 +71,8 @@ void linear_forward(Backend& be, const Tensor& out, const Tensor& inp, const Ten
   if (kept_input != nullptr) *kept_input = Tensor();
   if (is_weight_operand(weight)) {  // the weight is its own operand: inp's copy is the one to make
     const Tensor x = be.gemm_operands({inp})[0];
-    check(x.dtype() == weight.dtype(), "linear_forward: a ", dtype_name(weight.dtype()), " weight operand ",
-          weight.describe(), " for a ", x.describe(), " input: the backend's GEMM policy does not round to it");
+    TRIPOD_CHECK(x.dtype() == weight.dtype(), "linear_forward: a ", dtype_name(weight.dtype()), " weight operand ",
+                 weight.describe(), " for a ", x.describe(), " input: the backend's GEMM policy does not round to it");
     product_into_rows(be, "linear_forward", out, N, O, I, x, x.dim(-1), weight, I, bias, residual, acc);
     if (kept_input != nullptr && row_length == O) *kept_input = x;
     if (kept_weight != nullptr) *kept_weight = weight;
@@ -97,18 +97,18 @@ void linear_forward_from_operand(Backend& be, const Tensor& out, const Tensor& i
                                  const Tensor& bias, const Tensor& residual, Tensor* kept_weight) {
   const Tensor given_weight = take_given(kept_weight);
   const int64_t O = weight.dim(0), I = weight.dim(1), row_length = out.dim(-1), N = out.numel() / row_length;
-  check(row_length >= O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
-            inp_operand.numel() / inp_operand.dim(-1) >= N,
-        "linear_forward_from_operand: operand ", inp_operand.describe(), " for ", N, " rows of ", I,
-        " inputs into ", out.describe());
+  TRIPOD_CHECK(row_length >= O && inp_operand.numel() > 0 && inp_operand.dim(-1) >= I &&
+                   inp_operand.numel() / inp_operand.dim(-1) >= N,
+               "linear_forward_from_operand: operand ", inp_operand.describe(), " for ", N, " rows of ", I,
+               " inputs into ", out.describe());
   if (row_length > O) check_padded_rows("linear_forward_from_operand", out, N, O, bias, residual);
   const DType acc = gemm_accumulate_dtype(weight.dtype());
   auto product = [&](int64_t k, const Tensor& x, int64_t ld_x, const Tensor& w, int64_t ld_w) {
     product_into_rows(be, "linear_forward_from_operand", out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
   };
   if (inp_operand.dtype() == weight.dtype() && !is_weight_operand(weight)) {  // not prepared (no bf16 policy): the plain product
-    check(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),
-          " for ", N, " rows of ", I, " inputs");
+    TRIPOD_CHECK(inp_operand.numel() == N * I, "linear_forward_from_operand: an unprepared ", inp_operand.describe(),
+                 " for ", N, " rows of ", I, " inputs");
     return product(I, inp_operand, I, weight, I);
   }
   const Tensor w = is_weight_operand(weight) ? weight
@@ -126,8 +126,8 @@ namespace {
 
 // inp is [N, I], or absent where its kept copy stands in for it.
 void check_input_or_kept(const char* op, const Tensor& inp, const Tensor& kept_input, int64_t N, int64_t I) {
-  check(inp.defined() ? inp.numel() == N * I : kept_input.defined(), op, ": input ", inp.describe(), " for ", N,
-        " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
+  TRIPOD_CHECK(inp.defined() ? inp.numel() == N * I : kept_input.defined(), op, ": input ", inp.describe(), " for ", N,
+               " rows of ", I, " inputs", inp.defined() ? "" : " and no kept copy of it");
 }
 
 // dinp[N,I] (= or +=) dy @ w and dweight[O,I] += dy^T @ x, from operands that may be prepared
@@ -139,8 +139,9 @@ void backward_products(Backend& be, const Tensor& dinp, const Tensor& dweight, c
                        const Tensor& x, int64_t O, int64_t I, int64_t N, bool accumulate_dinp, DType acc) {
   const int64_t ld_dy = dy.dim(-1), ld_w = w.dim(-1), ld_x = x.dim(-1);
   const int64_t outputs = std::min(ld_dy, w.numel() / ld_w), tokens = std::min(dy.numel() / ld_dy, x.numel() / ld_x);
-  check(outputs >= O && tokens >= N && ld_w >= I && ld_x >= I, "linear_backward: prepared operands ", dy.describe(),
-        ", ", w.describe(), ", ", x.describe(), " do not cover the extents (O ", O, ", I ", I, ", N ", N, ")");
+  TRIPOD_CHECK(outputs >= O && tokens >= N && ld_w >= I && ld_x >= I, "linear_backward: prepared operands ",
+               dy.describe(), ", ", w.describe(), ", ", x.describe(), " do not cover the extents (O ", O, ", I ", I,
+               ", N ", N, ")");
   if (dinp.defined())
     be.gemm(false, false, N, I, outputs, 1.0, dy, ld_dy, w, ld_w, accumulate_dinp ? 1.0 : 0.0, dinp, I, acc);
   be.gemm(true, false, O, I, tokens, 1.0, dy, ld_dy, x, ld_x, 1.0, dweight, I, acc);
@@ -156,7 +157,8 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   check_input_or_kept("linear_backward", inp, kept_input, N, I);
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).
-  check(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ", dout.describe());
+  TRIPOD_CHECK(!dbias.defined() || dout.dim(-1) == O, "linear_backward: a bias gradient for padded rows ",
+               dout.describe());
   // Kept copies of the weight and inp (linear_forward) pair with dout's copy; where that is not
   // prepared, the weight and inp themselves are used.
   std::vector<Tensor> to_prepare{dout};
@@ -166,8 +168,8 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
   const Tensor& dout_op = prepared[0];
   auto kept_or = [&](const Tensor& kept, const Tensor& plain, std::size_t& next, const char* what) {
     if (!kept.defined()) return prepared[next++];
-    check(dout_op.dtype() == kept.dtype() || plain.defined(), "linear_backward: a kept ", what, " ", kept.describe(),
-          " without the policy that made it, and no ", what);
+    TRIPOD_CHECK(dout_op.dtype() == kept.dtype() || plain.defined(), "linear_backward: a kept ", what, " ",
+                 kept.describe(), " without the policy that made it, and no ", what);
     return dout_op.dtype() == kept.dtype() ? kept : plain;
   };
   std::size_t next = 1;
@@ -183,11 +185,13 @@ void linear_backward_from_operand(Backend& be, const Tensor& dinp, const Tensor&
   const Tensor& kept_weight = is_weight_operand(weight) ? weight : given_kept_weight;  // its own copy
   const int64_t O = weight.dim(0), I = weight.dim(1), N = rows;
   check_input_or_kept("linear_backward_from_operand", inp, kept_input, N, I);
-  check(dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
-        "linear_backward_from_operand: output gradient operand ", dout_operand.describe(), " for ", N, " rows of ", O,
-        " outputs");
+  TRIPOD_CHECK(
+      dout_operand.numel() > 0 && dout_operand.dim(-1) >= O && dout_operand.numel() / dout_operand.dim(-1) >= N,
+      "linear_backward_from_operand: output gradient operand ", dout_operand.describe(), " for ", N, " rows of ", O,
+      " outputs");
   if (dout_operand.dtype() == weight.dtype() && !is_weight_operand(weight)) {  // not prepared: the plain products
-    check(inp.defined(), "linear_backward_from_operand: an unprepared ", dout_operand.describe(), " and no input");
+    TRIPOD_CHECK(inp.defined(), "linear_backward_from_operand: an unprepared ", dout_operand.describe(),
+                 " and no input");
     return backward_products(be, dinp, dweight, dout_operand, weight, inp, O, I, N, false,
                              gemm_accumulate_dtype(weight.dtype()));
   }

@@ -14,8 +14,9 @@ void SharedWeightCopies::hold(std::size_t index, const Tensor& copy) {
   Entry& entry = entries_[index];
   // A second copy of a weight already held would mean a forward skipped find(): two copies in
   // memory where one was meant, and a holder count that no longer says which one it counts.
-  check(entry.holders == 0 || entry.copy.address() == copy.address(), "SharedWeightCopies::hold: weight ", index,
-        " already has a copy in flight (", entry.copy.describe(), "), and another was made (", copy.describe(), ")");
+  TRIPOD_CHECK(entry.holders == 0 || entry.copy.address() == copy.address(), "SharedWeightCopies::hold: weight ", index,
+               " already has a copy in flight (", entry.copy.describe(), "), and another was made (", copy.describe(),
+               ")");
   entry.copy = copy;
   ++entry.holders;
 }

@@ -76,7 +76,8 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     };
     if (const char* setting = setting_named_by(part)) {
       const auto [at, first] = seen.emplace(setting, part);  // a second part would silently win
-      check(first, "layout '", name, "': '", part, "' sets the ", setting, " that '", at->second, "' set already");
+      TRIPOD_CHECK(first, "layout '", name, "': '", part, "' sets the ", setting, " that '", at->second,
+                   "' set already");
     }
     if (part.rfind("pad", 0) == 0) l.vocab_multiple = number(3);
     else if (part.rfind("tp", 0) == 0) l.tp = number(2);

@@ -199,10 +199,10 @@ void check_executable(const PipelineSchedule& s) {
       const ActionKind k = actions[i].kind;
       if (k != ActionKind::SendActivation && k != ActionKind::SendGradient) continue;
       const ActionKind producer = k == ActionKind::SendActivation ? ActionKind::Forward : ActionKind::Backward;
-      check(i > 0 && actions[i - 1].kind == producer && actions[i - 1].microbatch == actions[i].microbatch &&
-                actions[i - 1].chunk == actions[i].chunk,
-            "pipeline schedule: rank ", r, "'s ", describe(actions[i]), " does not directly follow the compute that ",
-            "produces its tensor");
+      TRIPOD_CHECK(i > 0 && actions[i - 1].kind == producer && actions[i - 1].microbatch == actions[i].microbatch &&
+                       actions[i - 1].chunk == actions[i].chunk,
+                   "pipeline schedule: rank ", r, "'s ", describe(actions[i]),
+                   " does not directly follow the compute that ", "produces its tensor");
     }
   }
 }

@@ -22,8 +22,8 @@ void check_computes(const PipelineSchedule& s) {
   for (int r = 0; r < p; ++r)
     for (const auto& a : s.ranks[static_cast<std::size_t>(r)])
       if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) {
-        check(a.chunk % p == r, "schedule: ", describe(a), " is on rank ", r, " but chunk ", a.chunk, " lives on rank ",
-              a.chunk % p);
+        TRIPOD_CHECK(a.chunk % p == r, "schedule: ", describe(a), " is on rank ", r, " but chunk ", a.chunk,
+                     " lives on rank ", a.chunk % p);
         ++seen[{a.kind == ActionKind::Forward ? 0 : 1, a.microbatch, a.chunk}];
       }
   for (int kind = 0; kind < 2; ++kind)

@@ -36,12 +36,13 @@ std::string describe(const GridShape& shape) {
 }
 
 void check_grid_layout(const GridShape& shape, int world_size, const std::string& order) {
-  check(shape.tp >= 1 && shape.pp >= 1 && shape.dp >= 1, "layout ", describe(shape),
-        ": every dimension must be at least 1");
-  check(!parse_order(order).empty(), "layout ", describe(shape), ": order '", order,
-        "' is not a permutation of tp, dp and pp joined by '-' (e.g. tp-dp-pp)");
+  TRIPOD_CHECK(shape.tp >= 1 && shape.pp >= 1 && shape.dp >= 1, "layout ", describe(shape),
+               ": every dimension must be at least 1");
+  TRIPOD_CHECK(!parse_order(order).empty(), "layout ", describe(shape), ": order '", order,
+               "' is not a permutation of tp, dp and pp joined by '-' (e.g. tp-dp-pp)");
   const long long needed = static_cast<long long>(shape.tp) * shape.pp * shape.dp;
-  check(needed == world_size, "layout ", describe(shape), " needs ", needed, " ranks but the world has ", world_size);
+  TRIPOD_CHECK(needed == world_size, "layout ", describe(shape), " needs ", needed, " ranks but the world has ",
+               world_size);
 }
 
 ProcessGrid::ProcessGrid(const Communicator& world, GridShape shape, const std::string& order)
@@ -66,15 +67,15 @@ ProcessGrid::ProcessGrid(const Communicator& world, GridShape shape, const std::
 }
 
 int ProcessGrid::global_rank_of(int tp, int dp, int pp) const {
-  check(tp >= 0 && tp < shape_.tp && dp >= 0 && dp < shape_.dp && pp >= 0 && pp < shape_.pp, "grid coordinate tp=",
-        tp, " dp=", dp, " pp=", pp, " is outside the layout ", describe(shape_));
+  TRIPOD_CHECK(tp >= 0 && tp < shape_.tp && dp >= 0 && dp < shape_.dp && pp >= 0 && pp < shape_.pp,
+               "grid coordinate tp=", tp, " dp=", dp, " pp=", pp, " is outside the layout ", describe(shape_));
   return tp * stride_[kTp] + dp * stride_[kDp] + pp * stride_[kPp];
 }
 
 GridCoord ProcessGrid::coord_of(int global_rank) const {
   const std::array<int, 3> sizes = sizes_of(shape_);
-  check(global_rank >= 0 && global_rank < sizes[0] * sizes[1] * sizes[2], "rank ", global_rank,
-        " is outside the layout ", describe(shape_));
+  TRIPOD_CHECK(global_rank >= 0 && global_rank < sizes[0] * sizes[1] * sizes[2], "rank ", global_rank,
+               " is outside the layout ", describe(shape_));
   auto along = [&](int axis) { return global_rank / stride_[axis] % sizes[axis]; };
   return GridCoord{along(kTp), along(kDp), along(kPp)};
 }

@@ -10,20 +10,20 @@ namespace {
 // Rows of a token-major activation whose rows are `width` wide.
 int64_t token_rows(const char* what, const char* arg, const Tensor& t, int64_t width) {
   check(t.defined(), what, ": ", arg, " is undefined");
-  check(width > 0 && t.numel() % width == 0, what, ": ", arg, " ", shape_str(t.shape()),
-        " is not a whole number of rows of ", width, " features");
+  TRIPOD_CHECK(width > 0 && t.numel() % width == 0, what, ": ", arg, " ", shape_str(t.shape()),
+               " is not a whole number of rows of ", width, " features");
   return t.numel() / width;
 }
 
 void check_numel(const char* what, const char* arg, const Tensor& t, int64_t expected, const char* shape) {
-  check(t.defined() && t.numel() == expected, what, ": ", arg, " ",
-        t.defined() ? shape_str(t.shape()) : std::string("(undefined)"), " should hold ", shape, " = ", expected,
-        " elements");
+  TRIPOD_CHECK(t.defined() && t.numel() == expected, what, ": ", arg, " ",
+               t.defined() ? shape_str(t.shape()) : std::string("(undefined)"), " should hold ", shape, " = ", expected,
+               " elements");
 }
 
 void check_weight(const char* what, const Tensor& weight) {
-  check(weight.defined() && weight.rank() == 2, what, ": the weight must be a matrix [out, in], got ",
-        weight.defined() ? shape_str(weight.shape()) : std::string("(undefined)"));
+  TRIPOD_CHECK(weight.defined() && weight.rank() == 2, what, ": the weight must be a matrix [out, in], got ",
+               weight.defined() ? shape_str(weight.shape()) : std::string("(undefined)"));
 }
 
 }  // namespace

@@ -7,13 +7,13 @@ namespace tripod::tp {
 
 void check_sequence_shapes(const char* what, int tp, const Tensor& local, const Tensor& full) {
   check(local.defined() && full.defined(), what, ": a tensor argument is undefined");
-  check(local.rank() >= 1 && full.rank() >= 1, what, ": tensors need a leading token dimension, got ",
-        shape_str(local.shape()), " and ", shape_str(full.shape()));
+  TRIPOD_CHECK(local.rank() >= 1 && full.rank() >= 1, what, ": tensors need a leading token dimension, got ",
+               shape_str(local.shape()), " and ", shape_str(full.shape()));
   const int64_t rows = sequence_shard_rows(full.dim(0), tp);
   const int64_t width = full.dim(0) ? full.numel() / full.dim(0) : 0;
-  check(local.dim(0) == rows && local.numel() == rows * width, what, ": the local token block ",
-        shape_str(local.shape()), " is not 1/", tp, " of the full activation ", shape_str(full.shape()), " (expected ",
-        rows, " rows of ", width, " elements)");
+  TRIPOD_CHECK(local.dim(0) == rows && local.numel() == rows * width, what, ": the local token block ",
+               shape_str(local.shape()), " is not 1/", tp, " of the full activation ", shape_str(full.shape()),
+               " (expected ", rows, " rows of ", width, " elements)");
 }
 
 // The blocking forms call the blocking collectives (not async + wait): Open MPI's blocking

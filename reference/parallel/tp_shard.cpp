@@ -50,16 +50,17 @@ TpShard tp_shard(const ParamSpec& spec, int size, int rank, int vocab_multiple) 
   check(size >= 1 && rank >= 0 && rank < size, "tensor parallel rank ", rank, " of size ", size, " is invalid");
   TpShard s{spec.name, tp_split_of(spec.role), spec.shape, spec.shape, size, rank, vocab_multiple};
   const auto divide = [&](std::size_t axis, int64_t parts, const char* how) {
-    check(s.logical.size() > axis && s.logical[axis] % parts == 0, "cannot split ", spec.name, " ",
-          shape_str(s.logical), " ", how, " over tensor parallel size ", size, ": dimension ", axis,
-          " does not divide into ", parts, " equal parts");
+    TRIPOD_CHECK(s.logical.size() > axis && s.logical[axis] % parts == 0, "cannot split ", spec.name, " ",
+                 shape_str(s.logical), " ", how, " over tensor parallel size ", size, ": dimension ", axis,
+                 " does not divide into ", parts, " equal parts");
     s.local[axis] = s.logical[axis] / size;
   };
   switch (s.split) {
     case TpSplit::Replicated: break;
     case TpSplit::Rows: divide(0, size, "by rows"); break;
     case TpSplit::Columns:
-      check(s.logical.size() == 2, "cannot split ", spec.name, " ", shape_str(s.logical), " by columns: not a matrix");
+      TRIPOD_CHECK(s.logical.size() == 2, "cannot split ", spec.name, " ", shape_str(s.logical),
+                   " by columns: not a matrix");
       divide(1, size, "by columns");
       break;
     case TpSplit::QkvRows: divide(0, 3 * static_cast<int64_t>(size), "by heads within the q, k and v blocks"); break;
@@ -128,8 +129,8 @@ void init_local_shard(const ParamSpec& spec, const TpShard& shard, uint64_t seed
 }
 
 std::vector<double> extract_shard(const TpShard& shard, const std::vector<double>& full) {
-  check(static_cast<int64_t>(full.size()) == shape_numel(shard.logical), "extract_shard: ", shard.name, " ",
-        shape_str(shard.logical), " needs ", shape_numel(shard.logical), " elements, got ", full.size());
+  TRIPOD_CHECK(static_cast<int64_t>(full.size()) == shape_numel(shard.logical), "extract_shard: ", shard.name, " ",
+               shape_str(shard.logical), " needs ", shape_numel(shard.logical), " elements, got ", full.size());
   std::vector<double> local(static_cast<std::size_t>(shape_numel(shard.local)), 0.0);
   for (const ShardRun& run : shard_runs(shard))
     std::copy_n(full.begin() + run.logical, run.length, local.begin() + run.local);
@@ -140,8 +141,8 @@ std::vector<double> assemble_full(Communicator& tp, const TpShard& shard, const 
   check(shard.size == tp.size() && shard.rank == tp.rank(), "assemble_full: the shard of ", shard.name, " is for rank ",
         shard.rank, " of ", shard.size, " but the group ", tp.name(), " has ", tp.size(), " ranks");
   const int64_t n = shape_numel(shard.local);
-  check(static_cast<int64_t>(local.size()) == n, "assemble_full: ", shard.name, " shard ", shape_str(shard.local),
-        " needs ", n, " elements, got ", local.size());
+  TRIPOD_CHECK(static_cast<int64_t>(local.size()) == n, "assemble_full: ", shard.name, " shard ",
+               shape_str(shard.local), " needs ", n, " elements, got ", local.size());
   std::vector<double> gathered(static_cast<std::size_t>(n * tp.size()));
   tp.all_gather(host_view(local), host_view(gathered));
   if (shard.split == TpSplit::Replicated) {

@@ -11,9 +11,9 @@ namespace tripod::tp {
 namespace {
 
 void check_shape(const char* what, const char* arg, const Tensor& t, int64_t expected, const char* shape) {
-  check(t.defined() && t.numel() == expected, what, ": ", arg, " ",
-        t.defined() ? shape_str(t.shape()) : std::string("(undefined)"), " should hold ", shape, " = ", expected,
-        " elements");
+  TRIPOD_CHECK(t.defined() && t.numel() == expected, what, ": ", arg, " ",
+               t.defined() ? shape_str(t.shape()) : std::string("(undefined)"), " should hold ", shape, " = ", expected,
+               " elements");
 }
 
 void check_shard(const char* what, const VocabShard& shard, const Communicator& tp) {

@@ -135,8 +135,8 @@ PeakFlops device_peak(std::string_view device_name, PeakPrecision precision) {
         "\" is not in the peak table (reference/perf/device_peak.cpp): state its peak with "
         "--set train.peak_tflops=...");
   const double tflops = spec->tflops(precision);
-  check(tflops > 0, "the datasheet of ", spec->name, " gives no dense ", peak_precision_name(precision),
-        " peak: state one with --set train.peak_tflops=...");
+  TRIPOD_CHECK(tflops > 0, "the datasheet of ", spec->name, " gives no dense ", peak_precision_name(precision),
+               " peak: state one with --set train.peak_tflops=...");
   std::ostringstream source;
   source << spec->name << " dense " << peak_precision_name(precision) << " peak " << tflops << " TFLOP/s ("
          << spec->datasheet << ")";

@@ -87,7 +87,7 @@ GpuHealth NvmlReader::read_bus_id(const std::string& bus_id) const {
   check(available_, "NVML: ", why_);
   Api::Device device = nullptr;
   const int status = api_->by_bus_id(bus_id.c_str(), &device);
-  check(status == 0, "NVML: no GPU with PCI bus id ", bus_id, " (", api_->error_string(status), ")");
+  TRIPOD_CHECK(status == 0, "NVML: no GPU with PCI bus id ", bus_id, " (", api_->error_string(status), ")");
   return read_handle(device);
 }
 
@@ -95,7 +95,7 @@ GpuHealth NvmlReader::read_index(int index) const {
   check(available_, "NVML: ", why_);
   Api::Device device = nullptr;
   const int status = api_->by_index(static_cast<unsigned int>(index), &device);
-  check(status == 0, "NVML: no GPU ", index, " (", api_->error_string(status), ")");
+  TRIPOD_CHECK(status == 0, "NVML: no GPU ", index, " (", api_->error_string(status), ")");
   return read_handle(device);
 }
 

@@ -40,7 +40,7 @@ pid_t spawn_logged(const fs::path& executable, const std::vector<std::string>& a
   envp.push_back(nullptr);
 
   const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  check(log_fd >= 0, "cannot open run log ", log.string(), ": ", std::strerror(errno));
+  TRIPOD_CHECK(log_fd >= 0, "cannot open run log ", log.string(), ": ", std::strerror(errno));
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // Made before the fork: between fork and exec only async-signal-safe calls (write) are allowed.
   const std::string exec_failed = std::string("tripod: error: cannot execute ") + argv[0] + "\n";
@@ -104,7 +104,7 @@ ChildExit run_foreground(const fs::path& executable, const std::vector<std::stri
     (void)!::write(STDERR_FILENO, failed.data(), failed.size());
     ::_exit(127);
   }
-  check(pid > 0, "cannot start ", executable.string(), ": ", std::strerror(errno));
+  TRIPOD_CHECK(pid > 0, "cannot start ", executable.string(), ": ", std::strerror(errno));
   return wait_child(pid);
 }
 

@@ -17,7 +17,8 @@ int run_python_module(const std::string& python, const std::string& module, cons
   std::string relative = module;
   for (char& c : relative) c = c == '.' ? '/' : c;
   const bool found = fs::exists(source / (relative + ".py")) || fs::exists(source / relative / "__main__.py");
-  check(found, "the Python module ", module, " is missing from ", source.string(), " (TRIPOD_SOURCE_DIR moved?)");
+  TRIPOD_CHECK(found, "the Python module ", module, " is missing from ", source.string(),
+               " (TRIPOD_SOURCE_DIR moved?)");
   if (::access(python.c_str(), X_OK) != 0)
     fail("cannot run ", module, ": the Python interpreter ", python,
          " is not an executable file (--python; Debian's /usr/bin/python3 after ci/setup.sh)");

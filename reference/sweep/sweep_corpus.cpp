@@ -44,9 +44,10 @@ void check_same_synthetic(const SweepSpec& spec, const fs::path& dir) {
   const json wanted = {{"vocab_size", s.vocab}, {"order", s.order}, {"sharpness", s.sharpness},
                        {"tokens", s.tokens}, {"seed", s.seed}};
   for (auto it = wanted.begin(); it != wanted.end(); ++it)
-    check(made.contains(it.key()) && made.at(it.key()) == it.value(), spec.file.string(), ": ", dir.string(),
-          " was generated with synthetic.", it.key(), " = ", made.value(it.key(), json()).dump(), " but the spec says ",
-          it.value().dump(), ": delete ", dir.string(), " (and the runs trained on it) or use another --out");
+    TRIPOD_CHECK(made.contains(it.key()) && made.at(it.key()) == it.value(), spec.file.string(), ": ", dir.string(),
+                 " was generated with synthetic.", it.key(), " = ", made.value(it.key(), json()).dump(),
+                 " but the spec says ", it.value().dump(), ": delete ", dir.string(),
+                 " (and the runs trained on it) or use another --out");
 }
 
 }  // namespace
@@ -58,9 +59,9 @@ CorpusInfo describe_corpus(const SweepSpec& spec, const fs::path& out_dir) {
     const std::string script = dir.string().find("natural-text") != std::string::npos ? "ci/prepare-natural-corpus.sh"
                                : dir.string().find("kjv") != std::string::npos       ? "ci/prepare-data.sh"
                                                                                      : "";
-    check(fs::exists(dir / "meta.json"), spec.file.string(), ": corpus directory ", dir.string(),
-          " is not prepared (no meta.json)",
-          script.empty() ? "; prepare it with tripod data prepare" : "; prepare it with: bash " + script);
+    TRIPOD_CHECK(fs::exists(dir / "meta.json"), spec.file.string(), ": corpus directory ", dir.string(),
+                 " is not prepared (no meta.json)",
+                 script.empty() ? "; prepare it with tripod data prepare" : "; prepare it with: bash " + script);
     return from_meta(dir);
   }
   const SyntheticCorpusSpec& s = *spec.corpus.synthetic;

@@ -90,15 +90,15 @@ json run_config(const SweepSpec& spec, const CorpusInfo& corpus, const PlannedRu
       assignment("optim.min_lr", run.min_lr), assignment("optim.warmup_steps", run.warmup_steps),
       assignment("optim.decay", "cosine"), assignment("data.dir", corpus.dir.string())};
   for (auto it = spec.settings.begin(); it != spec.settings.end(); ++it) {
-    check(!kDerivedKeys.contains(it.key()), spec.file.string(), ": 'settings' may not set '", it.key(),
-          "': the sweep derives it for each run (see scaling/README.md)");
+    TRIPOD_CHECK(!kDerivedKeys.contains(it.key()), spec.file.string(), ": 'settings' may not set '", it.key(),
+                 "': the sweep derives it for each run (see scaling/README.md)");
     sets.push_back(assignment(it.key(), it.value()));
   }
   for (const RunOverride& o : spec.overrides) {
     if (fnmatch(o.runs.c_str(), run.name.c_str(), 0) != 0) continue;
     for (auto it = o.set.begin(); it != o.set.end(); ++it) {
-      check(!defines_grid(it.key()), spec.file.string(), ": override for '", o.runs, "' may not set '", it.key(),
-            "': it defines the run's N, D or C");
+      TRIPOD_CHECK(!defines_grid(it.key()), spec.file.string(), ": override for '", o.runs, "' may not set '", it.key(),
+                   "': it defines the run's N, D or C");
       sets.push_back(assignment(it.key(), it.value()));
     }
   }
@@ -131,16 +131,19 @@ std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& cor
         const double wanted_steps = wanted_tokens / static_cast<double>(tokens_per_step);
         // Bounded before the rounding to an integer, which is undefined past 2^63 (a budget of 1e40
         // came out as -9223372036854775808 steps).
-        check(wanted_steps <= 0x1p40, spec.file.string(), ": budget ", budget_label(budget), " gives model ", run.name,
-              " (N=", run.n, ") ", wanted_steps, " steps of ", tokens_per_step, " tokens, more than 2^40");
+        TRIPOD_CHECK(wanted_steps <= 0x1p40, spec.file.string(), ": budget ", budget_label(budget), " gives model ",
+                     run.name, " (N=", run.n, ") ", wanted_steps, " steps of ", tokens_per_step,
+                     " tokens, more than 2^40");
         run.steps = std::llround(wanted_steps);
-        check(wanted_tokens >= static_cast<double>(tokens_per_step), spec.file.string(), ": budget ", budget_label(budget), " gives model ", run.name,
-              " (", shape_label(shape), ", N=", run.n, ") only ", std::llround(wanted_tokens), " tokens = less than one batch of ",
-              tokens_per_step, " tokens (batch_size ", spec.batch_size, " x context ", spec.context,
-              "): raise the budget or drop the model");
-        check(run.steps >= spec.min_steps, spec.file.string(), ": budget ", budget_label(budget), " gives model ",
-              run.name, " (N=", run.n, ") only ", run.steps, " steps of ", tokens_per_step,
-              " tokens, fewer than min_steps = ", spec.min_steps, ": raise the budget, shrink the batch or drop the model");
+        TRIPOD_CHECK(wanted_tokens >= static_cast<double>(tokens_per_step), spec.file.string(), ": budget ",
+                     budget_label(budget), " gives model ", run.name, " (", shape_label(shape), ", N=", run.n,
+                     ") only ", std::llround(wanted_tokens), " tokens = less than one batch of ", tokens_per_step,
+                     " tokens (batch_size ", spec.batch_size, " x context ", spec.context,
+                     "): raise the budget or drop the model");
+        TRIPOD_CHECK(run.steps >= spec.min_steps, spec.file.string(), ": budget ", budget_label(budget),
+                     " gives model ", run.name, " (N=", run.n, ") only ", run.steps, " steps of ", tokens_per_step,
+                     " tokens, fewer than min_steps = ", spec.min_steps,
+                     ": raise the budget, shrink the batch or drop the model");
         run.tokens = run.steps * tokens_per_step;
         run.flops = static_cast<double>(run.tokens) * run.flops_per_token;
         run.lr = spec.lr.base * std::pow(spec.lr.reference_d_model / static_cast<double>(shape.d_model), spec.lr.width_exponent);
@@ -155,8 +158,9 @@ std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& cor
     const bool matches = std::any_of(runs.begin(), runs.end(), [&](const PlannedRun& r) {
       return fnmatch(o.runs.c_str(), r.name.c_str(), 0) == 0;
     });
-    check(matches, spec.file.string(), ": override pattern '", o.runs, "' matches no run of the sweep (names look like ",
-          runs.empty() ? std::string("C1e12-L2-d64") : runs.front().name, ")");
+    TRIPOD_CHECK(matches, spec.file.string(), ": override pattern '", o.runs,
+                 "' matches no run of the sweep (names look like ",
+                 runs.empty() ? std::string("C1e12-L2-d64") : runs.front().name, ")");
   }
   return runs;
 }

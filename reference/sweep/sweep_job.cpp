@@ -69,10 +69,11 @@ void check_epochs(const SweepSpec& spec, const CorpusInfo& corpus, const std::ve
   if (spec.max_epochs <= 0 || corpus.train_tokens <= 0) return;
   for (const PlannedRun& r : grid) {
     const double epochs = static_cast<double>(r.tokens) / static_cast<double>(corpus.train_tokens);
-    check(epochs <= spec.max_epochs, spec.file.string(), ": run ", r.name, " would read ", r.tokens, " tokens, ",
-          epochs, " epochs of the corpus's ", corpus.train_tokens, " train tokens, more than max_epochs = ",
-          spec.max_epochs, " (repeated data distorts the fitted laws): lower the budgets or the span, or use a larger "
-          "corpus");
+    TRIPOD_CHECK(epochs <= spec.max_epochs, spec.file.string(), ": run ", r.name, " would read ", r.tokens, " tokens, ",
+                 epochs, " epochs of the corpus's ", corpus.train_tokens,
+                 " train tokens, more than max_epochs = ", spec.max_epochs,
+                 " (repeated data distorts the fitted laws): lower the budgets or the span, or use a larger "
+                 "corpus");
   }
 }
 
@@ -119,7 +120,7 @@ void summarise_fit(const fs::path& out) {
   std::printf("%s", text.c_str());
   std::ofstream fit_md(out / "fit.md", std::ios::app);
   fit_md << text;
-  check(fit_md.flush().good(), "cannot append the fit to ", (out / "fit.md").string());
+  TRIPOD_CHECK(fit_md.flush().good(), "cannot append the fit to ", (out / "fit.md").string());
 }
 
 }  // namespace
@@ -150,14 +151,15 @@ void run_sweep_job(const SweepRunOptions& o) {
 
 void fit_sweep(const SweepFitOptions& o) {
     const fs::path out = o.out, runs = out / "runs.jsonl";
-    check(fs::exists(runs), "no ", runs.string(), ": run `tripod scale run SPEC --out ", out.string(), "` first");
+    TRIPOD_CHECK(fs::exists(runs), "no ", runs.string(), ": run `tripod scale run SPEC --out ", out.string(),
+                 "` first");
     // The fitter is the Python package scaling/ of the source tree, run as a module.
     std::vector<std::string> args = {runs.string(), "--json", (out / "fit.json").string(),
                                      "--markdown", (out / "fit.md").string(), "--plots", (out / "plots").string(),
                                      "--bootstrap", std::to_string(o.bootstrap)};
     if (o.small_grid) args.push_back("--small-grid");
     const int code = process::run_python_module_writing(o.python, "scaling.fit", args, (out / "fit.json").string());
-    check(code == 0, "scaling/fit.py on ", runs.string(), " failed (exit status ", code, ")");
+    TRIPOD_CHECK(code == 0, "scaling/fit.py on ", runs.string(), " failed (exit status ", code, ")");
     summarise_fit(out);
 }
 

@@ -43,7 +43,7 @@ void write_json_file(const fs::path& path, const json& j, int indent = 2) {
   {
     std::ofstream out(tmp);
     out << j.dump(indent) << "\n";
-    check(out.good(), "cannot write ", tmp.string());
+    TRIPOD_CHECK(out.good(), "cannot write ", tmp.string());
   }
   fs::rename(tmp, path);
 }
@@ -70,10 +70,10 @@ void check_same_config(const SweepSpec& spec, const PlannedRun& run, const RunPa
   const std::optional<json> existing = read_json_file(paths.config);
   if (!existing || *existing == run.config) return;
   const bool has_results = fs::exists(paths.result) || ckpt::find_latest(paths.ckpt).has_value();
-  check(!has_results, spec.file.string(), ": run ", run.name, " in ", paths.dir.string(),
-        " was trained with a different configuration (config hash ", config_hash(*existing), ", now ",
-        config_hash(run.config), "): the spec changed since; delete ", paths.dir.string(),
-        " to redo the run, or use another --out");
+  TRIPOD_CHECK(!has_results, spec.file.string(), ": run ", run.name, " in ", paths.dir.string(),
+               " was trained with a different configuration (config hash ", config_hash(*existing), ", now ",
+               config_hash(run.config), "): the spec changed since; delete ", paths.dir.string(),
+               " to redo the run, or use another --out");
 }
 
 // The step a relaunch resumes from (0: start afresh). A save killed midway left only leftovers,
@@ -233,9 +233,9 @@ class Scheduler {
 
   // Throws when the sweep was interrupted or runs failed.
   void check_finished(bool interrupted) const {
-    check(!interrupted, "sweep ", spec_.file.string(), " interrupted after ", duration_text(outcome_.seconds), ": ",
-          running_.size(), " runs stopped at their last checkpoint, ", pending_.size(),
-          " not started; rerun the same command to resume");
+    TRIPOD_CHECK(!interrupted, "sweep ", spec_.file.string(), " interrupted after ", duration_text(outcome_.seconds),
+                 ": ", running_.size(), " runs stopped at their last checkpoint, ", pending_.size(),
+                 " not started; rerun the same command to resume");
     if (!failures_.empty()) {
       std::string list;
       for (const std::string& f : failures_) list += "\n  " + f;

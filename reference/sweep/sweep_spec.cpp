@@ -21,43 +21,43 @@ namespace {
 class Section {
  public:
   Section(const json& j, std::string where, const fs::path& file) : j_(j), where_(std::move(where)), file_(file) {
-    check(j_.is_object(), file_.string(), ": '", where_.empty() ? "<top level>" : where_, "' must be an object");
+    TRIPOD_CHECK(j_.is_object(), file_.string(), ": '", where_.empty() ? "<top level>" : where_, "' must be an object");
   }
   // Every key present must be one of `allowed`.
   void allow_only(std::initializer_list<const char*> allowed) const {
     for (auto it = j_.begin(); it != j_.end(); ++it) {
       const bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* k) { return it.key() == k; });
-      check(known, file_.string(), ": unknown key '", path(it.key()), "'");
+      TRIPOD_CHECK(known, file_.string(), ": unknown key '", path(it.key()), "'");
     }
   }
   bool has(const char* key) const { return j_.contains(key); }
   const json& raw(const char* key) const {
-    check(has(key), file_.string(), ": missing key '", path(key), "'");
+    TRIPOD_CHECK(has(key), file_.string(), ": missing key '", path(key), "'");
     return j_.at(key);
   }
   Section section(const char* key) const { return Section(raw(key), path(key), file_); }
   double number(const char* key, std::optional<double> fallback = std::nullopt) const {
     if (!has(key) && fallback) return *fallback;
     const json& v = raw(key);
-    check(v.is_number(), file_.string(), ": '", path(key), "' must be a number, got ", v.dump());
+    TRIPOD_CHECK(v.is_number(), file_.string(), ": '", path(key), "' must be a number, got ", v.dump());
     return v.get<double>();
   }
   double positive(const char* key, std::optional<double> fallback = std::nullopt) const {
     const double v = number(key, fallback);
-    check(std::isfinite(v) && v > 0, file_.string(), ": '", path(key), "' must be > 0, got ", v);
+    TRIPOD_CHECK(std::isfinite(v) && v > 0, file_.string(), ": '", path(key), "' must be > 0, got ", v);
     return v;
   }
   int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
     if (!has(key) && fallback) return *fallback;
     const json& v = raw(key);
-    check(v.is_number_integer(), file_.string(), ": '", path(key), "' must be an integer, got ", v.dump());
-    check(v.get<int64_t>() >= min, file_.string(), ": '", path(key), "' must be >= ", min, ", got ", v.dump());
+    TRIPOD_CHECK(v.is_number_integer(), file_.string(), ": '", path(key), "' must be an integer, got ", v.dump());
+    TRIPOD_CHECK(v.get<int64_t>() >= min, file_.string(), ": '", path(key), "' must be >= ", min, ", got ", v.dump());
     return v.get<int64_t>();
   }
   std::string text(const char* key, std::optional<std::string> fallback = std::nullopt) const {
     if (!has(key) && fallback) return *fallback;
     const json& v = raw(key);
-    check(v.is_string(), file_.string(), ": '", path(key), "' must be a string, got ", v.dump());
+    TRIPOD_CHECK(v.is_string(), file_.string(), ": '", path(key), "' must be a string, got ", v.dump());
     return v.get<std::string>();
   }
   std::string path(const std::string& key) const { return where_.empty() ? key : where_ + "." + key; }
@@ -72,8 +72,8 @@ class Section {
 CorpusSpec parse_corpus(const Section& s) {
   CorpusSpec corpus;
   s.allow_only({"dir", "synthetic"});
-  check(s.has("dir") != s.has("synthetic"), s.file().string(),
-        ": 'corpus' needs exactly one of 'dir' (a prepared directory) and 'synthetic'");
+  TRIPOD_CHECK(s.has("dir") != s.has("synthetic"), s.file().string(),
+               ": 'corpus' needs exactly one of 'dir' (a prepared directory) and 'synthetic'");
   if (s.has("dir")) {
     corpus.dir = s.text("dir");
     return corpus;
@@ -93,10 +93,10 @@ CorpusSpec parse_corpus(const Section& s) {
 ModelsSpec parse_models(const Section& s) {
   ModelsSpec models;
   s.allow_only({"rule", "shapes", "sizes_per_budget", "span", "tokens_per_param"});
-  check(s.has("rule") != s.has("shapes"), s.file().string(),
-        ": 'models' needs exactly one of 'rule' (shapes derived from target N) and 'shapes' (an explicit list)");
+  TRIPOD_CHECK(s.has("rule") != s.has("shapes"), s.file().string(),
+               ": 'models' needs exactly one of 'rule' (shapes derived from target N) and 'shapes' (an explicit list)");
   models.span = s.positive("span", 8.0);
-  check(models.span >= 1, s.file().string(), ": 'models.span' must be >= 1");
+  TRIPOD_CHECK(models.span >= 1, s.file().string(), ": 'models.span' must be >= 1");
   models.tokens_per_param = s.positive("tokens_per_param", 20.0);
   if (s.has("rule")) {
     const Section r = s.section("rule");
@@ -104,7 +104,7 @@ ModelsSpec parse_models(const Section& s) {
     ShapeRule rule;
     rule.aspect_ratio = r.positive("aspect_ratio", rule.aspect_ratio);
     rule.aspect_tolerance = r.positive("aspect_tolerance", rule.aspect_tolerance);
-    check(rule.aspect_tolerance >= 1, s.file().string(), ": 'models.rule.aspect_tolerance' must be >= 1");
+    TRIPOD_CHECK(rule.aspect_tolerance >= 1, s.file().string(), ": 'models.rule.aspect_tolerance' must be >= 1");
     rule.head_dim = r.integer("head_dim", rule.head_dim);
     rule.d_ff_ratio = r.integer("d_ff_ratio", rule.d_ff_ratio);
     rule.max_layers = r.integer("max_layers", rule.max_layers);
@@ -112,11 +112,11 @@ ModelsSpec parse_models(const Section& s) {
     models.rule = rule;
     models.sizes_per_budget = s.integer("sizes_per_budget");
     // An IsoFLOP profile needs a handful of sizes; 1000 took minutes to plan before failing.
-    check(models.sizes_per_budget <= 64, s.file().string(), ": 'models.sizes_per_budget' must be <= 64, got ",
-          models.sizes_per_budget);
+    TRIPOD_CHECK(models.sizes_per_budget <= 64, s.file().string(), ": 'models.sizes_per_budget' must be <= 64, got ",
+                 models.sizes_per_budget);
   } else {
     const json& list = s.raw("shapes");
-    check(list.is_array() && !list.empty(), s.file().string(), ": 'models.shapes' must be a non-empty list");
+    TRIPOD_CHECK(list.is_array() && !list.empty(), s.file().string(), ": 'models.shapes' must be a non-empty list");
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Section e(list[i], "models.shapes[" + std::to_string(i) + "]", s.file());
       e.allow_only({"n_layer", "d_model", "n_head", "d_ff"});
@@ -134,12 +134,12 @@ ModelsSpec parse_models(const Section& s) {
 
 // "optim.lr" style keys with scalar values (checked against the config schema when runs are built).
 json parse_settings(const json& j, const std::string& where, const fs::path& file) {
-  check(j.is_object(), file.string(), ": '", where, "' must be an object of \"section.key\": value");
+  TRIPOD_CHECK(j.is_object(), file.string(), ": '", where, "' must be an object of \"section.key\": value");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    check(it.key().find('.') != std::string::npos, file.string(), ": '", where, "' key '", it.key(),
-          "' must name a config key as section.key (e.g. optim.weight_decay)");
-    check(it.value().is_primitive() && !it.value().is_null(), file.string(), ": '", where, ".", it.key(),
-          "' must be a number, string or boolean");
+    TRIPOD_CHECK(it.key().find('.') != std::string::npos, file.string(), ": '", where, "' key '", it.key(),
+                 "' must name a config key as section.key (e.g. optim.weight_decay)");
+    TRIPOD_CHECK(it.value().is_primitive() && !it.value().is_null(), file.string(), ": '", where, ".", it.key(),
+                 "' must be a number, string or boolean");
   }
   return j;
 }
@@ -148,26 +148,26 @@ json parse_settings(const json& j, const std::string& where, const fs::path& fil
 void parse_conventions(const Section& c, SweepSpec& spec) {
   c.allow_only({"param_count", "flops"});
   const std::string count = c.text("param_count", "total"), flops = c.text("flops", "6N+attention");
-  check(count == "total" || count == "non_embedding", c.file().string(),
-        ": 'conventions.param_count' must be \"total\" or \"non_embedding\", got \"", count, "\"");
-  check(flops == "6N" || flops == "6N+attention", c.file().string(),
-        ": 'conventions.flops' must be \"6N\" or \"6N+attention\", got \"", flops, "\"");
+  TRIPOD_CHECK(count == "total" || count == "non_embedding", c.file().string(),
+               ": 'conventions.param_count' must be \"total\" or \"non_embedding\", got \"", count, "\"");
+  TRIPOD_CHECK(flops == "6N" || flops == "6N+attention", c.file().string(),
+               ": 'conventions.flops' must be \"6N\" or \"6N+attention\", got \"", flops, "\"");
   spec.param_count = count == "total" ? ParamCount::Total : ParamCount::NonEmbedding;
   spec.flops = flops == "6N" ? FlopConvention::SixN : FlopConvention::SixNPlusAttention;
 }
 
 // Ascending and distinct: run names carry the budget, so a repeated one would plan the same runs twice.
 std::vector<double> parse_budgets(const json& budgets, const fs::path& file) {
-  check(budgets.is_array() && !budgets.empty(), file.string(), ": 'budgets' must be a non-empty list of FLOPs");
+  TRIPOD_CHECK(budgets.is_array() && !budgets.empty(), file.string(), ": 'budgets' must be a non-empty list of FLOPs");
   std::vector<double> sorted;
   for (const json& b : budgets) {
-    check(b.is_number() && b.get<double>() > 0 && std::isfinite(b.get<double>()), file.string(),
-          ": 'budgets' must hold positive numbers (FLOPs), got ", b.dump());
+    TRIPOD_CHECK(b.is_number() && b.get<double>() > 0 && std::isfinite(b.get<double>()), file.string(),
+                 ": 'budgets' must hold positive numbers (FLOPs), got ", b.dump());
     sorted.push_back(b.get<double>());
   }
   std::sort(sorted.begin(), sorted.end());
-  check(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), file.string(),
-        ": 'budgets' lists a budget twice");
+  TRIPOD_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), file.string(),
+               ": 'budgets' lists a budget twice");
   return sorted;
 }
 
@@ -178,28 +178,29 @@ void parse_lr(const Section& l, LrRule& lr) {
   lr.reference_d_model = l.positive("reference_d_model", lr.reference_d_model);
   lr.width_exponent = l.number("width_exponent", lr.width_exponent);
   lr.min_lr_ratio = l.number("min_lr_ratio", lr.min_lr_ratio);
-  check(lr.min_lr_ratio >= 0 && lr.min_lr_ratio <= 1, l.file().string(), ": 'lr.min_lr_ratio' must be in [0, 1]");
+  TRIPOD_CHECK(lr.min_lr_ratio >= 0 && lr.min_lr_ratio <= 1, l.file().string(),
+               ": 'lr.min_lr_ratio' must be in [0, 1]");
 }
 
 void parse_warmup(const Section& w, WarmupRule& warmup) {
   w.allow_only({"fraction", "max_steps"});
   warmup.fraction = w.number("fraction", warmup.fraction);
-  check(warmup.fraction >= 0 && warmup.fraction < 1, w.file().string(), ": 'warmup.fraction' must be in [0, 1)");
+  TRIPOD_CHECK(warmup.fraction >= 0 && warmup.fraction < 1, w.file().string(), ": 'warmup.fraction' must be in [0, 1)");
   warmup.max_steps = w.integer("max_steps", warmup.max_steps, 0);
 }
 
 std::vector<uint64_t> parse_seeds(const json& seeds, const fs::path& file) {
-  check(seeds.is_array() && !seeds.empty(), file.string(), ": 'seeds' must be a non-empty list of integers");
+  TRIPOD_CHECK(seeds.is_array() && !seeds.empty(), file.string(), ": 'seeds' must be a non-empty list of integers");
   std::vector<uint64_t> list;
   for (const json& s : seeds) {
-    check(s.is_number_unsigned(), file.string(), ": 'seeds' must hold non-negative integers, got ", s.dump());
+    TRIPOD_CHECK(s.is_number_unsigned(), file.string(), ": 'seeds' must hold non-negative integers, got ", s.dump());
     list.push_back(s.get<uint64_t>());
   }
   return list;
 }
 
 std::vector<RunOverride> parse_overrides(const json& list, const fs::path& file) {
-  check(list.is_array(), file.string(), ": 'overrides' must be a list of {\"runs\": GLOB, \"set\": {...}}");
+  TRIPOD_CHECK(list.is_array(), file.string(), ": 'overrides' must be a list of {\"runs\": GLOB, \"set\": {...}}");
   std::vector<RunOverride> overrides;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string where = "overrides[" + std::to_string(i) + "]";
@@ -233,7 +234,7 @@ SweepSpec parse_sweep_spec(const json& j, const fs::path& file) {
   spec.min_steps = top.integer("min_steps", spec.min_steps);
   spec.eval_batches = top.integer("eval_batches", spec.eval_batches);
   spec.max_epochs = top.number("max_epochs", spec.max_epochs);
-  check(spec.max_epochs >= 0, file.string(), ": 'max_epochs' must be >= 0 (0: no limit), got ", spec.max_epochs);
+  TRIPOD_CHECK(spec.max_epochs >= 0, file.string(), ": 'max_epochs' must be >= 0 (0: no limit), got ", spec.max_epochs);
   spec.checkpoint_every = top.integer("checkpoint_every", spec.checkpoint_every);
   if (top.has("settings")) spec.settings = parse_settings(top.raw("settings"), "settings", file);
   if (top.has("overrides")) spec.overrides = parse_overrides(top.raw("overrides"), file);
@@ -247,9 +248,9 @@ fs::path resolve_spec_path(const std::string& name_or_path) {
 SweepSpec load_sweep_spec(const std::string& name_or_path) {
   const fs::path path = resolve_spec_path(name_or_path);
   std::ifstream in(path);
-  check(in.good(), "cannot read sweep spec ", path.string());
+  TRIPOD_CHECK(in.good(), "cannot read sweep spec ", path.string());
   const json j = json::parse(in, nullptr, false, /*ignore_comments=*/true);
-  check(!j.is_discarded(), "sweep spec ", path.string(), " is not valid JSON");
+  TRIPOD_CHECK(!j.is_discarded(), "sweep spec ", path.string(), " is not valid JSON");
   return parse_sweep_spec(j, path);
 }
 

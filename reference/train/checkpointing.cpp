@@ -185,14 +185,14 @@ fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_
   // The tensors must be the model its config describes, in its precision: a mismatch was
   // upgraded as it was and only refused by the resume after it, naming the new checkpoint.
   const std::vector<ParamSpec> specs = gpt_param_specs(config.model);
-  check(old.model.tensors().size() == specs.size(), old_dir.string(), ": model.safetensors holds ",
-        old.model.tensors().size(), " tensors but its config's model has ", specs.size());
+  TRIPOD_CHECK(old.model.tensors().size() == specs.size(), old_dir.string(), ": model.safetensors holds ",
+               old.model.tensors().size(), " tensors but its config's model has ", specs.size());
   std::vector<StateRegion> regions;
   auto add = [&](const ckpt::HostTensor& t, const ParamSpec& spec, const char* kind) {
-    check(t.dtype == old.dtype, old_dir.string(), ": tensor '", t.name, "' is ", dtype_name(t.dtype),
-          " but state.json says ", dtype_name(old.dtype));
-    check(t.dtype == DType::F32 || t.dtype == DType::F64, old_dir.string(), ": tensor '", t.name, "' is ",
-          dtype_name(t.dtype), ", not fp32 or fp64");
+    TRIPOD_CHECK(t.dtype == old.dtype, old_dir.string(), ": tensor '", t.name, "' is ", dtype_name(t.dtype),
+                 " but state.json says ", dtype_name(old.dtype));
+    TRIPOD_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, old_dir.string(), ": tensor '", t.name, "' is ",
+                 dtype_name(t.dtype), ", not fp32 or fp64");
     if (t.shape != spec.shape)
       fail(old_dir.string(), ": tensor '", t.name, "' has shape ", shape_str(t.shape), " but its config's model makes ",
            spec.name, " ", shape_str(spec.shape));
@@ -201,8 +201,8 @@ fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_
     regions.push_back({spec.name, t.shape, kind, local, {{0, 0, t.numel()}}, true});
   };
   for (const ParamSpec& spec : specs) {
-    check(old.model.contains(spec.name), old_dir.string(), ": model.safetensors has no tensor '", spec.name,
-          "', which its config's model has");
+    TRIPOD_CHECK(old.model.contains(spec.name), old_dir.string(), ": model.safetensors has no tensor '", spec.name,
+                 "', which its config's model has");
     add(old.model.get(spec.name), spec, "param");
     add(old.optimizer.get("m." + spec.name), spec, "adam_m");
     add(old.optimizer.get("v." + spec.name), spec, "adam_v");
@@ -210,8 +210,8 @@ fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_
   // As documented: the upgraded checkpoint is the new root's only one (an existing root's `latest`
   // would otherwise move to it, and its other steps belong to another run).
   std::error_code ec;
-  check(!fs::exists(new_root, ec) || (fs::is_directory(new_root, ec) && fs::is_empty(new_root, ec)),
-        "ckpt upgrade: NEW_ROOT ", new_root.string(), " must be absent or an empty folder");
+  TRIPOD_CHECK(!fs::exists(new_root, ec) || (fs::is_directory(new_root, ec) && fs::is_empty(new_root, ec)),
+               "ckpt upgrade: NEW_ROOT ", new_root.string(), " must be absent or an empty folder");
   ckpt::check_save_root(new_root, 0, "ckpt upgrade's NEW_ROOT");
   // Version 1 read the data at step * batch_size, as every resume of it did.
   return save_checkpoint(nullptr, new_root, regions, backend,

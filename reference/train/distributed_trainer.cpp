@@ -16,8 +16,8 @@ StepShape step_shape(const RunConfig& config) {
 // The layout, checked against this model and step before anything is built from it.
 const ParallelLayout& validated(const ParallelLayout& layout, const RunConfig& config, const ProcessGrid& grid) {
   const GridShape g = grid.shape(), l = layout.grid();
-  check(g.tp == l.tp && g.pp == l.pp && g.dp == l.dp, "the process grid (", describe(g), ") is not the layout's (",
-        describe(l), ")");
+  TRIPOD_CHECK(g.tp == l.tp && g.pp == l.pp && g.dp == l.dp, "the process grid (", describe(g),
+               ") is not the layout's (", describe(l), ")");
   layout.validate(config.model, step_shape(config));
   return layout;
 }

@@ -26,8 +26,8 @@ RunCheckpoints::RunCheckpoints(const RunConfig& config, const TrainOptions& opti
     fs::path a = fs::weakly_canonical(fs::absolute(p)).lexically_normal();
     return a.has_filename() ? a : a.parent_path();
   };
-  check(local_.root.empty() || folder(local_.root) != folder(durable_.root),
-        "--save-local and --save name the same folder ", durable_.root.string(), ": the tiers must be apart");
+  TRIPOD_CHECK(local_.root.empty() || folder(local_.root) != folder(durable_.root),
+               "--save-local and --save name the same folder ", durable_.root.string(), ": the tiers must be apart");
 }
 
 void RunCheckpoints::prepare() {
@@ -101,8 +101,8 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
 RunCheckpoints::Loaded RunCheckpoints::load_newest() {
   finish_pending();
   const auto dir = newest();
-  check(dir.has_value(), "no checkpoint under ", durable_.root.string(),
-        local_.root.empty() ? "" : " or " + local_.root.string());
+  TRIPOD_CHECK(dir.has_value(), "no checkpoint under ", durable_.root.string(),
+               local_.root.empty() ? "" : " or " + local_.root.string());
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
                                              /*allow_changes=*/true)};
   engine_.set_step(loaded.manifest.step);

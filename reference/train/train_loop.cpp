@@ -231,8 +231,8 @@ class TrainingRun {
   void write_metrics(const json& record) {
     if (!metrics_.is_open()) return;
     metrics_ << record.dump() << "\n" << std::flush;
-    check(metrics_.good(), "cannot write metrics file ", config_.train.metrics, " (train.metrics) after step ",
-          engine_->step(), ": ", std::strerror(errno));
+    TRIPOD_CHECK(metrics_.good(), "cannot write metrics file ", config_.train.metrics, " (train.metrics) after step ",
+                 engine_->step(), ": ", std::strerror(errno));
   }
 
   void record_step(const StepResult& r, int64_t first_step) {

@@ -92,8 +92,8 @@ void add_attention_case(CaseList& cases, DType t, const Sizes& s) {
 Output operand_output(Backend& be, const std::string& name, const Tensor& op, int64_t rows, int64_t cols) {
   Output padded = output(be, name, op);
   const int64_t ld = op.dim(-1);
-  check(ld >= cols && op.numel() >= rows * ld, name, ": an operand copy ", op.describe(), " smaller than [", rows, ", ",
-        cols, "]");
+  TRIPOD_CHECK(ld >= cols && op.numel() >= rows * ld, name, ": an operand copy ", op.describe(), " smaller than [",
+               rows, ", ", cols, "]");
   Output out{name, padded.dtype, {}};
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) out.values.push_back(padded.values[static_cast<std::size_t>(r * ld + j)]);

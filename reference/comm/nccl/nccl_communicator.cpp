@@ -52,7 +52,8 @@ class NcclCommunicator final : public Communicator {
         group_(std::make_unique<NcclGroup>(comm, name_)) {
     int nccl_rank = -1;
     group_->check(ncclCommUserRank(comm, &nccl_rank), name_ + ": ncclCommUserRank");
-    check(nccl_rank == host_->rank(), name_, ": NCCL rank ", nccl_rank, " differs from the MPI rank ", host_->rank());
+    TRIPOD_CHECK(nccl_rank == host_->rank(), name_, ": NCCL rank ", nccl_rank, " differs from the MPI rank ",
+                 host_->rank());
     connect();
   }
 
