@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <string>
 
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_split.h"
@@ -42,66 +43,79 @@ std::string ParallelLayout::describe() const {
 
 namespace {
 
-// The setting a layout name's part sets (parts that set the same one exclude each other), or null
-// for a part parse() does not know.
-const char* setting_named_by(const std::string& part) {
-  static const std::pair<const char*, const char*> prefixes[] = {
-      {"pad", "vocabulary padding"}, {"tp", "TP size"}, {"pp", "PP size"}, {"dp", "DP size"},
-      {"mb", "micro-batches"}, {"z", "ZeRO stage"}, {"pf", "ZeRO-3 prefetch"}, {"ra", "receives ahead"}};
-  for (const auto& [prefix, setting] : prefixes)
-    if (part.rfind(prefix, 0) == 0) return setting;
-  if (part.rfind("v", 0) == 0 && part.size() > 1) return "virtual stages";
-  if (part == "sp") return "sequence parallelism";
-  if (part == "gfp32") return "fp32 gathers";
-  if (part == "rsel" || part == "rfull") return "recomputation";
-  if (part == "afab" || part == "1f1b" || part == "interleaved") return "pipeline schedule";
+// One kind of part in a layout name: a numbered part is its prefix and a count (tp2, z1, pad64),
+// a flag is its whole name (sp, rsel, 1f1b). Parts that set the same setting exclude each other.
+struct LayoutPart {
+  const char* text;
+  bool numbered;
+  const char* setting;
+  void (*apply)(ParallelLayout& layout, const std::string& part, int number);
+};
+
+const LayoutPart kLayoutParts[] = {
+    {"pad", true, "vocabulary padding", [](ParallelLayout& l, const std::string&, int n) { l.vocab_multiple = n; }},
+    {"tp", true, "TP size", [](ParallelLayout& l, const std::string&, int n) { l.tp = n; }},
+    {"pp", true, "PP size", [](ParallelLayout& l, const std::string&, int n) { l.pp = n; }},
+    {"dp", true, "DP size", [](ParallelLayout& l, const std::string&, int n) { l.dp = n; }},
+    {"mb", true, "micro-batches", [](ParallelLayout& l, const std::string&, int n) { l.micro_batches = n; }},
+    {"z", true, "ZeRO stage", [](ParallelLayout& l, const std::string&, int n) { l.zero = n; }},
+    {"pf", true, "ZeRO-3 prefetch", [](ParallelLayout& l, const std::string&, int n) { l.zero3_prefetch = n; }},
+    {"ra", true, "receives ahead", [](ParallelLayout& l, const std::string&, int n) { l.receives_ahead = n; }},
+    {"v", true, "virtual stages", [](ParallelLayout& l, const std::string&, int n) { l.virtual_stages = n; }},
+    {"sp", false, "sequence parallelism",
+     [](ParallelLayout& l, const std::string&, int) { l.sequence_parallel = true; }},
+    {"gfp32", false, "fp32 gathers", [](ParallelLayout& l, const std::string&, int) { l.fp32_param_gathers = true; }},
+    {"rsel", false, "recomputation",
+     [](ParallelLayout& l, const std::string&, int) { l.recompute = Recompute::Selective; }},
+    {"rfull", false, "recomputation",
+     [](ParallelLayout& l, const std::string&, int) { l.recompute = Recompute::Full; }},
+    {"afab", false, "pipeline schedule",
+     [](ParallelLayout& l, const std::string& p, int) { l.schedule = parse_schedule_kind(p); }},
+    {"1f1b", false, "pipeline schedule",
+     [](ParallelLayout& l, const std::string& p, int) { l.schedule = parse_schedule_kind(p); }},
+    {"interleaved", false, "pipeline schedule",
+     [](ParallelLayout& l, const std::string& p, int) { l.schedule = parse_schedule_kind(p); }},
+};
+
+// The kind of `part`, or null for a part parse() does not know (a bare prefix such as "v" too).
+const LayoutPart* layout_part_named(const std::string& part) {
+  for (const LayoutPart& kind : kLayoutParts) {
+    const std::size_t length = std::char_traits<char>::length(kind.text);
+    const bool numbered_match = part.size() > length && part.compare(0, length, kind.text) == 0;
+    if (kind.numbered ? numbered_match : part == kind.text) return &kind;
+  }
   return nullptr;
+}
+
+// The count after a numbered part's prefix: digits only (std::stoi read "tp2x" as 2 and "z+1" as 1).
+int part_number(const std::string& name, const std::string& part, std::size_t prefix) {
+  const std::string digits = part.substr(prefix);
+  const bool all_digits = !digits.empty() && digits.size() <= 9 &&
+                          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!all_digits) fail("layout '", name, "': cannot read a number in '", part, "'");
+  return std::stoi(digits);
 }
 
 }  // namespace
 
 ParallelLayout ParallelLayout::parse(const std::string& name) {
   ParallelLayout l;
-  bool has_schedule = false;
   std::istringstream in(name);
   std::string part;
   std::map<std::string, std::string> seen;  // setting -> the part that set it
   while (std::getline(in, part, '-')) {
-    auto number = [&](std::size_t prefix) {
-      try {
-        return std::stoi(part.substr(prefix));
-      } catch (const std::exception&) {
-        fail("layout '", name, "': cannot read a number in '", part, "'");
-      }
-    };
-    if (const char* setting = setting_named_by(part)) {
-      const auto [at, first] = seen.emplace(setting, part);  // a second part would silently win
-      TRIPOD_CHECK(first, "layout '", name, "': '", part, "' sets the ", setting, " that '", at->second,
-                   "' set already");
-    }
-    if (part.rfind("pad", 0) == 0) l.vocab_multiple = number(3);
-    else if (part.rfind("tp", 0) == 0) l.tp = number(2);
-    else if (part.rfind("pp", 0) == 0) l.pp = number(2);
-    else if (part.rfind("dp", 0) == 0) l.dp = number(2);
-    else if (part.rfind("mb", 0) == 0) l.micro_batches = number(2);
-    else if (part.rfind("z", 0) == 0) l.zero = number(1);
-    else if (part.rfind("pf", 0) == 0) l.zero3_prefetch = number(2);
-    else if (part.rfind("ra", 0) == 0) l.receives_ahead = number(2);
-    else if (part.rfind("v", 0) == 0 && part.size() > 1) l.virtual_stages = number(1);
-    else if (part == "sp") l.sequence_parallel = true;
-    else if (part == "gfp32") l.fp32_param_gathers = true;
-    else if (part == "rsel") l.recompute = Recompute::Selective;
-    else if (part == "rfull") l.recompute = Recompute::Full;
-    else if (part == "afab" || part == "1f1b" || part == "interleaved") {
-      l.schedule = parse_schedule_kind(part);
-      has_schedule = true;
-    } else {
+    const LayoutPart* kind = layout_part_named(part);
+    if (kind == nullptr)
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
            "with -sp, -v2, -rsel, -rfull, -pf2, -gfp32, -ra0 or -pad64)");
-    }
+    const int number = kind->numbered ? part_number(name, part, std::char_traits<char>::length(kind->text)) : 0;
+    const auto [at, first] = seen.emplace(kind->setting, part);  // a second part would silently win
+    TRIPOD_CHECK(first, "layout '", name, "': '", part, "' sets the ", kind->setting, " that '", at->second,
+                 "' set already");
+    kind->apply(l, part, number);
   }
   check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.micro_batches >= 1, "layout '", name, "': sizes must be >= 1");
-  check(l.pp > 1 || !has_schedule, "layout '", name, "': a pipeline schedule needs pp > 1");
+  check(l.pp > 1 || seen.count("pipeline schedule") == 0, "layout '", name, "': a pipeline schedule needs pp > 1");
   return l;
 }
 

@@ -55,6 +55,14 @@ TEST(ParallelLayout, ParseRefusesWhatItCannotRead) {
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp1-z0-mb1-1f1b"); }).find("needs pp > 1"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp0-pp1"); }).find("sizes must be >= 1"), std::string::npos);
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-padx"); }).find("cannot read a number in 'padx'"), std::string::npos);
+  // A count is digits only: std::stoi read "tp2x" as 2, "z+1" as 1 and "mb4.5" as 4, silently.
+  for (const char* part : {"tp2x", "z+1", "mb4.5", "pad 64", "pf1e1", "v2v", "dp99999999999"})
+    EXPECT_NE(error_of([&] { ParallelLayout::parse(std::string("tp1-pp2-dp1-z0-mb2-") + part); })
+                  .find(std::string("cannot read a number in '") + part + "'"),
+              std::string::npos)
+        << part;
+  // A bare prefix is no part.
+  EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp2-v"); }).find("unknown part 'v'"), std::string::npos);
   // A setting given twice: the second part silently won (tp1-tp2 ran as TP 2).
   EXPECT_NE(error_of([] { ParallelLayout::parse("tp1-pp1-dp2-z1-mb1-tp2"); })
                 .find("layout 'tp1-pp1-dp2-z1-mb1-tp2': 'tp2' sets the TP size that 'tp1' set already"),
