@@ -55,6 +55,7 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
   };
   std::deque<Pending> rounded;                        // at most two: their bf16 buffers
   std::vector<std::unique_ptr<CommRequest>> in_place;  // fp32 buckets, waited for at the end
+  const int64_t master_bytes = static_cast<int64_t>(dtype_size(full_params.dtype()));  // per element
   for (const Bucket& bucket : layout.buckets()) {
     const BucketGatherPlan plan = plan_bucket_gather(bucket, layout.dp(), bf16_operand_gathers);
     const Tensor full = full_params.view(bucket.start, {bucket.size});
@@ -62,7 +63,7 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     const Tensor own = full.view(rank * slice, {slice});
     if (!plan.rounded) {
       in_place.push_back(dp.all_gather_async(own, full));
-      received += bucket.size * static_cast<int64_t>(dtype_size(full_params.dtype()));
+      received += bucket.size * master_bytes;
       continue;
     }
     if (rounded.size() == 2) {  // the next bucket travels while this one is widened
@@ -79,7 +80,7 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     p.requests.push_back(dp.all_gather_async(p.sent, p.gathered));
     for (const auto& piece : plan.head)  // in place: the root's slice is the source
       p.requests.push_back(dp.broadcast_async(full.view(piece.begin, {piece.length}), piece.root));
-    received += static_cast<int64_t>(p.gathered.bytes()) + bucket.exact * 4;
+    received += static_cast<int64_t>(p.gathered.bytes()) + bucket.exact * master_bytes;
     rounded.push_back(std::move(p));
   }
   for (Pending& p : rounded) finish(p);

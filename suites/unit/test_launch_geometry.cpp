@@ -31,12 +31,17 @@ TEST(LaunchGeometry, RowsGetWholeWarpsAndSharedMemoryOptIn) {
   LaunchShape s = rows_launch(8192, 32, 4, 0, h200);  // a warp a row, 4 rows a block
   EXPECT_EQ(s.block, 128);
   EXPECT_EQ(s.grid_x, 2048);
-  EXPECT_FALSE(s.needs_shared_optin);
+  EXPECT_FALSE(s.shared_opted_in);
   s = rows_launch(7, 32, 4, 0, h200);
   EXPECT_EQ(s.grid_x, 2);
   s = rows_launch(100, 1024, 1, 100 * 1024, h200);  // 100 KiB: over 48 KiB, under the 227 KiB opt-in
-  EXPECT_TRUE(s.needs_shared_optin);
+  // Only the launcher knows whether it raises the kernel's limit: the shape function set the flag
+  // from the size itself, so a launcher that forgot cudaFuncSetAttribute passed check_fits.
+  EXPECT_FALSE(s.shared_opted_in);
+  EXPECT_NE(error_of([&] { check_fits(s, h200, "test"); }).find("need the opt-in attribute"), std::string::npos);
+  s.shared_opted_in = true;
   EXPECT_NO_THROW(check_fits(s, h200, "test"));
+  EXPECT_NO_THROW(check_fits(rows_launch(100, 256, 1, 48 * 1024, h200), h200, "at the limit"));
 }
 
 TEST(LaunchGeometry, ImpossibleLaunchesNameTheKernelAndTheLimit) {
@@ -46,7 +51,6 @@ TEST(LaunchGeometry, ImpossibleLaunchesNameTheKernelAndTheLimit) {
   m = error_of([&] { check_fits(rows_launch(10, 32, 1, 300 * 1024, h200), h200, "attention_forward"); });
   EXPECT_NE(m.find("attention_forward: 307200 bytes of shared memory"), std::string::npos) << m;
   LaunchShape forgot = rows_launch(10, 256, 1, 64 * 1024, h200);
-  forgot.needs_shared_optin = false;
   m = error_of([&] { check_fits(forgot, h200, "softmax"); });
   EXPECT_NE(m.find("need the opt-in attribute"), std::string::npos) << m;
   LaunchShape ragged;

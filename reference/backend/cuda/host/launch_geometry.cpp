@@ -27,7 +27,6 @@ LaunchShape rows_launch(int64_t rows, int threads_per_row, int rows_per_block, s
   s.block = threads_per_row * rows_per_block;
   s.grid_x = std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, limits.max_grid_x);
   s.shared_bytes = shared_bytes;
-  s.needs_shared_optin = shared_bytes > limits.shared_per_block;
   return s;
 }
 
@@ -42,7 +41,7 @@ void check_fits(const LaunchShape& s, const DeviceLimits& limits, const char* ke
         " blocks, the device allows ", limits.max_grid_y);
   check(s.shared_bytes <= limits.shared_per_block_optin, kernel, ": ", s.shared_bytes,
         " bytes of shared memory a block, the device allows ", limits.shared_per_block_optin, " even opted in");
-  check(!(s.shared_bytes > limits.shared_per_block) || s.needs_shared_optin, kernel, ": ", s.shared_bytes,
+  check(s.shared_bytes <= limits.shared_per_block || s.shared_opted_in, kernel, ": ", s.shared_bytes,
         " bytes of shared memory a block need the opt-in attribute (over ", limits.shared_per_block, ")");
 }
 

@@ -25,8 +25,9 @@ struct LaunchShape {
   int64_t grid_x = 1, grid_y = 1;
   int block = 1;
   std::size_t shared_bytes = 0;
-  // More than shared_per_block: the launcher must raise the kernel's limit before launching.
-  bool needs_shared_optin = false;
+  // The launcher raises the kernel's limit (cudaFuncSetAttribute) before launching: needed for more
+  // than shared_per_block. Only the launcher can say so, so no shape function sets it.
+  bool shared_opted_in = false;
 };
 
 // One thread per element, `block` threads a block. When n needs more blocks than a grid may hold,

@@ -177,7 +177,7 @@ void launch_tiles(void (*kernel)(KernelArgs...), const flash::Problem& p, const 
   shape.grid_x = p.pairs() * p.tiles();
   shape.block = flash::kThreads;
   shape.shared_bytes = sizeof(Shared);
-  shape.needs_shared_optin = shape.shared_bytes > ctx.limits.shared_per_block;
+  shape.shared_opted_in = true;  // the attribute is set just below, whatever the size
   check_fits(shape, ctx.limits, op);
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shape.shared_bytes)),
