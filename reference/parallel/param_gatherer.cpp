@@ -8,11 +8,15 @@ namespace tripod {
 struct ParamGatherer::InFlight {
   std::unique_ptr<CommRequest> request;  // the bucket in fp32, or its bf16 rounding
   // A rounded bucket's: this rank's slice as bf16 [size / dp] (freed on arrival), the gathered bf16
-  // bucket [size], and the exact head's pieces [dp, c] in fp32 (c = min(exact, size / dp)), with
-  // their request; the last two become the bucket's buffers.
+  // bucket [size], and the exact head [exact] in fp32 with its pieces' broadcasts; the last two
+  // become the bucket's buffers.
   Tensor sent, rounded, exact;
-  std::unique_ptr<CommRequest> exact_request;
+  std::vector<std::unique_ptr<CommRequest>> head_requests;
   std::size_t bytes() const { return sent.bytes() + rounded.bytes() + exact.bytes(); }
+  void wait() {
+    request->wait();
+    for (auto& r : head_requests) r->wait();
+  }
 };
 
 ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, Communicator& dp,
@@ -42,10 +46,7 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
 
 ParamGatherer::~ParamGatherer() {
   for (auto& f : in_flight_)  // collectives already started must complete on every rank
-    if (f) {
-      f->request->wait();
-      if (f->exact_request) f->exact_request->wait();
-    }
+    if (f) f->wait();
 }
 
 Tensor ParamGatherer::gather_bucket(int b) const {
@@ -55,13 +56,8 @@ Tensor ParamGatherer::gather_bucket(int b) const {
   return buffer;
 }
 
-bool zero3_gathers_rounded(const Bucket& bucket, int dp, bool bf16_operand_gathers) {
-  const int64_t head = std::min(bucket.exact, bucket.size / dp);  // each rank's fp32 piece
-  return bf16_operand_gathers && bucket.exact < bucket.end && 2 * dp * head < bucket.size;
-}
-
-bool ParamGatherer::travels_rounded(int b) const {
-  return zero3_gathers_rounded(layout_.buckets()[static_cast<std::size_t>(b)], layout_.dp(), bf16_operand_gathers_);
+BucketGatherPlan ParamGatherer::plan_of(int b) const {
+  return plan_bucket_gather(layout_.buckets()[static_cast<std::size_t>(b)], layout_.dp(), bf16_operand_gathers_);
 }
 
 void ParamGatherer::start_gather(int b) {
@@ -69,25 +65,28 @@ void ParamGatherer::start_gather(int b) {
   const int64_t slice_size = bucket.size / layout_.dp();
   const Tensor slice = param_shard_.view(layout_.shard_offset(b), {slice_size});
   auto flight = std::make_unique<InFlight>();
-  if (!travels_rounded(b)) {
+  const BucketGatherPlan plan = plan_of(b);
+  if (!plan.rounded) {
     Tensor buffer = backend_.alloc({bucket.size}, dtype_);
     account(static_cast<std::ptrdiff_t>(buffer.bytes()));
     received_bytes_ += static_cast<int64_t>(buffer.bytes());
     flight->request = dp_.all_gather_async(slice, buffer);
     gathered_[static_cast<std::size_t>(b)] = buffer;
   } else {
-    // [slice] -> bf16 [slice]; all-gathered into bf16 [size]. The exact head: every rank's first c
-    // elements into [dp, c] fp32. Rank r's piece is the bucket's [r * slice, r * slice + c), so
-    // the head [0, exact) lies at its own offsets in that buffer: in piece 0 where exact <= slice
-    // (c = exact), else in the whole bucket (c = slice).
+    // [slice] -> bf16 [slice]; all-gathered into bf16 [size]. The exact head [0, exact) at its
+    // bucket offsets in an fp32 [exact]: each piece's root copies it in from its slice, then
+    // broadcasts it.
     flight->sent = backend_.alloc({slice_size}, DType::BF16);
     backend_.convert(slice, flight->sent);
     flight->rounded = backend_.alloc({bucket.size}, DType::BF16);
     flight->request = dp_.all_gather_async(flight->sent, flight->rounded);
     if (bucket.exact > 0) {
-      const int64_t head = std::min(bucket.exact, slice_size);
-      flight->exact = backend_.alloc({layout_.dp() * head}, dtype_);
-      flight->exact_request = dp_.all_gather_async(slice.view(0, {head}), flight->exact);
+      flight->exact = backend_.alloc_for_overwrite({bucket.exact}, dtype_);  // every piece is written
+      for (const auto& piece : plan.head)
+        if (piece.root == dp_.rank())
+          backend_.copy(slice.view(piece.begin - piece.root * slice_size, {piece.length}),
+                        flight->exact.view(piece.begin, {piece.length}));
+      flight->head_requests = broadcast_head(plan, flight->exact, dp_);
     }
     account(static_cast<std::ptrdiff_t>(flight->bytes()));
     received_bytes_ += static_cast<int64_t>(flight->rounded.bytes() + flight->exact.bytes());
@@ -98,8 +97,7 @@ void ParamGatherer::start_gather(int b) {
 void ParamGatherer::finish_gather(int b) {
   auto& flight = in_flight_[static_cast<std::size_t>(b)];
   if (!flight) return;
-  flight->request->wait();
-  if (flight->exact_request) flight->exact_request->wait();
+  flight->wait();
   if (flight->rounded.defined()) {  // the sent slice goes; the bucket is the two gathered buffers
     account(-static_cast<std::ptrdiff_t>(flight->sent.bytes()));
     gathered_[static_cast<std::size_t>(b)] = flight->exact;
@@ -151,7 +149,7 @@ void ParamGatherer::acquire(int group) {
   } else if (held(b)) {  // prefetched (perhaps still travelling) or kept from the last use
     prefetch_hits_ += in_flight_[static_cast<std::size_t>(b)] != nullptr;
     finish_gather(b);
-  } else if (travels_rounded(b)) {
+  } else if (plan_of(b).rounded) {
     start_gather(b);
     finish_gather(b);
   } else {

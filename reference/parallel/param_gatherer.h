@@ -13,20 +13,23 @@
 // reads a gather made before the shards last changed (an update, a checkpoint load); drop_all()
 // also empties everything before the update and initialisation.
 //
-// bf16 operand gathers (under the bf16-operand policy, fp32 shards): the weights the model reads
-// only as GEMM operands lie last in their bucket (parallel/shard_layout.h). Each rank rounds its
-// slice to bf16 (nearest even) and the bucket is all-gathered as bf16, its exact head [0, exact)
-// - LayerNorms, biases, embeddings - a second time in fp32. view() gives the operand-only weights
+// bf16 operand gathers (under the bf16-operand policy, fp32 shards): a bucket travels as
+// parallel/bucket_gather_plan.h plans, the plan ZeRO-1/2 follow after their step: each rank rounds
+// its slice to bf16 (nearest even) and the bucket is all-gathered as bf16, while its exact head
+// [0, exact) - LayerNorms, biases, embeddings - is broadcast in fp32 from the ranks whose slices
+// hold it into a buffer of its own. view() gives the operand-only weights
 // as bf16 tensors, which the model's linear layers take as their prepared GEMM operands
 // (model/linear.h): the bf16 values the model would have rounded an fp32 gather to, so the same
 // bits, for about half the bytes and half the gathered memory, and no rounding of the weights in
-// the model. A bucket with no operand-only tensor travels in fp32 alone.
+// the model. A bucket with no operand-only tensor, or whose head is half of it or more, travels in
+// fp32 alone.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "parallel/bucket_gather_plan.h"
 #include "parallel/fault_plan.h"
 #include "parallel/shard_layout.h"
 #include "parallel/zero_policy.h"
@@ -34,11 +37,6 @@
 namespace tripod {
 
 enum class PassKind { Forward, Backward };
-
-// Whether ZeRO-3 gathers a bucket as bf16 with its exact head in fp32 (see above): asked for, the
-// bucket holds operand-only tensors, and bf16 [size] plus the head's dp pieces of min(exact, slice)
-// fp32 elements are fewer bytes than fp32 [size] (a bucket whose head spans slices would cost more).
-bool zero3_gathers_rounded(const Bucket& bucket, int dp, bool bf16_operand_gathers);
 
 class ParamGatherer {
  public:
@@ -70,8 +68,8 @@ class ParamGatherer {
     bool valid = true;        // a pass that strayed from it turns prefetching off for this kind
   };
   struct InFlight;
-  // Whether the bucket travels as bf16 with its exact head in fp32 (see above).
-  bool travels_rounded(int bucket) const;
+  // The bucket's plan (see above): bf16 with its exact head in fp32, or fp32.
+  BucketGatherPlan plan_of(int bucket) const;
   void start_gather(int bucket);   // non-blocking, into a fresh buffer
   void finish_gather(int bucket);  // waits for an in-flight gather
   void prefetch_after(std::size_t event);
@@ -93,7 +91,7 @@ class ParamGatherer {
   const int prefetch_;
   const bool bf16_operand_gathers_;
   std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched); a rounded
-                                  // bucket's exact head [dp, c] (undefined where it has none)
+                                  // bucket's exact head [exact] (undefined where it has none)
   std::vector<Tensor> operands_;  // per bucket, while a rounded bucket is gathered: bf16 [size]
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // per bucket, a gather not yet waited for
   std::vector<int> users_;        // per bucket

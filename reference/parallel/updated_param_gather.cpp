@@ -8,21 +8,6 @@
 
 namespace tripod {
 
-BucketGatherPlan plan_bucket_gather(const Bucket& bucket, int dp, bool bf16_operand_gathers) {
-  check(dp >= 1 && bucket.size % dp == 0, "plan_bucket_gather: a bucket of ", bucket.size,
-        " elements does not split into ", dp, " slices");
-  check(bucket.exact >= 0 && bucket.exact <= bucket.end && bucket.end <= bucket.size, "plan_bucket_gather: bucket with exact ",
-        bucket.exact, ", end ", bucket.end, ", size ", bucket.size);
-  BucketGatherPlan plan;
-  // bf16 [size] + fp32 [exact] against fp32 [size]
-  plan.rounded = bf16_operand_gathers && bucket.exact < bucket.end && 2 * bucket.exact < bucket.size;
-  if (!plan.rounded) return plan;
-  const int64_t slice = bucket.size / dp;
-  for (int64_t begin = 0; begin < bucket.exact; begin += slice)
-    plan.head.push_back({static_cast<int>(begin / slice), begin, std::min(bucket.exact, begin + slice) - begin});
-  return plan;
-}
-
 namespace {
 
 struct Pending {  // a rounded bucket's gather in flight
@@ -78,8 +63,8 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     memory.add(static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
     backend.convert(own, p.sent);
     p.requests.push_back(dp.all_gather_async(p.sent, p.gathered));
-    for (const auto& piece : plan.head)  // in place: the root's slice is the source
-      p.requests.push_back(dp.broadcast_async(full.view(piece.begin, {piece.length}), piece.root));
+    for (auto& request : broadcast_head(plan, full, dp))
+      p.requests.push_back(std::move(request));
     received += static_cast<int64_t>(p.gathered.bytes()) + bucket.exact * master_bytes;
     rounded.push_back(std::move(p));
   }

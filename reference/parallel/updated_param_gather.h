@@ -2,11 +2,9 @@
 // its full fp32 parameters (the slice is the master copy of those elements) and gathers the others'
 // slices back in place.
 //
-// Under the bf16-operand policy the weights the model reads only as GEMM operands lie last in each
-// bucket (parallel/shard_layout.h), and the model reads nothing of them but their bf16 rounding.
-// A bucket then travels as bf16 (each rank rounds its slice, nearest even), widened back into the
-// other ranks' slices of [exact, end); its exact head [0, exact) - LayerNorms, biases, embeddings
-// - is broadcast in fp32 by the ranks whose slices hold it. A rank's own slice is never
+// Under the bf16-operand policy a bucket travels as parallel/bucket_gather_plan.h plans: as bf16,
+// widened back into the other ranks' slices of [exact, end), its exact head [0, exact) broadcast
+// in fp32, in place, by the ranks whose slices hold it. A rank's own slice is never
 // overwritten, so the masters stay exact; the other slices hold the bf16 values widened, which the
 // model rounds to the bf16 it would have rounded the exact values to: the same bits, for about half
 // the bytes (Megatron's distributed optimizer gathers its bf16 parameters likewise).
@@ -20,25 +18,11 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "parallel/bucket_gather_plan.h"
 #include "parallel/shard_layout.h"
 #include "parallel/zero_policy.h"
 
 namespace tripod {
-
-// How one bucket travels.
-struct BucketGatherPlan {
-  bool rounded = false;  // bf16 all-gather plus the head's broadcasts; else one fp32 all-gather
-  struct HeadPiece {
-    int root;        // the rank whose slice holds it
-    int64_t begin;   // in the bucket
-    int64_t length;
-  };
-  std::vector<HeadPiece> head;  // [0, exact) cut at slice boundaries (rounded buckets only)
-};
-
-// Rounded when the bucket holds operand-only tensors and the bf16 bucket plus the fp32 head are
-// fewer bytes than the fp32 bucket (exact < size / 2); never without `bf16_operand_gathers`.
-BucketGatherPlan plan_bucket_gather(const Bucket& bucket, int dp, bool bf16_operand_gathers);
 
 // Gathers every bucket of `full_params` (fp32 [layout.total()]) from its ranks' slices, in place, as
 // planned; at most two buckets' bf16 buffers exist at once (counted in `memory`). Collective over

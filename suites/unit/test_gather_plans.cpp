@@ -1,16 +1,15 @@
-// How a bucket's parameters travel under the bf16-operand policy: ZeRO-1/2's gather after the step
-// (parallel/updated_param_gather.h) and ZeRO-3's gathers on use (parallel/param_gatherer.h) round
-// only where that sends fewer bytes than fp32.
+// How a bucket's parameters travel under the bf16-operand policy (parallel/bucket_gather_plan.h), in
+// ZeRO-1/2's gather after the step and ZeRO-3's gathers on use alike: rounded only where that sends
+// fewer bytes than fp32.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "parallel/param_gatherer.h"
-#include "parallel/updated_param_gather.h"
+#include "parallel/bucket_gather_plan.h"
 
 namespace tripod {
 namespace {
 
-TEST(GatherPlans, ZeroOneTwoCutTheHeadAtSliceBoundaries) {
+TEST(GatherPlans, TheHeadIsCutAtSliceBoundaries) {
   Bucket bucket;
   bucket.size = 960;  // 3 slices of 320
   bucket.used = 890;
@@ -26,6 +25,12 @@ TEST(GatherPlans, ZeroOneTwoCutTheHeadAtSliceBoundaries) {
   EXPECT_EQ(plan.head[1].begin, 320);
   EXPECT_EQ(plan.head[1].length, 80);
   EXPECT_FALSE(plan_bucket_gather(bucket, 3, false).rounded);  // not asked
+  bucket.exact = 100;  // within slice 0: one piece
+  ASSERT_EQ(plan_bucket_gather(bucket, 3, true).head.size(), 1u);
+  EXPECT_EQ(plan_bucket_gather(bucket, 3, true).head[0].length, 100);
+  bucket.exact = 0;  // no head: the bf16 gather alone
+  EXPECT_TRUE(plan_bucket_gather(bucket, 3, true).rounded);
+  EXPECT_TRUE(plan_bucket_gather(bucket, 3, true).head.empty());
   bucket.exact = 480;  // bf16 [960] + fp32 [480] is as many bytes as fp32 [960]: not worth it
   EXPECT_FALSE(plan_bucket_gather(bucket, 3, true).rounded);
   bucket.exact = 900;  // nothing operand-only
@@ -33,23 +38,6 @@ TEST(GatherPlans, ZeroOneTwoCutTheHeadAtSliceBoundaries) {
   EXPECT_FALSE(plan_bucket_gather(bucket, 3, true).rounded);
   bucket.size = 961;
   EXPECT_THROW(plan_bucket_gather(bucket, 3, true), Error);
-}
-
-TEST(GatherPlans, ZeroThreeRoundsOnlyWhereTheBytesShrink) {
-  Bucket bucket;
-  bucket.size = 960;  // 3 slices of 320
-  bucket.used = 890;
-  bucket.end = 900;
-  bucket.exact = 100;  // bf16 [960] + 3 x fp32 [100] < fp32 [960]
-  EXPECT_TRUE(zero3_gathers_rounded(bucket, 3, true));
-  EXPECT_FALSE(zero3_gathers_rounded(bucket, 3, false));
-  bucket.exact = 160;  // 3 x 160 fp32 elements + bf16 [960]: as many bytes as fp32 [960]
-  EXPECT_FALSE(zero3_gathers_rounded(bucket, 3, true));
-  bucket.exact = 400;  // the head spans two slices: every rank sends its whole slice in fp32 too
-  EXPECT_FALSE(zero3_gathers_rounded(bucket, 3, true));
-  bucket.exact = 900;  // nothing operand-only
-  bucket.used = 900;
-  EXPECT_FALSE(zero3_gathers_rounded(bucket, 3, true));
 }
 
 }  // namespace
