@@ -94,78 +94,155 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
           static_cast<double>(trainer.param_gathered_bytes() - gathered_before) / static_cast<double>(o.steps)};
 }
 
+// One layout's figures: the step time of each round, and its memory and gathers (the largest
+// over rounds; they do not change between rounds).
+struct LayoutRow {
+  std::string name;
+  ParallelLayout shape;
+  std::vector<double> round_seconds;
+  double peak_mib = 0, accounted_mib = 0, activation_mib = 0, rss_mib = 0, base_mib = 0, gathered_mib = 0;
+};
+
+// Times `row`'s layout once more (collective over `world`) and adds the round to it.
+void time_round(LayoutRow& row, const RunConfig& config, Backend& backend, Communicator& world,
+                const LayoutsOptions& o) {
+  const LayoutTiming timing = time_layout(config, row.shape, backend, world, o);
+  auto max_mib = [&](double bytes) { return all_reduce_value(world, bytes, ReduceOp::Max) / 1048576.0; };
+  row.round_seconds.push_back(timing.step_seconds);
+  row.peak_mib = std::max(row.peak_mib, max_mib(static_cast<double>(timing.peak_bytes)));
+  row.accounted_mib = std::max(row.accounted_mib, max_mib(static_cast<double>(timing.accounted_bytes)));
+  row.activation_mib = std::max(row.activation_mib, max_mib(static_cast<double>(timing.activation_bytes)));
+  // The rank whose resident peak is furthest above its own base, with that base.
+  const std::vector<double> resident = all_gather_values(
+      world, {static_cast<double>(timing.peak_resident_bytes), static_cast<double>(timing.base_resident_bytes)});
+  std::size_t worst = 0;
+  for (std::size_t r = 0; r < resident.size(); r += 2)
+    if (resident[r] - resident[r + 1] > resident[worst] - resident[worst + 1]) worst = r;
+  if (resident[worst] / 1048576.0 > row.rss_mib) {
+    row.rss_mib = resident[worst] / 1048576.0;
+    row.base_mib = resident[worst + 1] / 1048576.0;
+  }
+  row.gathered_mib = std::max(row.gathered_mib, max_mib(timing.gathered_bytes_per_step));
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 }  // namespace
 
 void run_layouts(const LayoutsOptions& o) {
   check(o.steps >= 1, "bench layouts: --steps must be >= 1 (got ", o.steps, ")");  // 0 was a segmentation fault
-  check(o.batch_per_rank >= 1 && o.seq_len >= 1 && o.vocab >= 2, "bench layouts: --batch and --seq-len must be >= 1 and "
-        "--vocab >= 2 (got ", o.batch_per_rank, ", ", o.seq_len, ", ", o.vocab, ")");
+  check(o.rounds >= 1, "bench layouts: --rounds must be >= 1 (got ", o.rounds, ")");
+  check(o.batch_per_rank >= 1 && o.seq_len >= 1 && o.vocab >= 2,
+        "bench layouts: --batch and --seq-len must be >= 1 and "
+        "--vocab >= 2 (got ",
+        o.batch_per_rank, ", ", o.seq_len, ", ", o.vocab, ")");
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);
   const int n = world->size();
   std::vector<std::string> overrides = o.overrides;
-  for (const std::string& s : {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),
-                               "train.batch_size=" + std::to_string(o.batch_per_rank * n), std::string("train.micro_batches=1")})
+  for (const std::string& s :
+       {"model.vocab_size=" + std::to_string(o.vocab), "train.seq_len=" + std::to_string(o.seq_len),
+        "train.batch_size=" + std::to_string(o.batch_per_rank * n), std::string("train.micro_batches=1")})
     overrides.push_back(s);
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   const FlopCount flops = count_flops(config.model, o.seq_len);
   const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
   const double measured_flops =  // the sum of every rank's sgemm rate
       all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
-  nlohmann::json records = nlohmann::json::array();
-  if (world->rank() == 0) {
-    std::printf("tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
-                "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
-                o.config.c_str(), static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
-                static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
-                peak.source.c_str(), measured_flops / 1e12);
+  const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
+  const bool root = world->rank() == 0;
+  auto print_header = [&](const char* range) {
+    std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s %12s%s\n", "layout", "step (s)", "tokens/s", "MFU",
+                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB", "gathers MiB", range);
+  };
+  auto print_row = [&](const LayoutRow& row, double step, const std::string& range) {
+    std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f %12.1f%s\n",
+                row.name.c_str(), step, tokens / step,
+                100 * mfu(flops.model_flops_per_token * tokens, step, peak.flops * n),
+                100 * mfu(flops.model_flops_per_token * tokens, step, measured_flops), row.peak_mib, row.accounted_mib,
+                row.activation_mib, row.rss_mib, row.base_mib, row.gathered_mib, range.c_str());
+    std::fflush(stdout);
+  };
+  if (root) {
+    std::printf(
+        "tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
+        "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
+        o.config.c_str(), static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
+        static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
+        peak.source.c_str(), measured_flops / 1e12);
     if (const auto share = process_core_share())
       std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
-    std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s %12s\n", "layout", "step (s)", "tokens/s", "MFU",
-                "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB", "gathers MiB");
   }
-  for (const auto& [layout, shape] : layouts_to_run(o, n)) {
-    const LayoutTiming timing = time_layout(config, shape, *backend, *world, o);
-    const double step = timing.step_seconds;
-    const double peak_mib = all_reduce_value(*world, static_cast<double>(timing.peak_bytes), ReduceOp::Max) / 1048576.0;
-    const double accounted_mib =
-        all_reduce_value(*world, static_cast<double>(timing.accounted_bytes), ReduceOp::Max) / 1048576.0;
-    const double activation_mib =
-        all_reduce_value(*world, static_cast<double>(timing.activation_bytes), ReduceOp::Max) / 1048576.0;
-    // The rank whose resident peak is furthest above its own base, with that base.
-    const std::vector<double> resident = all_gather_values(
-        *world, {static_cast<double>(timing.peak_resident_bytes), static_cast<double>(timing.base_resident_bytes)});
-    std::size_t worst = 0;
-    for (std::size_t r = 0; r < resident.size(); r += 2)
-      if (resident[r] - resident[r + 1] > resident[worst] - resident[worst + 1]) worst = r;
-    const double rss_mib = resident[worst] / 1048576.0, base_mib = resident[worst + 1] / 1048576.0;
-    const double gathered_mib = all_reduce_value(*world, timing.gathered_bytes_per_step, ReduceOp::Max) / 1048576.0;
-    const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
-    const double m = mfu(flops.model_flops_per_token * tokens, step, peak.flops * n);
-    const double m_sgemm = mfu(flops.model_flops_per_token * tokens, step, measured_flops);
-    if (world->rank() == 0) {
-      std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f %12.1f\n", layout.c_str(),
-                  step, tokens / step, 100 * m, 100 * m_sgemm, peak_mib, accounted_mib, activation_mib, rss_mib, base_mib,
-                  gathered_mib);
-      std::fflush(stdout);
+  std::vector<LayoutRow> rows;
+  for (const auto& [name, shape] : layouts_to_run(o, n)) rows.push_back({name, shape, {}});
+  // Rounds alternate the order (first to last, then last to first), so that on a machine whose
+  // speed drifts every layout is timed early and late alike.
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    if (root && o.rounds > 1)
+      std::printf("  round %lld of %lld\n", static_cast<long long>(round + 1), static_cast<long long>(o.rounds));
+    if (root) print_header("");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      LayoutRow& row = rows[round % 2 ? rows.size() - 1 - i : i];
+      time_round(row, config, *backend, *world, o);
+      if (root) print_row(row, row.round_seconds.back(), "");
     }
-    records.push_back({{"layout", layout}, {"tp", shape.tp}, {"pp", shape.pp}, {"dp", shape.dp}, {"zero", shape.zero},
-                       {"micro_batches", shape.micro_batches}, {"recompute", recompute_name(shape.recompute)},
-                       {"peak_mib_max_rank", peak_mib}, {"accounted_mib_max_rank", accounted_mib},
-                       {"activation_mib_max_rank", activation_mib}, {"resident_peak_mib", rss_mib},
-                       {"resident_base_mib", base_mib}, {"gathered_mib_per_step", gathered_mib},
-                       {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"}, {"step_seconds", step},
-                       {"tokens_per_second", tokens / step}, {"mfu", m}, {"fraction_of_measured_sgemm", m_sgemm}});
   }
-  if (world->rank() == 0 && !o.json_out.empty())
-    write_output_file(o.json_out, nlohmann::json{{"build", build_info_json()}, {"model", o.config},
-                                                {"n_params", flops.n_params_total},
-                                                {"ranks", n}, {"threads_per_rank", omp_get_max_threads()},
-                                                {"peak_flops_per_rank", peak.flops}, {"peak_source", peak.source},
-                                                {"measured_sgemm_flops_all_ranks", measured_flops},
-                                                {"model_flops_per_token", flops.model_flops_per_token},
-                                                {"layouts", records}}.dump(2) + "\n",
+  if (root && o.rounds > 1) {
+    std::printf("  medians over %lld rounds, in alternating order (range: the rounds' fastest - slowest step)\n",
+                static_cast<long long>(o.rounds));
+    print_header("      range (s)");
+    for (const LayoutRow& row : rows) {
+      const auto [fastest, slowest] = std::minmax_element(row.round_seconds.begin(), row.round_seconds.end());
+      char range[64];
+      std::snprintf(range, sizeof range, "  %.3f - %.3f", *fastest, *slowest);
+      print_row(row, median(row.round_seconds), range);
+    }
+  }
+  nlohmann::json records = nlohmann::json::array();
+  for (const LayoutRow& row : rows) {
+    const ParallelLayout& shape = row.shape;
+    const double step = median(row.round_seconds);
+    records.push_back(
+        {{"layout", row.name},
+         {"tp", shape.tp},
+         {"pp", shape.pp},
+         {"dp", shape.dp},
+         {"zero", shape.zero},
+         {"micro_batches", shape.micro_batches},
+         {"recompute", recompute_name(shape.recompute)},
+         {"peak_mib_max_rank", row.peak_mib},
+         {"accounted_mib_max_rank", row.accounted_mib},
+         {"activation_mib_max_rank", row.activation_mib},
+         {"resident_peak_mib", row.rss_mib},
+         {"resident_base_mib", row.base_mib},
+         {"gathered_mib_per_step", row.gathered_mib},
+         {"schedule", shape.pipelined() ? schedule_kind_name(shape.schedule) : "none"},
+         {"step_seconds", step},
+         {"round_step_seconds", row.round_seconds},
+         {"tokens_per_second", tokens / step},
+         {"mfu", mfu(flops.model_flops_per_token * tokens, step, peak.flops * n)},
+         {"fraction_of_measured_sgemm", mfu(flops.model_flops_per_token * tokens, step, measured_flops)}});
+  }
+  if (root && !o.json_out.empty())
+    write_output_file(o.json_out,
+                      nlohmann::json{{"build", build_info_json()},
+                                     {"model", o.config},
+                                     {"n_params", flops.n_params_total},
+                                     {"ranks", n},
+                                     {"threads_per_rank", omp_get_max_threads()},
+                                     {"peak_flops_per_rank", peak.flops},
+                                     {"peak_source", peak.source},
+                                     {"measured_sgemm_flops_all_ranks", measured_flops},
+                                     {"model_flops_per_token", flops.model_flops_per_token},
+                                     {"rounds", o.rounds},
+                                     {"layouts", records}}
+                              .dump(2) +
+                          "\n",
                       "the results file (--json)");
 }
 

@@ -5,7 +5,9 @@
 // rank uses, or --peak-tflops per rank) and, clearly labelled beside it, against the sgemm rate
 // measured on each rank's threads at the start (all ranks at once, as they will train). Each
 // layout runs once per activation-recomputation mode asked for (--recompute none,selective,full),
-// and reports its allocator's peak and its activation bytes next to the step time.
+// and reports its allocator's peak and its activation bytes next to the step time. --rounds N
+// times the whole list N times in alternating order and reports each layout's median round
+// (this machine is shared and noisy: a baseline is compared within one run, by medians).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +23,7 @@ struct LayoutsOptions {
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> layouts;  // conform names; replaces --zero
   std::vector<std::string> recompute = {"none"};  // each layout once per mode (model/recompute.h)
-  int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3;
+  int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3, rounds = 1;
   double peak_tflops = 0;
   std::string json_out, backend = "cpu";
   CommSettings comm;

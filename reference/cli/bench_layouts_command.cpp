@@ -19,6 +19,8 @@ void add_bench_layouts_command(CLI::App& bench) {
   require_positive(cmd->add_option("--seq-len", o->seq_len, "context length")->capture_default_str());
   require_positive(cmd->add_option("--vocab", o->vocab, "vocabulary of the random tokens (>= 2)")->capture_default_str());
   require_positive(cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str());
+  require_positive(cmd->add_option("--rounds", o->rounds, "time the whole list this many times, in alternating order, "
+                                   "and report each layout's median round with the range")->capture_default_str());
   require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)"));
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);

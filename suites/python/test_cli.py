@@ -353,6 +353,7 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["bench", "train", "-c", "tiny", "--steps", "0"], "--steps: 0 is not a finite number > 0"),
     (["bench", "train", "-c", "tiny", "--gemm-size", "0"], "--gemm-size: 0 is not a finite number > 0"),
     (["bench", "layouts", "-c", "tiny", "--steps", "-1"], "--steps: -1 is not a finite number > 0"),
+    (["bench", "layouts", "-c", "tiny", "--rounds", "0"], "--rounds: 0 is not a finite number > 0"),
     (["bench", "layouts", "-c", "tiny", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
     (["bench", "overlap", "-c", "tiny", "--repeats", "0"], "--repeats: 0 is not a finite number > 0"),
     # bench overlap timed nothing with exit 0; bench layouts ran a vocabulary of 0 (random tokens in

@@ -252,10 +252,13 @@ def test_bench_layouts_json(tmp_path):
     out = tmp_path / "layouts.json"
     mpirun(2, "bench", "layouts", "--config", "tiny", "--set", "model.n_layer=2", "--batch", 1, "--seq-len", 8,
            "--vocab", 64, "--steps", 1, "--layouts", "tp1-pp2-dp1-z0-mb2-1f1b", "tp1-pp1-dp2-z1-mb1",
-           "--recompute", "none", "selective", "--json", out)
+           "--recompute", "none", "selective", "--rounds", 2, "--json", out)
     layouts = load(out)
     validate_with("bench-layouts", layouts)
-    assert len(layouts["layouts"]) == 4
+    assert len(layouts["layouts"]) == 4 and layouts["rounds"] == 2
+    for row in layouts["layouts"]:  # the median of two rounds
+        assert len(row["round_step_seconds"]) == 2
+        assert row["step_seconds"] == pytest.approx(sum(row["round_step_seconds"]) / 2)
 
 
 def test_bench_pipeline_json_and_trace(tmp_path):
