@@ -17,6 +17,7 @@
 #include "backend/cuda/host/device_choice.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/reductions.h"
+#include "backend/cuda/stream_alloc.h"
 
 namespace tripod {
 namespace cuda {
@@ -105,14 +106,10 @@ void CudaBackend::wrong_device(const Tensor& t, const char* op) const {
 // the synchronisation lets the trim see them complete.
 void* CudaBackend::pool_alloc(std::size_t bytes, const Shape& shape) {
   void* p = nullptr;
-  cudaError_t status = cudaMallocAsync(&p, bytes, ctx_.stream);
+  const cudaError_t status = malloc_async_or_trim(&p, bytes, ctx_.stream);  // (the pool_ it draws from)
   if (status == cudaSuccess) return p;
-  cudaGetLastError();  // clear it: the failure is reported here, not at the next launch
-  check_cuda(cudaStreamSynchronize(ctx_.stream), "synchronize before trimming the memory pool (a kernel failed)");
-  check_cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo");
-  status = cudaMallocAsync(&p, bytes, ctx_.stream);
-  if (status == cudaSuccess) return p;
-  cudaGetLastError();
+  // Not out of memory: the stream held a kernel's failure, which the synchronisation reported.
+  if (status != cudaErrorMemoryAllocation) check_cuda(status, "allocating device memory (after an earlier failure)");
   std::size_t free_bytes = 0, total = 0;
   cudaMemGetInfo(&free_bytes, &total);
   uint64_t reserved = 0, used = 0;

@@ -5,15 +5,15 @@
 #include <cstddef>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_alloc.h"
 
 namespace tripod::cuda {
 
 class StreamScratch {
  public:
   StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what) : stream_(stream) {
-    const cudaError_t status = cudaMallocAsync(&ptr_, bytes, stream);
-    if (status != cudaSuccess) (void)cudaGetLastError();  // not sticky: must not resurface at the next launch
-    check_cuda(status, what);
+    // As the backend's tensors are allocated: the pool's free pieces go back before a failure.
+    check_cuda(malloc_async_or_trim(&ptr_, bytes, stream), what);
   }
   ~StreamScratch() { (void)cudaFreeAsync(ptr_, stream_); }
   StreamScratch(const StreamScratch&) = delete;
