@@ -10,7 +10,8 @@
 #    stop with "illegal instruction" on the node's CPU: for tests on this machine only)
 #
 # OUT_DIR (default dist/gpu-bundle, git-ignored; it travels to the GPU node as a carried path):
-#   bin/               tripod, tripod_gpu_tests (stripped; packed below when over the threshold)
+#   bin/               tripod, tripod_gpu_tests (debug sections stripped, symbols kept; packed below
+#                      when over the threshold)
 #   lib/               every library they need that is neither the node's C runtime nor CUDA
 #   lib/compat/        libstdc++ and libgcc_s: used only where the node's own are too old for the
 #                      binaries (gpu-check.sh asks ldd), since a newer one serves an older binary
@@ -111,7 +112,7 @@ add_lib() {  # soname path dir(lib|lib/compat|lib/glibc)
          "$([ "$dest" = "$OUT/$dir" ] && echo plain || echo packed)" "$real" >>"$OUT/MANIFEST.txt"
 }
 
-# A binary, stripped, into OUT/bin or (over the threshold: xz shrinks them ~4x) the packing tree.
+# A binary, its debug sections stripped, into OUT/bin or (over the threshold: xz shrinks them ~4x) the packing tree.
 add_binary() {
   local name dest
   name=$(basename "$1")
@@ -119,7 +120,9 @@ add_binary() {
   [ "$(stat -c %s "$1")" -le $((PACK_OVER_MIB * 1024 * 1024)) ] || dest=$PACK_DIR/bin
   mkdir -p "$dest"
   cp "$1" "$dest/$name"
-  strip --strip-unneeded "$dest/$name"
+  # Debug sections go, the symbol table stays (~0.1 MiB packed): a debugger on the node, and
+  # reports/symbolize_stack.py anywhere, name the functions of a crash report's frames.
+  strip --strip-debug "$dest/$name"
   printf '%-28s %10s  %-10s %-6s %s\n' "$name" "$(stat -c %s "$dest/$name")" bin \
          "$([ "$dest" = "$OUT/bin" ] && echo plain || echo packed)" "$1" >>"$OUT/MANIFEST.txt"
 }

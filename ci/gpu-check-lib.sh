@@ -185,8 +185,11 @@ run_step() {  # name limit function
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   kill_step_leftovers "$marker" "$name"
   # The step's last words (an empty log is no reason to stop the whole run under pipefail).
-  local last
+  local last crash
   last=$({ grep -v '^[[:space:]]*$' "$dir/log.txt" || true; } | tail -1)
+  # A program killed by a fatal signal printed its stack first (reference/core/crash_report.h):
+  # that, not whatever the step printed after it, is the reason.
+  crash=$({ grep -m1 ': fatal signal ' "$dir/log.txt" || true; } | sed 's/; its stack follows.*//')
   case $rc in
     0) status=pass ;;
     77) status=skipped; reason=$(cat "$dir/skip.txt" 2>/dev/null || echo "skipped") ;;
@@ -202,7 +205,13 @@ run_step() {  # name limit function
       else
         status=timeout; reason="killed at its ${limit} s limit"
       fi ;;
-    *) status=fail; reason="exit $rc: $last" ;;
+    *)
+      status=fail
+      if [ -n "$crash" ]; then
+        reason="exit $rc: $crash; its stack is in $name/log.txt (reports/symbolize_stack.py LOG BINARY names the functions)"
+      else
+        reason="exit $rc: $last"
+      fi ;;
   esac
   record "$name" "$status" "$secs" "$reason" ""
 }

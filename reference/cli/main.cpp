@@ -10,6 +10,7 @@
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "core/crash_report.h"
 #include "core/error.h"
 #include "core/host_cpus.h"
 #include "core/output_file.h"
@@ -132,6 +133,7 @@ std::string unknown_subcommand_message(CLI::App& app) {
 
 int main(int argc, char** argv) {
   tripod::bound_openmp_spinning(argv);  // may execute tripod again, with GOMP_SPINCOUNT set
+  tripod::install_crash_report("tripod");  // a fatal signal prints the stack (core/crash_report.h)
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
   app.require_subcommand(1);
   tripod::cli::add_train_command(app);

@@ -123,6 +123,19 @@ def test_a_silent_exit_124_before_the_limit_is_the_programs_own_failure_not_a_ti
     assert summary(out)["overall"] == "fail"
 
 
+def test_a_crashed_program_is_the_reason_not_the_steps_last_words(tmp_path):
+    # The H100 run's segfaults read "exit 1: <the step's last line>"; the crash report's first line
+    # (reference/core/crash_report.h) now says what happened and where the stack is.
+    out = tmp_path / "crash"
+    result = gpu_check(out, "--dry-run", "--only", "probe,fake-crash", env={"TRIPOD_GPU_CHECK_FAKE_STEP": "crash"},
+                       timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    step = {x["name"]: x for x in summary(out)["steps"]}["fake-crash"]
+    assert step["status"] == "fail", step
+    assert step["reason"].startswith("exit 1: tripod: fatal signal SIGSEGV (segmentation fault)"), step
+    assert "its stack is in fake-crash/log.txt" in step["reason"] and "check-backend failed" not in step["reason"]
+
+
 def test_a_step_cut_by_the_budget_is_unrun_not_a_timeout(tmp_path):
     # its own limit is 8 s; a 6 s budget gives it what is left, and reaching that is not its fault
     out = tmp_path / "cut"
