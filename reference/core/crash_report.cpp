@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 
@@ -49,7 +51,16 @@ void on_fatal_signal(int sig) {
 }  // namespace
 
 void install_crash_report(const char* program) {
-  g_program = program;
+  // Under a launcher, the rank too: the job's other ranks die of its absence, with their own words.
+  static char name[128];
+  const char* rank = nullptr;
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"})
+    if ((rank = std::getenv(variable)) != nullptr && *rank != '\0') break;
+  if (rank != nullptr && *rank != '\0')
+    std::snprintf(name, sizeof name, "%s (rank %s)", program, rank);
+  else
+    std::snprintf(name, sizeof name, "%s", program);
+  g_program = name;
   void* warm[1];
   ::backtrace(warm, 1);  // loads the unwinder now: the first call may allocate, which a handler must not
   static char alternate_stack[64 * 1024];

@@ -11,7 +11,8 @@ namespace tripod {
 
 // Installs the handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT (on an alternate stack for
 // the calling thread, so that a stack overflow can still print). `program` names the process in
-// the report's first line. Once per process, early in main.
+// the report's first line, with its rank where a launcher set one (OMPI_COMM_WORLD_RANK, PMI_RANK,
+// PMIX_RANK, SLURM_PROCID or RANK). Once per process, early in main.
 void install_crash_report(const char* program);
 
 }  // namespace tripod

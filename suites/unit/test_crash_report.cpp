@@ -2,11 +2,18 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <initializer_list>
 
 #include "core/crash_report.h"
 
 namespace tripod {
 namespace {
+
+void clear_rank_variables() {  // what a launcher would set (the first line would name the rank)
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"})
+    unsetenv(variable);
+}
 
 class CrashReport : public ::testing::Test {
  protected:
@@ -17,6 +24,7 @@ class CrashReport : public ::testing::Test {
 TEST_F(CrashReport, ASegmentationFaultPrintsTheStackAndStillKills) {
   EXPECT_EXIT(
       {
+        clear_rank_variables();
         install_crash_report("probe");
         std::raise(SIGSEGV);
       },
@@ -27,10 +35,22 @@ TEST_F(CrashReport, ASegmentationFaultPrintsTheStackAndStillKills) {
 TEST_F(CrashReport, AnAbortToo) {
   EXPECT_EXIT(
       {
+        clear_rank_variables();
         install_crash_report("probe");
         std::abort();
       },
       ::testing::KilledBySignal(SIGABRT), "probe: fatal signal SIGABRT \\(abort\\)");
+}
+
+TEST_F(CrashReport, UnderALauncherItNamesTheRank) {
+  EXPECT_EXIT(
+      {
+        clear_rank_variables();
+        setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+        install_crash_report("probe");
+        std::raise(SIGSEGV);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "probe \\(rank 3\\): fatal signal SIGSEGV");
 }
 
 TEST_F(CrashReport, WithoutItTheSignalSaysNothing) {  // what the GPU run's log showed
