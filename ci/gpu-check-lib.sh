@@ -168,6 +168,21 @@ kill_step_leftovers() {  # marker name
   echo "gpu-check: killed ${#pids[@]} process(es) step $2 left running: ${pids[*]}" | tee -a "$OUT_DIR/$2/log.txt"
 }
 
+# " in FUNCTION" where a crash report's frames name one (reports/symbolize_stack.py --site, with
+# the binaries' own symbol tables; the named stack beside the log), else nothing.
+crash_site() {  # step dir
+  local bin site
+  for bin in "$TRIPOD_BIN" "$GTEST_BIN"; do
+    [ -f "$bin" ] || continue
+    if site=$("$PY" "$ROOT/reports/symbolize_stack.py" "$1/log.txt" "$bin" --site 2>/dev/null); then
+      "$PY" "$ROOT/reports/symbolize_stack.py" "$1/log.txt" "$bin" --out "$1/stack-$(basename "$bin").txt" \
+        >/dev/null 2>&1 || true
+      printf ' in %s' "$site"
+      return 0
+    fi
+  done
+}
+
 run_step() {  # name limit function
   local name=$1 limit=$2 fn=$3
   local left=$((DEADLINE - $(date +%s))) cut=0
@@ -208,7 +223,7 @@ run_step() {  # name limit function
     *)
       status=fail
       if [ -n "$crash" ]; then
-        reason="exit $rc: $crash; its stack is in $name/log.txt (reports/symbolize_stack.py LOG BINARY names the functions)"
+        reason="exit $rc: $crash$(crash_site "$dir"); its stack is in $name/log.txt (reports/symbolize_stack.py LOG BINARY names the functions)"
       else
         reason="exit $rc: $last"
       fi ;;

@@ -1,4 +1,4 @@
-"""python3 reports/symbolize_stack.py LOG BINARY [--out FILE]
+"""python3 reports/symbolize_stack.py LOG BINARY [--out FILE] [--site]
 
 Names the functions of a stack that Tripod printed when a fatal signal killed it
 (reference/core/crash_report.h): each frame of BINARY prints as `path/tripod(+0xOFFSET)[0xADDRESS]`,
@@ -8,8 +8,10 @@ So a crash on a GPU node is read here, against the build the bundle was made fro
 every frame of BINARY's name gets `-> function` from binutils' addr2line (inlined calls too).
 Other frames (libc, CUDA) stay as they are.
 
-Prints the log with the names added (or writes --out); exits 0 when at least one frame was named,
-1 when the log holds no frame of BINARY, 2 when a file cannot be read or addr2line is missing.
+Prints the log with the names added (or writes --out); with --site, prints instead only where the
+signal struck: the first named frame below the crash handler's, without its arguments (the GPU
+check puts it in a failed step's reason). Exits 0 when a frame was named, 1 when the log holds no
+frame of BINARY (or, with --site, none named), 2 when a file cannot be read or addr2line is missing.
 """
 import argparse
 import os
@@ -56,11 +58,35 @@ def names_of(binary, offsets):
     return names
 
 
+def crash_site(names):
+    """The first named frame below the crash handler's (frames run from the handler outwards), as a
+    bare function name: no arguments, no clone suffix, the innermost of inlined calls."""
+    for name in names:
+        if not name or "on_fatal_signal" in name:
+            continue
+        innermost = name.split(" < ")[0]
+        depth, i = 0, 0
+        while i < len(innermost):  # cut at the argument list's '(' (not one inside <...>)
+            c = innermost[i]
+            if c == "<":
+                depth += 1
+            elif c == ">":
+                depth -= 1
+            elif c == "(" and i >= 8 and innermost.startswith("operator()", i - 8):
+                i += 1  # the call operator's own "()" is its name
+            elif c == "(" and depth == 0 and i > 0 and not innermost.startswith("(anonymous", i):
+                return innermost[:i]
+            i += 1
+        return innermost.split(" [clone")[0]
+    return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log")
     ap.add_argument("binary")
     ap.add_argument("--out")
+    ap.add_argument("--site", action="store_true", help="print only the function the signal struck")
     a = ap.parse_args(argv)
     if shutil.which("addr2line") is None:
         print("symbolize_stack: addr2line (binutils) is not installed", file=sys.stderr)
@@ -81,6 +107,13 @@ def main(argv=None):
     names = names_of(a.binary, [frames[i] for i in order])
     for i, name in zip(order, names):
         lines[i] = f"{lines[i]}  -> {name or '?? (no symbol: is this the build the binary came from?)'}"
+    if a.site:
+        site = crash_site(names)
+        if site is None:
+            print(f"symbolize_stack: no named frame of {os.path.basename(a.binary)} below the handler", file=sys.stderr)
+            return 1
+        print(site)
+        return 0
     text = "\n".join(lines) + "\n"
     if a.out:
         with open(a.out, "w") as f:

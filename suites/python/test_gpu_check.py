@@ -132,7 +132,8 @@ def test_a_crashed_program_is_the_reason_not_the_steps_last_words(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     step = {x["name"]: x for x in summary(out)["steps"]}["fake-crash"]
     assert step["status"] == "fail", step
-    assert step["reason"].startswith("exit 1: tripod: fatal signal SIGSEGV (segmentation fault)"), step
+    assert step["reason"].startswith("exit 1: tripod: fatal signal SIGSEGV (segmentation fault) in main;"), step
+    assert "-> main" in (out / "fake-crash" / "stack-tripod.txt").read_text()  # the named stack, beside the log
     assert "its stack is in fake-crash/log.txt" in step["reason"] and "check-backend failed" not in step["reason"]
 
 

@@ -39,6 +39,23 @@ def test_a_segfaulting_tripod_prints_a_stack_that_names_its_functions(tmp_path):
     functions = [line.split("  -> ", 1)[1] for line in frames]
     assert any(f.startswith("main") for f in functions), named.stdout
     assert any("run_bench_train" in f for f in functions), named.stdout  # the command's own function
+    site = symbolize(log, TRIPOD, "--site")  # where the signal struck, as the GPU check's reason gives it
+    assert site.returncode == 0 and site.stdout.strip(), site.stderr
+    assert "on_fatal_signal" not in site.stdout and "(" not in site.stdout.replace("(anonymous namespace)", "")
+
+
+def test_the_crash_site_is_the_first_frame_below_the_handler_without_its_arguments():
+    sys.path.insert(0, str(ROOT / "reports"))
+    from symbolize_stack import crash_site
+    handler = "tripod::(anonymous namespace)::on_fatal_signal(int) (crash_report.cpp:?)"
+    assert crash_site([handler, "", "void tripod::cpu::gemm<float>(bool, bool, long) (gemm.cpp:12)", "main"]) \
+        == "void tripod::cpu::gemm<float>"
+    assert crash_site([handler, "tripod::(anonymous namespace)::backward_products(tripod::Backend&) (linear.cpp:?)"]) \
+        == "tripod::(anonymous namespace)::backward_products"
+    # inlined: the innermost call; a clone suffix goes with the arguments
+    assert crash_site(["f(int) [clone .constprop.0] < g(int)"]) == "f"
+    assert crash_site(["std::function<void (int)>::operator()(int) const"]) == "std::function<void (int)>::operator()"
+    assert crash_site([handler, ""]) is None
 
 
 def test_frames_of_other_binaries_and_logs_without_frames(tmp_path):
