@@ -5,8 +5,12 @@
 namespace tripod::conform {
 
 std::string bit_twin_key(const Outcome& row) {
-  const ParallelLayout& l = row.layout;
-  if (row.name != l.name() || l.zero == 0) return "";  // operator checks, checkpoint rows, ZeRO-0
+  if (row.name != row.layout.name()) return "";  // operator checks, checkpoint rows
+  return bit_twin_key(row.layout);
+}
+
+std::string bit_twin_key(const ParallelLayout& l) {
+  if (l.zero == 0) return "";
   ParallelLayout twin = l;  // what the twins share: everything but the stage, prefetch and gather precision
   twin.zero = 0;
   twin.zero3_prefetch = 1;
@@ -14,6 +18,22 @@ std::string bit_twin_key(const Outcome& row) {
   // ZeRO-1 with more than one micro-batch a step reduces once after them, the others after each.
   const bool reduces_like_zero2 = l.zero >= 2 || l.micro_batches == 1;
   return twin.name() + (reduces_like_zero2 ? " zero 1-3" : " zero 1");
+}
+
+std::vector<ParallelLayout> with_gather_twins(const std::vector<ParallelLayout>& layouts,
+                                              const std::function<bool(const ParallelLayout&)>& tied_head) {
+  auto key = [&](const ParallelLayout& l) { return bit_twin_key(l) + (tied_head(l) ? " tied" : " untied"); };
+  std::map<std::string, int> members;  // key and head -> layouts of the list with them
+  for (const ParallelLayout& l : layouts) ++members[key(l)];
+  std::vector<ParallelLayout> out;
+  for (const ParallelLayout& l : layouts) {
+    out.push_back(l);
+    if (l.zero == 0 || l.dp == 1 || l.fp32_param_gathers || members[key(l)] > 1) continue;
+    ParallelLayout twin = l;
+    twin.fp32_param_gathers = true;
+    out.push_back(twin);
+  }
+  return out;
 }
 
 BitTwinCheck check_bit_twins(const std::vector<Outcome>& rows) {

@@ -8,6 +8,7 @@
 // The tolerance cannot see a bug that moves results by less than rounding does (bf16-mixed's
 // rounding floor hid fp32 master weights rounded to bf16 at every step); a twin that disagrees can.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,16 @@ struct TwinDisagreement {
 // The key of a layout's twins (rows with equal keys and heads must agree), or "" for a row without
 // twins (an operator check, a checkpoint row, ZeRO-0).
 std::string bit_twin_key(const Outcome& row);
+std::string bit_twin_key(const ParallelLayout& layout);  // "" for ZeRO-0
+
+// Each layout of `layouts` followed, where the list holds it to no other twin with its head and its
+// gathers can have one (ZeRO 1-3 over more than one DP rank, bf16 gathers), by its -gfp32 twin.
+// conform's default list under bf16-mixed: without them, fp32 masters rounded to bf16 at every
+// step (the rounded-masters fault) passed within the tolerance every layout without a twin - the
+// ZeRO-1 layouts of more than one micro-batch a step, and, under alternating heads (ZeRO-2 tied,
+// ZeRO-3 untied), every ZeRO-2 layout.
+std::vector<ParallelLayout> with_gather_twins(const std::vector<ParallelLayout>& layouts,
+                                              const std::function<bool(const ParallelLayout&)>& tied_head);
 
 struct BitTwinCheck {
   std::size_t groups = 0;  // of two or more passing rows with one key and head

@@ -81,6 +81,11 @@ std::string multi_rank_world_sizes(const RunConfig& config) {
   return sizes;
 }
 
+// Whether `l` runs with the tied LM head under --heads (alternate: tied on even ZeRO stages).
+bool tied_head(const std::string& heads, const ParallelLayout& l) {
+  return heads == "tied" || (heads == "alternate" && l.zero % 2 == 0);
+}
+
 std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig& config, int world) {
   std::vector<ParallelLayout> layouts;
   for (const auto& name : o.layouts) {
@@ -88,7 +93,12 @@ std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig
     for (std::size_t i = 0; i + 1 < layouts.size(); ++i)  // by canonical name: "tp1-..-1f1b" and its default
       check(layouts[i].name() != layouts.back().name(), "--layouts lists ", layouts.back().name(), " twice");
   }
-  if (layouts.empty()) layouts = enumerate_layouts(world, config.model, conformance_step(config));
+  if (layouts.empty()) {
+    layouts = enumerate_layouts(world, config.model, conformance_step(config));
+    // Under bf16-mixed a layout without a bit twin gets its -gfp32 one (conform/bit_twins.h).
+    if (config.train.bf16_mixed)
+      layouts = with_gather_twins(layouts, [&](const ParallelLayout& l) { return tied_head(o.heads, l); });
+  }
   for (const ParallelLayout& l : layouts) {
     check(world % l.ranks() == 0, "layout ", l.name(), " needs a multiple of ", l.ranks(), " ranks, launched with ",
           world);
@@ -162,9 +172,7 @@ class Suite {
   }
 
  private:
-  bool tied_for(const ParallelLayout& l) const {
-    return o_.heads == "tied" || (o_.heads == "alternate" && l.zero % 2 == 0);
-  }
+  bool tied_for(const ParallelLayout& l) const { return tied_head(o_.heads, l); }
   std::string rank_text() const { return "rank " + std::to_string(world_->rank()) + ": "; }
 
   nlohmann::json json_header() const {

@@ -98,6 +98,33 @@ def test_every_bf16_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
     assert "bit twins: 0 of 2 groups agree" in result.stdout, result.stdout
 
 
+def test_the_default_bf16_list_gives_every_layout_a_twin_so_rounded_masters_is_caught_everywhere(tmp_path):
+    """Under bf16-mixed conform's default list adds the -gfp32 twin of each layout that has no bit
+    twin with its head (conform/bit_twins.h with_gather_twins). Without them rounded-masters passed
+    every ZeRO-1 layout of more than one micro-batch and, under alternating heads (ZeRO-2 tied,
+    ZeRO-3 untied), every ZeRO-2 layout: 8 ranks caught it in 18 of the 137 ZeRO-1/2 layouts with
+    DP > 1; with the twins in 137 of 137, each head. Two ranks here (3 s)."""
+    require_tripod()
+
+    def run(*args):
+        return subprocess.run(mpirun_command(2, "conform", "--dtype", "bf16-mixed", "--timeout", "60", *args,
+                                             timeout=120), capture_output=True, text=True, timeout=160, env=MPI_ENV)
+
+    clean = run("--json", tmp_path / "clean.json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    names = [r["layout"] for r in json.loads((tmp_path / "clean.json").read_text())["layouts"]]
+    for twin in ("tp1-pp1-dp2-z1-mb2-gfp32", "tp1-pp1-dp2-z2-mb1-gfp32", "tp1-pp1-dp2-z2-mb1-gfp32-pad16"):
+        assert twin in names, names
+    assert "tp1-pp1-dp2-z1-mb1-gfp32" not in names  # ZeRO-1 at one micro-batch has ZeRO-3 (both untied)
+    result = run("--inject-fault", "rounded-masters", "--json", tmp_path / "c.json")
+    assert result.returncode != 0
+    rows = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    failed = {r["layout"] for r in rows if not r["pass"]}
+    broken = {r["layout"] for r in rows if r["zero"] in (1, 2) and r["dp"] > 1}
+    assert broken and broken <= failed, sorted(broken - failed)
+    assert failed - broken == {"tp1-pp1-dp2-z3-mb1"}  # ZeRO-1 at mb1's twin: either could be the wrong one
+
+
 def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):
     layouts = ["tp1-pp1-dp1-z0-mb1", "tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp8-z1-mb1"]
     start = time.monotonic()

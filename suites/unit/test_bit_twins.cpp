@@ -57,5 +57,27 @@ TEST(BitTwins, AGroupThatDisagreesIsNamedWithEveryMember) {
   EXPECT_EQ(check_bit_twins(rows).groups, 1u);
 }
 
+TEST(BitTwins, LayoutsWithoutATwinOfTheirHeadGetTheirGatherTwin) {
+  std::vector<ParallelLayout> layouts;
+  for (const char* name : {"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp1-z1-mb1", "tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z1-mb2",
+                           "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb1-pf0"})
+    layouts.push_back(ParallelLayout::parse(name));
+  auto names = [](const std::vector<ParallelLayout>& list) {
+    std::vector<std::string> out;
+    for (const ParallelLayout& l : list) out.push_back(l.name());
+    return out;
+  };
+  // Alternating heads: ZeRO-2 tied has no twin (ZeRO-3 is untied); ZeRO-1 at two micro-batches has
+  // none either; ZeRO-1 at one and ZeRO-3 are twins. ZeRO-0 and one DP rank gather nothing.
+  auto alternate = [](const ParallelLayout& l) { return l.zero % 2 == 0; };
+  EXPECT_EQ(names(with_gather_twins(layouts, alternate)),
+            (std::vector<std::string>{"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp1-z1-mb1", "tp1-pp1-dp2-z1-mb1",
+                                      "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z1-mb2-gfp32", "tp1-pp1-dp2-z2-mb1",
+                                      "tp1-pp1-dp2-z2-mb1-gfp32", "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb1-pf0"}));
+  // One head for all: ZeRO-2 is ZeRO-3's twin.
+  auto tied = [](const ParallelLayout&) { return true; };
+  EXPECT_EQ(names(with_gather_twins(layouts, tied)).size(), layouts.size() + 1);  // z1-mb2's alone
+}
+
 }  // namespace
 }  // namespace tripod::conform
