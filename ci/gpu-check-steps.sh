@@ -800,7 +800,7 @@ step_fake-fail() { echo "a step that fails"; exit 3; }
 step_fake-exit124() { exit 124; }  # silent: an empty log
 step_fake-crash() {  # a program's crash report, then the step's own words, as `tripod ... || return 1` leaves them
   local main_at  # a frame inside tripod's main, by its symbol table
-  main_at=$(nm "$TRIPOD_BIN" | awk '$3 == "main" { print $1; exit }')
+  main_at=$(nm "$TRIPOD_BIN" | awk '$3 == "main" && !found { print $1; found = 1 }')  # read to the end: no SIGPIPE under pipefail
   printf '\ntripod: fatal signal SIGSEGV (segmentation fault); its stack follows (reports/symbolize_stack.py LOG BINARY names the functions):\n'
   printf '/lib/x86_64-linux-gnu/libc.so.6(+0x3c050)[0x7ffff7a3c050]\n'
   printf '/node/bundle/bin/tripod(+0x%x)[0x55555560e1f0]\n' $((0x$main_at + 8))
