@@ -29,4 +29,15 @@ std::vector<std::unique_ptr<CommRequest>> broadcast_head(const BucketGatherPlan&
   return requests;
 }
 
+RoundedGather start_rounded_gather(const BucketGatherPlan& plan, const Tensor& own, const Tensor& head,
+                                   Communicator& dp, Backend& backend) {
+  RoundedGather g;
+  g.sent = backend.alloc_for_overwrite({own.numel()}, DType::BF16);
+  g.gathered = backend.alloc_for_overwrite({own.numel() * dp.size()}, DType::BF16);
+  backend.convert(own, g.sent);
+  g.requests.push_back(dp.all_gather_async(g.sent, g.gathered));
+  for (auto& request : broadcast_head(plan, head, dp)) g.requests.push_back(std::move(request));
+  return g;
+}
+
 }  // namespace tripod

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "parallel/shard_layout.h"
 
@@ -36,5 +37,22 @@ BucketGatherPlan plan_bucket_gather(const Bucket& bucket, int dp, bool bf16_oper
 // already. Collective over `dp`: every rank starts the same pieces in the same order.
 std::vector<std::unique_ptr<CommRequest>> broadcast_head(const BucketGatherPlan& plan, const Tensor& head,
                                                          Communicator& dp);
+
+// A rounded bucket in flight: this rank's slice as bf16 [size / dp], the bucket as bf16 [size],
+// and the requests of that all-gather and of the head's broadcasts.
+struct RoundedGather {
+  Tensor sent, gathered;
+  std::vector<std::unique_ptr<CommRequest>> requests;
+  std::size_t bytes() const { return sent.bytes() + gathered.bytes(); }
+  void wait() {
+    for (auto& request : requests) request->wait();
+  }
+};
+
+// Starts a rounded bucket's travel (plan.rounded): `own` (fp32, this rank's slice) rounded to bf16
+// and all-gathered, and the head's pieces broadcast over `head` (broadcast_head). Both buffers are
+// written whole before anything reads them (no zero fill). Collective over `dp`.
+RoundedGather start_rounded_gather(const BucketGatherPlan& plan, const Tensor& own, const Tensor& head,
+                                   Communicator& dp, Backend& backend);
 
 }  // namespace tripod

@@ -6,16 +6,15 @@
 namespace tripod {
 
 struct ParamGatherer::InFlight {
-  std::unique_ptr<CommRequest> request;  // the bucket in fp32, or its bf16 rounding
-  // A rounded bucket's: this rank's slice as bf16 [size / dp] (freed on arrival), the gathered bf16
-  // bucket [size], and the exact head [exact] in fp32 with its pieces' broadcasts; the last two
-  // become the bucket's buffers.
-  Tensor sent, rounded, exact;
-  std::vector<std::unique_ptr<CommRequest>> head_requests;
-  std::size_t bytes() const { return sent.bytes() + rounded.bytes() + exact.bytes(); }
+  std::unique_ptr<CommRequest> request;  // an fp32 bucket's all-gather
+  // A rounded bucket's travel (its sent slice freed on arrival) and its exact head [exact] in fp32;
+  // the gathered bf16 bucket and the head become the bucket's buffers.
+  RoundedGather rounded;
+  Tensor exact;
+  std::size_t bytes() const { return rounded.bytes() + exact.bytes(); }
   void wait() {
-    request->wait();
-    for (auto& r : head_requests) r->wait();
+    if (request) request->wait();
+    rounded.wait();
   }
 };
 
@@ -32,7 +31,6 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
       faults_(faults),
       // The stale-parameters fault reuses its first gather; prefetching would only hide that.
       prefetch_(faults.has(Fault::StaleZero3Params) ? 0 : prefetch),
-      bf16_operand_gathers_(bf16_operand_gathers),
       gathered_(layout.buckets().size()),
       operands_(layout.buckets().size()),
       in_flight_(layout.buckets().size()),
@@ -42,6 +40,8 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
   check(prefetch >= 0, "ZeRO-3 prefetch must be >= 0 buckets (got ", prefetch, ")");
   check(!bf16_operand_gathers || dtype == DType::F32, "ZeRO-3: bf16 operand gathers need fp32 parameters, not ",
         dtype_name(dtype));
+  for (const Bucket& bucket : layout.buckets())
+    plans_.push_back(plan_bucket_gather(bucket, layout.dp(), bf16_operand_gathers));
 }
 
 ParamGatherer::~ParamGatherer() {
@@ -56,16 +56,14 @@ Tensor ParamGatherer::gather_bucket(int b) const {
   return buffer;
 }
 
-BucketGatherPlan ParamGatherer::plan_of(int b) const {
-  return plan_bucket_gather(layout_.buckets()[static_cast<std::size_t>(b)], layout_.dp(), bf16_operand_gathers_);
-}
+const BucketGatherPlan& ParamGatherer::plan_of(int b) const { return plans_[static_cast<std::size_t>(b)]; }
 
 void ParamGatherer::start_gather(int b) {
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
   const int64_t slice_size = bucket.size / layout_.dp();
   const Tensor slice = param_shard_.view(layout_.shard_offset(b), {slice_size});
   auto flight = std::make_unique<InFlight>();
-  const BucketGatherPlan plan = plan_of(b);
+  const BucketGatherPlan& plan = plan_of(b);
   if (!plan.rounded) {
     Tensor buffer = backend_.alloc({bucket.size}, dtype_);
     account(static_cast<std::ptrdiff_t>(buffer.bytes()));
@@ -73,23 +71,18 @@ void ParamGatherer::start_gather(int b) {
     flight->request = dp_.all_gather_async(slice, buffer);
     gathered_[static_cast<std::size_t>(b)] = buffer;
   } else {
-    // [slice] -> bf16 [slice]; all-gathered into bf16 [size]. The exact head [0, exact) at its
-    // bucket offsets in an fp32 [exact]: each piece's root copies it in from its slice, then
-    // broadcasts it.
-    flight->sent = backend_.alloc({slice_size}, DType::BF16);
-    backend_.convert(slice, flight->sent);
-    flight->rounded = backend_.alloc({bucket.size}, DType::BF16);
-    flight->request = dp_.all_gather_async(flight->sent, flight->rounded);
+    // The exact head [0, exact) at its bucket offsets in an fp32 [exact] of its own: each piece's
+    // root copies it in from its slice before the broadcasts start.
     if (bucket.exact > 0) {
       flight->exact = backend_.alloc_for_overwrite({bucket.exact}, dtype_);  // every piece is written
       for (const auto& piece : plan.head)
         if (piece.root == dp_.rank())
           backend_.copy(slice.view(piece.begin - piece.root * slice_size, {piece.length}),
                         flight->exact.view(piece.begin, {piece.length}));
-      flight->head_requests = broadcast_head(plan, flight->exact, dp_);
     }
+    flight->rounded = start_rounded_gather(plan, slice, flight->exact, dp_, backend_);
     account(static_cast<std::ptrdiff_t>(flight->bytes()));
-    received_bytes_ += static_cast<int64_t>(flight->rounded.bytes() + flight->exact.bytes());
+    received_bytes_ += static_cast<int64_t>(flight->rounded.gathered.bytes() + flight->exact.bytes());
   }
   in_flight_[static_cast<std::size_t>(b)] = std::move(flight);
 }
@@ -98,10 +91,10 @@ void ParamGatherer::finish_gather(int b) {
   auto& flight = in_flight_[static_cast<std::size_t>(b)];
   if (!flight) return;
   flight->wait();
-  if (flight->rounded.defined()) {  // the sent slice goes; the bucket is the two gathered buffers
-    account(-static_cast<std::ptrdiff_t>(flight->sent.bytes()));
+  if (flight->rounded.gathered.defined()) {  // the sent slice goes; the bucket is the two gathered buffers
+    account(-static_cast<std::ptrdiff_t>(flight->rounded.sent.bytes()));
     gathered_[static_cast<std::size_t>(b)] = flight->exact;
-    operands_[static_cast<std::size_t>(b)] = flight->rounded;
+    operands_[static_cast<std::size_t>(b)] = flight->rounded.gathered;
   }
   flight.reset();
 }

@@ -69,7 +69,7 @@ class ParamGatherer {
   };
   struct InFlight;
   // The bucket's plan (see above): bf16 with its exact head in fp32, or fp32.
-  BucketGatherPlan plan_of(int bucket) const;
+  const BucketGatherPlan& plan_of(int bucket) const;
   void start_gather(int bucket);   // non-blocking, into a fresh buffer
   void finish_gather(int bucket);  // waits for an in-flight gather
   void prefetch_after(std::size_t event);
@@ -89,7 +89,7 @@ class ParamGatherer {
   TransientMemory& memory_;
   const FaultPlan& faults_;
   const int prefetch_;
-  const bool bf16_operand_gathers_;
+  std::vector<BucketGatherPlan> plans_;  // per bucket: fixed by the layout, made once
   std::vector<Tensor> gathered_;  // per bucket, while gathered (in use, kept or prefetched); a rounded
                                   // bucket's exact head [exact] (undefined where it has none)
   std::vector<Tensor> operands_;  // per bucket, while a rounded bucket is gathered: bf16 [size]

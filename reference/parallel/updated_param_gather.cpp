@@ -12,8 +12,7 @@ namespace {
 
 struct Pending {  // a rounded bucket's gather in flight
   const Bucket* bucket = nullptr;
-  Tensor sent, gathered;  // this rank's slice [slice] and the bucket [size], bf16
-  std::vector<std::unique_ptr<CommRequest>> requests;
+  RoundedGather travel;
 };
 
 }  // namespace
@@ -27,7 +26,7 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
   int64_t received = 0;
   // Widens a rounded bucket into every slice but this rank's, over [exact, end).
   auto finish = [&](Pending& p) {
-    for (auto& request : p.requests) request->wait();
+    p.travel.wait();
     const Bucket& bucket = *p.bucket;
     const int64_t slice = bucket.size / layout.dp();
     // (the fault: an empty own slice, so the widening overwrites the master with its rounding)
@@ -35,8 +34,9 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
     for (const auto& [begin, end] : {std::pair{bucket.exact, std::min(bucket.end, own_begin)},
                                      std::pair{std::max(bucket.exact, own_end), bucket.end}})
       if (begin < end)
-        backend.convert(p.gathered.view(begin, {end - begin}), full_params.view(bucket.start + begin, {end - begin}));
-    memory.add(-static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
+        backend.convert(p.travel.gathered.view(begin, {end - begin}),
+                        full_params.view(bucket.start + begin, {end - begin}));
+    memory.add(-static_cast<std::ptrdiff_t>(p.travel.bytes()));
   };
   std::deque<Pending> rounded;                        // at most two: their bf16 buffers
   std::vector<std::unique_ptr<CommRequest>> in_place;  // fp32 buckets, waited for at the end
@@ -55,17 +55,10 @@ int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_para
       finish(rounded.front());
       rounded.pop_front();
     }
-    Pending p;
-    p.bucket = &bucket;
-    // Both are written whole (the rounding, the gather) before anything reads them: no zero fill.
-    p.sent = backend.alloc_for_overwrite({slice}, DType::BF16);
-    p.gathered = backend.alloc_for_overwrite({bucket.size}, DType::BF16);
-    memory.add(static_cast<std::ptrdiff_t>(p.sent.bytes() + p.gathered.bytes()));
-    backend.convert(own, p.sent);
-    p.requests.push_back(dp.all_gather_async(p.sent, p.gathered));
-    for (auto& request : broadcast_head(plan, full, dp))
-      p.requests.push_back(std::move(request));
-    received += static_cast<int64_t>(p.gathered.bytes()) + bucket.exact * master_bytes;
+    // The head travels in place: its pieces' roots hold them in their own slices.
+    Pending p{&bucket, start_rounded_gather(plan, own, full, dp, backend)};
+    memory.add(static_cast<std::ptrdiff_t>(p.travel.bytes()));
+    received += static_cast<int64_t>(p.travel.gathered.bytes()) + bucket.exact * master_bytes;
     rounded.push_back(std::move(p));
   }
   for (Pending& p : rounded) finish(p);
