@@ -174,9 +174,8 @@ crash_site() {  # step dir
   local bin site
   for bin in "$TRIPOD_BIN" "$GTEST_BIN"; do
     [ -f "$bin" ] || continue
-    if site=$("$PY" "$ROOT/reports/symbolize_stack.py" "$1/log.txt" "$bin" --site 2>/dev/null); then
-      "$PY" "$ROOT/reports/symbolize_stack.py" "$1/log.txt" "$bin" --out "$1/stack-$(basename "$bin").txt" \
-        >/dev/null 2>&1 || true
+    if site=$("$PY" "$ROOT/reports/symbolize_stack.py" "$1/log.txt" "$bin" --site \
+                --out "$1/stack-$(basename "$bin").txt" 2>/dev/null); then
       printf ' in %s' "$site"
       return 0
     fi

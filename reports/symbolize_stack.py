@@ -8,8 +8,8 @@ So a crash on a GPU node is read here, against the build the bundle was made fro
 every frame of BINARY's name gets `-> function` from binutils' addr2line (inlined calls too).
 Other frames (libc, CUDA) stay as they are.
 
-Prints the log with the names added (or writes --out); with --site, prints instead only where the
-signal struck: the first named frame below the crash handler's, without its arguments (the GPU
+Prints the log with the names added (or writes it to --out); with --site, prints instead (beside
+--out's file) only where the signal struck: the first named frame below the crash handler's, without its arguments (the GPU
 check puts it in a failed step's reason). Exits 0 when a frame was named, 1 when the log holds no
 frame of BINARY (or, with --site, none named), 2 when a file cannot be read or addr2line is missing.
 """
@@ -107,19 +107,18 @@ def main(argv=None):
     names = names_of(a.binary, [frames[i] for i in order])
     for i, name in zip(order, names):
         lines[i] = f"{lines[i]}  -> {name or '?? (no symbol: is this the build the binary came from?)'}"
+    text = "\n".join(lines) + "\n"
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    elif not a.site:
+        sys.stdout.write(text)
     if a.site:
         site = crash_site(names)
         if site is None:
             print(f"symbolize_stack: no named frame of {os.path.basename(a.binary)} below the handler", file=sys.stderr)
             return 1
         print(site)
-        return 0
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
     return 0
 
 
