@@ -111,14 +111,20 @@ def test_a_hanging_or_failing_step_turns_the_run_red(tmp_path, fake, status):
     assert exported == ["gpu-check.tar.gz", "summary.json", "summary.txt"]
 
 
+def run_fake_step(tmp_path, fake):
+    """The dry run's probe and one fake step (ci/gpu-check.sh TRIPOD_GPU_CHECK_FAKE_STEP), which must
+    fail the run: its folder, the run's result and the fake step's summary record."""
+    out = tmp_path / fake
+    result = gpu_check(out, "--dry-run", "--only", f"probe,fake-{fake}", env={"TRIPOD_GPU_CHECK_FAKE_STEP": fake},
+                       timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    return out, result, {x["name"]: x for x in summary(out)["steps"]}[f"fake-{fake}"]
+
+
 def test_a_silent_exit_124_before_the_limit_is_the_programs_own_failure_not_a_timeout(tmp_path):
     # tripod's communication watchdog exits 124, as `timeout` does; an empty log once ended the
     # whole script under pipefail, with no record and an earlier summary saying PASS
-    out = tmp_path / "exit124"
-    result = gpu_check(out, "--dry-run", "--only", "probe,fake-exit124", env={"TRIPOD_GPU_CHECK_FAKE_STEP": "exit124"},
-                       timeout=120)
-    assert result.returncode == 1, result.stdout + result.stderr
-    step = {x["name"]: x for x in summary(out)["steps"]}["fake-exit124"]
+    out, result, step = run_fake_step(tmp_path, "exit124")
     assert step["status"] == "fail" and "before its 10 s limit" in step["reason"], step
     assert summary(out)["overall"] == "fail"
 
@@ -126,11 +132,7 @@ def test_a_silent_exit_124_before_the_limit_is_the_programs_own_failure_not_a_ti
 def test_a_crashed_program_is_the_reason_not_the_steps_last_words(tmp_path):
     # The H100 run's segfaults read "exit 1: <the step's last line>"; the crash report's first line
     # (reference/core/crash_report.h) now says what happened and where the stack is.
-    out = tmp_path / "crash"
-    result = gpu_check(out, "--dry-run", "--only", "probe,fake-crash", env={"TRIPOD_GPU_CHECK_FAKE_STEP": "crash"},
-                       timeout=120)
-    assert result.returncode == 1, result.stdout + result.stderr
-    step = {x["name"]: x for x in summary(out)["steps"]}["fake-crash"]
+    out, result, step = run_fake_step(tmp_path, "crash")
     assert step["status"] == "fail", step
     assert step["reason"].startswith("exit 1: tripod: fatal signal SIGSEGV (segmentation fault) in main;"), step
     assert "-> main" in (out / "fake-crash" / "stack-tripod.txt").read_text()  # the named stack, beside the log
