@@ -18,7 +18,7 @@ void add_conform_command(CLI::App& app) {
   add_output_option(*cmd, "--junit", o->junit_out, "write JUnit XML here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);
-  cmd->add_option("--heads", o->heads, "LM heads: alternate (tied on even ZeRO stages, untied on odd), tied or untied")
+  cmd->add_option("--heads", o->heads, "LM heads: alternate (the head flips as TP x DP x micro-batches doubles, so every ZeRO stage and schedule meets both and bit twins share one), tied or untied")
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_seconds, "seconds a layout may take before the job is ended as hung (a rank whose row fails while the "
                   "others still wait for it in the layout ends the job sooner, after 10 s or three times the row's "

@@ -30,9 +30,9 @@ std::string bit_twin_key(const ParallelLayout& layout);  // "" for ZeRO-0
 // Each layout of `layouts` followed, where the list holds it to no other twin with its head and its
 // gathers can have one (ZeRO 1-3 over more than one DP rank, bf16 gathers), by its -gfp32 twin.
 // conform's default list under bf16-mixed: without them, fp32 masters rounded to bf16 at every
-// step (the rounded-masters fault) passed within the tolerance every layout without a twin - the
-// ZeRO-1 layouts of more than one micro-batch a step, and, under alternating heads (ZeRO-2 tied,
-// ZeRO-3 untied), every ZeRO-2 layout.
+// step (the rounded-masters fault) passed within the tolerance every layout without a twin: the
+// ZeRO-1 layouts of more than one micro-batch a step, the recomputing and padded variants (each of
+// one ZeRO stage only) and any layout whose twins run another head.
 std::vector<ParallelLayout> with_gather_twins(const std::vector<ParallelLayout>& layouts,
                                               const std::function<bool(const ParallelLayout&)>& tied_head);
 

@@ -16,6 +16,7 @@
 #include "comm/rank_errors.h"
 #include "comm/world.h"
 #include "conform/bit_twins.h"
+#include "conform/lm_heads.h"
 #include "conform/lone_failure.h"
 #include "conform/op_checks.h"
 #include "conform/report.h"
@@ -81,11 +82,6 @@ std::string multi_rank_world_sizes(const RunConfig& config) {
   return sizes;
 }
 
-// Whether `l` runs with the tied LM head under --heads (alternate: tied on even ZeRO stages).
-bool tied_head(const std::string& heads, const ParallelLayout& l) {
-  return heads == "tied" || (heads == "alternate" && l.zero % 2 == 0);
-}
-
 std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig& config, int world) {
   std::vector<ParallelLayout> layouts;
   for (const auto& name : o.layouts) {
@@ -97,7 +93,7 @@ std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig
     layouts = enumerate_layouts(world, config.model, conformance_step(config));
     // Under bf16-mixed a layout without a bit twin gets its -gfp32 one (conform/bit_twins.h).
     if (config.train.bf16_mixed)
-      layouts = with_gather_twins(layouts, [&](const ParallelLayout& l) { return tied_head(o.heads, l); });
+      layouts = with_gather_twins(layouts, [&](const ParallelLayout& l) { return runs_tied_head(o.heads, l); });
   }
   for (const ParallelLayout& l : layouts) {
     check(world % l.ranks() == 0, "layout ", l.name(), " needs a multiple of ", l.ranks(), " ranks, launched with ",
@@ -132,7 +128,7 @@ class Suite {
         root_(world_->rank() == 0), tied_(suite_config(o, true)), untied_(suite_config(o, false)) {
     check(o.steps >= 2, "--steps must be at least 2 (got ", o.steps,
           "): at one step zero-initialised biases hide bugs that a second step shows");
-    check(o.heads == "alternate" || o.heads == "tied" || o.heads == "untied", "--heads must be alternate, tied or ",
+    check(is_heads_choice(o.heads), "--heads must be alternate, tied or ",
           "untied (got '", o.heads, "')");
     check(o.timeout_seconds > 0, "--timeout must be positive");
     std::vector<Fault> active;
@@ -172,7 +168,7 @@ class Suite {
   }
 
  private:
-  bool tied_for(const ParallelLayout& l) const { return tied_head(o_.heads, l); }
+  bool tied_for(const ParallelLayout& l) const { return runs_tied_head(o_.heads, l); }
   std::string rank_text() const { return "rank " + std::to_string(world_->rank()) + ": "; }
 
   nlohmann::json json_header() const {

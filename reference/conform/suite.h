@@ -3,8 +3,8 @@
 // losses, gradient norms and final parameters, pass/fail, time per step and memory (allocator
 // peak against the accounting), as a table on stdout, JSON and JUnit XML. Operator checks
 // (conform/op_checks.h) run first. Layouts smaller than the world run as independent replicas on
-// consecutive blocks of ranks; the tied head runs on even ZeRO stages and the untied one on odd
-// (--heads), so every combination of TP, PP, DP, schedule and SP meets both.
+// consecutive blocks of ranks; the heads alternate (conform/lm_heads.h, --heads) so that every ZeRO
+// stage with every combination of TP, PP, DP, schedule and SP meets both.
 //
 // A failure is a FAIL row, never an abort: an error inside a layout (a non-finite loss, say) is
 // caught on every rank and agreed; a rank that fails alone leaves the others waiting, and the

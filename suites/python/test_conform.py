@@ -41,12 +41,16 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     assert {r["tp"] for r in records} == {1, 2, 4}  # the conformance model has 4 heads
     assert {r["sequence_parallel"] for r in records} == {False, True}
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
+    # Both heads meet every ZeRO stage with and without each of TP, PP, DP and SP (conform/lm_heads.h).
+    kinds = {}
+    for r in records:
+        kinds.setdefault((r["zero"], r["tp"] > 1, r["pp"] > 1, r["dp"] > 1, r["sequence_parallel"]), set()).add(r["head"])
+    assert all(heads == {"tied", "untied"} for heads in kinds.values()), kinds
     for r in records:
         assert r["pass"] and r["dtype"] == dtype and 0 <= r["error_over_bound"] <= 1
         assert {"tp", "pp", "schedule", "loss_rel_error", "param_rel_error", "seconds_per_step"} <= set(r)
         if dtype == "fp64":
             assert r["loss_rel_error"] < 1e-12 and r["param_rel_error"] < 1e-10
-        assert r["head"] == ("tied" if r["zero"] % 2 == 0 else "untied")  # both heads meet every combination
         assert r["peak_mib"] > 0 and r["accounted_mib"] > 0
     # The operator checks (vocab-parallel loss on huge logits) of every TP size, first.
     checks = json.loads((tmp_path / "c.json").read_text())["operator_checks"]
@@ -115,9 +119,10 @@ def test_tf32_is_refused_with_the_reason():
 def test_unsummed_tied_embedding_gradients_fail():
     # the pipeline's two wte copies must add their gradients; without that only pipelines break
     layouts = ["tp1-pp1-dp2-z0-mb1", "tp1-pp2-dp1-z0-mb2-afab", "tp1-pp2-dp1-z2-mb2-interleaved-v2"]
-    result = conform(2, "--layouts", *layouts, "--inject-fault", "skip-tied-embedding-reduction")
+    result = conform(2, "--heads", "tied", "--layouts", *layouts, "--inject-fault", "skip-tied-embedding-reduction")
     assert result.returncode != 0
     rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("tp")}
+    assert all(line.split()[1] == "tied" for line in rows.values())
     assert rows["tp1-pp1-dp2-z0-mb1"].endswith("PASS")
     assert "FAIL" in rows["tp1-pp2-dp1-z0-mb2-afab"] and "FAIL" in rows["tp1-pp2-dp1-z2-mb2-interleaved-v2"]
 

@@ -12,15 +12,15 @@ import pytest
 
 from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 
-# One layout of every kind on 8 ranks: DP alone, ZeRO-3, TP with SP, TP=4 (untied head: odd ZeRO
-# stage), pipelines with every schedule, tied (even stage) and untied, 3D.
+# One layout of every kind on 8 ranks: DP alone, ZeRO-3, TP with SP, TP=4, pipelines with every
+# schedule, tied and untied heads (conform/lm_heads.h), 3D.
 LAYOUTS = ["tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp4-z3-mb2", "tp2-pp1-dp4-z2-mb1-sp", "tp4-pp1-dp2-z1-mb2",
            "tp1-pp2-dp4-z0-mb2-afab", "tp2-pp2-dp2-z1-mb4-1f1b", "tp2-pp2-dp2-z3-mb4-sp-interleaved-v2",
            "tp1-pp4-dp2-z2-mb4-1f1b"]
 
 
 def tied(l):
-    return l["zero"] % 2 == 0
+    return l["head"] == "tied"
 
 
 # Which layouts each fault must break (the others must pass); operator checks: whether they fail.
@@ -101,9 +101,9 @@ def test_every_bf16_fault_is_caught_by_the_layouts_it_breaks(tmp_path, fault):
 def test_the_default_bf16_list_gives_every_layout_a_twin_so_rounded_masters_is_caught_everywhere(tmp_path):
     """Under bf16-mixed conform's default list adds the -gfp32 twin of each layout that has no bit
     twin with its head (conform/bit_twins.h with_gather_twins). Without them rounded-masters passed
-    every ZeRO-1 layout of more than one micro-batch and, under alternating heads (ZeRO-2 tied,
-    ZeRO-3 untied), every ZeRO-2 layout: 8 ranks caught it in 18 of the 137 ZeRO-1/2 layouts with
-    DP > 1; with the twins in 137 of 137, each head. Two ranks here (3 s)."""
+    every ZeRO-1 layout of more than one micro-batch and, while the heads alternated by ZeRO stage
+    (ZeRO-2 tied, ZeRO-3 untied), every ZeRO-2 layout: 8 ranks caught it in 18 of the 137 ZeRO-1/2
+    layouts with DP > 1; now in 137 of 137 under every --heads. Two ranks here (3 s)."""
     require_tripod()
 
     def run(*args):
@@ -113,16 +113,18 @@ def test_the_default_bf16_list_gives_every_layout_a_twin_so_rounded_masters_is_c
     clean = run("--json", tmp_path / "clean.json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     names = [r["layout"] for r in json.loads((tmp_path / "clean.json").read_text())["layouts"]]
-    for twin in ("tp1-pp1-dp2-z1-mb2-gfp32", "tp1-pp1-dp2-z2-mb1-gfp32", "tp1-pp1-dp2-z2-mb1-gfp32-pad16"):
-        assert twin in names, names
-    assert "tp1-pp1-dp2-z1-mb1-gfp32" not in names  # ZeRO-1 at one micro-batch has ZeRO-3 (both untied)
+    for twin in ("tp1-pp1-dp2-z1-mb2-gfp32", "tp1-pp1-dp2-z2-mb1-gfp32-pad16", "tp1-pp1-dp2-z3-mb1-rfull-pf2-gfp32"):
+        assert twin in names, names  # ZeRO-1 at two micro-batches, the padded and recomputing variants
+    for has_a_twin in ("tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z2-mb1", "tp1-pp1-dp2-z2-mb2"):
+        assert has_a_twin + "-gfp32" not in names  # ZeRO-3 of the same head (conform/lm_heads.h)
     result = run("--inject-fault", "rounded-masters", "--json", tmp_path / "c.json")
     assert result.returncode != 0
     rows = json.loads((tmp_path / "c.json").read_text())["layouts"]
     failed = {r["layout"] for r in rows if not r["pass"]}
     broken = {r["layout"] for r in rows if r["zero"] in (1, 2) and r["dp"] > 1}
     assert broken and broken <= failed, sorted(broken - failed)
-    assert failed - broken == {"tp1-pp1-dp2-z3-mb1"}  # ZeRO-1 at mb1's twin: either could be the wrong one
+    # ZeRO-3 where ZeRO-1 or -2 is its twin: either could be the wrong one
+    assert failed - broken == {"tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb2"}
 
 
 def test_a_hanging_rank_ends_in_a_timeout_row_and_a_report(tmp_path):
@@ -169,7 +171,7 @@ def test_a_rank_failing_alone_ends_the_job_with_its_error_within_the_grace(tmp_p
     failed = rows["tp1-pp1-dp8-z0-mb1"]
     assert not failed["pass"] and failed["failed_alone"] and not failed["timed_out"], failed
     assert failed["failure"].startswith("rank 1: planted fault fail-one-rank"), failed["failure"]
-    assert (failed["dp"], failed["head"]) == (8, "tied"), failed
+    assert (failed["dp"], failed["head"]) == (8, "untied"), failed
     suite = ET.parse(tmp_path / "c.xml").getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "c.xml"]  # no temporary file left

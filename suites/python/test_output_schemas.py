@@ -140,7 +140,7 @@ def test_a_field_the_schema_does_not_name_fails(tmp_path):
 def test_conform_json(tmp_path):
     # 2 ranks: an operator check (TP 2) and two layouts with both heads; then the --reshard row.
     out = tmp_path / "conform.json"
-    mpirun(2, "conform", "--steps", 2, "--layouts", "tp2-pp1-dp1-z0-mb1", "tp1-pp2-dp1-z1-mb2-1f1b", "--reshard",
+    mpirun(2, "conform", "--steps", 2, "--layouts", "tp2-pp1-dp1-z0-mb1", "tp1-pp2-dp1-z1-mb4-1f1b", "--reshard",
            "--json", out)
     report = load(out)
     validate_with("conform", report)

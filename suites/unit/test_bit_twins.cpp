@@ -67,10 +67,11 @@ TEST(BitTwins, LayoutsWithoutATwinOfTheirHeadGetTheirGatherTwin) {
     for (const ParallelLayout& l : list) out.push_back(l.name());
     return out;
   };
-  // Alternating heads: ZeRO-2 tied has no twin (ZeRO-3 is untied); ZeRO-1 at two micro-batches has
-  // none either; ZeRO-1 at one and ZeRO-3 are twins. ZeRO-0 and one DP rank gather nothing.
-  auto alternate = [](const ParallelLayout& l) { return l.zero % 2 == 0; };
-  EXPECT_EQ(names(with_gather_twins(layouts, alternate)),
+  // Heads by ZeRO stage (tied on even ones): ZeRO-2 tied has no twin (ZeRO-3 is untied); ZeRO-1 at
+  // two micro-batches has none either; ZeRO-1 at one and ZeRO-3 are twins. ZeRO-0 and one DP rank
+  // gather nothing.
+  auto by_stage = [](const ParallelLayout& l) { return l.zero % 2 == 0; };
+  EXPECT_EQ(names(with_gather_twins(layouts, by_stage)),
             (std::vector<std::string>{"tp1-pp1-dp2-z0-mb1", "tp1-pp1-dp1-z1-mb1", "tp1-pp1-dp2-z1-mb1",
                                       "tp1-pp1-dp2-z1-mb2", "tp1-pp1-dp2-z1-mb2-gfp32", "tp1-pp1-dp2-z2-mb1",
                                       "tp1-pp1-dp2-z2-mb1-gfp32", "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z3-mb1-pf0"}));
