@@ -109,6 +109,9 @@ void add_train_command(CLI::App& app) {
   // (--zero3-gather-fp32: its name while only ZeRO-3 gathered the weights as bf16)
   cmd->add_flag("--gather-fp32,--zero3-gather-fp32", l.fp32_param_gathers,
                 "ZeRO 1-3 under bf16-mixed: gather the GEMM weights in fp32 too (the same bits, twice the bytes)");
+  cmd->add_flag("--overlap-param-gather", l.overlap_param_gather,
+                "ZeRO-1/2: leave the step's parameter all-gathers in flight until the next forward reaches each "
+                "bucket (as Megatron's flag; all of a step's bf16 gather buffers live at once)");
   cmd->add_option("--grid-order", l.grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
   cmd->add_option("--schedule", o->schedule, "pipeline schedule: afab (GPipe), 1f1b or interleaved")
       ->capture_default_str();

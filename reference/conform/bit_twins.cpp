@@ -11,10 +11,11 @@ std::string bit_twin_key(const Outcome& row) {
 
 std::string bit_twin_key(const ParallelLayout& l) {
   if (l.zero == 0) return "";
-  ParallelLayout twin = l;  // what the twins share: everything but the stage, prefetch and gather precision
+  ParallelLayout twin = l;  // what the twins share: everything but the stage, prefetch, gather precision and overlap
   twin.zero = 0;
   twin.zero3_prefetch = 1;
   twin.fp32_param_gathers = false;
+  twin.overlap_param_gather = false;
   // ZeRO-1 with more than one micro-batch a step reduces once after them, the others after each.
   const bool reduces_like_zero2 = l.zero >= 2 || l.micro_batches == 1;
   return twin.name() + (reduces_like_zero2 ? " zero 1-3" : " zero 1");

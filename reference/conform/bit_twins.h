@@ -4,6 +4,7 @@
 //     sharded update; ZeRO-3's gathers copy values (prefetch, -pfN, only changes when).
 //   - ZeRO-1 too, when a step is one micro-batch: its one reduction after backward is then ZeRO-2's.
 //   - `-gfp32`: bf16-mixed gathers the GEMM weights as bf16, whose rounding is all the model reads.
+//   - `-opg`: ZeRO-1/2's after-step gathers waited for in the next forward, not in the step.
 // ZeRO-0 all-reduces instead (another summation order beyond two ranks): it has no twins.
 // The tolerance cannot see a bug that moves results by less than rounding does (bf16-mixed's
 // rounding floor hid fp32 master weights rounded to bf16 at every step); a twin that disagrees can.

@@ -22,6 +22,7 @@ std::string ParallelLayout::name() const {
   if (recompute == Recompute::Full) out << "-rfull";
   if (zero3_prefetch != 1) out << "-pf" << zero3_prefetch;
   if (fp32_param_gathers) out << "-gfp32";
+  if (overlap_param_gather) out << "-opg";
   if (receives_ahead != 2) out << "-ra" << receives_ahead;
   if (vocab_multiple != 1) out << "-pad" << vocab_multiple;
   return out.str();
@@ -36,6 +37,7 @@ std::string ParallelLayout::describe() const {
   if (recompute != Recompute::None) text += ", " + recompute_name(recompute) + " recomputation";
   if (zero == 3 && zero3_prefetch != 1) text += ", prefetch " + std::to_string(zero3_prefetch);
   if (fp32_param_gathers) text += ", fp32 gathers";
+  if (overlap_param_gather) text += ", parameter gathers overlapped with the next forward";
   if (pipelined() && receives_ahead != 2) text += ", receives ahead " + std::to_string(receives_ahead);
   if (vocab_multiple != 1) text += ", vocabulary padded to a multiple of " + std::to_string(vocab_multiple) + " per TP rank";
   return text;
@@ -65,6 +67,8 @@ const LayoutPart kLayoutParts[] = {
     {"sp", false, "sequence parallelism",
      [](ParallelLayout& l, const std::string&, int) { l.sequence_parallel = true; }},
     {"gfp32", false, "fp32 gathers", [](ParallelLayout& l, const std::string&, int) { l.fp32_param_gathers = true; }},
+    {"opg", false, "overlapped parameter gathers",
+     [](ParallelLayout& l, const std::string&, int) { l.overlap_param_gather = true; }},
     {"rsel", false, "recomputation",
      [](ParallelLayout& l, const std::string&, int) { l.recompute = Recompute::Selective; }},
     {"rfull", false, "recomputation",
@@ -107,7 +111,7 @@ ParallelLayout ParallelLayout::parse(const std::string& name) {
     const LayoutPart* kind = layout_part_named(part);
     if (kind == nullptr)
       fail("layout '", name, "': unknown part '", part, "' (expected e.g. tp1-pp2-dp2-z1-mb4-1f1b, "
-           "with -sp, -v2, -rsel, -rfull, -pf2, -gfp32, -ra0 or -pad64)");
+           "with -sp, -v2, -rsel, -rfull, -pf2, -gfp32, -opg, -ra0 or -pad64)");
     const int number = kind->numbered ? part_number(name, part, std::char_traits<char>::length(kind->text)) : 0;
     const auto [at, first] = seen.emplace(kind->setting, part);  // a second part would silently win
     TRIPOD_CHECK(first, "layout '", name, "': '", part, "' sets the ", kind->setting, " that '", at->second,
@@ -138,6 +142,9 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
         zero3_prefetch, ")");
   check(!fp32_param_gathers || zero >= 1, "fp32 parameter gathers (-gfp32, --gather-fp32) are for ZeRO 1-3, whose "
         "parameters are gathered; ZeRO-0 gathers none");
+  check(!overlap_param_gather || zero == 1 || zero == 2, "overlapped parameter gathers (-opg, --overlap-param-gather) "
+        "are for ZeRO-1/2, whose updated parameters are all-gathered after the step (ZeRO-", zero, ": ",
+        zero == 3 ? "gathers on use; -pfN prefetches" : "gathers none", ")");
   check(receives_ahead >= 0 && receives_ahead <= 1024, "pipeline receives posted ahead (--receives-ahead) must be "
         "0-1024 (got ", receives_ahead, ")");
   check(vocab_multiple >= 1 && vocab_multiple <= 65536, "the vocabulary padding multiple "
@@ -186,14 +193,22 @@ std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig&
                 l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batches = micro;
                 l.schedule = schedule, l.virtual_stages = v, l.sequence_parallel = sp;
                 layouts.push_back(l);
-                // A padded vocabulary as a dimension: each ZeRO-2 layout (a tied head, so the tied
-                // gradient's split and the pipeline's tied copy) of the first micro-batch count,
-                // without SP, again with 16 rows per TP rank (97 -> 112, 2 x 64 or 4 x 32 rows:
-                // TP rank 3 of 4 holds one real row).
+                // A padded vocabulary as a dimension: each ZeRO-2 layout of the first micro-batch
+                // count, without SP, again with 16 rows per TP rank (97 -> 112, 2 x 64 or 4 x 32
+                // rows: TP rank 3 of 4 holds one real row); with the tied head (conform alternates
+                // them) it meets the tied gradient's split and the pipeline's tied copy.
                 if (zero == 2 && micro == micros.front() && !sp) {
                   ParallelLayout padded = l;
                   padded.vocab_multiple = 16;
                   layouts.push_back(padded);
+                }
+                // The after-step gathers overlapped with the next forward: each ZeRO-2 layout over
+                // more than one DP rank of the last micro-batch count, without SP, again with -opg
+                // (ZeRO-3 is its bit twin, so any difference the overlap makes shows).
+                if (zero == 2 && dp > 1 && micro == micros.back() && !sp) {
+                  ParallelLayout overlapped = l;
+                  overlapped.overlap_param_gather = true;
+                  layouts.push_back(overlapped);
                 }
                 // Recomputation as a dimension, on the stages where it meets the most: full with
                 // ZeRO-3 (parameters gathered again for the rerun forward, two buckets ahead),

@@ -36,6 +36,9 @@ struct ParallelLayout {
   // parallel/param_gatherer.h, parallel/updated_param_gather.h); this gathers every parameter in
   // fp32 instead: "-gfp32".
   bool fp32_param_gathers = false;
+  // ZeRO-1/2: the all-gathers of the updated parameters stay in flight after the step until the
+  // next forward reaches each bucket (Megatron's --overlap-param-gather): "-opg".
+  bool overlap_param_gather = false;
   int receives_ahead = 2;   // pipeline receives posted ahead of their action: "-raN" unless 2
   // Each TP rank's vocabulary rows (wte, LM head, logit columns) padded up to a multiple of this
   // (Megatron's --make-vocab-size-divisible-by): "-padN" unless 1. Storage only: the padding rows
@@ -70,7 +73,8 @@ struct ParallelLayout {
 // (TP dividing the heads, PP up to the layers, every DP that divides the batch, ZeRO 0-3,
 // micro-batches 1 and 2 without PP and p and 2p with it, every schedule, SP on and off; each ZeRO-1
 // layout again with selective and each ZeRO-3 layout again with full activation recomputation, and
-// the ZeRO-2 layouts of the first micro-batch count without SP again with a padded vocabulary).
+// the ZeRO-2 layouts of the first micro-batch count without SP again with a padded vocabulary, and
+// those with DP > 1 of the last count without SP again with overlapped parameter gathers).
 std::vector<ParallelLayout> enumerate_layouts(int world_size, const ModelConfig& model, const StepShape& step);
 
 }  // namespace tripod

@@ -1,14 +1,12 @@
 #include "parallel/sharded_optimizer.h"
 
 #include "backend/transfer.h"
-#include "parallel/updated_param_gather.h"
 
 namespace tripod {
 
 ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<ParamSpec>& specs,
                                    const ZeroPolicy& policy, const ZeroBuffers& buffers, Communicator& dp,
-                                   Backend& backend, DType dtype, AdamWConfig adamw, const FaultPlan& faults,
-                                   TransientMemory& memory, bool bf16_operand_gathers)
+                                   Backend& backend, DType dtype, AdamWConfig adamw, const FaultPlan& faults)
     : layout_(layout),
       specs_(specs),
       policy_(policy),
@@ -17,8 +15,6 @@ ShardedOptimizer::ShardedOptimizer(const ShardLayout& layout, const std::vector<
       backend_(backend),
       adamw_(adamw),
       faults_(faults),
-      memory_(memory),
-      bf16_operand_gathers_(bf16_operand_gathers),
       segments_(layout.segments(dp.rank())) {
   const int64_t moments = policy_.shard_optimizer ? layout_.shard_elements() : layout_.total();
   m_ = backend_.alloc({moments}, dtype);
@@ -74,10 +70,6 @@ void ShardedOptimizer::step(double lr, int64_t step, double grad_scale) {
                    v_.view(seg.local, {seg.length}), lr, adamw_.beta1, adamw_.beta2, adamw_.eps, decay_of(seg.tensor),
                    step, grad_scale);
   }
-  if (!policy_.gather_params_after_step || faults_.has(Fault::StaleZero12Params)) return;
-  // Every rank updated its slices; gather the whole parameters back, in place.
-  gathered_bytes_ += gather_updated_params(layout_, buffers_.full_params, dp_, backend_, memory_, bf16_operand_gathers_,
-                                           faults_.has(Fault::RoundedMasters));
 }
 
 }  // namespace tripod

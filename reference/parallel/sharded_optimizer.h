@@ -1,6 +1,6 @@
 // AdamW under ZeRO: on every tensor (stage 0) or on this rank's slices of every bucket (stages
-// 1-3, with m and v of shard size), then, for stages 1-2, the updated slices all-gathered back into
-// the full parameters. Also the sum of squares of the reduced gradients this rank holds, the
+// 1-3, with m and v of shard size); stages 1-2's owner (ZeroEngine) then all-gathers the updated
+// slices back into the full parameters (parallel/updated_param_gather.h). Also the sum of squares of the reduced gradients this rank holds, the
 // ingredient of the global norm: every stage sums the same pieces of its slices in flat order,
 // so the norm (and the clipping it drives) is bit-identical between stages given equal gradients.
 #pragma once
@@ -17,17 +17,14 @@ namespace tripod {
 
 class ShardedOptimizer {
  public:
-  // `buffers` and `memory` must outlive the optimizer. bf16_operand_gathers: stages 1-2 gather the
-  // updated GEMM weights as bf16 (parallel/updated_param_gather.h).
+  // `buffers` must outlive the optimizer.
   ShardedOptimizer(const ShardLayout& layout, const std::vector<ParamSpec>& specs, const ZeroPolicy& policy,
                    const ZeroBuffers& buffers, Communicator& dp, Backend& backend, DType dtype, AdamWConfig adamw,
-                   const FaultPlan& faults, TransientMemory& memory, bool bf16_operand_gathers);
+                   const FaultPlan& faults);
 
   void zero_state();  // m = v = 0
   void step(double lr, int64_t step, double grad_scale);
   std::size_t bytes() const { return m_.bytes() + v_.bytes(); }
-  // Bytes the all-gathers after the steps (stages 1-2) have written on this rank so far.
-  int64_t gathered_bytes() const { return gathered_bytes_; }
 
   // fp64 [1] on the device: the sum over this rank's slices of the reduced gradients' squares,
   // summed over the DP group (collective); tensors for which counted(index) is false are left out.
@@ -53,9 +50,6 @@ class ShardedOptimizer {
   Backend& backend_;
   AdamWConfig adamw_;
   const FaultPlan& faults_;
-  TransientMemory& memory_;
-  const bool bf16_operand_gathers_;
-  int64_t gathered_bytes_ = 0;
   std::vector<ShardLayout::Segment> segments_;  // this DP rank's pieces of its slices (fixed)
   Tensor m_, v_;                                // full (stage 0) or shard-sized
 };

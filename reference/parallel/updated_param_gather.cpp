@@ -2,68 +2,84 @@
 
 #include <algorithm>
 #include <deque>
-#include <memory>
 
 #include "core/error.h"
 
 namespace tripod {
 
-namespace {
-
-struct Pending {  // a rounded bucket's gather in flight
-  const Bucket* bucket = nullptr;
-  RoundedGather travel;
-};
-
-}  // namespace
-
-int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
-                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
-                              bool round_own_slices) {
-  check(!bf16_operand_gathers || full_params.dtype() == DType::F32,
-        "ZeRO: bf16 operand gathers need fp32 parameters, not ", dtype_name(full_params.dtype()));
-  const int rank = dp.rank();
-  int64_t received = 0;
-  // Widens a rounded bucket into every slice but this rank's, over [exact, end).
-  auto finish = [&](Pending& p) {
-    p.travel.wait();
-    const Bucket& bucket = *p.bucket;
-    const int64_t slice = bucket.size / layout.dp();
-    // (the fault: an empty own slice, so the widening overwrites the master with its rounding)
-    const int64_t own_begin = round_own_slices ? 0 : rank * slice, own_end = round_own_slices ? 0 : own_begin + slice;
-    for (const auto& [begin, end] : {std::pair{bucket.exact, std::min(bucket.end, own_begin)},
-                                     std::pair{std::max(bucket.exact, own_end), bucket.end}})
-      if (begin < end)
-        backend.convert(p.travel.gathered.view(begin, {end - begin}),
-                        full_params.view(bucket.start + begin, {end - begin}));
-    memory.add(-static_cast<std::ptrdiff_t>(p.travel.bytes()));
-  };
-  std::deque<Pending> rounded;                        // at most two: their bf16 buffers
-  std::vector<std::unique_ptr<CommRequest>> in_place;  // fp32 buckets, waited for at the end
+UpdatedParamGather::UpdatedParamGather(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
+                                       Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
+                                       bool overlapped, bool round_own_slices)
+    : layout_(layout), full_params_(full_params), backend_(backend), memory_(memory),
+      round_own_slices_(round_own_slices), rank_(dp.rank()), buckets_(layout.buckets().size()) {
+  TRIPOD_CHECK(!bf16_operand_gathers || full_params.dtype() == DType::F32,
+               "ZeRO: bf16 operand gathers need fp32 parameters, not ", dtype_name(full_params.dtype()));
+  std::deque<std::size_t> rounded;  // blocking: the rounded buckets in flight, at most two
   const int64_t master_bytes = static_cast<int64_t>(dtype_size(full_params.dtype()));  // per element
-  for (const Bucket& bucket : layout.buckets()) {
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const Bucket& bucket = layout.buckets()[b];
     const BucketGatherPlan plan = plan_bucket_gather(bucket, layout.dp(), bf16_operand_gathers);
     const Tensor full = full_params.view(bucket.start, {bucket.size});
     const int64_t slice = bucket.size / layout.dp();
-    const Tensor own = full.view(rank * slice, {slice});
+    const Tensor own = full.view(rank_ * slice, {slice});
+    ++in_flight_;
     if (!plan.rounded) {
-      in_place.push_back(dp.all_gather_async(own, full));
-      received += bucket.size * master_bytes;
+      buckets_[b].in_place = dp.all_gather_async(own, full);
+      received_ += bucket.size * master_bytes;
       continue;
     }
-    if (rounded.size() == 2) {  // the next bucket travels while this one is widened
+    if (!overlapped && rounded.size() == 2) {  // the next bucket travels while this one is widened
       finish(rounded.front());
       rounded.pop_front();
     }
     // The head travels in place: its pieces' roots hold them in their own slices.
-    Pending p{&bucket, start_rounded_gather(plan, own, full, dp, backend)};
-    memory.add(static_cast<std::ptrdiff_t>(p.travel.bytes()));
-    received += static_cast<int64_t>(p.travel.gathered.bytes()) + bucket.exact * master_bytes;
-    rounded.push_back(std::move(p));
+    buckets_[b].rounded = std::make_unique<RoundedGather>(start_rounded_gather(plan, own, full, dp, backend));
+    memory_.add(static_cast<std::ptrdiff_t>(buckets_[b].rounded->bytes()));
+    received_ += static_cast<int64_t>(buckets_[b].rounded->gathered.bytes()) + bucket.exact * master_bytes;
+    rounded.push_back(b);
   }
-  for (Pending& p : rounded) finish(p);
-  for (auto& request : in_place) request->wait();
-  return received;
+  if (!overlapped) wait_all();
+}
+
+UpdatedParamGather::~UpdatedParamGather() {
+  for (InFlight& f : buckets_) {
+    if (f.in_place) f.in_place->wait();
+    if (f.rounded) f.rounded->wait();
+  }
+}
+
+void UpdatedParamGather::wait_bucket(std::size_t b) {
+  TRIPOD_CHECK(b < buckets_.size(), "UpdatedParamGather: bucket ", b, " of ", buckets_.size());
+  finish(b);
+}
+
+void UpdatedParamGather::wait_all() {
+  for (std::size_t b = 0; b < buckets_.size() && in_flight_ > 0; ++b) finish(b);
+}
+
+// Completes bucket b: an fp32 one is in place when its all-gather is; a rounded one is widened into
+// every slice but this rank's, over [exact, end).
+void UpdatedParamGather::finish(std::size_t b) {
+  InFlight& f = buckets_[b];
+  if (f.in_place) {
+    f.in_place->wait();
+    f.in_place.reset();
+    --in_flight_;
+  }
+  if (!f.rounded) return;
+  f.rounded->wait();
+  const Bucket& bucket = layout_.buckets()[b];
+  const int64_t slice = bucket.size / layout_.dp();
+  // (the fault: an empty own slice, so the widening overwrites the master with its rounding)
+  const int64_t own_begin = round_own_slices_ ? 0 : rank_ * slice, own_end = round_own_slices_ ? 0 : own_begin + slice;
+  for (const auto& [begin, end] : {std::pair{bucket.exact, std::min(bucket.end, own_begin)},
+                                   std::pair{std::max(bucket.exact, own_end), bucket.end}})
+    if (begin < end)
+      backend_.convert(f.rounded->gathered.view(begin, {end - begin}),
+                       full_params_.view(bucket.start + begin, {end - begin}));
+  memory_.add(-static_cast<std::ptrdiff_t>(f.rounded->bytes()));
+  f.rounded.reset();
+  --in_flight_;
 }
 
 }  // namespace tripod

@@ -14,6 +14,7 @@
 // checkpoints write each piece from its owner's slice.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,12 +26,48 @@
 namespace tripod {
 
 // Gathers every bucket of `full_params` (fp32 [layout.total()]) from its ranks' slices, in place, as
-// planned; at most two buckets' bf16 buffers exist at once (counted in `memory`). Collective over
-// `dp`. Returns the bytes the gathers wrote on this rank (their whole outputs, as ZeRO-3's
-// ParamGatherer::received_bytes counts them). `round_own_slices`: the rounded-masters fault
+// planned. Collective over `dp`: every rank starts the buckets' collectives in bucket order at
+// construction; it may wait for them in any order. `round_own_slices`: the rounded-masters fault
 // (parallel/fault_plan.h), never otherwise.
-int64_t gather_updated_params(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
-                              Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
-                              bool round_own_slices = false);
+//
+// Blocking (overlapped = false): at most two rounded buckets' bf16 buffers exist at once (the next
+// travels while one is widened), and the constructor returns with every bucket in place.
+// Overlapped (Megatron's --overlap-param-gather): every bucket's gather is in flight when the
+// constructor returns, all rounded buffers at once (counted in `memory`), and the caller waits for
+// a bucket before its parameters are read (wait_bucket: the next forward, as it reaches them) or
+// written, and for all before anything else touches the full parameters.
+class UpdatedParamGather {
+ public:
+  UpdatedParamGather(const ShardLayout& layout, const Tensor& full_params, Communicator& dp, Backend& backend,
+                     TransientMemory& memory, bool bf16_operand_gathers, bool overlapped,
+                     bool round_own_slices = false);
+  ~UpdatedParamGather();  // waits for what is still in flight (collectives started must complete)
+  UpdatedParamGather(const UpdatedParamGather&) = delete;
+  UpdatedParamGather& operator=(const UpdatedParamGather&) = delete;
+
+  void wait_bucket(std::size_t bucket);  // its parameters in place; no-op when already
+  void wait_all();
+  bool done() const { return in_flight_ == 0; }
+  // The bytes the gathers write on this rank (their whole outputs, as ZeRO-3's
+  // ParamGatherer::received_bytes counts them), known at construction.
+  int64_t received_bytes() const { return received_; }
+
+ private:
+  struct InFlight {
+    std::unique_ptr<CommRequest> in_place;  // an fp32 bucket, gathered in place
+    std::unique_ptr<RoundedGather> rounded;   // a rounded one, widened into place when it arrives
+  };
+  void finish(std::size_t bucket);
+
+  const ShardLayout& layout_;
+  Tensor full_params_;
+  Backend& backend_;
+  TransientMemory& memory_;
+  bool round_own_slices_;
+  int rank_;
+  std::vector<InFlight> buckets_;
+  std::size_t in_flight_ = 0;
+  int64_t received_ = 0;
+};
 
 }  // namespace tripod

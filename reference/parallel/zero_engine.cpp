@@ -50,12 +50,44 @@ ZeroEngine::ZeroEngine(std::vector<ParamSpec> specs, const ZeroSettings& s, Comm
   if (policy_.gather_params_on_use)
     gatherer_ = std::make_unique<ParamGatherer>(layout_, specs_, dp_, backend_, dtype_, buffers_.param_shard, transient_,
                                                 faults_, s.zero3_prefetch, s.bf16_operand_gathers);
-  optimizer_ =
-      std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw, faults_,
-                                         transient_, s.bf16_operand_gathers);
+  optimizer_ = std::make_unique<ShardedOptimizer>(layout_, specs_, policy_, buffers_, dp_, backend_, dtype_, s.adamw,
+                                                  faults_);
+  overlap_param_gather_ = s.overlap_param_gather;
+  check(!overlap_param_gather_ || policy_.gather_params_after_step, "overlapped parameter gathers are ZeRO-1/2's ",
+        "(their updated slices are all-gathered after the step), not ZeRO-", policy_.stage, "'s");
+  bucket_of_tensor_.resize(specs_.size());
+  for (std::size_t b = 0; b < layout_.buckets().size(); ++b)
+    for (std::size_t i : layout_.buckets()[b].tensors) bucket_of_tensor_[i] = b;
 }
 
 ZeroEngine::~ZeroEngine() = default;
+
+void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
+  settle_updated_params();  // the step writes this rank's slices, which an all-gather in flight reads
+  if (gatherer_) gatherer_->drop_all();  // nothing gathered may outlive the shards it came from
+  optimizer_->step(lr, step, grad_scale);
+  if (!policy_.gather_params_after_step || faults_.has(Fault::StaleZero12Params)) return;
+  // Every rank updated its slices; gather the whole parameters back, in place.
+  timed(Traffic::Gathers, [&] {
+    updated_gather_ =
+        std::make_unique<UpdatedParamGather>(layout_, buffers_.full_params, dp_, backend_, transient_,
+                                             bf16_operand_gathers_, overlap_param_gather_, faults_.has(Fault::RoundedMasters));
+  });
+  updated_gathered_bytes_ += updated_gather_->received_bytes();
+  if (updated_gather_->done()) updated_gather_.reset();
+}
+
+void ZeroEngine::wait_updated_params(std::size_t tensor) {
+  if (!updated_gather_) return;
+  timed(Traffic::Gathers, [&] { updated_gather_->wait_bucket(bucket_of_tensor_[tensor]); });
+  if (updated_gather_->done()) updated_gather_.reset();
+}
+
+void ZeroEngine::settle_updated_params() {
+  if (!updated_gather_) return;
+  timed(Traffic::Gathers, [&] { updated_gather_->wait_all(); });
+  updated_gather_.reset();
+}
 
 ZeroMemory ZeroEngine::memory() const {
   ZeroMemory m;
@@ -76,6 +108,7 @@ std::vector<double> ZeroEngine::local_initial(std::size_t i, uint64_t seed) cons
 }
 
 void ZeroEngine::initialise(uint64_t seed) {
+  settle_updated_params();
   if (gatherer_) gatherer_->drop_all();
   if (policy_.full_params) {
     for (std::size_t i = 0; i < specs_.size(); ++i) {
@@ -104,6 +137,7 @@ void ZeroEngine::zero_grads() {
 }
 
 const Tensor& ZeroEngine::param(std::size_t index) {
+  wait_updated_params(index);  // (acquire_params waited already, unless the caller skipped it)
   return policy_.full_params ? param_views_[index] : gatherer_->view(index);
 }
 
@@ -113,6 +147,9 @@ const Tensor& ZeroEngine::grad(std::size_t index) {
 }
 
 void ZeroEngine::acquire_params(int group) {
+  if (updated_gather_)  // the overlapped after-step gathers of the group's buckets
+    for (std::size_t i = 0; i < specs_.size(); ++i)
+      if (specs_[i].group == group) wait_updated_params(i);
   timed(Traffic::Reductions, [&] { buckets_->progress(); });  // each hook is a chance for MPI to move the buckets
   if (gatherer_) timed(Traffic::Gathers, [&] { gatherer_->acquire(group); });
 }
@@ -179,6 +216,7 @@ std::vector<std::string> ZeroEngine::nonfinite_grads() {
 }
 
 std::vector<std::vector<double>> ZeroEngine::gather_params() {
+  settle_updated_params();
   std::vector<std::vector<double>> out(specs_.size());
   // After a step with bf16 operand gathers (stages 1-2), the other ranks' slices of the full
   // parameters hold bf16 roundings; their exact values are in their owners' slices.
@@ -202,7 +240,8 @@ std::vector<std::vector<double>> ZeroEngine::gather_params() {
   return out;
 }
 
-std::vector<StateRegion> ZeroEngine::state_regions(const std::vector<bool>& writes) const {
+std::vector<StateRegion> ZeroEngine::state_regions(const std::vector<bool>& writes) {
+  settle_updated_params();  // a checkpoint reads the parameters, a load writes them
   check(writes.size() == specs_.size(), "state_regions: ", writes.size(), " write flags for ", specs_.size(), " tensors");
   std::vector<StateRegion> regions;
   const Tensor& m = optimizer_->m();

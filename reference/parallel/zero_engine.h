@@ -4,6 +4,8 @@
 //   parallel/gradient_buckets.h    bucketed reductions launched during backward
 //   parallel/param_gatherer.h      ZeRO-3's gather-on-use and release
 //   parallel/sharded_optimizer.h   AdamW on this rank's shard, the sum of squares for the norm
+//   parallel/updated_param_gather.h ZeRO-1/2's all-gather of the updated slices after the step,
+//                                   blocking or overlapped with the next forward
 // Reductions over tensor-parallel groups (SP's partial gradients, the norm's TP sum) are the
 // trainer's: the engine offers the reduced gradient pieces it updates. Deliberate bugs come from a
 // FaultPlan (parallel/fault_plan.h), never from flags of the engine's own.
@@ -23,6 +25,7 @@
 #include "parallel/shard_layout.h"
 #include "parallel/sharded_optimizer.h"
 #include "parallel/tp_shard.h"
+#include "parallel/updated_param_gather.h"
 #include "parallel/zero_policy.h"
 
 namespace tripod {
@@ -63,6 +66,9 @@ struct ZeroSettings {
   // (parallel/param_gatherer.h), ZeRO-1/2's after the step (parallel/updated_param_gather.h).
   // Only with an fp32 dtype.
   bool bf16_operand_gathers = false;
+  // ZeRO-1/2: the step's parameter all-gathers stay in flight until the next forward reaches each
+  // bucket (parallel/updated_param_gather.h), as Megatron's --overlap-param-gather.
+  bool overlap_param_gather = false;
 };
 
 class ZeroEngine final : public ParamAccess {
@@ -106,16 +112,17 @@ class ZeroEngine final : public ParamAccess {
   std::vector<std::pair<std::size_t, Tensor>> updated_grad_pieces() const { return optimizer_->updated_grad_pieces(); }
   // The tensors whose gradient pieces on this rank hold an infinite or NaN value (local).
   std::vector<std::string> nonfinite_grads();
-  void optimizer_step(double lr, int64_t step, double grad_scale) {
-    if (gatherer_) gatherer_->drop_all();  // nothing gathered may outlive the shards it came from
-    optimizer_->step(lr, step, grad_scale);
-  }
+  // AdamW on this rank's slices, then (stages 1-2) their all-gather into the full parameters,
+  // waited for here or, overlapped, bucket by bucket as the model acquires them (and wholly by
+  // anything else that touches the parameters: the next step, gather_params, state_regions,
+  // initialise).
+  void optimizer_step(double lr, int64_t step, double grad_scale);
   // ZeRO-3 acquisitions served by a prefetched gather, so far (0 otherwise).
   int64_t prefetch_hits() const { return gatherer_ ? gatherer_->prefetched() : 0; }
   // Bytes the parameter gathers have written on this rank so far: ZeRO-3's for the model, ZeRO-1/2's
   // after the steps (0 for ZeRO-0).
   int64_t gathered_bytes() const {
-    return (gatherer_ ? gatherer_->received_bytes() : 0) + optimizer_->gathered_bytes();
+    return (gatherer_ ? gatherer_->received_bytes() : 0) + updated_gathered_bytes_;
   }
   // Seconds this rank has spent inside the engine's communication since construction: starting,
   // testing and waiting for gradient reductions and ZeRO-3 gathers (with what completing them
@@ -123,7 +130,8 @@ class ZeroEngine final : public ParamAccess {
   // nothing else meanwhile, so this is its exposed communication, measured directly instead of
   // as the difference of two noisy step times (bench overlap prints both).
   double communication_seconds() const { return gather_seconds_ + reduction_seconds_; }
-  // Of which ZeRO-3's parameter gathers (starting, waiting for and releasing them); the rest is the
+  // Of which the parameter gathers (ZeRO-3's: starting, waiting for and releasing them; ZeRO-1/2's
+  // after the step: starting and waiting for them, where they are waited for); the rest is the
   // gradient buckets' (under ZeRO-2/3 a bucket's buffer is allocated and zeroed when backward first
   // writes it) and their reductions.
   double gather_seconds() const { return gather_seconds_; }
@@ -134,7 +142,7 @@ class ZeroEngine final : public ParamAccess {
   // one region per ZeRO slice piece (this rank's, and for state it holds in full, every rank's),
   // written by the piece's DP owner only, and only where writes[tensor] (the trainer's say over
   // tensor- and pipeline-parallel replicas). Local (no communication).
-  std::vector<StateRegion> state_regions(const std::vector<bool>& writes) const;
+  std::vector<StateRegion> state_regions(const std::vector<bool>& writes);
 
   // ParamAccess
   const Tensor& param(std::size_t index) override;
@@ -150,6 +158,9 @@ class ZeroEngine final : public ParamAccess {
 
  private:
   std::vector<double> local_initial(std::size_t tensor, uint64_t seed) const;
+  // Waits for the overlapped after-step gather of tensor's bucket / of every bucket (no-op when none).
+  void wait_updated_params(std::size_t tensor);
+  void settle_updated_params();
   // This rank's rows of tensor `sparse` among the logical row ids (int32 on the host): the same
   // rows without tensor parallelism, those of its vocabulary shard with it; sorted, each once.
   std::vector<int64_t> local_rows(std::size_t sparse, const Tensor& rows) const;
@@ -176,6 +187,10 @@ class ZeroEngine final : public ParamAccess {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<UpdatedParamGather> updated_gather_;  // stages 1-2, overlapped: in flight until waited
+  std::vector<std::size_t> bucket_of_tensor_;
+  int64_t updated_gathered_bytes_ = 0;
+  bool overlap_param_gather_ = false;  // ZeroSettings::overlap_param_gather
   double gather_seconds_ = 0, reduction_seconds_ = 0;
   std::vector<int> sparse_groups_;  // ZeroSettings::sparse_groups
   bool bf16_operand_gathers_ = false;  // ZeroSettings::bf16_operand_gathers

@@ -90,6 +90,7 @@ DistributedTrainer::Chunk DistributedTrainer::make_chunk(int index, int64_t embe
                         defer ? std::vector<int>{embedding_group()} : std::vector<int>{}, embedding_bucket,
                         layout_.zero3_prefetch, {}, {}};
   settings.bf16_operand_gathers = gathers_gemm_weights_as_bf16(layout_, config_.train);
+  settings.overlap_param_gather = layout_.overlap_param_gather;
   // A tied wte with its head in this chunk: the head's part of the gradient is reduced while the
   // rest of backward runs, the lookup's rows after it (parallel/gradient_buckets.h).
   if (tied && span.embedding && span.head && config_.train.split_tied_grad) settings.split_groups = {embedding_group()};

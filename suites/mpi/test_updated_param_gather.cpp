@@ -1,7 +1,8 @@
 // ZeRO-1/2's all-gather after the step (parallel/updated_param_gather.h), on every world size: each
 // rank's slices stay its exact masters, the exact heads arrive exact (from one or several ranks'
 // slices), the operand-only weights arrive as their bf16 rounding, and the bytes and the scratch
-// memory are what the plan says. Without bf16 operand gathers every value arrives exact.
+// memory are what the plan says. Without bf16 operand gathers every value arrives exact. Overlapped
+// (left in flight, each bucket waited for in any order) the values are the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,7 +44,9 @@ struct Gathered {
   TransientMemory memory;
 };
 
-Gathered gather(const ShardLayout& layout, Communicator& dp, bool bf16) {
+// Overlapped: the buckets waited for last to first (the order the model reaches them need not be
+// the order they were started in), then every one.
+Gathered gather(const ShardLayout& layout, Communicator& dp, bool bf16, bool overlapped = false) {
   Backend& be = testing::shared_test_backend();
   // This rank's slices hold the exact values; every other element is NaN until gathered.
   std::vector<double> host(static_cast<std::size_t>(layout.total()), std::numeric_limits<double>::quiet_NaN());
@@ -55,7 +58,16 @@ Gathered gather(const ShardLayout& layout, Communicator& dp, bool bf16) {
   Tensor full = be.alloc({layout.total()}, DType::F32);
   from_host_f64(be, host, full);
   Gathered g;
-  g.bytes = gather_updated_params(layout, full, dp, be, g.memory, bf16);
+  {
+    UpdatedParamGather gathers(layout, full, dp, be, g.memory, bf16, overlapped);
+    EXPECT_EQ(gathers.done(), !overlapped);
+    if (overlapped) {
+      for (std::size_t b = layout.buckets().size(); b-- > 0;) gathers.wait_bucket(b);
+      EXPECT_TRUE(gathers.done());
+      gathers.wait_all();  // nothing left: a no-op
+    }
+    g.bytes = gathers.received_bytes();
+  }
   g.full = to_host_f64(be, full);
   return g;
 }
@@ -69,7 +81,7 @@ TEST(UpdatedParamGather, OwnSlicesStayExactHeadsArriveExactWeightsAsBf16) {
   const Gathered exact = gather(layout, *world, false);
   const Gathered rounded = gather(layout, *world, true);
   int64_t exact_bytes = 0, rounded_bytes = 0;
-  std::size_t largest_scratch = 0;
+  std::size_t largest_scratch = 0, every_scratch = 0;
   for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
     const Bucket& bucket = layout.buckets()[b];
     const BucketGatherPlan plan = plan_bucket_gather(bucket, layout.dp(), true);
@@ -77,6 +89,7 @@ TEST(UpdatedParamGather, OwnSlicesStayExactHeadsArriveExactWeightsAsBf16) {
     exact_bytes += bucket.size * 4;
     rounded_bytes += plan.rounded ? bucket.size * 2 + bucket.exact * 4 : bucket.size * 4;
     if (plan.rounded) largest_scratch = std::max(largest_scratch, static_cast<std::size_t>(bucket.size * 2));
+    if (plan.rounded) every_scratch += static_cast<std::size_t>(bucket.size * 2 + bucket.size / layout.dp() * 2);
     const int64_t slice = bucket.size / layout.dp();
     if (plan.rounded) {
       ASSERT_GT(bucket.end, bucket.used) << "bucket " << b;  // a gap aligns the weight
@@ -102,6 +115,43 @@ TEST(UpdatedParamGather, OwnSlicesStayExactHeadsArriveExactWeightsAsBf16) {
   // Two rounded buckets at most at once: their gathered bf16 buckets and sent slices.
   EXPECT_GT(rounded.memory.peak, 0u);
   EXPECT_LE(rounded.memory.peak, 2 * (largest_scratch + largest_scratch / static_cast<std::size_t>(layout.dp())));
+
+  // Overlapped: the same bits and bytes; every rounded bucket's buffers were alive at once.
+  for (bool bf16 : {false, true}) {
+    const Gathered overlapped = gather(layout, *world, bf16, /*overlapped=*/true);
+    const Gathered& blocking = bf16 ? rounded : exact;
+    for (std::size_t i = 0; i < blocking.full.size(); ++i)
+      if (!std::isnan(blocking.full[i])) {
+        ASSERT_EQ(overlapped.full[i], blocking.full[i]) << "bf16 " << bf16 << " " << i;
+      }
+    EXPECT_EQ(overlapped.bytes, blocking.bytes);
+    EXPECT_EQ(overlapped.memory.current, 0u);
+    EXPECT_EQ(overlapped.memory.peak, bf16 ? every_scratch : 0u);  // every rounded bucket's, at once
+  }
+}
+
+// A gather left in flight is completed by its destructor on every rank (collectives started must
+// complete), and then holds the same values.
+TEST(UpdatedParamGather, AnOverlappedGatherNeverWaitedForCompletesOnDestruction) {
+  auto world = testing::test_world();
+  const std::vector<ParamSpec> s = specs();
+  const ShardLayout layout(s, {0, 1, 1, 2, 2}, world->size(), 1, false, {}, 0, gemm_operand_only_flags(s));
+  Backend& be = testing::shared_test_backend();
+  std::vector<double> host(static_cast<std::size_t>(layout.total()), 0.0);
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const int64_t first = layout.slice_start(static_cast<int>(b), world->rank());
+    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
+      host[static_cast<std::size_t>(i)] = exact_value(i);
+  }
+  Tensor full = be.alloc({layout.total()}, DType::F32);
+  from_host_f64(be, host, full);
+  TransientMemory memory;
+  { UpdatedParamGather left(layout, full, *world, be, memory, /*bf16=*/false, /*overlapped=*/true); }
+  const std::vector<double> got = to_host_f64(be, full);
+  for (const Bucket& bucket : layout.buckets())
+    for (int64_t at = 0; at < bucket.used; ++at)
+      ASSERT_EQ(got[static_cast<std::size_t>(bucket.start + at)],
+                static_cast<double>(static_cast<float>(exact_value(bucket.start + at))));
 }
 
 }  // namespace

@@ -79,6 +79,8 @@ LAYOUTS = {
     # outside a rank's own slices, which the checkpoint must not save (each piece from its owner).
     "dp2-z1-bf16": (2, ["--zero", "1", "--set", "train.dtype=bf16-mixed"]),
     "dp2-z3-bf16": (2, ["--zero", "3", "--set", "train.dtype=bf16-mixed"]),
+    # the step's gathers left in flight: a save and a load must wait for them first
+    "dp2-z2-opg-bf16": (2, ["--zero", "2", "--overlap-param-gather", "--set", "train.dtype=bf16-mixed"]),
 }
 
 
@@ -107,15 +109,21 @@ def test_exact_resume_in_every_layout_family(corpus, tmp_path, name):
 def test_bf16_gathers_save_the_owners_exact_parameters(corpus, tmp_path, zero):
     """ZeRO-1/2 under bf16-mixed: a rank's full parameters hold the GEMM weights' bf16 roundings
     outside its own slices. The checkpoint holds the exact values all the same: every tensor and
-    moment equals the fp32 gathers' (--gather-fp32) bit for bit."""
-    saved = {}
-    for extra in ([], ["--gather-fp32"]):
-        root = tmp_path / f"z{zero}{len(extra)}"
-        ok(train(corpus, 2, "--zero", zero, "--set", "train.dtype=bf16-mixed", "--save", root, *extra))
-        saved[bool(extra)] = read_checkpoint(root)[1]
-    for kind in saved[True]:
-        for tensor in saved[True][kind]:
-            assert np.array_equal(saved[False][kind][tensor], saved[True][kind][tensor]), f"{kind} of {tensor}"
+    moment equals the fp32 gathers' (--gather-fp32) bit for bit - and the overlapped gathers'
+    (--overlap-param-gather), whose losses are the same bits too."""
+    saved, trained = {}, {}
+    for extra in ([], ["--gather-fp32"], ["--overlap-param-gather"]):
+        root = tmp_path / ("z" + zero + "".join(extra))
+        result = ok(train(corpus, 2, "--zero", zero, "--set", "train.dtype=bf16-mixed", "--save", root,
+                          "--set", f"train.metrics={root}.jsonl", *extra))
+        saved[tuple(extra)] = read_checkpoint(root)[1]
+        trained[tuple(extra)] = metrics_losses(f"{root}.jsonl")
+        assert ("parameter gathers overlapped with the next forward" in result.stdout) == ("--overlap-param-gather" in extra)
+    for extra in saved:
+        assert trained[extra] == trained[()] and len(trained[()]) == 6, extra
+        for kind in saved[()]:
+            for tensor in saved[()][kind]:
+                assert np.array_equal(saved[extra][kind][tensor], saved[()][kind][tensor]), f"{extra}: {kind} of {tensor}"
 
 
 def test_resharding_between_layouts(corpus, tmp_path):

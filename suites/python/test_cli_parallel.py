@@ -62,6 +62,8 @@ def test_every_zero_stage_matches_single_process(corpus, tmp_path):
     (["--pp", "2", "--set", "model.n_layer=2", "--pipeline-split", "1,2"], "pipeline split sums to 3 layers"),
     (["--pp", "2", "--set", "model.n_layer=2", "--schedule", "zigzag"], "unknown pipeline schedule 'zigzag'"),
     (["--zero", "0", "--gather-fp32"], "fp32 parameter gathers (-gfp32, --gather-fp32) are for ZeRO 1-3"),
+    (["--zero", "3", "--overlap-param-gather"], "overlapped parameter gathers (-opg, --overlap-param-gather) are "
+     "for ZeRO-1/2, whose updated parameters are all-gathered after the step (ZeRO-3: gathers on use; -pfN prefetches)"),
 ])
 def test_bad_layout_fails_on_every_rank(corpus, args, message):
     result = mpirun(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, *args)

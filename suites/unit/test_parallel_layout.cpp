@@ -16,8 +16,9 @@ namespace {
 TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   const RunConfig config = conform::default_conformance_config("fp64");
   const std::vector<ParallelLayout> layouts = enumerate_layouts(8, config.model, conform::conformance_step(config));
-  // 368, with the ZeRO-1 and ZeRO-3 ones again recomputing (552) and 33 ZeRO-2 ones with a padded vocabulary
-  EXPECT_EQ(layouts.size(), 585u);
+  // 368, with the ZeRO-1 and ZeRO-3 ones again recomputing (552), 33 ZeRO-2 ones with a padded
+  // vocabulary and 11 with overlapped parameter gathers
+  EXPECT_EQ(layouts.size(), 596u);
   std::set<std::string> names;
   for (const ParallelLayout& l : layouts) {
     const ParallelLayout back = ParallelLayout::parse(l.name());
@@ -25,6 +26,7 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
     EXPECT_EQ(back.recompute, l.recompute) << l.name();
     EXPECT_EQ(back.zero3_prefetch, l.zero3_prefetch) << l.name();
     EXPECT_EQ(back.vocab_multiple, l.vocab_multiple) << l.name();
+    EXPECT_EQ(back.overlap_param_gather, l.overlap_param_gather) << l.name();
     EXPECT_EQ(back.grid().tp * back.grid().pp * back.grid().dp, back.ranks());
     EXPECT_NO_THROW(l.validate(config.model, conform::conformance_step(config), l.ranks())) << l.name();
     names.insert(l.name());
@@ -35,6 +37,10 @@ TEST(ParallelLayout, NamesRoundTripForEveryEnumeratedLayout) {
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z3-mb4-sp-interleaved-v2-rfull-pf2"));
   EXPECT_TRUE(names.count("tp2-pp2-dp2-z2-mb2-1f1b-pad16"));
   EXPECT_TRUE(names.count("tp4-pp1-dp2-z2-mb1-pad16"));  // 4 x 32 rows of 97: TP rank 3 holds one real row
+  EXPECT_TRUE(names.count("tp1-pp1-dp4-z2-mb2-opg"));
+  EXPECT_TRUE(names.count("tp2-pp2-dp2-z2-mb4-1f1b-opg"));
+  EXPECT_EQ(ParallelLayout::parse("tp1-pp1-dp2-z1-mb2-gfp32-opg").describe(),
+            "tp=1 pp=1 dp=2, ZeRO-1, fp32 gathers, parameter gathers overlapped with the next forward");
   EXPECT_EQ(ParallelLayout::parse("tp2-pp1-dp1-z0-mb1-pad128").describe(),
             "tp=2 pp=1 dp=1, ZeRO-0, vocabulary padded to a multiple of 128 per TP rank");
   EXPECT_TRUE(ParallelLayout::parse("tp1-pp1-dp1-z0-mb1-pad64").sharded_parameters());
@@ -98,6 +104,11 @@ TEST(ParallelLayout, EveryRuleIsCheckedWithTheSettingNamed) {
             std::string::npos);
   EXPECT_EQ(message("tp1-pp1-dp2-z1-mb1-gfp32", 2, none), "no error");  // ZeRO-1/2 gather after the step
   EXPECT_EQ(message("tp1-pp1-dp2-z2-mb1-gfp32", 2, none), "no error");
+  EXPECT_EQ(message("tp1-pp1-dp2-z1-mb1-opg", 2, none), "no error");
+  EXPECT_NE(message("tp1-pp1-dp2-z3-mb1-opg", 2, none).find("are for ZeRO-1/2, whose updated parameters are "
+                                                            "all-gathered after the step (ZeRO-3: gathers on use"),
+            std::string::npos);
+  EXPECT_NE(message("tp1-pp1-dp2-z0-mb1-opg", 2, none).find("(ZeRO-0: gathers none)"), std::string::npos);
   EXPECT_NE(message("tp3-pp1-dp1-z0-mb1", 3, none).find("does not divide model.n_head = 4"), std::string::npos);
   EXPECT_NE(message("tp1-pp1-dp3-z0-mb1", 3, none).find("does not divide among 3 data-parallel ranks"),
             std::string::npos);
