@@ -729,7 +729,8 @@ step_staged-conform() {
 # ZeRO 1-3 in bf16-mixed gather the GEMM weights as bf16: ZeRO-3's GPU GEMMs take them as they are
 # (parallel/param_gatherer.h), ZeRO-1/2 widen them into the other ranks' slices after the step
 # (parallel/updated_param_gather.h). 2 ranks on the one GPU (staged), each layout against its
-# -gfp32 twin, which must give the same fingerprint (reports/same_fingerprints.py), tied and untied.
+# -gfp32 twin, which must give the same fingerprint (reports/same_fingerprints.py), tied and untied;
+# the overlapped gathers (-opg) are held to their ZeRO-2/3 twins by conform's bit-twin check.
 step_bf16-gathers() {
   local backend=cuda heads
   dry && backend=emulated
@@ -737,7 +738,7 @@ step_bf16-gathers() {
     tripod_ranks 2 conform --backend "$backend" --comm staged --dtype bf16-mixed --heads "$heads" \
         --json "$STEP_DIR/conform-$heads.json" --layouts tp1-pp1-dp2-z3-mb2 tp1-pp1-dp2-z3-mb2-gfp32 \
         tp1-pp1-dp2-z3-mb1-pf0 tp1-pp1-dp2-z3-mb1-pf0-gfp32 tp1-pp1-dp2-z1-mb2 tp1-pp1-dp2-z1-mb2-gfp32 \
-        tp1-pp1-dp2-z2-mb2 tp1-pp1-dp2-z2-mb2-gfp32 || return 1
+        tp1-pp1-dp2-z2-mb2 tp1-pp1-dp2-z2-mb2-gfp32 tp1-pp1-dp2-z2-mb2-opg || return 1
     "$PY" "$ROOT/reports/same_fingerprints.py" "$STEP_DIR/conform-$heads.json" --suffix=-gfp32 \
         --what "bf16 against fp32 gathers, $heads head" || return 1
   done
@@ -746,13 +747,15 @@ step_bf16-gathers() {
 
 # NCCL with two ranks on the one GPU: each rank claims another host (NCCL_HOSTID) and NCCL talks
 # through sockets only, as a public nccl-tests report did on one RTX 5090. Slow but real NCCL
-# collectives under conform. NCCL may still refuse ("Duplicate GPU"): then skipped, with its words.
+# collectives under conform (ZeRO-2's gathers overlapped with the forward, -opg, held to its ZeRO-3
+# twin bit for bit). NCCL may still refuse ("Duplicate GPU"): then skipped, with its words.
 step_nccl-socket-conform() {
   local rc=0
   tripod_ranks 'NCCL_HOSTID=tripod-rank-{rank}' NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket 2 \
       conform --backend cuda --comm nccl --dtype fp64 --json "$STEP_DIR/conform.json" \
       --timeout 20 --comm-timeout 20 \
-      --layouts tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2 || rc=$?
+      --layouts tp1-pp1-dp2-z1-mb1 tp2-pp1-dp1-z0-mb1 tp1-pp2-dp1-z0-mb2-1f1b tp1-pp1-dp2-z3-mb2 \
+      tp1-pp1-dp2-z2-mb2-opg || rc=$?
   if [ $rc -ne 0 ] && grep -qi 'duplicate gpu' "$STEP_DIR/log.txt"; then
     skip "NCCL refuses two ranks on one GPU even with NCCL_HOSTID and sockets: $(grep -i -m1 'duplicate gpu' "$STEP_DIR/log.txt")"
   fi
