@@ -30,6 +30,10 @@ void add_conform_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "--reshard's checkpoints go here and stay (default: a "
                   "temporary folder, removed; across nodes give a shared one)");
   cmd->add_flag("--list-faults", o->list_faults, "print the catalogue of injectable faults and exit");
+  cmd->add_option("--list-layouts", o->list_layouts_world, "print the layouts a run on N ranks checks (with --dtype, "
+                  "--heads, --layouts, --config and --set as given), each with its LM head, and exit; needs no MPI")
+      ->type_name("N")
+      ->check(CLI::Range(1, 4096));
   cmd->callback([o]() { conform::run_suite(*o); });
 }
 

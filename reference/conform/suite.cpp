@@ -22,6 +22,7 @@
 #include "conform/report.h"
 #include "conform/row_agreement.h"
 #include "conform/reshard.h"
+#include "conform/suite_layouts.h"
 #include "conform/watchdog.h"
 #include "core/build_info.h"
 #include "model/param_spec.h"
@@ -32,25 +33,6 @@ namespace {
 void print_fault_catalogue() {
   std::printf("faults tripod conform can inject (--inject-fault NAME, repeatable):\n");
   for (Fault f : all_faults()) std::printf("  %-30s %s\n", fault_name(f).c_str(), fault_description(f).c_str());
-}
-
-// The conformance model with the user's config file and overrides on top, in the asked precision.
-RunConfig suite_config(const SuiteOptions& o, bool tied) {
-  // tf32 trains, but has no justified conformance bound yet: its operand rounding (2^-11) flips
-  // the sign of Adam's smallest updates differently per layout, moving single parameters by up to
-  // 2 lr per step, while the reference's own distance from fp64 (the floor) saw fewer such flips.
-  check(o.dtype != "tf32", "conform --dtype tf32: no justified tolerance for TF32 runs yet (Adam turns TF32's "
-        "2^-11 operand rounding into lr-sized steps of single parameters, beyond the measured rounding floor); "
-        "check fp64, fp32 or bf16-mixed");
-  check(o.dtype == "fp64" || o.dtype == "fp32" || o.dtype == "bf16-mixed",
-        "conform --dtype: fp64, fp32 or bf16-mixed, not '", o.dtype, "'");
-  nlohmann::json base = default_conformance_config(o.dtype).json;
-  base["model"]["tie_embeddings"] = tied;
-  std::vector<std::string> overrides = o.overrides;
-  overrides.push_back("train.dtype=" + o.dtype);
-  const RunConfig config = parse_run_config(load_config_json(base, o.config, overrides));
-  check(config.model.vocab_size > 0, "conform needs model.vocab_size set (it trains on random tokens)");
-  return config;
 }
 
 RunConfig in_fp64(const RunConfig& config) {
@@ -80,31 +62,6 @@ std::string multi_rank_world_sizes(const RunConfig& config) {
         break;
       }
   return sizes;
-}
-
-std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig& config, int world) {
-  std::vector<ParallelLayout> layouts;
-  for (const auto& name : o.layouts) {
-    layouts.push_back(ParallelLayout::parse(name));
-    for (std::size_t i = 0; i + 1 < layouts.size(); ++i)  // by canonical name: "tp1-..-1f1b" and its default
-      check(layouts[i].name() != layouts.back().name(), "--layouts lists ", layouts.back().name(), " twice");
-  }
-  if (layouts.empty()) {
-    layouts = enumerate_layouts(world, config.model, conformance_step(config));
-    // Under bf16-mixed a layout without a bit twin gets its -gfp32 one (conform/bit_twins.h).
-    if (config.train.bf16_mixed)
-      layouts = with_gather_twins(layouts, [&](const ParallelLayout& l) { return runs_tied_head(o.heads, l); });
-  }
-  for (const ParallelLayout& l : layouts) {
-    check(world % l.ranks() == 0, "layout ", l.name(), " needs a multiple of ", l.ranks(), " ranks, launched with ",
-          world);
-    try {
-      l.validate(config.model, conformance_step(config));
-    } catch (const Error& e) {
-      fail("layout ", l.name(), ": ", e.what());
-    }
-  }
-  return layouts;
 }
 
 using SteadyClock = std::chrono::steady_clock;
@@ -403,6 +360,10 @@ class Suite {
 void run_suite(const SuiteOptions& o) {
   if (o.list_faults) {
     print_fault_catalogue();
+    return;
+  }
+  if (o.list_layouts_world > 0) {
+    print_suite_layouts(o, o.list_layouts_world);
     return;
   }
   MpiRuntime mpi;

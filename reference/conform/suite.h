@@ -26,6 +26,7 @@ struct SuiteOptions {
   int steps = 5;
   double timeout_seconds = 300;  // per layout
   bool list_faults = false;
+  int list_layouts_world = 0;  // --list-layouts N: print the layouts N ranks would run, and exit
   // --reshard: after the layouts, each one's state goes through a checkpoint (conform/reshard.h)
   // into the next layout of the list (the last into the first), under checkpoint_dir (default: a
   // fresh folder in the system's temporary directory; it must be shared across nodes).

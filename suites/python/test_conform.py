@@ -41,6 +41,15 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
     assert {r["tp"] for r in records} == {1, 2, 4}  # the conformance model has 4 heads
     assert {r["sequence_parallel"] for r in records} == {False, True}
     assert {r["zero"] for r in records} == {0, 1, 2, 3}
+    # --list-layouts says beforehand, without MPI, what the run checks and with which head.
+    listed = subprocess.run([str(TRIPOD), "conform", "--list-layouts", "8", "--dtype", dtype], capture_output=True,
+                            text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert [(line.split()[0], line.split()[-1]) for line in lines[:-1]] == [(r["layout"], r["head"]) for r in records]
+    tied = sum(r["head"] == "tied" for r in records)
+    assert lines[-1] == (f"{len(records)} layouts for 8 ranks ({dtype}, --heads alternate): {tied} tied, "
+                         f"{len(records) - tied} untied")
     # Both heads meet every ZeRO stage with and without each of TP, PP, DP and SP (conform/lm_heads.h).
     kinds = {}
     for r in records:
@@ -125,6 +134,16 @@ def test_unsummed_tied_embedding_gradients_fail():
     assert all(line.split()[1] == "tied" for line in rows.values())
     assert rows["tp1-pp1-dp2-z0-mb1"].endswith("PASS")
     assert "FAIL" in rows["tp1-pp2-dp1-z0-mb2-afab"] and "FAIL" in rows["tp1-pp2-dp1-z2-mb2-interleaved-v2"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--list-layouts", "0"], "--list-layouts: Value 0 not in range 1 to 4096"),
+    (["--list-layouts", "2", "--layouts", "tp1-pp1-dp4-z0-mb1"], "layout tp1-pp1-dp4-z0-mb1 needs a multiple of 4 ranks"),
+    (["--list-layouts", "2", "--heads", "both"], "--heads must be alternate, tied or untied (got 'both')")])
+def test_bad_layout_listings_are_refused(args, message):
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "conform", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
 
 
 def test_unknown_layout_is_an_error():
