@@ -156,15 +156,17 @@ void run_layouts(const LayoutsOptions& o) {
       all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
   const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
   const bool root = world->rank() == 0;
+  // A step's model FLOP/s against the nominal peak of every rank, and against their measured sgemm.
+  auto mfu_at = [&](double step) { return mfu(flops.model_flops_per_token * tokens, step, peak.flops * n); };
+  auto sgemm_fraction_at = [&](double step) { return mfu(flops.model_flops_per_token * tokens, step, measured_flops); };
   auto print_header = [&](const char* range) {
     std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s %12s%s\n", "layout", "step (s)", "tokens/s", "MFU",
                 "vs sgemm rate", "peak MiB", "acct MiB", "act MiB", "rss MiB", "base MiB", "gathers MiB", range);
   };
   auto print_row = [&](const LayoutRow& row, double step, const std::string& range) {
     std::printf("  %-40s %10.3f %12.0f %7.2f%% %13.2f%% %10.1f %10.1f %10.1f %10.1f %10.1f %12.1f%s\n",
-                row.name.c_str(), step, tokens / step,
-                100 * mfu(flops.model_flops_per_token * tokens, step, peak.flops * n),
-                100 * mfu(flops.model_flops_per_token * tokens, step, measured_flops), row.peak_mib, row.accounted_mib,
+                row.name.c_str(), step, tokens / step, 100 * mfu_at(step), 100 * sgemm_fraction_at(step), row.peak_mib,
+                row.accounted_mib,
                 row.activation_mib, row.rss_mib, row.base_mib, row.gathered_mib, range.c_str());
     std::fflush(stdout);
   };
@@ -225,8 +227,8 @@ void run_layouts(const LayoutsOptions& o) {
          {"step_seconds", step},
          {"round_step_seconds", row.round_seconds},
          {"tokens_per_second", tokens / step},
-         {"mfu", mfu(flops.model_flops_per_token * tokens, step, peak.flops * n)},
-         {"fraction_of_measured_sgemm", mfu(flops.model_flops_per_token * tokens, step, measured_flops)}});
+         {"mfu", mfu_at(step)},
+         {"fraction_of_measured_sgemm", sgemm_fraction_at(step)}});
   }
   if (root && !o.json_out.empty())
     write_output_file(o.json_out,
