@@ -42,6 +42,9 @@ const std::vector<FaultInfo>& catalogue() {
       {Fault::RoundedMasters, "rounded-masters",
        "ZeRO-1/2's bf16 parameter gathers (bf16-mixed) widen into the rank's own slice too: its fp32 master "
        "weights become their bf16 rounding"},
+      {Fault::UnwaitedParamGather, "unwaited-param-gather",
+       "ZeRO-1/2 with overlapped parameter gathers (-opg): the forward reads a bucket's parameters without "
+       "waiting for its all-gather (the step waits for them all before it writes)"},
       {Fault::PipelineSlotMixup, "pipeline-slot-mixup",
        "a pipeline stage's backward reads the activations of another micro-batch in flight (stages before the loss)"},
       {Fault::HangOneRank, "hang-one-rank",

@@ -28,6 +28,7 @@ enum class Fault {
   UseAfterRelease,             // ZeRO-3 releases a bucket's gathered parameters before they are read
   StaleZero12Params,           // ZeRO-1/2 skip the all-gather after the step: others' slices stay stale
   RoundedMasters,              // ZeRO-1/2's bf16 gathers widen into this rank's own slice: masters rounded
+  UnwaitedParamGather,         // -opg: the forward reads a bucket before its overlapped gather is waited for
   PipelineSlotMixup,           // a pipeline backward reads another in-flight micro-batch's activations
   HangOneRank,                 // DP rank 1 skips the loss reduction: the others wait forever (timeout test)
   FailOneRank                  // DP rank 1 fails a check the others pass: they wait for it (lone-failure test)

@@ -78,7 +78,7 @@ void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
 }
 
 void ZeroEngine::wait_updated_params(std::size_t tensor) {
-  if (!updated_gather_) return;
+  if (!updated_gather_ || faults_.has(Fault::UnwaitedParamGather)) return;
   timed(Traffic::Gathers, [&] { updated_gather_->wait_bucket(bucket_of_tensor_[tensor]); });
   if (updated_gather_->done()) updated_gather_.reset();
 }

@@ -13,10 +13,10 @@ import pytest
 from tripod_cli import MPI_ENV, TRIPOD, mpirun_command, require_tripod
 
 # One layout of every kind on 8 ranks: DP alone, ZeRO-3, TP with SP, TP=4, pipelines with every
-# schedule, tied and untied heads (conform/lm_heads.h), 3D.
+# schedule, tied and untied heads (conform/lm_heads.h), 3D, ZeRO-2's gathers overlapped (-opg).
 LAYOUTS = ["tp1-pp1-dp8-z0-mb1", "tp1-pp1-dp4-z3-mb2", "tp2-pp1-dp4-z2-mb1-sp", "tp4-pp1-dp2-z1-mb2",
            "tp1-pp2-dp4-z0-mb2-afab", "tp2-pp2-dp2-z1-mb4-1f1b", "tp2-pp2-dp2-z3-mb4-sp-interleaved-v2",
-           "tp1-pp4-dp2-z2-mb4-1f1b"]
+           "tp1-pp4-dp2-z2-mb4-1f1b", "tp1-pp2-dp2-z2-mb4-interleaved-v2-opg"]
 
 
 def tied(l):
@@ -39,6 +39,7 @@ EXPECTED = {
     "use-after-release": (lambda l: l["zero"] == 3, False),  # caught because released buffers are poisoned
     "stale-zero12-params": (lambda l: l["zero"] in (1, 2) and l["dp"] > 1, False),
     "pipeline-slot-mixup": (lambda l: l["pp"] > 1, False),
+    "unwaited-param-gather": (lambda l: l["layout"].endswith("-opg"), False),
 }
 
 
