@@ -1,6 +1,7 @@
 #include "parallel/param_gatherer.h"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 
 namespace tripod {
@@ -45,6 +46,9 @@ ParamGatherer::ParamGatherer(const ShardLayout& layout, const std::vector<ParamS
 }
 
 ParamGatherer::~ParamGatherer() {
+  // Unwinding from an error, a wait could hang (the peer may itself wait for this rank): the
+  // requests' own destructors then leave the operations to the communicator (see MpiRequest).
+  if (std::uncaught_exceptions() > 0) return;
   for (auto& f : in_flight_)  // collectives already started must complete on every rank
     if (f) f->wait();
 }

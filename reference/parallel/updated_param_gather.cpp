@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <exception>
 
 #include "core/error.h"
 
@@ -42,6 +43,11 @@ UpdatedParamGather::UpdatedParamGather(const ShardLayout& layout, const Tensor& 
 }
 
 UpdatedParamGather::~UpdatedParamGather() {
+  for (InFlight& f : buckets_)
+    if (f.rounded) memory_.add(-static_cast<std::ptrdiff_t>(f.rounded->bytes()));
+  // Unwinding from an error, a wait could hang (the peer may itself wait for this rank): the
+  // requests' own destructors then leave the operations to the communicator (see MpiRequest).
+  if (std::uncaught_exceptions() > 0) return;
   for (InFlight& f : buckets_) {
     if (f.in_place) f.in_place->wait();
     if (f.rounded) f.rounded->wait();
