@@ -11,7 +11,7 @@ namespace tripod::conform {
 
 // --heads: "tied", "untied", or "alternate", where the head flips each time TP × DP × micro-batches
 // doubles (tied where floor(log2) of the product is even). Why that product: bit twins share all
-// three (conform/bit_twins.h: ZeRO 1-3, -pfN and -gfp32 change none of them), so twins always run
+// three (conform/bit_twins.h: ZeRO 1-3, -pfN, -gfp32 and -opg change none of them), so twins run
 // one head and are compared; and since doubling any of the three flips the head, each ZeRO stage,
 // schedule, SP, recomputation and padded vocabulary meets both heads with and without TP, PP and
 // DP. (Alternating by ZeRO stage, tied on 0 and 2, ran ZeRO-1 and -3 only untied, ZeRO-0 and -2
