@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/error.h"
+
 namespace tripod::conform {
 
 bool runs_tied_head(const std::string& heads, const ParallelLayout& l) {
@@ -15,6 +17,10 @@ bool runs_tied_head(const std::string& heads, const ParallelLayout& l) {
 
 bool is_heads_choice(const std::string& heads) {
   return heads == "alternate" || heads == "tied" || heads == "untied";
+}
+
+void check_heads_choice(const std::string& heads) {
+  TRIPOD_CHECK(is_heads_choice(heads), "--heads must be alternate, tied or untied (got '", heads, "')");
 }
 
 }  // namespace tripod::conform

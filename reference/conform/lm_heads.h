@@ -20,5 +20,7 @@ bool runs_tied_head(const std::string& heads, const ParallelLayout& layout);
 
 // Whether `heads` is one of --heads' values: alternate, tied or untied.
 bool is_heads_choice(const std::string& heads);
+// Throws naming the three unless it is.
+void check_heads_choice(const std::string& heads);
 
 }  // namespace tripod::conform

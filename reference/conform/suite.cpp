@@ -85,8 +85,7 @@ class Suite {
         root_(world_->rank() == 0), tied_(suite_config(o, true)), untied_(suite_config(o, false)) {
     check(o.steps >= 2, "--steps must be at least 2 (got ", o.steps,
           "): at one step zero-initialised biases hide bugs that a second step shows");
-    check(is_heads_choice(o.heads), "--heads must be alternate, tied or ",
-          "untied (got '", o.heads, "')");
+    check_heads_choice(o.heads);
     check(o.timeout_seconds > 0, "--timeout must be positive");
     std::vector<Fault> active;
     for (const std::string& name : o.faults) active.push_back(parse_fault(name));

@@ -52,7 +52,7 @@ std::vector<ParallelLayout> suite_layouts(const SuiteOptions& o, const RunConfig
 }
 
 void print_suite_layouts(const SuiteOptions& o, int world) {
-  TRIPOD_CHECK(is_heads_choice(o.heads), "--heads must be alternate, tied or untied (got '", o.heads, "')");
+  check_heads_choice(o.heads);
   TRIPOD_CHECK(world >= 1 && world <= 4096, "--list-layouts: a world of 1-4096 ranks (got ", world, ")");
   const std::vector<ParallelLayout> layouts = suite_layouts(o, suite_config(o, true), world);
   int tied = 0;
