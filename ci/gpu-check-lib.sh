@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The machinery of ci/gpu-check.sh, sourced by it: where the binaries' libraries and Python are,
 # and how a step is run (in its own shell under `timeout`), timed and recorded in steps.tsv.
-# The steps themselves are in gpu-check-steps.sh.
+# The steps themselves are in gpu-check-steps.sh (which sources ci/gpu-check-steps/*.sh).
 
 join_path() {  # non-empty arguments joined with ':'
   local out="" part
