@@ -61,7 +61,7 @@
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step (B8, and padded at the large batch)
 #                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
-#   sanitizer    compute-sanitizer memcheck on check-backend --only <small cases>;
+#   sanitizer    compute-sanitizer memcheck, initcheck and racecheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
 #                summed per step (reports/kernel_profile.py); skipped where ncu is missing or refused
@@ -107,6 +107,8 @@ TRAIN_STEPS=${TRAIN_STEPS:-10}
 # The compute-sanitizer run covers the check-backend cases whose names hold one of these: each kernel
 # family ("_operand": the kernels that write a GEMM's bf16 operand; "logits_stats": the one-pass loss statistics).
 SANITIZER_CASES=${SANITIZER_CASES:-"layernorm;bias_add;attention;cross;embedding;adamw;sum_;gather_rows;gemm NN;gemm_operands;gemm_bias_residual;at offsets;_operand;logits_stats"}
+# ... and the tools it runs over them, one run each, in this order (memcheck, initcheck, racecheck, synccheck).
+SANITIZER_TOOLS=${SANITIZER_TOOLS:-"memcheck initcheck racecheck"}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
@@ -143,6 +145,13 @@ for knob in GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE GEMM_TOKENS TRAIN
     exit 2
   fi
 done
+# The sanitizer's tools: compute-sanitizer's own names, at least one.
+for tool in $SANITIZER_TOOLS; do
+  case $tool in memcheck|initcheck|racecheck|synccheck) ;; *)
+    echo "gpu-check: SANITIZER_TOOLS holds memcheck, initcheck, racecheck or synccheck, not '$tool'" >&2; exit 2 ;;
+  esac
+done
+[ -n "${SANITIZER_TOOLS// /}" ] || { echo "gpu-check: SANITIZER_TOOLS is empty" >&2; exit 2; }
 # The training, golden and flash steps read the corpus that `data` writes: --only brings it along (a
 # run of `--only train-fp32` failed with "data directory ... does not exist").
 if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden|flash), ]] &&
@@ -197,7 +206,7 @@ else
 fi
 export ROOT OUT_DIR WORK DRY_RUN TRIPOD_BIN GTEST_BIN TRIPOD_LIBS TRIPOD_LOADER CUDA_SONAMES_LOADED_AT_RUN_TIME PY BUNDLE BUILD_DIR GPT2_PRECISION \
        GPT2_BATCH GPT2_SEQ GPT2_STEPS GPT2_VOCAB_MULTIPLE GPT2_LARGE_BATCH PEER_PRECISIONS GEMM_BF16_SIZES GEMM_FP32_SIZES GEMM_TOKENS TRAIN_STEPS \
-       SANITIZER_CASES
+       SANITIZER_CASES SANITIZER_TOOLS
 
 # name, time limit (s), needs a GPU, has a CPU form for the dry run
 PLAN=(
@@ -223,7 +232,7 @@ PLAN=(
   "bench-train 120 1 1"
   "peer 90 1 1"
   "flash 170 1 1"
-  "sanitizer 90 1 0"
+  "sanitizer 150 1 0"
   "profile 120 1 0"
   "bf16-gathers 50 1 1"
   "overlap-cpu 60 0 0"

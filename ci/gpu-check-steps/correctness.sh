@@ -236,30 +236,50 @@ step_gtest() {
   fi
 }
 
+# compute-sanitizer over every kernel family's small check-backend cases, one run a tool (each run
+# pays the sanitizer's, CUDA's and cuBLASLt's start-up; a run a family rarely fitted the step):
+#   memcheck   out-of-bounds and misaligned accesses, device-side faults
+#   initcheck  reads of device memory nothing wrote: a padded operand's padding that cuBLASLt
+#              reads, a buffer allocated for overwrite and not wholly overwritten
+#   racecheck  shared-memory hazards (the row, reduction and column-sum kernels share partials)
+# Each tool runs whatever the one before it found, with the step's time left but 30 s for each
+# tool after it (when less is left, an equal share of it). A run cut short measured part of it: "unrun" (the verdict INCOMPLETE), not a
+# pass. reports/sanitizer_log.py reads each log: the error count and the kernels named (ours are
+# in namespace tripod::; a library's kernel reading our tensors counts too).
 step_sanitizer() {
   local sanitizer
   sanitizer=$(find_sanitizer) || skip "compute-sanitizer not found"
   write_tripod_wrapper
-  # One memcheck run over every family's small cases: each run of its own paid the sanitizer's,
-  # CUDA's and cuBLASLt's start-up again (8 of them rarely fitted the step). A run the step's
-  # time cuts short measured part of it: that is "unrun" (the verdict INCOMPLETE), not a pass.
-  local rc=0 cases limit=$((STEP_LIMIT - 5))
+  local cases tools tool i rc rows limit left after line failed="" cut="" key=""
   IFS=';' read -ra cases <<<"$SANITIZER_CASES"
-  echo "== memcheck: check-backend --backend cuda --dtype fp32 bf16 --only ${cases[*]} (limit ${limit} s)"
-  timeout -k 3 "$limit" "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
-      "$WORK/tripod-run" check-backend --backend cuda --dtype fp32 bf16 --only "${cases[@]}" \
-      --json "$STEP_DIR/check.json" >"$STEP_DIR/memcheck.log" 2>&1 || rc=$?
-  tail -6 "$STEP_DIR/memcheck.log"
-  if grep -qiE 'device not supported|error 999|not supported on this' "$STEP_DIR/memcheck.log"; then
-    skip "compute-sanitizer refuses this device: $(grep -iE -m1 'device not supported|error 999|not supported on this' "$STEP_DIR/memcheck.log")"
-  fi
-  local rows
-  rows=$(grep -cE ' (PASS|FAIL)' "$STEP_DIR/memcheck.log" || true)
-  echo "memcheck over ${#cases[@]} kernel families: ${rows:-0} cases checked, exit $rc" | tee "$STEP_DIR/key.txt"
-  case $rc in
-    0) ;;
-    99) echo "FAILED: compute-sanitizer reported errors (memcheck.log)"; exit 1 ;;
-    124|137) incomplete "memcheck ran out of the step's ${limit} s after ${rows:-0} cases" ;;
-    *) echo "FAILED: exit $rc (memcheck.log)"; exit 1 ;;
-  esac
+  read -ra tools <<<"$SANITIZER_TOOLS"
+  for i in "${!tools[@]}"; do
+    tool=${tools[$i]}
+    after=$((${#tools[@]} - 1 - i))
+    left=$((STEP_LIMIT - 5 - SECONDS))
+    limit=$((left - 30 * after))
+    [ "$limit" -ge $((left / (after + 1))) ] || limit=$((left / (after + 1)))
+    if [ "$limit" -lt 5 ]; then cut+=" $tool"; key+="; $tool: no time left"; continue; fi
+    echo "== $tool: check-backend --backend cuda --dtype fp32 bf16 --only ${cases[*]} (limit ${limit} s)"
+    rc=0
+    timeout -k 3 "$limit" "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 --print-limit 20 \
+        "$WORK/tripod-run" check-backend --backend cuda --dtype fp32 bf16 --only "${cases[@]}" \
+        --json "$STEP_DIR/check-$tool.json" >"$STEP_DIR/$tool.log" 2>&1 || rc=$?
+    tail -4 "$STEP_DIR/$tool.log"
+    if grep -qiE 'device not supported|error 999|not supported on this' "$STEP_DIR/$tool.log"; then
+      skip "compute-sanitizer refuses this device: $(grep -iE -m1 'device not supported|error 999|not supported on this' "$STEP_DIR/$tool.log")"
+    fi
+    rows=$(grep -cE ' (PASS|FAIL)' "$STEP_DIR/$tool.log" || true)
+    line=$("$PY" "$ROOT/reports/sanitizer_log.py" "$tool" "$STEP_DIR/$tool.log" --json "$STEP_DIR/$tool.json" ||
+        echo "$tool: its log could not be read")
+    case $rc in
+      0) key+="; $line (${rows:-0} cases)" ;;
+      99) failed+=" $tool"; key+="; $line" ;;
+      124|137) cut+=" $tool"; key+="; $tool cut at its ${limit} s after ${rows:-0} cases" ;;
+      *) failed+=" $tool(exit $rc)"; key+="; $tool exit $rc: $(tail -1 "$STEP_DIR/$tool.log")" ;;
+    esac
+  done
+  echo "${#cases[@]} kernel families$key" | tee "$STEP_DIR/key.txt"
+  if [ -n "$failed" ]; then echo "FAILED:$failed (the tools' logs: $(printf '%s.log ' "${tools[@]}"))"; exit 1; fi
+  [ -z "$cut" ] || incomplete "cut by the time limit:$cut"
 }
