@@ -112,8 +112,12 @@ step_data() {
   tripod data synthetic --out "$WORK/data" --vocab-size 512 --order 1 --tokens 300000
 }
 
+# The device's memory for overwrite is NaN bytes (TRIPOD_POISON_UNWRITTEN; the CPU reference's is
+# not): a kernel, or cuBLASLt, reading a padded operand's padding or a buffer's unwritten part then
+# gives NaNs where the CPU has numbers, a failed case instead of whatever the pool last held.
 check_backend() {  # DTYPE [ONLY]: every operation (or those whose name holds ONLY) against the CPU backend
   local dtype=$1 only=${2:-}
+  export TRIPOD_POISON_UNWRITTEN=1
   if dry; then
     tripod check-backend --backend emulated --against cpu --dtype "$dtype" --only "${only:-layernorm}" \
         --json "$STEP_DIR/check.json"

@@ -9,6 +9,7 @@
 
 #include "backend/convert_dispatch.h"
 #include "backend/row_indexing.h"
+#include "backend/unwritten_poison.h"
 #include "core/bf16.h"
 #include "core/block_cache.h"
 #include "backend/cpu/kernels.h"
@@ -38,6 +39,7 @@ Tensor CpuBackend::allocate(const Shape& shape, DType dtype, bool zero_fill) {
   void* p = allocate_host_block(padded, zero_fill);  // large ones cached (core/block_cache.h says why)
   if (padded != 0 && p == nullptr)
     fail("out of ", device_name(device_), " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape));
+  if (!zero_fill && poison_unwritten_ && padded != 0) std::memset(p, kUnwrittenPoisonByte, padded);
   const std::size_t live = counters_->live.fetch_add(padded) + padded;
   for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
   }
@@ -224,7 +226,8 @@ cpu::CpuBackend::CpuBackend(Device device, std::string name)
     : device_(device),
       name_(std::move(name)),
       attention_kernel_(device == Device::Emulated ? cuda::choose_attention_kernel()
-                                                  : cuda::AttentionKernel::Gemm) {
+                                                  : cuda::AttentionKernel::Gemm),
+      poison_unwritten_(device != Device::Host && choose_unwritten_poison()) {
   if (attention_kernel_ == cuda::AttentionKernel::Flash)
     name_ = name_.substr(0, name_.rfind(')')) + ", flash attention)";
 }

@@ -112,6 +112,7 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   Device device_;
   std::string name_;
   cuda::AttentionKernel attention_kernel_;  // Flash only on the emulated device, when asked
+  bool poison_unwritten_;  // TRIPOD_POISON_UNWRITTEN (the emulated device only): alloc_for_overwrite fills 0xFF
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 

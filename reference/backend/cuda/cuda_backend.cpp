@@ -133,6 +133,8 @@ Tensor CudaBackend::alloc_for_overwrite(const Shape& shape, DType dtype) {
   const std::size_t padded = (bytes + 255) / 256 * 256;  // 256-byte aligned as cudaMalloc's: count what it holds
   void* p = nullptr;
   if (padded != 0) p = pool_alloc(padded, shape);
+  if (poison_unwritten_ && padded != 0)
+    check_cuda(cudaMemsetAsync(p, kUnwrittenPoisonByte, padded, ctx_.stream), "cudaMemsetAsync (TRIPOD_POISON_UNWRITTEN)");
   const std::size_t live = counters_->live.fetch_add(padded) + padded;
   for (std::size_t peak = counters_->peak.load(); live > peak && !counters_->peak.compare_exchange_weak(peak, live);) {
   }

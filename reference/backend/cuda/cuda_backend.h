@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/host/attention_choice.h"
 #include "backend/cuda/host/fusion_choice.h"
+#include "backend/unwritten_poison.h"
 
 namespace tripod::cuda {
 
@@ -198,6 +199,7 @@ class CudaBackend final : public Backend {
   Tensor attention_scratch_;      // attention's head-major copies of qkv, out/dout and dqkv (7*B*T*C)
   Tensor attention_scratch16_;    // its bf16 operand copies under Fp32Matmul::Bf16Operands
   cuda::AttentionKernel attention_kernel_ = cuda::choose_attention_kernel();  // TRIPOD_CUDA_ATTENTION
+  bool poison_unwritten_ = choose_unwritten_poison();  // TRIPOD_POISON_UNWRITTEN: alloc_for_overwrite fills 0xFF
   cuda::CudaFusions fusions_ = cuda::choose_cuda_fusions();                   // TRIPOD_CUDA_FUSIONS
 };
 
