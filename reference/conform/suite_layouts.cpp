@@ -62,8 +62,9 @@ void print_suite_layouts(const SuiteOptions& o, int world) {
     std::printf("%-48s %3d rank%s  %s\n", l.name().c_str(), l.ranks(), l.ranks() == 1 ? " " : "s",
                 t ? "tied" : "untied");
   }
-  std::printf("%zu layouts for %d ranks (%s, --heads %s): %d tied, %zu untied\n", layouts.size(), world,
-              o.dtype.c_str(), o.heads.c_str(), tied, layouts.size() - static_cast<std::size_t>(tied));
+  std::printf("%zu layout%s for %d rank%s (%s, --heads %s): %d tied, %zu untied\n", layouts.size(),
+              layouts.size() == 1 ? "" : "s", world, world == 1 ? "" : "s", o.dtype.c_str(), o.heads.c_str(), tied,
+              layouts.size() - static_cast<std::size_t>(tied));
 }
 
 }  // namespace tripod::conform

@@ -136,6 +136,14 @@ def test_unsummed_tied_embedding_gradients_fail():
     assert "FAIL" in rows["tp1-pp2-dp1-z0-mb2-afab"] and "FAIL" in rows["tp1-pp2-dp1-z2-mb2-interleaved-v2"]
 
 
+def test_a_listing_of_one_layout_for_one_rank_says_so_in_the_singular():
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "conform", "--list-layouts", "1", "--layouts", "tp1-pp1-dp1-z0-mb1"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("1 layout for 1 rank (fp64, --heads alternate): "), result.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--list-layouts", "0"], "--list-layouts: Value 0 not in range 1 to 4096"),
     (["--list-layouts", "2", "--layouts", "tp1-pp1-dp4-z0-mb1"], "layout tp1-pp1-dp4-z0-mb1 needs a multiple of 4 ranks"),
