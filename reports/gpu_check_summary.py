@@ -223,7 +223,45 @@ def key_peer(d):
     for r in j["results"]:
         mfu = pct(100 * r["mfu"]) if r.get("mfu") is not None else "n/a"
         parts.append(f"{r['precision']} {r['tokens_per_second']:.0f} tokens/s MFU {mfu}")
-    return f"PyTorch {j['torch']} B{j['batch']}xT{j['seq_len']} {j['attention']}: " + "; ".join(parts)
+    line = f"PyTorch {j['torch']} B{j['batch']}xT{j['seq_len']} {j['attention']}: " + "; ".join(parts)
+    attention = attention_peer(d)
+    return f"{line}; {attention}" if attention else line
+
+
+def tripod_attention_ms(out_dir, shape):
+    """(fwd, bwd) ms of the kernels step's bf16 attention rows (the bf16-mixed policy's) where they
+    were measured at `shape` (an attention.json row's batch, seq_len, heads, head_dim), else None."""
+    for name in ("kernels", "dry-kernels"):
+        j = load(out_dir / name / "kernels.json")
+        same = j and [j.get("attention_batch"), j.get("context"), j.get("heads")] == \
+            [shape["batch"], shape["seq_len"], shape["heads"]] and j.get("channels") == shape["heads"] * shape["head_dim"]
+        if same:
+            rows = {r["name"]: r for r in j.get("results", [])}
+            fwd, bwd = rows.get("attention fwd bf16"), rows.get("attention bwd bf16")
+            if fwd and bwd:
+                return 1e3 * fwd["median_seconds"], 1e3 * bwd["median_seconds"]
+    return None
+
+
+def attention_peer(d):
+    """PyTorch's causal attention per SDPA backend (reports/torch_attention_rate.py), against Tripod's."""
+    j = load(d / "attention.json")
+    if not j:
+        return ""
+    ran = [r for r in j["results"] if "error" not in r]
+    if not ran:
+        return "attention: no SDPA backend ran"
+    shape = ran[0]
+    parts = [f"{r['backend']} {r['fwd_median_ms']:.3f}+{r['bwd_median_ms']:.3f} ms"
+             + ("" if r["deterministic_backward"] else " (backward not deterministic)") for r in ran]
+    line = (f"attention B{shape['batch']} T{shape['seq_len']} H{shape['heads']} hd{shape['head_dim']} "
+            f"{shape['dtype']} fwd+bwd: " + ", ".join(parts))
+    tripod = tripod_attention_ms(d.parent, shape)
+    if tripod:
+        best = min(ran, key=lambda r: r["fwd_median_ms"] + r["bwd_median_ms"])
+        ratio = sum(tripod) / (best["fwd_median_ms"] + best["bwd_median_ms"])
+        line += f"; Tripod's {tripod[0]:.3f}+{tripod[1]:.3f} ms, {ratio:.1f}x PyTorch's {best['backend']}"
+    return line
 
 
 def key_gtest(d):

@@ -9,7 +9,7 @@ step_probe() {
   for tool in timeout tar ldd awk "$PY"; do
     command -v "$tool" >/dev/null || problems+=("$tool not found")
   done
-  for f in reports/gpu_peer.py reports/torch_fp32.py reports/torch_gemm_rate.py reports/compare_training.py reports/gpu_check_summary.py reference/configs/tiny.json \
+  for f in reports/gpu_peer.py reports/torch_fp32.py reports/torch_gemm_rate.py reports/torch_attention_rate.py reports/compare_training.py reports/gpu_check_summary.py reference/configs/tiny.json \
            reference/configs/gpt2-124m.json ci/gpu-check-lib.sh ci/gpu-check-steps.sh; do
     [ -f "$ROOT/$f" ] || problems+=("$f missing")
   done

@@ -113,14 +113,24 @@ step_bench-train() {
   fi
 }
 
+# The PyTorch peer: GPT-2 trained in PyTorch eager, then its causal attention alone at GPT-2's
+# shape through each SDPA backend (flash, cuDNN, memory-efficient, math; forward, backward, and
+# whether the backward reruns bit for bit), beside the attention rows of the kernels step.
 step_peer() {
   export PYTHONUNBUFFERED=1
   if dry; then
     "$PY" "$ROOT/reports/gpu_peer.py" --device cpu --config tiny --batch 2 --seq-len 32 --steps 2 --warmup 1 \
         --precision "$PEER_PRECISIONS" --json "$STEP_DIR/peer.json"
+    # the dry kernels step's attention shape (kernel-rate's CPU form), so that the two compare
+    "$PY" "$ROOT/reports/torch_attention_rate.py" --device cpu --batch 1 --seq-len 64 --heads 1 --head-dim 64 \
+        --dtype fp32 --repeat 2 --min-time-ms 0 --json "$STEP_DIR/attention.json"
   else
     "$PY" "$ROOT/reports/gpu_peer.py" --device cuda --config gpt2-124m --batch "$GPT2_BATCH" --seq-len "$GPT2_SEQ" \
         --precision "$PEER_PRECISIONS" --json "$STEP_DIR/peer.json"
+    # GPT-2's attention, as the kernels step's attention rows (kernel-rate at $GEMM_TOKENS tokens and its
+    # defaults: T 1024, 12 heads of 64; the summary compares the two only where the shapes agree)
+    "$PY" "$ROOT/reports/torch_attention_rate.py" --device cuda --batch $(( GEMM_TOKENS >= 2048 ? GEMM_TOKENS / 1024 : 1 )) \
+        --seq-len 1024 --heads 12 --head-dim 64 --json "$STEP_DIR/attention.json"
   fi
 }
 

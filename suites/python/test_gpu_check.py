@@ -47,6 +47,9 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
                  "dry-bench-train", "dry-peer"]:
         assert steps[name]["status"] == "pass", steps[name]
     assert "MATCH" in steps["dry-golden"]["key"] and "DIFFERS" not in steps["dry-golden"]["key"]
+    # the peer's attention per SDPA backend, set beside the kernels step's at the same shape
+    assert "attention B1 T64 H1 hd64 fp32 fwd+bwd: " in steps["dry-peer"]["key"], steps["dry-peer"]
+    assert "x PyTorch's " in steps["dry-peer"]["key"], steps["dry-peer"]
     # ZeRO 1-3's bf16 weight gathers against -gfp32, both heads, on the emulated device
     assert steps["dry-bf16-gathers"]["status"] == "pass", steps["dry-bf16-gathers"]
     assert steps["dry-bf16-gathers"]["key"].count("4/4 pairs with the same fingerprint") == 2
