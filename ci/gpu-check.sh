@@ -61,6 +61,8 @@
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step (B8, and padded at the large batch)
 #                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
+#   flash-mma    the same for TRIPOD_CUDA_ATTENTION=flash-mma: flash with its forward's tiles kept in
+#                mma.sync fragments (written without a GPU, 2026-12-06), the same state and backward
 #   sanitizer    compute-sanitizer memcheck, initcheck and racecheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
@@ -154,7 +156,7 @@ done
 [ -n "${SANITIZER_TOOLS// /}" ] || { echo "gpu-check: SANITIZER_TOOLS is empty" >&2; exit 2; }
 # The training, golden and flash steps read the corpus that `data` writes: --only brings it along (a
 # run of `--only train-fp32` failed with "data directory ... does not exist").
-if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden|flash), ]] &&
+if [[ "$ONLY" =~ ,(train-fp64|train-fp32|train-bf16|train-rerun|golden|flash|flash-mma), ]] &&
    [[ "$ONLY" != *",data,"* ]]; then
   ONLY="${ONLY}data,"
   echo "gpu-check: --only adds step data (the training, golden and flash steps read its corpus)"
@@ -232,6 +234,7 @@ PLAN=(
   "bench-train 120 1 1"
   "peer 90 1 1"
   "flash 170 1 1"
+  "flash-mma 120 1 1"
   "sanitizer 150 1 0"
   "profile 120 1 0"
   "bf16-gathers 50 1 1"

@@ -22,8 +22,17 @@
 #             is where it should pay most)
 # The dry run takes every part but the sanitizer on the emulated device, which runs the same block
 # algorithms on the host (TRIPOD_CUDA_ATTENTION=flash too).
-step_flash() {
-  export TRIPOD_CUDA_ATTENTION=flash TINY_DRY_SEQ=48  # T 48 > tiny's head size 32: flash takes it
+#
+# The step `flash-mma` runs the same parts for TRIPOD_CUDA_ATTENTION=flash-mma, whose forward keeps
+# its tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h; the same state and
+# backward; written without a GPU on 2026-12-06), its sanitizer part on the GPU test of that
+# forward; its GPT-2 runs count for the MFU target the same way when it passes.
+step_flash() { flash_step flash 'CudaFlashAttention.MatchesTheEmulatedDevicesBlocks'; }
+step_flash-mma() { flash_step flash-mma 'CudaFlashAttention.TheRegisterForwardMatchesTheEmulatedDevicesWarps'; }
+
+flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, for the sanitizer part)
+  local variant=$1 gtest_filter=$2
+  export TRIPOD_CUDA_ATTENTION=$variant TINY_DRY_SEQ=48  # T 48 > tiny's head size 32: flash takes it
   local failed="" cut="" key="" device=cuda steps=$TRAIN_STEPS sanitizer part rc effect tol
   local base_kernels=$OUT_DIR/kernels/kernels.json base_bench=$OUT_DIR/bench-train/bench.json
   if dry; then
@@ -40,7 +49,7 @@ step_flash() {
     for part in memcheck racecheck; do
       rc=0
       timeout -k 3 40 "$sanitizer" --tool "$part" --target-processes all --error-exitcode 99 --print-limit 20 \
-          "$WORK/gtest-run" --gtest_filter='CudaFlashAttention.*' >"$STEP_DIR/$part.log" 2>&1 || rc=$?
+          "$WORK/gtest-run" --gtest_filter="$gtest_filter" >"$STEP_DIR/$part.log" 2>&1 || rc=$?
       tail -3 "$STEP_DIR/$part.log"
       case $rc in
         0) key+="; $part clean" ;;

@@ -1,4 +1,4 @@
-// The CUDA flash attention (TRIPOD_CUDA_ATTENTION=flash) on a GPU against the emulated device's,
+// The CUDA flash attention (TRIPOD_CUDA_ATTENTION=flash, and flash-mma's forward) on a GPU against the emulated device's,
 // which runs the same block algorithms on the host (backend/kernels/flash_attention_block.h): the
 // same tiles, masks and rounding points, so what differs is the order of the tile products' fp32
 // sums (tensor cores against a loop) and the bf16 roundings that order moves by a step. Small
@@ -62,8 +62,9 @@ double relative_gap(const std::vector<float>& got, const std::vector<float>& wan
   return scale > 0 ? worst / scale : worst;
 }
 
-TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
-  FlashAttentionAsked asked;
+// The GPU's flash attention of `variant` (TRIPOD_CUDA_ATTENTION) against the emulated device's.
+void check_against_the_emulated_device(const char* variant, const char* name_part) {
+  FlashAttentionAsked asked(variant);
   std::unique_ptr<Backend> cuda;
   try {
     cuda = make_backend("cuda");
@@ -71,7 +72,8 @@ TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
     GTEST_SKIP() << "no GPU: " << e.what();
   }
   auto emulated = make_backend("emulated");
-  ASSERT_NE(cuda->name().find("flash attention"), std::string::npos) << cuda->name();
+  ASSERT_NE(cuda->name().find(name_part), std::string::npos) << cuda->name();
+  ASSERT_NE(emulated->name().find(name_part), std::string::npos) << emulated->name();
   struct Shape {
     int64_t B, T, C, H;
   };
@@ -92,6 +94,16 @@ TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
     EXPECT_LE(relative_gap(got.out, want.out), 1.0 / 256) << "out";
     EXPECT_LE(relative_gap(got.dqkv, want.dqkv), 1.0 / 256) << "dqkv";
   }
+}
+
+TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
+  check_against_the_emulated_device("flash", "flash attention");
+}
+
+// flash-mma: the forward's tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h, run
+// on the host by 32 lanes in lockstep on the emulated device), the same backward.
+TEST(CudaFlashAttention, TheRegisterForwardMatchesTheEmulatedDevicesWarps) {
+  check_against_the_emulated_device("flash-mma", "flash attention (mma forward)");
 }
 
 }  // namespace

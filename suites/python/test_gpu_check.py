@@ -39,7 +39,8 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert s["mode"] == "dry-run" and s["overall"] == "pass"
     steps = {x["name"]: x for x in s["steps"]}
     gpu_steps = ["check-fp64", "check-fp32", "check-bf16", "train-fp64", "train-fp32", "train-bf16", "train-rerun",
-                 "golden", "gemm-bf16", "gemm-fp32", "bench-train", "flash", "peer", "gtest", "sanitizer"]
+                 "golden", "gemm-bf16", "gemm-fp32", "bench-train", "flash", "flash-mma", "peer", "gtest",
+                 "sanitizer"]
     for name in gpu_steps:
         assert steps[name]["status"] == "skipped" and "no GPU" in steps[name]["reason"], steps[name]
     for name in ["probe", "data", "dry-check-fp64", "dry-check-fp32", "dry-train-fp64", "dry-train-fp32",
@@ -86,6 +87,10 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     assert steps["dry-flash"]["status"] == "pass", steps["dry-flash"]
     assert "attention fwd bf16" in steps["dry-flash"]["key"] and " vs missing" not in steps["dry-flash"]["key"]
     assert "train loss max rel" in steps["dry-flash"]["key"], steps["dry-flash"]  # emulated flash vs the CPU
+    # flash-mma (the forward in mma.sync fragments), the same parts on the emulated device
+    assert steps["dry-flash-mma"]["status"] == "pass", steps["dry-flash-mma"]
+    assert "train loss max rel" in steps["dry-flash-mma"]["key"], steps["dry-flash-mma"]
+    assert "flash attention (mma forward)" in (out / "dry-flash-mma" / "bench.json").read_text()
     speed = json.loads((out / "dry-flash" / "speed.json").read_text())
     assert speed["step"]["speedup"] is not None
     assert speed["large_step"]["batch"] == 4 and speed["large_step"]["speedup"] is not None, speed  # the padded B4
@@ -437,6 +442,16 @@ def test_the_mfu_target_is_judged_on_the_best_bf16_mixed_run_and_names_it(tmp_pa
         target = next(t for t in summary(tmp_path)["targets"] if "MFU >= 40%" in t["target"])
         assert target["met"] is met, (flash_status, target)
         assert ("judged on B32xT1024, vocabulary 50304, flash attention (MFU 43.0%)" in target["measured"]) is met
+    # and flash-mma's likewise, named as such
+    (tmp_path / "flash-mma").mkdir()
+    (tmp_path / "flash-mma" / "bench.json").write_text(
+        json.dumps(dict(run, batch=8, padded_vocab=50304, mfu=0.45, tokens_per_second=350000.0)))
+    for status, judged in (("fail", "flash attention (MFU 43.0%)"), ("pass", "flash attention, mma forward (MFU 45.0%)")):
+        (tmp_path / "steps.tsv").write_text(
+            f"bench-train\tpass\t20.0\t\t\nflash\tpass\t60.0\t\t\nflash-mma\t{status}\t60.0\t\t\n")
+        run_summary(tmp_path)
+        target = next(t for t in summary(tmp_path)["targets"] if "MFU >= 40%" in t["target"])
+        assert target["met"] is True and judged in target["measured"], (status, target)
 
 
 def test_a_failing_bf16_training_step_runs_again_with_each_cuda_fusion_alone(tmp_path):

@@ -1,5 +1,6 @@
-// TRIPOD_CUDA_ATTENTION=flash while an instance lives (a backend reads it when it is made), the
-// variable's old value (or its absence) restored after: for the tests of the flash attention.
+// TRIPOD_CUDA_ATTENTION=flash (or the value given: flash-mma) while an instance lives (a backend
+// reads it when it is made), the variable's old value (or its absence) restored after: for the
+// tests of the flash attention.
 #pragma once
 #include <cstdlib>
 #include <optional>
@@ -9,9 +10,9 @@ namespace tripod::testing {
 
 class FlashAttentionAsked {
  public:
-  FlashAttentionAsked() {
+  explicit FlashAttentionAsked(const char* value = "flash") {
     if (const char* v = std::getenv(kName)) old_ = v;
-    setenv(kName, "flash", 1);
+    setenv(kName, value, 1);
   }
   ~FlashAttentionAsked() {
     if (old_) setenv(kName, old_->c_str(), 1);

@@ -20,14 +20,33 @@ TEST(AttentionChoice, GemmUnlessFlashIsAsked) {
   EXPECT_EQ(choose({}), AttentionKernel::Gemm);
   EXPECT_EQ(choose({{"TRIPOD_CUDA_ATTENTION", "gemm"}}), AttentionKernel::Gemm);
   EXPECT_EQ(choose({{"TRIPOD_CUDA_ATTENTION", "flash"}}), AttentionKernel::Flash);
-  try {
-    choose({{"TRIPOD_CUDA_ATTENTION", "Flash2"}});
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("TRIPOD_CUDA_ATTENTION=Flash2: expected gemm (the default) or flash"),
-              std::string::npos)
-        << e.what();
+  EXPECT_EQ(choose({{"TRIPOD_CUDA_ATTENTION", "flash-mma"}}), AttentionKernel::FlashMma);
+  for (const char* bad : {"Flash2", "mma", "flash_mma"}) {
+    try {
+      choose({{"TRIPOD_CUDA_ATTENTION", bad}});
+      FAIL() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("TRIPOD_CUDA_ATTENTION=") + bad +
+                                           ": expected gemm (the default), flash or flash-mma"),
+                std::string::npos)
+          << e.what();
+    }
   }
+}
+
+TEST(AttentionChoice, BothFlashFormsTakeTheSameShapesAndSayWhichTheyAre) {
+  const std::size_t h200 = h200_limits().shared_per_block_optin;
+  for (AttentionKernel k : {AttentionKernel::Flash, AttentionKernel::FlashMma}) {
+    EXPECT_TRUE(is_flash(k));
+    EXPECT_TRUE(takes_flash_attention(k, DType::F32, Fp32Matmul::Bf16Operands, 1024, 768, 12, h200));
+    EXPECT_FALSE(takes_flash_attention(k, DType::F32, Fp32Matmul::Exact, 1024, 768, 12, h200));
+    EXPECT_FALSE(takes_flash_attention(k, DType::F64, Fp32Matmul::Bf16Operands, 1024, 768, 12, h200));
+  }
+  EXPECT_FALSE(is_flash(AttentionKernel::Gemm));
+  EXPECT_FALSE(takes_flash_attention(AttentionKernel::Gemm, DType::F32, Fp32Matmul::Bf16Operands, 1024, 768, 12, h200));
+  EXPECT_STREQ(attention_name_suffix(AttentionKernel::Gemm), "");
+  EXPECT_STREQ(attention_name_suffix(AttentionKernel::Flash), ", flash attention");
+  EXPECT_STREQ(attention_name_suffix(AttentionKernel::FlashMma), ", flash attention (mma forward)");
 }
 
 TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateAndSharedMemoryFit) {

@@ -24,10 +24,14 @@ namespace {
 
 using testing::FlashAttentionAsked;
 
-std::unique_ptr<Backend> emulated_flash() {
-  FlashAttentionAsked asked;
+// `variant`: flash, or flash-mma (the forward of backend/kernels/flash_forward_warp.h, its warps
+// run by the host warp executor; the same state and backward).
+std::unique_ptr<Backend> emulated_flash(const char* variant = "flash") {
+  FlashAttentionAsked asked(variant);
   return make_backend("emulated");
 }
+
+constexpr const char* kVariants[] = {"flash", "flash-mma"};
 
 // tiny's shape at a head size the flash kernels take (16) and T > 16.
 RunConfig flash_sized_config(Recompute recompute) {
@@ -70,48 +74,59 @@ TEST(EmulatedFlashAttention, TakesFp32OnBf16OperandsAtSupportedShapesOnly) {
 // effect of 3.5e-4). The bound is twice the bf16 effect of the same run; a wrong index, mask or
 // rescale moves a loss by far more.
 TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeepsItsState) {
-  for (Recompute mode : {Recompute::None, Recompute::Selective}) {
-    const RunConfig config = flash_sized_config(mode);
-    RunConfig fp32 = config;
-    fp32.train.bf16_mixed = false;
-    auto cpu = make_backend("cpu");
-    auto flash = emulated_flash();
-    const std::vector<double> want = losses_of(config, *cpu, 4), got = losses_of(config, *flash, 4);
-    const std::vector<double> exact = losses_of(fp32, *cpu, 4);
-    double flash_gap = 0, bf16_effect = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      flash_gap = std::max(flash_gap, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-      bf16_effect = std::max(bf16_effect, std::fabs(want[i] - exact[i]) / std::fabs(exact[i]));
-    }
-    EXPECT_LE(flash_gap, 2 * bf16_effect) << recompute_name(mode);
-    EXPECT_GT(flash_gap, 0) << recompute_name(mode);  // not the CPU's bits: flash really ran
+  for (const char* variant : kVariants) {
+    SCOPED_TRACE(variant);
+    for (Recompute mode : {Recompute::None, Recompute::Selective}) {
+      const RunConfig config = flash_sized_config(mode);
+      RunConfig fp32 = config;
+      fp32.train.bf16_mixed = false;
+      auto cpu = make_backend("cpu");
+      auto flash = emulated_flash(variant);
+      const std::vector<double> want = losses_of(config, *cpu, 4), got = losses_of(config, *flash, 4);
+      const std::vector<double> exact = losses_of(fp32, *cpu, 4);
+      double flash_gap = 0, bf16_effect = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        flash_gap = std::max(flash_gap, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
+        bf16_effect = std::max(bf16_effect, std::fabs(want[i] - exact[i]) / std::fabs(exact[i]));
+      }
+      EXPECT_LE(flash_gap, 2 * bf16_effect) << recompute_name(mode);
+      EXPECT_GT(flash_gap, 0) << recompute_name(mode);  // not the CPU's bits: flash really ran
 
-    // The model keeps the flash state instead of the probabilities: per block (or once, recomputed).
-    auto bytes = [&](Backend& be) {
-      be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-      Gpt model(config.model, be, DType::F32, nullptr, StageSpan{}, mode);
-      model.reserve(2, 20);
-      return static_cast<int64_t>(model.activation_bytes());
-    };
-    auto emulated = make_backend("emulated");  // the same padded logits, the probabilities kept
-    const int64_t probs = 2 * 2 * 20 * 20, state = 2 * 2 * 20 + 2 * 20 * 32;
-    const int64_t states = mode == Recompute::None ? config.model.n_layer : 1;
-    EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4) << recompute_name(mode);
+      // The model keeps the flash state instead of the probabilities: per block (or once, recomputed).
+      auto bytes = [&](Backend& be) {
+        be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+        Gpt model(config.model, be, DType::F32, nullptr, StageSpan{}, mode);
+        model.reserve(2, 20);
+        return static_cast<int64_t>(model.activation_bytes());
+      };
+      auto emulated = make_backend("emulated");  // the same padded logits, the probabilities kept
+      const int64_t probs = 2 * 2 * 20 * 20, state = 2 * 2 * 20 + 2 * 20 * 32;
+      const int64_t states = mode == Recompute::None ? config.model.n_layer : 1;
+      EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4) << recompute_name(mode);
+    }
   }
 }
 
 TEST(EmulatedFlashAttention, CheckBackendComparesItsResultsAndLeavesItsStateOut) {
-  auto cpu = make_backend("cpu");
-  auto flash = emulated_flash();
-  int flash_cases = 0;
-  for (const auto& c : backend_check::all_op_cases({DType::F32, DType::BF16})) {
-    if (c.op.find("attention") == std::string::npos) continue;
-    const backend_check::OpResult r = backend_check::check_backend(*flash, *cpu, {c}).at(0);
-    EXPECT_TRUE(r.pass) << c.op << " " << c.shape << ": " << r.error << " worst " << r.worst_output << " "
-                        << r.max_rel;
-    if (c.op.find("bf16") != std::string::npos && !r.bit_identical) ++flash_cases;
+  for (const char* variant : kVariants) {
+    SCOPED_TRACE(variant);
+    auto cpu = make_backend("cpu");
+    auto flash = emulated_flash(variant);
+    int flash_cases = 0;
+    for (const auto& c : backend_check::all_op_cases({DType::F32, DType::BF16})) {
+      if (c.op.find("attention") == std::string::npos) continue;
+      const backend_check::OpResult r = backend_check::check_backend(*flash, *cpu, {c}).at(0);
+      EXPECT_TRUE(r.pass) << c.op << " " << c.shape << ": " << r.error << " worst " << r.worst_output << " "
+                          << r.max_rel;
+      if (c.op.find("bf16") != std::string::npos && !r.bit_identical) ++flash_cases;
+    }
+    EXPECT_GE(flash_cases, 2);  // the head-size-64 shapes ran flash and compared out, dq, dk, dv
   }
-  EXPECT_GE(flash_cases, 2);  // the head-size-64 shapes ran flash and compared out, dq, dk, dv
+}
+
+TEST(EmulatedFlashAttention, TheRegisterForwardSaysSoInTheBackendsName) {
+  EXPECT_NE(emulated_flash("flash-mma")->name().find("flash attention (mma forward)"), std::string::npos);
+  EXPECT_EQ(emulated_flash("flash")->name().find("mma"), std::string::npos);
 }
 
 TEST(EmulatedFlashAttention, AStateBufferForTheOtherAttentionIsAnErrorNamingBothSizes) {

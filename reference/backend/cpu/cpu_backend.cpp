@@ -228,8 +228,8 @@ cpu::CpuBackend::CpuBackend(Device device, std::string name)
       attention_kernel_(device == Device::Emulated ? cuda::choose_attention_kernel()
                                                   : cuda::AttentionKernel::Gemm),
       poison_unwritten_(device != Device::Host && choose_unwritten_poison()) {
-  if (attention_kernel_ == cuda::AttentionKernel::Flash)
-    name_ = name_.substr(0, name_.rfind(')')) + ", flash attention)";
+  if (cuda::is_flash(attention_kernel_))
+    name_ = name_.substr(0, name_.rfind(')')) + cuda::attention_name_suffix(attention_kernel_) + ")";
 }
 
 std::unique_ptr<Backend> make_emulated_backend() {

@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "backend/cpu/flash_host_block.h"
+#include "backend/cpu/flash_host_warp.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
 #include "backend/kernels/flash_attention_backward.h"
+#include "backend/kernels/flash_forward_warp.h"
 
 namespace tripod::cpu {
 namespace {
@@ -41,6 +43,37 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
       const flash::BlockPlace at = flash::place_of_block(block, p, true);
       flash::forward_block<HD>(FlashHostBlock{}, sh, p, qkv, out, state + p.pairs() * seq_len, lse, at.pair,
                                at.tile);
+    });
+  });
+}
+
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                                 int64_t channels, int64_t n_head) {
+  namespace fm = kernels::flash_mma;
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  float* lse = state;
+  float* kept_out = state + p.pairs() * seq_len;
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    // A block's shared memory and its four warps' registers (32 lanes each on the host).
+    struct Block {
+      fm::Shared<HD> shared;
+      fm::WarpState<HD, FlashHostWarp::kLanes> warps[fm::kWarps];
+    };
+    for_each_block<Block>(p.pairs() * p.tiles(), [&](Block& b, int64_t block) {
+      const flash::BlockPlace at = flash::place_of_block(block, p, true);
+      const FlashHostWarp w;
+      const int64_t row0 = at.tile * flash::kTile;
+      for (int warp = 0; warp < fm::kWarps; ++warp)
+        fm::start_rows<HD>(w, b.warps[warp], p, qkv, at.pair, row0 + warp * fm::kRowsPerWarp);
+      for (int64_t kt = 0; kt <= at.tile; ++kt) {  // the device's two barriers bracket the load
+        for (int thread = 0; thread < fm::kThreads; ++thread)
+          fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt * fm::kKeyTile, p.rows_in_tile(kt));
+        for (int warp = 0; warp < fm::kWarps; ++warp)
+          fm::forward_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * fm::kKeyTile);
+      }
+      for (int warp = 0; warp < fm::kWarps; ++warp)
+        fm::finish_rows<HD>(w, b.warps[warp], p, out, kept_out, lse, at.pair, row0 + warp * fm::kRowsPerWarp);
     });
   });
 }

@@ -77,6 +77,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
 // `state` keeps the rows' logsumexp [B*H*T] and a copy of out [B*T*C]. Overwrites dqkv.
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head);
+// The same state and outputs through flash_forward_warp.h's register-resident forward
+// (TRIPOD_CUDA_ATTENTION=flash-mma), its warps run by the host warp executor.
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                             int64_t channels, int64_t n_head);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
                               int64_t seq_len, int64_t channels, int64_t n_head);
 

@@ -49,7 +49,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(mismatch.empty(), "CUDA device ", device_, ": ", mismatch);
   name_ = std::string("cuda (") + props.name + ", sm_" + std::to_string(props.major) + std::to_string(props.minor) +
           ", device " + std::to_string(device_) +
-          (attention_kernel_ == AttentionKernel::Flash ? ", flash attention" : "") +
+          attention_name_suffix(attention_kernel_) +
           (fusions_.all() ? "" : ", fusions: " + fusions_.describe()) + ")";
   ctx_.device = device_;
   ctx_.limits = limits_of(props);

@@ -114,8 +114,10 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
   const char* op = "attention_forward";
   check_attention_state(probs, qkv, n_head, op);
   if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
-    cuda::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0),
-                                  qkv.dim(1), qkv.dim(2) / 3, n_head, ctx_);
+    const auto forward = attention_kernel_ == cuda::AttentionKernel::FlashMma ? cuda::flash_attention_forward_mma
+                                                                               : cuda::flash_attention_forward;
+    forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3,
+            n_head, ctx_);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

@@ -11,7 +11,16 @@ AttentionKernel choose_attention_kernel(const std::function<std::string(const ch
   const std::string value = env("TRIPOD_CUDA_ATTENTION");
   if (value.empty() || value == "gemm") return AttentionKernel::Gemm;
   if (value == "flash") return AttentionKernel::Flash;
-  throw Error("TRIPOD_CUDA_ATTENTION=" + value + ": expected gemm (the default) or flash");
+  if (value == "flash-mma") return AttentionKernel::FlashMma;
+  throw Error("TRIPOD_CUDA_ATTENTION=" + value + ": expected gemm (the default), flash or flash-mma");
+}
+
+const char* attention_name_suffix(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::Flash: return ", flash attention";
+    case AttentionKernel::FlashMma: return ", flash attention (mma forward)";
+    default: return "";
+  }
 }
 
 AttentionKernel choose_attention_kernel() {
@@ -39,7 +48,7 @@ bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head
 
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin) {
-  return kernel == AttentionKernel::Flash && dtype == DType::F32 && policy == Fp32Matmul::Bf16Operands &&
+  return is_flash(kernel) && dtype == DType::F32 && policy == Fp32Matmul::Bf16Operands &&
          flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin);
 }
 

@@ -1,7 +1,9 @@
 // Which attention the CUDA backend runs for fp32 tensors under the bf16-operand policy:
-// attention.cu's strided-batched GEMMs around a softmax (the default, measured on an H200), or
-// flash_attention.cu's tiles, which never hold the T x T scores (TRIPOD_CUDA_ATTENTION=flash; not
-// yet measured on a GPU). Pure host code, so the rule is unit-tested without a GPU.
+// attention.cu's strided-batched GEMMs around a softmax (the default, measured on an H200 and an
+// H100), or flash_attention.cu's tiles, which never hold the T x T scores
+// (TRIPOD_CUDA_ATTENTION=flash; first run on an H100, 2026-12-05), or flash with its forward's
+// tiles kept in registers (flash-mma: flash_forward_mma.cu, the same state and backward; written
+// 2026-12-06 without a GPU). Pure host code, so the rule is unit-tested without a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,10 +15,16 @@
 
 namespace tripod::cuda {
 
-enum class AttentionKernel { Gemm, Flash };
+enum class AttentionKernel { Gemm, Flash, FlashMma };
 
-// TRIPOD_CUDA_ATTENTION: "" (unset) or "gemm" -> Gemm, "flash" -> Flash; anything else throws
-// naming the variable and the values it takes. `env` returns a variable's value, "" when unset.
+// Either flash attention (the same state, supported shapes and backward).
+inline bool is_flash(AttentionKernel kernel) { return kernel != AttentionKernel::Gemm; }
+// What a backend's name adds for it: "", ", flash attention", ", flash attention (mma forward)".
+const char* attention_name_suffix(AttentionKernel kernel);
+
+// TRIPOD_CUDA_ATTENTION: "" (unset) or "gemm" -> Gemm, "flash" -> Flash, "flash-mma" -> FlashMma;
+// anything else throws naming the variable and the values it takes. `env` returns a variable's
+// value, "" when unset.
 AttentionKernel choose_attention_kernel(const std::function<std::string(const char*)>& env);
 AttentionKernel choose_attention_kernel();  // from the process's environment
 

@@ -18,6 +18,10 @@ namespace tripod::cuda {
 
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head, const CudaContext& ctx);
+// The same outputs and state from the forward whose tiles stay in registers (flash_forward_mma.cu,
+// backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma).
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                                 int64_t channels, int64_t n_head, const CudaContext& ctx);
 // Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,

@@ -1,0 +1,124 @@
+// Flash attention's forward with its tiles in registers (TRIPOD_CUDA_ATTENTION=flash-mma): the
+// algorithm of backend/kernels/flash_forward_warp.h run by a device warp executor whose product is
+// PTX's mma.sync.aligned.m16n8k16 (bf16 A and B, fp32 C and D; sm_80 and later) and whose quad
+// reductions are two butterfly shuffles. One block of flash_mma::kThreads (128) threads per
+// (batch, head, 64-row query tile), as flash_attention.cu's forward; shared memory is one key tile
+// and one transposed value tile, 18 KiB at head size 64, 35 KiB at 128 (static: under 48 KiB).
+// Written without a GPU (2026-12-06); the host replays it (suites/unit/test_flash_forward_warp.cpp)
+// and gpu-check's flash step checks and times it.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host/attention_choice.h"
+#include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/launch_patterns.cuh"
+#include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_forward_warp.h"
+#include "core/error.h"
+
+namespace tripod::cuda {
+namespace {
+
+namespace flash = kernels::flash;
+namespace fm = kernels::flash_mma;
+
+// One lane: each [kLanes][N] array of flash_forward_warp.h is this thread's registers. Host-callable
+// so that the shared header's __host__ __device__ functions compile; it never runs on the host.
+struct DeviceWarp {
+  static constexpr int kLanes = 1;
+  __host__ __device__ int lane(int) const {
+#ifdef __CUDA_ARCH__
+    return static_cast<int>(threadIdx.x) & 31;
+#else
+    return 0;
+#endif
+  }
+  // D = A B + C for this lane's fragments: c[0][c0 .. c0+3], a[0][a0 .. a0+3], b[0][0 .. 1].
+  template <int NC, int NA>
+  __host__ __device__ __forceinline__ void mma(float (&c)[1][NC], int c0, const uint32_t (&a)[1][NA], int a0,
+                                               const uint32_t (&b)[1][2]) const {
+#ifdef __CUDA_ARCH__
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0][c0]), "+f"(c[0][c0 + 1]), "+f"(c[0][c0 + 2]), "+f"(c[0][c0 + 3])
+        : "r"(a[0][a0]), "r"(a[0][a0 + 1]), "r"(a[0][a0 + 2]), "r"(a[0][a0 + 3]), "r"(b[0][0]), "r"(b[0][1]));
+#else
+    (void)c, (void)c0, (void)a, (void)a0, (void)b;
+#endif
+  }
+  template <int N>
+  __host__ __device__ __forceinline__ void quad_max(float (&x)[1][N], int k) const {
+#ifdef __CUDA_ARCH__
+    float v = x[0][k];
+    for (int mask = 1; mask <= 2; mask *= 2) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, v, mask);
+      v = other > v ? other : v;
+    }
+    x[0][k] = v;
+#else
+    (void)x, (void)k;
+#endif
+  }
+  template <int N>
+  __host__ __device__ __forceinline__ void quad_sum(float (&x)[1][N], int k) const {
+#ifdef __CUDA_ARCH__
+    float v = x[0][k];
+    for (int mask = 1; mask <= 2; mask *= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, mask);
+    x[0][k] = v;
+#else
+    (void)x, (void)k;
+#endif
+  }
+};
+
+template <int HD>
+__global__ void __launch_bounds__(fm::kThreads, 1)
+    flash_forward_mma_kernel(flash::Problem p, const float* qkv, float* out, float* kept_out, float* lse) {
+  static_assert(sizeof(fm::Shared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
+  __shared__ fm::Shared<HD> shared;
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t row0 = at.tile * flash::kTile + warp * fm::kRowsPerWarp;
+  const DeviceWarp w;
+  fm::WarpState<HD, 1> state;
+  fm::start_rows<HD>(w, state, p, qkv, at.pair, row0);
+  for (int64_t kt = 0; kt <= at.tile; ++kt) {
+    __syncthreads();  // every warp is done with the tile before
+    fm::load_key_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, at.pair, kt * fm::kKeyTile,
+                          p.rows_in_tile(kt));
+    __syncthreads();
+    fm::forward_tile<HD>(w, state, shared, p, row0, kt * fm::kKeyTile);
+  }
+  fm::finish_rows<HD>(w, state, p, out, kept_out, lse, at.pair, row0);
+}
+
+}  // namespace
+
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
+                                 int64_t channels, int64_t n_head, const CudaContext& ctx) {
+  const char* op = "flash_attention_forward_mma";
+  check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
+        batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
+  check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin), op, ": head size ",
+        channels / n_head, " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
+  if (batch * seq_len == 0) return;
+  check(all_aligned_to(16, {qkv}), op, ": qkv must start 16-byte aligned (the kernel reads it in 16-byte groups)");
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  float* lse = state;
+  float* kept_out = state + p.pairs() * seq_len;
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    LaunchShape shape;
+    shape.grid_x = p.pairs() * p.tiles();
+    shape.block = fm::kThreads;
+    shape.shared_bytes = 0;  // static: sizeof(fm::Shared<HD>) <= 35 KiB
+    check_fits(shape, ctx.limits, op);
+    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, out, kept_out, lse);
+    check_launch(op);
+  });
+}
+
+}  // namespace tripod::cuda

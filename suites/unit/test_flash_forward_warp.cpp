@@ -1,0 +1,234 @@
+// The register-resident flash forward (backend/kernels/flash_forward_warp.h, the CUDA kernel of
+// TRIPOD_CUDA_ATTENTION=flash-mma) replayed on the host, 32 lanes of a warp in lockstep
+// (backend/cpu/flash_host_warp.h), against flash_attention_block.h's forward (the flash kernels,
+// checked against the CPU backend in test_flash_attention_block.cpp).
+//
+// First the tensor-core fragment map (mma_fragments.h): every element of A, B and C held by exactly
+// one lane's register half, and the host's emulated product equal to a plain one. Then the forward:
+// its products take their fp32 sums in k's order on the host, as forward_block's host product
+// does, and round at the same points (q, k, v and the probabilities to bf16), so the two agree but
+// for the order of each row's sum of probabilities (one fp32 rounding, ~1e-7 relative): bound 1e-5
+// of the largest output, logsumexp within 1e-5. A wrong fragment index, mask, bound or rescale
+// moves a result by O(1). Shared memory is NaN before every block: reading a part of it no load
+// wrote turns a result into NaN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/flash_host_warp.h"
+#include "backend/cpu/kernels.h"
+#include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_attention_block.h"
+#include "backend/kernels/flash_forward_warp.h"
+#include "backend/kernels/mma_fragments.h"
+#include "kernel_math_test_util.h"
+
+namespace tripod::kernels {
+namespace {
+
+using tripod::testing::record_measure;
+
+TEST(MmaFragments, EveryElementOfEachOperandIsHeldByExactlyOneLane) {
+  int a[mma::kM][mma::kK] = {}, b[mma::kK][mma::kN] = {}, c[mma::kM][mma::kN] = {};
+  for (int lane = 0; lane < mma::kWarpLanes; ++lane) {
+    for (int r = 0; r < 4; ++r)
+      for (int e = 0; e < 2; ++e) {
+        const mma::Place at = mma::a_place(lane, r, e);
+        ++a[at.row][at.col];
+      }
+    for (int r = 0; r < 2; ++r)
+      for (int e = 0; e < 2; ++e) {
+        const mma::Place at = mma::b_place(lane, r, e);
+        ++b[at.row][at.col];
+      }
+    for (int i = 0; i < 4; ++i) {
+      const mma::Place at = mma::c_place(lane, i);
+      ++c[at.row][at.col];
+    }
+  }
+  for (auto& row : a)
+    for (int n : row) EXPECT_EQ(n, 1);
+  for (auto& row : b)
+    for (int n : row) EXPECT_EQ(n, 1);
+  for (auto& row : c)
+    for (int n : row) EXPECT_EQ(n, 1);
+  // C's n-tiles 2k and 2k + 1 hold, lane for lane, A's registers of a 16-deep product over their
+  // columns: what lets the probabilities feed the next product without leaving their lanes
+  for (int lane = 0; lane < mma::kWarpLanes; ++lane)
+    for (int r = 0; r < 4; ++r)
+      for (int e = 0; e < 2; ++e) {
+        const mma::Place a_at = mma::a_place(lane, r, e);
+        const mma::Place c_at = mma::c_place(lane, (r & 1) * 2 + e);
+        EXPECT_EQ(a_at.row, c_at.row);
+        EXPECT_EQ(a_at.col, c_at.col + 8 * (r >> 1));  // registers 2, 3: the second n-tile
+      }
+}
+
+TEST(MmaFragments, TheHostProductIsAPlainMatrixProduct) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  float am[16][16], bm[16][8], cm[16][8];
+  for (auto& row : am)
+    for (float& x : row) x = bf16_bits_to_float(float_to_bf16_bits(u(rng)));
+  for (auto& row : bm)
+    for (float& x : row) x = bf16_bits_to_float(float_to_bf16_bits(u(rng)));
+  for (auto& row : cm)
+    for (float& x : row) x = u(rng);
+  using Warp = cpu::FlashHostWarp;
+  uint32_t a[Warp::kLanes][4], b[Warp::kLanes][2];
+  float c[Warp::kLanes][4];
+  for (int lane = 0; lane < Warp::kLanes; ++lane) {
+    for (int r = 0; r < 4; ++r) {
+      const mma::Place lo = mma::a_place(lane, r, 0), hi = mma::a_place(lane, r, 1);
+      a[lane][r] = float_pair_to_bf16_word(am[lo.row][lo.col], am[hi.row][hi.col]);
+    }
+    for (int r = 0; r < 2; ++r) {
+      const mma::Place lo = mma::b_place(lane, r, 0), hi = mma::b_place(lane, r, 1);
+      b[lane][r] = float_pair_to_bf16_word(bm[lo.row][lo.col], bm[hi.row][hi.col]);
+    }
+    for (int i = 0; i < 4; ++i) c[lane][i] = cm[mma::c_place(lane, i).row][mma::c_place(lane, i).col];
+  }
+  Warp{}.mma(c, 0, a, 0, b);
+  for (int lane = 0; lane < Warp::kLanes; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const mma::Place at = mma::c_place(lane, i);
+      float want = cm[at.row][at.col];
+      for (int k = 0; k < 16; ++k) want += am[at.row][k] * bm[k][at.col];
+      EXPECT_EQ(c[lane][i], want) << "lane " << lane << " element " << i;
+    }
+}
+
+TEST(MmaFragments, QuadReductionsTakeTheDevicesButterflyOrder) {
+  using Warp = cpu::FlashHostWarp;
+  float x[Warp::kLanes][2];
+  for (int lane = 0; lane < Warp::kLanes; ++lane) x[lane][0] = x[lane][1] = 1.0f + 1e-7f * static_cast<float>(lane * lane);
+  Warp{}.quad_sum(x, 1);
+  Warp{}.quad_max(x, 0);
+  for (int lane = 0; lane < Warp::kLanes; ++lane) {
+    const int q = lane & ~3;
+    auto v = [&](int l) { return 1.0f + 1e-7f * static_cast<float>(l * l); };
+    EXPECT_EQ(x[lane][1], (v(lane) + v(lane ^ 1)) + (v(lane ^ 2) + v(lane ^ 3)));
+    EXPECT_EQ(x[lane][0], v(q + 3));  // the group's largest
+  }
+}
+
+struct Shape {
+  int64_t batch, seq_len, channels, n_head;
+  std::string text() const {
+    return "B" + std::to_string(batch) + " T" + std::to_string(seq_len) + " C" + std::to_string(channels) + " H" +
+           std::to_string(n_head);
+  }
+};
+
+struct Forward {
+  std::vector<float> out, state;  // state: lse [B*H*T], then the kept copy of out
+};
+
+// flash_forward_warp.h block by block, shared memory NaN before each, as the kernel runs it.
+template <int HD>
+Forward run_warps(const Shape& s, const std::vector<float>& qkv) {
+  namespace fm = flash_mma;
+  const flash::Problem p{s.batch, s.seq_len, s.channels, s.n_head, attention_scale<float>(HD)};
+  Forward r;
+  r.out.assign(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), NAN);
+  r.state.assign(static_cast<std::size_t>(p.pairs() * s.seq_len + s.batch * s.seq_len * s.channels), NAN);
+  auto shared = std::make_unique<fm::Shared<HD>>();
+  auto warps = std::make_unique<fm::WarpState<HD, cpu::FlashHostWarp::kLanes>[]>(fm::kWarps);
+  const cpu::FlashHostWarp w;
+  for (int64_t block = 0; block < p.pairs() * p.tiles(); ++block) {
+    std::memset(static_cast<void*>(shared.get()), 0xFF, sizeof(fm::Shared<HD>));
+    const flash::BlockPlace at = flash::place_of_block(block, p, true);
+    const int64_t row0 = at.tile * flash::kTile;
+    for (int warp = 0; warp < fm::kWarps; ++warp)
+      fm::start_rows<HD>(w, warps[warp], p, qkv.data(), at.pair, row0 + warp * fm::kRowsPerWarp);
+    for (int64_t kt = 0; kt <= at.tile; ++kt) {
+      for (int thread = 0; thread < fm::kThreads; ++thread)
+        fm::load_key_tile<HD>(thread, *shared, p, qkv.data(), at.pair, kt * fm::kKeyTile, p.rows_in_tile(kt));
+      for (int warp = 0; warp < fm::kWarps; ++warp)
+        fm::forward_tile<HD>(w, warps[warp], *shared, p, row0 + warp * fm::kRowsPerWarp, kt * fm::kKeyTile);
+    }
+    for (int warp = 0; warp < fm::kWarps; ++warp)
+      fm::finish_rows<HD>(w, warps[warp], p, r.out.data(), r.state.data() + p.pairs() * s.seq_len, r.state.data(),
+                          at.pair, row0 + warp * fm::kRowsPerWarp);
+  }
+  return r;
+}
+
+std::vector<float> random_qkv(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.5f);  // scores of a few units: a peaked softmax too
+  std::vector<float> qkv(static_cast<std::size_t>(s.batch * s.seq_len * 3 * s.channels));
+  for (float& x : qkv) x = n(rng);
+  return qkv;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+
+template <int HD>
+void check_against_flash(const Shape& s) {
+  SCOPED_TRACE(s.text());
+  const std::vector<float> qkv = random_qkv(s, static_cast<uint32_t>(s.seq_len * 31 + HD));
+  const Forward warps = run_warps<HD>(s, qkv);
+  // the emulated device's driver (flash_attention_host.cpp) gives these bits too
+  Forward driver{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN)};
+  cpu::flash_attention_forward_mma(driver.out.data(), driver.state.data(), qkv.data(), s.batch, s.seq_len, s.channels,
+                                   s.n_head);
+  Forward tiles{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN)};
+  cpu::flash_attention_forward(tiles.out.data(), tiles.state.data(), qkv.data(), s.batch, s.seq_len, s.channels,
+                               s.n_head);
+  const std::size_t lse_count = static_cast<std::size_t>(s.batch * s.n_head * s.seq_len);
+  const double scale = max_abs(tiles.out);
+  double worst_out = 0, worst_lse = 0;
+  for (std::size_t i = 0; i < warps.out.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(warps.out[i])) << "out[" << i << "] was not written, or read NaN";
+    ASSERT_EQ(warps.out[i], warps.state[lse_count + i]) << "kept copy of out[" << i << "]";
+    ASSERT_EQ(warps.out[i], driver.out[i]) << i;
+    worst_out = std::max(worst_out, std::fabs(static_cast<double>(warps.out[i]) - tiles.out[i]) / scale);
+  }
+  for (std::size_t i = 0; i < lse_count; ++i) {
+    ASSERT_TRUE(std::isfinite(warps.state[i])) << "lse[" << i << "]";
+    ASSERT_EQ(warps.state[i], driver.state[i]) << i;
+    worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(warps.state[i]) - tiles.state[i]));
+  }
+  EXPECT_LE(worst_out, 1e-5);
+  EXPECT_LE(worst_lse, 1e-5);
+  record_measure("flash-mma forward vs flash forward " + s.text() + " out (of the largest)", worst_out);
+  record_measure("flash-mma forward vs flash forward " + s.text() + " lse", worst_lse);
+}
+
+TEST(FlashForwardWarp, MatchesTheFlashForwardAtEveryHeadSizeAndPartialTiles) {
+  check_against_flash<16>({2, 17, 32, 2});     // T 17: one partial tile, rows of both warps' halves
+  check_against_flash<32>({1, 97, 64, 2});     // a full tile and a partial one
+  check_against_flash<64>({2, 130, 128, 2});   // GPT-2's head size; three tiles, the last of 2 rows
+  check_against_flash<64>({1, 128, 64, 1});    // exact tiles
+  check_against_flash<128>({1, 200, 256, 2});  // the largest head size
+}
+
+TEST(FlashForwardWarp, ATransposedValueTileMatters) {
+  // A kernel that read v untransposed (or k transposed) would still pass a test whose v rows are
+  // all alike: here every value column differs, and swapping two of them must move out.
+  const Shape s{1, 70, 64, 1};
+  std::vector<float> qkv = random_qkv(s, 11);
+  const Forward a = run_warps<64>(s, qkv);
+  for (int64_t t = 0; t < s.seq_len; ++t) std::swap(qkv[t * 3 * 64 + 128 + 3], qkv[t * 3 * 64 + 128 + 40]);
+  const Forward b = run_warps<64>(s, qkv);
+  for (int64_t t = 0; t < s.seq_len; ++t) {
+    EXPECT_EQ(a.out[t * 64 + 3], b.out[t * 64 + 40]) << t;
+    EXPECT_EQ(a.out[t * 64 + 40], b.out[t * 64 + 3]) << t;
+  }
+}
+
+}  // namespace
+}  // namespace tripod::kernels
