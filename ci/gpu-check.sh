@@ -61,8 +61,8 @@
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
 #                (1e-4), and the attention rows and GPT-2 step (B8, and padded at the large batch)
 #                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
-#   flash-mma    the same for TRIPOD_CUDA_ATTENTION=flash-mma: flash with its forward's tiles kept in
-#                mma.sync fragments (written without a GPU, 2026-12-06), the same state and backward
+#   flash-mma    the same for TRIPOD_CUDA_ATTENTION=flash-mma: flash with its tiles kept in mma.sync
+#                fragments, forward and backward (written without a GPU, 2026-12-06), the same state
 #   sanitizer    compute-sanitizer memcheck, initcheck and racecheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,

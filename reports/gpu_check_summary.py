@@ -210,7 +210,7 @@ def mfu_runs(out_dir, status):
     that step passed (its attention checked against the CPU and its tiny training within bound in
     the same step: flash is a configuration of Tripod's, TRIPOD_CUDA_ATTENTION=flash)."""
     runs = [(load(out_dir / "bench-train" / n), "") for n in ("bench.json", "bench-padded.json", "bench-large.json")]
-    for step, how in (("flash", "flash attention"), ("flash-mma", "flash attention, mma forward")):
+    for step, how in (("flash", "flash attention"), ("flash-mma", "flash attention, mma tiles")):
         if status.get(step) == "pass":
             runs += [(load(out_dir / step / n), how) for n in ("bench.json", "bench-large.json")]
     return runs

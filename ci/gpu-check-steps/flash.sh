@@ -23,12 +23,12 @@
 # The dry run takes every part but the sanitizer on the emulated device, which runs the same block
 # algorithms on the host (TRIPOD_CUDA_ATTENTION=flash too).
 #
-# The step `flash-mma` runs the same parts for TRIPOD_CUDA_ATTENTION=flash-mma, whose forward keeps
-# its tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h; the same state and
-# backward; written without a GPU on 2026-12-06), its sanitizer part on the GPU test of that
-# forward; its GPT-2 runs count for the MFU target the same way when it passes.
+# The step `flash-mma` runs the same parts for TRIPOD_CUDA_ATTENTION=flash-mma, whose kernels keep
+# their tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h, flash_backward_warp.h;
+# the same state; written without a GPU on 2026-12-06), its sanitizer part on the GPU test of
+# those kernels; its GPT-2 runs count for the MFU target the same way when it passes.
 step_flash() { flash_step flash 'CudaFlashAttention.MatchesTheEmulatedDevicesBlocks'; }
-step_flash-mma() { flash_step flash-mma 'CudaFlashAttention.TheRegisterForwardMatchesTheEmulatedDevicesWarps'; }
+step_flash-mma() { flash_step flash-mma 'CudaFlashAttention.TheRegisterKernelsMatchTheEmulatedDevicesWarps'; }
 
 flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, for the sanitizer part)
   local variant=$1 gtest_filter=$2

@@ -100,10 +100,11 @@ TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {
   check_against_the_emulated_device("flash", "flash attention");
 }
 
-// flash-mma: the forward's tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h, run
-// on the host by 32 lanes in lockstep on the emulated device), the same backward.
-TEST(CudaFlashAttention, TheRegisterForwardMatchesTheEmulatedDevicesWarps) {
-  check_against_the_emulated_device("flash-mma", "flash attention (mma forward)");
+// flash-mma: the tiles in mma.sync fragments (backend/kernels/flash_forward_warp.h and
+// flash_backward_warp.h, run on the host by 32 lanes in lockstep on the emulated device); the same
+// state. Head size 128 takes the block kernels' backward.
+TEST(CudaFlashAttention, TheRegisterKernelsMatchTheEmulatedDevicesWarps) {
+  check_against_the_emulated_device("flash-mma", "flash attention (mma tiles)");
 }
 
 }  // namespace

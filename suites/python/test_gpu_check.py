@@ -90,7 +90,7 @@ def test_dry_run_finds_everything_and_runs_each_cpu_form(tmp_path):
     # flash-mma (the forward in mma.sync fragments), the same parts on the emulated device
     assert steps["dry-flash-mma"]["status"] == "pass", steps["dry-flash-mma"]
     assert "train loss max rel" in steps["dry-flash-mma"]["key"], steps["dry-flash-mma"]
-    assert "flash attention (mma forward)" in (out / "dry-flash-mma" / "bench.json").read_text()
+    assert "flash attention (mma tiles)" in (out / "dry-flash-mma" / "bench.json").read_text()
     speed = json.loads((out / "dry-flash" / "speed.json").read_text())
     assert speed["step"]["speedup"] is not None
     assert speed["large_step"]["batch"] == 4 and speed["large_step"]["speedup"] is not None, speed  # the padded B4
@@ -446,7 +446,7 @@ def test_the_mfu_target_is_judged_on_the_best_bf16_mixed_run_and_names_it(tmp_pa
     (tmp_path / "flash-mma").mkdir()
     (tmp_path / "flash-mma" / "bench.json").write_text(
         json.dumps(dict(run, batch=8, padded_vocab=50304, mfu=0.45, tokens_per_second=350000.0)))
-    for status, judged in (("fail", "flash attention (MFU 43.0%)"), ("pass", "flash attention, mma forward (MFU 45.0%)")):
+    for status, judged in (("fail", "flash attention (MFU 43.0%)"), ("pass", "flash attention, mma tiles (MFU 45.0%)")):
         (tmp_path / "steps.tsv").write_text(
             f"bench-train\tpass\t20.0\t\t\nflash\tpass\t60.0\t\t\nflash-mma\t{status}\t60.0\t\t\n")
         run_summary(tmp_path)

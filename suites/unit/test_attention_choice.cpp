@@ -46,7 +46,7 @@ TEST(AttentionChoice, BothFlashFormsTakeTheSameShapesAndSayWhichTheyAre) {
   EXPECT_FALSE(takes_flash_attention(AttentionKernel::Gemm, DType::F32, Fp32Matmul::Bf16Operands, 1024, 768, 12, h200));
   EXPECT_STREQ(attention_name_suffix(AttentionKernel::Gemm), "");
   EXPECT_STREQ(attention_name_suffix(AttentionKernel::Flash), ", flash attention");
-  EXPECT_STREQ(attention_name_suffix(AttentionKernel::FlashMma), ", flash attention (mma forward)");
+  EXPECT_STREQ(attention_name_suffix(AttentionKernel::FlashMma), ", flash attention (mma tiles)");
 }
 
 TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateAndSharedMemoryFit) {

@@ -125,7 +125,7 @@ TEST(EmulatedFlashAttention, CheckBackendComparesItsResultsAndLeavesItsStateOut)
 }
 
 TEST(EmulatedFlashAttention, TheRegisterForwardSaysSoInTheBackendsName) {
-  EXPECT_NE(emulated_flash("flash-mma")->name().find("flash attention (mma forward)"), std::string::npos);
+  EXPECT_NE(emulated_flash("flash-mma")->name().find("flash attention (mma tiles)"), std::string::npos);
   EXPECT_EQ(emulated_flash("flash")->name().find("mma"), std::string::npos);
 }
 

@@ -124,8 +124,10 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   const char* op = "attention_backward";
   check_attention_state(probs, qkv, n_head, op);
   if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
-    cpu::flash_attention_backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op),
-                                  ptr<float>(probs, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, n_head);
+    const auto backward = attention_kernel_ == cuda::AttentionKernel::FlashMma ? cpu::flash_attention_backward_mma
+                                                                                : cpu::flash_attention_backward;
+    backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op), ptr<float>(probs, op), qkv.dim(0),
+             qkv.dim(1), qkv.dim(2) / 3, n_head);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

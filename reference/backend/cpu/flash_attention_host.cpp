@@ -12,6 +12,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
 #include "backend/kernels/flash_attention_backward.h"
+#include "backend/kernels/flash_backward_warp.h"
 #include "backend/kernels/flash_forward_warp.h"
 
 namespace tripod::cpu {
@@ -29,6 +30,16 @@ void for_each_block(int64_t blocks, const Run& run) {
 #pragma omp for schedule(dynamic)
     for (int64_t block = 0; block < blocks; ++block) run(*shared, block);
   }
+}
+
+// delta = rowsum(bf16(dout) * out) of every row, out the copy kept in the state after the lse.
+std::vector<float> deltas(const flash::Problem& p, const float* dout, const float* state) {
+  const float* kept_out = state + p.pairs() * p.seq_len;
+  std::vector<float> delta(static_cast<std::size_t>(p.pairs() * p.seq_len));
+  const auto rows = static_cast<int64_t>(delta.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) delta[static_cast<std::size_t>(row)] = flash::delta_of_row(p, dout, kept_out, row);
+  return delta;
 }
 
 }  // namespace
@@ -82,11 +93,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
                               int64_t seq_len, int64_t channels, int64_t n_head) {
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   const float* lse = state;
-  const float* kept_out = state + p.pairs() * seq_len;
-  std::vector<float> delta(static_cast<std::size_t>(p.pairs() * seq_len));
-  const auto rows = static_cast<int64_t>(delta.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < rows; ++row) delta[static_cast<std::size_t>(row)] = flash::delta_of_row(p, dout, kept_out, row);
+  const std::vector<float> delta = deltas(p, dout, state);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     // The two kernels write different thirds of dqkv (dk and dv; dq): one after the other, as on
@@ -99,6 +106,65 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
       const flash::BlockPlace at = flash::place_of_block(block, p, true);
       flash::query_grads_block<HD>(FlashHostBlock{}, sh, p, qkv, dout, lse, delta.data(), dqkv, at.pair, at.tile);
     });
+  });
+}
+
+void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+  namespace fm = kernels::flash_mma;
+  if (n_head <= 0 || channels % n_head != 0 || !fm::register_backward_head_dim(channels / n_head)) {
+    flash_attention_backward(dqkv, dout, qkv, state, batch, seq_len, channels, n_head);
+    return;
+  }
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  const float* lse = state;
+  const std::vector<float> delta = deltas(p, dout, state);
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (HD <= 64) {  // register_backward_head_dim
+      constexpr int L = FlashHostWarp::kLanes;
+      const FlashHostWarp w;
+      struct KeyBlock {  // a block's shared memory and its four warps' registers (every lane's)
+        fm::KeyGradsShared<HD> shared;
+        fm::KeyWarp<HD, L> warps[fm::kWarps];
+      };
+      struct QueryBlock {
+        fm::QueryGradsShared<HD> shared;
+        fm::QueryWarp<HD, L> warps[fm::kWarps];
+      };
+      // The two kernels write different thirds of dqkv (dk and dv; dq): one after the other.
+      for_each_block<KeyBlock>(p.pairs() * p.tiles(), [&](KeyBlock& b, int64_t block) {
+        const flash::BlockPlace at = flash::place_of_block(block, p, false);
+        const int64_t key0 = at.tile * flash::kTile;
+        for (int warp = 0; warp < fm::kWarps; ++warp)
+          fm::key_warp_start<HD>(w, b.warps[warp], p, qkv, at.pair, key0 + warp * fm::kRowsPerWarp);
+        for (int64_t qt = at.tile; qt < p.tiles(); ++qt) {
+          for (int thread = 0; thread < fm::kThreads; ++thread)
+            fm::load_query_tile<HD>(thread, b.shared, p, qkv, dout, lse, delta.data(), at.pair, qt);
+          for (int warp = 0; warp < fm::kWarps; ++warp)
+            fm::key_warp_tile<HD>(w, b.warps[warp], b.shared, p, key0 + warp * fm::kRowsPerWarp, qt * flash::kTile);
+        }
+        for (int warp = 0; warp < fm::kWarps; ++warp) {
+          fm::store_rows<HD>(w, b.warps[warp].dk, p, dqkv, at.pair, key0 + warp * fm::kRowsPerWarp, 1);
+          fm::store_rows<HD>(w, b.warps[warp].dv, p, dqkv, at.pair, key0 + warp * fm::kRowsPerWarp, 2);
+        }
+      });
+      for_each_block<QueryBlock>(p.pairs() * p.tiles(), [&](QueryBlock& b, int64_t block) {
+        const flash::BlockPlace at = flash::place_of_block(block, p, true);
+        const int64_t row0 = at.tile * flash::kTile;
+        for (int warp = 0; warp < fm::kWarps; ++warp)
+          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv, dout, lse, delta.data(), at.pair,
+                                   row0 + warp * fm::kRowsPerWarp);
+        for (int64_t kt = 0; kt <= at.tile; ++kt) {
+          for (int thread = 0; thread < fm::kThreads; ++thread)
+            fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt);
+          for (int warp = 0; warp < fm::kWarps; ++warp)
+            fm::query_warp_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
+        }
+        for (int warp = 0; warp < fm::kWarps; ++warp)
+          fm::store_rows<HD>(w, b.warps[warp].dq, p, dqkv, at.pair, row0 + warp * fm::kRowsPerWarp, 0);
+      });
+    }
   });
 }
 

@@ -2,7 +2,7 @@
 // in lockstep, so a [kLanes][N] array is the warp's registers. The tensor-core product gathers A
 // and B from the lanes' fragments by the map of mma_fragments.h, multiplies in fp32 in k's order
 // (bf16 products are exact in fp32) and scatters D back; the quad shuffles add in the order the
-// device's two butterfly steps do. Used by the emulated device's flash-mma forward
+// device's two butterfly steps do. Used by the emulated device's flash-mma kernels
 // (flash_attention_host.cpp) and by suites/unit/test_flash_forward_warp.cpp.
 #pragma once
 #include <cstdint>

@@ -4,8 +4,9 @@
 // fragments (mma_fragments.h) from one product to the next, where forward_block round-trips them
 // through shared memory between five barriers a key tile. Only the key tile (row-major) and the
 // value tile (transposed, so that a value column is a B fragment's consecutive pair) go through
-// shared memory, between two barriers. The backward is flash_attention_backward.h's: it reads
-// the same state (the rows' logsumexp, then a copy of out).
+// shared memory, between two barriers. The backward (flash_backward_warp.h at head sizes up to 64,
+// flash_attention_backward.h's block kernels above) reads the same state (the rows' logsumexp,
+// then a copy of out).
 //
 // Written once for both sides over a warp executor W: on the device one thread runs its own lane
 // (W::kLanes = 1: every [kLanes][N] array below is that lane's registers, its loops unrolled);

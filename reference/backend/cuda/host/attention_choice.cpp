@@ -18,7 +18,7 @@ AttentionKernel choose_attention_kernel(const std::function<std::string(const ch
 const char* attention_name_suffix(AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::Flash: return ", flash attention";
-    case AttentionKernel::FlashMma: return ", flash attention (mma forward)";
+    case AttentionKernel::FlashMma: return ", flash attention (mma tiles)";
     default: return "";
   }
 }

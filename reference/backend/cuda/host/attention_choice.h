@@ -1,9 +1,8 @@
 // Which attention the CUDA backend runs for fp32 tensors under the bf16-operand policy:
 // attention.cu's strided-batched GEMMs around a softmax (the default, measured on an H200 and an
 // H100), or flash_attention.cu's tiles, which never hold the T x T scores
-// (TRIPOD_CUDA_ATTENTION=flash; first run on an H100, 2026-12-05), or flash with its forward's
-// tiles kept in registers (flash-mma: flash_forward_mma.cu, the same state and backward; written
-// 2026-12-06 without a GPU). Pure host code, so the rule is unit-tested without a GPU.
+// (TRIPOD_CUDA_ATTENTION=flash; first run on an H100, 2026-12-05), or flash with its tiles kept
+// in registers (flash-mma: flash_mma.cu, the same state; written 2026-12-06 without a GPU). Pure host code, so the rule is unit-tested without a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +18,7 @@ enum class AttentionKernel { Gemm, Flash, FlashMma };
 
 // Either flash attention (the same state, supported shapes and backward).
 inline bool is_flash(AttentionKernel kernel) { return kernel != AttentionKernel::Gemm; }
-// What a backend's name adds for it: "", ", flash attention", ", flash attention (mma forward)".
+// What a backend's name adds for it: "", ", flash attention", ", flash attention (mma tiles)".
 const char* attention_name_suffix(AttentionKernel kernel);
 
 // TRIPOD_CUDA_ATTENTION: "" (unset) or "gemm" -> Gemm, "flash" -> Flash, "flash-mma" -> FlashMma;

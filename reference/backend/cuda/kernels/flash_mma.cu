@@ -1,11 +1,13 @@
-// Flash attention's forward with its tiles in registers (TRIPOD_CUDA_ATTENTION=flash-mma): the
-// algorithm of backend/kernels/flash_forward_warp.h run by a device warp executor whose product is
-// PTX's mma.sync.aligned.m16n8k16 (bf16 A and B, fp32 C and D; sm_80 and later) and whose quad
-// reductions are two butterfly shuffles. One block of flash_mma::kThreads (128) threads per
-// (batch, head, 64-row query tile), as flash_attention.cu's forward; shared memory is one key tile
-// and one transposed value tile, 18 KiB at head size 64, 35 KiB at 128 (static: under 48 KiB).
-// Written without a GPU (2026-12-06); the host replays it (suites/unit/test_flash_forward_warp.cpp)
-// and gpu-check's flash step checks and times it.
+// Flash attention with its tiles in registers (TRIPOD_CUDA_ATTENTION=flash-mma): the algorithms of
+// backend/kernels/flash_forward_warp.h and flash_backward_warp.h run by a device warp executor
+// whose product is PTX's mma.sync.aligned.m16n8k16 (bf16 A and B, fp32 C and D; sm_80 and later)
+// and whose quad reductions are two butterfly shuffles. One block of flash_mma::kThreads (128)
+// threads per (batch, head, 64-row tile), as flash_attention.cu's kernels; shared memory static
+// (under 48 KiB): the forward's key and transposed value tiles (18 KiB at head size 64, 35 KiB at
+// 128), the key-gradient kernel's Q and dO both ways (37 KiB at 64), the query-gradient kernel's
+// K both ways and V (28 KiB at 64). Written without a GPU (2026-12-06); the host replays them
+// (suites/unit/test_flash_forward_warp.cpp, test_flash_backward_warp.cpp) and gpu-check's
+// flash-mma step checks and times them.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/kernels/attention_math.h"
+#include "backend/kernels/flash_backward_warp.h"
 #include "backend/kernels/flash_forward_warp.h"
 #include "core/error.h"
 
@@ -95,7 +98,72 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
   fm::finish_rows<HD>(w, state, p, out, kept_out, lse, at.pair, row0);
 }
 
+// dK and dV of key tile at.tile: warp w its keys [16w, 16w + 16) over the query tiles that see them.
+template <int HD>
+__global__ void __launch_bounds__(fm::kThreads, 1)
+    flash_key_grads_mma_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+                               const float* delta, float* dqkv) {
+  static_assert(sizeof(fm::KeyGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
+  __shared__ fm::KeyGradsShared<HD> shared;
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, false);
+  const int64_t key0 = at.tile * flash::kTile + static_cast<int>(threadIdx.x) / 32 * fm::kRowsPerWarp;
+  const DeviceWarp w;
+  fm::KeyWarp<HD, 1> warp;
+  fm::key_warp_start<HD>(w, warp, p, qkv, at.pair, key0);
+  for (int64_t qt = at.tile; qt < p.tiles(); ++qt) {
+    __syncthreads();
+    fm::load_query_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, dout, lse, delta, at.pair, qt);
+    __syncthreads();
+    fm::key_warp_tile<HD>(w, warp, shared, p, key0, qt * flash::kTile);
+  }
+  fm::store_rows<HD>(w, warp.dk, p, dqkv, at.pair, key0, 1);
+  fm::store_rows<HD>(w, warp.dv, p, dqkv, at.pair, key0, 2);
+}
+
+// dQ of query tile at.tile: warp w its queries [16w, 16w + 16) over the key tiles they see.
+template <int HD>
+__global__ void __launch_bounds__(fm::kThreads, 1)
+    flash_query_grads_mma_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+                                 const float* delta, float* dqkv) {
+  static_assert(sizeof(fm::QueryGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
+  __shared__ fm::QueryGradsShared<HD> shared;
+  const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
+  const int64_t row0 = at.tile * flash::kTile + static_cast<int>(threadIdx.x) / 32 * fm::kRowsPerWarp;
+  const DeviceWarp w;
+  fm::QueryWarp<HD, 1> warp;
+  fm::query_warp_start<HD>(w, warp, p, qkv, dout, lse, delta, at.pair, row0);
+  for (int64_t kt = 0; kt <= at.tile; ++kt) {
+    __syncthreads();
+    fm::load_key_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, at.pair, kt);
+    __syncthreads();
+    fm::query_warp_tile<HD>(w, warp, shared, p, row0, kt * flash::kTile);
+  }
+  fm::store_rows<HD>(w, warp.dq, p, dqkv, at.pair, row0, 0);
+}
+
 }  // namespace
+
+void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
+                                const float* lse, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                                const CudaContext& ctx) {
+  const char* op = "flash_attention_backward_mma";
+  const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  check(fm::register_backward_head_dim(p.head_dim()), op, ": head size ", p.head_dim(), " has no register backward");
+  LaunchShape shape;
+  shape.grid_x = p.pairs() * p.tiles();
+  shape.block = fm::kThreads;
+  check_fits(shape, ctx.limits, op);
+  flash::with_head_dim(p.head_dim(), [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (HD <= 64) {  // register_backward_head_dim
+      // The two kernels write different thirds of dqkv (dk and dv; dq), one after the other.
+      flash_key_grads_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, dout, lse, delta, dqkv);
+      check_launch(op);
+      flash_query_grads_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, dout, lse, delta, dqkv);
+      check_launch(op);
+    }
+  });
+}
 
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                                  int64_t channels, int64_t n_head, const CudaContext& ctx) {

@@ -1,0 +1,278 @@
+// Flash attention's backward with its tiles in registers (TRIPOD_CUDA_ATTENTION=flash-mma, head
+// sizes up to 64): flash_attention_backward.h's two kernels — dK and dV per key tile over the query
+// tiles that see it, dQ per query tile over its key tiles, no atomics — with each warp's scores,
+// probability and score gradients kept in mma.sync fragments (mma_fragments.h) as
+// flash_forward_warp.h does for the forward, and the same warp executors. The probabilities come
+// from the forward's logsumexp, delta = rowsum(bf16(dO) * out) from flash::delta_of_row.
+//
+// The same products in the same order as flash_attention_backward.h, rounded at the same points:
+//   P = exp(scale * S - lse) where the query is before T and the key not past it (else 0);
+//   dS = bf16(P * (dP - delta) * scale), dP = bf16(dO) bf16(V)^T;
+//   dV += bf16(P)^T bf16(dO), dK += dS^T bf16(Q) over query tiles; dQ += dS bf16(K) over key tiles,
+// every gradient summed over its 64-row tiles in order, each tile's 64 rows in order (four
+// 16-deep products). So on the host, whose products sum in k's order as the block algorithms'
+// host product does, the gradients are the block algorithms' bit for bit.
+//
+// Key-tile blocks: warp w takes keys [key0 + 16w, +16) and works transposed: S^T = K Q^T and
+// dP^T = V dO^T, so that P^T and dS^T lie in C fragments that are the A operands of dV += P^T dO
+// and dK += dS^T Q; those products' B operands are dO and Q transposed, so the block keeps the
+// query tile's Q and dO both ways in shared memory (row-major for S^T and dP^T). Query-tile
+// blocks: warp w takes queries [row0 + 16w, +16), S = Q K^T, dP = dO V^T, dQ += dS K with K
+// transposed in shared memory beside K and V.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "backend/kernels/bf16_math.h"
+#include "backend/kernels/flash_attention_backward.h"
+#include "backend/kernels/flash_forward_warp.h"
+#include "backend/kernels/host_device.h"
+#include "backend/kernels/mma_fragments.h"
+
+namespace tripod::kernels::flash_mma {
+
+// The head sizes whose register backward is built: at 128 a warp's operands and gradients would
+// need ~260 registers a thread; the block algorithms' backward takes those (the same state).
+TRIPOD_HD bool register_backward_head_dim(int64_t head_dim) { return head_dim <= 64; }
+
+inline constexpr int kTile = flash::kTile;          // 64 rows a block, queries or keys
+inline constexpr int kTiles8 = kTile / mma::kN;     // a 64-wide product's n-tiles
+constexpr int row_ld(int hd) { return hd + 8; }  // bf16 [64][hd] row-major
+inline constexpr int kColumnLd = kTile + 8;         // bf16 [hd][64] transposed
+
+template <int HD>
+struct KeyGradsShared {  // the query tile: Q and dO both ways, and the rows' lse and delta
+  alignas(16) bf16 q[kTile * row_ld(HD)];
+  alignas(16) bf16 dout[kTile * row_ld(HD)];
+  alignas(16) bf16 q_t[HD * kColumnLd];
+  alignas(16) bf16 dout_t[HD * kColumnLd];
+  float lse[kTile], delta[kTile];
+};
+
+template <int HD>
+struct QueryGradsShared {  // the key tile: K both ways, V row-major
+  alignas(16) bf16 k[kTile * row_ld(HD)];
+  alignas(16) bf16 v[kTile * row_ld(HD)];
+  alignas(16) bf16 k_t[HD * kColumnLd];
+};
+
+// src's rows [0, rows) (row stride src_ld, HD columns) rounded to bf16 into `row_major` [64][HD]
+// and, where not null, `transposed` [HD][64]; zeros past `rows`. Thread `thread`'s share.
+template <int HD>
+TRIPOD_HD void load_tile_both_ways(int thread, bf16* row_major, bf16* transposed, const float* src, int64_t src_ld,
+                                   int rows) {
+  for (int g = thread; g < kTile * HD / 4; g += kThreads) {
+    const int r = g / (HD / 4), d = g % (HD / 4) * 4;
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r < rows) flash::load_four(src + r * src_ld + d, x);
+    flash::store_four(row_major + r * row_ld(HD) + d, x);
+    if (transposed != nullptr)
+      for (int e = 0; e < 4; ++e) transposed[(d + e) * kColumnLd + r] = flash::to_bf16(x[e]);
+  }
+}
+
+// A fragments of 16 rows from row0 of src (row stride src_ld; zeros at rows >= T), rounded to bf16.
+template <int HD, class W>
+TRIPOD_HD void load_row_fragments(const W& w, uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const float* src,
+                                  int64_t src_ld, int64_t row0, int64_t seq_len) {
+  for (int i = 0; i < W::kLanes; ++i) {
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int kk = 0; kk < HD / mma::kK; ++kk)
+      TRIPOD_UNROLL
+      for (int r = 0; r < 4; ++r) {
+        const mma::Place at = mma::a_place(lane, r, 0);
+        float x0 = 0.0f, x1 = 0.0f;
+        if (row0 + at.row < seq_len) {
+          const float* p = src + (row0 + at.row) * src_ld + kk * mma::kK + at.col;
+          x0 = p[0], x1 = p[1];
+        }
+        a[i][kk * 4 + r] = float_pair_to_bf16_word(x0, x1);
+      }
+  }
+}
+
+// c [16 x 64] = a [16 x HD] (A fragments) b^T, b [64][HD] row-major bf16 in shared memory.
+template <int HD, class W>
+TRIPOD_HD void product_with_rows(const W& w, float (&c)[W::kLanes][kTiles8 * 4],
+                                 const uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const bf16* b) {
+  uint32_t frag[W::kLanes][2];
+  for (int i = 0; i < W::kLanes; ++i)
+    TRIPOD_UNROLL
+    for (int x = 0; x < kTiles8 * 4; ++x) c[i][x] = 0.0f;
+  TRIPOD_UNROLL
+  for (int j = 0; j < kTiles8; ++j)
+    TRIPOD_UNROLL
+    for (int kk = 0; kk < HD / mma::kK; ++kk) {
+      for (int i = 0; i < W::kLanes; ++i) {
+        const int lane = w.lane(i);
+        const bf16* row = b + (j * mma::kN + mma::group_of(lane)) * row_ld(HD) + kk * mma::kK + 2 * mma::thread_in_group(lane);
+        frag[i][0] = bf16_pair_at(row);
+        frag[i][1] = bf16_pair_at(row + 8);
+      }
+      w.mma(c, 4 * j, a, 4 * kk, frag);
+    }
+}
+
+// acc [16 x HD] += a [16 x 64] (c's fragments rounded to bf16: values[i][4j ..] of n-tile j)
+// b [64 x HD], b given transposed: bt [HD][64] bf16 in shared memory.
+template <int HD, class W>
+TRIPOD_HD void accumulate_times_columns(const W& w, float (&acc)[W::kLanes][HD / mma::kN * 4],
+                                        const float (&values)[W::kLanes][kTiles8 * 4], const bf16* bt) {
+  uint32_t a[W::kLanes][4], frag[W::kLanes][2];
+  TRIPOD_UNROLL
+  for (int kk = 0; kk < kTile / mma::kK; ++kk) {
+    for (int i = 0; i < W::kLanes; ++i) {
+      const float* lo = values[i] + 4 * (2 * kk);
+      const float* hi = values[i] + 4 * (2 * kk + 1);
+      a[i][0] = float_pair_to_bf16_word(lo[0], lo[1]);
+      a[i][1] = float_pair_to_bf16_word(lo[2], lo[3]);
+      a[i][2] = float_pair_to_bf16_word(hi[0], hi[1]);
+      a[i][3] = float_pair_to_bf16_word(hi[2], hi[3]);
+    }
+    TRIPOD_UNROLL
+    for (int jd = 0; jd < HD / mma::kN; ++jd) {
+      for (int i = 0; i < W::kLanes; ++i) {
+        const int lane = w.lane(i);
+        const bf16* column = bt + (jd * mma::kN + mma::group_of(lane)) * kColumnLd + kk * mma::kK +
+                             2 * mma::thread_in_group(lane);
+        frag[i][0] = bf16_pair_at(column);
+        frag[i][1] = bf16_pair_at(column + 8);
+      }
+      w.mma(acc, 4 * jd, a, 0, frag);
+    }
+  }
+}
+
+// acc's rows [row0, row0 + 16) below T into part `part` of dqkv (0 dq, 1 dk, 2 dv).
+template <int HD, class W>
+TRIPOD_HD void store_rows(const W& w, const float (&acc)[W::kLanes][HD / mma::kN * 4], const flash::Problem& p,
+                          float* dqkv, int64_t bh, int64_t row0, int part) {
+  for (int i = 0; i < W::kLanes; ++i) {
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int x = 0; x < HD / mma::kN * 4; ++x) {
+      const mma::Place at = mma::c_place(lane, x % 4);
+      if (row0 + at.row < p.seq_len) dqkv[p.qkv_index(bh, row0 + at.row, part) + x / 4 * mma::kN + at.col] = acc[i][x];
+    }
+  }
+}
+
+// ---- dK and dV: a warp's 16 keys ----
+
+template <int HD, int L>
+struct KeyWarp {
+  uint32_t k[L][HD / mma::kK * 4], v[L][HD / mma::kK * 4];  // A fragments of its keys' K and V rows
+  float dk[L][HD / mma::kN * 4], dv[L][HD / mma::kN * 4];
+};
+
+template <int HD, class W>
+TRIPOD_HD void key_warp_start(const W& w, KeyWarp<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
+                              int64_t bh, int64_t key0) {
+  load_row_fragments<HD>(w, s.k, qkv + p.qkv_index(bh, 0, 1), 3 * p.channels, key0, p.seq_len);
+  load_row_fragments<HD>(w, s.v, qkv + p.qkv_index(bh, 0, 2), 3 * p.channels, key0, p.seq_len);
+  for (int i = 0; i < W::kLanes; ++i)
+    TRIPOD_UNROLL
+    for (int x = 0; x < HD / mma::kN * 4; ++x) s.dk[i][x] = s.dv[i][x] = 0.0f;
+}
+
+// The block's share of loading query tile qt: Q and dO both ways, the rows' lse and delta.
+template <int HD>
+TRIPOD_HD void load_query_tile(int thread, KeyGradsShared<HD>& sh, const flash::Problem& p, const float* qkv,
+                               const float* dout, const float* lse, const float* delta, int64_t bh, int64_t qt) {
+  const int64_t row0 = qt * kTile;
+  const int rows = p.rows_in_tile(qt);
+  load_tile_both_ways<HD>(thread, sh.q, sh.q_t, qkv + p.qkv_index(bh, row0, 0), 3 * p.channels, rows);
+  load_tile_both_ways<HD>(thread, sh.dout, sh.dout_t, dout + p.token_index(bh, row0), p.channels, rows);
+  if (thread < kTile) {
+    sh.lse[thread] = thread < rows ? lse[bh * p.seq_len + row0 + thread] : 0.0f;
+    sh.delta[thread] = thread < rows ? delta[bh * p.seq_len + row0 + thread] : 0.0f;
+  }
+}
+
+// The warp's keys from key0 against the query tile at query0 in `sh`.
+template <int HD, class W>
+TRIPOD_HD void key_warp_tile(const W& w, KeyWarp<HD, W::kLanes>& s, const KeyGradsShared<HD>& sh,
+                             const flash::Problem& p, int64_t key0, int64_t query0) {
+  constexpr int L = W::kLanes;
+  float st[L][kTiles8 * 4], dpt[L][kTiles8 * 4];  // S^T and dP^T [16 keys x 64 queries]
+  product_with_rows<HD>(w, st, s.k, sh.q);
+  product_with_rows<HD>(w, dpt, s.v, sh.dout);
+  for (int i = 0; i < L; ++i) {  // P^T into st, dS^T into dpt (fp32 here, bf16 in the products)
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int x = 0; x < kTiles8 * 4; ++x) {
+      const mma::Place at = mma::c_place(lane, x % 4);
+      const int c = x / 4 * mma::kN + at.col;  // the query within the tile
+      const int64_t key = key0 + at.row, query = query0 + c;
+      const bool visible = query < p.seq_len && key <= query;
+      const float pr = visible ? std::exp(p.scale * st[i][x] - sh.lse[c]) : 0.0f;
+      st[i][x] = pr;
+      dpt[i][x] = bf16_bits_to_float(float_to_bf16_bits(visible ? pr * (dpt[i][x] - sh.delta[c]) * p.scale : 0.0f));
+    }
+  }
+  accumulate_times_columns<HD>(w, s.dv, st, sh.dout_t);
+  accumulate_times_columns<HD>(w, s.dk, dpt, sh.q_t);
+}
+
+// ---- dQ: a warp's 16 queries ----
+
+template <int HD, int L>
+struct QueryWarp {
+  uint32_t q[L][HD / mma::kK * 4], dout[L][HD / mma::kK * 4];  // A fragments of its rows of Q and dO
+  float lse[L][2], delta[L][2];                                // rows g and g + 8
+  float dq[L][HD / mma::kN * 4];
+};
+
+template <int HD, class W>
+TRIPOD_HD void query_warp_start(const W& w, QueryWarp<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
+                                const float* dout, const float* lse, const float* delta, int64_t bh, int64_t row0) {
+  load_row_fragments<HD>(w, s.q, qkv + p.qkv_index(bh, 0, 0), 3 * p.channels, row0, p.seq_len);
+  load_row_fragments<HD>(w, s.dout, dout + p.token_index(bh, 0), p.channels, row0, p.seq_len);
+  for (int i = 0; i < W::kLanes; ++i) {
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + mma::group_of(lane) + 8 * h;
+      s.lse[i][h] = row < p.seq_len ? lse[bh * p.seq_len + row] : 0.0f;
+      s.delta[i][h] = row < p.seq_len ? delta[bh * p.seq_len + row] : 0.0f;
+    }
+    TRIPOD_UNROLL
+    for (int x = 0; x < HD / mma::kN * 4; ++x) s.dq[i][x] = 0.0f;
+  }
+}
+
+// The block's share of loading key tile kt: K both ways, V row-major.
+template <int HD>
+TRIPOD_HD void load_key_tile(int thread, QueryGradsShared<HD>& sh, const flash::Problem& p, const float* qkv,
+                             int64_t bh, int64_t kt) {
+  const int64_t key0 = kt * kTile;
+  const int rows = p.rows_in_tile(kt);
+  load_tile_both_ways<HD>(thread, sh.k, sh.k_t, qkv + p.qkv_index(bh, key0, 1), 3 * p.channels, rows);
+  load_tile_both_ways<HD>(thread, sh.v, nullptr, qkv + p.qkv_index(bh, key0, 2), 3 * p.channels, rows);
+}
+
+// The warp's queries from row0 against the key tile at key0 in `sh`.
+template <int HD, class W>
+TRIPOD_HD void query_warp_tile(const W& w, QueryWarp<HD, W::kLanes>& s, const QueryGradsShared<HD>& sh,
+                               const flash::Problem& p, int64_t row0, int64_t key0) {
+  constexpr int L = W::kLanes;
+  float sc[L][kTiles8 * 4], dp[L][kTiles8 * 4];  // S and dP [16 queries x 64 keys]
+  product_with_rows<HD>(w, sc, s.q, sh.k);
+  product_with_rows<HD>(w, dp, s.dout, sh.v);
+  for (int i = 0; i < L; ++i) {  // dS into dp
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int x = 0; x < kTiles8 * 4; ++x) {
+      const mma::Place at = mma::c_place(lane, x % 4);
+      const int h = x % 4 / 2;
+      const int64_t row = row0 + at.row, key = key0 + x / 4 * mma::kN + at.col;
+      const bool visible = row < p.seq_len && key <= row;
+      const float pr = visible ? std::exp(p.scale * sc[i][x] - s.lse[i][h]) : 0.0f;
+      dp[i][x] = bf16_bits_to_float(float_to_bf16_bits(visible ? pr * (dp[i][x] - s.delta[i][h]) * p.scale : 0.0f));
+    }
+  }
+  accumulate_times_columns<HD>(w, s.dq, dp, sh.k_t);
+}
+
+}  // namespace tripod::kernels::flash_mma
