@@ -151,9 +151,9 @@ Forward run_warps(const Shape& s, const std::vector<float>& qkv) {
       fm::start_rows<HD>(w, warps[warp], p, qkv.data(), at.pair, row0 + warp * fm::kRowsPerWarp);
     for (int64_t kt = 0; kt <= at.tile; ++kt) {
       for (int thread = 0; thread < fm::kThreads; ++thread)
-        fm::load_key_tile<HD>(thread, *shared, p, qkv.data(), at.pair, kt * fm::kKeyTile, p.rows_in_tile(kt));
+        fm::load_key_tile<HD>(thread, *shared, p, qkv.data(), at.pair, kt * flash::kTile, p.rows_in_tile(kt));
       for (int warp = 0; warp < fm::kWarps; ++warp)
-        fm::forward_tile<HD>(w, warps[warp], *shared, p, row0 + warp * fm::kRowsPerWarp, kt * fm::kKeyTile);
+        fm::forward_tile<HD>(w, warps[warp], *shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
     }
     for (int warp = 0; warp < fm::kWarps; ++warp)
       fm::finish_rows<HD>(w, warps[warp], p, r.out.data(), r.state.data() + p.pairs() * s.seq_len, r.state.data(),

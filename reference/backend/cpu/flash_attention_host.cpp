@@ -79,9 +79,9 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
         fm::start_rows<HD>(w, b.warps[warp], p, qkv, at.pair, row0 + warp * fm::kRowsPerWarp);
       for (int64_t kt = 0; kt <= at.tile; ++kt) {  // the device's two barriers bracket the load
         for (int thread = 0; thread < fm::kThreads; ++thread)
-          fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt * fm::kKeyTile, p.rows_in_tile(kt));
+          fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt * flash::kTile, p.rows_in_tile(kt));
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::forward_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * fm::kKeyTile);
+          fm::forward_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
       }
       for (int warp = 0; warp < fm::kWarps; ++warp)
         fm::finish_rows<HD>(w, b.warps[warp], p, out, kept_out, lse, at.pair, row0 + warp * fm::kRowsPerWarp);

@@ -25,7 +25,7 @@
 
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/flash_attention_backward.h"
-#include "backend/kernels/flash_forward_warp.h"
+#include "backend/kernels/flash_warp_tiles.h"
 #include "backend/kernels/host_device.h"
 #include "backend/kernels/mma_fragments.h"
 
@@ -34,11 +34,6 @@ namespace tripod::kernels::flash_mma {
 // The head sizes whose register backward is built: at 128 a warp's operands and gradients would
 // need ~260 registers a thread; the block algorithms' backward takes those (the same state).
 TRIPOD_HD bool register_backward_head_dim(int64_t head_dim) { return head_dim <= 64; }
-
-inline constexpr int kTile = flash::kTile;          // 64 rows a block, queries or keys
-inline constexpr int kTiles8 = kTile / mma::kN;     // a 64-wide product's n-tiles
-constexpr int row_ld(int hd) { return hd + 8; }  // bf16 [64][hd] row-major
-inline constexpr int kColumnLd = kTile + 8;         // bf16 [hd][64] transposed
 
 template <int HD>
 struct KeyGradsShared {  // the query tile: Q and dO both ways, and the rows' lse and delta
@@ -55,94 +50,6 @@ struct QueryGradsShared {  // the key tile: K both ways, V row-major
   alignas(16) bf16 v[kTile * row_ld(HD)];
   alignas(16) bf16 k_t[HD * kColumnLd];
 };
-
-// src's rows [0, rows) (row stride src_ld, HD columns) rounded to bf16 into `row_major` [64][HD]
-// and, where not null, `transposed` [HD][64]; zeros past `rows`. Thread `thread`'s share.
-template <int HD>
-TRIPOD_HD void load_tile_both_ways(int thread, bf16* row_major, bf16* transposed, const float* src, int64_t src_ld,
-                                   int rows) {
-  for (int g = thread; g < kTile * HD / 4; g += kThreads) {
-    const int r = g / (HD / 4), d = g % (HD / 4) * 4;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < rows) flash::load_four(src + r * src_ld + d, x);
-    flash::store_four(row_major + r * row_ld(HD) + d, x);
-    if (transposed != nullptr)
-      for (int e = 0; e < 4; ++e) transposed[(d + e) * kColumnLd + r] = flash::to_bf16(x[e]);
-  }
-}
-
-// A fragments of 16 rows from row0 of src (row stride src_ld; zeros at rows >= T), rounded to bf16.
-template <int HD, class W>
-TRIPOD_HD void load_row_fragments(const W& w, uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const float* src,
-                                  int64_t src_ld, int64_t row0, int64_t seq_len) {
-  for (int i = 0; i < W::kLanes; ++i) {
-    const int lane = w.lane(i);
-    TRIPOD_UNROLL
-    for (int kk = 0; kk < HD / mma::kK; ++kk)
-      TRIPOD_UNROLL
-      for (int r = 0; r < 4; ++r) {
-        const mma::Place at = mma::a_place(lane, r, 0);
-        float x0 = 0.0f, x1 = 0.0f;
-        if (row0 + at.row < seq_len) {
-          const float* p = src + (row0 + at.row) * src_ld + kk * mma::kK + at.col;
-          x0 = p[0], x1 = p[1];
-        }
-        a[i][kk * 4 + r] = float_pair_to_bf16_word(x0, x1);
-      }
-  }
-}
-
-// c [16 x 64] = a [16 x HD] (A fragments) b^T, b [64][HD] row-major bf16 in shared memory.
-template <int HD, class W>
-TRIPOD_HD void product_with_rows(const W& w, float (&c)[W::kLanes][kTiles8 * 4],
-                                 const uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const bf16* b) {
-  uint32_t frag[W::kLanes][2];
-  for (int i = 0; i < W::kLanes; ++i)
-    TRIPOD_UNROLL
-    for (int x = 0; x < kTiles8 * 4; ++x) c[i][x] = 0.0f;
-  TRIPOD_UNROLL
-  for (int j = 0; j < kTiles8; ++j)
-    TRIPOD_UNROLL
-    for (int kk = 0; kk < HD / mma::kK; ++kk) {
-      for (int i = 0; i < W::kLanes; ++i) {
-        const int lane = w.lane(i);
-        const bf16* row = b + (j * mma::kN + mma::group_of(lane)) * row_ld(HD) + kk * mma::kK + 2 * mma::thread_in_group(lane);
-        frag[i][0] = bf16_pair_at(row);
-        frag[i][1] = bf16_pair_at(row + 8);
-      }
-      w.mma(c, 4 * j, a, 4 * kk, frag);
-    }
-}
-
-// acc [16 x HD] += a [16 x 64] (c's fragments rounded to bf16: values[i][4j ..] of n-tile j)
-// b [64 x HD], b given transposed: bt [HD][64] bf16 in shared memory.
-template <int HD, class W>
-TRIPOD_HD void accumulate_times_columns(const W& w, float (&acc)[W::kLanes][HD / mma::kN * 4],
-                                        const float (&values)[W::kLanes][kTiles8 * 4], const bf16* bt) {
-  uint32_t a[W::kLanes][4], frag[W::kLanes][2];
-  TRIPOD_UNROLL
-  for (int kk = 0; kk < kTile / mma::kK; ++kk) {
-    for (int i = 0; i < W::kLanes; ++i) {
-      const float* lo = values[i] + 4 * (2 * kk);
-      const float* hi = values[i] + 4 * (2 * kk + 1);
-      a[i][0] = float_pair_to_bf16_word(lo[0], lo[1]);
-      a[i][1] = float_pair_to_bf16_word(lo[2], lo[3]);
-      a[i][2] = float_pair_to_bf16_word(hi[0], hi[1]);
-      a[i][3] = float_pair_to_bf16_word(hi[2], hi[3]);
-    }
-    TRIPOD_UNROLL
-    for (int jd = 0; jd < HD / mma::kN; ++jd) {
-      for (int i = 0; i < W::kLanes; ++i) {
-        const int lane = w.lane(i);
-        const bf16* column = bt + (jd * mma::kN + mma::group_of(lane)) * kColumnLd + kk * mma::kK +
-                             2 * mma::thread_in_group(lane);
-        frag[i][0] = bf16_pair_at(column);
-        frag[i][1] = bf16_pair_at(column + 8);
-      }
-      w.mma(acc, 4 * jd, a, 0, frag);
-    }
-  }
-}
 
 // acc's rows [row0, row0 + 16) below T into part `part` of dqkv (0 dq, 1 dk, 2 dv).
 template <int HD, class W>
@@ -182,8 +89,8 @@ TRIPOD_HD void load_query_tile(int thread, KeyGradsShared<HD>& sh, const flash::
                                const float* dout, const float* lse, const float* delta, int64_t bh, int64_t qt) {
   const int64_t row0 = qt * kTile;
   const int rows = p.rows_in_tile(qt);
-  load_tile_both_ways<HD>(thread, sh.q, sh.q_t, qkv + p.qkv_index(bh, row0, 0), 3 * p.channels, rows);
-  load_tile_both_ways<HD>(thread, sh.dout, sh.dout_t, dout + p.token_index(bh, row0), p.channels, rows);
+  load_tile<HD>(thread, sh.q, sh.q_t, qkv + p.qkv_index(bh, row0, 0), 3 * p.channels, rows);
+  load_tile<HD>(thread, sh.dout, sh.dout_t, dout + p.token_index(bh, row0), p.channels, rows);
   if (thread < kTile) {
     sh.lse[thread] = thread < rows ? lse[bh * p.seq_len + row0 + thread] : 0.0f;
     sh.delta[thread] = thread < rows ? delta[bh * p.seq_len + row0 + thread] : 0.0f;
@@ -248,8 +155,8 @@ TRIPOD_HD void load_key_tile(int thread, QueryGradsShared<HD>& sh, const flash::
                              int64_t bh, int64_t kt) {
   const int64_t key0 = kt * kTile;
   const int rows = p.rows_in_tile(kt);
-  load_tile_both_ways<HD>(thread, sh.k, sh.k_t, qkv + p.qkv_index(bh, key0, 1), 3 * p.channels, rows);
-  load_tile_both_ways<HD>(thread, sh.v, nullptr, qkv + p.qkv_index(bh, key0, 2), 3 * p.channels, rows);
+  load_tile<HD>(thread, sh.k, sh.k_t, qkv + p.qkv_index(bh, key0, 1), 3 * p.channels, rows);
+  load_tile<HD>(thread, sh.v, nullptr, qkv + p.qkv_index(bh, key0, 2), 3 * p.channels, rows);
 }
 
 // The warp's queries from row0 against the key tile at key0 in `sh`.

@@ -30,25 +30,17 @@
 
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/flash_attention_block.h"
+#include "backend/kernels/flash_warp_tiles.h"
 #include "backend/kernels/host_device.h"
 #include "backend/kernels/mma_fragments.h"
 
 namespace tripod::kernels::flash_mma {
 
-inline constexpr int kRowsPerWarp = mma::kM;  // 16
-inline constexpr int kWarps = flash::kTile / kRowsPerWarp;  // 4: a block takes forward_block's 64-row tile
-inline constexpr int kThreads = mma::kWarpLanes * kWarps;
-inline constexpr int kKeyTile = 64;
-inline constexpr int kKeyTiles8 = kKeyTile / mma::kN;  // the score fragments' n-tiles a key tile
-
-// Shared memory: the key tile row-major, the value tile transposed; rows padded by 8 bf16 so that
-// the 8 groups of a warp's fragment loads (one 32-bit word each) fall in 32 different banks.
+// Shared memory: the key tile row-major, the value tile transposed.
 template <int HD>
 struct Shared {
-  static constexpr int kKeyLd = HD + 8;          // bf16 k [kKeyTile][HD]
-  static constexpr int kValueLd = kKeyTile + 8;  // bf16 vt [HD][kKeyTile]
-  alignas(16) bf16 k[kKeyTile * kKeyLd];
-  alignas(16) bf16 vt[HD * kValueLd];
+  alignas(16) bf16 k[kTile * row_ld(HD)];
+  alignas(16) bf16 vt[HD * kColumnLd];
 };
 
 // One warp's registers across the key tiles, [lane][...] (L lanes: 1 on the device, 32 on the host).
@@ -60,34 +52,13 @@ struct WarpState {
   float row_sum[L][2];              // this lane's share of those rows' sums of probabilities
 };
 
-TRIPOD_HD uint32_t bf16_pair_at(const bf16* p) {  // p[0] low, p[1] high: one 32-bit load on the device
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  return static_cast<uint32_t>(p[0].bits) | (static_cast<uint32_t>(p[1].bits) << 16);
-#endif
-}
-
 // The warp's 16 query rows from row0 (rows past T zeros) as A fragments rounded to bf16, and its
 // running state emptied.
 template <int HD, class W>
 TRIPOD_HD void start_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
                           int64_t bh, int64_t row0) {
+  load_row_fragments<HD>(w, s.q, qkv + p.qkv_index(bh, 0, 0), 3 * p.channels, row0, p.seq_len);
   for (int i = 0; i < W::kLanes; ++i) {
-    const int lane = w.lane(i);
-    TRIPOD_UNROLL
-    for (int kk = 0; kk < HD / mma::kK; ++kk)
-      TRIPOD_UNROLL
-      for (int r = 0; r < 4; ++r) {
-        const mma::Place at = mma::a_place(lane, r, 0);
-        const int64_t row = row0 + at.row;
-        float x0 = 0.0f, x1 = 0.0f;
-        if (row < p.seq_len) {
-          const float* src = qkv + p.qkv_index(bh, row, 0) + kk * mma::kK + at.col;
-          x0 = src[0], x1 = src[1];
-        }
-        s.q[i][kk * 4 + r] = float_pair_to_bf16_word(x0, x1);
-      }
     TRIPOD_UNROLL
     for (int x = 0; x < HD / mma::kN * 4; ++x) s.o[i][x] = 0.0f;
     s.row_max[i][0] = s.row_max[i][1] = -INFINITY;
@@ -96,21 +67,12 @@ TRIPOD_HD void start_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::
 }
 
 // Thread `thread`'s share of loading the key tile at key0 (`rows` of them; zeros past): k as it is,
-// v transposed, both rounded to bf16. Four consecutive floats a thread at a time.
+// v transposed, both rounded to bf16.
 template <int HD>
 TRIPOD_HD void load_key_tile(int thread, Shared<HD>& sh, const flash::Problem& p, const float* qkv, int64_t bh,
                              int64_t key0, int rows) {
-  static_assert(HD % 4 == 0, "rows are loaded in groups of four");
-  for (int g = thread; g < kKeyTile * HD / 4; g += kThreads) {
-    const int r = g / (HD / 4), d = g % (HD / 4) * 4;
-    float k4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, v4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < rows) {
-      flash::load_four(qkv + p.qkv_index(bh, key0 + r, 1) + d, k4);
-      flash::load_four(qkv + p.qkv_index(bh, key0 + r, 2) + d, v4);
-    }
-    flash::store_four(sh.k + r * Shared<HD>::kKeyLd + d, k4);
-    for (int e = 0; e < 4; ++e) sh.vt[(d + e) * Shared<HD>::kValueLd + r] = flash::to_bf16(v4[e]);
-  }
+  load_tile<HD>(thread, sh.k, nullptr, qkv + p.qkv_index(bh, key0, 1), 3 * p.channels, rows);
+  load_tile<HD>(thread, nullptr, sh.vt, qkv + p.qkv_index(bh, key0, 2), 3 * p.channels, rows);
 }
 
 // The warp's rows from row0 against the key tile at key0 in `sh` (the online softmax step above).
@@ -118,31 +80,15 @@ template <int HD, class W>
 TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Shared<HD>& sh, const flash::Problem& p,
                             int64_t row0, int64_t key0) {
   constexpr int L = W::kLanes;
-  float sc[L][kKeyTiles8 * 4];  // S, then the probabilities: n-tile j's 4 values at 4j
-  uint32_t b[L][2];
-  for (int i = 0; i < L; ++i)
-    TRIPOD_UNROLL
-    for (int x = 0; x < kKeyTiles8 * 4; ++x) sc[i][x] = 0.0f;
-  TRIPOD_UNROLL
-  for (int j = 0; j < kKeyTiles8; ++j)
-    TRIPOD_UNROLL
-    for (int kk = 0; kk < HD / mma::kK; ++kk) {
-      for (int i = 0; i < L; ++i) {  // B [k = d][n = key] = K [key][d]: a key row's consecutive pair
-        const int lane = w.lane(i);
-        const bf16* key = sh.k + (j * mma::kN + mma::group_of(lane)) * Shared<HD>::kKeyLd + kk * mma::kK +
-                          2 * mma::thread_in_group(lane);
-        b[i][0] = bf16_pair_at(key);
-        b[i][1] = bf16_pair_at(key + 8);
-      }
-      w.mma(sc, 4 * j, s.q, 4 * kk, b);
-    }
+  float sc[L][kTiles8 * 4];  // S, then the probabilities: n-tile j's 4 values at 4j
+  product_with_rows<HD>(w, sc, s.q, sh.k);
   // Scaled and masked scores; each row's max over this lane's columns, then over its four lanes.
   float tile_max[L][2];
   for (int i = 0; i < L; ++i) {
     const int lane = w.lane(i);
     tile_max[i][0] = tile_max[i][1] = -INFINITY;
     TRIPOD_UNROLL
-    for (int x = 0; x < kKeyTiles8 * 4; ++x) {
+    for (int x = 0; x < kTiles8 * 4; ++x) {
       const mma::Place at = mma::c_place(lane, x % 4);
       const int64_t row = row0 + at.row, key = key0 + x / 4 * mma::kN + at.col;
       const float v = key <= row && key < p.seq_len ? p.scale * sc[i][x] : -INFINITY;
@@ -165,7 +111,7 @@ TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Share
     TRIPOD_UNROLL
     for (int x = 0; x < HD / mma::kN * 4; ++x) s.o[i][x] *= rescale[x % 4 / 2];
     TRIPOD_UNROLL
-    for (int x = 0; x < kKeyTiles8 * 4; ++x) {
+    for (int x = 0; x < kTiles8 * 4; ++x) {
       const int h = x % 4 / 2;
       const float e = sc[i][x] == -INFINITY ? 0.0f : std::exp(sc[i][x] - new_max[h]);
       sc[i][x] = e;
@@ -173,29 +119,7 @@ TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Share
     }
   }
   // O += bf16(P) V, 16 keys at a time: score n-tiles 2kk and 2kk + 1 are the A fragment as they lie.
-  uint32_t a[L][4];
-  TRIPOD_UNROLL
-  for (int kk = 0; kk < kKeyTile / mma::kK; ++kk) {
-    for (int i = 0; i < L; ++i) {
-      const float* lo = sc[i] + 4 * (2 * kk);  // keys 16kk + 2t, +1 (rows g; g + 8)
-      const float* hi = sc[i] + 4 * (2 * kk + 1);  // keys 16kk + 8 + 2t, +1
-      a[i][0] = float_pair_to_bf16_word(lo[0], lo[1]);
-      a[i][1] = float_pair_to_bf16_word(lo[2], lo[3]);
-      a[i][2] = float_pair_to_bf16_word(hi[0], hi[1]);
-      a[i][3] = float_pair_to_bf16_word(hi[2], hi[3]);
-    }
-    TRIPOD_UNROLL
-    for (int jd = 0; jd < HD / mma::kN; ++jd) {
-      for (int i = 0; i < L; ++i) {  // B [k = key][n = d] = vt [d][key]: a value column's consecutive pair
-        const int lane = w.lane(i);
-        const bf16* value = sh.vt + (jd * mma::kN + mma::group_of(lane)) * Shared<HD>::kValueLd + kk * mma::kK +
-                            2 * mma::thread_in_group(lane);
-        b[i][0] = bf16_pair_at(value);
-        b[i][1] = bf16_pair_at(value + 8);
-      }
-      w.mma(s.o, 4 * jd, a, 0, b);
-    }
-  }
+  accumulate_times_columns<HD>(w, s.o, sc, sh.vt);
 }
 
 // out's rows (and out_copy's, where not null) = O / l, and the rows' logsumexp, for the rows < T.

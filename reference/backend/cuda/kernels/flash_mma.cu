@@ -90,10 +90,10 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
   fm::start_rows<HD>(w, state, p, qkv, at.pair, row0);
   for (int64_t kt = 0; kt <= at.tile; ++kt) {
     __syncthreads();  // every warp is done with the tile before
-    fm::load_key_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, at.pair, kt * fm::kKeyTile,
+    fm::load_key_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, at.pair, kt * flash::kTile,
                           p.rows_in_tile(kt));
     __syncthreads();
-    fm::forward_tile<HD>(w, state, shared, p, row0, kt * fm::kKeyTile);
+    fm::forward_tile<HD>(w, state, shared, p, row0, kt * flash::kTile);
   }
   fm::finish_rows<HD>(w, state, p, out, kept_out, lse, at.pair, row0);
 }
