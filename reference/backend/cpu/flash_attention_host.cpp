@@ -4,6 +4,7 @@
 // CUDA flash attention computes, up to the order of its tile products' sums, and through the
 // state it keeps (the rows' logsumexp, then a copy of out). The kernels' launchers in
 // backend/cuda/kernels/flash_attention.cu do the same with the device executor.
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -21,12 +22,14 @@ namespace {
 namespace flash = kernels::flash;
 
 // run(shared, block) for every block of the grid, in parallel, each OpenMP thread with its own
-// Shared (as each device block has its own shared memory).
+// Shared (as each device block has its own shared memory), NaN bytes to begin with (the device's
+// is whatever it held): a block that read what it never wrote would show as NaN.
 template <class Shared, class Run>
 void for_each_block(int64_t blocks, const Run& run) {
 #pragma omp parallel
   {
     auto shared = std::make_unique<Shared>();
+    std::memset(static_cast<void*>(shared.get()), 0xFF, sizeof(Shared));
 #pragma omp for schedule(dynamic)
     for (int64_t block = 0; block < blocks; ++block) run(*shared, block);
   }
