@@ -109,7 +109,8 @@ TEST(MmaFragments, TheHostProductIsAPlainMatrixProduct) {
 TEST(MmaFragments, QuadReductionsTakeTheDevicesButterflyOrder) {
   using Warp = cpu::FlashHostWarp;
   float x[Warp::kLanes][2];
-  for (int lane = 0; lane < Warp::kLanes; ++lane) x[lane][0] = x[lane][1] = 1.0f + 1e-7f * static_cast<float>(lane * lane);
+  for (int lane = 0; lane < Warp::kLanes; ++lane)
+    x[lane][0] = x[lane][1] = 1.0f + 1e-7f * static_cast<float>(lane * lane);
   Warp{}.quad_sum(x, 1);
   Warp{}.quad_max(x, 0);
   for (int lane = 0; lane < Warp::kLanes; ++lane) {

@@ -41,7 +41,8 @@ std::vector<float> deltas(const flash::Problem& p, const float* dout, const floa
   std::vector<float> delta(static_cast<std::size_t>(p.pairs() * p.seq_len));
   const auto rows = static_cast<int64_t>(delta.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < rows; ++row) delta[static_cast<std::size_t>(row)] = flash::delta_of_row(p, dout, kept_out, row);
+  for (int64_t row = 0; row < rows; ++row)
+    delta[static_cast<std::size_t>(row)] = flash::delta_of_row(p, dout, kept_out, row);
   return delta;
 }
 

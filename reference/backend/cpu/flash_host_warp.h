@@ -19,7 +19,8 @@ struct FlashHostWarp {
   // D = A B + C for one m16n8k16 product: C/D the 4 floats at c0 of every lane's c, A the 4
   // registers at a0 of every lane's a, B every lane's 2 registers.
   template <int NC, int NA>
-  void mma(float (&c)[kLanes][NC], int c0, const uint32_t (&a)[kLanes][NA], int a0, const uint32_t (&b)[kLanes][2]) const {
+  void mma(float (&c)[kLanes][NC], int c0, const uint32_t (&a)[kLanes][NA], int a0,
+           const uint32_t (&b)[kLanes][2]) const {
     namespace mma = kernels::mma;
     float am[mma::kM][mma::kK], bm[mma::kK][mma::kN];
     for (int lane = 0; lane < kLanes; ++lane) {

@@ -36,8 +36,7 @@ TRIPOD_HD uint32_t bf16_pair_at(const bf16* p) {  // p[0] low, p[1] high: one 32
 // and `transposed` [HD][64], each where not null; zeros past `rows`. Thread `thread`'s share of
 // the block's kThreads, four consecutive floats at a time (one 16-byte load on the device).
 template <int HD>
-TRIPOD_HD void load_tile(int thread, bf16* row_major, bf16* transposed, const float* src, int64_t src_ld,
-                                   int rows) {
+TRIPOD_HD void load_tile(int thread, bf16* row_major, bf16* transposed, const float* src, int64_t src_ld, int rows) {
   for (int g = thread; g < kTile * HD / 4; g += kThreads) {
     const int r = g / (HD / 4), d = g % (HD / 4) * 4;
     float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -83,7 +82,8 @@ TRIPOD_HD void product_with_rows(const W& w, float (&c)[W::kLanes][kTiles8 * 4],
     for (int kk = 0; kk < HD / mma::kK; ++kk) {
       for (int i = 0; i < W::kLanes; ++i) {
         const int lane = w.lane(i);
-        const bf16* row = b + (j * mma::kN + mma::group_of(lane)) * row_ld(HD) + kk * mma::kK + 2 * mma::thread_in_group(lane);
+        const bf16* row =
+            b + (j * mma::kN + mma::group_of(lane)) * row_ld(HD) + kk * mma::kK + 2 * mma::thread_in_group(lane);
         frag[i][0] = bf16_pair_at(row);
         frag[i][1] = bf16_pair_at(row + 8);
       }
