@@ -44,7 +44,8 @@ const std::vector<FaultInfo>& catalogue() {
        "weights become their bf16 rounding"},
       {Fault::UnwaitedParamGather, "unwaited-param-gather",
        "ZeRO-1/2 with overlapped parameter gathers (-opg): the forward reads a bucket's parameters without "
-       "waiting for its all-gather (the step waits for them all before it writes)"},
+       "waiting for its all-gather, which lands only when waited for (the step waits for them all before it "
+       "writes)"},
       {Fault::PipelineSlotMixup, "pipeline-slot-mixup",
        "a pipeline stage's backward reads the activations of another micro-batch in flight (stages before the loss)"},
       {Fault::HangOneRank, "hang-one-rank",

@@ -10,7 +10,7 @@ namespace tripod {
 
 UpdatedParamGather::UpdatedParamGather(const ShardLayout& layout, const Tensor& full_params, Communicator& dp,
                                        Backend& backend, TransientMemory& memory, bool bf16_operand_gathers,
-                                       bool overlapped, bool round_own_slices)
+                                       bool overlapped, bool round_own_slices, bool land_when_waited)
     : layout_(layout), full_params_(full_params), backend_(backend), memory_(memory),
       round_own_slices_(round_own_slices), rank_(dp.rank()), buckets_(layout.buckets().size()) {
   TRIPOD_CHECK(!bf16_operand_gathers || full_params.dtype() == DType::F32,
@@ -25,7 +25,11 @@ UpdatedParamGather::UpdatedParamGather(const ShardLayout& layout, const Tensor& 
     const Tensor own = full.view(rank_ * slice, {slice});
     ++in_flight_;
     if (!plan.rounded) {
-      buckets_[b].in_place = dp.all_gather_async(own, full);
+      if (land_when_waited) {
+        buckets_[b].landing = backend.alloc_for_overwrite({bucket.size}, full_params.dtype());
+        memory_.add(static_cast<std::ptrdiff_t>(buckets_[b].landing.bytes()));
+      }
+      buckets_[b].in_place = dp.all_gather_async(own, land_when_waited ? buckets_[b].landing : full);
       received_ += bucket.size * master_bytes;
       continue;
     }
@@ -43,8 +47,10 @@ UpdatedParamGather::UpdatedParamGather(const ShardLayout& layout, const Tensor& 
 }
 
 UpdatedParamGather::~UpdatedParamGather() {
-  for (InFlight& f : buckets_)
+  for (InFlight& f : buckets_) {
     if (f.rounded) memory_.add(-static_cast<std::ptrdiff_t>(f.rounded->bytes()));
+    if (f.landing.defined()) memory_.add(-static_cast<std::ptrdiff_t>(f.landing.bytes()));
+  }
   // Unwinding from an error, a wait could hang (the peer may itself wait for this rank): the
   // requests' own destructors then leave the operations to the communicator (see MpiRequest).
   if (std::uncaught_exceptions() > 0) return;
@@ -67,14 +73,19 @@ void UpdatedParamGather::wait_all() {
 // every slice but this rank's, over [exact, end).
 void UpdatedParamGather::finish(std::size_t b) {
   InFlight& f = buckets_[b];
+  const Bucket& bucket = layout_.buckets()[b];
   if (f.in_place) {
     f.in_place->wait();
     f.in_place.reset();
+    if (f.landing.defined()) {  // the fault's: the gathered bucket lands only now
+      backend_.copy(f.landing, full_params_.view(bucket.start, {bucket.size}));
+      memory_.add(-static_cast<std::ptrdiff_t>(f.landing.bytes()));
+      f.landing = Tensor();
+    }
     --in_flight_;
   }
   if (!f.rounded) return;
   f.rounded->wait();
-  const Bucket& bucket = layout_.buckets()[b];
   const int64_t slice = bucket.size / layout_.dp();
   // (the fault: an empty own slice, so the widening overwrites the master with its rounding)
   const int64_t own_begin = round_own_slices_ ? 0 : rank_ * slice, own_end = round_own_slices_ ? 0 : own_begin + slice;

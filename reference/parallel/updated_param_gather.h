@@ -28,7 +28,10 @@ namespace tripod {
 // Gathers every bucket of `full_params` (fp32 [layout.total()]) from its ranks' slices, in place, as
 // planned. Collective over `dp`: every rank starts the buckets' collectives in bucket order at
 // construction; it may wait for them in any order. `round_own_slices`: the rounded-masters fault
-// (parallel/fault_plan.h), never otherwise.
+// (parallel/fault_plan.h), never otherwise. `land_when_waited`: the unwaited-param-gather fault's,
+// never otherwise: an fp32 bucket is gathered into a buffer of its own and copied into place when
+// it is waited for, so that a read before the wait sees the old values whatever the communicator's
+// progress (in place, a gather that happened to complete early hid the missing wait).
 //
 // Blocking (overlapped = false): at most two rounded buckets' bf16 buffers exist at once (the next
 // travels while one is widened), and the constructor returns with every bucket in place.
@@ -40,7 +43,7 @@ class UpdatedParamGather {
  public:
   UpdatedParamGather(const ShardLayout& layout, const Tensor& full_params, Communicator& dp, Backend& backend,
                      TransientMemory& memory, bool bf16_operand_gathers, bool overlapped,
-                     bool round_own_slices = false);
+                     bool round_own_slices = false, bool land_when_waited = false);
   ~UpdatedParamGather();  // waits for what is still in flight (collectives started must complete)
   UpdatedParamGather(const UpdatedParamGather&) = delete;
   UpdatedParamGather& operator=(const UpdatedParamGather&) = delete;
@@ -55,6 +58,7 @@ class UpdatedParamGather {
  private:
   struct InFlight {
     std::unique_ptr<CommRequest> in_place;  // an fp32 bucket, gathered in place
+    Tensor landing;                         // or, under land_when_waited, here until waited for
     std::unique_ptr<RoundedGather> rounded;   // a rounded one, widened into place when it arrives
   };
   void finish(std::size_t bucket);

@@ -71,7 +71,8 @@ void ZeroEngine::optimizer_step(double lr, int64_t step, double grad_scale) {
   timed(Traffic::Gathers, [&] {
     updated_gather_ =
         std::make_unique<UpdatedParamGather>(layout_, buffers_.full_params, dp_, backend_, transient_,
-                                             bf16_operand_gathers_, overlap_param_gather_, faults_.has(Fault::RoundedMasters));
+                                             bf16_operand_gathers_, overlap_param_gather_, faults_.has(Fault::RoundedMasters),
+                                             faults_.has(Fault::UnwaitedParamGather));
   });
   updated_gathered_bytes_ += updated_gather_->received_bytes();
   if (updated_gather_->done()) updated_gather_.reset();

@@ -154,5 +154,48 @@ TEST(UpdatedParamGather, AnOverlappedGatherNeverWaitedForCompletesOnDestruction)
                 static_cast<double>(static_cast<float>(exact_value(bucket.start + at))));
 }
 
+// The unwaited-param-gather fault's form (parallel/fault_plan.h): an fp32 bucket lands only when it
+// is waited for, whatever the communicator's progress, so that a forward that skips the wait reads
+// the old values every time. In place, a gather that completed early (Open MPI's on two ranks,
+// where the peer's message may already be there when the gather starts) hid the missing wait: the
+// fault then went uncaught in one CI run of test_conform_faults.py (2026-12-06).
+TEST(UpdatedParamGather, TheFaultsGatherLandsOnlyWhenWaitedFor) {
+  auto world = testing::test_world();
+  if (world->size() < 2) GTEST_SKIP() << "a gather of one rank's slices changes nothing";
+  const std::vector<ParamSpec> s = specs();
+  const ShardLayout layout(s, {0, 1, 1, 2, 2}, world->size(), 1, false, {}, 0, gemm_operand_only_flags(s));
+  Backend& be = testing::shared_test_backend();
+  std::vector<double> host(static_cast<std::size_t>(layout.total()), -1.0);  // the others' slices: old values
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const int64_t first = layout.slice_start(static_cast<int>(b), world->rank());
+    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
+      host[static_cast<std::size_t>(i)] = exact_value(i);
+  }
+  Tensor full = be.alloc({layout.total()}, DType::F32);
+  from_host_f64(be, host, full);
+  TransientMemory memory;
+  UpdatedParamGather gathers(layout, full, *world, be, memory, /*bf16=*/false, /*overlapped=*/true,
+                             /*round_own_slices=*/false, /*land_when_waited=*/true);
+  EXPECT_GT(memory.current, 0u);  // the landing buffers are counted while they exist
+  world->barrier();           // every rank's gathers started: on MPI they may well have arrived
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const Bucket& bucket = layout.buckets()[b];
+    const int64_t own = layout.slice_start(static_cast<int>(b), world->rank()), slice = bucket.size / layout.dp();
+    std::vector<double> got = to_host_f64(be, full);
+    for (int64_t at = bucket.start; at < bucket.start + bucket.used; ++at) {
+      if (at < own || at >= own + slice) {
+        ASSERT_EQ(got[static_cast<std::size_t>(at)], -1.0) << "bucket " << b;
+      }
+    }
+    gathers.wait_bucket(b);
+    got = to_host_f64(be, full);
+    for (int64_t at = bucket.start; at < bucket.start + bucket.used; ++at)
+      ASSERT_EQ(got[static_cast<std::size_t>(at)], static_cast<double>(static_cast<float>(exact_value(at))))
+          << "bucket " << b;
+  }
+  EXPECT_TRUE(gathers.done());
+  EXPECT_EQ(memory.current, 0u);
+}
+
 }  // namespace
 }  // namespace tripod
