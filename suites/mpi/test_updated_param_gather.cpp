@@ -38,6 +38,17 @@ std::vector<ParamSpec> specs() {
           spec("h.1.mlp.c_fc.weight", 2000, ParamRole::FcWeight, 2)};
 }
 
+// The full parameters as this rank holds them before a gather: its slices exact, `others` elsewhere.
+std::vector<double> own_slices(const ShardLayout& layout, int rank, double others) {
+  std::vector<double> host(static_cast<std::size_t>(layout.total()), others);
+  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
+    const int64_t first = layout.slice_start(static_cast<int>(b), rank);
+    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
+      host[static_cast<std::size_t>(i)] = exact_value(i);
+  }
+  return host;
+}
+
 struct Gathered {
   std::vector<double> full;
   int64_t bytes = 0;
@@ -49,12 +60,7 @@ struct Gathered {
 Gathered gather(const ShardLayout& layout, Communicator& dp, bool bf16, bool overlapped = false) {
   Backend& be = testing::shared_test_backend();
   // This rank's slices hold the exact values; every other element is NaN until gathered.
-  std::vector<double> host(static_cast<std::size_t>(layout.total()), std::numeric_limits<double>::quiet_NaN());
-  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
-    const int64_t first = layout.slice_start(static_cast<int>(b), dp.rank());
-    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
-      host[static_cast<std::size_t>(i)] = exact_value(i);
-  }
+  const std::vector<double> host = own_slices(layout, dp.rank(), std::numeric_limits<double>::quiet_NaN());
   Tensor full = be.alloc({layout.total()}, DType::F32);
   from_host_f64(be, host, full);
   Gathered g;
@@ -137,12 +143,7 @@ TEST(UpdatedParamGather, AnOverlappedGatherNeverWaitedForCompletesOnDestruction)
   const std::vector<ParamSpec> s = specs();
   const ShardLayout layout(s, {0, 1, 1, 2, 2}, world->size(), 1, false, {}, 0, gemm_operand_only_flags(s));
   Backend& be = testing::shared_test_backend();
-  std::vector<double> host(static_cast<std::size_t>(layout.total()), 0.0);
-  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
-    const int64_t first = layout.slice_start(static_cast<int>(b), world->rank());
-    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
-      host[static_cast<std::size_t>(i)] = exact_value(i);
-  }
+  const std::vector<double> host = own_slices(layout, world->rank(), 0.0);
   Tensor full = be.alloc({layout.total()}, DType::F32);
   from_host_f64(be, host, full);
   TransientMemory memory;
@@ -165,12 +166,7 @@ TEST(UpdatedParamGather, TheFaultsGatherLandsOnlyWhenWaitedFor) {
   const std::vector<ParamSpec> s = specs();
   const ShardLayout layout(s, {0, 1, 1, 2, 2}, world->size(), 1, false, {}, 0, gemm_operand_only_flags(s));
   Backend& be = testing::shared_test_backend();
-  std::vector<double> host(static_cast<std::size_t>(layout.total()), -1.0);  // the others' slices: old values
-  for (std::size_t b = 0; b < layout.buckets().size(); ++b) {
-    const int64_t first = layout.slice_start(static_cast<int>(b), world->rank());
-    for (int64_t i = first; i < first + layout.buckets()[b].size / layout.dp(); ++i)
-      host[static_cast<std::size_t>(i)] = exact_value(i);
-  }
+  const std::vector<double> host = own_slices(layout, world->rank(), -1.0);  // the others' slices: old values
   Tensor full = be.alloc({layout.total()}, DType::F32);
   from_host_f64(be, host, full);
   TransientMemory memory;

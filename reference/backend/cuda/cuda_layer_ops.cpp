@@ -153,10 +153,9 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
     Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
-    const auto backward = attention_kernel_ == cuda::AttentionKernel::FlashMma ? cuda::flash_attention_backward_mma
-                                                                                : cuda::flash_attention_backward;
-    backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op), ptr<float>(qkv, op),
-             ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_);
+    cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
+                                   ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_,
+                                   attention_kernel_ == cuda::AttentionKernel::FlashMma);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

@@ -21,7 +21,7 @@ inline constexpr int kWarps = flash::kTile / kRowsPerWarp;  // 4: a block takes 
 inline constexpr int kThreads = mma::kWarpLanes * kWarps;
 inline constexpr int kTile = flash::kTile;          // 64 rows a tile, queries or keys
 inline constexpr int kTiles8 = kTile / mma::kN;     // a 64-wide product's n-tiles
-constexpr int row_ld(int hd) { return hd + 8; }     // bf16 [64][hd] row-major
+TRIPOD_HD constexpr int row_ld(int hd) { return hd + 8; }     // bf16 [64][hd] row-major
 inline constexpr int kColumnLd = kTile + 8;         // bf16 [hd][64] transposed
 
 TRIPOD_HD uint32_t bf16_pair_at(const bf16* p) {  // p[0] low, p[1] high: one 32-bit load on the device

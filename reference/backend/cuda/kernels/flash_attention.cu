@@ -221,25 +221,9 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
   });
 }
 
-void flash_attention_backward_mma(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                                  const CudaContext& ctx) {
-  if (n_head <= 0 || channels % n_head != 0 || !kernels::flash_mma::register_backward_head_dim(channels / n_head)) {
-    flash_attention_backward(dqkv, delta, dout, qkv, state, batch, seq_len, channels, n_head, ctx);
-    return;
-  }
-  const char* op = "flash_attention_backward_mma";
-  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
-  if (batch * seq_len == 0) return;
-  check_rows_aligned(op, {qkv, dout});
-  const float* kept_out = state + p.pairs() * seq_len;
-  launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
-  flash_backward_mma_kernels(dqkv, delta, dout, qkv, state, batch, seq_len, channels, n_head, ctx);
-}
-
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                              const CudaContext& ctx) {
+                              const CudaContext& ctx, bool register_kernels) {
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
   if (batch * seq_len == 0) return;
@@ -247,6 +231,10 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
   launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
+  if (register_kernels && kernels::flash_mma::register_backward_head_dim(p.head_dim())) {
+    flash_backward_mma_kernels(dqkv, delta, dout, qkv, lse, batch, seq_len, channels, n_head, ctx);
+    return;
+  }
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     launch_tiles<flash::KeyGradsShared<HD>>(flash_key_grads_kernel<HD>, p, ctx, op, p, qkv, dout, lse,

@@ -22,20 +22,16 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 // backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma).
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                                  int64_t channels, int64_t n_head, const CudaContext& ctx);
-// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. The _mma form runs the
-// register kernels (flash_mma.cu, backend/kernels/flash_backward_warp.h) at head sizes up to 64, the
-// block kernels above that.
-void flash_attention_backward_mma(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                                  const CudaContext& ctx);
-// flash_attention_backward_mma's two kernels, delta computed (flash_mma.cu).
+// flash_attention_backward's register kernels, delta computed (flash_mma.cu).
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                                 const CudaContext& ctx);
-// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats.
+// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `register_kernels`
+// (TRIPOD_CUDA_ATTENTION=flash-mma): flash_mma.cu's kernels (backend/kernels/flash_backward_warp.h)
+// at head sizes up to 64, the block kernels above that.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                              const CudaContext& ctx);
+                              const CudaContext& ctx, bool register_kernels = false);
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
