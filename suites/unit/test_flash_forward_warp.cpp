@@ -121,6 +121,47 @@ TEST(MmaFragments, QuadReductionsTakeTheDevicesButterflyOrder) {
   }
 }
 
+// x rounded to bf16 element for element: the copy the kernels' launchers make of qkv and dout.
+std::vector<bf16> bf16_copy(const std::vector<float>& x) {
+  std::vector<bf16> copy(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) copy[i].bits = float_to_bf16_bits(x[i]);
+  return copy;
+}
+
+// The tile loads read the bf16 copies (flash_warp_tiles.h): a tile row-major and transposed, and a
+// warp's A fragments, hold exactly bf16(x) of the fp32 source (what the products rounded to when the
+// loads rounded), +0 past the rows given; the padding of the shared rows is left as it was.
+TEST(FlashWarpTiles, TileLoadsHoldTheSourceRoundedToBf16AndZerosPastTheRows) {
+  constexpr int HD = 32, kLd = 3 * 2 * HD;  // rows as qkv's of two heads of 32: a row stride of 3C
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  std::vector<float> src(static_cast<std::size_t>(flash_mma::kTile * kLd));
+  for (float& x : src) x = n(rng);
+  const std::vector<bf16> copy = bf16_copy(src);
+  const int rows = 37, col0 = HD;  // the second head; rows past 37 are zeros
+  std::vector<bf16> row_major(flash_mma::kTile * flash_mma::row_ld(HD), bf16{0x7FC1});
+  std::vector<bf16> transposed(HD * flash_mma::kColumnLd, bf16{0x7FC1});
+  for (int thread = 0; thread < flash_mma::kThreads; ++thread)
+    flash_mma::load_tile<HD>(thread, row_major.data(), transposed.data(), copy.data() + col0, kLd, rows);
+  for (int r = 0; r < flash_mma::kTile; ++r)
+    for (int d = 0; d < flash_mma::row_ld(HD); ++d) {
+      const uint16_t want = d >= HD ? 0x7FC1 : r < rows ? float_to_bf16_bits(src[r * kLd + col0 + d]) : 0;
+      ASSERT_EQ(row_major[r * flash_mma::row_ld(HD) + d].bits, want) << "row " << r << " column " << d;
+      if (d < HD) ASSERT_EQ(transposed[d * flash_mma::kColumnLd + r].bits, want) << "row " << r << " column " << d;
+    }
+  // A fragments of 16 rows from row 24: rows 24..36 the source's pairs, rows past T = 37 zeros.
+  uint32_t a[cpu::FlashHostWarp::kLanes][HD / mma::kK * 4];
+  flash_mma::load_row_fragments<HD>(cpu::FlashHostWarp{}, a, copy.data() + col0, kLd, 24, rows);
+  for (int lane = 0; lane < mma::kWarpLanes; ++lane)
+    for (int kk = 0; kk < HD / mma::kK; ++kk)
+      for (int r = 0; r < 4; ++r) {
+        const mma::Place at = mma::a_place(lane, r, 0);
+        const int row = 24 + at.row, col = col0 + kk * mma::kK + at.col;
+        const uint32_t want = row < rows ? float_pair_to_bf16_word(src[row * kLd + col], src[row * kLd + col + 1]) : 0u;
+        ASSERT_EQ(a[lane][kk * 4 + r], want) << "lane " << lane << " register " << kk * 4 + r;
+      }
+}
+
 struct Shape {
   int64_t batch, seq_len, channels, n_head;
   std::string text() const {
@@ -135,8 +176,9 @@ struct Forward {
 
 // flash_forward_warp.h block by block, shared memory NaN before each, as the kernel runs it.
 template <int HD>
-Forward run_warps(const Shape& s, const std::vector<float>& qkv) {
+Forward run_warps(const Shape& s, const std::vector<float>& qkv32) {
   namespace fm = flash_mma;
+  const std::vector<bf16> qkv = bf16_copy(qkv32);
   const flash::Problem p{s.batch, s.seq_len, s.channels, s.n_head, attention_scale<float>(HD)};
   Forward r;
   r.out.assign(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), NAN);

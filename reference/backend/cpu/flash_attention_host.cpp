@@ -12,6 +12,7 @@
 #include "backend/cpu/flash_host_warp.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
+#include "backend/kernels/bf16_math.h"
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_backward_warp.h"
 #include "backend/kernels/flash_forward_warp.h"
@@ -46,6 +47,14 @@ std::vector<float> deltas(const flash::Problem& p, const float* dout, const floa
   return delta;
 }
 
+// The register kernels' bf16 copy of x[0, n) (flash_warp_tiles.h), as the CUDA launchers make it.
+std::vector<bf16> bf16_copy(const float* x, int64_t n) {
+  std::vector<bf16> copy(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) copy[static_cast<std::size_t>(i)].bits = kernels::float_to_bf16_bits(x[i]);
+  return copy;
+}
+
 }  // namespace
 
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
@@ -68,6 +77,7 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
+  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     // A block's shared memory and its four warps' registers (32 lanes each on the host).
@@ -80,10 +90,10 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
       const FlashHostWarp w;
       const int64_t row0 = at.tile * flash::kTile;
       for (int warp = 0; warp < fm::kWarps; ++warp)
-        fm::start_rows<HD>(w, b.warps[warp], p, qkv, at.pair, row0 + warp * fm::kRowsPerWarp);
+        fm::start_rows<HD>(w, b.warps[warp], p, qkv16.data(), at.pair, row0 + warp * fm::kRowsPerWarp);
       for (int64_t kt = 0; kt <= at.tile; ++kt) {  // the device's two barriers bracket the load
         for (int thread = 0; thread < fm::kThreads; ++thread)
-          fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt * flash::kTile, p.rows_in_tile(kt));
+          fm::load_key_tile<HD>(thread, b.shared, p, qkv16.data(), at.pair, kt * flash::kTile, p.rows_in_tile(kt));
         for (int warp = 0; warp < fm::kWarps; ++warp)
           fm::forward_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
       }
@@ -123,6 +133,8 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   const float* lse = state;
   const std::vector<float> delta = deltas(p, dout, state);
+  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
+  const std::vector<bf16> dout16 = bf16_copy(dout, batch * seq_len * channels);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     if constexpr (HD <= 64) {  // register_backward_head_dim
@@ -141,10 +153,10 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
         const flash::BlockPlace at = flash::place_of_block(block, p, false);
         const int64_t key0 = at.tile * flash::kTile;
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::key_warp_start<HD>(w, b.warps[warp], p, qkv, at.pair, key0 + warp * fm::kRowsPerWarp);
+          fm::key_warp_start<HD>(w, b.warps[warp], p, qkv16.data(), at.pair, key0 + warp * fm::kRowsPerWarp);
         for (int64_t qt = at.tile; qt < p.tiles(); ++qt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)
-            fm::load_query_tile<HD>(thread, b.shared, p, qkv, dout, lse, delta.data(), at.pair, qt);
+            fm::load_query_tile<HD>(thread, b.shared, p, qkv16.data(), dout16.data(), lse, delta.data(), at.pair, qt);
           for (int warp = 0; warp < fm::kWarps; ++warp)
             fm::key_warp_tile<HD>(w, b.warps[warp], b.shared, p, key0 + warp * fm::kRowsPerWarp, qt * flash::kTile);
         }
@@ -157,11 +169,11 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
         const flash::BlockPlace at = flash::place_of_block(block, p, true);
         const int64_t row0 = at.tile * flash::kTile;
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv, dout, lse, delta.data(), at.pair,
+          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv16.data(), dout16.data(), lse, delta.data(), at.pair,
                                    row0 + warp * fm::kRowsPerWarp);
         for (int64_t kt = 0; kt <= at.tile; ++kt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)
-            fm::load_key_tile<HD>(thread, b.shared, p, qkv, at.pair, kt);
+            fm::load_key_tile<HD>(thread, b.shared, p, qkv16.data(), at.pair, kt);
           for (int warp = 0; warp < fm::kWarps; ++warp)
             fm::query_warp_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
         }

@@ -78,7 +78,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head);
 // The same state and outputs through flash_forward_warp.h's register-resident forward
-// (TRIPOD_CUDA_ATTENTION=flash-mma), its warps run by the host warp executor.
+// (TRIPOD_CUDA_ATTENTION=flash-mma), its warps run by the host warp executor on a bf16 copy of qkv
+// made first, as the CUDA launcher does (and the backward's on copies of qkv and dout).
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,

@@ -18,7 +18,8 @@
 // and dK += dS^T Q; those products' B operands are dO and Q transposed, so the block keeps the
 // query tile's Q and dO both ways in shared memory (row-major for S^T and dP^T). Query-tile
 // blocks: warp w takes queries [row0 + 16w, +16), S = Q K^T, dP = dO V^T, dQ += dS K with K
-// transposed in shared memory beside K and V.
+// transposed in shared memory beside K and V. qkv and dout below are their bf16 copies
+// (flash_warp_tiles.h); delta comes from the fp32 dout.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -74,7 +75,7 @@ struct KeyWarp {
 };
 
 template <int HD, class W>
-TRIPOD_HD void key_warp_start(const W& w, KeyWarp<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
+TRIPOD_HD void key_warp_start(const W& w, KeyWarp<HD, W::kLanes>& s, const flash::Problem& p, const bf16* qkv,
                               int64_t bh, int64_t key0) {
   load_row_fragments<HD>(w, s.k, qkv + p.qkv_index(bh, 0, 1), 3 * p.channels, key0, p.seq_len);
   load_row_fragments<HD>(w, s.v, qkv + p.qkv_index(bh, 0, 2), 3 * p.channels, key0, p.seq_len);
@@ -85,8 +86,8 @@ TRIPOD_HD void key_warp_start(const W& w, KeyWarp<HD, W::kLanes>& s, const flash
 
 // The block's share of loading query tile qt: Q and dO both ways, the rows' lse and delta.
 template <int HD>
-TRIPOD_HD void load_query_tile(int thread, KeyGradsShared<HD>& sh, const flash::Problem& p, const float* qkv,
-                               const float* dout, const float* lse, const float* delta, int64_t bh, int64_t qt) {
+TRIPOD_HD void load_query_tile(int thread, KeyGradsShared<HD>& sh, const flash::Problem& p, const bf16* qkv,
+                               const bf16* dout, const float* lse, const float* delta, int64_t bh, int64_t qt) {
   const int64_t row0 = qt * kTile;
   const int rows = p.rows_in_tile(qt);
   load_tile<HD>(thread, sh.q, sh.q_t, qkv + p.qkv_index(bh, row0, 0), 3 * p.channels, rows);
@@ -132,8 +133,8 @@ struct QueryWarp {
 };
 
 template <int HD, class W>
-TRIPOD_HD void query_warp_start(const W& w, QueryWarp<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
-                                const float* dout, const float* lse, const float* delta, int64_t bh, int64_t row0) {
+TRIPOD_HD void query_warp_start(const W& w, QueryWarp<HD, W::kLanes>& s, const flash::Problem& p, const bf16* qkv,
+                                const bf16* dout, const float* lse, const float* delta, int64_t bh, int64_t row0) {
   load_row_fragments<HD>(w, s.q, qkv + p.qkv_index(bh, 0, 0), 3 * p.channels, row0, p.seq_len);
   load_row_fragments<HD>(w, s.dout, dout + p.token_index(bh, 0), p.channels, row0, p.seq_len);
   for (int i = 0; i < W::kLanes; ++i) {
@@ -151,7 +152,7 @@ TRIPOD_HD void query_warp_start(const W& w, QueryWarp<HD, W::kLanes>& s, const f
 
 // The block's share of loading key tile kt: K both ways, V row-major.
 template <int HD>
-TRIPOD_HD void load_key_tile(int thread, QueryGradsShared<HD>& sh, const flash::Problem& p, const float* qkv,
+TRIPOD_HD void load_key_tile(int thread, QueryGradsShared<HD>& sh, const flash::Problem& p, const bf16* qkv,
                              int64_t bh, int64_t kt) {
   const int64_t key0 = kt * kTile;
   const int rows = p.rows_in_tile(kt);

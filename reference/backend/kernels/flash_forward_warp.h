@@ -19,7 +19,7 @@
 //
 // A block (flash_mma::kThreads threads, 4 warps) takes one 64-row query tile of one (batch, head)
 // pair, as forward_block does; per key tile kt <= qt:
-//   barrier; the block loads K and V rounded to bf16 (rows past T zeros); barrier;
+//   barrier; the block loads K and V (from qkv's bf16 copy; rows past T zeros); barrier;
 //   each warp: S = Q K^T (fragments), s = scale * S masked past the diagonal and past T,
 //   m' = max(m, the row's max), p = exp(s - m'), l = l * exp(m - m') + sum p (each lane its share),
 //   O = O * exp(m - m') + bf16(p) V, m = m'.
@@ -52,10 +52,10 @@ struct WarpState {
   float row_sum[L][2];              // this lane's share of those rows' sums of probabilities
 };
 
-// The warp's 16 query rows from row0 (rows past T zeros) as A fragments rounded to bf16, and its
-// running state emptied.
+// The warp's 16 query rows from row0 (rows past T zeros) as A fragments, and its running state
+// emptied. qkv: the bf16 copy of qkv [B, T, 3C] (flash_warp_tiles.h), here and below.
 template <int HD, class W>
-TRIPOD_HD void start_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::Problem& p, const float* qkv,
+TRIPOD_HD void start_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::Problem& p, const bf16* qkv,
                           int64_t bh, int64_t row0) {
   load_row_fragments<HD>(w, s.q, qkv + p.qkv_index(bh, 0, 0), 3 * p.channels, row0, p.seq_len);
   for (int i = 0; i < W::kLanes; ++i) {
@@ -67,9 +67,9 @@ TRIPOD_HD void start_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::
 }
 
 // Thread `thread`'s share of loading the key tile at key0 (`rows` of them; zeros past): k as it is,
-// v transposed, both rounded to bf16.
+// v transposed.
 template <int HD>
-TRIPOD_HD void load_key_tile(int thread, Shared<HD>& sh, const flash::Problem& p, const float* qkv, int64_t bh,
+TRIPOD_HD void load_key_tile(int thread, Shared<HD>& sh, const flash::Problem& p, const bf16* qkv, int64_t bh,
                              int64_t key0, int rows) {
   load_tile<HD>(thread, sh.k, nullptr, qkv + p.qkv_index(bh, key0, 1), 3 * p.channels, rows);
   load_tile<HD>(thread, nullptr, sh.vt, qkv + p.qkv_index(bh, key0, 2), 3 * p.channels, rows);

@@ -1,11 +1,18 @@
 // What flash_forward_warp.h and flash_backward_warp.h share: a block's warps and tiles, the loads
-// of a 64-row tile into shared memory (row-major, transposed, rounded to bf16), a warp's A
-// fragments of 16 rows, and the two products every kernel is made of: a warp's 16 rows times a
-// tile's 64 rows transposed (scores), and a warp's 16 x 64 fragments (probabilities, score
-// gradients) times a tile given transposed (outputs, gradients). For the warp executors of
-// flash_forward_warp.h's comment (W::kLanes lanes: 1 on the device, 32 on the host). Shared
-// memory rows are padded by 8 bf16, so that the 8 groups of a warp's fragment loads (one 32-bit
-// word each) fall in 32 different banks.
+// of a 64-row tile into shared memory (row-major, transposed), a warp's A fragments of 16 rows,
+// and the two products every kernel is made of: a warp's 16 rows times a tile's 64 rows
+// transposed (scores), and a warp's 16 x 64 fragments (probabilities, score gradients) times a
+// tile given transposed (outputs, gradients). For the warp executors of flash_forward_warp.h's
+// comment (W::kLanes lanes: 1 on the device, 32 on the host). Shared memory rows are padded by 8
+// bf16, so that the 8 groups of a warp's fragment loads (one 32-bit word each) fall in 32
+// different banks.
+//
+// The kernels read q, k, v and dO as bf16 copies their launchers make once a call (qkv [B, T, 3C]
+// and dout [B, T, C], token-major as the fp32 tensors): the products take their operands rounded
+// to bf16 anyway, and a key tile is read by every query tile after it, so reading the rounded
+// copy halves those reads and takes the rounding out of the kernels' loops. The copy rounds as
+// the products' own rounding did (float_to_bf16_bits), so the results are those of rounding in the
+// tile loads, bit for bit.
 #pragma once
 #include <cstdint>
 
@@ -32,24 +39,53 @@ TRIPOD_HD uint32_t bf16_pair_at(const bf16* p) {  // p[0] low, p[1] high: one 32
 #endif
 }
 
-// src's rows [0, rows) (row stride src_ld, HD columns) rounded to bf16 into `row_major` [64][HD]
-// and `transposed` [HD][64], each where not null; zeros past `rows`. Thread `thread`'s share of
-// the block's kThreads, four consecutive floats at a time (one 16-byte load on the device).
+// A tile row's 8 consecutive bf16 as four 32-bit words (element 2j in word j's low half): one
+// 16-byte load on the device (p 16-byte aligned: qkv's and dout's copies start so, and every row
+// and head offset is a multiple of 8 elements, head sizes and C being multiples of 16).
+TRIPOD_HD void load_eight(const bf16* p, uint32_t (&words)[4]) {
+#ifdef __CUDA_ARCH__
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+#else
+  for (int j = 0; j < 4; ++j) words[j] = bf16_pair_at(p + 2 * j);
+#endif
+}
+
+// Element e of the 8 held by load_eight's words.
+TRIPOD_HD bf16 element_of(const uint32_t (&words)[4], int e) {
+  return bf16{static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)))};
+}
+
+// dst[0..7] = the words' 8 bf16: one 16-byte store on the device (dst 16-byte aligned: a shared
+// row is (HD + 8) * 2 bytes, a multiple of 16, and the column a multiple of 8).
+TRIPOD_HD void store_eight(bf16* dst, const uint32_t (&words)[4]) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+#else
+  for (int e = 0; e < 8; ++e) dst[e] = element_of(words, e);
+#endif
+}
+
+// src's rows [0, rows) (row stride src_ld, HD columns, bf16) into `row_major` [64][HD] and
+// `transposed` [HD][64], each where not null; zeros past `rows`. Thread `thread`'s share of the
+// block's kThreads, eight consecutive elements at a time.
 template <int HD>
-TRIPOD_HD void load_tile(int thread, bf16* row_major, bf16* transposed, const float* src, int64_t src_ld, int rows) {
-  for (int g = thread; g < kTile * HD / 4; g += kThreads) {
-    const int r = g / (HD / 4), d = g % (HD / 4) * 4;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < rows) flash::load_four(src + r * src_ld + d, x);
-    if (row_major != nullptr) flash::store_four(row_major + r * row_ld(HD) + d, x);
+TRIPOD_HD void load_tile(int thread, bf16* row_major, bf16* transposed, const bf16* src, int64_t src_ld, int rows) {
+  static_assert(HD % 8 == 0, "rows are loaded in groups of eight");
+  for (int g = thread; g < kTile * HD / 8; g += kThreads) {
+    const int r = g / (HD / 8), d = g % (HD / 8) * 8;
+    uint32_t words[4] = {0u, 0u, 0u, 0u};  // +0.0 bf16 pairs
+    if (r < rows) load_eight(src + r * src_ld + d, words);
+    if (row_major != nullptr) store_eight(row_major + r * row_ld(HD) + d, words);
     if (transposed != nullptr)
-      for (int e = 0; e < 4; ++e) transposed[(d + e) * kColumnLd + r] = flash::to_bf16(x[e]);
+      for (int e = 0; e < 8; ++e) transposed[(d + e) * kColumnLd + r] = element_of(words, e);
   }
 }
 
-// A fragments of 16 rows from row0 of src (row stride src_ld; zeros at rows >= T), rounded to bf16.
+// A fragments of 16 rows from row0 of src (bf16, row stride src_ld; zeros at rows >= T): each
+// register a pair of consecutive elements, one 32-bit load.
 template <int HD, class W>
-TRIPOD_HD void load_row_fragments(const W& w, uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const float* src,
+TRIPOD_HD void load_row_fragments(const W& w, uint32_t (&a)[W::kLanes][HD / mma::kK * 4], const bf16* src,
                                   int64_t src_ld, int64_t row0, int64_t seq_len) {
   for (int i = 0; i < W::kLanes; ++i) {
     const int lane = w.lane(i);
@@ -58,12 +94,9 @@ TRIPOD_HD void load_row_fragments(const W& w, uint32_t (&a)[W::kLanes][HD / mma:
       TRIPOD_UNROLL
       for (int r = 0; r < 4; ++r) {
         const mma::Place at = mma::a_place(lane, r, 0);
-        float x0 = 0.0f, x1 = 0.0f;
-        if (row0 + at.row < seq_len) {
-          const float* p = src + (row0 + at.row) * src_ld + kk * mma::kK + at.col;
-          x0 = p[0], x1 = p[1];
-        }
-        a[i][kk * 4 + r] = float_pair_to_bf16_word(x0, x1);
+        a[i][kk * 4 + r] = row0 + at.row < seq_len
+                               ? bf16_pair_at(src + (row0 + at.row) * src_ld + kk * mma::kK + at.col)
+                               : 0u;
       }
   }
 }

@@ -13,27 +13,35 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
+#include "core/dtype.h"
 
 namespace tripod::cuda {
 
 void flash_attention_forward(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head, const CudaContext& ctx);
 // The same outputs and state from the forward whose tiles stay in registers (flash_mma.cu,
-// backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma).
-void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
-                                 int64_t channels, int64_t n_head, const CudaContext& ctx);
-// flash_attention_backward's register kernels, delta computed (flash_mma.cu).
+// backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma). `copies`: scratch of
+// flash_mma_copy_elements bf16, 16-byte aligned, for the bf16 copy of qkv its kernel reads.
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
+                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
+// flash_attention_backward's register kernels, delta computed (flash_mma.cu); `copies` as above,
+// for the copies of qkv and dout.
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
-                                const float* lse, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                                const CudaContext& ctx);
-// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `register_kernels`
-// (TRIPOD_CUDA_ATTENTION=flash-mma): flash_mma.cu's kernels (backend/kernels/flash_backward_warp.h)
-// at head sizes up to 64, the block kernels above that.
+                                const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
+                                int64_t n_head, const CudaContext& ctx);
+// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `register_copies`
+// (TRIPOD_CUDA_ATTENTION=flash-mma; scratch as the forward's): flash_mma.cu's kernels
+// (backend/kernels/flash_backward_warp.h) at head sizes up to 64; null, or above 64: the block
+// kernels above.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                              const CudaContext& ctx, bool register_kernels = false);
+                              const CudaContext& ctx, bf16* register_copies = nullptr);
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
+}
+// The register kernels' bf16 copies: qkv [B, T, 3C], then dout [B, T, C] (the backward's).
+inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels) {
+  return batch * seq_len * 4 * channels;
 }
 
 }  // namespace tripod::cuda

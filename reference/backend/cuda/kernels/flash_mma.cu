@@ -5,7 +5,9 @@
 // threads per (batch, head, 64-row tile), as flash_attention.cu's kernels; shared memory static
 // (under 48 KiB): the forward's key and transposed value tiles (18 KiB at head size 64, 35 KiB at
 // 128), the key-gradient kernel's Q and dO both ways (37 KiB at 64), the query-gradient kernel's
-// K both ways and V (28 KiB at 64). Written without a GPU (2026-12-06); the host replays them
+// K both ways and V (28 KiB at 64). The kernels read bf16 copies of qkv and dout that their
+// launchers make first (flash_warp_tiles.h says why), in the caller's scratch of
+// flash_mma_copy_elements. Written without a GPU (2026-12-06); the host replays them
 // (suites/unit/test_flash_forward_warp.cpp, test_flash_backward_warp.cpp) and gpu-check's
 // flash-mma step checks and times them.
 #include <cuda_bf16.h>
@@ -14,6 +16,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host/attention_choice.h"
+#include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/kernels/attention_math.h"
@@ -77,9 +80,13 @@ struct DeviceWarp {
   }
 };
 
+// Blocks an SM should hold at once: 4 below head size 128 caps a thread at 128 registers (65536 /
+// (4 x 128)), which the forward fits without spilling (132 uncapped, i.e. 3 blocks an SM).
+constexpr int forward_blocks_per_sm(int hd) { return hd <= 64 ? 4 : 1; }
+
 template <int HD>
-__global__ void __launch_bounds__(fm::kThreads, 1)
-    flash_forward_mma_kernel(flash::Problem p, const float* qkv, float* out, float* kept_out, float* lse) {
+__global__ void __launch_bounds__(fm::kThreads, forward_blocks_per_sm(HD))
+    flash_forward_mma_kernel(flash::Problem p, const bf16* qkv, float* out, float* kept_out, float* lse) {
   static_assert(sizeof(fm::Shared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::Shared<HD> shared;
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
@@ -101,7 +108,7 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
 // dK and dV of key tile at.tile: warp w its keys [16w, 16w + 16) over the query tiles that see them.
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, 1)
-    flash_key_grads_mma_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+    flash_key_grads_mma_kernel(flash::Problem p, const bf16* qkv, const bf16* dout, const float* lse,
                                const float* delta, float* dqkv) {
   static_assert(sizeof(fm::KeyGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::KeyGradsShared<HD> shared;
@@ -123,7 +130,7 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
 // dQ of query tile at.tile: warp w its queries [16w, 16w + 16) over the key tiles they see.
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, 1)
-    flash_query_grads_mma_kernel(flash::Problem p, const float* qkv, const float* dout, const float* lse,
+    flash_query_grads_mma_kernel(flash::Problem p, const bf16* qkv, const bf16* dout, const float* lse,
                                  const float* delta, float* dqkv) {
   static_assert(sizeof(fm::QueryGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::QueryGradsShared<HD> shared;
@@ -141,14 +148,26 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
   fm::store_rows<HD>(w, warp.dq, p, dqkv, at.pair, row0, 0);
 }
 
+// copies [0, n) = bf16(x), checked 16-byte aligned for the kernels' 16-byte tile loads (the rows
+// and head offsets within are multiples of 8 elements).
+void bf16_copy(bf16* copy, const float* x, int64_t n, const CudaContext& ctx, const char* op) {
+  check(all_aligned_to(16, {copy}), op, ": the bf16 copy's scratch must start 16-byte aligned");
+  convert<float, bf16>(x, copy, n, ctx);
+}
+
 }  // namespace
 
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
-                                const float* lse, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                                const CudaContext& ctx) {
+                                const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
+                                int64_t n_head, const CudaContext& ctx) {
   const char* op = "flash_attention_backward_mma";
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   check(fm::register_backward_head_dim(p.head_dim()), op, ": head size ", p.head_dim(), " has no register backward");
+  check(copies != nullptr, op, ": no scratch for the bf16 copies of qkv and dout");
+  bf16* qkv16 = copies;
+  bf16* dout16 = copies + batch * seq_len * 3 * channels;
+  bf16_copy(qkv16, qkv, batch * seq_len * 3 * channels, ctx, op);
+  bf16_copy(dout16, dout, batch * seq_len * channels, ctx, op);
   LaunchShape shape;
   shape.grid_x = p.pairs() * p.tiles();
   shape.block = fm::kThreads;
@@ -157,24 +176,27 @@ void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* do
     constexpr int HD = decltype(hd)::value;
     if constexpr (HD <= 64) {  // register_backward_head_dim
       // The two kernels write different thirds of dqkv (dk and dv; dq), one after the other.
-      flash_key_grads_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, dout, lse, delta, dqkv);
+      flash_key_grads_mma_kernel<HD>
+          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv);
       check_launch(op);
-      flash_query_grads_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, dout, lse, delta, dqkv);
+      flash_query_grads_mma_kernel<HD>
+          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv);
       check_launch(op);
     }
   });
 }
 
-void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
-                                 int64_t channels, int64_t n_head, const CudaContext& ctx) {
+void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
+                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
   const char* op = "flash_attention_forward_mma";
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
   check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin), op, ": head size ",
         channels / n_head, " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
   if (batch * seq_len == 0) return;
-  check(all_aligned_to(16, {qkv}), op, ": qkv must start 16-byte aligned (the kernel reads it in 16-byte groups)");
+  check(copies != nullptr, op, ": no scratch for the bf16 copy of qkv");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
+  bf16_copy(copies, qkv, batch * seq_len * 3 * channels, ctx, op);
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
@@ -184,7 +206,7 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
     shape.block = fm::kThreads;
     shape.shared_bytes = 0;  // static: sizeof(fm::Shared<HD>) <= 35 KiB
     check_fits(shape, ctx.limits, op);
-    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv, out, kept_out, lse);
+    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, copies, out, kept_out, lse);
     check_launch(op);
   });
 }
