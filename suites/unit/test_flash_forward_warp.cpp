@@ -162,6 +162,49 @@ TEST(FlashWarpTiles, TileLoadsHoldTheSourceRoundedToBf16AndZerosPastTheRows) {
       }
 }
 
+TEST(FlashWarpTiles, RotatingTheElementsOfAGroupMovesElementKPlusEToE) {
+  uint32_t in[4];
+  for (int j = 0; j < 4; ++j) in[j] = static_cast<uint32_t>(2 * j + 1) << 16 | static_cast<uint32_t>(2 * j);
+  for (int k = 0; k < 16; ++k) {  // a head size of 128 has 16 groups a row
+    uint32_t w[4] = {in[0], in[1], in[2], in[3]};
+    flash_mma::rotate_elements(w, k);
+    for (int e = 0; e < 8; ++e) EXPECT_EQ(flash_mma::element_of(w, e).bits, (e + k) % 8) << "k " << k << " e " << e;
+  }
+}
+
+// The most distinct 32-bit words one bank serves in a warp's transposed tile stores, over every
+// store of a tile load (shared memory serves one word a bank a cycle; two lanes writing halves of one
+// word do not conflict). `rotated`: the stores as load_tile makes them; false: element e at step e.
+template <int HD>
+int transposed_store_ways(bool rotated) {
+  namespace fm = flash_mma;
+  int worst = 0;
+  for (int warp = 0; warp < fm::kWarps; ++warp)
+    for (int i = 0; i * fm::kThreads < fm::kTile * HD / 8; ++i)
+      for (int e = 0; e < 8; ++e) {
+        std::vector<std::vector<int>> words_of_bank(32);
+        for (int lane = 0; lane < mma::kWarpLanes; ++lane) {
+          const fm::TileGroup at = fm::tile_group<HD>(i * fm::kThreads + warp * mma::kWarpLanes + lane);
+          const int column = at.col + (rotated ? fm::transposed_element_at_step(at.col, e) : e);
+          const int word = (column * fm::kColumnLd + at.row) / 2;
+          auto& words = words_of_bank[static_cast<std::size_t>(word % 32)];
+          if (std::find(words.begin(), words.end(), word) == words.end()) words.push_back(word);
+        }
+        for (const auto& words : words_of_bank) worst = std::max(worst, static_cast<int>(words.size()));
+      }
+  return worst;
+}
+
+TEST(FlashWarpTiles, TransposedTileStoresAreConflictFreeAtHeadSize64) {
+  EXPECT_EQ(transposed_store_ways<64>(true), 1);
+  EXPECT_EQ(transposed_store_ways<32>(true), 1);
+  EXPECT_EQ(transposed_store_ways<16>(true), 2);
+  EXPECT_EQ(transposed_store_ways<128>(true), 2);
+  // what the rotation removes: a row's 8 groups in one bank
+  EXPECT_EQ(transposed_store_ways<64>(false), 8);
+  EXPECT_EQ(transposed_store_ways<128>(false), 16);
+}
+
 struct Shape {
   int64_t batch, seq_len, channels, n_head;
   std::string text() const {

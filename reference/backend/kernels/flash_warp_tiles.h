@@ -66,19 +66,62 @@ TRIPOD_HD void store_eight(bf16* dst, const uint32_t (&words)[4]) {
 #endif
 }
 
+// Where group g (thread + i x kThreads) of a [64][HD] tile load lies: 8 consecutive elements from
+// column `col` of row `row`, HD / 8 groups a row, so that a warp reads whole rows (coalesced).
+struct TileGroup {
+  int row, col;
+};
+template <int HD>
+TRIPOD_HD TileGroup tile_group(int g) {
+  return {g / (HD / 8), g % (HD / 8) * 8};
+}
+
+// The transposed stores are 2-byte, one element of its group a thread at a time. If every thread
+// stored its group's element e at step e, a row's groups (columns 8 apart, i.e. 8 x kColumnLd bf16
+// = 9 x 32 words apart) would all fall in one bank: an 8-way conflict at head size 64. So at step
+// e a group stores its element (e + col / 8) mod 8 instead, which spreads them over 8 banks 4
+// apart (the rows' halves fill the rest): conflict-free at 64, 2-way at 16 and 128, where 8 was
+// 16 (test_flash_forward_warp.cpp counts them).
+TRIPOD_HD int transposed_element_at_step(int col, int e) { return (e + col / 8) & 7; }
+
+// words rotated so that element e of the result is element (e + k) mod 8 of the input, with
+// selects and shifts only: a register array indexed by a value the compiler cannot see would be
+// put in local memory on the device.
+TRIPOD_HD void rotate_elements(uint32_t (&w)[4], int k) {
+  if (k & 4) {
+    const uint32_t w0 = w[0], w1 = w[1];
+    w[0] = w[2], w[1] = w[3], w[2] = w0, w[3] = w1;
+  }
+  if (k & 2) {
+    const uint32_t w0 = w[0];
+    w[0] = w[1], w[1] = w[2], w[2] = w[3], w[3] = w0;
+  }
+  if (k & 1) {
+    const uint32_t w0 = w[0];
+    w[0] = (w[0] >> 16) | (w[1] << 16);
+    w[1] = (w[1] >> 16) | (w[2] << 16);
+    w[2] = (w[2] >> 16) | (w[3] << 16);
+    w[3] = (w[3] >> 16) | (w0 << 16);
+  }
+}
+
 // src's rows [0, rows) (row stride src_ld, HD columns, bf16) into `row_major` [64][HD] and
 // `transposed` [HD][64], each where not null; zeros past `rows`. Thread `thread`'s share of the
-// block's kThreads, eight consecutive elements at a time.
+// block's kThreads, a group of eight consecutive elements at a time (tile_group).
 template <int HD>
 TRIPOD_HD void load_tile(int thread, bf16* row_major, bf16* transposed, const bf16* src, int64_t src_ld, int rows) {
   static_assert(HD % 8 == 0, "rows are loaded in groups of eight");
   for (int g = thread; g < kTile * HD / 8; g += kThreads) {
-    const int r = g / (HD / 8), d = g % (HD / 8) * 8;
+    const TileGroup at = tile_group<HD>(g);
     uint32_t words[4] = {0u, 0u, 0u, 0u};  // +0.0 bf16 pairs
-    if (r < rows) load_eight(src + r * src_ld + d, words);
-    if (row_major != nullptr) store_eight(row_major + r * row_ld(HD) + d, words);
-    if (transposed != nullptr)
-      for (int e = 0; e < 8; ++e) transposed[(d + e) * kColumnLd + r] = element_of(words, e);
+    if (at.row < rows) load_eight(src + at.row * src_ld + at.col, words);
+    if (row_major != nullptr) store_eight(row_major + at.row * row_ld(HD) + at.col, words);
+    if (transposed != nullptr) {
+      rotate_elements(words, at.col / 8);  // element e now the one stored at step e
+      TRIPOD_UNROLL
+      for (int e = 0; e < 8; ++e)
+        transposed[(at.col + transposed_element_at_step(at.col, e)) * kColumnLd + at.row] = element_of(words, e);
+    }
   }
 }
 
