@@ -172,6 +172,24 @@ TEST(FlashWarpTiles, RotatingTheElementsOfAGroupMovesElementKPlusEToE) {
   }
 }
 
+// VisibleColumns (the backward's masks): element x of a lane sees its tile column exactly when the
+// column lies in [first, last], however far outside the tile the bounds lie (clamped, no overflow).
+TEST(FlashWarpTiles, VisibleColumnsAreTheColumnsBetweenTheBounds) {
+  const int64_t bounds[] = {-5000000000LL, -64, -2, -1, 0, 1, 7, 8, 30, 57, 62, 63, 64, 65, 5000000000LL};
+  for (int lane = 0; lane < mma::kWarpLanes; ++lane)
+    for (int64_t first : bounds)
+      for (int64_t last : bounds) {
+        const flash_mma::VisibleColumns v = flash_mma::visible_columns(lane, {first, 0}, {last, 63});
+        for (int x = 0; x < flash_mma::kTiles8 * 4; ++x) {
+          const int column = mma::c_place(lane, x % 4).col + x / 4 * mma::kN;
+          ASSERT_EQ(column, flash_mma::fragment_column_offset(x) + 2 * mma::thread_in_group(lane));
+          ASSERT_EQ(v.sees(0, flash_mma::fragment_column_offset(x)), column >= first && column <= last)
+              << "lane " << lane << " x " << x << " [" << first << ", " << last << "]";
+          ASSERT_TRUE(v.sees(1, flash_mma::fragment_column_offset(x)));  // the other half's [0, 63]
+        }
+      }
+}
+
 // The most distinct 32-bit words one bank serves in a warp's transposed tile stores, over every
 // store of a tile load (shared memory serves one word a bank a cycle; two lanes writing halves of one
 // word do not conflict). `rotated`: the stores as load_tile makes them; false: element e at step e.

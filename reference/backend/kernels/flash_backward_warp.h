@@ -106,17 +106,18 @@ TRIPOD_HD void key_warp_tile(const W& w, KeyWarp<HD, W::kLanes>& s, const KeyGra
   float st[L][kTiles8 * 4], dpt[L][kTiles8 * 4];  // S^T and dP^T [16 keys x 64 queries]
   product_with_rows<HD>(w, st, s.k, sh.q);
   product_with_rows<HD>(w, dpt, s.v, sh.dout);
-  for (int i = 0; i < L; ++i) {  // P^T into st, dS^T into dpt (fp32 here, bf16 in the products)
+  for (int i = 0; i < L; ++i) {  // P^T into st, dS^T into dpt (fp32 here: the products round them to bf16)
     const int lane = w.lane(i);
+    // Key k sees the queries from itself to T - 1.
+    const int64_t key = key0 + mma::group_of(lane), last = p.seq_len - 1 - query0;
+    const VisibleColumns seen = visible_columns(lane, {key - query0, key + 8 - query0}, {last, last});
     TRIPOD_UNROLL
     for (int x = 0; x < kTiles8 * 4; ++x) {
-      const mma::Place at = mma::c_place(lane, x % 4);
-      const int c = x / 4 * mma::kN + at.col;  // the query within the tile
-      const int64_t key = key0 + at.row, query = query0 + c;
-      const bool visible = query < p.seq_len && key <= query;
+      const int c = fragment_column_offset(x) + 2 * mma::thread_in_group(lane);  // the query within the tile
+      const bool visible = seen.sees(x % 4 / 2, fragment_column_offset(x));
       const float pr = visible ? std::exp(p.scale * st[i][x] - sh.lse[c]) : 0.0f;
       st[i][x] = pr;
-      dpt[i][x] = bf16_bits_to_float(float_to_bf16_bits(visible ? pr * (dpt[i][x] - sh.delta[c]) * p.scale : 0.0f));
+      dpt[i][x] = visible ? pr * (dpt[i][x] - sh.delta[c]) * p.scale : 0.0f;
     }
   }
   accumulate_times_columns<HD>(w, s.dv, st, sh.dout_t);
@@ -168,16 +169,18 @@ TRIPOD_HD void query_warp_tile(const W& w, QueryWarp<HD, W::kLanes>& s, const Qu
   float sc[L][kTiles8 * 4], dp[L][kTiles8 * 4];  // S and dP [16 queries x 64 keys]
   product_with_rows<HD>(w, sc, s.q, sh.k);
   product_with_rows<HD>(w, dp, s.dout, sh.v);
-  for (int i = 0; i < L; ++i) {  // dS into dp
+  for (int i = 0; i < L; ++i) {  // dS into dp (fp32 here: the product rounds it to bf16)
     const int lane = w.lane(i);
+    // A query before T sees the keys up to itself; one past T none.
+    const int64_t row = row0 + mma::group_of(lane);
+    const VisibleColumns seen = visible_columns(
+        lane, {0, 0}, {row < p.seq_len ? row - key0 : -1, row + 8 < p.seq_len ? row + 8 - key0 : -1});
     TRIPOD_UNROLL
     for (int x = 0; x < kTiles8 * 4; ++x) {
-      const mma::Place at = mma::c_place(lane, x % 4);
       const int h = x % 4 / 2;
-      const int64_t row = row0 + at.row, key = key0 + x / 4 * mma::kN + at.col;
-      const bool visible = row < p.seq_len && key <= row;
+      const bool visible = seen.sees(h, fragment_column_offset(x));
       const float pr = visible ? std::exp(p.scale * sc[i][x] - s.lse[i][h]) : 0.0f;
-      dp[i][x] = bf16_bits_to_float(float_to_bf16_bits(visible ? pr * (dp[i][x] - s.delta[i][h]) * p.scale : 0.0f));
+      dp[i][x] = visible ? pr * (dp[i][x] - s.delta[i][h]) * p.scale : 0.0f;
     }
   }
   accumulate_times_columns<HD>(w, s.dq, dp, sh.k_t);

@@ -82,18 +82,21 @@ TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Share
   constexpr int L = W::kLanes;
   float sc[L][kTiles8 * 4];  // S, then the probabilities: n-tile j's 4 values at 4j
   product_with_rows<HD>(w, sc, s.q, sh.k);
-  // Scaled and masked scores; each row's max over this lane's columns, then over its four lanes.
+  // Scaled and masked scores (a row sees the keys up to itself and before T); each row's max over
+  // this lane's columns, then over its four lanes. (The backward's VisibleColumns would save
+  // integer work here too, but pushed this kernel past the 128 registers of 4 blocks an SM.)
   float tile_max[L][2];
   for (int i = 0; i < L; ++i) {
     const int lane = w.lane(i);
     tile_max[i][0] = tile_max[i][1] = -INFINITY;
     TRIPOD_UNROLL
     for (int x = 0; x < kTiles8 * 4; ++x) {
+      const int h = x % 4 / 2;
       const mma::Place at = mma::c_place(lane, x % 4);
       const int64_t row = row0 + at.row, key = key0 + x / 4 * mma::kN + at.col;
       const float v = key <= row && key < p.seq_len ? p.scale * sc[i][x] : -INFINITY;
       sc[i][x] = v;
-      tile_max[i][x % 4 / 2] = v > tile_max[i][x % 4 / 2] ? v : tile_max[i][x % 4 / 2];
+      tile_max[i][h] = v > tile_max[i][h] ? v : tile_max[i][h];
     }
   }
   w.quad_max(tile_max, 0);

@@ -167,6 +167,43 @@ TRIPOD_HD void product_with_rows(const W& w, float (&c)[W::kLanes][kTiles8 * 4],
     }
 }
 
+// Which columns of a 64-wide tile this lane's C rows see (rows g and g + 8, h = 0, 1): columns
+// [first[h], last[h]], kept less the lane's own 2 x thread_in_group so that each element tests
+// only its offset, known when the kernel is compiled (fragment_column_offset): two integer
+// compares an element instead of the mask's 64-bit index arithmetic. A tile wholly visible costs
+// the same compares, and none of the kernels' paths doubles.
+struct VisibleColumns {
+  int first[2], last[2];
+  TRIPOD_HD bool sees(int h, int offset) const { return offset >= first[h] && offset <= last[h]; }
+};
+TRIPOD_HD int clamp_to_tile(int64_t column) { return column < -1 ? -1 : column > kTile ? kTile : static_cast<int>(column); }
+TRIPOD_HD VisibleColumns visible_columns(int lane, const int64_t (&first)[2], const int64_t (&last)[2]) {
+  const int mine = 2 * mma::thread_in_group(lane);
+  VisibleColumns v{};
+  for (int h = 0; h < 2; ++h) {
+    v.first[h] = clamp_to_tile(first[h]) - mine;
+    v.last[h] = clamp_to_tile(last[h]) - mine;
+  }
+  return v;
+}
+// C element x of a 64-wide product (n-tile x / 4, register x % 4) lies in column
+// fragment_column_offset(x) + 2 x thread_in_group of the tile, in row half x % 4 / 2 (c_place).
+TRIPOD_HD constexpr int fragment_column_offset(int x) { return x / 4 * mma::kN + (x & 1); }
+
+// Two fp32 values rounded to bf16 and packed as one A register (first in the low half): on the
+// device one cvt.rn.bf16x2.f32 (round to nearest even, as float_to_bf16_bits, for every value but
+// a NaN's payload) where float_pair_to_bf16_word takes a dozen integer instructions; the products'
+// A operands are rounded here, a pair for every two scores of every tile.
+TRIPOD_HD uint32_t round_pair(float first, float second) {
+#ifdef __CUDA_ARCH__
+  uint32_t word;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(second), "f"(first));  // the first source is the high half
+  return word;
+#else
+  return float_pair_to_bf16_word(first, second);
+#endif
+}
+
 // acc [16 x HD] += a [16 x 64] (c's fragments rounded to bf16: values[i][4j ..] of n-tile j)
 // b [64 x HD], b given transposed: bt [HD][64] bf16 in shared memory.
 template <int HD, class W>
@@ -178,10 +215,10 @@ TRIPOD_HD void accumulate_times_columns(const W& w, float (&acc)[W::kLanes][HD /
     for (int i = 0; i < W::kLanes; ++i) {
       const float* lo = values[i] + 4 * (2 * kk);
       const float* hi = values[i] + 4 * (2 * kk + 1);
-      a[i][0] = float_pair_to_bf16_word(lo[0], lo[1]);
-      a[i][1] = float_pair_to_bf16_word(lo[2], lo[3]);
-      a[i][2] = float_pair_to_bf16_word(hi[0], hi[1]);
-      a[i][3] = float_pair_to_bf16_word(hi[2], hi[3]);
+      a[i][0] = round_pair(lo[0], lo[1]);
+      a[i][1] = round_pair(lo[2], lo[3]);
+      a[i][2] = round_pair(hi[0], hi[1]);
+      a[i][3] = round_pair(hi[2], hi[3]);
     }
     TRIPOD_UNROLL
     for (int jd = 0; jd < HD / mma::kN; ++jd) {
