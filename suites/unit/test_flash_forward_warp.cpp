@@ -256,8 +256,11 @@ Forward run_warps(const Shape& s, const std::vector<float>& qkv32) {
     for (int64_t kt = 0; kt <= at.tile; ++kt) {
       for (int thread = 0; thread < fm::kThreads; ++thread)
         fm::load_key_tile<HD>(thread, *shared, p, qkv.data(), at.pair, kt * flash::kTile, p.rows_in_tile(kt));
-      for (int warp = 0; warp < fm::kWarps; ++warp)
-        fm::forward_tile<HD>(w, warps[warp], *shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
+      for (int warp = 0; warp < fm::kWarps; ++warp) {  // the diagonal tile masked, as the kernel peels it
+        const int64_t rows = row0 + warp * fm::kRowsPerWarp;
+        if (kt < at.tile) fm::forward_tile<HD, false>(w, warps[warp], *shared, p, rows, kt * flash::kTile);
+        else fm::forward_tile<HD, true>(w, warps[warp], *shared, p, rows, kt * flash::kTile);
+      }
     }
     for (int warp = 0; warp < fm::kWarps; ++warp)
       fm::finish_rows<HD>(w, warps[warp], p, r.out.data(), r.state.data() + p.pairs() * s.seq_len, r.state.data(),

@@ -94,8 +94,11 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
       for (int64_t kt = 0; kt <= at.tile; ++kt) {  // the device's two barriers bracket the load
         for (int thread = 0; thread < fm::kThreads; ++thread)
           fm::load_key_tile<HD>(thread, b.shared, p, qkv16.data(), at.pair, kt * flash::kTile, p.rows_in_tile(kt));
-        for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::forward_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
+        for (int warp = 0; warp < fm::kWarps; ++warp) {  // the diagonal tile masked, as the kernel peels it
+          const int64_t rows = row0 + warp * fm::kRowsPerWarp;
+          if (kt < at.tile) fm::forward_tile<HD, false>(w, b.warps[warp], b.shared, p, rows, kt * flash::kTile);
+          else fm::forward_tile<HD, true>(w, b.warps[warp], b.shared, p, rows, kt * flash::kTile);
+        }
       }
       for (int warp = 0; warp < fm::kWarps; ++warp)
         fm::finish_rows<HD>(w, b.warps[warp], p, out, kept_out, lse, at.pair, row0 + warp * fm::kRowsPerWarp);

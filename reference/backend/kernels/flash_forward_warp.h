@@ -76,15 +76,18 @@ TRIPOD_HD void load_key_tile(int thread, Shared<HD>& sh, const flash::Problem& p
 }
 
 // The warp's rows from row0 against the key tile at key0 in `sh` (the online softmax step above).
-template <int HD, class W>
+// kMasked: the tile is the query tile's diagonal one, the only one holding keys past a row of its
+// or past T (every key tile before it lies below the diagonal and wholly before T); the others
+// skip the mask's arithmetic. The callers peel the diagonal tile off their loops (two forms in
+// one loop body take more registers).
+template <int HD, bool kMasked, class W>
 TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Shared<HD>& sh, const flash::Problem& p,
                             int64_t row0, int64_t key0) {
   constexpr int L = W::kLanes;
   float sc[L][kTiles8 * 4];  // S, then the probabilities: n-tile j's 4 values at 4j
   product_with_rows<HD>(w, sc, s.q, sh.k);
   // Scaled and masked scores (a row sees the keys up to itself and before T); each row's max over
-  // this lane's columns, then over its four lanes. (The backward's VisibleColumns would save
-  // integer work here too, but pushed this kernel past the 128 registers of 4 blocks an SM.)
+  // this lane's columns, then over its four lanes.
   float tile_max[L][2];
   for (int i = 0; i < L; ++i) {
     const int lane = w.lane(i);
@@ -94,7 +97,7 @@ TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Share
       const int h = x % 4 / 2;
       const mma::Place at = mma::c_place(lane, x % 4);
       const int64_t row = row0 + at.row, key = key0 + x / 4 * mma::kN + at.col;
-      const float v = key <= row && key < p.seq_len ? p.scale * sc[i][x] : -INFINITY;
+      const float v = !kMasked || (key <= row && key < p.seq_len) ? p.scale * sc[i][x] : -INFINITY;
       sc[i][x] = v;
       tile_max[i][h] = v > tile_max[i][h] ? v : tile_max[i][h];
     }

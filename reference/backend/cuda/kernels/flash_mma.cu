@@ -80,9 +80,13 @@ struct DeviceWarp {
   }
 };
 
-// Blocks an SM should hold at once: 4 below head size 128 caps a thread at 128 registers (65536 /
-// (4 x 128)), which the forward fits without spilling (132 uncapped, i.e. 3 blocks an SM).
-constexpr int forward_blocks_per_sm(int hd) { return hd <= 64 ? 4 : 1; }
+// Blocks an SM should hold at once below head size 128: 3, a cap of 168 registers a thread (the
+// kernel takes 134 on sm_90a). It took 121 with the mask on every tile; peeling the diagonal tile
+// off the loop (its masked form of forward_tile apart, the mask's arithmetic gone from every tile
+// below the diagonal: 15 of 16 at GPT-2's T = 1024) spilled under the 128-register cap of 4
+// blocks. FlashAttention-2 takes the same trade (masking steps apart, few blocks an SM); which is
+// faster here is for a GPU to say (the form before is 3def8c0's).
+constexpr int forward_blocks_per_sm(int hd) { return hd <= 64 ? 3 : 1; }
 
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, forward_blocks_per_sm(HD))
@@ -100,8 +104,10 @@ __global__ void __launch_bounds__(fm::kThreads, forward_blocks_per_sm(HD))
     fm::load_key_tile<HD>(static_cast<int>(threadIdx.x), shared, p, qkv, at.pair, kt * flash::kTile,
                           p.rows_in_tile(kt));
     __syncthreads();
-    fm::forward_tile<HD>(w, state, shared, p, row0, kt * flash::kTile);
+    if (kt == at.tile) break;  // the diagonal tile: masked, below
+    fm::forward_tile<HD, false>(w, state, shared, p, row0, kt * flash::kTile);
   }
+  fm::forward_tile<HD, true>(w, state, shared, p, row0, at.tile * flash::kTile);
   fm::finish_rows<HD>(w, state, p, out, kept_out, lse, at.pair, row0);
 }
 
