@@ -34,7 +34,7 @@ TEST(AttentionChoice, GemmUnlessFlashIsAsked) {
   }
 }
 
-TEST(AttentionChoice, BothFlashFormsTakeTheSameShapesAndSayWhichTheyAre) {
+TEST(AttentionChoice, BothFlashFormsTakeGpt2OnAnH200AndSayWhichTheyAre) {
   const std::size_t h200 = h200_limits().shared_per_block_optin;
   for (AttentionKernel k : {AttentionKernel::Flash, AttentionKernel::FlashMma}) {
     EXPECT_TRUE(is_flash(k));
@@ -68,6 +68,30 @@ TEST(AttentionChoice, FlashTakesHeadSizesOfItsKernelsWhenItsStateAndSharedMemory
   EXPECT_TRUE(flash_attention_supported(1024, 1536, 12, 163 * 1024));
   EXPECT_LE(flash_attention_shared_bytes(128), 163u * 1024);
   EXPECT_EQ(flash_attention_shared_bytes(48), 0u);
+}
+
+TEST(AttentionChoice, FlashMmaNeedsOnlyStaticSharedMemoryUpToHeadSize64) {
+  // Its own kernels fit the 48 KiB every device gives a block without opting in; at head size 128
+  // its backward is the block kernels', which need what flash needs.
+  constexpr std::size_t kStatic = 48 * 1024;
+  for (int64_t hd : {16, 32, 64}) {
+    EXPECT_LE(flash_attention_shared_bytes(hd, AttentionKernel::FlashMma), kStatic) << hd;
+    EXPECT_GT(flash_attention_shared_bytes(hd, AttentionKernel::FlashMma), 0u) << hd;
+  }
+  EXPECT_EQ(flash_attention_shared_bytes(128, AttentionKernel::FlashMma), flash_attention_shared_bytes(128));
+  EXPECT_EQ(flash_attention_shared_bytes(48, AttentionKernel::FlashMma), 0u);
+  // GPT-2's head size 64 on a 99 KiB device (an RTX 4090, an L40): flash-mma yes, flash no.
+  const auto takes = [](AttentionKernel k, int64_t channels, int64_t heads, std::size_t optin) {
+    return takes_flash_attention(k, DType::F32, Fp32Matmul::Bf16Operands, 1024, channels, heads, optin);
+  };
+  EXPECT_TRUE(takes(AttentionKernel::FlashMma, 768, 12, 99 * 1024));
+  EXPECT_FALSE(takes(AttentionKernel::Flash, 768, 12, 99 * 1024));
+  EXPECT_TRUE(takes(AttentionKernel::FlashMma, 768, 12, kStatic));   // even at the static limit alone
+  EXPECT_FALSE(takes(AttentionKernel::FlashMma, 1536, 12, 99 * 1024));  // head size 128: the block backward
+  EXPECT_TRUE(takes(AttentionKernel::FlashMma, 1536, 12, 163 * 1024));
+  // the other conditions stay: T > head size, the head sizes built
+  EXPECT_FALSE(flash_attention_supported(64, 256, 4, 99 * 1024, AttentionKernel::FlashMma));
+  EXPECT_FALSE(flash_attention_supported(1024, 480, 12, 99 * 1024, AttentionKernel::FlashMma));
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "backend/cuda/host/attention_choice.h"
 
+#include <algorithm>
+
 #include "backend/cuda/host/process_env.h"
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_attention_block.h"
+#include "backend/kernels/flash_backward_warp.h"
+#include "backend/kernels/flash_forward_warp.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -27,29 +31,55 @@ AttentionKernel choose_attention_kernel() {
   return choose_attention_kernel(process_env);
 }
 
-std::size_t flash_attention_shared_bytes(int64_t head_dim) {
-  using namespace kernels::flash;
-  switch (head_dim) {  // the key-gradient kernel's is the largest of the three
-    case 16: return sizeof(KeyGradsShared<16>);
-    case 32: return sizeof(KeyGradsShared<32>);
-    case 64: return sizeof(KeyGradsShared<64>);
-    case 128: return sizeof(KeyGradsShared<128>);
+namespace {
+
+template <int HD>
+std::size_t block_kernels_bytes() {  // the key-gradient kernel's is the largest of the three
+  static_assert(sizeof(kernels::flash::ForwardShared<HD>) <= sizeof(kernels::flash::KeyGradsShared<HD>));
+  return sizeof(kernels::flash::KeyGradsShared<HD>);
+}
+
+template <int HD>
+std::size_t register_kernels_bytes() {  // flash-mma: its forward, and its backward up to head size 64
+  namespace fm = kernels::flash_mma;
+  std::size_t bytes = sizeof(fm::Shared<HD>);
+  if constexpr (HD <= 64) {
+    bytes = std::max({bytes, sizeof(fm::KeyGradsShared<HD>), sizeof(fm::QueryGradsShared<HD>)});
+  } else {
+    bytes = std::max(bytes, block_kernels_bytes<HD>());
+  }
+  return bytes;
+}
+
+template <int HD>
+std::size_t kernels_bytes(AttentionKernel kernel) {
+  return kernel == AttentionKernel::FlashMma ? register_kernels_bytes<HD>() : block_kernels_bytes<HD>();
+}
+
+}  // namespace
+
+std::size_t flash_attention_shared_bytes(int64_t head_dim, AttentionKernel kernel) {
+  switch (head_dim) {
+    case 16: return kernels_bytes<16>(kernel);
+    case 32: return kernels_bytes<32>(kernel);
+    case 64: return kernels_bytes<64>(kernel);
+    case 128: return kernels_bytes<128>(kernel);
     default: return 0;
   }
 }
 
-bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin) {
+bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin,
+                               AttentionKernel kernel) {
   if (n_head <= 0 || channels % n_head != 0) return false;
   const int64_t head_dim = channels / n_head;
-  static_assert(sizeof(kernels::flash::ForwardShared<128>) <= sizeof(kernels::flash::KeyGradsShared<128>));
   return kernels::flash::supported_head_dim(head_dim) && seq_len >= head_dim + 1 &&
-         flash_attention_shared_bytes(head_dim) <= shared_per_block_optin;
+         flash_attention_shared_bytes(head_dim, kernel) <= shared_per_block_optin;
 }
 
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin) {
   return is_flash(kernel) && dtype == DType::F32 && policy == Fp32Matmul::Bf16Operands &&
-         flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin);
+         flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin, kernel);
 }
 
 }  // namespace tripod::cuda

@@ -29,16 +29,20 @@ AttentionKernel choose_attention_kernel();  // from the process's environment
 
 // Shapes the flash kernels take on a device whose blocks may opt in to `shared_per_block_optin`
 // bytes of shared memory: head size 16, 32, 64 or 128 (a tile product's inner dimension is a
-// multiple of 16; one kernel is built for each) whose kernels' shared memory fits (an A100's 163
-// KiB holds them all; a 99 KiB limit not head size 64's key-gradient kernel), and T >= hd + 1,
+// multiple of 16; one kernel is built for each) whose kernels' shared memory fits, and T >= hd + 1,
 // so that the state they keep (the rows' logsumexp, B*H*T, and a copy of out, B*T*C) fits in the
-// B*H*T*T probs buffer. Elsewhere the backend runs the GEMM attention.
-bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin);
+// B*H*T*T probs buffer. Elsewhere the backend runs the GEMM attention. The shared memory is
+// `kernel`'s: flash's block kernels need the opt-in (an A100's 163 KiB holds them all, a 99 KiB
+// limit not head size 64's key-gradient kernel); flash-mma's own kernels take static shared memory
+// under the 48 KiB every device gives, and only its backward at head size 128 (the block kernels')
+// needs more, so an RTX 4090 or an L40 takes it at GPT-2's head size 64 where it cannot take flash.
+bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head, std::size_t shared_per_block_optin,
+                               AttentionKernel kernel = AttentionKernel::Flash);
 // Whether a backend set to `kernel` takes flash attention for a call: fp32 tensors under the
 // bf16-operand policy, at a shape flash_attention_supported takes.
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin);
-// The most shared memory a block of the flash kernels takes at this head size (0 if unsupported).
-std::size_t flash_attention_shared_bytes(int64_t head_dim);
+// The most shared memory a block of `kernel`'s kernels takes at this head size (0 if unsupported).
+std::size_t flash_attention_shared_bytes(int64_t head_dim, AttentionKernel kernel = AttentionKernel::Flash);
 
 }  // namespace tripod::cuda

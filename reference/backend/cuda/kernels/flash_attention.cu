@@ -188,11 +188,11 @@ void launch_tiles(void (*kernel)(KernelArgs...), const flash::Problem& p, const 
 }
 
 flash::Problem problem_of(const char* op, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                          const CudaContext& ctx) {
+                          const CudaContext& ctx, AttentionKernel kernel = AttentionKernel::Flash) {
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
-  check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin), op, ": head size ",
-        channels / n_head, " at T = ", seq_len,
+  check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin, kernel), op,
+        ": head size ", channels / n_head, " at T = ", seq_len,
         " is not supported (head size 16, 32, 64 or 128 whose kernels fit the device's shared memory, T > head size)");
   return {batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
 }
@@ -225,7 +225,8 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx, bf16* register_copies) {
   const char* op = "flash_attention_backward";
-  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx);
+  const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx,
+                                      register_copies != nullptr ? AttentionKernel::FlashMma : AttentionKernel::Flash);
   if (batch * seq_len == 0) return;
   check_rows_aligned(op, {qkv, dout});
   const float* lse = state;
