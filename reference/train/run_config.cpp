@@ -50,12 +50,20 @@ std::string kind_in_words(const json& value) {
   return "an object";
 }
 
+// An object's keys, comma-separated (in nlohmann::json's order: sorted).
+std::string keys_of(const json& object) {
+  std::string keys;
+  for (auto it = object.begin(); it != object.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
+  return keys;
+}
+
 // Overlays `update` on `base`, rejecting keys that the defaults do not have and wrong types.
 void merge_checked(json& base, const json& update, const std::string& where, const std::string& origin) {
   check(update.is_object(), origin, ": '", where.empty() ? "<top level>" : where, "' must be an object");
   for (auto it = update.begin(); it != update.end(); ++it) {
     const std::string key = where.empty() ? it.key() : where + "." + it.key();
-    check(base.contains(it.key()), origin, ": unknown config key '", key, "'");
+    check(base.contains(it.key()), origin, ": unknown config key '", key, "' (", where.empty() ? "the top level" : where,
+          " takes ", keys_of(base), ")");
     json& target = base[it.key()];
     if (target.is_object()) {
       merge_checked(target, it.value(), key, origin);

@@ -32,6 +32,12 @@ TEST(RunConfig, OverridesApplyWithTypes) {
 
 TEST(RunConfig, UnknownKeyIsNamed) {
   EXPECT_NE(error_of([] { with({"train.stepz=3"}); }).find("unknown config key 'train.stepz'"), std::string::npos);
+  // the keys the object takes, so that a user need not read the source for them
+  const std::string model_key = error_of([] { with({"model.n_embd=96"}); });
+  EXPECT_NE(model_key.find("unknown config key 'model.n_embd' (model takes "), std::string::npos) << model_key;
+  EXPECT_NE(model_key.find("d_model"), std::string::npos) << model_key;
+  EXPECT_NE(model_key.find("n_head"), std::string::npos) << model_key;
+  EXPECT_NE(error_of([] { with({"trian.steps=3"}); }).find("(the top level takes "), std::string::npos);
   EXPECT_NE(error_of([] { with({"modle.n_layer=3"}); }).find("'modle'"), std::string::npos);
 }
 
