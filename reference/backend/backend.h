@@ -228,6 +228,12 @@ class Backend {
     (void)dtype, (void)seq_len, (void)channels, (void)n_head;
     return false;
   }
+  // Where this backend was asked for flash attention (TRIPOD_CUDA_ATTENTION) but runs the GEMM
+  // attention for these sizes under the policy in force: why, in a sentence; "" otherwise.
+  virtual std::string attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+    (void)dtype, (void)seq_len, (void)channels, (void)n_head;
+    return "";
+  }
   virtual Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
                                       int64_t n_head) const;
   virtual void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv,

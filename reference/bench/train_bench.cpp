@@ -43,6 +43,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   // a GPU's tensor cores), so that the ratio compares like with like: on an H200 a bf16-mixed
   // step was held against plain fp32 GEMMs and read "176.6 %".
   apply_precision_policy(config.train, *backend);
+  const std::string attention_declined =
+      backend->attention_declined(config.train.dtype, o.seq_len, config.model.d_model, config.model.n_head);
+  if (!attention_declined.empty()) std::printf("  note: %s\n", attention_declined.c_str());
   const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
   const std::size_t baseline_rss = peak_resident_bytes();  // the program, its libraries and the sgemm
   backend->reset_peak_memory();  // the allocator's peak below is then the training's own
@@ -121,6 +124,8 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"vocab_multiple", o.vocab_multiple},
                         {"padded_vocab", padded_vocab},
                         {"backend_name", backend->name()}, {"dtype", precision_name(config.train)},
+                        {"attention_declined", attention_declined.empty() ? nlohmann::json(nullptr)
+                                                                          : nlohmann::json(attention_declined)},
                         {"peak_flops", peak.flops > 0 ? nlohmann::json(peak.flops) : nlohmann::json(nullptr)},
                         {"peak_source", peak.source},
                         {"mfu", peak.flops > 0 ? nlohmann::json(achieved / peak.flops) : nlohmann::json(nullptr)}};

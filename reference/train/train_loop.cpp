@@ -181,6 +181,9 @@ class TrainingRun {
                 : t.eval_batches == 0 ? " (train.eval_batches = 0: no eval loss)" : "");
     std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
                 peak_.flops / 1e12, peak_.source.c_str());
+    const std::string declined =
+        backend_.attention_declined(t.dtype, t.seq_len, config_.model.d_model, config_.model.n_head);
+    if (!declined.empty()) std::printf("  note: %s\n", declined.c_str());
     if (t.recompute == Recompute::Selective)
       std::printf("  selective activation recomputation: attention probabilities and GELU outputs recomputed in "
                   "backward (MFU counts model FLOPs, not the recomputed ones)\n");

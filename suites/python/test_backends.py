@@ -150,3 +150,26 @@ def test_the_cpu_microbenchmarks_refuse_a_gpu_and_name_the_gpu_ones(suite, inste
     result = run([TRIPOD, "bench", suite, "--backend", "cuda", "--quick"])
     assert result.returncode != 0
     assert f"on a GPU run `tripod bench {instead} --backend cuda`" in result.stderr, result.stderr
+
+
+def test_flash_attention_asked_where_it_cannot_run_says_why(corpus, tmp_path):
+    """TRIPOD_CUDA_ATTENTION asks the emulated device for flash attention; where the policy or the
+    shape rules it out, the GEMM attention runs and the start of the run says why (the backend's
+    name still ends in "flash attention")."""
+    require_tripod()
+
+    def start(*extra):
+        result = subprocess.run([str(c) for c in [TRIPOD, "train", "--backend", "emulated", "--config", "tiny",
+                                                  "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=1",
+                                                  *extra]],
+                                capture_output=True, text=True, timeout=200,
+                                env={**MPI_ENV, "TRIPOD_CUDA_ATTENTION": "flash"})
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "flash attention)" in result.stdout.splitlines()[0], result.stdout
+        return result.stdout
+
+    assert ("note: TRIPOD_CUDA_ATTENTION=flash takes fp32 tensors under bf16-mixed only (this run: fp32, not "
+            "bf16-mixed): the GEMM attention runs instead") in start()
+    # SMALL's head size 16 at T = 16: the flash state needs T > head size
+    assert "note: TRIPOD_CUDA_ATTENTION=flash does not take head size 16 at T = 16" in start(
+        "--set", "train.dtype=bf16-mixed")

@@ -321,6 +321,16 @@ def test_bench_train_json(tmp_path):
     padded = load(tmp_path / "padded.json")
     validate_with("bench-train", padded)
     assert (padded["vocab_multiple"], padded["padded_vocab"], padded["dtype"]) == (16, 64, "bf16-mixed")
+    assert plain["attention_declined"] is None and padded["attention_declined"] is None
+    # flash attention asked of the emulated device at a head size its kernels lack (tiny's 128 over 16
+    # heads: 8): the GEMM attention runs, and the results and the output say so
+    flash = tripod("bench", "train", *small, "--backend", "emulated", "--set", "model.vocab_size=64", "--set",
+                   "train.dtype=bf16-mixed", "--set", "model.n_head=16", "--json", tmp_path / "flash.json",
+                   env={"TRIPOD_CUDA_ATTENTION": "flash-mma"})
+    declined = load(tmp_path / "flash.json")
+    validate_with("bench-train", declined)
+    assert "flash-mma does not take head size 8" in declined["attention_declined"], declined["attention_declined"]
+    assert "note: TRIPOD_CUDA_ATTENTION=flash-mma does not take head size 8" in flash.stdout, flash.stdout
 
 
 def test_bench_health_json(tmp_path):

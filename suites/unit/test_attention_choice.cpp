@@ -94,5 +94,30 @@ TEST(AttentionChoice, FlashMmaNeedsOnlyStaticSharedMemoryUpToHeadSize64) {
   EXPECT_FALSE(flash_attention_supported(1024, 480, 12, 99 * 1024, AttentionKernel::FlashMma));
 }
 
+TEST(AttentionChoice, AFlashBackendSaysWhyItRunsTheGemmAttention) {
+  const std::size_t h200 = h200_limits().shared_per_block_optin;
+  const auto declined = [&](AttentionKernel k, DType dtype, Fp32Matmul policy, int64_t channels, int64_t heads) {
+    return flash_attention_declined(k, dtype, policy, 1024, channels, heads, h200);
+  };
+  // taken, or not asked: nothing to say
+  EXPECT_EQ(declined(AttentionKernel::FlashMma, DType::F32, Fp32Matmul::Bf16Operands, 768, 12), "");
+  EXPECT_EQ(declined(AttentionKernel::Gemm, DType::F32, Fp32Matmul::Exact, 96, 2), "");
+  // the head size (48), with what the kernels take
+  const std::string shape = declined(AttentionKernel::FlashMma, DType::F32, Fp32Matmul::Bf16Operands, 96, 2);
+  EXPECT_NE(shape.find("TRIPOD_CUDA_ATTENTION=flash-mma does not take head size 48 at T = 1024"), std::string::npos)
+      << shape;
+  EXPECT_NE(shape.find("16, 32, 64 or 128"), std::string::npos) << shape;
+  EXPECT_NE(shape.find("227 KiB"), std::string::npos) << shape;
+  EXPECT_NE(shape.find("the GEMM attention runs instead"), std::string::npos) << shape;
+  // the policy: fp32 without bf16 operands, fp64
+  const std::string fp32 = declined(AttentionKernel::Flash, DType::F32, Fp32Matmul::Exact, 768, 12);
+  EXPECT_NE(fp32.find("TRIPOD_CUDA_ATTENTION=flash takes fp32 tensors under bf16-mixed only (this run: fp32, not "
+                      "bf16-mixed)"),
+            std::string::npos)
+      << fp32;
+  EXPECT_NE(declined(AttentionKernel::Flash, DType::F64, Fp32Matmul::Exact, 768, 12).find("this run: fp64"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tripod::cuda

@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
   // Under TRIPOD_CUDA_ATTENTION=flash, fp32 attention under the bf16-operand policy runs the flash
   // kernels where they take the shape and the device's shared memory (host/attention_choice.h).
   bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  std::string attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;

@@ -115,6 +115,11 @@ bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t ch
                                      ctx_.limits.shared_per_block_optin);
 }
 
+std::string CudaBackend::attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  return cuda::flash_attention_declined(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
+                                        ctx_.limits.shared_per_block_optin);
+}
+
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
   check_attention_state(probs, qkv, n_head, op);

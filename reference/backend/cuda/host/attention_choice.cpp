@@ -82,4 +82,22 @@ bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul polic
          flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin, kernel);
 }
 
+std::string flash_attention_declined(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len,
+                                     int64_t channels, int64_t n_head, std::size_t shared_per_block_optin) {
+  if (takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) ||
+      !is_flash(kernel))
+    return "";
+  const std::string asked =
+      std::string("TRIPOD_CUDA_ATTENTION=") + (kernel == AttentionKernel::FlashMma ? "flash-mma" : "flash");
+  const std::string instead = ": the GEMM attention runs instead";
+  if (dtype != DType::F32 || policy != Fp32Matmul::Bf16Operands)
+    return asked + " takes fp32 tensors under bf16-mixed only (this run: " + dtype_name(dtype) +
+           (policy == Fp32Matmul::Bf16Operands ? ", bf16-mixed" : ", not bf16-mixed") + ")" + instead;
+  const int64_t head_dim = n_head > 0 && channels % n_head == 0 ? channels / n_head : 0;
+  return asked + " does not take head size " + std::to_string(head_dim) + " at T = " + std::to_string(seq_len) +
+         " (it takes head size 16, 32, 64 or 128 whose kernels fit the device's " +
+         std::to_string(shared_per_block_optin / 1024) + " KiB of shared memory a block, and T > head size)" +
+         instead;
+}
+
 }  // namespace tripod::cuda

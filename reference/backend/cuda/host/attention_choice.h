@@ -42,6 +42,13 @@ bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head
 // bf16-operand policy, at a shape flash_attention_supported takes.
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin);
+// Why a backend set to a flash `kernel` runs the GEMM attention for these tensors after all ("" when
+// it takes flash, or was not asked to): a sentence naming the variable's value, the reason (the
+// dtype and policy, or the head size and T against what the kernels take) and what runs instead,
+// for a run's start to print, so that a result recorded under a flash backend's name is not
+// taken for flash's.
+std::string flash_attention_declined(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len,
+                                     int64_t channels, int64_t n_head, std::size_t shared_per_block_optin);
 // The most shared memory a block of `kernel`'s kernels takes at this head size (0 if unsupported).
 std::size_t flash_attention_shared_bytes(int64_t head_dim, AttentionKernel kernel = AttentionKernel::Flash);
 
