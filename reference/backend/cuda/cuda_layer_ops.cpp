@@ -172,7 +172,7 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
     if (attention_kernel_ == cuda::AttentionKernel::FlashMma) copies = flash_mma_copies(batch, seq_len, channels);
     cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
                                    ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_,
-                                   copies.defined() ? copies.device_data<bf16>() : nullptr);
+                                   attention_kernel_, copies.defined() ? copies.device_data<bf16>() : nullptr);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

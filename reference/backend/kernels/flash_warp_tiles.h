@@ -80,8 +80,8 @@ TRIPOD_HD TileGroup tile_group(int g) {
 // stored its group's element e at step e, a row's groups (columns 8 apart, i.e. 8 x kColumnLd bf16
 // = 9 x 32 words apart) would all fall in one bank: an 8-way conflict at head size 64. So at step
 // e a group stores its element (e + col / 8) mod 8 instead, which spreads them over 8 banks 4
-// apart (the rows' halves fill the rest): conflict-free at 64, 2-way at 16 and 128, where 8 was
-// 16 (test_flash_forward_warp.cpp counts them).
+// apart (the rows' halves fill the rest): conflict-free at 32 and 64, 2-way at 16 and 128 (it was
+// 8-way at 64 and 16-way at 128; test_flash_forward_warp.cpp counts them).
 TRIPOD_HD int transposed_element_at_step(int col, int e) { return (e + col / 8) & 7; }
 
 // words rotated so that element e of the result is element (e + k) mod 8 of the input, with

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/host/attention_choice.h"
 #include "core/dtype.h"
 
 namespace tripod::cuda {
@@ -29,13 +30,14 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
                                 int64_t n_head, const CudaContext& ctx);
-// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `register_copies`
-// (TRIPOD_CUDA_ATTENTION=flash-mma; scratch as the forward's): flash_mma.cu's kernels
-// (backend/kernels/flash_backward_warp.h) at head sizes up to 64; null, or above 64: the block
-// kernels above.
+// Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `kernel` FlashMma
+// (TRIPOD_CUDA_ATTENTION=flash-mma): flash_mma.cu's kernels (backend/kernels/flash_backward_warp.h)
+// at head sizes up to 64, reading copies made in `register_copies` (scratch as the forward's);
+// above 64, or Flash, the block kernels above.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                              const CudaContext& ctx, bf16* register_copies = nullptr);
+                              const CudaContext& ctx, AttentionKernel kernel = AttentionKernel::Flash,
+                              bf16* register_copies = nullptr);
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
