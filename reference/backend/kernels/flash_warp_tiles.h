@@ -176,7 +176,9 @@ struct VisibleColumns {
   int first[2], last[2];
   TRIPOD_HD bool sees(int h, int offset) const { return offset >= first[h] && offset <= last[h]; }
 };
-TRIPOD_HD int clamp_to_tile(int64_t column) { return column < -1 ? -1 : column > kTile ? kTile : static_cast<int>(column); }
+TRIPOD_HD int clamp_to_tile(int64_t column) {
+  return column < -1 ? -1 : column > kTile ? kTile : static_cast<int>(column);
+}
 TRIPOD_HD VisibleColumns visible_columns(int lane, const int64_t (&first)[2], const int64_t (&last)[2]) {
   const int mine = 2 * mma::thread_in_group(lane);
   VisibleColumns v{};

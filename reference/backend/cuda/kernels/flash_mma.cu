@@ -197,9 +197,9 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
   const char* op = "flash_attention_forward_mma";
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
-  check(flash_attention_supported(seq_len, channels, n_head, ctx.limits.shared_per_block_optin, AttentionKernel::FlashMma),
-        op, ": head size ", channels / n_head, " at T = ", seq_len,
-        " is not supported (head size 16, 32, 64 or 128, T > head size)");
+  const std::size_t optin = ctx.limits.shared_per_block_optin;
+  check(flash_attention_supported(seq_len, channels, n_head, optin, AttentionKernel::FlashMma), op, ": head size ",
+        channels / n_head, " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
   if (batch * seq_len == 0) return;
   check(copies != nullptr, op, ": no scratch for the bf16 copy of qkv");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
