@@ -12,7 +12,6 @@
 #include "backend/cpu/flash_host_warp.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/attention_math.h"
-#include "backend/kernels/bf16_math.h"
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_backward_warp.h"
 #include "backend/kernels/flash_forward_warp.h"
@@ -50,8 +49,7 @@ std::vector<float> deltas(const flash::Problem& p, const float* dout, const floa
 // The register kernels' bf16 copy of x[0, n) (flash_warp_tiles.h), as the CUDA launchers make it.
 std::vector<bf16> bf16_copy(const float* x, int64_t n) {
   std::vector<bf16> copy(static_cast<std::size_t>(n));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) copy[static_cast<std::size_t>(i)].bits = kernels::float_to_bf16_bits(x[i]);
+  convert<float, bf16>(x, copy.data(), n);
   return copy;
 }
 

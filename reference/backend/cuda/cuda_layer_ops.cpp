@@ -105,9 +105,10 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
       .device_data<bf16>();
 }
 
-// Scratch for flash-mma's bf16 copies of qkv and dout (flash_attention.h), for one call.
-Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels) {
-  return alloc_for_overwrite({cuda::flash_mma_copy_elements(batch, seq_len, channels)}, DType::BF16);
+// Scratch for flash-mma's bf16 copies of qkv (and the backward's of dout; flash_attention.h), for
+// one call.
+Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward) {
+  return alloc_for_overwrite({cuda::flash_mma_copy_elements(batch, seq_len, channels, backward)}, DType::BF16);
 }
 
 bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
@@ -126,7 +127,7 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, cons
   if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
     const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
     if (attention_kernel_ == cuda::AttentionKernel::FlashMma) {
-      Tensor copies = flash_mma_copies(batch, seq_len, channels);
+      Tensor copies = flash_mma_copies(batch, seq_len, channels, false);
       cuda::flash_attention_forward_mma(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op),
                                         copies.device_data<bf16>(), batch, seq_len, channels, n_head, ctx_);
     } else {
@@ -169,7 +170,7 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
     Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
     Tensor copies;  // the register kernels' bf16 copies of qkv and dout, freed (stream-ordered) after
-    if (attention_kernel_ == cuda::AttentionKernel::FlashMma) copies = flash_mma_copies(batch, seq_len, channels);
+    if (attention_kernel_ == cuda::AttentionKernel::FlashMma) copies = flash_mma_copies(batch, seq_len, channels, true);
     cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
                                    ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_,
                                    attention_kernel_, copies.defined() ? copies.device_data<bf16>() : nullptr);

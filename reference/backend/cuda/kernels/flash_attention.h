@@ -22,11 +22,11 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
                              int64_t channels, int64_t n_head, const CudaContext& ctx);
 // The same outputs and state from the forward whose tiles stay in registers (flash_mma.cu,
 // backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma). `copies`: scratch of
-// flash_mma_copy_elements bf16, 16-byte aligned, for the bf16 copy of qkv its kernel reads.
+// flash_mma_copy_elements(..., false) bf16, 16-byte aligned, for the copy of qkv its kernel reads.
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
                                  int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
 // flash_attention_backward's register kernels, delta computed (flash_mma.cu); `copies` as above,
-// for the copies of qkv and dout.
+// of flash_mma_copy_elements(..., true), for the copies of qkv and dout.
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
                                 int64_t n_head, const CudaContext& ctx);
@@ -41,9 +41,9 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
-// The register kernels' bf16 copies: qkv [B, T, 3C], then dout [B, T, C] (the backward's).
-inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels) {
-  return batch * seq_len * 4 * channels;
+// The register kernels' bf16 copies: qkv [B, T, 3C], then (the backward's) dout [B, T, C].
+inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels, bool backward) {
+  return batch * seq_len * (backward ? 4 : 3) * channels;
 }
 
 }  // namespace tripod::cuda
