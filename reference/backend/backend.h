@@ -113,6 +113,11 @@ class Backend {
   // none): the product rounded once to c's dtype, then the bias added and rounded, so the same
   // bits as gemm (alpha 1, beta 0) followed by bias_add, which is what this default does. A device
   // backend may fuse the two (cuBLASLt's bias epilogue: one pass over c instead of two).
+  // A bf16 c with an fp32 bias (or fp32 A and B) holds the bf16 rounding of the fp32 result: the
+  // product in fp32, the bias added in fp32, then one rounding to bf16, the bits of the fp32
+  // gemm_bias followed by convert (this default's form); a device writes it from the GEMM's
+  // epilogue (cuBLASLt: an fp32 bias into a bf16 D), so the fp32 result is never stored. What
+  // attention_input_dtype's bf16 qkv is made by.
   virtual void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                          const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate);
   // c[m,n] = op(A) @ op(B) + bias[n] + residual[m,n] (residual contiguous, of c's shape and dtype,
@@ -228,6 +233,10 @@ class Backend {
     (void)dtype, (void)seq_len, (void)channels, (void)n_head;
     return false;
   }
+  // A fused form this backend ran apart because the device's library declined it (the first such,
+  // in a sentence: the problem and the library's answer; "" for none so far): the results are the
+  // same bits, the time is not, so a benchmark prints it beside its figures.
+  virtual std::string library_declined() const { return ""; }
   // Where this backend was asked for flash attention (TRIPOD_CUDA_ATTENTION) but runs the GEMM
   // attention for these sizes under the policy in force: why, in a sentence; "" otherwise.
   virtual std::string attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
@@ -236,6 +245,17 @@ class Backend {
   }
   virtual Shape attention_state_shape(DType dtype, int64_t batch, int64_t seq_len, int64_t channels,
                                       int64_t n_head) const;
+  // The dtype the model stores attention's input qkv in for tensors of `dtype`: dtype itself, or
+  // bf16 where this backend's attention, forward and backward, reads nothing of an fp32 qkv but its
+  // bf16 rounding (flash-mma under bf16-mixed at head sizes up to 64: its kernels read bf16 copies).
+  // Then qkv's GEMM writes that rounding directly (gemm_bias into a bf16 c) and the attention calls
+  // take the bf16 qkv as the policy's fp32 one: the same bits, without the fp32 qkv's write, the
+  // copies' reads of it in the forward and the backward, or half its memory (GPT-2 124M at B8 x
+  // T1024: 75 MB of 151 a layer). Asked, like attention_state_shape, under the policy of the calls.
+  virtual DType attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+    (void)seq_len, (void)channels, (void)n_head;
+    return dtype;
+  }
   virtual void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv,
                                  int64_t n_head) = 0;
   // Overwrites dqkv[B,T,3C].
@@ -308,6 +328,9 @@ class Backend {
   // attention_state_shape asks for qkv's shape under the policy in force (a buffer sized for the
   // other attention, or under another policy).
   void check_attention_state(const Tensor& state, const Tensor& qkv, int64_t n_head, const char* op) const;
+  // The dtype of the tensors an attention call computes for: qkv's, or for a bf16 qkv the fp32 it
+  // stands for, which attention_input_dtype must have said for its sizes (else throws naming `op`).
+  DType attention_dtype(const Tensor& qkv, int64_t n_head, const char* op) const;
   // Throws unless the four buffers are as long as each other, of one dtype and device, and the runs
   // lie inside them without overlapping (adamw_runs).
   void check_adamw_runs(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
@@ -315,6 +338,8 @@ class Backend {
   // Throws unless `residual` is m x n elements of c's dtype on c's device, sharing no memory with c
   // (gemm_bias_residual: this default writes c before it reads the residual).
   void check_gemm_residual(const Tensor& c, const Tensor& residual, int64_t m, int64_t n) const;
+  // gemm_bias's bf16 c that holds the rounding of an fp32 result (an fp32 bias, or fp32 A and B).
+  static bool rounds_fp32_result(const Tensor& c, const Tensor& a, const Tensor& bias);
   // gemm_operands' copy of one fp32 matrix x [rows, cols] (rows = numel / last dim): rounded to
   // bf16, unpadded here; a device backend may zero-pad it (see gemm_operands).
   virtual Tensor bf16_operand_copy(const Tensor& x);

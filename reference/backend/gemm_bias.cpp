@@ -10,10 +10,20 @@
 
 namespace tripod {
 
+bool Backend::rounds_fp32_result(const Tensor& c, const Tensor& a, const Tensor& bias) {
+  return c.dtype() == DType::BF16 && (a.dtype() == DType::F32 || (bias.defined() && bias.dtype() == DType::F32));
+}
+
 void Backend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
                         const Tensor& b, int64_t ldb, const Tensor& c, const Tensor& bias, DType accumulate) {
   TRIPOD_CHECK(c.numel() == m * n, "gemm_bias: C (", c.describe(), ") must hold exactly its ", m, " x ", n,
                " elements");
+  if (rounds_fp32_result(c, a, bias)) {  // the fp32 result, then its one rounding to bf16
+    const Tensor sum = alloc_for_overwrite({m, n}, DType::F32);
+    gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, sum, bias, accumulate);
+    convert(sum, c);
+    return;
+  }
   TRIPOD_CHECK(!bias.defined() || (bias.numel() == n && bias.dtype() == c.dtype()), "gemm_bias: the bias (",
                bias.defined() ? bias.describe() : std::string("none"), ") must be ", n, " elements of C's dtype");
   gemm(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate);

@@ -89,8 +89,11 @@ Tensor Backend::bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, c
 Tensor Backend::attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
   TRIPOD_CHECK(qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention_operand: qkv ",
                qkv.defined() ? qkv.describe() : std::string("none"), " is not [B, T, 3C]");
-  if (rounded_as_operand(*this, qkv)) return bf16_attention_operand(state, qkv, n_head);
-  Tensor out = alloc_for_overwrite({qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3}, qkv.dtype());
+  // A bf16 qkv (attention_input_dtype's) stands for the policy's fp32 one.
+  const DType dtype = attention_dtype(qkv, n_head, "attention_operand");
+  if ((dtype != qkv.dtype() && qkv.numel() > 0) || rounded_as_operand(*this, qkv))
+    return bf16_attention_operand(state, qkv, n_head);
+  Tensor out = alloc_for_overwrite({qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3}, dtype);
   attention_forward(out, state, qkv, n_head);
   return out;
 }
@@ -107,9 +110,11 @@ Tensor Backend::attention_backward_operand(const Tensor& dout, const Tensor& qkv
       qkv.defined() && qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && dout.defined() && dout.numel() * 3 == qkv.numel(),
       "attention_backward_operand: qkv ", qkv.defined() ? qkv.describe() : std::string("none"),
       " is not [B, T, 3C] for the output gradient ", dout.defined() ? dout.describe() : std::string("none"));
-  if (rounded_as_operand(*this, qkv) && dout.dtype() == DType::F32 && dbias.defined())
+  const DType dtype = attention_dtype(qkv, n_head, "attention_backward_operand");
+  if (((dtype != qkv.dtype() && qkv.numel() > 0) || rounded_as_operand(*this, qkv)) && dout.dtype() == DType::F32 &&
+      dbias.defined())
     return bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
-  Tensor dqkv = alloc_for_overwrite(qkv.shape(), qkv.dtype());
+  Tensor dqkv = alloc_for_overwrite(qkv.shape(), dtype);
   attention_backward(dqkv, dout, qkv, state, n_head);
   return gemm_operands({dqkv}, dbias)[0];
 }

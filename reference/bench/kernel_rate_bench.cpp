@@ -139,6 +139,8 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor proj_w;                  // the bf16 cases' [C, C] weight and its prepared copies: they
   std::vector<Tensor> proj_ops;   // outlive the block below, as the timed calls read them
   Tensor dqkv_bias;               // c_attn's bias gradient for the attention backward's operand, likewise
+  std::vector<Tensor> qkv_ops;    // c_attn's prepared operands, its bias and outputs (bf16, fp32), likewise
+  Tensor qkv_bias, qkv16, qkv32;
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -212,6 +214,28 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.gemm_bias(false, true, n, c, k, proj_ops[0], ld_x, proj_ops[1], ld_w, y, bias, DType::F32);
                        b.add(y, y, x);
                      }, projection_flops});
+    // c_attn's output qkv [N, 3C] in bf16 (Backend::attention_input_dtype: under flash-mma the
+    // attention reads nothing else): the fp32 sum with the bias rounded once, from the GEMM's
+    // epilogue (gemm_bias into a bf16 C; CUDA: an fp32 bias into cuBLASLt's bf16 D), and as the fp32
+    // result then its conversion. Both count the bf16 qkv written, and the same FLOPs.
+    Tensor qkv_w = b.alloc({3 * c, c}, dt);
+    fill_random(b, qkv_w, seed++);
+    qkv_bias = b.alloc({3 * c}, dt);
+    fill_random(b, qkv_bias, seed++);
+    qkv16 = b.alloc({n, 3 * c}, DType::BF16);
+    qkv32 = b.alloc({n, 3 * c}, dt);
+    bf16_operands([&] { qkv_ops = b.gemm_operands({a2, qkv_w}); })();
+    const int64_t qld_x = qkv_ops[0].dim(-1), qld_w = qkv_ops[1].dim(-1), qk = std::min(qld_x, qld_w);
+    const double qkv_flops = 2.0 * static_cast<double>(n) * static_cast<double>(3 * c * c);
+    cases.push_back({"qkv->bf16, bias (fused)", 3 * nc * 2, [&, qld_x, qld_w, qk] {
+                       b.gemm_bias(false, true, n, 3 * c, qk, qkv_ops[0], qld_x, qkv_ops[1], qld_w, qkv16, qkv_bias,
+                                   DType::F32);
+                     }, qkv_flops});
+    cases.push_back({"qkv, bf16 apart", 3 * nc * 2, [&, qld_x, qld_w, qk] {
+                       b.gemm_bias(false, true, n, 3 * c, qk, qkv_ops[0], qld_x, qkv_ops[1], qld_w, qkv32, qkv_bias,
+                                   DType::F32);
+                       b.convert(qkv32, qkv16);
+                     }, qkv_flops});
     cases.push_back({"attention fwd bf16", (4 * nc + square) * s,
                      bf16_operands([&] { b.attention_forward(att, probs, qkv, heads); }), 4 * products});
     // The attention's output as c_proj's bf16 operand: written so by the attention (attention_operand;

@@ -41,6 +41,8 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   const BlockActivations& shared = scratch_->recomputed;
   auto own = [&](const Tensor& recomputed, Shape shape) { return recomputed.defined() ? recomputed : act(shape); };
   const bool keep_operands = keeps_operands();
+  // bf16 where the backend's attention reads nothing of qkv but its bf16 rounding (backend.h).
+  const DType qkv_dtype = backend_.attention_input_dtype(dtype_, T, A, H);
   // A kept bf16 copy is half its fp32 activation (unpadded; a device may pad rows to 8).
   auto kept_bytes = [&](const Tensor& recomputed, int64_t numel) {
     return keep_operands && !recomputed.defined() ? static_cast<std::size_t>(numel) * sizeof(bf16) : 0;
@@ -54,7 +56,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln1 = own_unless_operand(shared.ln1, {R, C});
     x.ln1_mean = own(shared.ln1_mean, {R});
     x.ln1_rstd = own(shared.ln1_rstd, {R});
-    x.qkv = own(shared.qkv, {B, T, 3 * A});
+    x.qkv = shared.qkv.defined() ? shared.qkv : make({B, T, 3 * A}, qkv_dtype);
     x.probs = own(shared.probs, backend_.attention_state_shape(dtype_, B, T, A, H));  // [B,H,T,T] on the CPU
     x.atty = own_unless_operand(shared.atty, {B, T, A});
     x.res2 = own(shared.res2, {R, C});
@@ -123,7 +125,8 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
       r.ln1 = act({R, C});
       r.ln1_mean = act({R});
       r.ln1_rstd = act({R});
-      r.qkv = act({B, T, 3 * A});
+      r.qkv = backend_.alloc({B, T, 3 * A}, backend_.attention_input_dtype(dtype_, T, A, H));
+      s->bytes += r.qkv.bytes();
       r.atty = act({B, T, A});
       r.res2 = act({R, C});
       r.ln2 = act({R, C});

@@ -27,7 +27,9 @@ struct Results {
   std::vector<float> out, lse, dqkv;
 };
 
-Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H) {
+// `bf16_qkv`: qkv given as its bf16 rounding (Backend::attention_input_dtype's, as the model keeps it
+// under flash-mma at head sizes up to 64) instead of fp32.
+Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_qkv = false) {
   be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
   EXPECT_TRUE(be.takes_flash_attention(DType::F32, T, C, H)) << be.name();
   const CounterRng rng(5, "flash");
@@ -37,6 +39,12 @@ Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H) {
   Tensor tqkv = be.alloc({B, T, 3 * C}, DType::F32), tdout = be.alloc({B, T, C}, DType::F32);
   be.upload(qkv.data(), tqkv);
   be.upload(dout.data(), tdout);
+  if (bf16_qkv) {
+    EXPECT_EQ(be.attention_input_dtype(DType::F32, T, C, H), DType::BF16) << be.name();
+    Tensor rounded = be.alloc({B, T, 3 * C}, DType::BF16);
+    be.convert(tqkv, rounded);
+    tqkv = rounded;
+  }
   Tensor out = be.alloc({B, T, C}, DType::F32), dqkv = be.alloc({B, T, 3 * C}, DType::F32);
   Tensor state = be.alloc(be.attention_state_shape(DType::F32, B, T, C, H), DType::F32);
   be.attention_forward(out, state, tqkv, H);
@@ -96,6 +104,30 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
   }
   // An empty batch: nothing to do, and no error (flash-mma's scratch is then no pointer at all).
   EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1));
+}
+
+// flash-mma reading the model's bf16 qkv (no copy made) gives the very bits of the fp32 qkv, whose
+// copy its launchers make: the same kernels on the same values. And the emulated device's agree.
+TEST(CudaFlashAttention, TheRegisterKernelsReadABf16QkvWithTheBitsOfItsFp32Copy) {
+  FlashAttentionAsked asked("flash-mma");
+  std::unique_ptr<Backend> cuda;
+  try {
+    cuda = make_backend("cuda");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  auto emulated = make_backend("emulated");
+  for (const int64_t T : {80, 200}) {
+    SCOPED_TRACE("T" + std::to_string(T));
+    const Results from_bf16 = run(*cuda, 2, T, 128, 2, true), from_fp32 = run(*cuda, 2, T, 128, 2);
+    EXPECT_EQ(from_bf16.out, from_fp32.out);
+    EXPECT_EQ(from_bf16.lse, from_fp32.lse);
+    EXPECT_EQ(from_bf16.dqkv, from_fp32.dqkv);
+    const Results want = run(*emulated, 2, T, 128, 2, true);
+    EXPECT_LE(relative_gap(from_bf16.out, want.out), 1.0 / 256) << "out";
+    EXPECT_LE(relative_gap(from_bf16.dqkv, want.dqkv), 1.0 / 256) << "dqkv";
+  }
+  EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1, true));
 }
 
 TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {

@@ -29,12 +29,14 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     j = json.loads(out.read_text())
     # fp32 also times the bf16-mixed policy's forms: an output gradient's copy with its bias gradient,
     # ln(x), gelu(fc), its backward's d fc and the loss gradient as bf16 operands (fused and apart),
-    # the attention projection with the residual stream's add (fused and apart), and attention on
+    # the attention projection with the residual stream's add (fused and apart), c_attn's bf16 qkv
+    # (fused and apart), and attention on
     # bf16 operands, its output and its backward's dqkv as bf16 operands (fused and apart)
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
              "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "proj+residual (fused)",
-             "proj, residual apart", "attention fwd bf16", "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
+             "proj, residual apart", "qkv->bf16, bias (fused)", "qkv, bf16 apart", "attention fwd bf16",
+             "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
              "attention bwd bf16", "attention bwd->bf16 (fused)", "attention bwd, bf16 apart"]
     assert [r["name"] for r in j["results"]] == KERNELS + (mixed if dtype == "fp32" else [])
     size = 8 if dtype == "fp64" else 4
@@ -64,6 +66,9 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert ce["proj+residual (fused)"] == ce["proj, residual apart"] == 2 * 64 * 32 * 4
         flops = {r["name"]: r.get("nominal_flops") for r in j["results"]}
         assert flops["proj+residual (fused)"] == flops["proj, residual apart"] == 2 * 64 * 32 * 32
+        # c_attn's qkv in bf16 (flash-mma's input): the bf16 [N, 3C] written, 2 N 3C C FLOPs
+        assert ce["qkv->bf16, bias (fused)"] == ce["qkv, bf16 apart"] == 3 * 64 * 32 * 2
+        assert flops["qkv->bf16, bias (fused)"] == flops["qkv, bf16 apart"] == 2 * 64 * 3 * 32 * 32
         # the loss gradient's: the logits read, the bf16 operand written
         assert ce["ce window bwd->bf16 (fused)"] == ce["ce window bwd, bf16 apart"] == 64 * 100 * (4 + 2)
         # the GELU backward's: fc and d gelu read, the bf16 operand written
@@ -77,7 +82,7 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     assert att["attention bwd"]["nominal_flops"] == 8 * 1 * 64 * 64 * 32
     for r in att.values():
         assert r["nominal_tflops"] == pytest.approx(r["nominal_flops"] / r["median_seconds"] / 1e12, rel=1e-9)
-    assert all("nominal_flops" not in r for r in j["results"] if not r["name"].startswith(("attention", "proj")))
+    assert all("nominal_flops" not in r for r in j["results"] if not r["name"].startswith(("attention", "proj", "qkv")))
     for name in KERNELS:
         assert name in result.stdout
 

@@ -322,6 +322,7 @@ def test_bench_train_json(tmp_path):
     validate_with("bench-train", padded)
     assert (padded["vocab_multiple"], padded["padded_vocab"], padded["dtype"]) == (16, 64, "bf16-mixed")
     assert plain["attention_declined"] is None and padded["attention_declined"] is None
+    assert plain["library_declined"] is None and padded["library_declined"] is None  # the CPU declines nothing
     # flash attention asked of the emulated device at a head size its kernels lack (tiny's 128 over 16
     # heads: 8): the GEMM attention runs, and the results and the output say so
     flash = tripod("bench", "train", *small, "--backend", "emulated", "--set", "model.vocab_size=64", "--set",

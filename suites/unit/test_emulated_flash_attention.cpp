@@ -12,8 +12,10 @@
 #include <string>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/check/backend_check.h"
 #include "core/error.h"
+#include "support/error_text.h"
 #include "support/flash_attention_asked.h"
 #include "model/gpt.h"
 #include "model_test_util.h"
@@ -102,9 +104,56 @@ TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeeps
       auto emulated = make_backend("emulated");  // the same padded logits, the probabilities kept
       const int64_t probs = 2 * 2 * 20 * 20, state = 2 * 2 * 20 + 2 * 20 * 32;
       const int64_t states = mode == Recompute::None ? config.model.n_layer : 1;
-      EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4) << recompute_name(mode);
+      // flash-mma's kernels read only qkv's bf16 rounding: each block keeps qkv in bf16, half its bytes
+      const int64_t qkv_halved = std::string(variant) == "flash-mma" ? config.model.n_layer * 2 * 20 * 3 * 32 * 2 : 0;
+      EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4 + qkv_halved) << recompute_name(mode);
     }
   }
+}
+
+// The emulated device as it is, but keeping qkv in the policy's fp32 although its attention reads
+// only qkv's bf16 rounding: what the model ran before attention_input_dtype.
+struct Fp32QkvBackend : cpu::CpuBackend {
+  Fp32QkvBackend() : cpu::CpuBackend(Device::Emulated, "emulated, fp32 qkv") {}
+  DType attention_input_dtype(DType dtype, int64_t, int64_t, int64_t) const override { return dtype; }
+};
+
+// flash-mma keeps qkv in bf16 (c_attn's GEMM writes the rounding of its fp32 result, which the
+// kernels read instead of a copy made each call): training gives the very bits of the fp32 qkv,
+// with every recomputation mode (the recomputed qkv is bf16 too).
+TEST(EmulatedFlashAttention, FlashMmaKeepsQkvInBf16WithTheBitsOfAnFp32Qkv) {
+  auto bf16_qkv = emulated_flash("flash-mma");
+  std::unique_ptr<Backend> fp32_qkv;
+  {
+    FlashAttentionAsked asked("flash-mma");
+    fp32_qkv = std::make_unique<Fp32QkvBackend>();
+  }
+  bf16_qkv->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  EXPECT_EQ(bf16_qkv->attention_input_dtype(DType::F32, 20, 32, 2), DType::BF16);  // head size 16
+  EXPECT_EQ(bf16_qkv->attention_input_dtype(DType::F32, 200, 256, 2), DType::F32);  // 128: the block backward
+  EXPECT_EQ(bf16_qkv->attention_input_dtype(DType::F64, 20, 32, 2), DType::F64);
+  EXPECT_EQ(emulated_flash("flash")->attention_input_dtype(DType::F32, 20, 32, 2), DType::F32);
+  bf16_qkv->set_fp32_matmul(Fp32Matmul::Exact);
+  EXPECT_EQ(bf16_qkv->attention_input_dtype(DType::F32, 20, 32, 2), DType::F32);  // fp32: no flash
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    const RunConfig config = flash_sized_config(mode);
+    const std::vector<double> got = losses_of(config, *bf16_qkv, 4), want = losses_of(config, *fp32_qkv, 4);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(got[i], want[i]) << recompute_name(mode) << " step " << i + 1;
+  }
+}
+
+// A bf16 qkv where the attention reads fp32 (the block flash kernels, or flash-mma's block backward
+// above head size 64) is refused by name, not read as floats.
+TEST(EmulatedFlashAttention, ABf16QkvForAnAttentionThatReadsFp32IsAnError) {
+  auto flash = emulated_flash("flash");
+  flash->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const int64_t B = 2, T = 20, C = 32, H = 2;
+  Tensor qkv = flash->alloc({B, T, 3 * C}, DType::BF16), out = flash->alloc({B, T, C}, DType::F32);
+  Tensor state = flash->alloc({B * H * T + B * T * C}, DType::F32);
+  const std::string error = expected_error([&] { flash->attention_forward(out, state, qkv, H); });
+  EXPECT_NE(error.find("attention_forward: a bf16 qkv"), std::string::npos) << error;
+  EXPECT_NE(error.find("attention_input_dtype"), std::string::npos) << error;
 }
 
 TEST(EmulatedFlashAttention, CheckBackendComparesItsResultsAndLeavesItsStateOut) {

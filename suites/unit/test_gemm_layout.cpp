@@ -404,8 +404,11 @@ TEST(GemmLayout, BiasEpilogueOnlyWhereItGivesTheBitsOfASeparateAddition) {
   other.alpha = 0.5;
   EXPECT_FALSE(bias_epilogue_applies(other, storage));
   other = plain;
-  other.c_element_bytes = 2;  // a bf16 C
-  EXPECT_FALSE(bias_epilogue_applies(other, storage));
+  other.c_element_bytes = 2;  // a bf16 C: the fp32 sum rounded once (Backend::gemm_bias's bf16 c)
+  EXPECT_TRUE(bias_epilogue_applies(other, storage));
+  EXPECT_FALSE(bias_epilogue_applies(other, storage + 1)) << "4-byte aligned bias";
+  other.alpha = 0.5;
+  EXPECT_FALSE(bias_epilogue_applies(other, storage)) << "a bf16 C with alpha != 1";
   other = plain;
   other.batch_count = 2;
   EXPECT_FALSE(bias_epilogue_applies(other, storage));

@@ -193,6 +193,34 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
     outputs.back().bound = attention_output_bound(flash);
     return outputs;
   });
+  // The model's bf16 qkv (Backend::attention_input_dtype: where the attention reads nothing of an
+  // fp32 qkv but its bf16 rounding, flash-mma at head sizes up to 64), through the two operand
+  // forms the trainer calls under the policy: the rounded values, given as bf16 where the backend
+  // takes them so and widened back to fp32 elsewhere (the same values for a backend that rounds
+  // its operands). Bounds as the fp32 qkv's cases.
+  cases.add("attention_operand/backward_operand bf16 qkv", DType::F32, s.text(), [=](Backend& be) {
+    Inputs in(be, DType::F32, kSeed + 5);
+    Tensor qkv = in.normal({b, T, 3 * c});
+    const Tensor dout = in.normal({b, T, c}), db = in.normal({3 * c});
+    Tensor probs = be.alloc({b, h, T, T}, DType::F32), out, dqkv;
+    bool flash = false;
+    with_bf16_operands(be, [&] {
+      flash = be.takes_flash_attention(DType::F32, T, c, h);
+      Tensor rounded = be.alloc(qkv.shape(), DType::BF16);
+      be.convert(qkv, rounded);
+      if (be.attention_input_dtype(DType::F32, T, c, h) == DType::BF16) qkv = rounded;
+      else be.convert(rounded, qkv);
+      out = be.attention_operand(probs, qkv, h);
+      dqkv = be.attention_backward_operand(dout, qkv, probs, h, db);
+    });
+    std::vector<Output> outputs{operand_output(be, "out bf16", out, b * T, c)};
+    for (Output& third : qkv_thirds(operand_output(be, "dqkv bf16", dqkv, b * T, 3 * c), c))
+      outputs.push_back(std::move(third));
+    for (Output& o : outputs) o.bound = attention_copy_bound(flash);
+    outputs.push_back(output(be, "db", db));
+    outputs.back().bound = attention_output_bound(flash);
+    return outputs;
+  });
 }
 
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {

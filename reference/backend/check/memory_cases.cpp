@@ -152,6 +152,20 @@ void add_bf16_operand_bias_cases(CaseList& cases) {
                 });
                 return std::vector<Output>{output(be, "out", out)};
               });
+  // Into a bf16 C with the fp32 bias (Backend::gemm_bias's rounding of the fp32 sum: the model's
+  // bf16 qkv under flash-mma), from bf16 operands as the trainer passes them: on a GPU from
+  // cuBLASLt's epilogue where the bias is 16-byte aligned (c_attn's width, 2304), the fp32 result
+  // and its conversion where it is not (bias+1) or cuBLASLt declines.
+  for (int64_t offset : {0, 1})
+    cases.add("gemm_bias NT bf16->bf16, fp32 bias" + std::string(offset ? " bias+1" : ""), DType::BF16,
+              dims({64, 2304, 768}), [=](Backend& be) {
+                Inputs in(be, DType::BF16, kSeed + 50 + offset);
+                Tensor x = in.normal_as({64, 768}, DType::BF16, 1.0), w = in.normal_as({2304, 768}, DType::BF16, 0.02);
+                Tensor bias = in.normal_as({2304 + 1}, DType::F32, 1.0).view(offset, {2304});
+                Tensor out = in.normal_as({64, 2304}, DType::BF16, 1.0);
+                be.gemm_bias(false, true, 64, 2304, 768, x, 768, w, 768, out, bias, DType::F32);
+                return std::vector<Output>{output(be, "out", out)};
+              });
   // With the residual: in the epilogue on a GPU where C is computed in place (n = 768), the
   // separate passes where C is padded (n = 257).
   for (int64_t n : {768, 257})

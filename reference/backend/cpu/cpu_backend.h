@@ -62,6 +62,7 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   // were written for).
   bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   std::string attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  DType attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;

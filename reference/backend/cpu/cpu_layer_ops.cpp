@@ -107,14 +107,27 @@ std::string CpuBackend::attention_declined(DType dtype, int64_t seq_len, int64_t
                                         cuda::h200_limits().shared_per_block_optin);
 }
 
+DType CpuBackend::attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  return cuda::reads_bf16_qkv(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
+                              cuda::h200_limits().shared_per_block_optin)
+             ? DType::BF16
+             : dtype;
+}
+
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
   check_attention_state(probs, qkv, n_head, op);
-  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
-    const auto forward = attention_kernel_ == cuda::AttentionKernel::FlashMma ? cpu::flash_attention_forward_mma
-                                                                               : cpu::flash_attention_forward;
-    forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3,
-            n_head);
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  if (qkv.dtype() == DType::BF16) {  // attention_input_dtype's: flash-mma reads it as it is
+    cpu::flash_attention_forward_mma(ptr<float>(out, op), ptr<float>(probs, op), ptr<bf16>(qkv, op), batch, seq_len,
+                                     channels, n_head);
+    return;
+  }
+  if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
+    const auto forward = attention_kernel_ == cuda::AttentionKernel::FlashMma
+                             ? static_cast<decltype(&cpu::flash_attention_forward)>(cpu::flash_attention_forward_mma)
+                             : cpu::flash_attention_forward;
+    forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), batch, seq_len, channels, n_head);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
@@ -128,11 +141,18 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
                                     int64_t n_head) {
   const char* op = "attention_backward";
   check_attention_state(probs, qkv, n_head, op);
-  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
-    const auto backward = attention_kernel_ == cuda::AttentionKernel::FlashMma ? cpu::flash_attention_backward_mma
-                                                                                : cpu::flash_attention_backward;
-    backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op), ptr<float>(probs, op), qkv.dim(0),
-             qkv.dim(1), qkv.dim(2) / 3, n_head);
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  if (qkv.dtype() == DType::BF16) {  // attention_input_dtype's: flash-mma reads it as it is
+    cpu::flash_attention_backward_mma(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<bf16>(qkv, op),
+                                      ptr<float>(probs, op), batch, seq_len, channels, n_head);
+    return;
+  }
+  if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
+    const auto backward = attention_kernel_ == cuda::AttentionKernel::FlashMma
+                              ? static_cast<decltype(&cpu::flash_attention_backward)>(cpu::flash_attention_backward_mma)
+                              : cpu::flash_attention_backward;
+    backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len,
+             channels, n_head);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

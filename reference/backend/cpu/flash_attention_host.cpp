@@ -15,6 +15,7 @@
 #include "backend/kernels/flash_attention_backward.h"
 #include "backend/kernels/flash_backward_warp.h"
 #include "backend/kernels/flash_forward_warp.h"
+#include "core/error.h"
 
 namespace tripod::cpu {
 namespace {
@@ -71,11 +72,16 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                                  int64_t channels, int64_t n_head) {
+  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
+  flash_attention_forward_mma(out, state, qkv16.data(), batch, seq_len, channels, n_head);
+}
+
+void flash_attention_forward_mma(float* out, float* state, const bf16* qkv16, int64_t batch, int64_t seq_len,
+                                 int64_t channels, int64_t n_head) {
   namespace fm = kernels::flash_mma;
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
-  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     // A block's shared memory and its four warps' registers (32 lanes each on the host).
@@ -88,10 +94,10 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, int
       const FlashHostWarp w;
       const int64_t row0 = at.tile * flash::kTile;
       for (int warp = 0; warp < fm::kWarps; ++warp)
-        fm::start_rows<HD>(w, b.warps[warp], p, qkv16.data(), at.pair, row0 + warp * fm::kRowsPerWarp);
+        fm::start_rows<HD>(w, b.warps[warp], p, qkv16, at.pair, row0 + warp * fm::kRowsPerWarp);
       for (int64_t kt = 0; kt <= at.tile; ++kt) {  // the device's two barriers bracket the load
         for (int thread = 0; thread < fm::kThreads; ++thread)
-          fm::load_key_tile<HD>(thread, b.shared, p, qkv16.data(), at.pair, kt * flash::kTile, p.rows_in_tile(kt));
+          fm::load_key_tile<HD>(thread, b.shared, p, qkv16, at.pair, kt * flash::kTile, p.rows_in_tile(kt));
         for (int warp = 0; warp < fm::kWarps; ++warp) {  // the diagonal tile masked, as the kernel peels it
           const int64_t rows = row0 + warp * fm::kRowsPerWarp;
           if (kt < at.tile) fm::forward_tile<HD, false>(w, b.warps[warp], b.shared, p, rows, kt * flash::kTile);
@@ -126,15 +132,23 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
 
 void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state,
                                   int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
-  namespace fm = kernels::flash_mma;
-  if (n_head <= 0 || channels % n_head != 0 || !fm::register_backward_head_dim(channels / n_head)) {
+  if (n_head <= 0 || channels % n_head != 0 || !kernels::flash_mma::register_backward_head_dim(channels / n_head)) {
     flash_attention_backward(dqkv, dout, qkv, state, batch, seq_len, channels, n_head);
     return;
   }
+  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
+  flash_attention_backward_mma(dqkv, dout, qkv16.data(), state, batch, seq_len, channels, n_head);
+}
+
+void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+  namespace fm = kernels::flash_mma;
+  check(n_head > 0 && channels % n_head == 0 && fm::register_backward_head_dim(channels / n_head),
+        "flash_attention_backward_mma: a bf16 qkv at head size ", n_head > 0 ? channels / n_head : 0,
+        ", which the register backward does not take (up to 64)");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   const float* lse = state;
   const std::vector<float> delta = deltas(p, dout, state);
-  const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
   const std::vector<bf16> dout16 = bf16_copy(dout, batch * seq_len * channels);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
@@ -154,10 +168,10 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
         const flash::BlockPlace at = flash::place_of_block(block, p, false);
         const int64_t key0 = at.tile * flash::kTile;
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::key_warp_start<HD>(w, b.warps[warp], p, qkv16.data(), at.pair, key0 + warp * fm::kRowsPerWarp);
+          fm::key_warp_start<HD>(w, b.warps[warp], p, qkv16, at.pair, key0 + warp * fm::kRowsPerWarp);
         for (int64_t qt = at.tile; qt < p.tiles(); ++qt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)
-            fm::load_query_tile<HD>(thread, b.shared, p, qkv16.data(), dout16.data(), lse, delta.data(), at.pair, qt);
+            fm::load_query_tile<HD>(thread, b.shared, p, qkv16, dout16.data(), lse, delta.data(), at.pair, qt);
           for (int warp = 0; warp < fm::kWarps; ++warp)
             fm::key_warp_tile<HD>(w, b.warps[warp], b.shared, p, key0 + warp * fm::kRowsPerWarp, qt * flash::kTile);
         }
@@ -170,11 +184,11 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
         const flash::BlockPlace at = flash::place_of_block(block, p, true);
         const int64_t row0 = at.tile * flash::kTile;
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv16.data(), dout16.data(), lse, delta.data(), at.pair,
+          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv16, dout16.data(), lse, delta.data(), at.pair,
                                    row0 + warp * fm::kRowsPerWarp);
         for (int64_t kt = 0; kt <= at.tile; ++kt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)
-            fm::load_key_tile<HD>(thread, b.shared, p, qkv16.data(), at.pair, kt);
+            fm::load_key_tile<HD>(thread, b.shared, p, qkv16, at.pair, kt);
           for (int warp = 0; warp < fm::kWarps; ++warp)
             fm::query_warp_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
         }

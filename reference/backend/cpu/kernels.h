@@ -82,12 +82,18 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 // made first, as the CUDA launcher does (and the backward's on copies of qkv and dout).
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
                              int64_t channels, int64_t n_head);
+// The same from qkv's bf16 rounding itself (Backend::attention_input_dtype's bf16 qkv): no copy.
+void flash_attention_forward_mma(float* out, float* state, const bf16* qkv16, int64_t batch, int64_t seq_len,
+                                 int64_t channels, int64_t n_head);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
                               int64_t seq_len, int64_t channels, int64_t n_head);
 // The same gradients through flash_backward_warp.h's register kernels at head sizes up to 64 (the
 // block algorithms' above), their warps run by the host warp executor.
 void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
                               int64_t seq_len, int64_t channels, int64_t n_head);
+// The same from a bf16 qkv, at the head sizes the register kernels take only (throws above 64).
+void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
 
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab);

@@ -78,6 +78,10 @@ class CudaBackend final : public Backend {
   // kernels where they take the shape and the device's shared memory (host/attention_choice.h).
   bool takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
   std::string attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  // bf16 where flash-mma reads only qkv's rounding (host/attention_choice.h's reads_bf16_qkv) and the
+  // qkv-bf16 fusion is on; the bf16-bias epilogue writes it (gemm_bias).
+  DType attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const override;
+  std::string library_declined() const override { return library_declined_; }
   void attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           int64_t n_head) override;
@@ -182,7 +186,7 @@ class CudaBackend final : public Backend {
   // the whole device), counted by the allocator like any tensor.
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
-  Tensor flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward);
+  Tensor flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {
@@ -203,6 +207,7 @@ class CudaBackend final : public Backend {
   cuda::AttentionKernel attention_kernel_ = cuda::choose_attention_kernel();  // TRIPOD_CUDA_ATTENTION
   bool poison_unwritten_ = choose_unwritten_poison();  // TRIPOD_POISON_UNWRITTEN: alloc_for_overwrite fills 0xFF
   cuda::CudaFusions fusions_ = cuda::choose_cuda_fusions();                   // TRIPOD_CUDA_FUSIONS
+  std::string library_declined_;  // the first fused form cuBLASLt declined (library_declined)
 };
 
 }  // namespace tripod::cuda

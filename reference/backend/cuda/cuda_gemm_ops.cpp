@@ -41,6 +41,17 @@ void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, in
                             DType accumulate) {
   const bool fusable = fusions_.on(CudaFusion::BiasEpilogue) && bias.defined() && bias.dtype() == DType::F32 &&
                        c.dtype() == DType::F32 && bias.numel() == n && c.numel() == m * n;
+  if (rounds_fp32_result(c, a, bias) && a.dtype() == DType::BF16 && bias.numel() == n && c.numel() == m * n &&
+      fusions_.on(CudaFusion::BiasEpilogue)) {
+    // The bf16 rounding of the fp32 sum straight from the epilogue; where cuBLASLt declines
+    // (nothing written), the default's fp32 result and its conversion, with a note the first time.
+    try {
+      gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm"));
+      return;
+    } catch (const cuda::NoBf16BiasEpilogue& e) {
+      if (library_declined_.empty()) library_declined_ = e.what();
+    }
+  }
   if (!fusable) return Backend::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, bias, accumulate);
   if (!gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm")))
     bias_add(c, bias);
@@ -127,7 +138,7 @@ bool CudaBackend::gemm_with_bias(bool trans_a, bool trans_b, int64_t m, int64_t 
   }
   return cuda::gemm(trans_a, trans_b, m, n, k, alpha, raw(a, "gemm"), lda, raw(b, "gemm"), ldb, a.dtype(), beta,
                     raw(c, "gemm"), ldc, c.dtype(), accumulate, fp32 && fp32_matmul() == Fp32Matmul::Tf32Operands,
-                    ctx_, c.dtype() == DType::F32 && accumulate == DType::F32 ? bias : nullptr, c_in_raw);
+                    ctx_, c.dtype() != DType::F64 && accumulate == DType::F32 ? bias : nullptr, c_in_raw);
 }
 
 void CudaBackend::ragged_columns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t kp, double alpha,

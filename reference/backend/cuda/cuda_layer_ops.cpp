@@ -105,15 +105,24 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
       .device_data<bf16>();
 }
 
-// Scratch for flash-mma's bf16 copies of qkv (and the backward's of dout; flash_attention.h), for
-// one call.
-Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward) {
-  return alloc_for_overwrite({cuda::flash_mma_copy_elements(batch, seq_len, channels, backward)}, DType::BF16);
+// Scratch for flash-mma's bf16 copies of qkv (unless the model's qkv is bf16) and the backward's of
+// dout (flash_attention.h), for one call.
+Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given) {
+  const int64_t elements = cuda::flash_mma_copy_elements(batch, seq_len, channels, backward, qkv_given);
+  return elements > 0 ? alloc_for_overwrite({elements}, DType::BF16) : Tensor();
 }
 
 bool CudaBackend::takes_flash_attention(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
   return cuda::takes_flash_attention(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
                                      ctx_.limits.shared_per_block_optin);
+}
+
+DType CudaBackend::attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
+  return fusions_.on(CudaFusion::Bf16Qkv) &&
+                 cuda::reads_bf16_qkv(attention_kernel_, dtype, fp32_matmul(), seq_len, channels, n_head,
+                                      ctx_.limits.shared_per_block_optin)
+             ? DType::BF16
+             : dtype;
 }
 
 std::string CudaBackend::attention_declined(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
@@ -124,12 +133,15 @@ std::string CudaBackend::attention_declined(DType dtype, int64_t seq_len, int64_
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& probs, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_forward";
   check_attention_state(probs, qkv, n_head, op);
-  if (takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
+  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: read as it is
+  if (given || takes_flash_attention(qkv.dtype(), qkv.dim(1), qkv.dim(2) / 3, n_head)) {
     const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
     if (attention_kernel_ == cuda::AttentionKernel::FlashMma) {
-      Tensor copies = flash_mma_copies(batch, seq_len, channels, false);
-      cuda::flash_attention_forward_mma(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op),
-                                        copies.device_data<bf16>(), batch, seq_len, channels, n_head, ctx_);
+      Tensor copies = flash_mma_copies(batch, seq_len, channels, false, given);
+      cuda::flash_attention_forward_mma(ptr<float>(out, op), ptr<float>(probs, op),
+                                        given ? nullptr : ptr<float>(qkv, op),
+                                        copies.defined() ? copies.device_data<bf16>() : nullptr, batch, seq_len,
+                                        channels, n_head, ctx_, given ? ptr<bf16>(qkv, op) : nullptr);
     } else {
       cuda::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), batch, seq_len,
                                     channels, n_head, ctx_);
@@ -167,13 +179,17 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   const char* op = "attention_backward";
   check_attention_state(probs, qkv, n_head, op);
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
+  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: read as it is
+  if (given || takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
     Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
     Tensor copies;  // the register kernels' bf16 copies of qkv and dout, freed (stream-ordered) after
-    if (attention_kernel_ == cuda::AttentionKernel::FlashMma) copies = flash_mma_copies(batch, seq_len, channels, true);
+    if (attention_kernel_ == cuda::AttentionKernel::FlashMma)
+      copies = flash_mma_copies(batch, seq_len, channels, true, given);
     cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
-                                   ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_,
-                                   attention_kernel_, copies.defined() ? copies.device_data<bf16>() : nullptr);
+                                   given ? nullptr : ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len,
+                                   channels, n_head, ctx_, attention_kernel_,
+                                   copies.defined() ? copies.device_data<bf16>() : nullptr,
+                                   given ? ptr<bf16>(qkv, op) : nullptr);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

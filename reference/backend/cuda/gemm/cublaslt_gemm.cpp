@@ -253,12 +253,18 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   if (bias_epilogue_applies(call, bias, c_in == nullptr)) {
     desc.set_bias(bias);
     algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, bias, true);
+    if (!algo && c_dtype == DType::BF16)
+      throw NoBf16BiasEpilogue("gemm: cuBLASLt has no algorithm with an fp32 bias epilogue into a bf16 D for " +
+                               describe(g, types));
     if (!algo) {  // none with the epilogue: the plain product, the caller adds the bias
       const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
       check_cublas(cublaslt().desc_set_attribute(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain),
                    "cublasLtMatmulDescSetAttribute (epilogue)");
       bias = nullptr;
     }
+  } else if (bias != nullptr && c_dtype == DType::BF16) {
+    throw NoBf16BiasEpilogue("gemm: an fp32 bias into a bf16 D takes the epilogue only for one product, alpha 1, "
+                             "beta 0, the bias 16-byte aligned: " + describe(g, types));
   } else {
     bias = nullptr;
   }
@@ -277,6 +283,9 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
                                                c_layout.layout, g.c, c_layout.layout,
                                                &*algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
   // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && bias != nullptr && c_dtype == DType::BF16)
+    throw NoBf16BiasEpilogue("gemm: cublasLtMatmul refused an fp32 bias epilogue into a bf16 D for " +
+                             describe(g, types));
   if (status != CUBLAS_STATUS_SUCCESS)
     check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types), bias ? " with the bias epilogue" : "")
                              .c_str());

@@ -15,11 +15,20 @@ namespace tripod::cuda {
 struct NoAlgorithmWithSeparateC : Error {
   using Error::Error;
 };
+// A bf16 C's bias epilogue that cuBLASLt does not run (no algorithm, or the call refused): thrown
+// before anything is written, since a product already rounded to bf16 cannot take the bias with
+// the bits of the fp32 sum; the caller computes it in fp32 and converts.
+struct NoBf16BiasEpilogue : Error {
+  using Error::Error;
+};
 
 // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (row-major, leading dimensions in elements).
 // With `bias` (nullable; fp32 [n], for an fp32 C): + bias[j] on every row, through cuBLASLt's bias
 // epilogue, in fp32 after the product (the bits of a separate addition) where cuBLASLt offers an
-// algorithm with it and the bias is 16-byte aligned. Returns whether the bias was added.
+// algorithm with it and the bias is 16-byte aligned. Returns whether the bias was added. For a
+// bf16 C (alpha 1, beta 0): the fp32 sum rounded once, or NoBf16BiasEpilogue where cuBLASLt has no
+// such algorithm (an fp32 bias into a bf16 D is not among cublasLt.h's documented pairs: the first
+// GPU run says whether this cuBLASLt takes it).
 // With `c_in` (nullable; only where k > 0): beta * C is read from c_in, laid out as c, and the
 // result written to c (cuBLASLt's C and D apart: a residual added in the epilogue); a bias then
 // rides on the epilogue with beta != 0 too, summed before the one rounding. Where cuBLASLt has no

@@ -82,6 +82,13 @@ bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul polic
          flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin, kernel);
 }
 
+bool reads_bf16_qkv(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                    int64_t n_head, std::size_t shared_per_block_optin) {
+  return kernel == AttentionKernel::FlashMma &&
+         takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) &&
+         kernels::flash_mma::register_backward_head_dim(channels / n_head);
+}
+
 std::string flash_attention_declined(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len,
                                      int64_t channels, int64_t n_head, std::size_t shared_per_block_optin) {
   if (takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) ||

@@ -42,6 +42,11 @@ bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head
 // bf16-operand policy, at a shape flash_attention_supported takes.
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin);
+// Whether such a backend's attention reads only the bf16 rounding of an fp32 qkv, forward and
+// backward, so that the model may store qkv in bf16 (Backend::attention_input_dtype): flash-mma
+// taken, at a head size its register backward takes (up to 64; above, the block kernels read fp32).
+bool reads_bf16_qkv(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                    int64_t n_head, std::size_t shared_per_block_optin);
 // Why a backend set to a flash `kernel` runs the GEMM attention for these tensors after all ("" when
 // it takes flash, or was not asked to): a sentence naming the variable's value, the reason (the
 // dtype and policy, or the head size and T against what the kernels take) and what runs instead,

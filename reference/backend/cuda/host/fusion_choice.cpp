@@ -15,6 +15,7 @@ const char* fusion_name(CudaFusion f) {
     case CudaFusion::OperandProducers: return "operands";
     case CudaFusion::LossStats: return "loss-stats";
     case CudaFusion::LayernormGrads: return "layernorm-grads";
+    case CudaFusion::Bf16Qkv: return "qkv-bf16";
   }
   return "?";
 }

@@ -17,8 +17,9 @@ enum class CudaFusion : uint32_t {
   OperandProducers,  // "operands": gelu(fc), d fc, ln(x) and the loss gradient written as bf16 operands
   LossStats,         // "loss-stats": the loss's row max and sum of exponentials in one pass (logits_stats)
   LayernormGrads,    // "layernorm-grads": LayerNorm's weight and bias gradients summed in dinp's pass
+  Bf16Qkv,           // "qkv-bf16": qkv stored as bf16 where flash-mma reads only that, from c_attn's epilogue
 };
-inline constexpr int kCudaFusionCount = 6;
+inline constexpr int kCudaFusionCount = 7;
 
 struct CudaFusions {
   uint32_t mask = (1u << kCudaFusionCount) - 1;  // every one on

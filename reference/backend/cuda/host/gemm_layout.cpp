@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -121,9 +122,11 @@ ScaleRuns scale_c_runs(const CublasLtGemm& g) {
 }
 
 bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias, bool same_bits_as_separate) {
-  return bias != nullptr && call.c_element_bytes == sizeof(float) &&
-         (!same_bits_as_separate || (call.alpha == 1.0 && call.beta == 0.0)) && call.batch_count == 1 && call.m > 0 && call.n > 0 && call.k > 0 &&
-         reinterpret_cast<std::uintptr_t>(bias) % kTensorCoreAlignmentBytes == 0;
+  const bool alone = call.alpha == 1.0 && call.beta == 0.0;
+  const bool c_takes_it =
+      call.c_element_bytes == sizeof(float) || (call.c_element_bytes == dtype_size(DType::BF16) && alone);
+  return bias != nullptr && c_takes_it && (!same_bits_as_separate || alone) && call.batch_count == 1 && call.m > 0 &&
+         call.n > 0 && call.k > 0 && reinterpret_cast<std::uintptr_t>(bias) % kTensorCoreAlignmentBytes == 0;
 }
 
 }  // namespace tripod::cuda

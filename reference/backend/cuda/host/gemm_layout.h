@@ -95,6 +95,8 @@ ScaleRuns scale_c_runs(const CublasLtGemm& g);
 // batch), and the bias 16-byte aligned (cuBLASLt faults on less, as other users found).
 // `same_bits_as_separate` false (a residual read as C, gemm_bias_residual): any alpha and beta, the
 // bias then summed with alpha * AB + beta * C before the one rounding.
+// A bf16 C takes it with alpha 1 and beta 0 alone: the product plus the fp32 bias, summed in fp32
+// and rounded once to bf16 (Backend::gemm_bias's bf16 c, the bits of the fp32 sum converted).
 bool bias_epilogue_applies(const RowMajorGemm& call, const void* bias, bool same_bits_as_separate = true);
 
 // The largest power of two, at most 256, that divides the address and ld * element_bytes.

@@ -223,16 +223,22 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
-                              const CudaContext& ctx, AttentionKernel kernel, bf16* register_copies) {
+                              const CudaContext& ctx, AttentionKernel kernel, bf16* register_copies,
+                              const bf16* qkv16) {
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx, kernel);
+  const bool registers =
+      kernel == AttentionKernel::FlashMma && kernels::flash_mma::register_backward_head_dim(p.head_dim());
+  check(qkv16 == nullptr || registers, op, ": a bf16 qkv at head size ", p.head_dim(),
+        ", which only flash-mma's register backward (head size up to 64) reads");
   if (batch * seq_len == 0) return;
-  check_rows_aligned(op, {qkv, dout});
+  check_rows_aligned(op, {qkv16 != nullptr ? static_cast<const void*>(qkv16) : qkv, dout});
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
   launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
-  if (kernel == AttentionKernel::FlashMma && kernels::flash_mma::register_backward_head_dim(p.head_dim())) {
-    flash_backward_mma_kernels(dqkv, delta, dout, qkv, lse, register_copies, batch, seq_len, channels, n_head, ctx);
+  if (registers) {
+    flash_backward_mma_kernels(dqkv, delta, dout, qkv, lse, register_copies, batch, seq_len, channels, n_head, ctx,
+                               qkv16);
     return;
   }
   flash::with_head_dim(p.head_dim(), [&](auto hd) {

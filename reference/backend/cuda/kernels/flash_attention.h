@@ -23,27 +23,34 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 // The same outputs and state from the forward whose tiles stay in registers (flash_mma.cu,
 // backend/kernels/flash_forward_warp.h; TRIPOD_CUDA_ATTENTION=flash-mma). `copies`: scratch of
 // flash_mma_copy_elements(..., false) bf16, 16-byte aligned, for the copy of qkv its kernel reads.
+// Where the model stores qkv in bf16 (Backend::attention_input_dtype), `qkv16` is it (16-byte
+// aligned), read as it is: qkv and copies may then be null.
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
-                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx);
+                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx,
+                                 const bf16* qkv16 = nullptr);
 // flash_attention_backward's register kernels, delta computed (flash_mma.cu); `copies` as above,
-// of flash_mma_copy_elements(..., true), for the copies of qkv and dout.
+// of flash_mma_copy_elements(..., true, qkv16 != nullptr), for the copies of qkv (unless qkv16
+// is given) and dout.
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
-                                int64_t n_head, const CudaContext& ctx);
+                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16 = nullptr);
 // Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `kernel` FlashMma
 // (TRIPOD_CUDA_ATTENTION=flash-mma): flash_mma.cu's kernels (backend/kernels/flash_backward_warp.h)
 // at head sizes up to 64, reading copies made in `register_copies` (scratch as the forward's);
-// above 64, or Flash, the block kernels above.
+// above 64, or Flash, the block kernels above. `qkv16`: a bf16 qkv read as it is (FlashMma at head
+// sizes up to 64 only; qkv may then be null), as flash_attention_forward_mma's.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx, AttentionKernel kernel = AttentionKernel::Flash,
-                              bf16* register_copies = nullptr);
+                              bf16* register_copies = nullptr, const bf16* qkv16 = nullptr);
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
-// The register kernels' bf16 copies: qkv [B, T, 3C], then (the backward's) dout [B, T, C].
-inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels, bool backward) {
-  return batch * seq_len * (backward ? 4 : 3) * channels;
+// The register kernels' bf16 copies: qkv [B, T, 3C] (none where the model's qkv is bf16 already),
+// then (the backward's) dout [B, T, C].
+inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels, bool backward,
+                                       bool qkv_given = false) {
+  return batch * seq_len * ((qkv_given ? 0 : 3) + (backward ? 1 : 0)) * channels;
 }
 
 }  // namespace tripod::cuda

@@ -161,18 +161,28 @@ void bf16_copy(bf16* copy, const float* x, int64_t n, const CudaContext& ctx, co
   convert<float, bf16>(x, copy, n, ctx);
 }
 
+// The model's own bf16 qkv, read by the same 16-byte tile loads (a whole allocation is).
+void check_given_aligned(const bf16* qkv16, const char* op) {
+  check(all_aligned_to(16, {qkv16}), op, ": the bf16 qkv must start 16-byte aligned");
+}
+
 }  // namespace
 
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
-                                int64_t n_head, const CudaContext& ctx) {
+                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16) {
   const char* op = "flash_attention_backward_mma";
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   check(fm::register_backward_head_dim(p.head_dim()), op, ": head size ", p.head_dim(), " has no register backward");
-  check(copies != nullptr, op, ": no scratch for the bf16 copies of qkv and dout");
-  bf16* qkv16 = copies;
-  bf16* dout16 = copies + batch * seq_len * 3 * channels;
-  bf16_copy(qkv16, qkv, batch * seq_len * 3 * channels, ctx, op);
+  check(copies != nullptr, op, ": no scratch for the bf16 copies of ", qkv16 == nullptr ? "qkv and " : "", "dout");
+  bf16* dout16 = copies;
+  if (qkv16 == nullptr) {  // qkv's copy first, then dout's
+    bf16_copy(copies, qkv, batch * seq_len * 3 * channels, ctx, op);
+    qkv16 = copies;
+    dout16 = copies + batch * seq_len * 3 * channels;
+  } else {
+    check_given_aligned(qkv16, op);
+  }
   bf16_copy(dout16, dout, batch * seq_len * channels, ctx, op);
   LaunchShape shape;
   shape.grid_x = p.pairs() * p.tiles();
@@ -193,7 +203,8 @@ void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* do
 }
 
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
-                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx) {
+                                 int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx,
+                                 const bf16* qkv16) {
   const char* op = "flash_attention_forward_mma";
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
@@ -201,9 +212,14 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
   check(flash_attention_supported(seq_len, channels, n_head, optin, AttentionKernel::FlashMma), op, ": head size ",
         channels / n_head, " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
   if (batch * seq_len == 0) return;
-  check(copies != nullptr, op, ": no scratch for the bf16 copy of qkv");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
-  bf16_copy(copies, qkv, batch * seq_len * 3 * channels, ctx, op);
+  if (qkv16 == nullptr) {
+    check(copies != nullptr, op, ": no scratch for the bf16 copy of qkv");
+    bf16_copy(copies, qkv, batch * seq_len * 3 * channels, ctx, op);
+    qkv16 = copies;
+  } else {
+    check_given_aligned(qkv16, op);
+  }
   float* lse = state;
   float* kept_out = state + p.pairs() * seq_len;
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
@@ -213,7 +229,7 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
     shape.block = fm::kThreads;
     shape.shared_bytes = 0;  // static: sizeof(fm::Shared<HD>) <= 35 KiB
     check_fits(shape, ctx.limits, op);
-    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, copies, out, kept_out, lse);
+    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, out, kept_out, lse);
     check_launch(op);
   });
 }
