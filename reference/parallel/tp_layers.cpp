@@ -1,5 +1,6 @@
 #include "parallel/tp_layers.h"
 
+#include "model/linear.h"
 #include "parallel/tp_linear.h"
 #include "parallel/tp_regions.h"
 
@@ -54,8 +55,9 @@ void TensorParallelLayers::embedding_backward(Backend& be, const Tensor& dwte, c
 }
 
 void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
-                                          const Tensor& weight, const Tensor& bias, Tensor* /*kept_input*/,
-                                          Tensor* /*kept_weight*/) {
+                                          const Tensor& weight, const Tensor& bias, Tensor* kept_input,
+                                          Tensor* kept_weight) {
+  if (one_rank()) return tripod::linear_forward(be, out, inp, weight, bias, kept_input, Tensor(), kept_weight);
   const Tensor in2 = inp.reshape({inp.numel() / inp.dim(-1), inp.dim(-1)});
   const Tensor out2 = out.reshape({out.numel() / out.dim(-1), out.dim(-1)});
   const bool sp = group_.sequence_parallel;
@@ -69,8 +71,11 @@ void TensorParallelLayers::linear_forward(Backend& be, LinearRole role, const Te
 
 void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
                                            const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                           const Tensor& weight, const Tensor& /*kept_input*/,
-                                           const Tensor& /*kept_weight*/) {
+                                           const Tensor& weight, const Tensor& kept_input,
+                                           const Tensor& kept_weight) {
+  if (one_rank())
+    return tripod::linear_backward(be, dinp, dweight, dbias, dout, inp, weight, /*accumulate_dinp=*/false, kept_input,
+                                   kept_weight);
   auto flat2 = [](const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); };
   const bool sp = group_.sequence_parallel;
   if (row_parallel(role)) {
@@ -88,6 +93,32 @@ void TensorParallelLayers::linear_backward(Backend& be, LinearRole role, const T
   }
 }
 
+void TensorParallelLayers::linear_forward_residual(Backend& be, LinearRole role, const Tensor& out,
+                                                   const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                                   const Tensor& residual, Tensor* kept_input, Tensor* kept_weight) {
+  if (one_rank()) return tripod::linear_forward(be, out, inp, weight, bias, kept_input, residual, kept_weight);
+  LayerOps::linear_forward_residual(be, role, out, inp, weight, bias, residual, kept_input, kept_weight);
+}
+
+void TensorParallelLayers::linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out,
+                                                       const Tensor& inp_operand, const Tensor& weight,
+                                                       const Tensor& bias, const Tensor& residual,
+                                                       Tensor* kept_weight) {
+  if (!one_rank())
+    return LayerOps::linear_forward_from_operand(be, role, out, inp_operand, weight, bias, residual, kept_weight);
+  tripod::linear_forward_from_operand(be, out, inp_operand, weight, bias, residual, kept_weight);
+}
+
+void TensorParallelLayers::linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp,
+                                                        const Tensor& dweight, const Tensor& dout_operand,
+                                                        int64_t rows, const Tensor& inp, const Tensor& weight,
+                                                        const Tensor& kept_input, const Tensor& kept_weight) {
+  if (!one_rank())
+    return LayerOps::linear_backward_from_operand(be, role, dinp, dweight, dout_operand, rows, inp, weight,
+                                                  kept_input, kept_weight);
+  tripod::linear_backward_from_operand(be, dinp, dweight, dout_operand, rows, inp, weight, kept_input, kept_weight);
+}
+
 void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   Tensor& lse = logsumexp_[logits.address()];
   if (!lse.defined() || lse.numel() != losses.numel() || lse.dtype() != losses.dtype())
@@ -96,11 +127,22 @@ void TensorParallelLayers::loss_forward(Backend& be, const Tensor& losses, const
                                        targets.reshape({targets.numel()}), group_.faults);
 }
 
-void TensorParallelLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
+const Tensor& TensorParallelLayers::logsumexp_of(const Tensor& logits) const {
   auto lse = logsumexp_.find(logits.address());
   check(lse != logsumexp_.end(), "vocab-parallel loss backward without its forward");
-  vocab_parallel_cross_entropy_backward(be, vocab_, logits, lse->second, targets.reshape({targets.numel()}), grad_scale,
-                                        group_.faults);
+  return lse->second;
+}
+
+void TensorParallelLayers::loss_backward(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) {
+  vocab_parallel_cross_entropy_backward(be, vocab_, logits, logsumexp_of(logits), targets.reshape({targets.numel()}),
+                                        grad_scale, group_.faults);
+}
+
+Tensor TensorParallelLayers::loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets,
+                                                   double grad_scale) {
+  if (!one_rank()) return LayerOps::loss_backward_operand(be, logits, targets, grad_scale);
+  return vocab_parallel_cross_entropy_backward_operand(be, vocab_, logits, logsumexp_of(logits),
+                                                       targets.reshape({targets.numel()}), grad_scale, group_.faults);
 }
 
 }  // namespace tripod::tp

@@ -35,7 +35,22 @@ class TensorParallelLayers final : public LayerOps {
                          int64_t seq_len) override;
   void embedding_backward(Backend& be, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int64_t seq_len) override;
-  // No kept input or weight: an input split or gathered across ranks is prepared where it is used.
+  // On one rank without SP (a padded vocabulary on one device) nothing is split or gathered: the
+  // layers are the single device's, which keep prepared inputs and weights (under bf16-mixed the
+  // bf16 operand producers and kept copies; model/layer_ops.h), with the bits of the split forms.
+  // On several ranks no kept input or weight: an input split or gathered across ranks is prepared
+  // where it is used.
+  bool keeps_prepared_inputs() const override { return one_rank(); }
+  void linear_forward_residual(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp,
+                               const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                               Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr) override;
+  void linear_forward_from_operand(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp_operand,
+                                   const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                   Tensor* kept_weight = nullptr) override;
+  void linear_backward_from_operand(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight,
+                                    const Tensor& dout_operand, int64_t rows, const Tensor& inp, const Tensor& weight,
+                                    const Tensor& kept_input, const Tensor& kept_weight = Tensor()) override;
+  Tensor loss_backward_operand(Backend& be, const Tensor& logits, const Tensor& targets, double grad_scale) override;
   void linear_forward(Backend& be, LinearRole role, const Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias, Tensor* kept_input = nullptr, Tensor* kept_weight = nullptr) override;
   void linear_backward(Backend& be, LinearRole role, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
@@ -52,6 +67,8 @@ class TensorParallelLayers final : public LayerOps {
   void reserve(Backend& be, int64_t tokens, int64_t channels, DType dtype);
 
  private:
+  bool one_rank() const { return group_.size() == 1 && !group_.sequence_parallel; }
+  const Tensor& logsumexp_of(const Tensor& logits) const;
   static bool row_parallel(LinearRole role) { return role == LinearRole::AttnOut || role == LinearRole::FcOut; }
   // Reused [rows, cols] buffers, SP only: partial products and input gradients; gathered inputs.
   static Tensor reused(Backend& be, Tensor& buffer, int64_t rows, int64_t cols, DType dtype);

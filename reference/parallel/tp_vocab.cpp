@@ -134,4 +134,15 @@ void vocab_parallel_cross_entropy_backward(Backend& be, const VocabShard& shard,
   be.cross_entropy_backward_window(logits, logsumexp, targets, softmax_window(shard, faults), grad_scale);
 }
 
+Tensor vocab_parallel_cross_entropy_backward_operand(Backend& be, const VocabShard& shard, const Tensor& logits,
+                                                     const Tensor& logsumexp, const Tensor& targets,
+                                                     double grad_scale, const FaultPlan* faults) {
+  const char* what = "vocab_parallel_cross_entropy_backward_operand";
+  const int64_t N = targets.numel(), V = shard.rows;
+  check_shape(what, "logits", logits, N * V, "[N, ceil(V/tp)]");
+  check_shape(what, "logsumexp", logsumexp, N, "[N]");
+  return be.cross_entropy_backward_window_operand(logits, logsumexp, targets, softmax_window(shard, faults),
+                                                  grad_scale);
+}
+
 }  // namespace tripod::tp

@@ -75,5 +75,11 @@ void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const V
 void vocab_parallel_cross_entropy_backward(Backend& be, const VocabShard& shard, const Tensor& logits,
                                            const Tensor& logsumexp, const Tensor& targets, double grad_scale,
                                            const FaultPlan* faults = nullptr);
+// The same gradient as the LM head's prepared GEMM operand (Backend::
+// cross_entropy_backward_window_operand; the logits are used up): for layers that keep prepared
+// inputs, which a vocabulary on one rank does (TensorParallelLayers::keeps_prepared_inputs).
+Tensor vocab_parallel_cross_entropy_backward_operand(Backend& be, const VocabShard& shard, const Tensor& logits,
+                                                     const Tensor& logsumexp, const Tensor& targets,
+                                                     double grad_scale, const FaultPlan* faults = nullptr);
 
 }  // namespace tripod::tp

@@ -4,10 +4,16 @@
 // the real vocabulary.
 #include <gtest/gtest.h>
 
+#include "backend/backend_factory.h"
+#include "comm/self_communicator.h"
 #include "model/param_spec.h"
+#include "model_test_util.h"
+#include "parallel/process_grid.h"
+#include "parallel/tp_layers.h"
 #include "parallel/tp_shard.h"
 #include "parallel/tp_vocab.h"
 #include "support/error_text.h"
+#include "train/distributed_trainer.h"
 
 namespace tripod {
 namespace {
@@ -83,6 +89,41 @@ TEST(VocabPadding, TheParameterShardHoldsTheRealRowsAndNothingElse) {
   EXPECT_EQ(second.local, (Shape{64, 32}));
   EXPECT_EQ(tp::shard_runs(second).at(0).logical, 64 * 32);
   EXPECT_EQ(tp::shard_runs(second).at(0).length, 33 * 32);
+}
+
+// A padded vocabulary on one device (TensorParallelLayers of one rank: bench train's
+// --make-vocab-size-divisible-by) keeps prepared operands as the single device's layers do: under
+// bf16-mixed it trains the single device's model, and holds its activations (ln1, the attention
+// output, ln2, gelu(fc) and lnf only as their bf16 GEMM operands) but for the logits' padding
+// columns. Before, those layers kept none and the one-device padded runs missed every operand
+// producer (their fp32 activations held, each GEMM operand rounded again).
+TEST(VocabPadding, OnOneDeviceTheLayersKeepOperandsAsTheSingleDevicesDo) {
+  RunConfig config = testing::tiny_run_config("bf16-mixed", true);
+  config.model.vocab_size = 97;
+  auto be = make_backend("cpu");
+  Trainer single(config, *be);
+  SelfCommunicator world("world", be.get());
+  ParallelLayout layout;
+  layout.vocab_multiple = 16;  // 97 -> 112
+  ProcessGrid grid(world, layout.grid());
+  DistributedTrainer padded(config, *be, grid, layout);
+  single.initialise();
+  padded.initialise();
+  for (uint64_t step = 1; step <= 3; ++step) {
+    const data::Batch batch = testing::random_batch(config.train.batch_size, config.train.seq_len, 97, step);
+    // (the same model; the bits may differ by an ulp where OpenBLAS computes the padded width's
+    // last columns with other kernels than the unpadded width's: see the README's vocabulary padding)
+    const double want = single.train_step(batch).loss;
+    EXPECT_NEAR(padded.train_step(batch).loss, want, 1e-6 * want) << "step " << step;
+  }
+  const int64_t tokens = config.train.batch_size * config.train.seq_len;
+  const int64_t logits_padding = tokens * (112 - 97) * 4;  // fp32 logits, [N, 112] against [N, 97]
+  const int64_t vocab_parallel_lse = tokens * 4;           // the vocab-parallel loss's [N] logsumexp, held
+  EXPECT_EQ(static_cast<int64_t>(padded.memory().activations) - static_cast<int64_t>(single.memory().activations),
+            logits_padding + vocab_parallel_lse);
+
+  tp::TensorParallelLayers one(config.model, grid.tp(), false, nullptr, 16);
+  EXPECT_TRUE(one.keeps_prepared_inputs());
 }
 
 }  // namespace
