@@ -141,6 +141,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor dqkv_bias;               // c_attn's bias gradient for the attention backward's operand, likewise
   std::vector<Tensor> qkv_ops;    // c_attn's prepared operands, its bias and outputs (bf16, fp32), likewise
   Tensor qkv_bias, qkv16, qkv32;
+  Tensor logits16;                // bf16-mixed's bf16 logits, likewise
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -197,6 +198,18 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0);
                        b.gemm_operands({logits});
                      })});
+    // bf16-mixed's logits are bf16 (model/gpt.h's logits_dtype): the loss's one-pass statistics read
+    // them once, its gradient reads and writes them in place, the LM head's operand (every call
+    // turns the previous call's gradients into new ones; the traffic is the same).
+    logits16 = b.alloc({n, vp}, DType::BF16);
+    b.convert(logits, logits16);
+    const double logits16_bytes = static_cast<double>(n * v) * 2;
+    cases.push_back({"ce window fwd, bf16 logits", logits16_bytes, [&] {
+                       b.logits_stats(row_max, sums, logits16, targets, whole);
+                       b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+                     }});
+    cases.push_back({"ce window bwd, bf16 logits", 2 * logits16_bytes,
+                     [&] { b.cross_entropy_backward_window(logits16, lse, targets, whole, 1.0); }});
     // The attention projection's output with the residual stream's add (GPT-2: [N, C] = [N, C] x
     // [C, C]^T + bias + residual), on prepared bf16 operands as the trainer runs it: the residual
     // read by the GEMM (gemm_bias_residual; CUDA: cuBLASLt's C, the bias in the same epilogue) and

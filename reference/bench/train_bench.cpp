@@ -88,7 +88,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const MemoryReport held = trainer.memory();
   const std::size_t state_bytes = held.params + held.grads + held.optimizer;  // weights + grads + Adam m, v
   const std::size_t act_bytes = held.activations;
-  const std::size_t transient_bytes = held.transient;  // the backward's: bf16-mixed's loss gradient copy
+  const std::size_t transient_bytes = held.transient;  // ZeRO's and the pipeline's buffers in flight: 0 here
   const std::size_t by_hand = state_bytes + act_bytes + transient_bytes;
   const std::size_t rss = peak_resident_bytes();
   // The backend's own high-water mark, where its tensors live: on a GPU the host's RSS holds none of
@@ -106,7 +106,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   // The state as the trainer holds it (a padded vocabulary's rows and bf16-mixed's copies included),
   // so the sum adds up; "16 B/param x the model's count" did not with either.
   std::printf("  memory: %.1f MiB state (weights, grads, Adam m and v) + %.1f MiB activations + %.1f MiB the\n"
-              "          backward's transient (bf16-mixed's loss gradient copy) = %.1f MiB by hand;\n"
+              "          transient buffers (none on one device) = %.1f MiB by hand;\n"
               "          the %s backend's allocator peak %.1f MiB = that %c %.1f MiB (the backend's scratch: GEMM\n"
               "          operand copies, attention buffers; the trainer's gradient and step buffers);\n"
               "          host peak RSS %.1f MiB (before the model, with the sgemm baseline: %.1f MiB)\n",

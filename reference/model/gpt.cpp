@@ -121,6 +121,10 @@ bool Gpt::keeps_operands() const {
 }
 
 
+DType Gpt::logits_dtype() const {
+  return dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands ? DType::BF16 : dtype_;
+}
+
 LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ResidentParams access(params, nullptr);
   return forward(access, tokens, targets, B, T);

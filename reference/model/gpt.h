@@ -102,10 +102,8 @@ class Gpt {
   // in flight) plus the shared backward scratch and recomputation buffers, and the weights' bf16
   // copies kept for the backward (once: the slots share them).
   std::size_t activation_bytes() const;
-  // Bytes the backward holds for a while beyond those: the LM head's loss gradient as its bf16
-  // operand [N, V'] where the layers keep operands (bf16-mixed: made beside the fp32 logits, which
-  // stay allocated; fp32 writes the gradient in place of the logits), else 0.
-  std::size_t transient_bytes() const;
+  // (The loss gradient takes the logits' place in every policy, bf16-mixed's bf16 logits included:
+  // the backward holds nothing beyond these.)
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
  private:
@@ -120,6 +118,10 @@ class Gpt {
   // (BlockActivations::keep_operands): then ln1, atty, ln2, gelu(fc), lnf, d qkv and d fc exist only
   // as bf16 operands.
   bool keeps_operands() const;
+  // The logits' dtype: bf16 under bf16-mixed (the LM head's fp32 sums rounded once, as autocast and
+  // llm.c keep them; the loss reads them into fp32 statistics and writes its gradient over them,
+  // the LM head's bf16 operand), else the model's.
+  DType logits_dtype() const;
   // Gives back the weight copies that the slot's layer k (or, k past the last, the LM head) still
   // holds; a backward gives back each layer's as it goes, and a slot left without its backward (a
   // forward run again, release_slot) all of them.

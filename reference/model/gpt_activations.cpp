@@ -76,7 +76,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     a->bytes += kept_bytes(Tensor(), R * C);   // lnf's copy
     a->lnf_mean = act({R});
     a->lnf_rstd = act({R});
-    a->logits = act({N, V});
+    a->logits = make({N, V}, logits_dtype());
     a->losses = act({N});
     a->loss_sum = make({1}, DType::F64);
   }
@@ -213,12 +213,6 @@ std::size_t Gpt::activation_bytes() const {
   std::size_t bytes = scratch_ ? scratch_->bytes : 0;
   for (const auto& s : slots_) bytes += s->bytes;
   return bytes;
-}
-
-std::size_t Gpt::transient_bytes() const {
-  if (!span_.head || !keeps_operands()) return 0;
-  const int64_t width = layers_->local_width(LinearRole::LmHead, config_.vocab_size);  // V', padded as the logits
-  return static_cast<std::size_t>(batch_ * seq_len_ * width) * sizeof(bf16);
 }
 
 Tensor Gpt::logits() const {

@@ -85,7 +85,7 @@ void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& 
 
 void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   const int64_t n = losses.numel();
-  const DType dt = logits.dtype();
+  const DType dt = losses.dtype();  // the statistics': fp32 for bf16-mixed's bf16 logits
   TRIPOD_CHECK(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
                targets.numel(), " targets for logits ", logits.describe());
   const int64_t width = local_width(LinearRole::LmHead, vocab_);

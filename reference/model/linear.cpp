@@ -31,6 +31,11 @@ void product_into_rows(Backend& be, const char* op, const Tensor& out, int64_t N
   const int64_t row_length = out.dim(-1);
   if (row_length == O) return product_into(be, out, N, O, k, x, ld_x, w, ld_w, bias, residual, acc);
   check_padded_rows(op, out, N, O, bias, residual);
+  if (out.dtype() == DType::BF16 && x.dtype() != DType::BF16) {  // fp32 products rounded once (gemm_bias's)
+    const Tensor sum = be.alloc({N, row_length}, DType::F32);      // zero padding columns, as out's
+    be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, sum, row_length, acc);
+    return be.convert(sum, out);
+  }
   be.gemm(false, true, N, O, k, 1.0, x, ld_x, w, ld_w, 0.0, out, row_length, acc);
 }
 
@@ -154,6 +159,13 @@ void linear_backward(Backend& be, const Tensor& dinp, const Tensor& dweight, con
                      const Tensor& kept_input, const Tensor& given_kept_weight) {
   const Tensor& kept_weight = is_weight_operand(weight) ? weight : given_kept_weight;  // its own copy
   const int64_t O = weight.dim(0), I = weight.dim(1), N = dout.numel() / dout.dim(-1);
+  if (dout.dtype() == DType::BF16) {
+    // Its own GEMM operand already (bf16-mixed's logits gradient, written over the bf16 logits):
+    // the weight and input are rounded to meet it.
+    TRIPOD_CHECK(!dbias.defined() && !accumulate_dinp, "linear_backward: a bf16 output gradient ", dout.describe(),
+                 " with a bias gradient or an accumulated input gradient");
+    return linear_backward_from_operand(be, dinp, dweight, dout, N, inp, weight, kept_input, given_kept_weight);
+  }
   check_input_or_kept("linear_backward", inp, kept_input, N, I);
   // dout feeds both GEMMs: under bf16-mixed it is rounded once, not once a GEMM (the same bits),
   // and its bias gradient comes with that copy (one pass over dout where the backend fuses them).

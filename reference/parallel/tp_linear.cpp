@@ -60,8 +60,10 @@ void column_parallel_linear_backward(Backend& be, const TpGroup& tp, const Tenso
 
   // dx[N,I] = dout[N,Ol] @ W[Ol,I]: the contribution of this rank's output features only. A weight
   // given as its bf16 operand (model/linear.h) takes dout's copy, as the GEMM would round it.
+  // A bf16 dout (bf16-mixed's logits gradient, its own operand) takes the weight's copy likewise.
   const Tensor dy = is_weight_operand(weight) ? be.gemm_operands({dout})[0] : dout;  // its own leading dimension
-  be.gemm(false, false, N, I, Ol, 1.0, dy, dy.dim(-1), weight, I, 0.0, dx, I, gemm_accumulate_dtype(dout.dtype()));
+  const Tensor w = dout.dtype() == DType::BF16 && !is_weight_operand(weight) ? be.gemm_operands({weight})[0] : weight;
+  be.gemm(false, false, N, I, Ol, 1.0, dy, dy.dim(-1), w, w.dim(-1), 0.0, dx, I, gemm_accumulate_dtype(dout.dtype()));
   if (x_arriving != nullptr) x_arriving->wait();  // the weight gradient reads x
   // Complete it across the group (f's or ḡ's backward) while the weight gradient is computed.
   auto pending = tp.sequence_parallel ? gather_from_sequence_region_backward_async(tp.comm, dinp_full, dinp)

@@ -108,10 +108,10 @@ void vocab_parallel_cross_entropy_forward(Backend& be, Communicator& tp, const V
   check_shape(what, "logits", logits, N * V, "[N, ceil(V/tp)]");
   check_shape(what, "losses", losses, N, "[N]");
   check_shape(what, "logsumexp", logsumexp, N, "[N]");
-  check(logits.dtype() == losses.dtype() && logits.dtype() == logsumexp.dtype(), what,
-        ": logits, losses and logsumexp must share a dtype");
+  const DType dt = losses.dtype();  // the statistics': fp32 for bf16-mixed's bf16 logits
+  check((logits.dtype() == dt || (logits.dtype() == DType::BF16 && dt == DType::F32)) && logsumexp.dtype() == dt, what,
+        ": logits, losses and logsumexp must share a dtype (or bf16 logits with fp32 losses)");
 
-  const DType dt = logits.dtype();
   Tensor row_max = be.alloc({N}, dt), sums = be.alloc({2, N}, dt);  // sums: [sum of exp | target logit]
   const VocabWindow window = softmax_window(shard, faults);
   // Targets are checked before communicating: by the model on the host, and again by the CPU backend.

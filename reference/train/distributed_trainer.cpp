@@ -191,7 +191,7 @@ MemoryReport DistributedTrainer::memory() const {
     const ZeroMemory z = c.engine->memory();
     report = {report.params + z.params, report.grads + z.grads, report.optimizer + z.optimizer,
               report.activations + c.model->activation_bytes(),
-              report.transient + z.peak_transient + c.model->transient_bytes()};
+              report.transient + z.peak_transient};
   }
   if (tp_layers_) report.activations += tp_layers_->held_bytes();  // shared by the chunks: once
   report.transient += message_bytes_;

@@ -84,7 +84,7 @@ double Trainer::eval_loss(const data::Batch& batch) {
 
 MemoryReport Trainer::memory() const {
   return {params_.flat().bytes(), grads_.flat().bytes(), optimizer_.m().flat().bytes() + optimizer_.v().flat().bytes(),
-          model_.activation_bytes(), model_.transient_bytes()};
+          model_.activation_bytes(), 0};
 }
 
 std::vector<StateRegion> Trainer::state_regions() {

@@ -35,8 +35,7 @@ bool judge_step(const StepGate& gate, int64_t step, StepResult& r,
 
 struct MemoryReport {  // bytes held by this rank
   std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
-  // Peak of gathered parameters and in-flight gradient buckets (ZeRO), plus the model's backward
-  // transient (Gpt::transient_bytes: bf16-mixed's loss gradient copy).
+  // Peak of gathered parameters and in-flight gradient buckets (ZeRO) and pipeline messages.
   std::size_t transient = 0;
 };
 

@@ -173,11 +173,11 @@ def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     assert j["mfu"] == pytest.approx(j["model_flops_per_second"] / j["peak_flops"])
     assert "MFU " in result.stdout
     # memory against the backend's own allocator, where the tensors live (a GPU's are not in the RSS):
-    # on the CPU the accounting is the peak but for the allocator's 64-byte padding of small tensors,
-    # bf16-mixed's loss gradient copy included (the transient: N x V x 2 = 256 KiB here, which the
-    # report left out until 2026-12-05)
+    # on the CPU the accounting is the peak but for the allocator's 64-byte padding of small tensors
+    # (bf16-mixed's loss gradient is written over its bf16 logits since 2026-12-06: no transient
+    # copy, which had been N x V x 2 = 256 KiB here)
     by_hand = j["state_bytes"] + j["activation_bytes"] + j["transient_bytes"]
-    assert (j["transient_bytes"] > 0) == (precision == "bf16-mixed")
+    assert j["transient_bytes"] == 0
     assert by_hand <= j["allocator_peak_bytes"] <= by_hand + 4096, (by_hand, j["allocator_peak_bytes"])
     assert "the cpu backend's allocator peak" in result.stdout and "+ -" not in result.stdout
     # the baseline GEMM runs under the step's own precision policy

@@ -34,7 +34,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     # bf16 operands, its output and its backward's dqkv as bf16 operands (fused and apart)
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
-             "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "proj+residual (fused)",
+             "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
+             "ce window bwd, bf16 logits", "proj+residual (fused)",
              "proj, residual apart", "qkv->bf16, bias (fused)", "qkv, bf16 apart", "attention fwd bf16",
              "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
              "attention bwd bf16", "attention bwd->bf16 (fused)", "attention bwd, bf16 apart"]
@@ -71,6 +72,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert flops["qkv->bf16, bias (fused)"] == flops["qkv, bf16 apart"] == 2 * 64 * 3 * 32 * 32
         # the loss gradient's: the logits read, the bf16 operand written
         assert ce["ce window bwd->bf16 (fused)"] == ce["ce window bwd, bf16 apart"] == 64 * 100 * (4 + 2)
+        # bf16-mixed's bf16 logits: read once forward, read and written backward
+        assert 2 * ce["ce window fwd, bf16 logits"] == ce["ce window bwd, bf16 logits"] == 2 * 64 * 100 * 2
         # the GELU backward's: fc and d gelu read, the bf16 operand written
         assert ce["gelu bwd+db+bf16 (fused)"] == ce["gelu bwd, db+bf16 apart"] == 4 * 64 * 32 * (2 * 4 + 2)
     # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head

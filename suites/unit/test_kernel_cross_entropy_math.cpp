@@ -27,11 +27,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/cross_entropy_math.h"
 #include "backend/kernels/row_reduce_math.h"
+#include "core/bf16.h"
 #include "kernel_math_test_util.h"
 
 namespace tripod::kernels {
@@ -364,6 +366,31 @@ TEST(KernelCrossEntropyMath, MaxNeverChoosesNanAndEmptyWindowIsMinusInfinity) {
   EXPECT_TRUE(std::isnan(exp_sum_in_device_order(row, 4, 3.0f)));
   EXPECT_EQ(row_max_in_device_order(row, 0), -INFINITY);
   EXPECT_EQ(exp_sum_in_device_order(row, 0, 0.0f), 0.0f);
+}
+
+// bf16-mixed's bf16 logits: every row reduction and the target logit read a bf16 element widened,
+// exactly, so their results are those of the widened fp32 row, bit for bit.
+TEST(KernelCrossEntropyMath, Bf16LogitsReduceAsTheirFp32Values) {
+  std::vector<bf16> row16(301);
+  std::vector<float> row32(row16.size());
+  for (std::size_t j = 0; j < row16.size(); ++j) {
+    row16[j] = float_to_bf16(static_cast<float>(std::sin(0.37 * static_cast<double>(j)) * 9.0));
+    row32[j] = bf16_to_float(row16[j]);
+  }
+  const int64_t n = static_cast<int64_t>(row16.size());
+  for (int64_t tid = 0; tid < 5; ++tid) {
+    const float m16 = strided_max_partial(row16.data(), n, tid, 5), m32 = strided_max_partial(row32.data(), n, tid, 5);
+    EXPECT_EQ(m16, m32);
+    EXPECT_EQ(strided_exp_sum_partial(row16.data(), n, m32, tid, 5),
+              strided_exp_sum_partial(row32.data(), n, m32, tid, 5));
+    const ExpSumState<float> a = strided_online_exp_sum(row16.data(), n, tid, 5);
+    const ExpSumState<float> b = strided_online_exp_sum(row32.data(), n, tid, 5);
+    EXPECT_EQ(a.max, b.max);
+    EXPECT_EQ(a.sum, b.sum);
+  }
+  EXPECT_EQ(window_target_logit(row16.data(), 40, 30, 100), row32[10]);
+  EXPECT_EQ(window_target_logit(row16.data(), 4, 30, 100), 0.0f);
+  static_assert(std::is_same_v<Widened<bf16>, float> && std::is_same_v<Widened<double>, double>);
 }
 
 }  // namespace

@@ -229,6 +229,12 @@ void CpuBackend::embedding_backward_window(const Tensor& dwte, const Tensor& dwp
 
 void CpuBackend::logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& targets, VocabWindow w) {
   const char* op = "logits_row_max";
+  if (logits.dtype() == DType::BF16)  // bf16-mixed's logits, fp32 statistics
+    return named(op, [&] {
+      cpu::logits_row_max<float, bf16>(ptr<float>(row_max, op), ptr<bf16>(logits, op), ptr<int32_t>(targets, op),
+                                       row_max.numel(), logits.numel() / std::max<int64_t>(row_max.numel(), 1),
+                                       w.valid, w.vocab);
+    });
   dispatch_float(logits.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     named(op, [&] {
@@ -241,6 +247,12 @@ void CpuBackend::logits_row_max(const Tensor& row_max, const Tensor& logits, con
 void CpuBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
                                  const Tensor& targets, VocabWindow w) {
   const char* op = "logits_exp_sums";
+  if (logits.dtype() == DType::BF16) {  // bf16-mixed's logits, fp32 statistics
+    const int64_t rows = row_max.numel();
+    return cpu::logits_exp_sums<float, bf16>(ptr<float>(sums, op), ptr<bf16>(logits, op), ptr<float>(row_max, op),
+                                             ptr<int32_t>(targets, op), rows,
+                                             logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid);
+  }
   dispatch_float(logits.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int64_t rows = row_max.numel();
@@ -262,6 +274,14 @@ void CpuBackend::cross_entropy_from_sums(const Tensor& losses, const Tensor& log
 void CpuBackend::cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                                VocabWindow w, double grad_scale) {
   const char* op = "cross_entropy_backward_window";
+  if (logits.dtype() == DType::BF16) {  // bf16-mixed's logits, fp32 logsumexp: the gradient rounded once
+    const int64_t rows = targets.numel();
+    return named(op, [&] {
+      cpu::cross_entropy_backward_window(ptr<bf16>(logits, op), ptr<float>(logsumexp, op), ptr<int32_t>(targets, op),
+                                         rows, logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, w.vocab,
+                                         grad_scale);
+    });
+  }
   dispatch_float(logits.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int64_t rows = targets.numel();

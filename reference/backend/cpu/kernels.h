@@ -110,11 +110,12 @@ void position_add(T* out, const T* wpe, int64_t rows, int64_t channels, int64_t 
 template <typename T>
 void embedding_backward_window(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t n_tokens,
                                int64_t channels, int64_t start, int64_t valid, int64_t vocab, int64_t seq_len);
-template <typename T>
-void logits_row_max(T* row_max, const T* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
+// L: the logits' type, T's or (bf16-mixed's logits) bf16 read into fp32 statistics.
+template <typename T, typename L = T>
+void logits_row_max(T* row_max, const L* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
                     int64_t vocab);
-template <typename T>
-void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+template <typename T, typename L = T>
+void logits_exp_sums(T* sums, const L* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
                      int64_t start, int64_t valid);
 template <typename T>
 void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
@@ -122,6 +123,9 @@ void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T*
 template <typename T>
 void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
                                    int64_t start, int64_t valid, int64_t vocab, double grad_scale);
+// bf16 logits in place (bf16-mixed): the fp32 arithmetic on their values, the gradient rounded once.
+void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
+                                   int64_t cols, int64_t start, int64_t valid, int64_t vocab, double grad_scale);
 
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/cpu/kernels.h"
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace tripod::cpu {
@@ -66,27 +67,36 @@ void embedding_backward_window(T* dwte, T* dwpe, const T* dout, const int32_t* t
   }
 }
 
+// A logit as the statistics' type T: itself, or a bf16 logit (bf16-mixed) widened, exactly.
 template <typename T>
-void logits_row_max(T* row_max, const T* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
+T widened(T x) {
+  return x;
+}
+inline float widened(bf16 x) { return bf16_to_float(x); }
+
+template <typename T, typename L>
+void logits_row_max(T* row_max, const L* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
                     int64_t vocab) {
   check_ids("target", targets, rows, vocab, true);  // before the caller's first reduction
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < rows; ++n)
-    row_max[n] = valid ? *std::max_element(logits + n * cols, logits + n * cols + valid)
-                       : -std::numeric_limits<T>::infinity();
+  for (int64_t n = 0; n < rows; ++n) {
+    const L* xn = logits + n * cols;
+    const L* m = std::max_element(xn, xn + valid, [](L a, L b) { return widened(a) < widened(b); });
+    row_max[n] = valid ? widened(*m) : -std::numeric_limits<T>::infinity();
+  }
 }
 
-template <typename T>
-void logits_exp_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
+template <typename T, typename L>
+void logits_exp_sums(T* sums, const L* logits, const T* row_max, const int32_t* targets, int64_t rows, int64_t cols,
                      int64_t start, int64_t valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < rows; ++n) {
-    const T* xn = logits + n * cols;
+    const L* xn = logits + n * cols;
     T sum = 0;
-    for (int64_t j = 0; j < valid; ++j) sum += std::exp(xn[j] - row_max[n]);
+    for (int64_t j = 0; j < valid; ++j) sum += std::exp(widened(xn[j]) - row_max[n]);
     sums[n] = sum;
     const int64_t j = static_cast<int64_t>(targets[n]) - start;
-    sums[rows + n] = targets[n] >= 0 && j >= 0 && j < valid ? xn[j] : T(0);  // one window holds it
+    sums[rows + n] = targets[n] >= 0 && j >= 0 && j < valid ? widened(xn[j]) : T(0);  // one window holds it
   }
 }
 
@@ -118,19 +128,43 @@ void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t*
   }
 }
 
+void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
+                                   int64_t cols, int64_t start, int64_t valid, int64_t vocab, double grad_scale) {
+  check_ids("target", targets, rows, vocab, true);
+  const float g = static_cast<float>(grad_scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < rows; ++n) {
+    bf16* xn = logits + n * cols;
+    const int64_t target = targets[n] < 0 ? -1 : static_cast<int64_t>(targets[n]) - start;
+    for (int64_t j = 0; j < cols; ++j) {
+      // The fp32 logits' arithmetic (the onehot subtracted in fp32), rounded once: the bits of the
+      // fp32 gradient's bf16 copy.
+      float d = 0;
+      if (targets[n] >= 0 && j < valid) {
+        d = std::exp(bf16_to_float(xn[j]) - logsumexp[n]) * g;
+        if (j == target) d -= g;
+      }
+      xn[j] = float_to_bf16(d);
+    }
+  }
+}
+
 #define TRIPOD_INSTANTIATE(T)                                                                                      \
   template void embedding_lookup_window<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t,      \
                                            int64_t);                                                               \
   template void position_add<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                                 \
   template void embedding_backward_window<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
                                              int64_t, int64_t);                                                    \
-  template void logits_row_max<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);              \
-  template void logits_exp_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);   \
+  template void logits_row_max<T, T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);           \
+  template void logits_exp_sums<T, T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);\
   template void cross_entropy_from_sums<T>(T*, T*, const T*, const T*, const int32_t*, int64_t);                  \
   template void cross_entropy_backward_window<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
                                                  int64_t, double);
 TRIPOD_INSTANTIATE(float)
 TRIPOD_INSTANTIATE(double)
 #undef TRIPOD_INSTANTIATE
+template void logits_row_max<float, bf16>(float*, const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
+template void logits_exp_sums<float, bf16>(float*, const bf16*, const float*, const int32_t*, int64_t, int64_t,
+                                           int64_t, int64_t);
 
 }  // namespace tripod::cpu

@@ -270,25 +270,40 @@ void CudaBackend::embedding_backward_window(const Tensor& dwte, const Tensor& dw
   });
 }
 
+namespace {
+
+// f(S{}, L{}) with the statistics' type S and the logits' L: (T, T) for fp32 or fp64 logits,
+// (float, bf16) for bf16-mixed's bf16 logits.
+template <class F>
+void dispatch_logits(DType logits, const char* op, F&& f) {
+  if (logits == DType::BF16) return f(float{}, bf16{});
+  dispatch_float(logits, op, [&](auto zero) { f(zero, zero); });
+}
+
+}  // namespace
+
 void CudaBackend::logits_row_max(const Tensor& row_max, const Tensor& logits, const Tensor& /*targets*/,
                                  VocabWindow w) {
   const char* op = "logits_row_max";
-  dispatch_float(logits.dtype(), op, [&](auto zero) {
-    using T = decltype(zero);
+  dispatch_logits(logits.dtype(), op, [&](auto s, auto l) {
+    using S = decltype(s);
+    using L = decltype(l);
     const int64_t rows = row_max.numel();
-    cuda::logits_row_max<T>(ptr<T>(row_max, op), ptr<T>(logits, op), rows, logits.numel() / std::max<int64_t>(rows, 1),
-                            w.valid, ctx_);
+    cuda::logits_row_max(ptr<S>(row_max, op), static_cast<const L*>(ptr<L>(logits, op)), rows,
+                         logits.numel() / std::max<int64_t>(rows, 1), w.valid, ctx_);
   });
 }
 
 void CudaBackend::logits_exp_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
                                   const Tensor& targets, VocabWindow w) {
   const char* op = "logits_exp_sums";
-  dispatch_float(logits.dtype(), op, [&](auto zero) {
-    using T = decltype(zero);
+  dispatch_logits(logits.dtype(), op, [&](auto s, auto l) {
+    using S = decltype(s);
+    using L = decltype(l);
     const int64_t rows = row_max.numel();
-    cuda::logits_exp_sums<T>(ptr<T>(sums, op), ptr<T>(logits, op), ptr<T>(row_max, op), ptr<int32_t>(targets, op),
-                             rows, logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, ctx_);
+    cuda::logits_exp_sums(ptr<S>(sums, op), static_cast<const L*>(ptr<L>(logits, op)),
+                          static_cast<const S*>(ptr<S>(row_max, op)), ptr<int32_t>(targets, op), rows,
+                          logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, ctx_);
   });
 }
 
@@ -296,11 +311,13 @@ void CudaBackend::logits_stats(const Tensor& row_max, const Tensor& sums, const 
                                VocabWindow w) {
   if (!fusions_.on(CudaFusion::LossStats)) return Backend::logits_stats(row_max, sums, logits, targets, w);
   const char* op = "logits_stats";
-  dispatch_float(logits.dtype(), op, [&](auto zero) {
-    using T = decltype(zero);
+  dispatch_logits(logits.dtype(), op, [&](auto s, auto l) {
+    using S = decltype(s);
+    using L = decltype(l);
     const int64_t rows = row_max.numel();
-    cuda::logits_stats<T>(ptr<T>(row_max, op), ptr<T>(sums, op), ptr<T>(logits, op), ptr<int32_t>(targets, op), rows,
-                          logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, ctx_);
+    cuda::logits_stats(ptr<S>(row_max, op), ptr<S>(sums, op), static_cast<const L*>(ptr<L>(logits, op)),
+                       ptr<int32_t>(targets, op), rows, logits.numel() / std::max<int64_t>(rows, 1), w.start,
+                       w.valid, ctx_);
   });
 }
 
@@ -317,12 +334,13 @@ void CudaBackend::cross_entropy_from_sums(const Tensor& losses, const Tensor& lo
 void CudaBackend::cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                                 VocabWindow w, double grad_scale) {
   const char* op = "cross_entropy_backward_window";
-  dispatch_float(logits.dtype(), op, [&](auto zero) {
-    using T = decltype(zero);
+  dispatch_logits(logits.dtype(), op, [&](auto s, auto l) {
+    using S = decltype(s);
+    using L = decltype(l);
     const int64_t rows = targets.numel();
-    cuda::cross_entropy_backward_window<T>(ptr<T>(logits, op), ptr<T>(logsumexp, op), ptr<int32_t>(targets, op), rows,
-                                           logits.numel() / std::max<int64_t>(rows, 1), w.start, w.valid, grad_scale,
-                                           ctx_);
+    cuda::cross_entropy_backward_window(ptr<L>(logits, op), static_cast<const S*>(ptr<S>(logsumexp, op)),
+                                        ptr<int32_t>(targets, op), rows, logits.numel() / std::max<int64_t>(rows, 1),
+                                        w.start, w.valid, grad_scale, ctx_);
   });
 }
 

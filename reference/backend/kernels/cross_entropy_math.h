@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/kernels/host_device.h"
+#include "backend/kernels/row_reduce_math.h"  // widened
 
 namespace tripod::kernels {
 
@@ -29,10 +30,10 @@ TRIPOD_HD int64_t window_target_column(int32_t target, int64_t start, int64_t va
 }
 
 // The target logit a window contributes to sums[1, n]: x[column], or 0 when it does not hold it.
-template <typename T>
-TRIPOD_HD T window_target_logit(const T* row, int32_t target, int64_t start, int64_t valid) {
+template <typename X, typename T = Widened<X>>
+TRIPOD_HD T window_target_logit(const X* row, int32_t target, int64_t start, int64_t valid) {
   const int64_t column = window_target_column(target, start, valid);
-  return column >= 0 ? row[column] : static_cast<T>(0);
+  return column >= 0 ? widened(row[column]) : static_cast<T>(0);
 }
 
 // losses[n] = logsumexp - x[target], 0 for an ignored target.

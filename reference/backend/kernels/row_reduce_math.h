@@ -9,11 +9,23 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/kernels/bf16_math.h"
 #include "backend/kernels/host_device.h"
+#include "core/dtype.h"  // bf16
 
 namespace tripod::kernels {
 
 inline constexpr int kWarpLanes = 32;
+
+// An element as the reductions' type: itself, or a bf16 element (bf16-mixed's logits) widened to
+// fp32, exactly: the statistics of bf16 values are fp32 sums of those values.
+template <typename T>
+TRIPOD_HD T widened(T x) {
+  return x;
+}
+TRIPOD_HD float widened(bf16 x) { return bf16_bits_to_float(x.bits); }
+template <typename X>
+using Widened = decltype(widened(X{}));
 
 // The larger of two values as the device combines them: a NaN is never chosen (it reaches the
 // result through the exp-sum that follows every max, so it is not lost).
@@ -23,18 +35,18 @@ TRIPOD_HD T max_of(T a, T b) {
 }
 
 // max over x[j], j = tid, tid + threads, ... < n; -inf when the thread has no element.
-template <typename T>
-TRIPOD_HD T strided_max_partial(const T* x, int64_t n, int64_t tid, int64_t threads) {
+template <typename X, typename T = Widened<X>>
+TRIPOD_HD T strided_max_partial(const X* x, int64_t n, int64_t tid, int64_t threads) {
   T m = -static_cast<T>(INFINITY);
-  for (int64_t j = tid; j < n; j += threads) m = max_of(m, x[j]);
+  for (int64_t j = tid; j < n; j += threads) m = max_of(m, widened(x[j]));
   return m;
 }
 
 // sum of exp(x[j] - shift) over j = tid, tid + threads, ... < n, in ascending j.
-template <typename T>
-TRIPOD_HD T strided_exp_sum_partial(const T* x, int64_t n, T shift, int64_t tid, int64_t threads) {
+template <typename X, typename T>
+TRIPOD_HD T strided_exp_sum_partial(const X* x, int64_t n, T shift, int64_t tid, int64_t threads) {
   T sum = 0;
-  for (int64_t j = tid; j < n; j += threads) sum += std::exp(x[j] - shift);
+  for (int64_t j = tid; j < n; j += threads) sum += std::exp(widened(x[j]) - shift);
   return sum;
 }
 
@@ -59,11 +71,11 @@ TRIPOD_HD ExpSumState<T> no_exp_sum_elements() {
 // it has no element. A NaN never raises the max and makes the sum NaN, as in the two passes. A
 // -inf adds nothing (exp(-inf - max) = 0 in the two passes), also before any finite value, where
 // exp(-inf - -inf) would make the sum NaN.
-template <typename T>
-TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const T* x, int64_t n, int64_t tid, int64_t threads) {
+template <typename X, typename T = Widened<X>>
+TRIPOD_HD ExpSumState<T> strided_online_exp_sum(const X* x, int64_t n, int64_t tid, int64_t threads) {
   ExpSumState<T> s = no_exp_sum_elements<T>();
   for (int64_t j = tid; j < n; j += threads) {
-    const T v = x[j];
+    const T v = widened(x[j]);
     if (v > s.max) {
       s.sum = s.sum * std::exp(s.max - v) + static_cast<T>(1);
       s.max = v;

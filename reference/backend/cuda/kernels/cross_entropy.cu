@@ -92,10 +92,11 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   }
 }
 
-// row_max[r] = max of the window's valid columns (-inf for an empty window).
-template <typename T>
+// row_max[r] = max of the window's valid columns (-inf for an empty window). L: the logits' type,
+// T's or bf16 (bf16-mixed's logits, read into fp32 statistics) in these window kernels.
+template <typename T, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    logits_row_max_kernel(T* row_max, const T* logits, int64_t rows, int64_t cols, int64_t valid) {
+    logits_row_max_kernel(T* row_max, const L* logits, int64_t rows, int64_t cols, int64_t valid) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T m = block_reduce(kernels::strided_max_partial(logits + r * cols, valid, threadIdx.x, kSoftmaxThreads),
@@ -106,13 +107,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 
 // sums[r] = sum of exp(x - row_max[r]) over the valid columns; sums[rows + r] = the target's logit
 // where this window holds it, else 0 (the vocab-parallel all-reduce adds the windows' parts).
-template <typename T>
+template <typename T, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    logits_exp_sums_kernel(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t rows,
+    logits_exp_sums_kernel(T* sums, const L* logits, const T* row_max, const int32_t* targets, int64_t rows,
                            int64_t cols, int64_t start, int64_t valid) {
   __shared__ T scratch[kSoftmaxWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* x = logits + r * cols;
+    const L* x = logits + r * cols;
     if (threadIdx.x == 0) sums[rows + r] = kernels::window_target_logit(x, targets[r], start, valid);
     const T sum = block_reduce(kernels::strided_exp_sum_partial(x, valid, row_max[r], threadIdx.x, kSoftmaxThreads),
                                scratch, kernels::SumOf{});
@@ -122,13 +123,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 
 // logits_row_max and logits_exp_sums in one read of the row: each thread's online (max, sum) pair
 // over its columns, merged across the block in the reductions' fixed order (row_reduce_math.h).
-template <typename T>
+template <typename T, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    logits_stats_kernel(T* row_max, T* sums, const T* logits, const int32_t* targets, int64_t rows, int64_t cols,
+    logits_stats_kernel(T* row_max, T* sums, const L* logits, const int32_t* targets, int64_t rows, int64_t cols,
                         int64_t start, int64_t valid) {
   __shared__ kernels::ExpSumState<T> scratch[kSoftmaxWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* x = logits + r * cols;
+    const L* x = logits + r * cols;
     if (threadIdx.x == 0) sums[rows + r] = kernels::window_target_logit(x, targets[r], start, valid);
     const kernels::ExpSumState<T> total =
         block_reduce(kernels::strided_online_exp_sum(x, valid, threadIdx.x, kSoftmaxThreads), scratch,
@@ -169,13 +170,14 @@ __device__ __forceinline__ O stored_as(T v) {
 
 // The window's columns of the gradient into `out` (the logits themselves, in place, or their bf16
 // operand: each thread reads its elements before it writes them); padding columns [valid, cols)
-// and ignored rows become 0.
-template <typename T, typename O>
+// and ignored rows become 0. L: the logits' type (bf16 for bf16-mixed's, in place: the fp32
+// arithmetic on their values, rounded once).
+template <typename T, typename O, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    cross_entropy_backward_window_kernel(O* out, const T* logits, const T* logsumexp, const int32_t* targets,
+    cross_entropy_backward_window_kernel(O* out, const L* logits, const T* logsumexp, const int32_t* targets,
                                          int64_t rows, int64_t cols, int64_t start, int64_t valid, T grad_scale) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* x = logits + r * cols;
+    const L* x = logits + r * cols;
     O* o = out + r * cols;
     const int32_t target = targets[r];
     if (target < 0) {
@@ -185,7 +187,9 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     const T lse = logsumexp[r];
     const int64_t target_column = kernels::window_target_column(target, start, valid);
     for (int64_t j = threadIdx.x; j < cols; j += kSoftmaxThreads)
-      o[j] = stored_as<O>(j < valid ? kernels::cross_entropy_grad(x[j], lse, grad_scale, j == target_column) : T(0));
+      o[j] = stored_as<O>(j < valid ? kernels::cross_entropy_grad(kernels::widened(x[j]), lse, grad_scale,
+                                                                  j == target_column)
+                                    : T(0));
   }
 }
 
@@ -275,6 +279,40 @@ void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const
   if (cols == 0) return;
   launch_row_blocks(cross_entropy_backward_window_kernel<float, bf16>, rows, ctx, op, out, logits, logsumexp, targets,
                     rows, cols, start, valid, static_cast<float>(grad_scale));
+}
+
+void logits_row_max(float* row_max, const bf16* logits, int64_t rows, int64_t cols, int64_t valid,
+                    const CudaContext& ctx) {
+  const char* op = "logits_row_max (bf16 logits)";
+  check_rows(op, rows, cols, valid);
+  launch_row_blocks(logits_row_max_kernel<float, bf16>, rows, ctx, op, row_max, logits, rows, cols, valid);
+}
+
+void logits_exp_sums(float* sums, const bf16* logits, const float* row_max, const int32_t* targets, int64_t rows,
+                     int64_t cols, int64_t start, int64_t valid, const CudaContext& ctx) {
+  const char* op = "logits_exp_sums (bf16 logits)";
+  check_rows(op, rows, cols, valid);
+  launch_row_blocks(logits_exp_sums_kernel<float, bf16>, rows, ctx, op, sums, logits, row_max, targets, rows, cols,
+                    start, valid);
+}
+
+void logits_stats(float* row_max, float* sums, const bf16* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                  int64_t start, int64_t valid, const CudaContext& ctx) {
+  const char* op = "logits_stats (bf16 logits)";
+  check_rows(op, rows, cols, valid);
+  launch_row_blocks(logits_stats_kernel<float, bf16>, rows, ctx, op, row_max, sums, logits, targets, rows, cols,
+                    start, valid);
+}
+
+void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
+                                   int64_t cols, int64_t start, int64_t valid, double grad_scale,
+                                   const CudaContext& ctx) {
+  const char* op = "cross_entropy_backward_window (bf16 logits)";
+  check_rows(op, rows, cols, valid);
+  if (cols == 0) return;
+  launch_row_blocks(cross_entropy_backward_window_kernel<float, bf16, bf16>, rows, ctx, op, logits,
+                    static_cast<const bf16*>(logits), logsumexp, targets, rows, cols, start, valid,
+                    static_cast<float>(grad_scale));
 }
 
 #define TRIPOD_INSTANTIATE(T)                                                                                        \

@@ -31,6 +31,17 @@ void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T*
 template <typename T>
 void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
                                    int64_t start, int64_t valid, double grad_scale, const CudaContext& ctx);
+// bf16-mixed's bf16 logits: fp32 statistics of their values; the gradient in place, computed in
+// fp32 and rounded once (the bits of the fp32 logits' gradient then convert, on these values).
+void logits_row_max(float* row_max, const bf16* logits, int64_t rows, int64_t cols, int64_t valid,
+                    const CudaContext& ctx);
+void logits_exp_sums(float* sums, const bf16* logits, const float* row_max, const int32_t* targets, int64_t rows,
+                     int64_t cols, int64_t start, int64_t valid, const CudaContext& ctx);
+void logits_stats(float* row_max, float* sums, const bf16* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                  int64_t start, int64_t valid, const CudaContext& ctx);
+void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
+                                   int64_t cols, int64_t start, int64_t valid, double grad_scale,
+                                   const CudaContext& ctx);
 // The same gradient rounded to bf16 into `out` [rows, cols] (its GEMM operand: the bits of the
 // in-place gradient then convert), the logits left as they are.
 void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const float* logsumexp,
