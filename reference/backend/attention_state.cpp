@@ -27,10 +27,10 @@ DType Backend::attention_dtype(const Tensor& qkv, int64_t n_head, const char* op
   TRIPOD_CHECK(qkv.rank() == 3 && n_head > 0, op, ": qkv must be [B, T, 3C] with heads > 0, not ",
                shape_str(qkv.shape()), " with ", n_head, " heads");
   const int64_t seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  check(attention_input_dtype(DType::F32, seq_len, channels, n_head) == DType::BF16, op, ": a bf16 qkv (",
-        qkv.describe(), "), which only an attention reading bf16 copies of an fp32 qkv takes (flash-mma under "
-        "bf16-mixed, head size up to 64; Backend::attention_input_dtype); this ", name(), " reads fp32 for ",
-        n_head, " heads of ", channels, " channels at T = ", seq_len);
+  TRIPOD_CHECK(attention_input_dtype(DType::F32, seq_len, channels, n_head) == DType::BF16, op, ": a bf16 qkv (",
+               qkv.describe(), "), which only an attention reading bf16 copies of an fp32 qkv takes (flash-mma "
+               "under bf16-mixed, head size up to 64; Backend::attention_input_dtype); this ", name(),
+               " reads fp32 for ", n_head, " heads of ", channels, " channels at T = ", seq_len);
   return DType::F32;
 }
 

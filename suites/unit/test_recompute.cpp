@@ -158,9 +158,12 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
     const std::size_t fp32_not_stored =
         static_cast<std::size_t>(B * T * (m.d_ff + 3 * m.d_model + m.d_model + m.n_layer * not_stored_per_token)) *
         sizeof(float);  // + the d fc and d qkv scratch, lnf
-    // and the logits [N, V] held in bf16 instead of fp32 (the allocator: each padded to 64 bytes)
-    const std::size_t logits32 = static_cast<std::size_t>(B * T * m.vocab_size) * sizeof(float);
-    const std::size_t logits16 = static_cast<std::size_t>(B * T * m.vocab_size) * sizeof(bf16);
+    // and the logits [N, V'] held in bf16 instead of fp32 (V' = V padded to the backend's row
+    // multiple; the allocator pads each tensor to 64 bytes)
+    const int64_t row_multiple = testing::make_test_backend()->gemm_row_multiple();
+    const int64_t width = (m.vocab_size + row_multiple - 1) / row_multiple * row_multiple;
+    const std::size_t logits32 = static_cast<std::size_t>(B * T * width) * sizeof(float);
+    const std::size_t logits16 = static_cast<std::size_t>(B * T * width) * sizeof(bf16);
     const std::size_t logits_halved = logits32 - logits16;
     const std::size_t logits_halved_held = (logits32 + 63) / 64 * 64 - (logits16 + 63) / 64 * 64;
     EXPECT_EQ(mixed + fp32_not_stored + logits_halved, fp32 + kept) << recompute_name(mode);
@@ -189,9 +192,12 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const std::size_t not_stored =  // d fc, d qkv, lnf, and each block's ln1, atty, ln2 and gelu(fc)
       static_cast<std::size_t>(B * T * (m.d_ff + 3 * m.d_model + m.d_model + m.n_layer * (3 * m.d_model + m.d_ff))) *
       sizeof(float);
-  const std::size_t logits_halved =  // the logits in bf16, not fp32 (the allocator pads each to 64 bytes)
-      (static_cast<std::size_t>(B * T * m.vocab_size) * sizeof(float) + 63) / 64 * 64 -
-      (static_cast<std::size_t>(B * T * m.vocab_size) * sizeof(bf16) + 63) / 64 * 64;
+  // the logits [N, V'] in bf16, not fp32 (V' padded to the backend's row multiple; the allocator
+  // pads each tensor to 64 bytes)
+  const int64_t row_multiple = testing::make_test_backend()->gemm_row_multiple();
+  const int64_t width = (m.vocab_size + row_multiple - 1) / row_multiple * row_multiple;
+  const std::size_t logits_halved = (static_cast<std::size_t>(B * T * width) * sizeof(float) + 63) / 64 * 64 -
+                                    (static_cast<std::size_t>(B * T * width) * sizeof(bf16) + 63) / 64 * 64;
   EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored + logits_halved, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);

@@ -223,6 +223,50 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
   });
 }
 
+// The vocabulary-window loss over logits of `logits_t` with statistics in `t`: fp32 or fp64 logits
+// with their own statistics, or bf16-mixed's bf16 logits (model/gpt.h's logits_dtype) with fp32
+// ones, their gradient computed in fp32 and rounded once as it is written over them.
+//   - One TP rank's columns: [start, start + valid) of V, padded to `cols`; targets anywhere in V.
+//   - The single-device loss's statistics (Backend::logits_stats: one pass with an online max and
+//     sum on a GPU) over a whole vocabulary, rows padded past it. At most 4099 columns (16 a
+//     thread): the CPU adds the exponentials in one fp32 loop, about sqrt(V) roundings from the
+//     exact sum (1.3e-5 at GPT-2's 50257, more than fp32's bound, 4e-6 at 4099), while the one-pass
+//     device sum is within 1e-7 of it (test_kernel_cross_entropy_math.cpp's replay at 50257).
+// Statistics and losses to their dtype's bound; bf16 gradients to bf16's (a value a few fp32 ulps
+// from a tie may round a step apart).
+void add_window_loss_cases(CaseList& cases, DType t, DType logits_t, const Sizes& s, double logit_scale) {
+  const int64_t n = s.batch * s.seq, v = s.vocab;
+  const int64_t start = v / 4, valid = v / 4 + 2, cols = valid + 2;
+  const bool bf16 = logits_t == DType::BF16;
+  const std::string tag = bf16 ? " bf16 logits" : "";
+  cases.add("cross-entropy windows" + tag, logits_t,
+            s.text() + " window " + std::to_string(start) + "+" + std::to_string(valid), [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal_as({n, cols}, logits_t, logit_scale), targets = in.ids({n}, 0, v, 0.125);
+              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
+              Tensor losses = be.alloc({n}, t), logsumexp = be.alloc({n}, t);
+              const VocabWindow w{start, valid, v};
+              be.logits_row_max(row_max, logits, targets, w);
+              be.logits_exp_sums(sums, logits, row_max, targets, w);
+              be.cross_entropy_from_sums(losses, logsumexp, row_max, sums, targets);
+              be.cross_entropy_backward_window(logits, logsumexp, targets, w, 1.0 / 37);
+              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums),
+                                         output(be, "losses", losses), output(be, "logsumexp", logsumexp),
+                                         output(be, bf16 ? "dlogits bf16" : "dlogits", logits)};
+            });
+  const int64_t width = std::min<int64_t>(v, 4099);
+  cases.add("logits_stats (one pass)" + tag, logits_t,
+            std::to_string(n) + " rows of " + std::to_string(width) + " padded to " + std::to_string(width + 3),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal_as({n, width + 3}, logits_t, logit_scale);
+              Tensor targets = in.ids({n}, 0, width, 0.125);
+              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
+              be.logits_stats(row_max, sums, logits, targets, VocabWindow{0, width, width});
+              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums)};
+            });
+}
+
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {
   const int64_t n = s.batch * s.seq, v = s.vocab;
   cases.add("cross_entropy_forward/backward", t, s.text() + " logits ~" + std::to_string(int(logit_scale)),
@@ -234,72 +278,7 @@ void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale
               be.cross_entropy_backward(logits, targets, 1.0 / 37);
               return std::vector<Output>{output(be, "losses", losses), output(be, "dlogits", logits)};
             });
-  // One TP rank's columns: [start, start + valid) of V, padded to `cols`; targets anywhere in V.
-  const int64_t start = v / 4, valid = v / 4 + 2, cols = valid + 2;
-  cases.add("cross-entropy windows", t, s.text() + " window " + std::to_string(start) + "+" + std::to_string(valid),
-            [=](Backend& be) {
-              Inputs in(be, t, kSeed);
-              Tensor logits = in.normal({n, cols}, logit_scale), targets = in.ids({n}, 0, v, 0.125);
-              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
-              Tensor losses = be.alloc({n}, t), logsumexp = be.alloc({n}, t);
-              const VocabWindow w{start, valid, v};
-              be.logits_row_max(row_max, logits, targets, w);
-              be.logits_exp_sums(sums, logits, row_max, targets, w);
-              be.cross_entropy_from_sums(losses, logsumexp, row_max, sums, targets);
-              be.cross_entropy_backward_window(logits, logsumexp, targets, w, 1.0 / 37);
-              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums),
-                                         output(be, "losses", losses), output(be, "logsumexp", logsumexp),
-                                         output(be, "dlogits", logits)};
-            });
-  // The single-device loss's statistics (Backend::logits_stats: one pass with an online max and sum
-  // on a GPU) over a whole vocabulary, rows padded past it. At most 4099 columns (16 a thread): the
-  // CPU adds the exponentials in one fp32 loop, about sqrt(V) roundings from the exact sum (1.3e-5
-  // at GPT-2's 50257, more than fp32's bound, 4e-6 at 4099), while the one-pass device sum is within
-  // 1e-7 of it (test_kernel_cross_entropy_math.cpp's replay at 50257).
-  const int64_t width = std::min<int64_t>(v, 4099);
-  cases.add("logits_stats (one pass)", t, std::to_string(n) + " rows of " + std::to_string(width) + " padded to " +
-                                              std::to_string(width + 3),
-            [=](Backend& be) {
-              Inputs in(be, t, kSeed);
-              Tensor logits = in.normal({n, width + 3}, logit_scale), targets = in.ids({n}, 0, width, 0.125);
-              Tensor row_max = be.alloc({n}, t), sums = be.alloc({2, n}, t);
-              be.logits_stats(row_max, sums, logits, targets, VocabWindow{0, width, width});
-              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums)};
-            });
-}
-
-// bf16-mixed's bf16 logits (model/gpt.h's logits_dtype): the window statistics in fp32 from their
-// values, the loss, and the gradient written over them, computed in fp32 and rounded once; a
-// window of the vocabulary with padding columns, and the single device's one-pass statistics.
-// Statistics and losses to fp32's bound (sums of the same values in another order), the bf16
-// gradient to bf16's (a value a few fp32 ulps from a tie may round a step apart).
-void add_bf16_logits_loss_case(CaseList& cases, const Sizes& s) {
-  const int64_t n = s.batch * s.seq, v = s.vocab, start = v / 4, valid = v / 4 + 2, cols = valid + 2;
-  cases.add("cross-entropy windows bf16 logits", DType::BF16,
-            s.text() + " window " + std::to_string(start) + "+" + std::to_string(valid), [=](Backend& be) {
-              Inputs in(be, DType::F32, kSeed);
-              Tensor logits = in.normal_as({n, cols}, DType::BF16, 4.0), targets = in.ids({n}, 0, v, 0.125);
-              Tensor row_max = be.alloc({n}, DType::F32), sums = be.alloc({2, n}, DType::F32);
-              Tensor losses = be.alloc({n}, DType::F32), logsumexp = be.alloc({n}, DType::F32);
-              const VocabWindow w{start, valid, v};
-              be.logits_row_max(row_max, logits, targets, w);
-              be.logits_exp_sums(sums, logits, row_max, targets, w);
-              be.cross_entropy_from_sums(losses, logsumexp, row_max, sums, targets);
-              be.cross_entropy_backward_window(logits, logsumexp, targets, w, 1.0 / 37);
-              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums),
-                                         output(be, "losses", losses), output(be, "logsumexp", logsumexp),
-                                         output(be, "dlogits bf16", logits)};
-            });
-  const int64_t width = std::min<int64_t>(v, 4099);
-  cases.add("logits_stats (one pass) bf16 logits", DType::BF16,
-            std::to_string(n) + " rows of " + std::to_string(width) + " padded to " + std::to_string(width + 3),
-            [=](Backend& be) {
-              Inputs in(be, DType::F32, kSeed);
-              Tensor logits = in.normal_as({n, width + 3}, DType::BF16, 4.0), targets = in.ids({n}, 0, width, 0.125);
-              Tensor row_max = be.alloc({n}, DType::F32), sums = be.alloc({2, n}, DType::F32);
-              be.logits_stats(row_max, sums, logits, targets, VocabWindow{0, width, width});
-              return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums)};
-            });
+  add_window_loss_cases(cases, t, t, s, logit_scale);
 }
 
 void add_adamw_case(CaseList& cases, DType t) {
@@ -342,7 +321,7 @@ void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes) {
       add_bf16_operand_attention_case(cases, kOdd);
       add_bf16_operand_attention_case(cases, {2, 128, 128, 2, 97});
       add_bf16_operand_attention_case(cases, {1, 520, 128, 2, 97});
-      for (const Sizes& s : {kOdd, kGpt2Rows}) add_bf16_logits_loss_case(cases, s);
+      for (const Sizes& s : {kOdd, kGpt2Rows}) add_window_loss_cases(cases, DType::F32, DType::BF16, s, 4.0);
       continue;
     }
     const double big_logits = t == DType::F64 ? 1000 : 100;  // the logsumexp shift must matter
