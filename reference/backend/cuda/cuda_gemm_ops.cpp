@@ -42,9 +42,11 @@ void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, in
   const bool fusable = fusions_.on(CudaFusion::BiasEpilogue) && bias.defined() && bias.dtype() == DType::F32 &&
                        c.dtype() == DType::F32 && bias.numel() == n && c.numel() == m * n;
   if (rounds_fp32_result(c, a, bias) && a.dtype() == DType::BF16 && bias.numel() == n && c.numel() == m * n &&
-      fusions_.on(CudaFusion::BiasEpilogue)) {
+      fusions_.on(CudaFusion::BiasEpilogue) && library_declined_.empty() && m > 0 && n > 0 && k > 0 &&
+      reinterpret_cast<std::uintptr_t>(bias.address()) % cuda::kTensorCoreAlignmentBytes == 0) {
     // The bf16 rounding of the fp32 sum straight from the epilogue; where cuBLASLt declines
-    // (nothing written), the default's fp32 result and its conversion, with a note the first time.
+    // (nothing written), the default's fp32 result and its conversion, from then on (the pair of
+    // types is what it declines: not asked again), said by library_declined.
     try {
       gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm"));
       return;
