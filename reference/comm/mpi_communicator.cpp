@@ -67,6 +67,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, int64_t chunk_
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // An operation an error left in flight may be on these: they stay (mpi_ops.h).
+  if (mpi_ops::operations_abandoned()) return;
   if (piece_comm_ != MPI_COMM_NULL && MpiRuntime::initialized()) MPI_Comm_free(&piece_comm_);
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && MpiRuntime::initialized()) MPI_Comm_free(&comm_);
 }

@@ -1,5 +1,7 @@
 #include "comm/mpi_ops.h"
 
+#include <atomic>
+
 #include <climits>
 #include <cstring>
 
@@ -24,6 +26,13 @@ MPI_Datatype mpi_type(DType dtype) {
   }
   return MPI_BYTE;
 }
+
+namespace {
+std::atomic<bool> abandoned{false};
+}  // namespace
+
+bool operations_abandoned() { return abandoned.load(); }
+void note_abandoned_operation() { abandoned.store(true); }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {

@@ -20,6 +20,12 @@ namespace tripod::mpi_ops {
 void mpi_check(int code, const std::string& what);  // fails with MPI's error string unless MPI_SUCCESS
 MPI_Datatype mpi_type(DType dtype);
 MPI_Op mpi_op(ReduceOp op);  // Avg is Sum on the wire and a division afterwards
+// Whether an operation was left in flight by an error (MpiRequest's destructor while unwinding):
+// MPI may still progress it, so its communicator must not be freed (Open MPI's progress of a
+// pending non-blocking collective on a freed communicator faults: a SIGSEGV where the error
+// should have been reported).
+bool operations_abandoned();
+void note_abandoned_operation();
 int mpi_count(int64_t elements, const std::string& what);  // MPI's int count, or an error naming `what`
 
 // One started MPI operation: one MPI request, or several issued together (a reduce_scatter made of
@@ -40,8 +46,12 @@ class MpiRequest final : public CommRequest {
     if (std::uncaught_exceptions() > 0) {
       // Unwinding from an error: the peer this operation waits for may itself wait for us, so a
       // wait here could hang the job before the error is reported and the ranks aborted. Leave the
-      // operation to MPI and keep its buffers alive (a deliberate leak: the process is failing).
+      // operation to MPI and keep alive what it may still touch: the call's tensors, this request's
+      // own staging copy and (operations_abandoned) the communicator (a deliberate leak: the
+      // process is failing, or conform goes on to its next layout).
       new CommCall(std::move(call_));
+      new std::vector<char>(std::move(scratch_));
+      note_abandoned_operation();
       return;
     }
     for (MPI_Request& request : requests_) MPI_Wait(&request, MPI_STATUS_IGNORE);

@@ -43,6 +43,25 @@ TEST_F(CommErrors, SizeMismatchesNameOpRankAndSizes) {
   }
 }
 
+// An error thrown while an operation is in flight (a layout's bug after a TP all-reduce started)
+// leaves the operation to MPI: its buffers and its communicator stay, so that the collectives after
+// it run (conform reports the row's error and goes on to its next layout) instead of faulting in
+// MPI's progress of the abandoned one (a SIGSEGV in Open MPI's isend, found 2026-12-06).
+TEST_F(CommErrors, AnOperationAnErrorLeftInFlightDoesNotBreakTheCollectivesAfterIt) {
+  for (int round = 0; round < 3; ++round) {
+    try {
+      std::unique_ptr<Communicator> group = world->split(0, r, "abandoned");
+      Tensor t = host_tensor(1 << 18, DType::F32);  // 1 MiB, in place
+      std::unique_ptr<CommRequest> pending = group->all_reduce_async(t, t, ReduceOp::Sum);
+      throw Error("a layout's bug");  // unwinds past the request, then the group
+    } catch (const Error&) {
+    }
+  }
+  Tensor x = host_tensor(1 << 18, DType::F32);
+  world->all_reduce_async(x, x, ReduceOp::Sum)->wait();
+  world->all_reduce(x, x, ReduceOp::Max);
+}
+
 TEST_F(CommErrors, DtypeProblems) {
   expect_error([&] { world->all_reduce(host_tensor(4, DType::F32), host_tensor(4, DType::F64), ReduceOp::Sum); },
                {where("all_reduce"), "in has dtype fp32 but out has fp64"});
