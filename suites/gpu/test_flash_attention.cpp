@@ -71,14 +71,21 @@ double relative_gap(const std::vector<float>& got, const std::vector<float>& wan
 }
 
 // The GPU's flash attention of `variant` (TRIPOD_CUDA_ATTENTION) against the emulated device's.
+// The CUDA backend, or null with the reason in `why` where no GPU is usable.
+std::unique_ptr<Backend> cuda_backend(std::string& why) {
+  try {
+    return make_backend("cuda");
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
 void check_against_the_emulated_device(const char* variant, const char* name_part) {
   FlashAttentionAsked asked(variant);
-  std::unique_ptr<Backend> cuda;
-  try {
-    cuda = make_backend("cuda");
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no GPU: " << e.what();
-  }
+  std::string why;
+  std::unique_ptr<Backend> cuda = cuda_backend(why);
+  if (!cuda) GTEST_SKIP() << "no GPU: " << why;
   auto emulated = make_backend("emulated");
   ASSERT_NE(cuda->name().find(name_part), std::string::npos) << cuda->name();
   ASSERT_NE(emulated->name().find(name_part), std::string::npos) << emulated->name();
@@ -110,12 +117,9 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
 // copy its launchers make: the same kernels on the same values. And the emulated device's agree.
 TEST(CudaFlashAttention, TheRegisterKernelsReadABf16QkvWithTheBitsOfItsFp32Copy) {
   FlashAttentionAsked asked("flash-mma");
-  std::unique_ptr<Backend> cuda;
-  try {
-    cuda = make_backend("cuda");
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no GPU: " << e.what();
-  }
+  std::string why;
+  std::unique_ptr<Backend> cuda = cuda_backend(why);
+  if (!cuda) GTEST_SKIP() << "no GPU: " << why;
   auto emulated = make_backend("emulated");
   for (const int64_t T : {80, 200}) {
     SCOPED_TRACE("T" + std::to_string(T));
