@@ -70,8 +70,7 @@ double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t ba
 
 // Prints every rank's memory (gathered to all ranks; rank 0 prints). ZeRO's and the pipeline's
 // parts of the transient column (buckets, message buffers) are the peaks so far, so at start-up
-// they are 0 (`tripod bench layouts` and the suites measure them in use); the model's part
-// (bf16-mixed's loss gradient copy) is known from the start.
+// they are 0 (`tripod bench layouts` and the suites measure them in use).
 void print_memory(const MemoryReport& m, Communicator* world, bool root) {
   const int n = world ? world->size() : 1;
   const std::vector<double> mine = {double(m.params), double(m.grads), double(m.optimizer), double(m.activations),
