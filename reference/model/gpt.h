@@ -100,10 +100,9 @@ class Gpt {
   void reserve(int64_t batch, int64_t seq_len) { ensure_activations(batch, seq_len); }
   // Bytes of activation memory held: every slot allocated so far (the peak number of micro-batches
   // in flight) plus the shared backward scratch and recomputation buffers, and the weights' bf16
-  // copies kept for the backward (once: the slots share them).
+  // copies kept for the backward (once: the slots share them). The backward holds nothing beyond
+  // these: the loss gradient takes the logits' place in every policy (bf16-mixed's bf16 logits too).
   std::size_t activation_bytes() const;
-  // (The loss gradient takes the logits' place in every policy, bf16-mixed's bf16 logits included:
-  // the backward holds nothing beyond these.)
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
 
  private:
