@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/cpu/kernels.h"
+#include "backend/kernels/row_reduce_math.h"
 #include "core/bf16.h"
 #include "core/error.h"
 
@@ -67,12 +68,9 @@ void embedding_backward_window(T* dwte, T* dwpe, const T* dout, const int32_t* t
   }
 }
 
-// A logit as the statistics' type T: itself, or a bf16 logit (bf16-mixed) widened, exactly.
-template <typename T>
-T widened(T x) {
-  return x;
-}
-inline float widened(bf16 x) { return bf16_to_float(x); }
+// A logit as the statistics' type T: itself, or a bf16 logit (bf16-mixed) widened, exactly (the
+// device kernels' own helper).
+using kernels::widened;
 
 template <typename T, typename L>
 void logits_row_max(T* row_max, const L* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t valid,
