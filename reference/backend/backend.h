@@ -153,7 +153,8 @@ class Backend {
   // gemm_operands({gelu(x)})[0], for a caller whose only use of gelu(x) is as a GEMM operand: under
   // the bf16-operand policy gelu(x)'s bf16 copy, which a device backend writes in the GELU's own
   // pass, so the fp32 gelu(x) is never stored; otherwise gelu(x) itself, a new fp32 tensor. The
-  // same bits as gelu_forward followed by gemm_operands.
+  // same bits as gelu_forward followed by gemm_operands. x may be bf16 (gelu_forward's bf16 input):
+  // then gelu(x) is fp32, and under the policy its copy is made as from an fp32 x.
   Tensor gelu_operand(const Tensor& x);
   // The same for a LayerNorm: gemm_operands({out})[0] for layernorm_forward(out, mean, rstd, inp,
   // weight, bias, eps), mean and rstd written as there: under the bf16-operand policy out's bf16
@@ -165,7 +166,8 @@ class Backend {
   // undefined for none), for a caller whose only uses of d are as a GEMM operand and its bias
   // gradient: under the bf16-operand policy d's bf16 copy, which a device backend writes in the
   // GELU backward's pass together with dbias += d's column sums, so d is never stored; otherwise d
-  // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands.
+  // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands. inp may be bf16,
+  // as gelu_operand's x.
   Tensor gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
   // The same for attention's output: gemm_operands({out})[0] for attention_forward(out, state,
   // qkv, n_head) with out [B, T, C] for qkv [B, T, 3C], the state written as there: under the
@@ -219,7 +221,9 @@ class Backend {
                                   const Tensor& mean, const Tensor& rstd) = 0;
   virtual void bias_add(const Tensor& out, const Tensor& bias) = 0;    // out[N,C] += bias[C]
   virtual void bias_grad(const Tensor& dbias, const Tensor& dout) = 0;  // dbias[C] += sum_n dout[n,C]
-  // GELU, tanh approximation (GPT-2's "gelu_new").
+  // GELU, tanh approximation (GPT-2's "gelu_new"). inp may be bf16 with fp32 out (and dinp, dout):
+  // bf16-mixed's pre-activation (Gpt::rounded_activation_dtype), read as the fp32 values it holds,
+  // so the bits of the same call on its fp32 widening.
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
   // Causal multi-head attention. qkv[B,T,3C] holds q|k|v, head h in columns [h*hd, (h+1)*hd) of
@@ -345,18 +349,18 @@ class Backend {
   virtual Tensor bf16_operand_copy(const Tensor& x);
   // bias_grad(dbias, x), then bf16_operand_copy(x); a device backend may do both in one pass over x.
   virtual Tensor bf16_operand_copy_with_bias_grad(const Tensor& x, const Tensor& dbias);
-  // bf16_operand_copy(gelu(x)) for an fp32 x; a device backend may skip the fp32 gelu(x).
+  // bf16_operand_copy(gelu(x)) for an fp32 or bf16 x; a device backend may skip the fp32 gelu(x).
   virtual Tensor bf16_gelu_operand(const Tensor& x);
-  // bf16_operand_copy of layernorm_forward's output for fp32 tensors; a device backend may skip the
-  // fp32 output.
   // bf16_operand_copy of cross_entropy_backward_window's gradient (fp32 logits); a device backend may
   // write it without the fp32 gradient.
   virtual Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                             VocabWindow window, double grad_scale);
+  // bf16_operand_copy of layernorm_forward's output for fp32 tensors; a device backend may skip the
+  // fp32 output.
   virtual Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                         const Tensor& bias, double eps);
-  // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 tensors (dbias
-  // defined); a device backend may skip the fp32 gradient.
+  // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 dout and dbias
+  // (defined) and an fp32 or bf16 inp; a device backend may skip the fp32 gradient.
   virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
   // attention_operand under the policy: attention_forward into an fp32 out, then its copy.
   virtual Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);

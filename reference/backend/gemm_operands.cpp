@@ -20,6 +20,15 @@ bool rounded_as_operand(const Backend& be, const Tensor& x) {
   return be.fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x);
 }
 
+// A bf16 pre-activation (bf16-mixed's, Gpt::rounded_activation_dtype) stands for the fp32 values it
+// holds: the GELU's results from it are fp32, and rounded as an operand where fp32 ones would be.
+DType computed_dtype(const Tensor& x) { return x.dtype() == DType::BF16 ? DType::F32 : x.dtype(); }
+
+bool gelu_result_rounded(const Backend& be, const Tensor& x) {
+  return rounded_as_operand(be, x) || (be.fp32_matmul() == Fp32Matmul::Bf16Operands && x.defined() &&
+                                       x.dtype() == DType::BF16 && x.rank() >= 2 && x.numel() > 0);
+}
+
 }  // namespace
 
 std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first) {
@@ -41,8 +50,8 @@ std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, 
 
 Tensor Backend::gelu_operand(const Tensor& x) {
   TRIPOD_CHECK(x.defined() && x.numel() > 0, "gelu_operand: an empty input ", x.describe());
-  if (rounded_as_operand(*this, x)) return bf16_gelu_operand(x);
-  Tensor out = alloc_for_overwrite(x.shape(), x.dtype());
+  if (gelu_result_rounded(*this, x)) return bf16_gelu_operand(x);
+  Tensor out = alloc_for_overwrite(x.shape(), computed_dtype(x));
   gelu_forward(out, x);
   return out;
 }
@@ -56,9 +65,9 @@ Tensor Backend::bf16_gelu_operand(const Tensor& x) {
 Tensor Backend::gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
   TRIPOD_CHECK(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
                "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
-  if (rounded_as_operand(*this, inp) && dout.dtype() == DType::F32 && dbias.defined())
+  if (gelu_result_rounded(*this, inp) && dout.dtype() == DType::F32 && dbias.defined())
     return bf16_gelu_backward_operand(inp, dout, dbias);
-  Tensor d = alloc_for_overwrite(inp.shape(), inp.dtype());
+  Tensor d = alloc_for_overwrite(inp.shape(), computed_dtype(inp));
   gelu_backward(d, inp, dout);
   return gemm_operands({d}, dbias)[0];
 }

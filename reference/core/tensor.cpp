@@ -59,8 +59,9 @@ void Tensor::refuse_host_access() const {
        "(download, to_host_f64) or compute on it with a backend operation");
 }
 
-void Tensor::wrong_dtype(DType asked) const {
-  fail("tensor of dtype ", dtype_name(dtype_), " ", shape_str(shape_), " read as ", dtype_name(asked));
+void Tensor::wrong_dtype(DType asked, const char* op) const {
+  fail(op != nullptr ? op : "", op != nullptr ? ": " : "", "tensor of dtype ", dtype_name(dtype_), " ",
+       shape_str(shape_), " read as ", dtype_name(asked));
 }
 
 int64_t Tensor::dim(int axis) const {

@@ -73,9 +73,10 @@ class Tensor {
 
   // ---- backend access (the tensor's own memory space, wherever it is) ----
   void* device_raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
+  // `op` (null for none) names the operation in the error a wrong dtype raises.
   template <typename T>
-  T* device_data() const {
-    if (dtype_ != dtype_of<T>()) wrong_dtype(dtype_of<T>());
+  T* device_data(const char* op = nullptr) const {
+    if (dtype_ != dtype_of<T>()) wrong_dtype(dtype_of<T>(), op);
     return static_cast<T*>(device_raw());
   }
 
@@ -91,7 +92,7 @@ class Tensor {
 
  private:
   [[noreturn]] void refuse_host_access() const;
-  [[noreturn]] void wrong_dtype(DType asked) const;
+  [[noreturn]] void wrong_dtype(DType asked, const char* op = nullptr) const;
 
   std::shared_ptr<Storage> storage_;
   std::size_t offset_bytes_ = 0;

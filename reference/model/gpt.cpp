@@ -121,7 +121,7 @@ bool Gpt::keeps_operands() const {
 }
 
 
-DType Gpt::logits_dtype() const {
+DType Gpt::rounded_activation_dtype() const {
   return dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands ? DType::BF16 : dtype_;
 }
 

@@ -63,7 +63,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln2 = own_unless_operand(shared.ln2, {R, C});
     x.ln2_mean = own(shared.ln2_mean, {R});
     x.ln2_rstd = own(shared.ln2_rstd, {R});
-    x.fc = own(shared.fc, {N, F});
+    x.fc = shared.fc.defined() ? shared.fc : make({N, F}, rounded_activation_dtype());
     x.fc_gelu = own_unless_operand(shared.fc_gelu, {N, F});
     x.res3 = act({R, C});
     x.keep_operands = keep_operands;
@@ -76,7 +76,7 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     a->bytes += kept_bytes(Tensor(), R * C);   // lnf's copy
     a->lnf_mean = act({R});
     a->lnf_rstd = act({R});
-    a->logits = make({N, V}, logits_dtype());
+    a->logits = make({N, V}, rounded_activation_dtype());
     a->losses = act({N});
     a->loss_sum = make({1}, DType::F64);
   }
@@ -132,7 +132,8 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
       r.ln2 = act({R, C});
       r.ln2_mean = act({R});
       r.ln2_rstd = act({R});
-      r.fc = act({N, F});
+      r.fc = backend_.alloc({N, F}, rounded_activation_dtype());
+      s->bytes += r.fc.bytes();
     }
   }
   if (keeps_operands() && keep_weight_copies_) {

@@ -4,12 +4,14 @@
 // (CTest reports them as skipped, never as passed).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
+#include "backend/transfer.h"
 #include "conform/conformance.h"
 #include "support/error_text.h"
 
@@ -80,6 +82,52 @@ TEST(CudaBackend, ALargeTensorFitsWhereSmallerFreedOnesWere) {
   EXPECT_EQ(error_of([&] { cuda->alloc({2 * kGiBFloats}, DType::F32); }), "no error");
   chunks.clear();
   cuda->synchronize();
+}
+
+// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype): the GELU kernels read it
+// as the fp32 values it holds, so each result has the bits of the same kernel on its fp32
+// widening, on the device (check-backend compares them with the CPU within bounds). Aligned views
+// take the four-wide kernels; views one element in, the one-element ones.
+TEST(CudaBackend, TheGeluOfABf16PreActivationHasTheBitsOfItsFp32Values) {
+  REQUIRE_GPU(cuda);
+  cuda->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const int64_t rows = 64, cols = 3072, n = rows * cols;
+  std::vector<double> values(static_cast<std::size_t>(n + 1)), grads(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = 6.0 * std::sin(0.37 * static_cast<double>(i));
+    grads[i] = std::cos(0.11 * static_cast<double>(i));
+  }
+  const Tensor x16_all = cuda->alloc({n + 1}, DType::BF16), x32_all = cuda->alloc({n + 1}, DType::F32);
+  const Tensor dout_all = cuda->alloc({n + 1}, DType::F32);
+  from_host_f64(*cuda, values, x32_all);
+  cuda->convert(x32_all, x16_all);
+  cuda->convert(x16_all, x32_all);  // exact
+  from_host_f64(*cuda, grads, dout_all);
+  for (int64_t offset : {0, 1}) {
+    auto at = [&](const Tensor& t) { return t.view(offset, {rows, cols}); };
+    const Tensor x16 = at(x16_all), x32 = at(x32_all), dout = at(dout_all);
+    auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
+      EXPECT_EQ(got.dtype(), want.dtype()) << op << " at offset " << offset;
+      EXPECT_EQ(to_host_f64(*cuda, got), to_host_f64(*cuda, want)) << op << " at offset " << offset;
+    };
+    auto gelu = [&](const Tensor& x) {
+      Tensor out = cuda->alloc({rows, cols}, DType::F32);
+      cuda->gelu_forward(out, x);
+      return out;
+    };
+    auto gelu_grad = [&](const Tensor& x) {
+      Tensor d = cuda->alloc({rows, cols}, DType::F32);
+      cuda->gelu_backward(d, x, dout);
+      return d;
+    };
+    same(gelu(x16), gelu(x32), "gelu_forward");
+    same(gelu_grad(x16), gelu_grad(x32), "gelu_backward");
+    same(cuda->gelu_operand(x16), cuda->gelu_operand(x32), "gelu_operand");
+    const Tensor got_db = cuda->alloc({cols}, DType::F32), want_db = cuda->alloc({cols}, DType::F32);
+    same(cuda->gelu_backward_operand(x16, dout, got_db), cuda->gelu_backward_operand(x32, dout, want_db),
+         "gelu_backward_operand");
+    same(got_db, want_db, "gelu_backward_operand's bias gradient");
+  }
 }
 
 TEST(CudaBackend, ARerunIsBitIdentical) {

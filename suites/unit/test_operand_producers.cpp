@@ -244,6 +244,53 @@ TEST(OperandProducers, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGr
       }
 }
 
+// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype): the GELU, its backward
+// and their operands take it as the fp32 values it holds, so each gives the bits (and dtype) of the
+// same call on its fp32 widening; under the exact policy too (no operand: fp32 results).
+TEST(OperandProducers, ABf16PreActivationGivesTheBitsOfItsFp32Values) {
+  for (auto& [name, be] : backends())
+    for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
+      for (const Shape& shape : {Shape{24, 40}, Shape{3, 7, 13}}) {  // [B,T,F] too, and sizes a device pads
+        be->set_fp32_matmul(policy);
+        const std::string what = name + (policy == Fp32Matmul::Exact ? " exact " : " bf16-operands ") +
+                                 std::to_string(shape.back()) + " columns";
+        const Tensor x16 = be->alloc(shape, DType::BF16), x32 = be->alloc(shape, DType::F32);
+        be->convert(random_tensor(*be, shape, 121, -6.0, 6.0), x16);
+        be->convert(x16, x32);  // exact
+        const Tensor dout = random_tensor(*be, shape, 122, -1.0, 1.0);
+        auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
+          EXPECT_EQ(got.dtype(), want.dtype()) << what << ": " << op;
+          EXPECT_EQ(got.shape(), want.shape()) << what << ": " << op;
+          EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what << ": " << op;
+        };
+        auto gelu = [&](const Tensor& x) {
+          Tensor out = be->alloc(shape, DType::F32);
+          be->gelu_forward(out, x);
+          return out;
+        };
+        auto gelu_grad = [&](const Tensor& x) {
+          Tensor d = be->alloc(shape, DType::F32);
+          be->gelu_backward(d, x, dout);
+          return d;
+        };
+        same(gelu(x16), gelu(x32), "gelu_forward");
+        same(gelu_grad(x16), gelu_grad(x32), "gelu_backward");
+        same(be->gelu_operand(x16), be->gelu_operand(x32), "gelu_operand");
+        for (bool with_bias : {true, false}) {
+          auto bias = [&] { return with_bias ? random_tensor(*be, {shape.back()}, 123, -1.0, 1.0) : Tensor(); };
+          const Tensor got_db = bias(), want_db = bias();
+          same(be->gelu_backward_operand(x16, dout, got_db), be->gelu_backward_operand(x32, dout, want_db),
+               "gelu_backward_operand");
+          if (with_bias) same(got_db, want_db, "gelu_backward_operand's bias gradient");
+        }
+      }
+  // Only an fp32 output takes a bf16 input.
+  auto be = make_backend("cpu");
+  const Tensor x16 = be->alloc({4, 8}, DType::BF16), out16 = be->alloc({4, 8}, DType::BF16);
+  EXPECT_NE(expected_error([&] { be->gelu_forward(out16, x16); }).find("gelu_forward"), std::string::npos);
+  EXPECT_NE(expected_error([&] { be->gelu_backward(out16, x16, out16); }).find("gelu_backward"), std::string::npos);
+}
+
 // Attention's backward operand: dqkv = attention_backward(...) as gemm_operands({dqkv}, dbias)
 // makes it (c_attn's bias gradient added once), from the state attention_forward kept; without a
 // bias gradient, the copy alone.

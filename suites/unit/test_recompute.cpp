@@ -113,8 +113,10 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 // activations: fc_gelu under selective, all of a block's under full; lnf is never recomputed),
 // the allocator holds them after the forward, and the backward gives them back. Where ln1's,
 // atty's, ln2's, gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at
-// all (Backend::layernorm_operand, attention_operand, gelu_operand), and under the policy the backward's scratch has no
-// fp32 d fc or d qkv (Backend::gelu_backward_operand, attention_backward_operand).
+// all (Backend::layernorm_operand, attention_operand, gelu_operand), and under the policy the
+// backward's scratch has no fp32 d fc or d qkv (Backend::gelu_backward_operand,
+// attention_backward_operand); the logits and the pre-activations fc are bf16
+// (Gpt::rounded_activation_dtype).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   const int64_t B = 4, T = 5;
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -166,8 +168,15 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
     const std::size_t logits16 = static_cast<std::size_t>(B * T * width) * sizeof(bf16);
     const std::size_t logits_halved = logits32 - logits16;
     const std::size_t logits_halved_held = (logits32 + 63) / 64 * 64 - (logits16 + 63) / 64 * 64;
-    EXPECT_EQ(mixed + fp32_not_stored + logits_halved, fp32 + kept) << recompute_name(mode);
-    EXPECT_EQ(held_mixed + fp32_not_stored + logits_halved_held, held_fp32 + kept_held)
+    // and the MLP's pre-activations fc [N, F] in bf16: each layer's, or under full recomputation
+    // the one buffer every layer's recomputation refills
+    const std::size_t fc_count = mode == Recompute::Full ? 1 : static_cast<std::size_t>(m.n_layer);
+    const std::size_t fc32 = static_cast<std::size_t>(B * T * F) * sizeof(float);
+    const std::size_t fc16 = static_cast<std::size_t>(B * T * F) * sizeof(bf16);
+    const std::size_t fc_halved = fc_count * (fc32 - fc16);
+    const std::size_t fc_halved_held = fc_count * ((fc32 + 63) / 64 * 64 - (fc16 + 63) / 64 * 64);
+    EXPECT_EQ(mixed + fp32_not_stored + logits_halved + fc_halved, fp32 + kept) << recompute_name(mode);
+    EXPECT_EQ(held_mixed + fp32_not_stored + logits_halved_held + fc_halved_held, held_fp32 + kept_held)
         << recompute_name(mode) << ": the allocator after the forward";
     EXPECT_EQ(back_mixed - back_fp32, kept_held) << recompute_name(mode) << ": given back by the backward";
   }
@@ -175,8 +184,8 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
 
 // An evaluation's forward (Trainer::eval_loss: ForwardOnly) keeps no operand copies: after it the
 // allocator holds as much under bf16-mixed as in fp32 but for the fp32 ln1, atty, ln2, gelu(fc),
-// lnf and d fc and d qkv scratch that bf16-mixed never stores, and the next training step still gives the
-// bits of a run that never evaluated.
+// lnf and d fc and d qkv scratch that bf16-mixed never stores and the logits and pre-activations
+// it holds in bf16, and the next training step still gives the bits of a run that never evaluated.
 TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t B = 4, T = 5;
   auto held_after_eval = [&](const char* dtype) {
@@ -198,7 +207,11 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t width = (m.vocab_size + row_multiple - 1) / row_multiple * row_multiple;
   const std::size_t logits_halved = (static_cast<std::size_t>(B * T * width) * sizeof(float) + 63) / 64 * 64 -
                                     (static_cast<std::size_t>(B * T * width) * sizeof(bf16) + 63) / 64 * 64;
-  EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored + logits_halved, held_after_eval("fp32"));
+  // and each layer's pre-activation fc [N, F] in bf16
+  const std::size_t fc_halved =
+      static_cast<std::size_t>(m.n_layer) * ((static_cast<std::size_t>(B * T * m.d_ff) * sizeof(float) + 63) / 64 * 64 -
+                                            (static_cast<std::size_t>(B * T * m.d_ff) * sizeof(bf16) + 63) / 64 * 64);
+  EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored + logits_halved + fc_halved, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);
     auto backend = testing::make_test_backend();

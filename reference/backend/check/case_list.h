@@ -1,6 +1,8 @@
-// The cases of backend_check, collected by concern (memory_cases.cpp, layer_cases.cpp).
+// The cases of backend_check, collected by concern (memory_cases.cpp, producer_cases.cpp,
+// layer_cases.cpp).
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,19 @@ inline void with_bf16_operands(Backend& be, const std::function<void()>& run) {
   be.set_fp32_matmul(before);
 }
 
+// A case's shape as "64x3072".
+inline std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
 void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes);
 void add_layer_cases(CaseList& cases, const std::vector<DType>& dtypes);
+// The bf16 group's operand producers (gelu, layernorm, loss gradient) and bf16 pre-activation cases.
+void add_operand_producer_cases(CaseList& cases);
 
 }  // namespace tripod::backend_check

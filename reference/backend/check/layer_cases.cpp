@@ -224,8 +224,8 @@ void add_bf16_operand_attention_case(CaseList& cases, const Sizes& s) {
 }
 
 // The vocabulary-window loss over logits of `logits_t` with statistics in `t`: fp32 or fp64 logits
-// with their own statistics, or bf16-mixed's bf16 logits (model/gpt.h's logits_dtype) with fp32
-// ones, their gradient computed in fp32 and rounded once as it is written over them.
+// with their own statistics, or bf16-mixed's bf16 logits (model/gpt.h's rounded_activation_dtype)
+// with fp32 ones, their gradient computed in fp32 and rounded once as it is written over them.
 //   - One TP rank's columns: [start, start + valid) of V, padded to `cols`; targets anywhere in V.
 //   - The single-device loss's statistics (Backend::logits_stats: one pass with an online max and
 //     sum on a GPU) over a whole vocabulary, rows padded past it. At most 4099 columns (16 a

@@ -11,15 +11,6 @@ namespace {
 
 constexpr uint64_t kSeed = 20261201;
 
-std::string dims(std::initializer_list<int64_t> d) {
-  std::string s;
-  for (int64_t x : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
 void add_gemm_cases(CaseList& cases, DType ab, DType c_dtype) {
   // Odd sizes (partial tiles), padded leading dimensions, every transpose, alpha and beta both live.
   const int64_t m = 33, n = 17, k = 65, pad = 3;
@@ -207,66 +198,6 @@ void add_shared_operand_cases(CaseList& cases) {
               });
 }
 
-// Backend::gelu_operand under the policy: gelu(x) straight into its bf16 copy (one pass on a GPU),
-// against the CPU's gelu then rounding. Compared with the bf16 bound: a device's tanh may differ
-// from the CPU's in the last fp32 place, which can move a rounding by one bf16 place. An aligned
-// x takes the four-wide kernel; a view one element in, the one-element one. (Sizes a device pads
-// take gelu_forward then the padded copy, checked by the conversion cases.)
-void add_gelu_operand_cases(CaseList& cases) {
-  for (int64_t offset : {0, 1})
-    cases.add("gelu_operand fp32->bf16" + std::string(offset ? " x+1" : ""), DType::BF16, dims({64, 3072}),
-              [=](Backend& be) {
-                Inputs in(be, DType::F32, kSeed + 50 + offset);
-                const Tensor x = in.normal({64 * 3072 + 1}, 2.0).view(offset, {64, 3072});
-                Tensor op;
-                with_bf16_operands(be, [&] { op = be.gelu_operand(x); });
-                return std::vector<Output>{output(be, "gelu(x) bf16", op)};
-              });
-  // Backend::layernorm_operand: the normalised rows rounded to bf16 as they are written (bf16's
-  // bound, as gelu_operand's), and the statistics (fp32's, as the layer cases' LayerNorm); four
-  // channels a lane where aligned, one from a view one element in.
-  for (int64_t offset : {0, 1})
-    cases.add("layernorm_operand fp32->bf16" + std::string(offset ? " x+1" : ""), DType::F32, dims({64, 768}),
-              [=](Backend& be) {
-                Inputs in(be, DType::F32, kSeed + 54 + offset);
-                const Tensor x = in.normal({64 * 768 + 1}, 2.0).view(offset, {64, 768});
-                const Tensor w = in.normal({768}, 1.0), b = in.normal({768}, 1.0);
-                Tensor mean = be.alloc({64}, DType::F32), rstd = be.alloc({64}, DType::F32), op;
-                with_bf16_operands(be, [&] { op = be.layernorm_operand(mean, rstd, x, w, b, 1e-5); });
-                return std::vector<Output>{output(be, "ln(x) bf16", op), output(be, "mean", mean),
-                                           output(be, "rstd", rstd)};
-              });
-  // Backend::cross_entropy_backward_window_operand: the loss gradient written straight to its bf16
-  // copy, over rows padded past the vocabulary (264 columns, 257 valid) with about one target in
-  // eight ignored (a zero row); the logsumexp from each backend's own forward on the same logits.
-  cases.add("cross_entropy_backward_window_operand", DType::BF16, dims({96, 264}), [=](Backend& be) {
-    const int64_t N = 96, cols = 264, V = 257;
-    const VocabWindow whole{0, V, V};
-    Inputs in(be, DType::F32, kSeed + 56);
-    const Tensor logits = in.normal({N, cols}, 3.0);
-    const Tensor targets = in.ids({N}, 0, V, 0.125);
-    Tensor lse = be.alloc({N}, DType::F32), losses = be.alloc({N}, DType::F32), row_max = be.alloc({N}, DType::F32);
-    Tensor sums = be.alloc({2, N}, DType::F32), op;
-    be.logits_row_max(row_max, logits, targets, whole);
-    be.logits_exp_sums(sums, logits, row_max, targets, whole);
-    be.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
-    with_bf16_operands(be, [&] { op = be.cross_entropy_backward_window_operand(logits, lse, targets, whole, 0.5); });
-    return std::vector<Output>{output(be, "dlogits bf16", op)};
-  });
-  // Backend::gelu_backward_operand: the GELU's input gradient rounded to bf16 with its bias gradient
-  // (one pass over inp and dout on a GPU, the column sums of bias_grad), over one chunk of rows
-  // (N = 96) and three (N = 1040).
-  for (const auto& [tokens, channels] : std::vector<std::pair<int64_t, int64_t>>{{96, 64}, {1040, 40}})
-    cases.add("gelu_backward_operand fp32->bf16, db", DType::F32, dims({tokens, channels}), [=](Backend& be) {
-      Inputs in(be, DType::F32, kSeed + 52 + tokens);
-      const Tensor inp = in.normal({tokens, channels}, 2.0), dout = in.normal({tokens, channels}, 1.0);
-      const Tensor db = in.normal({channels}, 1.0);
-      Tensor op;
-      with_bf16_operands(be, [&] { op = be.gelu_backward_operand(inp, dout, db); });
-      return std::vector<Output>{output(be, "d bf16", op), output(be, "db", db)};
-    });
-}
-
 // The conversions of a case group: F32's between fp64 and fp32, BF16's to and from bf16.
 void add_conversion_cases(CaseList& cases, DType group) {
   const std::vector<std::pair<DType, DType>> pairs =
@@ -374,7 +305,7 @@ void add_memory_cases(CaseList& cases, const std::vector<DType>& dtypes) {
       add_bf16_operand_cases(cases);
       add_bf16_operand_bias_cases(cases);
       add_shared_operand_cases(cases);
-      add_gelu_operand_cases(cases);
+      add_operand_producer_cases(cases);
       add_conversion_cases(cases, DType::BF16);
       continue;
     }

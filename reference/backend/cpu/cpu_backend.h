@@ -96,7 +96,7 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   template <typename T>
   T* ptr(const Tensor& t, const char* op) const {
     if (t.device() != device_) wrong_device(t, op);
-    return t.device_data<T>();
+    return t.device_data<T>(op);
   }
 
  protected:

@@ -76,21 +76,30 @@ void CpuBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
   });
 }
 
+// A bf16 input (bf16-mixed's pre-activation) with an fp32 output: its exactly widened values.
 void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
-  dispatch_float(inp.dtype(), "gelu_forward", [&](auto zero) {
+  const char* op = "gelu_forward";
+  if (inp.dtype() == DType::BF16)
+    return cpu::gelu_forward<float, bf16>(ptr<float>(out, op), ptr<bf16>(inp, op), inp.numel());
+  dispatch_float(inp.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    cpu::gelu_forward<T>(ptr<T>(out, "gelu_forward"), ptr<T>(inp, "gelu_forward"), inp.numel());
+    cpu::gelu_forward<T>(ptr<T>(out, op), ptr<T>(inp, op), inp.numel());
   });
 }
 
 Tensor CpuBackend::bf16_gelu_operand(const Tensor& x) {
+  const char* op = "gelu_operand";
   Tensor copy = alloc_for_overwrite(x.shape(), DType::BF16);
-  cpu::gelu_forward_to_bf16(ptr<bf16>(copy, "gelu_operand"), ptr<float>(x, "gelu_operand"), x.numel());
+  if (x.dtype() == DType::BF16) cpu::gelu_forward_to_bf16(ptr<bf16>(copy, op), ptr<bf16>(x, op), x.numel());
+  else cpu::gelu_forward_to_bf16(ptr<bf16>(copy, op), ptr<float>(x, op), x.numel());
   return copy;
 }
 
 void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const char* op = "gelu_backward";
+  if (inp.dtype() == DType::BF16)
+    return cpu::gelu_backward<float, bf16>(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<float>(dout, op),
+                                           inp.numel());
   dispatch_float(inp.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::gelu_backward<T>(ptr<T>(dinp, op), ptr<T>(inp, op), ptr<T>(dout, op), inp.numel());

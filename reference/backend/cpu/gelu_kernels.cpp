@@ -5,8 +5,10 @@
 // diverged run is caught on the loss, which is computed outside this file).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
+#include "backend/kernels/row_reduce_math.h"
 
 namespace tripod::cpu {
 
@@ -41,33 +43,59 @@ void gelu_backward_chunk(T* __restrict dinp, const T* __restrict inp, const T* _
 
 constexpr int64_t kChunk = 4096;
 
+// A chunk's input as T: inp itself, or (bf16-mixed's bf16 pre-activation, for an fp32 T) its
+// values widened exactly into `buffer`, so that the chunk bodies above run on the fp32 values the
+// bf16 ones stand for: the same code, so the same bits (this file's -ffast-math could otherwise
+// vectorise a bf16 loop differently from the fp32 one, libmvec's tanh for one, glibc's for the other).
 template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < n; c += kChunk) gelu_forward_chunk(out + c, inp + c, std::min(kChunk, n - c));
+const T* chunk_input(const T* inp, int64_t, T*) {
+  return inp;
+}
+const float* chunk_input(const bf16* inp, int64_t m, float* buffer) {
+  for (int64_t i = 0; i < m; ++i) buffer[i] = kernels::widened(inp[i]);
+  return buffer;
 }
 
-template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+template <typename T, typename In>
+void gelu_forward(T* out, const In* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < n; c += kChunk) gelu_backward_chunk(dinp + c, inp + c, dout + c, std::min(kChunk, n - c));
+  for (int64_t c = 0; c < n; c += kChunk) {
+    T buffer[std::is_same_v<T, In> ? 1 : kChunk];
+    const int64_t m = std::min(kChunk, n - c);
+    gelu_forward_chunk(out + c, chunk_input(inp + c, m, buffer), m);
+  }
+}
+
+template <typename T, typename In>
+void gelu_backward(T* dinp, const In* inp, const T* dout, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += kChunk) {
+    T buffer[std::is_same_v<T, In> ? 1 : kChunk];
+    const int64_t m = std::min(kChunk, n - c);
+    gelu_backward_chunk(dinp + c, chunk_input(inp + c, m, buffer), dout + c, m);
+  }
 }
 
 // Chunk by chunk through a buffer on the stack: gelu_forward's chunk body, then convert's rounding
 // (round_to_bf16, in a file without -ffast-math, so NaN and infinity round as convert rounds them).
-void gelu_forward_to_bf16(bf16* out, const float* inp, int64_t n) {
+template <typename In>
+void gelu_forward_to_bf16(bf16* out, const In* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < n; c += kChunk) {
-    float buffer[kChunk];
+    float widened[std::is_same_v<In, float> ? 1 : kChunk], buffer[kChunk];
     const int64_t m = std::min(kChunk, n - c);
-    gelu_forward_chunk(buffer, inp + c, m);
+    gelu_forward_chunk(buffer, chunk_input(inp + c, m, widened), m);
     round_to_bf16(buffer, out + c, m);
   }
 }
 
-template void gelu_forward<float>(float*, const float*, int64_t);
-template void gelu_forward<double>(double*, const double*, int64_t);
-template void gelu_backward<float>(float*, const float*, const float*, int64_t);
-template void gelu_backward<double>(double*, const double*, const double*, int64_t);
+template void gelu_forward<float, float>(float*, const float*, int64_t);
+template void gelu_forward<float, bf16>(float*, const bf16*, int64_t);
+template void gelu_forward<double, double>(double*, const double*, int64_t);
+template void gelu_backward<float, float>(float*, const float*, const float*, int64_t);
+template void gelu_backward<float, bf16>(float*, const bf16*, const float*, int64_t);
+template void gelu_backward<double, double>(double*, const double*, const double*, int64_t);
+template void gelu_forward_to_bf16<float>(bf16*, const float*, int64_t);
+template void gelu_forward_to_bf16<bf16>(bf16*, const bf16*, int64_t);
 
 }  // namespace tripod::cpu

@@ -57,12 +57,14 @@ void bias_add(T* out, const T* bias, int64_t rows, int64_t channels);
 template <typename T>
 void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels);
 
-template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n);
-template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
-// bf16(gelu(inp)): the bits of gelu_forward then convert, without an fp32 output.
-void gelu_forward_to_bf16(bf16* out, const float* inp, int64_t n);
+// In: T, or bf16 for an fp32 T (bf16-mixed's pre-activation), read as its exactly widened values.
+template <typename T, typename In = T>
+void gelu_forward(T* out, const In* inp, int64_t n);
+template <typename T, typename In = T>
+void gelu_backward(T* dinp, const In* inp, const T* dout, int64_t n);
+// bf16(gelu(inp)) for an fp32 or bf16 inp: the bits of gelu_forward then convert, without an fp32 output.
+template <typename In>
+void gelu_forward_to_bf16(bf16* out, const In* inp, int64_t n);
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t batch, int64_t seq_len, int64_t channels,

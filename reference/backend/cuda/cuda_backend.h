@@ -116,7 +116,7 @@ class CudaBackend final : public Backend {
   template <typename T>
   T* ptr(const Tensor& t, const char* op) const {
     if (t.device() != Device::Cuda) wrong_device(t, op);
-    return t.device_data<T>();
+    return t.device_data<T>(op);
   }
   void* raw(const Tensor& t, const char* op) const {
     if (t.device() != Device::Cuda) wrong_device(t, op);

@@ -195,8 +195,10 @@ Tensor CudaBackend::bf16_operand_copy_with_bias_grad(const Tensor& x, const Tens
 Tensor CudaBackend::bf16_gelu_operand(const Tensor& x) {
   const OperandCopyShape shape = operand_copy_shape(x);
   if (!fusions_.on(CudaFusion::OperandProducers) || shape.padded()) return Backend::bf16_gelu_operand(x);
+  const char* op = "gelu_operand";
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
-  cuda::gelu_to_bf16(copy.device_data<bf16>(), ptr<float>(x, "gelu_operand"), x.numel(), ctx_);
+  if (x.dtype() == DType::BF16) cuda::gelu_to_bf16(copy.device_data<bf16>(), ptr<bf16>(x, op), x.numel(), ctx_);
+  else cuda::gelu_to_bf16(copy.device_data<bf16>(), ptr<float>(x, op), x.numel(), ctx_);
   return copy;
 }
 
@@ -207,8 +209,12 @@ Tensor CudaBackend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& 
       dbias.numel() != shape.cols)
     return Backend::bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
-  cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), ptr<float>(inp, op),
-                                              ptr<float>(dout, op), shape.rows, shape.cols, ctx_);
+  auto write = [&](const auto* pre_activation) {  // fp32, or bf16-mixed's bf16
+    cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), pre_activation,
+                                                ptr<float>(dout, op), shape.rows, shape.cols, ctx_);
+  };
+  if (inp.dtype() == DType::BF16) write(ptr<bf16>(inp, op));
+  else write(ptr<float>(inp, op));
   return copy;
 }
 

@@ -79,8 +79,11 @@ void CudaBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
   });
 }
 
+// A bf16 input (bf16-mixed's pre-activation) with an fp32 output: its exactly widened values.
 void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
+  if (inp.dtype() == DType::BF16)
+    return cuda::gelu_forward(ptr<float>(out, op), ptr<bf16>(inp, op), inp.numel(), ctx_);
   dispatch_float(inp.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cuda::gelu_forward<T>(ptr<T>(out, op), ptr<T>(inp, op), inp.numel(), ctx_);
@@ -89,6 +92,8 @@ void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
 
 void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const char* op = "gelu_backward";
+  if (inp.dtype() == DType::BF16)
+    return cuda::gelu_backward(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<float>(dout, op), inp.numel(), ctx_);
   dispatch_float(inp.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cuda::gelu_backward<T>(ptr<T>(dinp, op), ptr<T>(inp, op), ptr<T>(dout, op), inp.numel(), ctx_);

@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/launch_patterns.cuh"
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/elementwise_math.h"
+#include "backend/kernels/row_reduce_math.h"
 #include "core/error.h"
 
 namespace tripod::cuda {
@@ -120,11 +121,13 @@ struct ScaleOp {
   }
 };
 
-template <typename T>
+// The GELU ops read In = T, or bf16 for an fp32 T (bf16-mixed's pre-activation, its values
+// widened exactly by kernels::widened: the bits of the fp32 input they stand for).
+template <typename T, typename In = T>
 struct GeluForwardOp {
   T* __restrict__ out;
-  const T* __restrict__ inp;
-  __device__ void operator()(int64_t i) const { out[i] = kernels::gelu_forward_value(inp[i]); }
+  const In* __restrict__ inp;
+  __device__ void operator()(int64_t i) const { out[i] = kernels::gelu_forward_value(kernels::widened(inp[i])); }
   __device__ void quad(int64_t g) const {
     const float4 x = load4(inp, g);
     store4(out, g,
@@ -133,40 +136,33 @@ struct GeluForwardOp {
   }
 };
 
-// bf16(gelu(x)) straight from fp32 x: the MLP's c_proj operand under bf16-mixed without the fp32
+// bf16(gelu(x)) straight from x: the MLP's c_proj operand under bf16-mixed without the fp32
 // gelu(x) (Backend::gelu_operand). GeluForwardOp's values rounded as convert_element rounds them,
-// so the bits of gelu_forward then convert. Four elements a thread where x is 16-byte and out
-// 8-byte aligned (one 16-byte load, one 8-byte store), else one.
+// so the bits of gelu_forward then convert. Four elements a thread (FourElementGroups) where x
+// and out allow the wide accesses (one 16- or 8-byte load, one 8-byte store), else one.
+template <typename In>
 struct GeluToBf16Op {
   bf16* __restrict__ out;
-  const float* __restrict__ inp;
+  const In* __restrict__ inp;
   __device__ void operator()(int64_t i) const {
-    out[i] = convert_element<float, bf16>(kernels::gelu_forward_value(inp[i]));
+    out[i] = convert_element<float, bf16>(kernels::gelu_forward_value(kernels::widened(inp[i])));
   }
-};
-struct GeluToBf16x4Op {
-  bf16* __restrict__ out;
-  const float* __restrict__ inp;
-  int64_t n;
-  __device__ void operator()(int64_t g) const {
-    const int64_t i = 4 * g;
-    if (i + 4 <= n) {
-      const float4 x = load4(inp, g);
-      store4(out, g,
-             make_float4(kernels::gelu_forward_value(x.x), kernels::gelu_forward_value(x.y),
-                         kernels::gelu_forward_value(x.z), kernels::gelu_forward_value(x.w)));
-    } else {
-      for (int64_t j = i; j < n; ++j) out[j] = convert_element<float, bf16>(kernels::gelu_forward_value(inp[j]));
-    }
+  __device__ void quad(int64_t g) const {
+    const float4 x = load4(inp, g);
+    store4(out, g,
+           make_float4(kernels::gelu_forward_value(x.x), kernels::gelu_forward_value(x.y),
+                       kernels::gelu_forward_value(x.z), kernels::gelu_forward_value(x.w)));
   }
 };
 
-template <typename T>
+template <typename T, typename In = T>
 struct GeluBackwardOp {
   T* __restrict__ dinp;
-  const T* __restrict__ inp;
+  const In* __restrict__ inp;
   const T* __restrict__ dout;
-  __device__ void operator()(int64_t i) const { dinp[i] = kernels::gelu_backward_value(inp[i], dout[i]); }
+  __device__ void operator()(int64_t i) const {
+    dinp[i] = kernels::gelu_backward_value(static_cast<T>(kernels::widened(inp[i])), dout[i]);
+  }
   __device__ void quad(int64_t g) const {
     const float4 x = load4(inp, g), dy = load4(dout, g);
     store4(dinp, g,
@@ -174,6 +170,12 @@ struct GeluBackwardOp {
                        kernels::gelu_backward_value(x.z, dy.z), kernels::gelu_backward_value(x.w, dy.w)));
   }
 };
+
+// A wide load of an input: 16 bytes for four fp32 elements, 8 for four bf16 ones.
+template <typename In>
+constexpr std::size_t quad_bytes() {
+  return 4 * sizeof(In);
+}
 
 template <typename T>
 struct AdamWOp {
@@ -319,18 +321,29 @@ void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx) {
   launch_elementwise_in_fours<T>(GeluForwardOp<T>{out, inp}, n, {out, inp}, ctx, "gelu_forward");
 }
 
-void gelu_to_bf16(bf16* out, const float* inp, int64_t n, const CudaContext& ctx) {
+void gelu_forward(float* out, const bf16* inp, int64_t n, const CudaContext& ctx) {
+  check_size(n, "gelu_forward");
+  launch_elementwise_in_fours_if(aligned_to(out, 16) && aligned_to(inp, quad_bytes<bf16>()),
+                                 GeluForwardOp<float, bf16>{out, inp}, n, ctx, "gelu_forward (bf16 in)");
+}
+
+template <typename In>
+void gelu_to_bf16(bf16* out, const In* inp, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_to_bf16");
-  if (aligned_to(inp, 16) && aligned_to(out, 8))
-    launch_elementwise(GeluToBf16x4Op{out, inp, n}, (n + 3) / 4, ctx, "gelu_to_bf16 (x4)");
-  else
-    launch_elementwise(GeluToBf16Op{out, inp}, n, ctx, "gelu_to_bf16");
+  launch_elementwise_in_fours_if(aligned_to(inp, quad_bytes<In>()) && aligned_to(out, 8), GeluToBf16Op<In>{out, inp},
+                                 n, ctx, "gelu_to_bf16");
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_backward");
   launch_elementwise_in_fours<T>(GeluBackwardOp<T>{dinp, inp, dout}, n, {dinp, inp, dout}, ctx, "gelu_backward");
+}
+
+void gelu_backward(float* dinp, const bf16* inp, const float* dout, int64_t n, const CudaContext& ctx) {
+  check_size(n, "gelu_backward");
+  launch_elementwise_in_fours_if(all_aligned_to(16, {dinp, dout}) && aligned_to(inp, quad_bytes<bf16>()),
+                                 GeluBackwardOp<float, bf16>{dinp, inp, dout}, n, ctx, "gelu_backward (bf16 in)");
 }
 
 template <typename T>
@@ -364,6 +377,8 @@ TRIPOD_CONVERT(double, bf16)
 TRIPOD_CONVERT(bf16, float)
 TRIPOD_CONVERT(bf16, double)
 #undef TRIPOD_CONVERT
+template void gelu_to_bf16<float>(bf16*, const float*, int64_t, const CudaContext&);
+template void gelu_to_bf16<bf16>(bf16*, const bf16*, int64_t, const CudaContext&);
 template void convert_2d<float, bf16>(const float*, int64_t, int64_t, int64_t, bf16*, int64_t, int64_t, int64_t,
                                       const CudaContext&);
 template void convert_2d<float, float>(const float*, int64_t, int64_t, int64_t, float*, int64_t, int64_t, int64_t,

@@ -82,6 +82,15 @@ struct FourElementGroups {
 
 __device__ __forceinline__ float4 load4(const float* p, int64_t g) { return reinterpret_cast<const float4*>(p)[g]; }
 __device__ __forceinline__ void store4(float* p, int64_t g, float4 v) { reinterpret_cast<float4*>(p)[g] = v; }
+// Group g of a bf16 tensor widened exactly to fp32, one 8-byte load (element 4g in the low half of
+// the first word, as float_pair_to_bf16_word packs it).
+__device__ __forceinline__ float4 load4(const bf16* p, int64_t g) {
+  const uint2 w = reinterpret_cast<const uint2*>(p)[g];
+  return make_float4(kernels::bf16_bits_to_float(static_cast<uint16_t>(w.x & 0xFFFFu)),
+                     kernels::bf16_bits_to_float(static_cast<uint16_t>(w.x >> 16)),
+                     kernels::bf16_bits_to_float(static_cast<uint16_t>(w.y & 0xFFFFu)),
+                     kernels::bf16_bits_to_float(static_cast<uint16_t>(w.y >> 16)));
+}
 // Group g of a bf16 tensor: v rounded to nearest even (bf16_math.h, as the CPU rounds), one 8-byte store.
 __device__ __forceinline__ void store4(bf16* p, int64_t g, float4 v) {
   reinterpret_cast<uint2*>(p)[g] =
@@ -96,14 +105,22 @@ inline bool all_aligned_to(std::size_t bytes, std::initializer_list<const void*>
   return true;
 }
 
+// `op` over [0, n): four elements a thread where `wide` (the caller's pointers allow its quad's
+// wide accesses), else a thread per element.
+template <class QuadOp>
+void launch_elementwise_in_fours_if(bool wide, const QuadOp& op, int64_t n, const CudaContext& ctx,
+                                    const char* kernel_name) {
+  if (wide) return launch_elementwise(FourElementGroups<QuadOp>{op, n}, (n + 3) / 4, ctx, kernel_name);
+  launch_elementwise(op, n, ctx, kernel_name);
+}
+
 // `op` over [0, n): four elements a thread where T is float and every pointer in `pointers` is
 // 16-byte aligned (float4 accesses need it), else a thread per element.
 template <typename T, class QuadOp>
 void launch_elementwise_in_fours(const QuadOp& op, int64_t n, std::initializer_list<const void*> pointers,
                                  const CudaContext& ctx, const char* kernel_name) {
   if constexpr (std::is_same_v<T, float>) {
-    if (all_aligned_to(16, pointers))
-      return launch_elementwise(FourElementGroups<QuadOp>{op, n}, (n + 3) / 4, ctx, kernel_name);
+    if (all_aligned_to(16, pointers)) return launch_elementwise_in_fours_if(true, op, n, ctx, kernel_name);
   }
   launch_elementwise(op, n, ctx, kernel_name);
 }

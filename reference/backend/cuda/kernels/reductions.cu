@@ -19,6 +19,7 @@
 #include "backend/kernels/attention_math.h"
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/elementwise_math.h"
+#include "backend/kernels/row_reduce_math.h"
 #include "backend/kernels/reduction_math.h"
 #include "core/error.h"
 
@@ -123,12 +124,14 @@ struct BiasGradBf16CopyColumns : BiasGradColumns<float> {
 
 // The same for d = gelu_backward(inp, dout) (dout the GELU output's gradient), computed where it is
 // read and never stored: the bias gradient and bf16 copy of a GELU's input gradient in one pass.
+// inp fp32, or bf16 (bf16-mixed's pre-activation, read as its exactly widened values).
+template <typename In>
 struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
   bf16* __restrict__ copy;
-  const float* __restrict__ inp;
+  const In* __restrict__ inp;
   __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
     const int64_t i = row * channels + c;
-    const float d = kernels::gelu_backward_value(inp[i], dout[i]);
+    const float d = kernels::gelu_backward_value(kernels::widened(inp[i]), dout[i]);
     copy[i].bits = kernels::float_to_bf16_bits(d);
     sums[0] += d;
   }
@@ -183,10 +186,11 @@ void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_
                      "bias_grad_and_bf16_copy");
 }
 
-void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* inp, const float* dout, int64_t rows,
+template <typename In>
+void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const In* inp, const float* dout, int64_t rows,
                                            int64_t channels, const CudaContext& ctx) {
   check(rows >= 0 && channels >= 0, "gelu_backward_bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
-  launch_column_sums(GeluBackwardBiasGradBf16CopyColumns{{dbias, dout, channels}, copy, inp}, rows, channels, ctx,
+  launch_column_sums(GeluBackwardBiasGradBf16CopyColumns<In>{{dbias, dout, channels}, copy, inp}, rows, channels, ctx,
                      "gelu_backward_bias_grad_and_bf16_copy");
 }
 
@@ -203,6 +207,10 @@ void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* h
                      batch * seq_len, channels, ctx, "head_major_bias_grad_and_bf16_copy");
 }
 
+template void gelu_backward_bias_grad_and_bf16_copy<float>(float*, bf16*, const float*, const float*, int64_t, int64_t,
+                                                          const CudaContext&);
+template void gelu_backward_bias_grad_and_bf16_copy<bf16>(float*, bf16*, const bf16*, const float*, int64_t, int64_t,
+                                                         const CudaContext&);
 template void sum_squares<float>(double*, const float*, int64_t, const CudaContext&);
 template void sum_squares<double>(double*, const double*, int64_t, const CudaContext&);
 template void count_nonfinite<float>(double*, const float*, int64_t, const CudaContext&);
