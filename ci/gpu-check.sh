@@ -26,7 +26,7 @@
 #                attention under that policy, conversions to and from bf16                [b]
 #   train-fp64   tiny, 10 steps, cuda vs cpu: every loss within 1e-10 relative            [e]
 #   train-fp32   the same in fp32: within 1e-5                                             [e]
-#   train-bf16   the same in bf16-mixed against the CPU's emulation of the policy: within 1e-4 [e];
+#   train-bf16   the same in bf16-mixed against the CPU's emulation of the policy: within 2e-4 [e];
 #                on a failure again with TRIPOD_CUDA_FUSIONS=none and with each fusion alone
 #   train-rerun  a second cuda fp32 run: losses, norms and checkpoint bytes identical      [e]
 #   golden       a golden bundle (tiny, 5 steps): Tripod on cuda and the PyTorch peer on cuda,
@@ -59,7 +59,7 @@
 #                (before flash: the MFU target's line compares with it, and flash may take long)
 #   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
 #                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
-#                (1e-4), and the attention rows and GPT-2 step (B8, and padded at the large batch)
+#                (2.5x the bf16 effect), and the attention rows and GPT-2 step (B8, and padded at the large batch)
 #                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
 #   flash-mma    the same for TRIPOD_CUDA_ATTENTION=flash-mma: flash with its tiles kept in mma.sync
 #                fragments, forward and backward (written without a GPU, 2026-12-06), the same state

@@ -184,12 +184,12 @@ bisect_fusions() {  # DTYPE TOLERANCE DEVICE STEPS
 step_train-fp64() { train_vs_cpu fp64 1e-10; }
 step_train-fp32() { train_vs_cpu fp32 1e-5; }
 # bf16-mixed on the GPU against the CPU's emulation of the same policy: only the order of the fp32
-# sums differs, which can move a bf16 operand by one rounding. The gate, 1e-4 on every loss, is
-# 2.5x the whole bf16-vs-fp32 difference of this run on the CPU (at most 3.9e-5 over its 10 steps,
-# 2026-12-04; 4.75e-5 with the logits in bf16, 2026-12-06: 2.1x; 4.59e-5 with the MLP's
-# pre-activation in bf16 too, the same day: 2.2x); gradient norms (bf16 vs fp32: up to 1.7e-2) and
-# parameters are reported, not gated.
-step_train-bf16() { train_vs_cpu bf16-mixed 1e-4; }
+# sums differs, which can move a bf16 rounding. The gate on every loss is 2.5x the whole
+# bf16-vs-fp32 difference of this run on the CPU: 2e-4 since 2026-12-06 (8.0e-5 over its 10 steps,
+# with the logits, the MLP's pre-activation and the gradient of gelu(fc) rounded to bf16: each
+# rounded tensor is another place a sum order can move a rounding); 1e-4 before (3.9e-5,
+# 2026-12-04). Gradient norms (bf16 vs fp32: up to 1.7e-2) and parameters are reported, not gated.
+step_train-bf16() { train_vs_cpu bf16-mixed 2e-4; }
 step_train-rerun() {
   local device=cuda steps=$TRAIN_STEPS
   if dry; then device=emulated; steps=3; fi

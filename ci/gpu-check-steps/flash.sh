@@ -14,7 +14,9 @@
 #             within 2.5x the bf16 effect of the same run (the CPU's bf16-mixed vs fp32 losses).
 #             Flash rounds each probability before the division by the row sum, the CPU after;
 #             on a model this small that is most of what bf16 does to attention (on the emulated
-#             device, flash vs the CPU: at most 0.6x the bf16 effect over 4 steps)
+#             device, test_emulated_flash_attention.cpp's 2-head model, flash vs the CPU: 0.8x
+#             the bf16 effect over 10 steps, 2026-12-06; over 4 steps 4.4x, the effect's rounding
+#             noise cancelling for a while: a gate wants the whole run)
 #   speed     kernel-rate's attention rows and bench-train's GPT-2 step, both with flash, against
 #             the `kernels` and `bench-train` steps of this run; and the step padded at the large
 #             batch (bench-train's fourth run) with flash: a passing flash step's runs count for

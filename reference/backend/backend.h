@@ -166,8 +166,8 @@ class Backend {
   // undefined for none), for a caller whose only uses of d are as a GEMM operand and its bias
   // gradient: under the bf16-operand policy d's bf16 copy, which a device backend writes in the
   // GELU backward's pass together with dbias += d's column sums, so d is never stored; otherwise d
-  // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands. inp may be bf16,
-  // as gelu_operand's x.
+  // itself, a new tensor. The same bits as gelu_backward followed by gemm_operands. inp, and with it
+  // dout, may be bf16, as gelu_backward's.
   Tensor gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
   // The same for attention's output: gemm_operands({out})[0] for attention_forward(out, state,
   // qkv, n_head) with out [B, T, C] for qkv [B, T, 3C], the state written as there: under the
@@ -221,9 +221,10 @@ class Backend {
                                   const Tensor& mean, const Tensor& rstd) = 0;
   virtual void bias_add(const Tensor& out, const Tensor& bias) = 0;    // out[N,C] += bias[C]
   virtual void bias_grad(const Tensor& dbias, const Tensor& dout) = 0;  // dbias[C] += sum_n dout[n,C]
-  // GELU, tanh approximation (GPT-2's "gelu_new"). inp may be bf16 with fp32 out (and dinp, dout):
+  // GELU, tanh approximation (GPT-2's "gelu_new"). inp may be bf16 with fp32 out and dinp:
   // bf16-mixed's pre-activation (Gpt::rounded_activation_dtype), read as the fp32 values it holds,
-  // so the bits of the same call on its fp32 widening.
+  // so the bits of the same call on its fp32 widening; with a bf16 inp, dout may be bf16 too
+  // (bf16-mixed's gradient of gelu(fc)), read alike.
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
   // Causal multi-head attention. qkv[B,T,3C] holds q|k|v, head h in columns [h*hd, (h+1)*hd) of
@@ -359,8 +360,8 @@ class Backend {
   // fp32 output.
   virtual Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                         const Tensor& bias, double eps);
-  // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for fp32 dout and dbias
-  // (defined) and an fp32 or bf16 inp; a device backend may skip the fp32 gradient.
+  // bf16_operand_copy_with_bias_grad(gelu_backward(inp, dout), dbias) for an fp32 dbias (defined)
+  // and inp and dout as gelu_backward takes them; a device backend may skip the fp32 gradient.
   virtual Tensor bf16_gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias);
   // attention_operand under the policy: attention_forward into an fp32 out, then its copy.
   virtual Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head);

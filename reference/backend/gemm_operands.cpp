@@ -20,8 +20,9 @@ bool rounded_as_operand(const Backend& be, const Tensor& x) {
   return be.fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x);
 }
 
-// A bf16 pre-activation (bf16-mixed's, Gpt::rounded_activation_dtype) stands for the fp32 values it
-// holds: the GELU's results from it are fp32, and rounded as an operand where fp32 ones would be.
+// A bf16 pre-activation (bf16-mixed's, Gpt::rounded_activation_dtype; with it, the GELU backward's
+// bf16 output gradient) stands for the fp32 values it holds: the GELU's results from it are fp32,
+// and rounded as an operand where fp32 ones would be.
 DType computed_dtype(const Tensor& x) { return x.dtype() == DType::BF16 ? DType::F32 : x.dtype(); }
 
 bool gelu_result_rounded(const Backend& be, const Tensor& x) {
@@ -65,7 +66,7 @@ Tensor Backend::bf16_gelu_operand(const Tensor& x) {
 Tensor Backend::gelu_backward_operand(const Tensor& inp, const Tensor& dout, const Tensor& dbias) {
   TRIPOD_CHECK(inp.defined() && inp.numel() > 0 && dout.defined() && dout.numel() == inp.numel(),
                "gelu_backward_operand: input ", inp.describe(), " and output gradient ", dout.describe());
-  if (gelu_result_rounded(*this, inp) && dout.dtype() == DType::F32 && dbias.defined())
+  if (gelu_result_rounded(*this, inp) && dout.dtype() != DType::F64 && dbias.defined())
     return bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor d = alloc_for_overwrite(inp.shape(), computed_dtype(inp));
   gelu_backward(d, inp, dout);

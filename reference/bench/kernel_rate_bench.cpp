@@ -142,7 +142,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
   std::vector<Tensor> qkv_ops;    // c_attn's prepared operands, its bias and outputs (bf16, fp32), likewise
   Tensor qkv_bias, qkv16, qkv32;
   Tensor logits16;                // bf16-mixed's bf16 logits, likewise
-  Tensor h16;                     // and its bf16 pre-activation fc
+  Tensor h16, hout16;             // and its bf16 pre-activation fc and gradient of gelu(fc)
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -188,13 +188,16 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.gelu_backward(dh, h, hout);
                        b.gemm_operands({dh}, dbias4);
                      })});
-    // bf16-mixed's pre-activation fc is bf16 (model/gpt.h's rounded_activation_dtype): the same
-    // two fused producers reading it, fc's bytes halved.
+    // bf16-mixed's pre-activation fc is bf16 (model/gpt.h's rounded_activation_dtype), and the
+    // gradient of gelu(fc) the backward reads: the same two fused producers reading them, their
+    // bytes halved.
     h16 = b.alloc(h.shape(), DType::BF16);
+    hout16 = b.alloc(hout.shape(), DType::BF16);
     b.convert(h, h16);
+    b.convert(hout, hout16);
     cases.push_back({"gelu->bf16, bf16 fc", 4 * nc * (2 + 2), bf16_operands([&] { b.gelu_operand(h16); })});
-    cases.push_back({"gelu bwd+db+bf16, bf16 fc", 4 * nc * (2 + s + 2),
-                     bf16_operands([&] { b.gelu_backward_operand(h16, hout, dbias4); })});
+    cases.push_back({"gelu bwd+db+bf16, bf16 fc, d", 4 * nc * (2 + 2 + 2),
+                     bf16_operands([&] { b.gelu_backward_operand(h16, hout16, dbias4); })});
     // The loss gradient [N, V] as the LM head's bf16 operand: written from the logits in one pass
     // (cross_entropy_backward_window_operand; the logits stay as they are, so every call reads the
     // same ones) and as the in-place gradient then its copy. Both count the logits read once and the

@@ -117,13 +117,16 @@ class Gpt {
   // (BlockActivations::keep_operands): then ln1, atty, ln2, gelu(fc), lnf, d qkv and d fc exist only
   // as bf16 operands.
   bool keeps_operands() const;
-  // The dtype of the two activations that bf16-mixed keeps as the bf16 rounding of a GEMM's fp32
-  // result (as autocast and llm.c keep them), the model's dtype otherwise:
+  // The dtype of the tensors that bf16-mixed keeps as the bf16 rounding of a GEMM's fp32 result
+  // (as autocast and llm.c keep them), the model's dtype otherwise:
   // - the logits: the loss reads them into fp32 statistics and writes its gradient over them, the
   //   LM head's bf16 operand;
   // - the MLP's pre-activation fc: c_fc's fp32 sums and bias rounded once; the GELU and its
   //   backward read its values into fp32 (gelu(fc) is an operand only, d fc too where operands
-  //   are kept). GPT-2 124M at B8 x T1024: 50 MB a layer less, and 150 MB less traffic.
+  //   are kept). GPT-2 124M at B8 x T1024: 50 MB a layer less, and 150 MB less traffic;
+  // - in the backward, the gradient of gelu(fc) (the scratch dfc_gelu): the MLP's c_proj dX
+  //   product rounded once, read into fp32 by the GELU's backward (autocast's gradient there is
+  //   bf16 too). 100 MB less traffic a layer.
   DType rounded_activation_dtype() const;
   // Gives back the weight copies that the slot's layer k (or, k past the last, the LM head) still
   // holds; a backward gives back each layer's as it goes, and a slot left without its backward (a

@@ -115,7 +115,8 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
     s->dqkv = act({B, T, 3 * A});
     s->dfc = act({N, F});
   }
-  s->dfc_gelu = act({N, F});
+  s->dfc_gelu = backend_.alloc({N, F}, rounded_activation_dtype());  // c_proj's dX, bf16 under bf16-mixed
+  s->bytes += s->dfc_gelu.bytes();
   if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
     const int64_t H = local_heads();
     BlockActivations& r = s->recomputed;

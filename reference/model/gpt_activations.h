@@ -57,7 +57,8 @@ struct Gpt::Activations {
 // Backward scratch, shared by every layer and micro-batch (one backward runs at a time), and the
 // block activations that recomputation refills (undefined where kept per micro-batch).
 struct Gpt::Scratch {
-  // [R,C] x2, [N,A], [N,3A], [N,F] x2; no dqkv or dfc where keeps_operands (made only as bf16 operands)
+  // [R,C] x2, [N,A], [N,3A], [N,F] x2; no dqkv or dfc where keeps_operands (made only as bf16 operands);
+  // dfc_gelu in Gpt::rounded_activation_dtype (bf16 under bf16-mixed)
   Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;
   BlockActivations recomputed;
   std::size_t bytes = 0;

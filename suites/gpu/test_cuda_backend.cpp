@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -84,11 +85,11 @@ TEST(CudaBackend, ALargeTensorFitsWhereSmallerFreedOnesWere) {
   cuda->synchronize();
 }
 
-// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype): the GELU kernels read it
-// as the fp32 values it holds, so each result has the bits of the same kernel on its fp32
-// widening, on the device (check-backend compares them with the CPU within bounds). Aligned views
+// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype), and the gradient of
+// gelu(fc) too: the GELU kernels read them as the fp32 values they hold, so each result has the
+// bits of the same kernel on their fp32 widenings, on the device (check-backend compares them with the CPU within bounds). Aligned views
 // take the four-wide kernels; views one element in, the one-element ones.
-TEST(CudaBackend, TheGeluOfABf16PreActivationHasTheBitsOfItsFp32Values) {
+TEST(CudaBackend, TheGeluOfBf16InputsHasTheBitsOfTheirFp32Values) {
   REQUIRE_GPU(cuda);
   cuda->set_fp32_matmul(Fp32Matmul::Bf16Operands);
   const int64_t rows = 64, cols = 3072, n = rows * cols;
@@ -103,6 +104,9 @@ TEST(CudaBackend, TheGeluOfABf16PreActivationHasTheBitsOfItsFp32Values) {
   cuda->convert(x32_all, x16_all);
   cuda->convert(x16_all, x32_all);  // exact
   from_host_f64(*cuda, grads, dout_all);
+  const Tensor dout16_all = cuda->alloc({n + 1}, DType::BF16), dout32_all = cuda->alloc({n + 1}, DType::F32);
+  cuda->convert(dout_all, dout16_all);
+  cuda->convert(dout16_all, dout32_all);  // exact
   for (int64_t offset : {0, 1}) {
     auto at = [&](const Tensor& t) { return t.view(offset, {rows, cols}); };
     const Tensor x16 = at(x16_all), x32 = at(x32_all), dout = at(dout_all);
@@ -115,18 +119,22 @@ TEST(CudaBackend, TheGeluOfABf16PreActivationHasTheBitsOfItsFp32Values) {
       cuda->gelu_forward(out, x);
       return out;
     };
-    auto gelu_grad = [&](const Tensor& x) {
+    const Tensor dout16 = at(dout16_all), dout32 = at(dout32_all);
+    auto gelu_grad = [&](const Tensor& x, const Tensor& dy) {
       Tensor d = cuda->alloc({rows, cols}, DType::F32);
-      cuda->gelu_backward(d, x, dout);
+      cuda->gelu_backward(d, x, dy);
       return d;
     };
     same(gelu(x16), gelu(x32), "gelu_forward");
-    same(gelu_grad(x16), gelu_grad(x32), "gelu_backward");
+    same(gelu_grad(x16, dout), gelu_grad(x32, dout), "gelu_backward");
+    same(gelu_grad(x16, dout16), gelu_grad(x32, dout32), "gelu_backward, bf16 dout");
     same(cuda->gelu_operand(x16), cuda->gelu_operand(x32), "gelu_operand");
-    const Tensor got_db = cuda->alloc({cols}, DType::F32), want_db = cuda->alloc({cols}, DType::F32);
-    same(cuda->gelu_backward_operand(x16, dout, got_db), cuda->gelu_backward_operand(x32, dout, want_db),
-         "gelu_backward_operand");
-    same(got_db, want_db, "gelu_backward_operand's bias gradient");
+    for (const auto& [dy16, dy32] : {std::pair{dout, dout}, std::pair{dout16, dout32}}) {
+      const Tensor got_db = cuda->alloc({cols}, DType::F32), want_db = cuda->alloc({cols}, DType::F32);
+      same(cuda->gelu_backward_operand(x16, dy16, got_db), cuda->gelu_backward_operand(x32, dy32, want_db),
+           "gelu_backward_operand");
+      same(got_db, want_db, "gelu_backward_operand's bias gradient");
+    }
   }
 }
 

@@ -29,13 +29,13 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     j = json.loads(out.read_text())
     # fp32 also times the bf16-mixed policy's forms: an output gradient's copy with its bias gradient,
     # ln(x), gelu(fc), its backward's d fc and the loss gradient as bf16 operands (fused and apart;
-    # gelu's two also from a bf16 fc),
+    # gelu's two also from a bf16 fc and d gelu),
     # the attention projection with the residual stream's add (fused and apart), c_attn's bf16 qkv
     # (fused and apart), and attention on
     # bf16 operands, its output and its backward's dqkv as bf16 operands (fused and apart)
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
-             "gelu->bf16, bf16 fc", "gelu bwd+db+bf16, bf16 fc", "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
+             "gelu->bf16, bf16 fc", "gelu bwd+db+bf16, bf16 fc, d", "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
              "ce window bwd, bf16 logits", "proj+residual (fused)",
              "proj, residual apart", "qkv->bf16, bias (fused)", "qkv, bf16 apart", "attention fwd bf16",
              "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
@@ -77,9 +77,9 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert 2 * ce["ce window fwd, bf16 logits"] == ce["ce window bwd, bf16 logits"] == 2 * 64 * 100 * 2
         # the GELU backward's: fc and d gelu read, the bf16 operand written
         assert ce["gelu bwd+db+bf16 (fused)"] == ce["gelu bwd, db+bf16 apart"] == 4 * 64 * 32 * (2 * 4 + 2)
-        # the same from bf16-mixed's bf16 pre-activation fc: its bytes halved
+        # the same from bf16-mixed's bf16 pre-activation fc and gradient of gelu(fc): their bytes halved
         assert ce["gelu->bf16, bf16 fc"] == 4 * 64 * 32 * (2 + 2)
-        assert ce["gelu bwd+db+bf16, bf16 fc"] == 4 * 64 * 32 * (2 + 4 + 2)
+        assert ce["gelu bwd+db+bf16, bf16 fc, d"] == 4 * 64 * 32 * (2 + 2 + 2)
     # attention: --context defaults to 1024, so at most the 64 tokens (one sequence); C 32 < 64: one head
     assert (j["attention_batch"], j["context"], j["heads"]) == (1, 64, 1)
     nc, square = 64 * 32, 1 * 1 * 64 * 64

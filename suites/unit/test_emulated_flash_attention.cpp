@@ -72,9 +72,12 @@ TEST(EmulatedFlashAttention, TakesFp32OnBf16OperandsAtSupportedShapesOnly) {
 
 // Flash rounds each probability before the division by the row sum, the CPU's emulation after it:
 // on a model this small that is most of what bf16 does to attention, so the losses drift apart by
-// about as much as bf16-mixed and fp32 do (measured over 4 steps: at most 2.1e-4 against a bf16
-// effect of 3.5e-4). The bound is twice the bf16 effect of the same run; a wrong index, mask or
-// rescale moves a loss by far more.
+// about as much as bf16-mixed and fp32 do. The bound is gpu-check's flash gate: 2.5x the bf16
+// effect (bf16-mixed vs fp32 on the CPU) of the same run, over 10 steps, as the gate's. Fewer steps
+// are too few for the effect: both it and the gap are sums of rounding noise, which can cancel for
+// a few steps (2026-12-06, with the gradient of gelu(fc) in bf16: after 4 steps the effect was
+// 3.2e-5 and the gap 1.4e-4, after 10 steps 2.2e-4 and 1.7e-4; 4 steps with 2x had passed
+// before, 2.1e-4 against 3.5e-4). A wrong index, mask or rescale moves a loss by far more.
 TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeepsItsState) {
   for (const char* variant : kVariants) {
     SCOPED_TRACE(variant);
@@ -84,14 +87,14 @@ TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeeps
       fp32.train.bf16_mixed = false;
       auto cpu = make_backend("cpu");
       auto flash = emulated_flash(variant);
-      const std::vector<double> want = losses_of(config, *cpu, 4), got = losses_of(config, *flash, 4);
-      const std::vector<double> exact = losses_of(fp32, *cpu, 4);
+      const std::vector<double> want = losses_of(config, *cpu, 10), got = losses_of(config, *flash, 10);
+      const std::vector<double> exact = losses_of(fp32, *cpu, 10);
       double flash_gap = 0, bf16_effect = 0;
       for (std::size_t i = 0; i < want.size(); ++i) {
         flash_gap = std::max(flash_gap, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
         bf16_effect = std::max(bf16_effect, std::fabs(want[i] - exact[i]) / std::fabs(exact[i]));
       }
-      EXPECT_LE(flash_gap, 2 * bf16_effect) << recompute_name(mode);
+      EXPECT_LE(flash_gap, 2.5 * bf16_effect) << recompute_name(mode);
       EXPECT_GT(flash_gap, 0) << recompute_name(mode);  // not the CPU's bits: flash really ran
 
       // The model keeps the flash state instead of the probabilities: per block (or once, recomputed).

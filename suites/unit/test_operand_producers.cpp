@@ -244,9 +244,10 @@ TEST(OperandProducers, TheBackwardOperandIsTheCopyOfTheGeluGradientWithItsBiasGr
       }
 }
 
-// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype): the GELU, its backward
-// and their operands take it as the fp32 values it holds, so each gives the bits (and dtype) of the
-// same call on its fp32 widening; under the exact policy too (no operand: fp32 results).
+// bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype), and so is the gradient
+// of gelu(fc) that the backward reads: the GELU, its backward and their operands take them as the
+// fp32 values they hold, so each gives the bits (and dtype) of the same call on their fp32
+// widenings; under the exact policy too (no operand: fp32 results).
 TEST(OperandProducers, ABf16PreActivationGivesTheBitsOfItsFp32Values) {
   for (auto& [name, be] : backends())
     for (Fp32Matmul policy : {Fp32Matmul::Bf16Operands, Fp32Matmul::Exact})
@@ -257,7 +258,10 @@ TEST(OperandProducers, ABf16PreActivationGivesTheBitsOfItsFp32Values) {
         const Tensor x16 = be->alloc(shape, DType::BF16), x32 = be->alloc(shape, DType::F32);
         be->convert(random_tensor(*be, shape, 121, -6.0, 6.0), x16);
         be->convert(x16, x32);  // exact
-        const Tensor dout = random_tensor(*be, shape, 122, -1.0, 1.0);
+        const Tensor dout = random_tensor(*be, shape, 122, -1.0, 1.0), dout16 = be->alloc(shape, DType::BF16);
+        be->convert(dout, dout16);
+        const Tensor dout32 = be->alloc(shape, DType::F32);
+        be->convert(dout16, dout32);  // exact
         auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
           EXPECT_EQ(got.dtype(), want.dtype()) << what << ": " << op;
           EXPECT_EQ(got.shape(), want.shape()) << what << ": " << op;
@@ -268,27 +272,32 @@ TEST(OperandProducers, ABf16PreActivationGivesTheBitsOfItsFp32Values) {
           be->gelu_forward(out, x);
           return out;
         };
-        auto gelu_grad = [&](const Tensor& x) {
+        auto gelu_grad = [&](const Tensor& x, const Tensor& dy) {
           Tensor d = be->alloc(shape, DType::F32);
-          be->gelu_backward(d, x, dout);
+          be->gelu_backward(d, x, dy);
           return d;
         };
         same(gelu(x16), gelu(x32), "gelu_forward");
-        same(gelu_grad(x16), gelu_grad(x32), "gelu_backward");
+        same(gelu_grad(x16, dout), gelu_grad(x32, dout), "gelu_backward");
+        same(gelu_grad(x16, dout16), gelu_grad(x32, dout32), "gelu_backward, bf16 dout");
         same(be->gelu_operand(x16), be->gelu_operand(x32), "gelu_operand");
-        for (bool with_bias : {true, false}) {
-          auto bias = [&] { return with_bias ? random_tensor(*be, {shape.back()}, 123, -1.0, 1.0) : Tensor(); };
-          const Tensor got_db = bias(), want_db = bias();
-          same(be->gelu_backward_operand(x16, dout, got_db), be->gelu_backward_operand(x32, dout, want_db),
-               "gelu_backward_operand");
-          if (with_bias) same(got_db, want_db, "gelu_backward_operand's bias gradient");
-        }
+        for (bool with_bias : {true, false})
+          for (const auto& [dy16, dy32] : {std::pair{dout, dout}, std::pair{dout16, dout32}}) {
+            auto bias = [&] { return with_bias ? random_tensor(*be, {shape.back()}, 123, -1.0, 1.0) : Tensor(); };
+            const Tensor got_db = bias(), want_db = bias();
+            const char* op = dy16.dtype() == DType::BF16 ? "gelu_backward_operand, bf16 dout" : "gelu_backward_operand";
+            same(be->gelu_backward_operand(x16, dy16, got_db), be->gelu_backward_operand(x32, dy32, want_db), op);
+            if (with_bias) same(got_db, want_db, op);
+          }
       }
   // Only an fp32 output takes a bf16 input.
   auto be = make_backend("cpu");
   const Tensor x16 = be->alloc({4, 8}, DType::BF16), out16 = be->alloc({4, 8}, DType::BF16);
   EXPECT_NE(expected_error([&] { be->gelu_forward(out16, x16); }).find("gelu_forward"), std::string::npos);
   EXPECT_NE(expected_error([&] { be->gelu_backward(out16, x16, out16); }).find("gelu_backward"), std::string::npos);
+  // and a bf16 output gradient only with a bf16 input
+  const Tensor x32 = be->alloc({4, 8}, DType::F32), d32 = be->alloc({4, 8}, DType::F32);
+  EXPECT_NE(expected_error([&] { be->gelu_backward(d32, x32, out16); }).find("gelu_backward"), std::string::npos);
 }
 
 // Attention's backward operand: dqkv = attention_backward(...) as gemm_operands({dqkv}, dbias)

@@ -115,8 +115,8 @@ TEST(Recompute, TheAllocatorHoldsWhatTheAccountingSays) {
 // atty's, ln2's, gelu(fc)'s and lnf's copies are kept, those activations are not stored in fp32 at
 // all (Backend::layernorm_operand, attention_operand, gelu_operand), and under the policy the
 // backward's scratch has no fp32 d fc or d qkv (Backend::gelu_backward_operand,
-// attention_backward_operand); the logits and the pre-activations fc are bf16
-// (Gpt::rounded_activation_dtype).
+// attention_backward_operand); the logits, the pre-activations fc and the gradient of gelu(fc)
+// are bf16 (Gpt::rounded_activation_dtype).
 TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
   const int64_t B = 4, T = 5;
   for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -169,8 +169,9 @@ TEST(Recompute, KeptOperandCopiesAreAccountedAndGivenBackByTheBackward) {
     const std::size_t logits_halved = logits32 - logits16;
     const std::size_t logits_halved_held = (logits32 + 63) / 64 * 64 - (logits16 + 63) / 64 * 64;
     // and the MLP's pre-activations fc [N, F] in bf16: each layer's, or under full recomputation
-    // the one buffer every layer's recomputation refills
-    const std::size_t fc_count = mode == Recompute::Full ? 1 : static_cast<std::size_t>(m.n_layer);
+    // the one buffer every layer's recomputation refills; and the backward's gradient of gelu(fc)
+    // [N, F] (one scratch)
+    const std::size_t fc_count = (mode == Recompute::Full ? 1 : static_cast<std::size_t>(m.n_layer)) + 1;
     const std::size_t fc32 = static_cast<std::size_t>(B * T * F) * sizeof(float);
     const std::size_t fc16 = static_cast<std::size_t>(B * T * F) * sizeof(bf16);
     const std::size_t fc_halved = fc_count * (fc32 - fc16);
@@ -207,10 +208,10 @@ TEST(Recompute, AnEvaluationKeepsNoOperandCopies) {
   const int64_t width = (m.vocab_size + row_multiple - 1) / row_multiple * row_multiple;
   const std::size_t logits_halved = (static_cast<std::size_t>(B * T * width) * sizeof(float) + 63) / 64 * 64 -
                                     (static_cast<std::size_t>(B * T * width) * sizeof(bf16) + 63) / 64 * 64;
-  // and each layer's pre-activation fc [N, F] in bf16
+  // and each layer's pre-activation fc [N, F] in bf16, and the backward's gradient of gelu(fc)
   const std::size_t fc_halved =
-      static_cast<std::size_t>(m.n_layer) * ((static_cast<std::size_t>(B * T * m.d_ff) * sizeof(float) + 63) / 64 * 64 -
-                                            (static_cast<std::size_t>(B * T * m.d_ff) * sizeof(bf16) + 63) / 64 * 64);
+      static_cast<std::size_t>(m.n_layer + 1) * ((static_cast<std::size_t>(B * T * m.d_ff) * sizeof(float) + 63) / 64 * 64 -
+                                                (static_cast<std::size_t>(B * T * m.d_ff) * sizeof(bf16) + 63) / 64 * 64);
   EXPECT_EQ(held_after_eval("bf16-mixed") + not_stored + logits_halved + fc_halved, held_after_eval("fp32"));
   auto trained = [&](bool evaluate_first) {
     const RunConfig config = testing::tiny_run_config("bf16-mixed", true);

@@ -40,10 +40,14 @@ void add_operand_producer_cases(CaseList& cases) {
                 const int64_t n = 64 * 3072;
                 const Tensor x = in.normal_as({n + 1}, DType::BF16, 2.0).view(offset, {64, 3072});
                 const Tensor dout = in.normal({n + 1}, 1.0).view(offset, {64, 3072});
+                const Tensor dout16 = in.normal_as({n + 1}, DType::BF16, 1.0).view(offset, {64, 3072});
                 Tensor g = in.normal({n + 1}).view(offset, {64, 3072}), dx = in.normal({n + 1}).view(offset, {64, 3072});
+                Tensor dx16 = in.normal({n + 1}).view(offset, {64, 3072});
                 be.gelu_forward(g, x);
                 be.gelu_backward(dx, x, dout);
-                return std::vector<Output>{output(be, "gelu", g), output(be, "dgelu", dx)};
+                be.gelu_backward(dx16, x, dout16);  // bf16-mixed's bf16 gradient of gelu(fc)
+                return std::vector<Output>{output(be, "gelu", g), output(be, "dgelu", dx),
+                                           output(be, "dgelu, bf16 dout", dx16)};
               });
   // Backend::layernorm_operand: the normalised rows rounded to bf16 as they are written (bf16's
   // bound, as gelu_operand's), and the statistics (fp32's, as the layer cases' LayerNorm); four
@@ -79,14 +83,15 @@ void add_operand_producer_cases(CaseList& cases) {
   // Backend::gelu_backward_operand: the GELU's input gradient rounded to bf16 with its bias gradient
   // (one pass over inp and dout on a GPU, the column sums of bias_grad), over one chunk of rows
   // (N = 96) and three (N = 1040).
-  // An fp32 inp, and bf16-mixed's bf16 pre-activation.
-  for (DType pre : {DType::F32, DType::BF16})
+  // An fp32 inp and dout, and bf16-mixed's bf16 pre-activation with an fp32 and a bf16 dout.
+  for (const auto& [pre, grad] : std::vector<std::pair<DType, DType>>{
+           {DType::F32, DType::F32}, {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}})
     for (const auto& [tokens, channels] : std::vector<std::pair<int64_t, int64_t>>{{96, 64}, {1040, 40}})
-      cases.add("gelu_backward_operand " + dtype_name(pre) + "->bf16, db", DType::F32, dims({tokens, channels}),
-                [=](Backend& be) {
+      cases.add("gelu_backward_operand " + (grad == DType::BF16 ? std::string("bf16 x2") : dtype_name(pre)) + "->bf16, db",
+                DType::F32, dims({tokens, channels}), [=](Backend& be) {
                   Inputs in(be, DType::F32, kSeed + 52 + tokens);
                   const Tensor inp = in.normal_as({tokens, channels}, pre, 2.0);
-                  const Tensor dout = in.normal({tokens, channels}, 1.0), db = in.normal({channels}, 1.0);
+                  const Tensor dout = in.normal_as({tokens, channels}, grad, 1.0), db = in.normal({channels}, 1.0);
                   Tensor op;
                   with_bf16_operands(be, [&] { op = be.gelu_backward_operand(inp, dout, db); });
                   return std::vector<Output>{output(be, "d bf16", op), output(be, "db", db)};

@@ -76,7 +76,8 @@ void CpuBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
   });
 }
 
-// A bf16 input (bf16-mixed's pre-activation) with an fp32 output: its exactly widened values.
+// A bf16 input (bf16-mixed's pre-activation; for the backward also its bf16 output gradient) with
+// an fp32 output: their exactly widened values.
 void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
   if (inp.dtype() == DType::BF16)
@@ -97,9 +98,12 @@ Tensor CpuBackend::bf16_gelu_operand(const Tensor& x) {
 
 void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const char* op = "gelu_backward";
+  if (inp.dtype() == DType::BF16 && dout.dtype() == DType::BF16)
+    return cpu::gelu_backward<float, bf16, bf16>(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<bf16>(dout, op),
+                                                 inp.numel());
   if (inp.dtype() == DType::BF16)
-    return cpu::gelu_backward<float, bf16>(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<float>(dout, op),
-                                           inp.numel());
+    return cpu::gelu_backward<float, bf16, float>(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<float>(dout, op),
+                                                  inp.numel());
   dispatch_float(inp.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     cpu::gelu_backward<T>(ptr<T>(dinp, op), ptr<T>(inp, op), ptr<T>(dout, op), inp.numel());

@@ -43,8 +43,8 @@ void gelu_backward_chunk(T* __restrict dinp, const T* __restrict inp, const T* _
 
 constexpr int64_t kChunk = 4096;
 
-// A chunk's input as T: inp itself, or (bf16-mixed's bf16 pre-activation, for an fp32 T) its
-// values widened exactly into `buffer`, so that the chunk bodies above run on the fp32 values the
+// A chunk's input as T: inp itself, or (bf16-mixed's bf16 pre-activation or gradient of gelu(fc),
+// for an fp32 T) its values widened exactly into `buffer`, so that the chunk bodies above run on the fp32 values the
 // bf16 ones stand for: the same code, so the same bits (this file's -ffast-math could otherwise
 // vectorise a bf16 loop differently from the fp32 one, libmvec's tanh for one, glibc's for the other).
 template <typename T>
@@ -66,13 +66,13 @@ void gelu_forward(T* out, const In* inp, int64_t n) {
   }
 }
 
-template <typename T, typename In>
-void gelu_backward(T* dinp, const In* inp, const T* dout, int64_t n) {
+template <typename T, typename In, typename DOut>
+void gelu_backward(T* dinp, const In* inp, const DOut* dout, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < n; c += kChunk) {
-    T buffer[std::is_same_v<T, In> ? 1 : kChunk];
+    T inp_buffer[std::is_same_v<T, In> ? 1 : kChunk], dout_buffer[std::is_same_v<T, DOut> ? 1 : kChunk];
     const int64_t m = std::min(kChunk, n - c);
-    gelu_backward_chunk(dinp + c, chunk_input(inp + c, m, buffer), dout + c, m);
+    gelu_backward_chunk(dinp + c, chunk_input(inp + c, m, inp_buffer), chunk_input(dout + c, m, dout_buffer), m);
   }
 }
 
@@ -92,9 +92,10 @@ void gelu_forward_to_bf16(bf16* out, const In* inp, int64_t n) {
 template void gelu_forward<float, float>(float*, const float*, int64_t);
 template void gelu_forward<float, bf16>(float*, const bf16*, int64_t);
 template void gelu_forward<double, double>(double*, const double*, int64_t);
-template void gelu_backward<float, float>(float*, const float*, const float*, int64_t);
-template void gelu_backward<float, bf16>(float*, const bf16*, const float*, int64_t);
-template void gelu_backward<double, double>(double*, const double*, const double*, int64_t);
+template void gelu_backward<float, float, float>(float*, const float*, const float*, int64_t);
+template void gelu_backward<float, bf16, float>(float*, const bf16*, const float*, int64_t);
+template void gelu_backward<float, bf16, bf16>(float*, const bf16*, const bf16*, int64_t);
+template void gelu_backward<double, double, double>(double*, const double*, const double*, int64_t);
 template void gelu_forward_to_bf16<float>(bf16*, const float*, int64_t);
 template void gelu_forward_to_bf16<bf16>(bf16*, const bf16*, int64_t);
 

@@ -57,11 +57,12 @@ void bias_add(T* out, const T* bias, int64_t rows, int64_t channels);
 template <typename T>
 void bias_grad(T* dbias, const T* dout, int64_t rows, int64_t channels);
 
-// In: T, or bf16 for an fp32 T (bf16-mixed's pre-activation), read as its exactly widened values.
+// In, DOut: T, or bf16 for an fp32 T (bf16-mixed's pre-activation fc and gradient of gelu(fc)),
+// read as their exactly widened values.
 template <typename T, typename In = T>
 void gelu_forward(T* out, const In* inp, int64_t n);
-template <typename T, typename In = T>
-void gelu_backward(T* dinp, const In* inp, const T* dout, int64_t n);
+template <typename T, typename In = T, typename DOut = T>
+void gelu_backward(T* dinp, const In* inp, const DOut* dout, int64_t n);
 // bf16(gelu(inp)) for an fp32 or bf16 inp: the bits of gelu_forward then convert, without an fp32 output.
 template <typename In>
 void gelu_forward_to_bf16(bf16* out, const In* inp, int64_t n);

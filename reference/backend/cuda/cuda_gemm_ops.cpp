@@ -209,12 +209,13 @@ Tensor CudaBackend::bf16_gelu_backward_operand(const Tensor& inp, const Tensor& 
       dbias.numel() != shape.cols)
     return Backend::bf16_gelu_backward_operand(inp, dout, dbias);
   Tensor copy = alloc_for_overwrite({shape.rows, shape.cols}, DType::BF16);
-  auto write = [&](const auto* pre_activation) {  // fp32, or bf16-mixed's bf16
+  auto write = [&](const auto* pre_activation, const auto* output_grad) {  // fp32, or bf16-mixed's bf16
     cuda::gelu_backward_bias_grad_and_bf16_copy(ptr<float>(dbias, op), copy.device_data<bf16>(), pre_activation,
-                                                ptr<float>(dout, op), shape.rows, shape.cols, ctx_);
+                                                output_grad, shape.rows, shape.cols, ctx_);
   };
-  if (inp.dtype() == DType::BF16) write(ptr<bf16>(inp, op));
-  else write(ptr<float>(inp, op));
+  if (inp.dtype() == DType::BF16 && dout.dtype() == DType::BF16) write(ptr<bf16>(inp, op), ptr<bf16>(dout, op));
+  else if (inp.dtype() == DType::BF16) write(ptr<bf16>(inp, op), ptr<float>(dout, op));
+  else write(ptr<float>(inp, op), ptr<float>(dout, op));
   return copy;
 }
 

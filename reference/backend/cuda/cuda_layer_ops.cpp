@@ -79,7 +79,8 @@ void CudaBackend::bias_grad(const Tensor& dbias, const Tensor& dout) {
   });
 }
 
-// A bf16 input (bf16-mixed's pre-activation) with an fp32 output: its exactly widened values.
+// A bf16 input (bf16-mixed's pre-activation; for the backward also its bf16 output gradient) with
+// an fp32 output: their exactly widened values.
 void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
   if (inp.dtype() == DType::BF16)
@@ -92,6 +93,8 @@ void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
 
 void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const char* op = "gelu_backward";
+  if (inp.dtype() == DType::BF16 && dout.dtype() == DType::BF16)
+    return cuda::gelu_backward(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<bf16>(dout, op), inp.numel(), ctx_);
   if (inp.dtype() == DType::BF16)
     return cuda::gelu_backward(ptr<float>(dinp, op), ptr<bf16>(inp, op), ptr<float>(dout, op), inp.numel(), ctx_);
   dispatch_float(inp.dtype(), op, [&](auto zero) {

@@ -121,8 +121,9 @@ struct ScaleOp {
   }
 };
 
-// The GELU ops read In = T, or bf16 for an fp32 T (bf16-mixed's pre-activation, its values
-// widened exactly by kernels::widened: the bits of the fp32 input they stand for).
+// The GELU ops read In (and DOut) = T, or bf16 for an fp32 T (bf16-mixed's pre-activation and
+// gradient of gelu(fc), their values widened exactly by kernels::widened: the bits of the fp32
+// inputs they stand for).
 template <typename T, typename In = T>
 struct GeluForwardOp {
   T* __restrict__ out;
@@ -155,13 +156,14 @@ struct GeluToBf16Op {
   }
 };
 
-template <typename T, typename In = T>
+template <typename T, typename In = T, typename DOut = T>
 struct GeluBackwardOp {
   T* __restrict__ dinp;
   const In* __restrict__ inp;
-  const T* __restrict__ dout;
+  const DOut* __restrict__ dout;
   __device__ void operator()(int64_t i) const {
-    dinp[i] = kernels::gelu_backward_value(static_cast<T>(kernels::widened(inp[i])), dout[i]);
+    dinp[i] = kernels::gelu_backward_value(static_cast<T>(kernels::widened(inp[i])),
+                                           static_cast<T>(kernels::widened(dout[i])));
   }
   __device__ void quad(int64_t g) const {
     const float4 x = load4(inp, g), dy = load4(dout, g);
@@ -340,10 +342,20 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaCo
   launch_elementwise_in_fours<T>(GeluBackwardOp<T>{dinp, inp, dout}, n, {dinp, inp, dout}, ctx, "gelu_backward");
 }
 
-void gelu_backward(float* dinp, const bf16* inp, const float* dout, int64_t n, const CudaContext& ctx) {
+template <typename DOut>
+void gelu_backward_of_bf16(float* dinp, const bf16* inp, const DOut* dout, int64_t n, const CudaContext& ctx) {
   check_size(n, "gelu_backward");
-  launch_elementwise_in_fours_if(all_aligned_to(16, {dinp, dout}) && aligned_to(inp, quad_bytes<bf16>()),
-                                 GeluBackwardOp<float, bf16>{dinp, inp, dout}, n, ctx, "gelu_backward (bf16 in)");
+  launch_elementwise_in_fours_if(
+      aligned_to(dinp, 16) && aligned_to(inp, quad_bytes<bf16>()) && aligned_to(dout, quad_bytes<DOut>()),
+      GeluBackwardOp<float, bf16, DOut>{dinp, inp, dout}, n, ctx, "gelu_backward (bf16 in)");
+}
+
+void gelu_backward(float* dinp, const bf16* inp, const float* dout, int64_t n, const CudaContext& ctx) {
+  gelu_backward_of_bf16(dinp, inp, dout, n, ctx);
+}
+
+void gelu_backward(float* dinp, const bf16* inp, const bf16* dout, int64_t n, const CudaContext& ctx) {
+  gelu_backward_of_bf16(dinp, inp, dout, n, ctx);
 }
 
 template <typename T>

@@ -33,8 +33,8 @@ void gather_rows(T* packed, const T* table, const int32_t* ids, int64_t rows, in
 template <typename T>
 void scatter_add_rows(T* table, const T* packed, const int32_t* ids, int64_t rows, int64_t channels,
                       const CudaContext& ctx);
-// The GELU of an input of T, or of bf16 into fp32 (bf16-mixed's pre-activation: the bits of the
-// same call on its exactly widened values).
+// The GELU of an input of T, or of bf16 into fp32 (bf16-mixed's pre-activation, and for the
+// backward its bf16 output gradient too: the bits of the same call on their exactly widened values).
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const CudaContext& ctx);
 void gelu_forward(float* out, const bf16* inp, int64_t n, const CudaContext& ctx);
@@ -44,6 +44,7 @@ void gelu_to_bf16(bf16* out, const In* inp, int64_t n, const CudaContext& ctx);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const CudaContext& ctx);
 void gelu_backward(float* dinp, const bf16* inp, const float* dout, int64_t n, const CudaContext& ctx);
+void gelu_backward(float* dinp, const bf16* inp, const bf16* dout, int64_t n, const CudaContext& ctx);
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
            double weight_decay, int64_t step, double grad_scale, const CudaContext& ctx);

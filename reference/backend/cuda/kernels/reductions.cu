@@ -124,17 +124,24 @@ struct BiasGradBf16CopyColumns : BiasGradColumns<float> {
 
 // The same for d = gelu_backward(inp, dout) (dout the GELU output's gradient), computed where it is
 // read and never stored: the bias gradient and bf16 copy of a GELU's input gradient in one pass.
-// inp fp32, or bf16 (bf16-mixed's pre-activation, read as its exactly widened values).
-template <typename In>
-struct GeluBackwardBiasGradBf16CopyColumns : BiasGradColumns<float> {
+// inp fp32, or bf16 (bf16-mixed's pre-activation); dout fp32, or bf16 with a bf16 inp (bf16-mixed's
+// gradient of gelu(fc)): read as their exactly widened values.
+template <typename In, typename DOut>
+struct GeluBackwardBiasGradBf16CopyColumns {
+  using Value = float;
+  static constexpr int kSums = 1;
+  float* __restrict__ dbias;
   bf16* __restrict__ copy;
   const In* __restrict__ inp;
+  const DOut* __restrict__ dout;
+  int64_t channels;
   __device__ void add_row(int64_t row, int64_t c, float (&sums)[1]) const {
     const int64_t i = row * channels + c;
-    const float d = kernels::gelu_backward_value(kernels::widened(inp[i]), dout[i]);
+    const float d = kernels::gelu_backward_value(kernels::widened(inp[i]), kernels::widened(dout[i]));
     copy[i].bits = kernels::float_to_bf16_bits(d);
     sums[0] += d;
   }
+  __device__ void finish(int64_t c, const float (&totals)[1]) const { dbias[c] += totals[0]; }
 };
 
 // BiasGradBf16CopyColumns over a token-major matrix that is stored head-major: `dout` holds it in
@@ -186,12 +193,12 @@ void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_
                      "bias_grad_and_bf16_copy");
 }
 
-template <typename In>
-void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const In* inp, const float* dout, int64_t rows,
+template <typename In, typename DOut>
+void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const In* inp, const DOut* dout, int64_t rows,
                                            int64_t channels, const CudaContext& ctx) {
   check(rows >= 0 && channels >= 0, "gelu_backward_bias_grad_and_bf16_copy: bad shape [", rows, ", ", channels, "]");
-  launch_column_sums(GeluBackwardBiasGradBf16CopyColumns<In>{{dbias, dout, channels}, copy, inp}, rows, channels, ctx,
-                     "gelu_backward_bias_grad_and_bf16_copy");
+  launch_column_sums(GeluBackwardBiasGradBf16CopyColumns<In, DOut>{dbias, copy, inp, dout, channels}, rows, channels,
+                     ctx, "gelu_backward_bias_grad_and_bf16_copy");
 }
 
 void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* head_major, int64_t batch,
@@ -207,10 +214,12 @@ void head_major_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* h
                      batch * seq_len, channels, ctx, "head_major_bias_grad_and_bf16_copy");
 }
 
-template void gelu_backward_bias_grad_and_bf16_copy<float>(float*, bf16*, const float*, const float*, int64_t, int64_t,
-                                                          const CudaContext&);
-template void gelu_backward_bias_grad_and_bf16_copy<bf16>(float*, bf16*, const bf16*, const float*, int64_t, int64_t,
-                                                         const CudaContext&);
+template void gelu_backward_bias_grad_and_bf16_copy<float, float>(float*, bf16*, const float*, const float*, int64_t,
+                                                                 int64_t, const CudaContext&);
+template void gelu_backward_bias_grad_and_bf16_copy<bf16, float>(float*, bf16*, const bf16*, const float*, int64_t,
+                                                                int64_t, const CudaContext&);
+template void gelu_backward_bias_grad_and_bf16_copy<bf16, bf16>(float*, bf16*, const bf16*, const bf16*, int64_t,
+                                                               int64_t, const CudaContext&);
 template void sum_squares<float>(double*, const float*, int64_t, const CudaContext&);
 template void sum_squares<double>(double*, const double*, int64_t, const CudaContext&);
 template void count_nonfinite<float>(double*, const float*, int64_t, const CudaContext&);

@@ -28,9 +28,9 @@ void bias_grad_and_bf16_copy(float* dbias, bf16* copy, const float* dout, int64_
                              const CudaContext& ctx);
 // The same for the gradient d = gelu_backward(inp, dout) of a GELU's input, d computed where it is
 // read and never stored (the bits of gelu_backward then bias_grad_and_bf16_copy); inp fp32 or bf16
-// (bf16-mixed's pre-activation).
-template <typename In>
-void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const In* inp, const float* dout, int64_t rows,
+// (bf16-mixed's pre-activation), dout fp32 or, with a bf16 inp, bf16 (bf16-mixed's gradient of gelu(fc)).
+template <typename In, typename DOut>
+void gelu_backward_bias_grad_and_bf16_copy(float* dbias, bf16* copy, const In* inp, const DOut* dout, int64_t rows,
                                            int64_t channels, const CudaContext& ctx);
 // The same for a token-major gradient [B*T, parts*C] that exists only in head-major form
 // [parts][B][H][T][hd] (the GEMM attention's backward, attention.cu): read by token rows through
