@@ -257,6 +257,10 @@ class Backend {
   // take the bf16 qkv as the policy's fp32 one: the same bits, without the fp32 qkv's write, the
   // copies' reads of it in the forward and the backward, or half its memory (GPT-2 124M at B8 x
   // T1024: 75 MB of 151 a layer). Asked, like attention_state_shape, under the policy of the calls.
+  // Where it says bf16, the backward reads nothing of the output gradient dout but its bf16
+  // rounding either (the register kernels' copy, and delta = rowsum(bf16(dout) * out)): the
+  // backward calls take a bf16 dout with the bf16 qkv (the model's: c_proj's dX product written in
+  // bf16), the bits of its fp32 value, without that value's write and the copy's read of it.
   virtual DType attention_input_dtype(DType dtype, int64_t seq_len, int64_t channels, int64_t n_head) const {
     (void)seq_len, (void)channels, (void)n_head;
     return dtype;

@@ -121,7 +121,8 @@ Tensor Backend::attention_backward_operand(const Tensor& dout, const Tensor& qkv
       "attention_backward_operand: qkv ", qkv.defined() ? qkv.describe() : std::string("none"),
       " is not [B, T, 3C] for the output gradient ", dout.defined() ? dout.describe() : std::string("none"));
   const DType dtype = attention_dtype(qkv, n_head, "attention_backward_operand");
-  if (((dtype != qkv.dtype() && qkv.numel() > 0) || rounded_as_operand(*this, qkv)) && dout.dtype() == DType::F32 &&
+  // (a bf16 dout comes with a bf16 qkv: attention_input_dtype's, for the output gradient too)
+  if (((dtype != qkv.dtype() && qkv.numel() > 0) || rounded_as_operand(*this, qkv)) && dout.dtype() != DType::F64 &&
       dbias.defined())
     return bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
   Tensor dqkv = alloc_for_overwrite(qkv.shape(), dtype);

@@ -77,6 +77,7 @@ Trajectory run_layout(const RunConfig& base, const ParallelLayout& given, Commun
     t.seconds_per_step = run_conformance_steps(trainer, config, 0, steps, t) / std::max(steps, 1);
     const MemoryReport m = trainer.memory();
     t.accounted_bytes = m.params + m.grads + m.optimizer + m.activations + m.transient;
+    t.transient_bytes = m.transient;
     t.peak_bytes = backend.memory_stats().peak - before;  // before gathering: that is a report's, not training's
     t.params = trainer.gather_params();
   }

@@ -40,7 +40,9 @@ struct Trajectory {
   double seconds_per_step = 0;
   // This rank's memory: the backend allocator's peak during the run, and what the trainer's
   // accounting says it holds (parameters, gradients, optimizer state, activations, transients).
-  std::size_t peak_bytes = 0, accounted_bytes = 0;
+  // accounted_bytes: the trainer's memory report; transient_bytes its part that depends on timing
+  // (the peak of gathered parameters, buckets and pipeline messages in flight at once).
+  std::size_t peak_bytes = 0, accounted_bytes = 0, transient_bytes = 0;
 };
 
 struct Errors {

@@ -93,7 +93,7 @@ nlohmann::json outcome_json(const Outcome& o, const std::string& dtype) {
   j.update({{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"micro_batches", l.micro_batches},
             {"schedule", l.pipelined() ? schedule_kind_name(l.schedule) : "none"},
             {"sequence_parallel", l.sequence_parallel}, {"head", o.head}, {"peak_mib", o.peak_mib},
-            {"accounted_mib", o.accounted_mib}});
+            {"accounted_mib", o.accounted_mib}, {"transient_mib", o.transient_mib}});
   return j;
 }
 

@@ -22,7 +22,9 @@ struct Outcome {
   Errors errors;
   double seconds_per_step = 0;
   std::string fingerprint;  // of the trajectory (conformance.h)
-  double peak_mib = 0, accounted_mib = 0;  // largest over ranks: allocator peak, and the trainer's accounting
+  // Largest over ranks: allocator peak, the trainer's accounting, and the accounting's transient
+  // part (buffers in flight: their overlap, so this, can vary from run to run; the rest does not).
+  double peak_mib = 0, accounted_mib = 0, transient_mib = 0;
   bool timed_out = false;                  // did not finish: the watchdog ended the job
   bool failed_alone = false;               // one rank failed while the others still waited in the layout
 };

@@ -8,12 +8,15 @@ namespace tripod::conform {
 
 void agree(Communicator& world, Outcome& o, const std::string& my_failure) {
   const std::vector<double> v =
-      all_reduce_values(world, {o.errors.pass ? 0.0 : 1.0, o.seconds_per_step, o.peak_mib, o.accounted_mib}, ReduceOp::Max);
+      all_reduce_values(world, {o.errors.pass ? 0.0 : 1.0, o.seconds_per_step, o.peak_mib, o.accounted_mib,
+                                o.transient_mib},
+                        ReduceOp::Max);
   const std::vector<std::string> reasons = all_gather_text(world, o.errors.pass ? "" : my_failure);
   o.errors.pass = v[0] == 0.0;
   o.seconds_per_step = v[1];
   o.peak_mib = v[2];
   o.accounted_mib = v[3];
+  o.transient_mib = v[4];
   if (o.errors.pass) return;
   for (std::size_t r = 0; r < reasons.size(); ++r)
     if (!reasons[r].empty()) {

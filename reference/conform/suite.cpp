@@ -252,6 +252,7 @@ class Suite {
       out.fingerprint = fingerprint(got);
       out.peak_mib = static_cast<double>(got.peak_bytes) / (1 << 20);
       out.accounted_mib = static_cast<double>(got.accounted_bytes) / (1 << 20);
+      out.transient_mib = static_cast<double>(got.transient_bytes) / (1 << 20);
     });
   }
 

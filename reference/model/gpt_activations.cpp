@@ -110,7 +110,13 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   };
   s->dres = act({R, C});
   s->dln = act({R, C});
-  s->datty = act({B, T, A});
+  // d atty in the dtype of attention's qkv (Backend::attention_input_dtype: bf16 where the attention
+  // reads nothing of either but its bf16 rounding), unless selective recomputation writes the
+  // recomputed attention's (discarded) fp32 output there.
+  s->datty = recompute_ == Recompute::Selective
+                 ? act({B, T, A})
+                 : backend_.alloc({B, T, A}, backend_.attention_input_dtype(dtype_, T, A, local_heads()));
+  if (recompute_ != Recompute::Selective) s->bytes += s->datty.bytes();
   if (!keeps_operands()) {  // else d qkv and d fc are made only as their bf16 operands
     s->dqkv = act({B, T, 3 * A});
     s->dfc = act({N, F});

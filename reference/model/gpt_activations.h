@@ -58,7 +58,8 @@ struct Gpt::Activations {
 // block activations that recomputation refills (undefined where kept per micro-batch).
 struct Gpt::Scratch {
   // [R,C] x2, [N,A], [N,3A], [N,F] x2; no dqkv or dfc where keeps_operands (made only as bf16 operands);
-  // dfc_gelu in Gpt::rounded_activation_dtype (bf16 under bf16-mixed)
+  // dfc_gelu in Gpt::rounded_activation_dtype (bf16 under bf16-mixed); datty in qkv's dtype (bf16
+  // under flash-mma, Backend::attention_input_dtype) but under selective recomputation
   Tensor dres, dln, datty, dqkv, dfc, dfc_gelu;
   BlockActivations recomputed;
   std::size_t bytes = 0;

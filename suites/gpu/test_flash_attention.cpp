@@ -28,8 +28,9 @@ struct Results {
 };
 
 // `bf16_qkv`: qkv given as its bf16 rounding (Backend::attention_input_dtype's, as the model keeps it
-// under flash-mma at head sizes up to 64) instead of fp32.
-Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_qkv = false) {
+// under flash-mma at head sizes up to 64) instead of fp32; `bf16_dout` (with it): the output
+// gradient too, as the model gives it there but under selective recomputation.
+Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_qkv = false, bool bf16_dout = false) {
   be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
   EXPECT_TRUE(be.takes_flash_attention(DType::F32, T, C, H)) << be.name();
   const CounterRng rng(5, "flash");
@@ -44,6 +45,11 @@ Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_q
     Tensor rounded = be.alloc({B, T, 3 * C}, DType::BF16);
     be.convert(tqkv, rounded);
     tqkv = rounded;
+  }
+  if (bf16_dout) {
+    Tensor rounded = be.alloc({B, T, C}, DType::BF16);
+    be.convert(tdout, rounded);
+    tdout = rounded;
   }
   Tensor out = be.alloc({B, T, C}, DType::F32), dqkv = be.alloc({B, T, 3 * C}, DType::F32);
   Tensor state = be.alloc(be.attention_state_shape(DType::F32, B, T, C, H), DType::F32);
@@ -114,7 +120,9 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
 }
 
 // flash-mma reading the model's bf16 qkv (no copy made) gives the very bits of the fp32 qkv, whose
-// copy its launchers make: the same kernels on the same values. And the emulated device's agree.
+// copy its launchers make: the same kernels on the same values; and the model's bf16 output
+// gradient with it, those of the fp32 one (its copy, and delta's rounding of it). And the emulated
+// device's agree.
 TEST(CudaFlashAttention, TheRegisterKernelsReadABf16QkvWithTheBitsOfItsFp32Copy) {
   FlashAttentionAsked asked("flash-mma");
   std::string why;
@@ -127,11 +135,13 @@ TEST(CudaFlashAttention, TheRegisterKernelsReadABf16QkvWithTheBitsOfItsFp32Copy)
     EXPECT_EQ(from_bf16.out, from_fp32.out);
     EXPECT_EQ(from_bf16.lse, from_fp32.lse);
     EXPECT_EQ(from_bf16.dqkv, from_fp32.dqkv);
+    EXPECT_EQ(run(*cuda, 2, T, 128, 2, true, true).dqkv, from_fp32.dqkv) << "bf16 dout";
     const Results want = run(*emulated, 2, T, 128, 2, true);
     EXPECT_LE(relative_gap(from_bf16.out, want.out), 1.0 / 256) << "out";
     EXPECT_LE(relative_gap(from_bf16.dqkv, want.dqkv), 1.0 / 256) << "dqkv";
   }
   EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1, true));
+  EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1, true, true));
 }
 
 TEST(CudaFlashAttention, MatchesTheEmulatedDevicesBlocks) {

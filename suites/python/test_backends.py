@@ -179,7 +179,9 @@ def test_conform_under_flash_mma_keeps_qkv_in_bf16_and_passes_every_layout(tmp_p
     """flash-mma on the emulated device at a head size its kernels take (16, at T 24): every 2-rank
     layout (TP with and without SP, ZeRO, pipelines, recomputation) passes with qkv kept in bf16
     (Backend::attention_input_dtype: c_attn's GEMM writes it, the kernels read it), and every
-    layout accounts less activation memory than under flash, whose blocks keep qkv in fp32."""
+    layout accounts less activation memory than under flash, whose blocks keep qkv in fp32 (and the
+    backward's output gradient of attention, which flash-mma keeps in bf16 too but under selective
+    recomputation)."""
     require_tripod()
     shape = ["--set", "model.n_head=2", "--set", "model.context=24", "--set", "train.seq_len=24"]
     rows = {}
@@ -194,9 +196,8 @@ def test_conform_under_flash_mma_keeps_qkv_in_bf16_and_passes_every_layout(tmp_p
         rows[attention] = {row["layout"]: row for row in json.loads(out.read_text())["layouts"]}
     mma, flash = rows["flash-mma"], rows["flash"]
     assert len(mma) > 80 and all(row["pass"] for row in mma.values()), [k for k, r in mma.items() if not r["pass"]]
-    # (-opg's accounting counts the bf16 gathers alive when the report is taken, which varies from run
-    # to run by up to 0.05 MiB here, more than the 0.02 MiB of qkv bytes: those layouts are left out)
-    accounted = {name: row["accounted_mib"] for name, row in mma.items()
-                 if row.get("accounted_mib") and not name.endswith("-opg")}
-    assert len(accounted) > 70
-    assert all(mib < flash[name]["accounted_mib"] for name, mib in accounted.items())
+    # (the accounting's transient part, buffers in flight, varies from run to run by up to 0.06 MiB
+    # here, more than the 0.02 MiB of qkv bytes: the rest of it is compared, which does not)
+    steady = {name: row["accounted_mib"] - row["transient_mib"] for name, row in mma.items() if row.get("accounted_mib")}
+    assert len(steady) > 80
+    assert all(mib < flash[name]["accounted_mib"] - flash[name]["transient_mib"] for name, mib in steady.items())

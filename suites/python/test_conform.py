@@ -60,7 +60,7 @@ def test_all_layouts_of_8_ranks_pass(tmp_path, dtype):
         assert {"tp", "pp", "schedule", "loss_rel_error", "param_rel_error", "seconds_per_step"} <= set(r)
         if dtype == "fp64":
             assert r["loss_rel_error"] < 1e-12 and r["param_rel_error"] < 1e-10
-        assert r["peak_mib"] > 0 and r["accounted_mib"] > 0
+        assert r["peak_mib"] > 0 and r["accounted_mib"] > 0 and 0 <= r["transient_mib"] < r["accounted_mib"]
     # The operator checks (vocab-parallel loss on huge logits) of every TP size, first.
     checks = json.loads((tmp_path / "c.json").read_text())["operator_checks"]
     assert [c["layout"] for c in checks] == ["op:vocab-parallel-loss-tp2", "op:vocab-parallel-loss-tp4"]

@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/check/backend_check.h"
+#include "backend/transfer.h"
 #include "core/error.h"
 #include "support/error_text.h"
 #include "support/flash_attention_asked.h"
@@ -107,9 +109,14 @@ TEST(EmulatedFlashAttention, TrainsWithinTheBf16EffectOfTheCpusEmulationAndKeeps
       auto emulated = make_backend("emulated");  // the same padded logits, the probabilities kept
       const int64_t probs = 2 * 2 * 20 * 20, state = 2 * 2 * 20 + 2 * 20 * 32;
       const int64_t states = mode == Recompute::None ? config.model.n_layer : 1;
-      // flash-mma's kernels read only qkv's bf16 rounding: each block keeps qkv in bf16, half its bytes
-      const int64_t qkv_halved = std::string(variant) == "flash-mma" ? config.model.n_layer * 2 * 20 * 3 * 32 * 2 : 0;
-      EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4 + qkv_halved) << recompute_name(mode);
+      // flash-mma's kernels read only qkv's bf16 rounding: each block keeps qkv in bf16, half its
+      // bytes; and the backward's scratch for attention's output gradient, but under selective
+      // recomputation (which writes the recomputed fp32 output there)
+      const bool mma = std::string(variant) == "flash-mma";
+      const int64_t qkv_halved = mma ? config.model.n_layer * 2 * 20 * 3 * 32 * 2 : 0;
+      const int64_t datty_halved = mma && mode != Recompute::Selective ? 2 * 20 * 32 * 2 : 0;
+      EXPECT_EQ(bytes(*emulated) - bytes(*flash), states * (probs - state) * 4 + qkv_halved + datty_halved)
+          << recompute_name(mode);
     }
   }
 }
@@ -122,8 +129,9 @@ struct Fp32QkvBackend : cpu::CpuBackend {
 };
 
 // flash-mma keeps qkv in bf16 (c_attn's GEMM writes the rounding of its fp32 result, which the
-// kernels read instead of a copy made each call): training gives the very bits of the fp32 qkv,
-// with every recomputation mode (the recomputed qkv is bf16 too).
+// kernels read instead of a copy made each call), and the backward's output gradient of attention
+// (c_proj's dX product, likewise; fp32 under selective recomputation): training gives the very bits
+// of the fp32 qkv and gradient, with every recomputation mode (the recomputed qkv is bf16 too).
 TEST(EmulatedFlashAttention, FlashMmaKeepsQkvInBf16WithTheBitsOfAnFp32Qkv) {
   auto bf16_qkv = emulated_flash("flash-mma");
   std::unique_ptr<Backend> fp32_qkv;
@@ -144,6 +152,46 @@ TEST(EmulatedFlashAttention, FlashMmaKeepsQkvInBf16WithTheBitsOfAnFp32Qkv) {
     for (std::size_t i = 0; i < want.size(); ++i)
       EXPECT_EQ(got[i], want[i]) << recompute_name(mode) << " step " << i + 1;
   }
+}
+
+// The backward from the model's bf16 output gradient, op by op: the bits of the fp32 gradient's, as
+// dqkv and as its operand with the bias gradient.
+TEST(EmulatedFlashAttention, FlashMmaTakesABf16OutputGradientWithTheBitsOfItsFp32Value) {
+  auto be = emulated_flash("flash-mma");
+  be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const int64_t B = 2, T = 40, C = 32, H = 2;
+  std::vector<double> values(static_cast<std::size_t>(B * T * 3 * C));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.7 * static_cast<double>(i));
+  Tensor qkv32 = be->alloc({B, T, 3 * C}, DType::F32), qkv = be->alloc({B, T, 3 * C}, DType::BF16);
+  from_host_f64(*be, values, qkv32);
+  be->convert(qkv32, qkv);
+  Tensor dout = be->alloc({B, T, C}, DType::F32), dout16 = be->alloc({B, T, C}, DType::BF16);
+  from_host_f64(*be, std::vector<double>(values.begin(), values.begin() + B * T * C), dout);
+  be->scale(dout, 0.37);
+  be->convert(dout, dout16);
+  Tensor out = be->alloc({B, T, C}, DType::F32), state = be->alloc(be->attention_state_shape(DType::F32, B, T, C, H), DType::F32);
+  be->attention_forward(out, state, qkv, H);
+  auto dqkv_of = [&](const Tensor& dy) {
+    Tensor dqkv = be->alloc({B, T, 3 * C}, DType::F32);
+    be->attention_backward(dqkv, dy, qkv, state, H);
+    return to_host_f64(*be, dqkv);
+  };
+  EXPECT_EQ(dqkv_of(dout16), dqkv_of(dout));
+  auto operand_of = [&](const Tensor& dy) {
+    Tensor db = be->alloc({3 * C}, DType::F32);
+    std::vector<double> op = to_host_f64(*be, be->attention_backward_operand(dy, qkv, state, H, db));
+    for (double x : to_host_f64(*be, db)) op.push_back(x);
+    return op;
+  };
+  EXPECT_EQ(operand_of(dout16), operand_of(dout));
+  // where the attention reads fp32 (qkv fp32: the plain flash kernels), a bf16 dout is refused by name
+  auto flash = emulated_flash("flash");
+  flash->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  Tensor state32 = flash->alloc(flash->attention_state_shape(DType::F32, B, T, C, H), DType::F32);
+  flash->attention_forward(out, state32, qkv32, H);
+  Tensor dqkv = flash->alloc({B, T, 3 * C}, DType::F32);
+  EXPECT_NE(expected_error([&] { flash->attention_backward(dqkv, dout16, qkv32, state32, H); }).find("attention_backward"),
+            std::string::npos);
 }
 
 // A bf16 qkv where the attention reads fp32 (the block flash kernels, or flash-mma's block backward

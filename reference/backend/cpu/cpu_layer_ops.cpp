@@ -155,9 +155,13 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   const char* op = "attention_backward";
   check_attention_state(probs, qkv, n_head, op);
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  if (qkv.dtype() == DType::BF16) {  // attention_input_dtype's: flash-mma reads it as it is
-    cpu::flash_attention_backward_mma(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<bf16>(qkv, op),
-                                      ptr<float>(probs, op), batch, seq_len, channels, n_head);
+  if (qkv.dtype() == DType::BF16) {  // attention_input_dtype's: flash-mma reads it, and a bf16 dout, as they are
+    if (dout.dtype() == DType::BF16)
+      cpu::flash_attention_backward_mma(ptr<float>(dqkv, op), ptr<bf16>(dout, op), ptr<bf16>(qkv, op),
+                                        ptr<float>(probs, op), batch, seq_len, channels, n_head);
+    else
+      cpu::flash_attention_backward_mma(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<bf16>(qkv, op),
+                                        ptr<float>(probs, op), batch, seq_len, channels, n_head);
     return;
   }
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {

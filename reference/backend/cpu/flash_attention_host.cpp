@@ -37,7 +37,8 @@ void for_each_block(int64_t blocks, const Run& run) {
 }
 
 // delta = rowsum(bf16(dout) * out) of every row, out the copy kept in the state after the lse.
-std::vector<float> deltas(const flash::Problem& p, const float* dout, const float* state) {
+template <typename DOut>
+std::vector<float> deltas(const flash::Problem& p, const DOut* dout, const float* state) {
   const float* kept_out = state + p.pairs() * p.seq_len;
   std::vector<float> delta(static_cast<std::size_t>(p.pairs() * p.seq_len));
   const auto rows = static_cast<int64_t>(delta.size());
@@ -142,14 +143,21 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const float* q
 
 void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
                                   int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+  // The kernels read dout's bf16 copy, and delta rounds dout as that copy does: the copy is all
+  // of dout they use (flash::delta_of_row).
+  const std::vector<bf16> dout16 = bf16_copy(dout, batch * seq_len * channels);
+  flash_attention_backward_mma(dqkv, dout16.data(), qkv16, state, batch, seq_len, channels, n_head);
+}
+
+void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* qkv16, const float* state,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
   namespace fm = kernels::flash_mma;
   check(n_head > 0 && channels % n_head == 0 && fm::register_backward_head_dim(channels / n_head),
         "flash_attention_backward_mma: a bf16 qkv at head size ", n_head > 0 ? channels / n_head : 0,
         ", which the register backward does not take (up to 64)");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   const float* lse = state;
-  const std::vector<float> delta = deltas(p, dout, state);
-  const std::vector<bf16> dout16 = bf16_copy(dout, batch * seq_len * channels);
+  const std::vector<float> delta = deltas(p, dout16, state);
   flash::with_head_dim(p.head_dim(), [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     if constexpr (HD <= 64) {  // register_backward_head_dim
@@ -171,7 +179,7 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qk
           fm::key_warp_start<HD>(w, b.warps[warp], p, qkv16, at.pair, key0 + warp * fm::kRowsPerWarp);
         for (int64_t qt = at.tile; qt < p.tiles(); ++qt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)
-            fm::load_query_tile<HD>(thread, b.shared, p, qkv16, dout16.data(), lse, delta.data(), at.pair, qt);
+            fm::load_query_tile<HD>(thread, b.shared, p, qkv16, dout16, lse, delta.data(), at.pair, qt);
           for (int warp = 0; warp < fm::kWarps; ++warp)
             fm::key_warp_tile<HD>(w, b.warps[warp], b.shared, p, key0 + warp * fm::kRowsPerWarp, qt * flash::kTile);
         }
@@ -184,7 +192,7 @@ void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qk
         const flash::BlockPlace at = flash::place_of_block(block, p, true);
         const int64_t row0 = at.tile * flash::kTile;
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv16, dout16.data(), lse, delta.data(), at.pair,
+          fm::query_warp_start<HD>(w, b.warps[warp], p, qkv16, dout16, lse, delta.data(), at.pair,
                                    row0 + warp * fm::kRowsPerWarp);
         for (int64_t kt = 0; kt <= at.tile; ++kt) {
           for (int thread = 0; thread < fm::kThreads; ++thread)

@@ -94,8 +94,12 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
 // block algorithms' above), their warps run by the host warp executor.
 void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
                               int64_t seq_len, int64_t channels, int64_t n_head);
-// The same from a bf16 qkv, at the head sizes the register kernels take only (throws above 64).
+// The same from a bf16 qkv, at the head sizes the register kernels take only (throws above 64);
+// and from a bf16 dout too (the model's where attention_input_dtype says bf16: the kernels' copy of
+// an fp32 dout is its rounding, and delta rounds it so, so the bits are those of the fp32 dout).
 void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
+void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* qkv16, const float* state,
                                   int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
 
 template <typename T>

@@ -186,7 +186,8 @@ class CudaBackend final : public Backend {
   // the whole device), counted by the allocator like any tensor.
   Tensor& grown(Tensor& buffer, int64_t elements, DType dtype);
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
-  Tensor flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given);
+  Tensor flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given,
+                          bool dout_given = false);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {

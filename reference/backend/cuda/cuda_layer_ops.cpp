@@ -114,9 +114,10 @@ bf16* CudaBackend::attention_bf16_scratch(DType dtype, int64_t batch, int64_t se
 }
 
 // Scratch for flash-mma's bf16 copies of qkv (unless the model's qkv is bf16) and the backward's of
-// dout (flash_attention.h), for one call.
-Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given) {
-  const int64_t elements = cuda::flash_mma_copy_elements(batch, seq_len, channels, backward, qkv_given);
+// dout (unless the model's dout is) (flash_attention.h), for one call.
+Tensor CudaBackend::flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given,
+                                    bool dout_given) {
+  const int64_t elements = cuda::flash_mma_copy_elements(batch, seq_len, channels, backward, qkv_given, dout_given);
   return elements > 0 ? alloc_for_overwrite({elements}, DType::BF16) : Tensor();
 }
 
@@ -187,17 +188,18 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   const char* op = "attention_backward";
   check_attention_state(probs, qkv, n_head, op);
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: read as it is
+  // attention_input_dtype's bf16 qkv, and with it a bf16 dout: read as they are
+  const bool given = qkv.dtype() == DType::BF16, dout_given = given && dout.dtype() == DType::BF16;
   if (given || takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
     Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
     Tensor copies;  // the register kernels' bf16 copies of qkv and dout, freed (stream-ordered) after
     if (attention_kernel_ == cuda::AttentionKernel::FlashMma)
-      copies = flash_mma_copies(batch, seq_len, channels, true, given);
-    cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(), ptr<float>(dout, op),
-                                   given ? nullptr : ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len,
-                                   channels, n_head, ctx_, attention_kernel_,
+      copies = flash_mma_copies(batch, seq_len, channels, true, given, dout_given);
+    cuda::flash_attention_backward(ptr<float>(dqkv, op), delta.device_data<float>(),
+                                   dout_given ? nullptr : ptr<float>(dout, op), given ? nullptr : ptr<float>(qkv, op),
+                                   ptr<float>(probs, op), batch, seq_len, channels, n_head, ctx_, attention_kernel_,
                                    copies.defined() ? copies.device_data<bf16>() : nullptr,
-                                   given ? ptr<bf16>(qkv, op) : nullptr);
+                                   given ? ptr<bf16>(qkv, op) : nullptr, dout_given ? ptr<bf16>(dout, op) : nullptr);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

@@ -32,13 +32,19 @@ struct KeyGradsShared : BackwardShared<HD> {
   alignas(128) bf16 probs[kTile * Strides<HD>::kSquare16];
 };
 
+// An element of dout as the dprobs product sees it: rounded to bf16 (a bf16 dout, the model's
+// where Backend::attention_input_dtype says bf16, is that rounding already).
+TRIPOD_HD float dout_as_operand(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+TRIPOD_HD float dout_as_operand(bf16 x) { return bf16_bits_to_float(x.bits); }
+
 // delta[bh, t] = sum_d bf16(dout[b, t, h*hd + d]) * out[b, t, h*hd + d] in ascending d: one row.
 // dout rounded as the dprobs product sees it, so that for a row of one key (P = 1) dP - delta is
-// the rounding of out alone, not of dout too.
-TRIPOD_HD float delta_of_row(const Problem& p, const float* dout, const float* out, int64_t row) {
+// the rounding of out alone, not of dout too; so an fp32 dout and its bf16 copy give the same bits.
+template <typename DOut>
+TRIPOD_HD float delta_of_row(const Problem& p, const DOut* dout, const float* out, int64_t row) {
   const int64_t bh = row / p.seq_len, t = row % p.seq_len, at = p.token_index(bh, t);
   float sum = 0;
-  for (int64_t d = 0; d < p.head_dim(); ++d) sum += bf16_bits_to_float(float_to_bf16_bits(dout[at + d])) * out[at + d];
+  for (int64_t d = 0; d < p.head_dim(); ++d) sum += dout_as_operand(dout[at + d]) * out[at + d];
   return sum;
 }
 

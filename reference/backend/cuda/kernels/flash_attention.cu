@@ -162,10 +162,12 @@ __global__ void __launch_bounds__(flash::kThreads, blocks_per_sm(HD, 2))
                                delta, dqkv, at.pair, at.tile);
 }
 
+// dout fp32, or the model's bf16 (flash-mma's register backward): the same bits (delta_of_row).
+template <typename DOut>
 struct DeltaOp {
   flash::Problem p;
   float* delta;
-  const float* dout;
+  const DOut* dout;
   const float* out;
   __device__ void operator()(int64_t row) const { delta[row] = flash::delta_of_row(p, dout, out, row); }
 };
@@ -224,21 +226,27 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx, AttentionKernel kernel, bf16* register_copies,
-                              const bf16* qkv16) {
+                              const bf16* qkv16, const bf16* dout16) {
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx, kernel);
   const bool registers =
       kernel == AttentionKernel::FlashMma && kernels::flash_mma::register_backward_head_dim(p.head_dim());
-  check(qkv16 == nullptr || registers, op, ": a bf16 qkv at head size ", p.head_dim(),
-        ", which only flash-mma's register backward (head size up to 64) reads");
+  check((qkv16 == nullptr && dout16 == nullptr) || registers, op, ": a bf16 ", qkv16 != nullptr ? "qkv" : "dout",
+        " at head size ", p.head_dim(), ", which only flash-mma's register backward (head size up to 64) reads");
   if (batch * seq_len == 0) return;
-  check_rows_aligned(op, {qkv16 != nullptr ? static_cast<const void*>(qkv16) : qkv, dout});
+  check_rows_aligned(op, {qkv16 != nullptr ? static_cast<const void*>(qkv16) : qkv,
+                          dout16 != nullptr ? static_cast<const void*>(dout16) : dout});
   const float* lse = state;
   const float* kept_out = state + p.pairs() * seq_len;
-  launch_elementwise(DeltaOp{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx, "flash_attention_backward (delta)");
+  if (dout16 != nullptr)
+    launch_elementwise(DeltaOp<bf16>{p, delta, dout16, kept_out}, p.pairs() * seq_len, ctx,
+                       "flash_attention_backward (delta)");
+  else
+    launch_elementwise(DeltaOp<float>{p, delta, dout, kept_out}, p.pairs() * seq_len, ctx,
+                       "flash_attention_backward (delta)");
   if (registers) {
     flash_backward_mma_kernels(dqkv, delta, dout, qkv, lse, register_copies, batch, seq_len, channels, n_head, ctx,
-                               qkv16);
+                               qkv16, dout16);
     return;
   }
   flash::with_head_dim(p.head_dim(), [&](auto hd) {

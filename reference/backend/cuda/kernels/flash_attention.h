@@ -29,28 +29,32 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
                                  int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx,
                                  const bf16* qkv16 = nullptr);
 // flash_attention_backward's register kernels, delta computed (flash_mma.cu); `copies` as above,
-// of flash_mma_copy_elements(..., true, qkv16 != nullptr), for the copies of qkv (unless qkv16
-// is given) and dout.
+// of flash_mma_copy_elements(..., true, qkv16 != nullptr, dout16 != nullptr), for the copies of
+// qkv (unless qkv16 is given) and dout (unless dout16 is).
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
-                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16 = nullptr);
+                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16 = nullptr,
+                                const bf16* dout16 = nullptr);
 // Overwrites dqkv. `delta`: scratch of flash_attention_delta_elements floats. `kernel` FlashMma
 // (TRIPOD_CUDA_ATTENTION=flash-mma): flash_mma.cu's kernels (backend/kernels/flash_backward_warp.h)
 // at head sizes up to 64, reading copies made in `register_copies` (scratch as the forward's);
 // above 64, or Flash, the block kernels above. `qkv16`: a bf16 qkv read as it is (FlashMma at head
-// sizes up to 64 only; qkv may then be null), as flash_attention_forward_mma's.
+// sizes up to 64 only; qkv may then be null), as flash_attention_forward_mma's; `dout16` likewise
+// the model's bf16 output gradient (dout may then be null): the bits of its fp32 value, whose
+// bf16 rounding is all that delta and the kernels read of it.
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx, AttentionKernel kernel = AttentionKernel::Flash,
-                              bf16* register_copies = nullptr, const bf16* qkv16 = nullptr);
+                              bf16* register_copies = nullptr, const bf16* qkv16 = nullptr,
+                              const bf16* dout16 = nullptr);
 inline int64_t flash_attention_delta_elements(int64_t batch, int64_t seq_len, int64_t n_head) {
   return batch * n_head * seq_len;
 }
 // The register kernels' bf16 copies: qkv [B, T, 3C] (none where the model's qkv is bf16 already),
-// then (the backward's) dout [B, T, C].
+// then (the backward's) dout [B, T, C] (none where the model's is).
 inline int64_t flash_mma_copy_elements(int64_t batch, int64_t seq_len, int64_t channels, bool backward,
-                                       bool qkv_given = false) {
-  return batch * seq_len * ((qkv_given ? 0 : 3) + (backward ? 1 : 0)) * channels;
+                                       bool qkv_given = false, bool dout_given = false) {
+  return batch * seq_len * ((qkv_given ? 0 : 3) + (backward && !dout_given ? 1 : 0)) * channels;
 }
 
 }  // namespace tripod::cuda

@@ -161,29 +161,36 @@ void bf16_copy(bf16* copy, const float* x, int64_t n, const CudaContext& ctx, co
   convert<float, bf16>(x, copy, n, ctx);
 }
 
-// The model's own bf16 qkv, read by the same 16-byte tile loads (a whole allocation is).
-void check_given_aligned(const bf16* qkv16, const char* op) {
-  check(all_aligned_to(16, {qkv16}), op, ": the bf16 qkv must start 16-byte aligned");
+// The model's own bf16 qkv or dout, read by the same 16-byte tile loads (a whole allocation is).
+void check_given_aligned(const bf16* given, const char* op) {
+  check(all_aligned_to(16, {given}), op, ": the bf16 qkv and output gradient must start 16-byte aligned");
 }
 
 }  // namespace
 
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
-                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16) {
+                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16, const bf16* dout16) {
   const char* op = "flash_attention_backward_mma";
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   check(fm::register_backward_head_dim(p.head_dim()), op, ": head size ", p.head_dim(), " has no register backward");
-  check(copies != nullptr, op, ": no scratch for the bf16 copies of ", qkv16 == nullptr ? "qkv and " : "", "dout");
-  bf16* dout16 = copies;
-  if (qkv16 == nullptr) {  // qkv's copy first, then dout's
-    bf16_copy(copies, qkv, batch * seq_len * 3 * channels, ctx, op);
-    qkv16 = copies;
-    dout16 = copies + batch * seq_len * 3 * channels;
+  check(copies != nullptr || (qkv16 != nullptr && dout16 != nullptr), op, ": no scratch for the bf16 copies of ",
+        qkv16 == nullptr ? "qkv" : "", qkv16 == nullptr && dout16 == nullptr ? " and " : "",
+        dout16 == nullptr ? "dout" : "");
+  bf16* next_copy = copies;  // qkv's copy first, then dout's: those not given
+  if (qkv16 == nullptr) {
+    bf16_copy(next_copy, qkv, batch * seq_len * 3 * channels, ctx, op);
+    qkv16 = next_copy;
+    next_copy += batch * seq_len * 3 * channels;
   } else {
     check_given_aligned(qkv16, op);
   }
-  bf16_copy(dout16, dout, batch * seq_len * channels, ctx, op);
+  if (dout16 == nullptr) {
+    bf16_copy(next_copy, dout, batch * seq_len * channels, ctx, op);
+    dout16 = next_copy;
+  } else {
+    check_given_aligned(dout16, op);
+  }
   LaunchShape shape;
   shape.grid_x = p.pairs() * p.tiles();
   shape.block = fm::kThreads;
