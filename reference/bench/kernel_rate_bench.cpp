@@ -143,6 +143,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
   Tensor qkv_bias, qkv16, qkv32;
   Tensor logits16;                // bf16-mixed's bf16 logits, likewise
   Tensor h16, hout16;             // and its bf16 pre-activation fc and gradient of gelu(fc)
+  Tensor att_qkv16, datt16;       // and attention's qkv and output gradient where the model keeps them in bf16
   if (dt == DType::F32) {
     // The same under the bf16-mixed policy: products on bf16 operands (bf16 tensor cores on a GPU).
     auto bf16_operands = [&b](const std::function<void()>& call) {
@@ -287,6 +288,24 @@ void run_kernel_rate(const KernelRateOptions& o) {
                        b.attention_backward(dqkv, datt, qkv, probs, heads);
                        b.gemm_operands({dqkv}, dqkv_bias);
                      }), 8 * products});
+    // Where the model keeps qkv and attention's output gradient in bf16 (Backend::
+    // attention_input_dtype: flash-mma at head sizes up to 64), the attention reads them as they
+    // are, without the copies the rows above make each call: the same two calls from bf16 tensors
+    // (the same bits), their bytes counting qkv and dout in bf16.
+    b.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+    const bool model_keeps_bf16 = b.attention_input_dtype(dt, seq, c, heads) == DType::BF16;
+    b.set_fp32_matmul(Fp32Matmul::Exact);
+    if (model_keeps_bf16) {
+      att_qkv16 = b.alloc(qkv.shape(), DType::BF16);
+      datt16 = b.alloc(datt.shape(), DType::BF16);
+      b.convert(qkv, att_qkv16);
+      b.convert(datt, datt16);
+      cases.push_back({"attention fwd, bf16 qkv", 3 * nc * 2 + (nc + square) * s,
+                       bf16_operands([&] { b.attention_forward(att, probs, att_qkv16, heads); }), 4 * products});
+      cases.push_back({"attention bwd, bf16 qkv, dout", 4 * nc * 2 + (3 * nc + square) * s,
+                       bf16_operands([&] { b.attention_backward(dqkv, datt16, att_qkv16, probs, heads); }),
+                       8 * products});
+    }
   }
   std::printf("tripod bench kernel-rate: backend %s, %s, N %lld tokens, C %lld, V %lld, attention B %lld x T %lld, "
               "H %lld, %d timed regions of >= %.1f ms\n",

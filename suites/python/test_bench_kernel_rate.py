@@ -2,6 +2,7 @@
 in GB/s and as a percentage of a copy measured in the same run; on the CPU and the emulated device
 here (a GPU runs the same command in ci/gpu-check.sh)."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -102,6 +103,25 @@ def test_attention_takes_the_context_and_heads_given(tmp_path):
     j = json.loads(out.read_text())
     assert (j["attention_batch"], j["context"], j["heads"]) == (4, 16, 4)
     assert "attention B 4 x T 16, H 4" in result.stdout
+
+
+def test_flash_mma_times_attention_from_the_models_bf16_qkv_and_gradient(tmp_path):
+    """Where the model keeps qkv and attention's output gradient in bf16 (flash-mma at head size 16
+    here, on the emulated device), two more rows time the attention from them, their bytes counting
+    both in bf16; the other attentions keep fp32 and have no such rows (the list above)."""
+    require_tripod()
+    out = tmp_path / "k.json"
+    result = subprocess.run([TRIPOD, "bench", "kernel-rate", "--backend", "emulated", "--tokens", "64", "--channels",
+                             "32", "--vocab", "50", "--context", "32", "--heads", "2", "--repeat", "1",
+                             "--min-time-ms", "0", "--json", str(out)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TRIPOD_CUDA_ATTENTION": "flash-mma"})
+    assert result.returncode == 0, result.stderr
+    rows = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    nc, state = 64 * 32, 2 * 2 * 32 * 32  # the state buffer counted as the T x T scores, as the fp32 rows count it
+    assert rows["attention fwd, bf16 qkv"]["bytes"] == 3 * nc * 2 + (nc + state) * 4
+    assert rows["attention bwd, bf16 qkv, dout"]["bytes"] == 4 * nc * 2 + (3 * nc + state) * 4
+    assert rows["attention bwd, bf16 qkv, dout"]["nominal_flops"] == 8 * 2 * 32 * 32 * 32
 
 
 @pytest.mark.parametrize("args, message", [
