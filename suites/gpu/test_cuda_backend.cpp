@@ -7,13 +7,13 @@
 #include <cmath>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
 #include "backend/transfer.h"
 #include "conform/conformance.h"
+#include "support/bf16_gelu_inputs.h"
 #include "support/error_text.h"
 
 namespace tripod {
@@ -110,31 +110,10 @@ TEST(CudaBackend, TheGeluOfBf16InputsHasTheBitsOfTheirFp32Values) {
   for (int64_t offset : {0, 1}) {
     auto at = [&](const Tensor& t) { return t.view(offset, {rows, cols}); };
     const Tensor x16 = at(x16_all), x32 = at(x32_all), dout = at(dout_all);
-    auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
-      EXPECT_EQ(got.dtype(), want.dtype()) << op << " at offset " << offset;
-      EXPECT_EQ(to_host_f64(*cuda, got), to_host_f64(*cuda, want)) << op << " at offset " << offset;
-    };
-    auto gelu = [&](const Tensor& x) {
-      Tensor out = cuda->alloc({rows, cols}, DType::F32);
-      cuda->gelu_forward(out, x);
-      return out;
-    };
     const Tensor dout16 = at(dout16_all), dout32 = at(dout32_all);
-    auto gelu_grad = [&](const Tensor& x, const Tensor& dy) {
-      Tensor d = cuda->alloc({rows, cols}, DType::F32);
-      cuda->gelu_backward(d, x, dy);
-      return d;
-    };
-    same(gelu(x16), gelu(x32), "gelu_forward");
-    same(gelu_grad(x16, dout), gelu_grad(x32, dout), "gelu_backward");
-    same(gelu_grad(x16, dout16), gelu_grad(x32, dout32), "gelu_backward, bf16 dout");
-    same(cuda->gelu_operand(x16), cuda->gelu_operand(x32), "gelu_operand");
-    for (const auto& [dy16, dy32] : {std::pair{dout, dout}, std::pair{dout16, dout32}}) {
-      const Tensor got_db = cuda->alloc({cols}, DType::F32), want_db = cuda->alloc({cols}, DType::F32);
-      same(cuda->gelu_backward_operand(x16, dy16, got_db), cuda->gelu_backward_operand(x32, dy32, want_db),
-           "gelu_backward_operand");
-      same(got_db, want_db, "gelu_backward_operand's bias gradient");
-    }
+    auto bias = [&](int) { return cuda->alloc({cols}, DType::F32); };
+    testing::expect_bf16_gelu_inputs_give_their_widenings_bits(*cuda, x16, x32, dout, dout16, dout32, bias,
+                                                                "offset " + std::to_string(offset));
   }
 }
 

@@ -21,6 +21,7 @@
 #include "model/linear.h"
 #include "model_test_util.h"
 #include "support/error_text.h"
+#include "support/bf16_gelu_inputs.h"
 #include "support/padding_cpu_backend.h"
 #include "train/trainer.h"
 #include "kernel_math_test_util.h"
@@ -262,33 +263,11 @@ TEST(OperandProducers, ABf16PreActivationGivesTheBitsOfItsFp32Values) {
         be->convert(dout, dout16);
         const Tensor dout32 = be->alloc(shape, DType::F32);
         be->convert(dout16, dout32);  // exact
-        auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
-          EXPECT_EQ(got.dtype(), want.dtype()) << what << ": " << op;
-          EXPECT_EQ(got.shape(), want.shape()) << what << ": " << op;
-          EXPECT_EQ(to_host_f64(*be, got), to_host_f64(*be, want)) << what << ": " << op;
-        };
-        auto gelu = [&](const Tensor& x) {
-          Tensor out = be->alloc(shape, DType::F32);
-          be->gelu_forward(out, x);
-          return out;
-        };
-        auto gelu_grad = [&](const Tensor& x, const Tensor& dy) {
-          Tensor d = be->alloc(shape, DType::F32);
-          be->gelu_backward(d, x, dy);
-          return d;
-        };
-        same(gelu(x16), gelu(x32), "gelu_forward");
-        same(gelu_grad(x16, dout), gelu_grad(x32, dout), "gelu_backward");
-        same(gelu_grad(x16, dout16), gelu_grad(x32, dout32), "gelu_backward, bf16 dout");
-        same(be->gelu_operand(x16), be->gelu_operand(x32), "gelu_operand");
-        for (bool with_bias : {true, false})
-          for (const auto& [dy16, dy32] : {std::pair{dout, dout}, std::pair{dout16, dout32}}) {
-            auto bias = [&] { return with_bias ? random_tensor(*be, {shape.back()}, 123, -1.0, 1.0) : Tensor(); };
-            const Tensor got_db = bias(), want_db = bias();
-            const char* op = dy16.dtype() == DType::BF16 ? "gelu_backward_operand, bf16 dout" : "gelu_backward_operand";
-            same(be->gelu_backward_operand(x16, dy16, got_db), be->gelu_backward_operand(x32, dy32, want_db), op);
-            if (with_bias) same(got_db, want_db, op);
-          }
+        for (bool with_bias : {true, false}) {
+          auto bias = [&](int) { return with_bias ? random_tensor(*be, {shape.back()}, 123, -1.0, 1.0) : Tensor(); };
+          testing::expect_bf16_gelu_inputs_give_their_widenings_bits(*be, x16, x32, dout, dout16, dout32, bias,
+                                                                      what + (with_bias ? ", bias" : ""));
+        }
       }
   // Only an fp32 output takes a bf16 input.
   auto be = make_backend("cpu");
