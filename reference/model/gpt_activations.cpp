@@ -103,26 +103,25 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
   const int64_t N = B * T, C = config_.d_model, F = layers_->local_width(LinearRole::Fc, config_.d_ff);
   const int64_t A = layers_->local_width(LinearRole::AttnOut, C), R = layers_->local_tokens(N);
   auto s = std::make_unique<Scratch>();
-  auto act = [&](Shape shape) {
-    Tensor t = backend_.alloc(shape, dtype_);
+  auto make = [&](Shape shape, DType dt) {
+    Tensor t = backend_.alloc(shape, dt);
     s->bytes += t.bytes();
     return t;
   };
+  auto act = [&](Shape shape) { return make(std::move(shape), dtype_); };
   s->dres = act({R, C});
   s->dln = act({R, C});
   // d atty in the dtype of attention's qkv (Backend::attention_input_dtype: bf16 where the attention
   // reads nothing of either but its bf16 rounding), unless selective recomputation writes the
   // recomputed attention's (discarded) fp32 output there.
-  s->datty = recompute_ == Recompute::Selective
-                 ? act({B, T, A})
-                 : backend_.alloc({B, T, A}, backend_.attention_input_dtype(dtype_, T, A, local_heads()));
-  if (recompute_ != Recompute::Selective) s->bytes += s->datty.bytes();
+  s->datty = make({B, T, A}, recompute_ == Recompute::Selective
+                                 ? dtype_
+                                 : backend_.attention_input_dtype(dtype_, T, A, local_heads()));
   if (!keeps_operands()) {  // else d qkv and d fc are made only as their bf16 operands
     s->dqkv = act({B, T, 3 * A});
     s->dfc = act({N, F});
   }
-  s->dfc_gelu = backend_.alloc({N, F}, rounded_activation_dtype());  // c_proj's dX, bf16 under bf16-mixed
-  s->bytes += s->dfc_gelu.bytes();
+  s->dfc_gelu = make({N, F}, rounded_activation_dtype());  // c_proj's dX, bf16 under bf16-mixed
   if (span_.end_layer > span_.first_layer && recompute_ != Recompute::None) {
     const int64_t H = local_heads();
     BlockActivations& r = s->recomputed;
@@ -132,15 +131,13 @@ void Gpt::ensure_activations(int64_t B, int64_t T) {
       r.ln1 = act({R, C});
       r.ln1_mean = act({R});
       r.ln1_rstd = act({R});
-      r.qkv = backend_.alloc({B, T, 3 * A}, backend_.attention_input_dtype(dtype_, T, A, H));
-      s->bytes += r.qkv.bytes();
+      r.qkv = make({B, T, 3 * A}, backend_.attention_input_dtype(dtype_, T, A, H));
       r.atty = act({B, T, A});
       r.res2 = act({R, C});
       r.ln2 = act({R, C});
       r.ln2_mean = act({R});
       r.ln2_rstd = act({R});
-      r.fc = backend_.alloc({N, F}, rounded_activation_dtype());
-      s->bytes += r.fc.bytes();
+      r.fc = make({N, F}, rounded_activation_dtype());
     }
   }
   if (keeps_operands() && keep_weight_copies_) {
