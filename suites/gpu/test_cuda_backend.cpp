@@ -87,8 +87,9 @@ TEST(CudaBackend, ALargeTensorFitsWhereSmallerFreedOnesWere) {
 
 // bf16-mixed's pre-activation fc is bf16 (Gpt::rounded_activation_dtype), and the gradient of
 // gelu(fc) too: the GELU kernels read them as the fp32 values they hold, so each result has the
-// bits of the same kernel on their fp32 widenings, on the device (check-backend compares them with the CPU within bounds). Aligned views
-// take the four-wide kernels; views one element in, the one-element ones.
+// bits of the same kernel on their fp32 widenings, on the device (check-backend compares them with
+// the CPU within bounds). Aligned views take the four-wide kernels; views one element in, the
+// one-element ones.
 TEST(CudaBackend, TheGeluOfBf16InputsHasTheBitsOfTheirFp32Values) {
   REQUIRE_GPU(cuda);
   cuda->set_fp32_matmul(Fp32Matmul::Bf16Operands);

@@ -198,6 +198,7 @@ def test_conform_under_flash_mma_keeps_qkv_in_bf16_and_passes_every_layout(tmp_p
     assert len(mma) > 80 and all(row["pass"] for row in mma.values()), [k for k, r in mma.items() if not r["pass"]]
     # (the accounting's transient part, buffers in flight, varies from run to run by up to 0.06 MiB
     # here, more than the 0.02 MiB of qkv bytes: the rest of it is compared, which does not)
-    steady = {name: row["accounted_mib"] - row["transient_mib"] for name, row in mma.items() if row.get("accounted_mib")}
+    steady = {name: row["accounted_mib"] - row["transient_mib"]
+              for name, row in mma.items() if row.get("accounted_mib")}
     assert len(steady) > 80
     assert all(mib < flash[name]["accounted_mib"] - flash[name]["transient_mib"] for name, mib in steady.items())

@@ -36,7 +36,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     # bf16 operands, its output and its backward's dqkv as bf16 operands (fused and apart)
     mixed = ["bias_grad+bf16 (fused)", "bias_grad, bf16 apart", "gelu->bf16 (fused)", "gelu, bf16 apart",
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
-             "gelu->bf16, bf16 fc", "gelu bwd+db+bf16, bf16 fc, d", "ce window bwd->bf16 (fused)", "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
+             "gelu->bf16, bf16 fc", "gelu bwd+db+bf16, bf16 fc, d", "ce window bwd->bf16 (fused)",
+             "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
              "ce window bwd, bf16 logits", "proj+residual (fused)",
              "proj, residual apart", "qkv->bf16, bias (fused)", "qkv, bf16 apart", "attention fwd bf16",
              "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",

@@ -169,7 +169,8 @@ TEST(EmulatedFlashAttention, FlashMmaTakesABf16OutputGradientWithTheBitsOfItsFp3
   from_host_f64(*be, std::vector<double>(values.begin(), values.begin() + B * T * C), dout);
   be->scale(dout, 0.37);
   be->convert(dout, dout16);
-  Tensor out = be->alloc({B, T, C}, DType::F32), state = be->alloc(be->attention_state_shape(DType::F32, B, T, C, H), DType::F32);
+  Tensor out = be->alloc({B, T, C}, DType::F32);
+  Tensor state = be->alloc(be->attention_state_shape(DType::F32, B, T, C, H), DType::F32);
   be->attention_forward(out, state, qkv, H);
   auto dqkv_of = [&](const Tensor& dy) {
     Tensor dqkv = be->alloc({B, T, 3 * C}, DType::F32);

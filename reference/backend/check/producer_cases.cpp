@@ -41,8 +41,8 @@ void add_operand_producer_cases(CaseList& cases) {
                 const Tensor x = in.normal_as({n + 1}, DType::BF16, 2.0).view(offset, {64, 3072});
                 const Tensor dout = in.normal({n + 1}, 1.0).view(offset, {64, 3072});
                 const Tensor dout16 = in.normal_as({n + 1}, DType::BF16, 1.0).view(offset, {64, 3072});
-                Tensor g = in.normal({n + 1}).view(offset, {64, 3072}), dx = in.normal({n + 1}).view(offset, {64, 3072});
-                Tensor dx16 = in.normal({n + 1}).view(offset, {64, 3072});
+                auto fresh = [&] { return in.normal({n + 1}).view(offset, {64, 3072}); };
+                Tensor g = fresh(), dx = fresh(), dx16 = fresh();
                 be.gelu_forward(g, x);
                 be.gelu_backward(dx, x, dout);
                 be.gelu_backward(dx16, x, dout16);  // bf16-mixed's bf16 gradient of gelu(fc)
@@ -87,7 +87,8 @@ void add_operand_producer_cases(CaseList& cases) {
   for (const auto& [pre, grad] : std::vector<std::pair<DType, DType>>{
            {DType::F32, DType::F32}, {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}})
     for (const auto& [tokens, channels] : std::vector<std::pair<int64_t, int64_t>>{{96, 64}, {1040, 40}})
-      cases.add("gelu_backward_operand " + (grad == DType::BF16 ? std::string("bf16 x2") : dtype_name(pre)) + "->bf16, db",
+      cases.add("gelu_backward_operand " + (grad == DType::BF16 ? std::string("bf16 x2") : dtype_name(pre)) +
+                    "->bf16, db",
                 DType::F32, dims({tokens, channels}), [=](Backend& be) {
                   Inputs in(be, DType::F32, kSeed + 52 + tokens);
                   const Tensor inp = in.normal_as({tokens, channels}, pre, 2.0);

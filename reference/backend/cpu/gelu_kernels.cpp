@@ -44,9 +44,10 @@ void gelu_backward_chunk(T* __restrict dinp, const T* __restrict inp, const T* _
 constexpr int64_t kChunk = 4096;
 
 // A chunk's input as T: inp itself, or (bf16-mixed's bf16 pre-activation or gradient of gelu(fc),
-// for an fp32 T) its values widened exactly into `buffer`, so that the chunk bodies above run on the fp32 values the
-// bf16 ones stand for: the same code, so the same bits (this file's -ffast-math could otherwise
-// vectorise a bf16 loop differently from the fp32 one, libmvec's tanh for one, glibc's for the other).
+// for an fp32 T) its values widened exactly into `buffer`, so that the chunk bodies above run on
+// the fp32 values the bf16 ones stand for: the same code, so the same bits (this file's
+// -ffast-math could otherwise vectorise a bf16 loop differently from the fp32 one, libmvec's tanh
+// for one, glibc's for the other).
 template <typename T>
 const T* chunk_input(const T* inp, int64_t, T*) {
   return inp;
