@@ -56,6 +56,7 @@ struct LayoutTiming {
   double step_seconds = 0;
   std::size_t peak_bytes = 0, activation_bytes = 0;  // this rank's allocator peak over the run; activations held
   std::size_t accounted_bytes = 0;  // what the memory report itemises (its transient column at its peak)
+  std::size_t transient_bytes = 0;  // that transient column: buffers in flight, whose overlap depends on timing
   // The process's resident memory before the trainer existed (program, libraries, MPI, BLAS) and its
   // high-water mark while this layout ran (perf/process_memory.h).
   std::size_t base_resident_bytes = 0, peak_resident_bytes = 0;
@@ -89,18 +90,20 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   std::sort(seconds.begin(), seconds.end());
   const MemoryReport m = trainer.memory();
   return {seconds[seconds.size() / 2], backend.memory_stats().peak - before, m.activations,
-          m.params + m.grads + m.optimizer + m.activations + m.transient, base_resident,
+          m.params + m.grads + m.optimizer + m.activations + m.transient, m.transient, base_resident,
           std::max(base_resident, peak_resident_bytes()),  // (the kernel's mark is kept lazily, to the page)
           static_cast<double>(trainer.param_gathered_bytes() - gathered_before) / static_cast<double>(o.steps)};
 }
 
 // One layout's figures: the step time of each round, and its memory and gathers (the largest
-// over rounds; they do not change between rounds).
+// over rounds; only the transient buffers' part, with what it adds to the peaks, can change
+// between rounds: how many are in flight at once depends on timing).
 struct LayoutRow {
   std::string name;
   ParallelLayout shape;
   std::vector<double> round_seconds;
-  double peak_mib = 0, accounted_mib = 0, activation_mib = 0, rss_mib = 0, base_mib = 0, gathered_mib = 0;
+  double peak_mib = 0, accounted_mib = 0, transient_mib = 0, activation_mib = 0, rss_mib = 0, base_mib = 0,
+         gathered_mib = 0;
 };
 
 // Times `row`'s layout once more (collective over `world`) and adds the round to it.
@@ -111,6 +114,7 @@ void time_round(LayoutRow& row, const RunConfig& config, Backend& backend, Commu
   row.round_seconds.push_back(timing.step_seconds);
   row.peak_mib = std::max(row.peak_mib, max_mib(static_cast<double>(timing.peak_bytes)));
   row.accounted_mib = std::max(row.accounted_mib, max_mib(static_cast<double>(timing.accounted_bytes)));
+  row.transient_mib = std::max(row.transient_mib, max_mib(static_cast<double>(timing.transient_bytes)));
   row.activation_mib = std::max(row.activation_mib, max_mib(static_cast<double>(timing.activation_bytes)));
   // The rank whose resident peak is furthest above its own base, with that base.
   const std::vector<double> resident = all_gather_values(
@@ -219,6 +223,7 @@ void run_layouts(const LayoutsOptions& o) {
          {"recompute", recompute_name(shape.recompute)},
          {"peak_mib_max_rank", row.peak_mib},
          {"accounted_mib_max_rank", row.accounted_mib},
+         {"transient_mib_max_rank", row.transient_mib},
          {"activation_mib_max_rank", row.activation_mib},
          {"resident_peak_mib", row.rss_mib},
          {"resident_base_mib", row.base_mib},

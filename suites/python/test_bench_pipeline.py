@@ -111,6 +111,9 @@ def test_bench_layouts_times_pipelined_layouts(tmp_path):
     assert all(0 < r["mfu"] < 1 and r["tokens_per_second"] > 0 for r in records)
     # the process's resident memory, per layout: a high-water mark at or above its base
     assert all(0 < r["resident_base_mib"] <= r["resident_peak_mib"] for r in records)
+    # the accounting's transient part (in flight: pipeline messages, buckets) given apart, within it
+    assert all(0 <= r["transient_mib_max_rank"] < r["accounted_mib_max_rank"] for r in records)
+    assert records[0]["transient_mib_max_rank"] > 0  # the pipeline's messages
     wrong = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", "tp1-pp4-dp1-z0-mb4-1f1b"),
                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
     assert wrong.returncode != 0 and "needs 4 ranks, launched with 2" in wrong.stderr
