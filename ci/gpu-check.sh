@@ -247,7 +247,7 @@ PLAN=(
 # tripod's watchdog does), to prove that such a step is reported as what it is and turns the run
 # red, and that what it left behind is killed.
 case "${TRIPOD_GPU_CHECK_FAKE_STEP:-}" in
-  hang) PLAN+=("fake-hang 8 0 0") ;;
+  hang) PLAN+=("fake-hang 16 0 0") ;;
   fail) PLAN+=("fake-fail 10 0 0") ;;
   orphan) PLAN+=("fake-orphan 10 0 0") ;;
   exit124) PLAN+=("fake-exit124 10 0 0") ;;

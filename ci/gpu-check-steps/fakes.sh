@@ -2,7 +2,7 @@
 # Steps that only the tests of gpu-check.sh run (--only fake-...): a hang, a failure, a silent
 # exit 124, a crash report, a process left behind.
 
-step_fake-hang() { echo "sleeping past the limit"; sleep 30; }
+step_fake-hang() { echo "sleeping past the limit"; sleep 60; }
 step_fake-fail() { echo "a step that fails"; exit 3; }
 step_fake-exit124() { exit 124; }  # silent: an empty log
 step_fake-crash() {  # a program's crash report, then the step's own words, as `tripod ... || return 1` leaves them
