@@ -11,8 +11,10 @@
 namespace tripod {
 namespace {
 
-bool shareable(const Tensor& x) {
-  return x.defined() && x.dtype() == DType::F32 && x.shape().size() >= 2 && x.numel() > 0;
+// A non-empty matrix of fp32, or (`bf16_too`) of bf16.
+bool shareable(const Tensor& x, bool bf16_too = false) {
+  return x.defined() && (x.dtype() == DType::F32 || (bf16_too && x.dtype() == DType::BF16)) &&
+         x.shape().size() >= 2 && x.numel() > 0;
 }
 
 // Whether `be` gives x (or what is computed from it) a bf16 copy as a GEMM operand.
@@ -26,8 +28,7 @@ bool rounded_as_operand(const Backend& be, const Tensor& x) {
 DType computed_dtype(const Tensor& x) { return x.dtype() == DType::BF16 ? DType::F32 : x.dtype(); }
 
 bool gelu_result_rounded(const Backend& be, const Tensor& x) {
-  return rounded_as_operand(be, x) || (be.fp32_matmul() == Fp32Matmul::Bf16Operands && x.defined() &&
-                                       x.dtype() == DType::BF16 && x.rank() >= 2 && x.numel() > 0);
+  return be.fp32_matmul() == Fp32Matmul::Bf16Operands && shareable(x, true);
 }
 
 }  // namespace

@@ -116,14 +116,13 @@ int64_t Gpt::local_heads() const {
 
 Gpt::~Gpt() = default;
 
-bool Gpt::keeps_operands() const {
-  return layers_->keeps_prepared_inputs() && dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
+bool Gpt::bf16_mixed() const {
+  return dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands;
 }
 
+bool Gpt::keeps_operands() const { return layers_->keeps_prepared_inputs() && bf16_mixed(); }
 
-DType Gpt::rounded_activation_dtype() const {
-  return dtype_ == DType::F32 && backend_.fp32_matmul() == Fp32Matmul::Bf16Operands ? DType::BF16 : dtype_;
-}
+DType Gpt::rounded_activation_dtype() const { return bf16_mixed() ? DType::BF16 : dtype_; }
 
 LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ResidentParams access(params, nullptr);

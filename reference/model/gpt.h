@@ -113,6 +113,8 @@ class Gpt {
   std::unique_ptr<Activations> make_slot() const;
   Activations& slot(int index) const;
   int64_t local_heads() const;  // attention heads computed on this rank
+  // Whether the policy in force is bf16-mixed: fp32 tensors whose GEMMs round their operands to bf16.
+  bool bf16_mixed() const;
   // Whether the layers keep prepared GEMM operands under the backend's bf16-operand policy
   // (BlockActivations::keep_operands): then ln1, atty, ln2, gelu(fc), lnf, d qkv and d fc exist only
   // as bf16 operands.

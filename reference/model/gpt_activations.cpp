@@ -39,7 +39,10 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
   a->encoded = act({R, C});
   // A recomputed tensor is the shared one; every other is the micro-batch's own.
   const BlockActivations& shared = scratch_->recomputed;
-  auto own = [&](const Tensor& recomputed, Shape shape) { return recomputed.defined() ? recomputed : act(shape); };
+  auto own_as = [&](const Tensor& recomputed, Shape shape, DType dt) {
+    return recomputed.defined() ? recomputed : make(std::move(shape), dt);
+  };
+  auto own = [&](const Tensor& recomputed, Shape shape) { return own_as(recomputed, std::move(shape), dtype_); };
   const bool keep_operands = keeps_operands();
   // bf16 where the backend's attention reads nothing of qkv but its bf16 rounding (backend.h).
   const DType qkv_dtype = backend_.attention_input_dtype(dtype_, T, A, H);
@@ -56,14 +59,14 @@ std::unique_ptr<Gpt::Activations> Gpt::make_slot() const {
     x.ln1 = own_unless_operand(shared.ln1, {R, C});
     x.ln1_mean = own(shared.ln1_mean, {R});
     x.ln1_rstd = own(shared.ln1_rstd, {R});
-    x.qkv = shared.qkv.defined() ? shared.qkv : make({B, T, 3 * A}, qkv_dtype);
+    x.qkv = own_as(shared.qkv, {B, T, 3 * A}, qkv_dtype);
     x.probs = own(shared.probs, backend_.attention_state_shape(dtype_, B, T, A, H));  // [B,H,T,T] on the CPU
     x.atty = own_unless_operand(shared.atty, {B, T, A});
     x.res2 = own(shared.res2, {R, C});
     x.ln2 = own_unless_operand(shared.ln2, {R, C});
     x.ln2_mean = own(shared.ln2_mean, {R});
     x.ln2_rstd = own(shared.ln2_rstd, {R});
-    x.fc = shared.fc.defined() ? shared.fc : make({N, F}, rounded_activation_dtype());
+    x.fc = own_as(shared.fc, {N, F}, rounded_activation_dtype());
     x.fc_gelu = own_unless_operand(shared.fc_gelu, {N, F});
     x.res3 = act({R, C});
     x.keep_operands = keep_operands;
