@@ -170,7 +170,7 @@ train_vs_cpu() {  # DTYPE TOLERANCE
 bisect_fusions() {  # DTYPE TOLERANCE DEVICE STEPS
   local dtype=$1 tol=$2 device=$3 steps=$4 fusions verdict
   : > "$STEP_DIR/fusions.txt"
-  for fusions in none bias residual bias-grad operands loss-stats layernorm-grads qkv-bf16; do
+  for fusions in none bias residual bias-grad operands loss-stats layernorm-grads qkv-bf16 loss-gradient; do
     verdict=fail
     if TRIPOD_CUDA_FUSIONS=$fusions train_tiny "$device-$dtype-$fusions" "$device" "$dtype" "$steps" \
            > "$STEP_DIR/fusions-$fusions.log" 2>&1 &&

@@ -317,6 +317,17 @@ class Backend {
   // followed by gemm_operands.
   Tensor cross_entropy_backward_window_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                                VocabWindow window, double grad_scale);
+  // The single-device loss and its gradient in one call, for a forward whose backward is known to
+  // follow at grad_scale: losses[N] as logits_stats and cross_entropy_from_sums give them over the
+  // whole vocabulary [0, vocab) (the rows' columns past it are padding), and the logits, in place,
+  // cross_entropy_backward_window's gradient; no logsumexp is kept. The same bits as those calls
+  // (this default makes them); a backend may read each row once for both, while it is in cache
+  // (GPT-2 B8 x T1024: one pass over 0.82 GB of bf16 logits fewer). Only where the gradient is its
+  // own GEMM operand (!rounded_as_gemm_operand(logits)): the logits are used up.
+  virtual void cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                           int64_t vocab, double grad_scale);
+  // Whether gemm_operands would give x a bf16 copy (an fp32 matrix under the bf16-operand policy).
+  bool rounded_as_gemm_operand(const Tensor& x) const;
 
   // ---- optimizer ----
   // Decoupled AdamW (Loshchilov & Hutter) on one tensor; `step` counts from 1 for bias correction.
@@ -347,6 +358,10 @@ class Backend {
   // Throws unless `residual` is m x n elements of c's dtype on c's device, sharing no memory with c
   // (gemm_bias_residual: this default writes c before it reads the residual).
   void check_gemm_residual(const Tensor& c, const Tensor& residual, int64_t m, int64_t n) const;
+  // Throws naming `op` unless cross_entropy_with_gradient's tensors fit: a loss and a target a row
+  // of logits, the vocabulary within a row, and logits that are their gradient's own operand.
+  void check_loss_with_gradient(const char* op, const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                int64_t vocab) const;
   // gemm_bias's bf16 c that holds the rounding of an fp32 result (an fp32 bias, or fp32 A and B).
   static bool rounds_fp32_result(const Tensor& c, const Tensor& a, const Tensor& bias);
   // gemm_operands' copy of one fp32 matrix x [rows, cols] (rows = numel / last dim): rounded to

@@ -33,6 +33,8 @@ bool gelu_result_rounded(const Backend& be, const Tensor& x) {
 
 }  // namespace
 
+bool Backend::rounded_as_gemm_operand(const Tensor& x) const { return rounded_as_operand(*this, x); }
+
 std::vector<Tensor> Backend::gemm_operands(const std::vector<Tensor>& operands, const Tensor& dbias_of_first) {
   TRIPOD_CHECK(!dbias_of_first.defined() || !operands.empty(), "gemm_operands: a bias gradient ",
                dbias_of_first.describe(), " without the operand it sums");

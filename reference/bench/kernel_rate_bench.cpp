@@ -129,6 +129,17 @@ void run_kernel_rate(const KernelRateOptions& o) {
        }},
       {"cross-entropy window bwd", 2.0 * static_cast<double>(n * v) * s,
        [&] { b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0); }},
+      // A training forward's loss with its gradient (Backend::cross_entropy_with_gradient: each row
+      // read once from memory), against the 1-pass forward then the backward. Both count the logits
+      // read and written once, so their GB/s compare as their times do.
+      {"ce fwd+bwd, 1 kernel", 2.0 * static_cast<double>(n * v) * s,
+       [&] { b.cross_entropy_with_gradient(losses, logits, targets, v, 1.0); }},
+      {"ce fwd then bwd", 2.0 * static_cast<double>(n * v) * s,
+       [&] {
+         b.logits_stats(row_max, sums, logits, targets, whole);
+         b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+         b.cross_entropy_backward_window(logits, lse, targets, whole, 1.0);
+       }},
       // dout read twice (token and position gradients), the touched table rows read and written.
       {"embedding bwd", (2 * nc + 2.0 * static_cast<double>((n / 8 + 1 < v ? n / 8 + 1 : v) * c)) * s,
        [&] { b.embedding_backward(dwte, dwpe, y, tokens, seq); }},
@@ -222,6 +233,15 @@ void run_kernel_rate(const KernelRateOptions& o) {
                      }});
     cases.push_back({"ce window bwd, bf16 logits", 2 * logits16_bytes,
                      [&] { b.cross_entropy_backward_window(logits16, lse, targets, whole, 1.0); }});
+    // GPT-2's training forward under bf16-mixed: the loss with its gradient in one kernel, against
+    // the two rows above in turn (both counted as the logits read and written once, as above).
+    cases.push_back({"ce fwd+bwd, 1 kernel, bf16", 2 * logits16_bytes,
+                     [&] { b.cross_entropy_with_gradient(losses, logits16, targets, v, 1.0); }});
+    cases.push_back({"ce fwd then bwd, bf16", 2 * logits16_bytes, [&] {
+                       b.logits_stats(row_max, sums, logits16, targets, whole);
+                       b.cross_entropy_from_sums(losses, lse, row_max, sums, targets);
+                       b.cross_entropy_backward_window(logits16, lse, targets, whole, 1.0);
+                     }});
     // The attention projection's output with the residual stream's add (GPT-2: [N, C] = [N, C] x
     // [C, C]^T + bias + residual), on prepared bf16 operands as the trainer runs it: the residual
     // read by the GEMM (gemm_bias_residual; CUDA: cuBLASLt's C, the bias in the same epilogue) and

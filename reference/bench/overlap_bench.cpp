@@ -63,7 +63,7 @@ void run_overlap(const OverlapOptions& o) {
     const double calls_before = engine.communication_seconds(), gathers_before = engine.gather_seconds();
     const auto start = std::chrono::steady_clock::now();
     engine.begin_forward();
-    model.forward(engine, batch.tokens.data(), batch.targets.data(), o.batch, o.seq_len);
+    model.forward(engine, batch.tokens.data(), batch.targets.data(), o.batch, o.seq_len, scale);
     engine.finish_backward();
     engine.begin_backward(reduce);
     model.backward(engine, scale);

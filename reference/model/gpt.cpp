@@ -124,9 +124,10 @@ bool Gpt::keeps_operands() const { return layers_->keeps_prepared_inputs() && bf
 
 DType Gpt::rounded_activation_dtype() const { return bf16_mixed() ? DType::BF16 : dtype_; }
 
-LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+LossSum Gpt::forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                     std::optional<double> loss_grad_scale) {
   ResidentParams access(params, nullptr);
-  return forward(access, tokens, targets, B, T);
+  return forward(access, tokens, targets, B, T, loss_grad_scale);
 }
 
 void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_scale) {
@@ -134,10 +135,11 @@ void Gpt::backward(const ParamSet& params, const ParamSet& grads, double grad_sc
   backward(access, grad_scale);
 }
 
-LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+LossSum Gpt::forward(ParamAccess& p, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                     std::optional<double> loss_grad_scale) {
   ensure_activations(B, T);
   check(!slot_used_[0], "forward(): activation slot 0 holds a micro-batch in flight (use forward_slot)");
-  return forward_slot(p, 0, tokens, targets);
+  return forward_slot(p, 0, tokens, targets, loss_grad_scale);
 }
 
 void Gpt::backward(ParamAccess& p, double grad_scale) {
@@ -155,9 +157,11 @@ void check_ids(const char* kind, const int32_t* ids, int64_t n, int64_t vocab, b
 }
 }  // namespace
 
-LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, const int32_t* targets) {
+LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, const int32_t* targets,
+                          std::optional<double> loss_grad_scale) {
   Activations& a = slot(index);
   release_weight_copies(a);  // any the slot's previous forward kept for a backward that never ran
+  a.dlogits_written_at.reset();
   Backend& be = backend_;
   const double eps = config_.layernorm_eps;
   const int64_t B = batch_, T = seq_len_;
@@ -198,7 +202,12 @@ LossSum Gpt::forward_slot(ParamAccess& p, int index, const int32_t* tokens, cons
       [&] { return be.layernorm_operand(a.lnf_mean, a.lnf_rstd, residual, p.param(at.lnf_w), p.param(at.lnf_b), eps); });
   if (config_.tie_embeddings) p.release_params(embedding_group());
   p.release_params(head_group(L));
-  layers_->loss_forward(be, a.losses, a.logits, a.targets);
+  // A backward to follow at a known scale: the loss may write its gradient in the same pass.
+  if (loss_grad_scale && !forward_only_ &&
+      layers_->loss_forward_with_gradient(be, a.losses, a.logits, a.targets, *loss_grad_scale))
+    a.dlogits_written_at = loss_grad_scale;
+  else
+    layers_->loss_forward(be, a.losses, a.logits, a.targets);
 
   // Summed on the device in fp64 and a fixed order (backend.h: token order on the CPU), so a rerun
   // gives the same bits; no host copy of the losses is needed.
@@ -255,10 +264,18 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
 
   if (span_.head) {
     // dlogits[N,V] = grad_scale * (softmax - onehot), in place of the logits, or (keeps_operands)
-    // only as the LM head's bf16 operand.
-    const Tensor dlogits_op =
-        keeps_operands() ? layers_->loss_backward_operand(be, a.logits, a.targets, grad_scale) : Tensor();
-    if (!dlogits_op.defined()) layers_->loss_backward(be, a.logits, a.targets, grad_scale);
+    // only as the LM head's bf16 operand; or written by the forward already, in place (bf16-mixed's
+    // bf16 logits: their own operand).
+    Tensor dlogits_op;
+    if (a.dlogits_written_at) {
+      check(*a.dlogits_written_at == grad_scale, "backward at grad_scale ", grad_scale,
+            " after a forward that wrote the loss gradient at ", *a.dlogits_written_at);
+      a.dlogits_written_at.reset();
+      if (keeps_operands()) dlogits_op = a.logits;
+    } else {
+      dlogits_op = keeps_operands() ? layers_->loss_backward_operand(be, a.logits, a.targets, grad_scale) : Tensor();
+      if (!dlogits_op.defined()) layers_->loss_backward(be, a.logits, a.targets, grad_scale);
+    }
     p.acquire_params(head_group(L));
     p.acquire_grads(head_group(L));
     if (tied) {  // the head writes into wte's gradient, final only after the embedding backward

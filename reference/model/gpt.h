@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -72,26 +73,31 @@ class Gpt {
   Tensor output(int slot) const;  // [R,C] residual stream leaving the span (valid after forward)
   Tensor output_grad() const;     // [R,C] d(output): write it before backward when !head
   Tensor input_grad() const;      // [R,C] d(input), valid after backward until the next one
-  // Loss of the span's micro-batch (zero unless the span has the head).
-  LossSum forward_slot(ParamAccess& params, int slot, const int32_t* tokens, const int32_t* targets);
+  // Loss of the span's micro-batch (zero unless the span has the head). `loss_grad_scale`: given
+  // only where this slot's backward will follow, at that grad_scale; the loss may then write its
+  // gradient over the logits in the same pass (LayerOps::loss_forward_with_gradient: one read of
+  // the logits fewer), and the backward checks that it is called with the same scale.
+  LossSum forward_slot(ParamAccess& params, int slot, const int32_t* tokens, const int32_t* targets,
+                       std::optional<double> loss_grad_scale = std::nullopt);
   void backward_slot(ParamAccess& params, int slot, double grad_scale);
 
   // tokens, targets: host int32 [B,T]; targets < 0 are ignored. Every id is checked against the
   // vocabulary on the host, before upload. Keeps the activations for backward. The returned sum
   // lives in the slot: it is overwritten by the slot's next forward.
   LossSum forward(ParamAccess& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
-                  int64_t seq_len);
+                  int64_t seq_len, std::optional<double> loss_grad_scale = std::nullopt);
   // Accumulates d(grad_scale * loss_sum)/d(params) into the gradients; grad_scale is
   // 1 / (global valid count). Reports each group's gradients ready as soon as they are final.
   void backward(ParamAccess& params, double grad_scale);
 
   // The same with resident parameter and gradient sets.
   LossSum forward(const ParamSet& params, const int32_t* tokens, const int32_t* targets, int64_t batch,
-                  int64_t seq_len);
+                  int64_t seq_len, std::optional<double> loss_grad_scale = std::nullopt);
   void backward(const ParamSet& params, const ParamSet& grads, double grad_scale);
 
   // Logits [B,T,V'] of the last forward (valid until backward, which uses them up: they become the
-  // gradients, or stay as they were where the gradient is made only as its bf16 operand):
+  // gradients, or stay as they were where the gradient is made only as its bf16 operand; a forward
+  // given loss_grad_scale may leave the gradients there already):
   // V' = LayerOps::local_width of the LM head, the vocabulary V padded to the backend's GEMM row
   // multiple on one device (columns past V are padding, not logits) or this rank's vocabulary
   // shard under tensor parallelism.

@@ -3,6 +3,7 @@
 // gpt_activations.cpp allocates and counts them).
 #pragma once
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "model/gpt.h"
@@ -49,6 +50,9 @@ struct Gpt::Activations {
   // (as BlockActivations' copies: where the layers keep operands, not in a forward-only pass).
   Tensor lnf_op, head_w_op;  // and the LM head weight's
   Tensor logits;                   // [N,V]; becomes dlogits in backward (head only)
+  // The grad_scale at which the forward wrote dlogits over the logits already (its
+  // loss_grad_scale, LayerOps::loss_forward_with_gradient); empty where the backward writes them.
+  std::optional<double> dlogits_written_at;
   Tensor losses;                   // [N] (head only)
   Tensor loss_sum;                 // fp64 [1]: sum of losses over valid targets (head only)
   std::size_t bytes = 0;           // of the tensors above that are the micro-batch's own

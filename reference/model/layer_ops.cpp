@@ -29,6 +29,12 @@ Tensor LayerOps::loss_backward_operand(Backend&, const Tensor& logits, const Ten
   fail("loss_backward_operand (logits ", logits.describe(), "): this layer strategy keeps no prepared inputs");
 }
 
+bool LayerOps::loss_forward_with_gradient(Backend& be, const Tensor& losses, const Tensor& logits,
+                                          const Tensor& targets, double) {
+  loss_forward(be, losses, logits, targets);
+  return false;
+}
+
 SingleDeviceLayers::SingleDeviceLayers(int64_t vocab, int64_t logits_row_multiple)
     : vocab_(vocab), logits_row_multiple_(logits_row_multiple) {
   check(vocab > 0 && logits_row_multiple > 0, "SingleDeviceLayers: vocabulary ", vocab, ", row multiple ",
@@ -83,20 +89,36 @@ void SingleDeviceLayers::linear_backward(Backend& be, LinearRole, const Tensor& 
                           kept_weight);
 }
 
-void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
+void SingleDeviceLayers::check_loss_shapes(const char* op, const Tensor& losses, const Tensor& logits,
+                                           const Tensor& targets) const {
   const int64_t n = losses.numel();
-  const DType dt = losses.dtype();  // the statistics': fp32 for bf16-mixed's bf16 logits
-  TRIPOD_CHECK(n == targets.numel() && logits.numel() == n * logits.dim(-1), "loss_forward: ", n, " losses and ",
+  TRIPOD_CHECK(n == targets.numel() && logits.numel() == n * logits.dim(-1), op, ": ", n, " losses and ",
                targets.numel(), " targets for logits ", logits.describe());
   const int64_t width = local_width(LinearRole::LmHead, vocab_);
-  TRIPOD_CHECK(logits.dim(-1) == width, "loss_forward: logits ", logits.describe(), " have rows of ", logits.dim(-1),
+  TRIPOD_CHECK(logits.dim(-1) == width, op, ": logits ", logits.describe(), " have rows of ", logits.dim(-1),
                " columns, ", width, " expected (vocabulary ", vocab_, ")");
+}
+
+void SingleDeviceLayers::loss_forward(Backend& be, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  check_loss_shapes("loss_forward", losses, logits, targets);
+  const int64_t n = losses.numel();
+  const DType dt = losses.dtype();  // the statistics': fp32 for bf16-mixed's bf16 logits
   Tensor& lse = logsumexp_[logits.address()];
   if (!lse.defined() || lse.numel() != n || lse.dtype() != dt) lse = be.alloc({n}, dt);
   const Tensor flat_targets = targets.reshape({n});
   const Tensor row_max = be.alloc({n}, dt), sums = be.alloc({2, n}, dt);  // sums: [sum of exp | target logit]
   be.logits_stats(row_max, sums, logits, flat_targets, whole_vocabulary());
   be.cross_entropy_from_sums(losses, lse, row_max, sums, flat_targets);
+}
+
+bool SingleDeviceLayers::loss_forward_with_gradient(Backend& be, const Tensor& losses, const Tensor& logits,
+                                                    const Tensor& targets, double grad_scale) {
+  // Logits rounded to a bf16 operand (fp32 ones under the bf16-operand policy) are not their
+  // gradient's operand: the backward writes that copy from them (loss_backward_operand).
+  if (be.rounded_as_gemm_operand(logits)) return LayerOps::loss_forward_with_gradient(be, losses, logits, targets, 0);
+  check_loss_shapes("loss_forward_with_gradient", losses, logits, targets);
+  be.cross_entropy_with_gradient(losses, logits, targets.reshape({targets.numel()}), vocab_, grad_scale);
+  return true;
 }
 
 Tensor SingleDeviceLayers::take_logsumexp(const Tensor& logits) {

@@ -38,8 +38,9 @@ struct DistributedTrainer::StepRun {
     if (input) t.backend_.copy(*input, c.model->input(slot));
     c.engine->begin_forward();
     const int64_t offset = (t.dp_.rank() * t.local_batch() + mb * per_micro) * batch.seq_len;
-    const LossSum part = c.model->forward_slot(*c.engine, slot, batch.tokens.data() + offset,
-                                               batch.targets.data() + offset);
+    const LossSum part =
+        c.model->forward_slot(*c.engine, slot, batch.tokens.data() + offset, batch.targets.data() + offset,
+                              backward ? std::optional<double>(grad_scale) : std::nullopt);
     if (c.model->span().head) t.backend_.copy(part.sum, loss_parts.view(mb, {1}));
   }
 

@@ -38,7 +38,8 @@ LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
   LossSum total{alloc_scalar(backend_), 0};  // summed on the device, in micro-batch order
   for (int64_t k = 0; k < micro; ++k) {
     const int64_t offset = k * per_micro * T;
-    LossSum part = model_.forward(params_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T);
+    LossSum part =
+        model_.forward(params_, batch.tokens.data() + offset, batch.targets.data() + offset, per_micro, T, grad_scale);
     backend_.add_inplace(total.sum, part.sum);  // before the next forward overwrites the slot's sum
     total.n_valid += part.n_valid;
     model_.backward(params_, grads_, grad_scale);

@@ -11,7 +11,7 @@ from tripod_cli import TRIPOD, require_tripod
 
 KERNELS = ["copy", "add", "bias_add", "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "adamw",
            "adamw 96 runs (1 call)", "adamw 96 runs apart", "cross-entropy fwd", "cross-entropy bwd", "cross-entropy window fwd", "ce window fwd, 1 pass",
-           "cross-entropy window bwd",
+           "cross-entropy window bwd", "ce fwd+bwd, 1 kernel", "ce fwd then bwd",
            "embedding bwd", "attention fwd", "attention bwd"]
 
 
@@ -38,7 +38,8 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
              "layernorm->bf16 (fused)", "layernorm, bf16 apart", "gelu bwd+db+bf16 (fused)", "gelu bwd, db+bf16 apart",
              "gelu->bf16, bf16 fc", "gelu bwd+db+bf16, bf16 fc, d", "ce window bwd->bf16 (fused)",
              "ce window bwd, bf16 apart", "ce window fwd, bf16 logits",
-             "ce window bwd, bf16 logits", "proj+residual (fused)",
+             "ce window bwd, bf16 logits", "ce fwd+bwd, 1 kernel, bf16", "ce fwd then bwd, bf16",
+             "proj+residual (fused)",
              "proj, residual apart", "qkv->bf16, bias (fused)", "qkv, bf16 apart", "attention fwd bf16",
              "attention fwd->bf16 (fused)", "attention fwd, bf16 apart",
              "attention bwd bf16", "attention bwd->bf16 (fused)", "attention bwd, bf16 apart"]
@@ -58,6 +59,9 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
     assert ce["cross-entropy window fwd"] == ce["cross-entropy window bwd"] == 2 * 64 * 100 * size
     # the one-pass statistics read the logits once
     assert ce["ce window fwd, 1 pass"] == 64 * 100 * size
+    # a training forward's loss with its gradient, one kernel or the calls apart: both counted as
+    # the logits read and written once
+    assert ce["ce fwd+bwd, 1 kernel"] == ce["ce fwd then bwd"] == 2 * 64 * 100 * size
     # AdamW's 96 runs move what one call over the same [N, C] moves
     assert ce["adamw 96 runs (1 call)"] == ce["adamw 96 runs apart"] == ce["adamw"] == 7 * 64 * 32 * size
     # dout twice, and the 9 distinct table rows (ids below 64 / 8 + 1) read and written
@@ -77,6 +81,7 @@ def test_every_kernel_is_timed_against_the_copy(tmp_path, backend, dtype):
         assert ce["ce window bwd->bf16 (fused)"] == ce["ce window bwd, bf16 apart"] == 64 * 100 * (4 + 2)
         # bf16-mixed's bf16 logits: read once forward, read and written backward
         assert 2 * ce["ce window fwd, bf16 logits"] == ce["ce window bwd, bf16 logits"] == 2 * 64 * 100 * 2
+        assert ce["ce fwd+bwd, 1 kernel, bf16"] == ce["ce fwd then bwd, bf16"] == 2 * 64 * 100 * 2
         # the GELU backward's: fc and d gelu read, the bf16 operand written
         assert ce["gelu bwd+db+bf16 (fused)"] == ce["gelu bwd, db+bf16 apart"] == 4 * 64 * 32 * (2 * 4 + 2)
         # the same from bf16-mixed's bf16 pre-activation fc and gradient of gelu(fc): their bytes halved

@@ -464,7 +464,8 @@ def test_a_failing_bf16_training_step_runs_again_with_each_cuda_fusion_alone(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     lines = (out / "dry-train-bf16" / "fusions.txt").read_text().split()
     assert lines == ["none", "pass", "bias", "pass", "residual", "pass", "bias-grad", "pass", "operands", "pass",
-                     "loss-stats", "pass", "layernorm-grads", "pass", "qkv-bf16", "pass"]
+                     "loss-stats", "pass", "layernorm-grads", "pass", "qkv-bf16", "pass",
+                     "loss-gradient", "pass"]
     steps = {x["name"]: x for x in summary(out)["steps"]}
     assert "TRIPOD_CUDA_FUSIONS alone: none pass, bias pass" in steps["dry-train-bf16"]["key"]
     # the emulated device ignores the variable: the names are checked against the CUDA backend's own

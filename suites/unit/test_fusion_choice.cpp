@@ -18,7 +18,7 @@ CudaFusions choose(const std::string& value) {
 
 constexpr CudaFusion kAll[] = {CudaFusion::BiasEpilogue, CudaFusion::ResidualEpilogue, CudaFusion::BiasGradCopy,
                                CudaFusion::OperandProducers, CudaFusion::LossStats, CudaFusion::LayernormGrads,
-                               CudaFusion::Bf16Qkv};
+                               CudaFusion::Bf16Qkv, CudaFusion::LossGradient};
 
 TEST(FusionChoice, EveryFusionUnlessToldOtherwise) {
   for (const std::string value : {"", "all"}) {
@@ -41,6 +41,7 @@ TEST(FusionChoice, AListKeepsOnlyTheNamedOnes) {
   EXPECT_FALSE(f.on(CudaFusion::LossStats));
   EXPECT_FALSE(f.on(CudaFusion::LayernormGrads));
   EXPECT_FALSE(f.on(CudaFusion::Bf16Qkv));
+  EXPECT_FALSE(f.on(CudaFusion::LossGradient));
   EXPECT_FALSE(f.all());
   EXPECT_EQ(f.describe(), "bias,residual");  // in the enum's order
   // every name round-trips on its own
@@ -49,8 +50,8 @@ TEST(FusionChoice, AListKeepsOnlyTheNamedOnes) {
     for (CudaFusion y : kAll) EXPECT_EQ(one.on(y), x == y) << fusion_name(x) << " " << fusion_name(y);
     EXPECT_EQ(one.describe(), fusion_name(x));
   }
-  EXPECT_FALSE(choose("bias,residual,bias-grad,operands,loss-stats,layernorm-grads").all());
-  EXPECT_TRUE(choose("bias,residual,bias-grad,operands,loss-stats,layernorm-grads,qkv-bf16").all());
+  EXPECT_FALSE(choose("bias,residual,bias-grad,operands,loss-stats,layernorm-grads,qkv-bf16").all());
+  EXPECT_TRUE(choose("bias,residual,bias-grad,operands,loss-stats,layernorm-grads,qkv-bf16,loss-gradient").all());
 }
 
 TEST(FusionChoice, AnUnknownOrEmptyNameIsRefusedWithTheNamesItTakes) {
@@ -58,7 +59,7 @@ TEST(FusionChoice, AnUnknownOrEmptyNameIsRefusedWithTheNamesItTakes) {
     const std::string error = expected_error([&] { choose(value); });
     EXPECT_NE(error.find("TRIPOD_CUDA_FUSIONS=" + value + ": '"), std::string::npos) << error;
     EXPECT_NE(error.find("none, or a comma-separated list of those to keep: bias, residual, bias-grad, operands, "
-                         "loss-stats, layernorm-grads, qkv-bf16"),
+                         "loss-stats, layernorm-grads, qkv-bf16, loss-gradient"),
               std::string::npos)
         << error;
   }

@@ -347,12 +347,18 @@ TEST(OperandProducers, TheLayerBackwardFromTheOperandGivesLinearBackwardsBits) {
     }
 }
 
-// A CPU backend that counts the calls that make operands (and the loss statistics).
+// A CPU backend that counts the calls that make operands (and the loss's statistics, and its
+// forward with the gradient).
 class ProducerCountingCpuBackend : public cpu::CpuBackend {
  public:
   ProducerCountingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
-  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, attention = 0,
-      attention_backward = 0, plain_copies = 0;
+  int layernorm = 0, gelu = 0, gelu_backward = 0, loss_gradient = 0, loss_stats = 0, loss_with_gradient = 0,
+      attention = 0, attention_backward = 0, plain_copies = 0;
+  void cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                   double grad_scale) override {
+    ++loss_with_gradient;
+    cpu::CpuBackend::cross_entropy_with_gradient(losses, logits, targets, vocab, grad_scale);
+  }
   void logits_stats(const Tensor& row_max, const Tensor& sums, const Tensor& logits, const Tensor& targets,
                     VocabWindow window) override {
     ++loss_stats;
@@ -397,7 +403,7 @@ class ProducerCountingCpuBackend : public cpu::CpuBackend {
 // gelu(fc) only as operands and its backward d qkv and d fc, and the head lnf, once per
 // micro-batch; in fp32 none of them. (The bits are those of the fp32 paths, so a step that fell
 // back to them would pass every comparison and only this count would show it.) The loss gradient
-// needs no operand: it is written over the bf16 logits, its own operand. The plain copies a
+// needs no operand: it is written over the bf16 logits, its own operand, by the forward. The plain copies a
 // micro-batch makes: in the forward a block's four weights and atty, and the head's weight; in
 // the backward only output gradients (here without biases, so not fused with a bias gradient):
 // a block's dres twice, through the CPU's unfused producers dqkv and d fc. No weight: the
@@ -417,7 +423,10 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
     EXPECT_EQ(be.gelu_backward, per_layer) << dtype;
     EXPECT_EQ(be.attention_backward, per_layer) << dtype;
     EXPECT_EQ(be.loss_gradient, 0) << dtype;  // the bf16 logits take their gradient in place: no operand made
-    EXPECT_EQ(be.loss_stats, micro) << dtype;  // the loss statistics' one call, under every policy
+    // The trainer's forwards know the backward's scale: the loss and its gradient in one call a
+    // micro-batch, under every policy (no separate statistics)
+    EXPECT_EQ(be.loss_with_gradient, micro) << dtype;
+    EXPECT_EQ(be.loss_stats, 0) << dtype;
     EXPECT_EQ(be.plain_copies, mixed ? micro * ((5 * config.model.n_layer + 1) + 4 * config.model.n_layer) : 0)
         << dtype;
   }

@@ -1,7 +1,9 @@
 // The single-device loss (model/layer_ops.h) runs the Backend's windowed cross-entropy over the
 // whole vocabulary, keeping each row's logsumexp from the forward for the backward. It must give
 // the bits of the whole-vocabulary operations it replaced, ignored targets included, in fp64 and
-// fp32, and a backward without its forward is an error, not a gradient from stale numbers.
+// fp32, and a backward without its forward is an error, not a gradient from stale numbers. A
+// training forward's loss with its gradient in one pass (loss_forward_with_gradient, Backend::
+// cross_entropy_with_gradient) must give the bits of the forward then the backward.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +12,7 @@
 #include "backend/transfer.h"
 #include "core/error.h"
 #include "model/layer_ops.h"
+#include "support/error_text.h"
 #include "support/test_backend.h"
 
 namespace tripod {
@@ -104,6 +107,78 @@ TEST(SingleDeviceLoss, ABackwardWithoutItsForwardIsAnError) {
   layers.loss_forward(be, losses, logits, targets);
   EXPECT_EQ(backward_error(), "no error");
   EXPECT_NE(backward_error().find("loss backward without its forward"), std::string::npos);
+}
+
+// Logits [rows, width] of `dt` (bf16: bf16-mixed's, with fp32 statistics), the same values each
+// call, padding columns past `vocab` holding a value no softmax may read.
+Tensor loss_logits(Backend& be, int64_t rows, int64_t width, int64_t vocab, DType dt) {
+  const Tensor wide = be.alloc({rows, width}, dt == DType::BF16 ? DType::F32 : dt);
+  fill_random(be, wide, 7);
+  be.scale(wide, 8.0);  // a spread that makes the softmax far from uniform
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = vocab; c < width; ++c) be.fill(wide.view(r * width + c, {1}), 1e30);
+  if (dt != DType::BF16) return wide;
+  const Tensor rounded = be.alloc({rows, width}, DType::BF16);
+  be.convert(wide, rounded);
+  return rounded;
+}
+
+TEST(SingleDeviceLoss, TheLossWithItsGradientInOnePassGivesTheBitsOfTheForwardThenTheBackward) {
+  Backend& be = testing::shared_test_backend();
+  const int64_t rows = 37, vocab = 1031;  // odd sizes: no block or vector width divides them
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = r % 9 == 4 ? -1 : static_cast<int32_t>((r * 389) % vocab);
+  targets[5] = static_cast<int32_t>(vocab - 1);  // the last column's onehot
+  const Tensor target_tensor = be.alloc({rows}, DType::I32);
+  be.upload(targets.data(), target_tensor);
+  for (const int64_t multiple : {int64_t{1}, int64_t{8}})
+    for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+      SingleDeviceLayers layers(vocab, multiple);
+      const int64_t width = layers.local_width(LinearRole::LmHead, vocab);
+      const DType stats = dt == DType::BF16 ? DType::F32 : dt;
+      const std::string label = std::string(dtype_name(dt)) + " rows of " + std::to_string(width);
+      const Tensor want = loss_logits(be, rows, width, vocab, dt), want_losses = be.alloc({rows}, stats);
+      layers.loss_forward(be, want_losses, want, target_tensor);
+      layers.loss_backward(be, want, target_tensor, 1.0 / 29);
+      const Tensor got = loss_logits(be, rows, width, vocab, dt), got_losses = be.alloc({rows}, stats);
+      EXPECT_TRUE(layers.loss_forward_with_gradient(be, got_losses, got, target_tensor, 1.0 / 29)) << label;
+      EXPECT_EQ(to_host_f64(be, got_losses), to_host_f64(be, want_losses)) << label;
+      EXPECT_EQ(to_host_f64(be, got), to_host_f64(be, want)) << label;
+      // The Backend's own separate calls (what a device backend falls back to): the same bits.
+      const Tensor apart = loss_logits(be, rows, width, vocab, dt), apart_losses = be.alloc({rows}, stats);
+      be.Backend::cross_entropy_with_gradient(apart_losses, apart, target_tensor, vocab, 1.0 / 29);
+      EXPECT_EQ(to_host_f64(be, apart_losses), to_host_f64(be, want_losses)) << label;
+      EXPECT_EQ(to_host_f64(be, apart), to_host_f64(be, want)) << label;
+    }
+}
+
+// A target outside the vocabulary is an error naming it, before any row is overwritten; fp32
+// logits that the bf16-operand policy rounds to a separate operand are not their gradient's
+// operand: the backend refuses them and the layers leave the gradient to the backward.
+TEST(SingleDeviceLoss, TheOnePassFormRefusesBadTargetsAndLogitsRoundedAsOperands) {
+  auto backend = testing::make_test_backend();
+  Backend& be = *backend;
+  const int64_t rows = 3, vocab = 7;
+  const std::vector<int32_t> bad = {1, 7, 2};
+  const Tensor targets = be.alloc({rows}, DType::I32), losses = be.alloc({rows}, DType::F32);
+  be.upload(bad.data(), targets);
+  const Tensor logits = loss_logits(be, rows, vocab, vocab, DType::F32);
+  const std::vector<double> before = to_host_f64(be, logits);
+  const std::string error = expected_error(
+      [&] { be.cross_entropy_with_gradient(losses, logits, targets, vocab, 0.5); });
+  EXPECT_NE(error.find("target id 7 at position 1 is outside the vocabulary of 7"), std::string::npos) << error;
+  EXPECT_EQ(to_host_f64(be, logits), before);
+
+  const std::vector<int32_t> good = {1, 6, -1};
+  be.upload(good.data(), targets);
+  be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const std::string refused = expected_error(
+      [&] { be.cross_entropy_with_gradient(losses, logits, targets, vocab, 0.5); });
+  EXPECT_NE(refused.find("rounded as the LM head's operand"), std::string::npos) << refused;
+  SingleDeviceLayers layers(vocab, 1);
+  EXPECT_FALSE(layers.loss_forward_with_gradient(be, losses, logits, targets, 0.5));
+  EXPECT_EQ(to_host_f64(be, logits), before);  // the losses only: the backward writes the operand
+  EXPECT_EQ(layers.loss_backward_operand(be, logits, targets, 0.5).dtype(), DType::BF16);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Trainer behaviour: determinism, thread-count independence, gradient accumulation, the
-// valid-token normalisation and the non-finite-loss guard.
+// valid-token normalisation, the non-finite-loss guard, and the training forward that writes the
+// loss gradient with the loss.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -96,6 +97,35 @@ TEST(Trainer, LossIsNormalisedByValidTargets) {
   LossSum fewer = trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), 4, 5);
   EXPECT_EQ(fewer.n_valid, valid - (saved >= 0 ? 1 : 0));
   EXPECT_LE(read_scalar(*backend, fewer.sum), sum);
+}
+
+// The trainer's forwards are told the backward's scale, and the single-device loss then writes its
+// gradient in the forward's pass (LayerOps::loss_forward_with_gradient): the gradients must be
+// those of a forward that leaves it to the backward, bit for bit, in every policy and both heads;
+// a backward at another scale than the forward wrote is an error.
+TEST(Trainer, AForwardToldItsBackwardsScaleGivesTheSameGradients) {
+  for (const std::string dtype : {"fp64", "fp32", "bf16-mixed"})
+    for (bool tied : {true, false}) {
+      const RunConfig config = testing::tiny_run_config(dtype, tied);
+      auto backend = testing::make_test_backend();
+      Trainer trainer(config, *backend);
+      trainer.initialise();
+      const data::Batch batch = testing::random_batch(4, 5, config.model.vocab_size, 21);
+      const double scale = 1.0 / 17;
+      auto gradients = [&](std::optional<double> told) {
+        backend->fill(trainer.grads().flat(), 0.0);
+        const LossSum loss =
+            trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), 4, 5, told);
+        std::vector<double> out = {read_scalar(*backend, loss.sum)};
+        trainer.model().backward(trainer.params(), trainer.grads(), scale);
+        for (double g : to_host_f64(*backend, trainer.grads().flat())) out.push_back(g);
+        return out;
+      };
+      const std::vector<double> apart = gradients(std::nullopt), together = gradients(scale);
+      EXPECT_EQ(together, apart) << dtype << (tied ? " tied" : " untied");
+      trainer.model().forward(trainer.params(), batch.tokens.data(), batch.targets.data(), 4, 5, scale);
+      EXPECT_THROW(trainer.model().backward(trainer.params(), trainer.grads(), 2 * scale), Error) << dtype;
+    }
 }
 
 TEST(Trainer, NonFiniteLossStopsWithTheStepNamed) {

@@ -265,6 +265,18 @@ void add_window_loss_cases(CaseList& cases, DType t, DType logits_t, const Sizes
               be.logits_stats(row_max, sums, logits, targets, VocabWindow{0, width, width});
               return std::vector<Output>{output(be, "row_max", row_max), output(be, "sums", sums)};
             });
+  // A training forward's loss with its gradient (Backend::cross_entropy_with_gradient: one kernel
+  // on a GPU), the same shapes: its statistics are logits_stats' and its gradient the window's.
+  cases.add("cross_entropy_with_gradient" + tag, logits_t,
+            std::to_string(n) + " rows of " + std::to_string(width) + " padded to " + std::to_string(width + 3),
+            [=](Backend& be) {
+              Inputs in(be, t, kSeed);
+              Tensor logits = in.normal_as({n, width + 3}, logits_t, logit_scale);
+              Tensor targets = in.ids({n}, 0, width, 0.125), losses = be.alloc({n}, t);
+              be.cross_entropy_with_gradient(losses, logits, targets, width, 1.0 / 37);
+              return std::vector<Output>{output(be, "losses", losses),
+                                         output(be, bf16 ? "dlogits bf16" : "dlogits", logits)};
+            });
 }
 
 void add_loss_cases(CaseList& cases, DType t, const Sizes& s, double logit_scale) {

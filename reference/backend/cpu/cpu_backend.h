@@ -82,6 +82,9 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
                                const Tensor& sums, const Tensor& targets) override;
   void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                      VocabWindow window, double grad_scale) override;
+  // Each row's statistics, loss and gradient in turn, while it is in cache (cpu::cross_entropy_with_gradient).
+  void cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                   double grad_scale) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr, double beta1,
              double beta2, double eps, double weight_decay, int64_t step, double grad_scale) override;

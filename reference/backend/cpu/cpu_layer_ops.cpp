@@ -310,6 +310,25 @@ void CpuBackend::cross_entropy_backward_window(const Tensor& logits, const Tenso
   });
 }
 
+void CpuBackend::cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                             int64_t vocab, double grad_scale) {
+  const char* op = "cross_entropy_with_gradient";
+  const int64_t rows = losses.numel();
+  check_loss_with_gradient(op, losses, logits, targets, vocab);
+  if (logits.dtype() == DType::BF16)  // bf16-mixed's logits, fp32 statistics and losses
+    return named(op, [&] {
+      cpu::cross_entropy_with_gradient<float, bf16>(ptr<float>(losses, op), ptr<bf16>(logits, op),
+                                                    ptr<int32_t>(targets, op), rows, logits.dim(-1), vocab, grad_scale);
+    });
+  dispatch_float(logits.dtype(), op, [&](auto zero) {
+    using T = decltype(zero);
+    named(op, [&] {
+      cpu::cross_entropy_with_gradient<T>(ptr<T>(losses, op), ptr<T>(logits, op), ptr<int32_t>(targets, op), rows,
+                                          logits.dim(-1), vocab, grad_scale);
+    });
+  });
+}
+
 void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
                        double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale) {
   const char* op = "adamw";

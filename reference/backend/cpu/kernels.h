@@ -127,12 +127,18 @@ void logits_exp_sums(T* sums, const L* logits, const T* row_max, const int32_t* 
 template <typename T>
 void cross_entropy_from_sums(T* losses, T* logsumexp, const T* row_max, const T* sums, const int32_t* targets,
                              int64_t rows);
-template <typename T>
-void cross_entropy_backward_window(T* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
+template <typename T, typename L = T>
+void cross_entropy_backward_window(L* logits, const T* logsumexp, const int32_t* targets, int64_t rows, int64_t cols,
                                    int64_t start, int64_t valid, int64_t vocab, double grad_scale);
 // bf16 logits in place (bf16-mixed): the fp32 arithmetic on their values, the gradient rounded once.
 void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
                                    int64_t cols, int64_t start, int64_t valid, int64_t vocab, double grad_scale);
+// losses[rows] and, in place, the gradient of the logits' whole vocabulary [0, vocab) (columns past
+// it padding): the bits of logits_row_max, logits_exp_sums, cross_entropy_from_sums and
+// cross_entropy_backward_window, each row read while it is in cache. L: T, or bf16 with T float.
+template <typename T, typename L = T>
+void cross_entropy_with_gradient(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                                 int64_t vocab, double grad_scale);
 
 template <typename T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,

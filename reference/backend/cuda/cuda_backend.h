@@ -102,6 +102,9 @@ class CudaBackend final : public Backend {
                     VocabWindow window) override;
   void cross_entropy_from_sums(const Tensor& losses, const Tensor& logsumexp, const Tensor& row_max,
                                const Tensor& sums, const Tensor& targets) override;
+  // One kernel (cuda::cross_entropy_with_gradient), unless the loss-gradient fusion is off.
+  void cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                   double grad_scale) override;
   void cross_entropy_backward_window(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                      VocabWindow window, double grad_scale) override;
 

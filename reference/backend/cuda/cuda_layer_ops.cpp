@@ -354,6 +354,21 @@ void CudaBackend::cross_entropy_backward_window(const Tensor& logits, const Tens
   });
 }
 
+void CudaBackend::cross_entropy_with_gradient(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                              int64_t vocab, double grad_scale) {
+  if (!fusions_.on(CudaFusion::LossGradient))
+    return Backend::cross_entropy_with_gradient(losses, logits, targets, vocab, grad_scale);
+  const char* op = "cross_entropy_with_gradient";
+  const int64_t rows = losses.numel();
+  check_loss_with_gradient(op, losses, logits, targets, vocab);
+  dispatch_logits(logits.dtype(), op, [&](auto s, auto l) {
+    using S = decltype(s);
+    using L = decltype(l);
+    cuda::cross_entropy_with_gradient<S, L>(ptr<S>(losses, op), ptr<L>(logits, op), ptr<int32_t>(targets, op), rows,
+                                            logits.dim(-1), vocab, grad_scale, ctx_);
+  });
+}
+
 void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale) {
   const char* op = "adamw";

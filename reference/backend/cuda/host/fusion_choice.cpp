@@ -16,6 +16,7 @@ const char* fusion_name(CudaFusion f) {
     case CudaFusion::LossStats: return "loss-stats";
     case CudaFusion::LayernormGrads: return "layernorm-grads";
     case CudaFusion::Bf16Qkv: return "qkv-bf16";
+    case CudaFusion::LossGradient: return "loss-gradient";
   }
   return "?";
 }

@@ -18,8 +18,9 @@ enum class CudaFusion : uint32_t {
   LossStats,         // "loss-stats": the loss's row max and sum of exponentials in one pass (logits_stats)
   LayernormGrads,    // "layernorm-grads": LayerNorm's weight and bias gradients summed in dinp's pass
   Bf16Qkv,           // "qkv-bf16": qkv stored as bf16 where flash-mma reads only that, from c_attn's epilogue
+  LossGradient,      // "loss-gradient": the loss and its gradient in one kernel (cross_entropy_with_gradient)
 };
-inline constexpr int kCudaFusionCount = 7;
+inline constexpr int kCudaFusionCount = 8;
 
 struct CudaFusions {
   uint32_t mask = (1u << kCudaFusionCount) - 1;  // every one on

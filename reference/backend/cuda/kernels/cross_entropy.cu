@@ -193,6 +193,44 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   }
 }
 
+// A training forward's loss and gradient in one kernel, over the whole vocabulary [0, valid) of
+// rows of `cols` (padding past): the row's online max and sum as logits_stats_kernel takes them
+// (the same reduction, so the same bits), its logsumexp and loss as FromSumsOp, then the gradient
+// in place as cross_entropy_backward_window_kernel. Thread 0 reads the target's logit before the
+// reduction's barriers, every write comes after them. The second read of the row should find it
+// in L2, where the first left it (a block a row: GPT-2's 100 KB bf16 rows, some 500 in flight on
+// an H100's 50 MB), so each thread walks its columns back from its last: the row's end is what
+// L2 took most recently. An ignored row: loss 0 and a zero gradient, as the separate kernels give.
+template <typename T, typename L = T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    cross_entropy_with_gradient_kernel(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                                       int64_t valid, T grad_scale) {
+  __shared__ kernels::ExpSumState<T> scratch[kSoftmaxWarps];
+  const int64_t tid = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    L* x = logits + r * cols;
+    const int32_t target = targets[r];
+    if (target < 0) {
+      if (tid == 0) losses[r] = T(0);
+      for (int64_t j = tid; j < cols; j += kSoftmaxThreads) x[j] = stored_as<L>(T(0));
+      continue;
+    }
+    T target_logit = 0;
+    if (tid == 0) target_logit = kernels::window_target_logit(x, target, 0, valid);
+    const kernels::ExpSumState<T> total =
+        block_reduce(kernels::strided_online_exp_sum(static_cast<const L*>(x), valid, threadIdx.x, kSoftmaxThreads),
+                     scratch, kernels::MergeExpSums{});
+    const T lse = kernels::logsumexp_from(total.max, total.sum);
+    if (tid == 0) losses[r] = kernels::cross_entropy_loss(lse, target_logit, target);
+    const int64_t target_column = kernels::window_target_column(target, 0, valid);
+    if (tid >= cols) continue;
+    for (int64_t j = tid + (cols - 1 - tid) / kSoftmaxThreads * kSoftmaxThreads; j >= 0; j -= kSoftmaxThreads)
+      x[j] = stored_as<L>(j < valid ? kernels::cross_entropy_grad(kernels::widened(x[j]), lse, grad_scale,
+                                                                  j == target_column)
+                                    : T(0));
+  }
+}
+
 // `kernel` on one block of kSoftmaxThreads a row, on ctx.stream; nothing for no rows.
 template <typename... KernelArgs, typename... Args>
 void launch_row_blocks(void (*kernel)(KernelArgs...), int64_t rows, const CudaContext& ctx, const char* op,
@@ -315,7 +353,21 @@ void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const i
                     static_cast<float>(grad_scale));
 }
 
+template <typename T, typename L>
+void cross_entropy_with_gradient(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                                 int64_t vocab, double grad_scale, const CudaContext& ctx) {
+  const char* op = std::is_same_v<L, bf16> ? "cross_entropy_with_gradient (bf16 logits)" : "cross_entropy_with_gradient";
+  check_rows(op, rows, cols, vocab);
+  if (cols == 0) return;
+  launch_row_blocks(cross_entropy_with_gradient_kernel<T, L>, rows, ctx, op, losses, logits, targets, rows, cols,
+                    vocab, static_cast<T>(grad_scale));
+}
+template void cross_entropy_with_gradient<float, bf16>(float*, bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                                                       double, const CudaContext&);
+
 #define TRIPOD_INSTANTIATE(T)                                                                                        \
+  template void cross_entropy_with_gradient<T, T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, double,        \
+                                                  const CudaContext&);                                              \
   template void cross_entropy_forward<T>(T*, const T*, const int32_t*, int64_t, int64_t, const CudaContext&);      \
   template void cross_entropy_backward<T>(T*, const int32_t*, int64_t, int64_t, double, const CudaContext&);       \
   template void logits_row_max<T>(T*, const T*, int64_t, int64_t, int64_t, const CudaContext&);                    \

@@ -42,6 +42,13 @@ void logits_stats(float* row_max, float* sums, const bf16* logits, const int32_t
 void cross_entropy_backward_window(bf16* logits, const float* logsumexp, const int32_t* targets, int64_t rows,
                                    int64_t cols, int64_t start, int64_t valid, double grad_scale,
                                    const CudaContext& ctx);
+// A training forward's losses and, in place, the gradient over the whole vocabulary [0, vocab) of
+// rows of `cols` (padding past): logits_stats, cross_entropy_from_sums and
+// cross_entropy_backward_window in one kernel, with their bits, each row read once from memory.
+// L: T, or bf16 with T float.
+template <typename T, typename L>
+void cross_entropy_with_gradient(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
+                                 int64_t vocab, double grad_scale, const CudaContext& ctx);
 // The same gradient rounded to bf16 into `out` [rows, cols] (its GEMM operand: the bits of the
 // in-place gradient then convert), the logits left as they are.
 void cross_entropy_backward_window_to_bf16(bf16* out, const float* logits, const float* logsumexp,
