@@ -56,13 +56,16 @@
 #                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth;
 #                and padded at batch $GPT2_LARGE_BATCH (32): the issue lets us choose the batch
 #   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
-#                (before flash: the MFU target's line compares with it, and flash may take long)
-#   flash        the flash attention kernels (TRIPOD_CUDA_ATTENTION=flash), first run on a GPU: their
-#                attention cases against the CPU, memcheck and racecheck, tiny bf16-mixed vs the CPU
-#                (2.5x the bf16 effect), and the attention rows and GPT-2 step (B8, and padded at the large batch)
-#                against the two steps above; when it passes, its GPT-2 runs count for the MFU target
-#   flash-mma    the same for TRIPOD_CUDA_ATTENTION=flash-mma: flash with its tiles kept in mma.sync
-#                fragments, forward and backward (written without a GPU, 2026-12-06), the same state
+#                (before the flash steps: the MFU target's line compares with it, and they may take long)
+#   flash-mma    the flash attention kernels with their tiles in mma.sync fragments, forward and
+#                backward (TRIPOD_CUDA_ATTENTION=flash-mma; written without a GPU, 2026-12-06), first
+#                run on a GPU: their attention cases against the CPU, memcheck and racecheck, tiny
+#                bf16-mixed vs the CPU (2.5x the bf16 effect), and the attention rows and GPT-2 step
+#                (B8, and padded at the large batch) against bench-train's; when it passes, its GPT-2
+#                runs count for the MFU target. Before flash: the attention the 40 % MFU step needs
+#                (session 31's H100 timed flash's fp32 block kernels at 1.64x the GEMM attention
+#                forward, 0.79x its backward), so a short budget leaves flash unrun, not it
+#   flash        the same for TRIPOD_CUDA_ATTENTION=flash: the same state, fp32 block kernels
 #   sanitizer    compute-sanitizer memcheck, initcheck and racecheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
 #   profile      ncu over bench-train's step (one warm-up, one timed): device time per kernel name,
@@ -233,8 +236,8 @@ PLAN=(
   "kernels 40 1 1"
   "bench-train 120 1 1"
   "peer 90 1 1"
-  "flash 170 1 1"
   "flash-mma 120 1 1"
+  "flash 170 1 1"
   "sanitizer 150 1 0"
   "profile 120 1 0"
   "bf16-gathers 50 1 1"

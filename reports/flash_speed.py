@@ -13,6 +13,13 @@ bench-large.json beside BENCH_JSON.
 Prints one line (the step's key figure) and, with --json, the figures. A ratio above 1 means the
 flash run is faster. A figure missing on either side is reported as missing, never as a ratio.
 Standard library only; exit status 1 when the flash run's own results are missing.
+
+    python3 reports/flash_speed.py --fastest OUT_DIR
+
+prints the TRIPOD_CUDA_ATTENTION value whose flash step passed in that run (OUT_DIR/steps.tsv)
+and whose GPT-2 step beat bench-train's by the most (its speed.json), or nothing where none did:
+the attention the `profile` step then profiles, so that its kernel breakdown is of the step the
+MFU target is judged on.
 """
 import argparse
 import json
@@ -88,13 +95,40 @@ def text(figures):
     return "; ".join(parts)
 
 
+FLASH_STEPS = ("flash-mma", "flash")  # gpu-check's steps, each its TRIPOD_CUDA_ATTENTION value
+
+
+def fastest_passing(out_dir):
+    """The flash step that passed in out_dir's run with the largest GPT-2 step speedup over
+    bench-train's, if above 1: (name, speedup), else None."""
+    out_dir = pathlib.Path(out_dir)
+    try:
+        rows = [line.split("\t") for line in (out_dir / "steps.tsv").read_text().splitlines()]
+    except OSError:
+        return None
+    passed = {row[0] for row in rows if len(row) > 1 and row[1] == "pass"}
+    best = None
+    for name in FLASH_STEPS:
+        speedup = ((load(out_dir / name / "speed.json") or {}).get("step") or {}).get("speedup")
+        if name in passed and speedup and speedup > 1 and (best is None or speedup > best[1]):
+            best = (name, speedup)
+    return best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("flash_dir")
-    parser.add_argument("--base-kernels", required=True)
-    parser.add_argument("--base-bench", required=True)
+    parser.add_argument("flash_dir", nargs="?")
+    parser.add_argument("--base-kernels")
+    parser.add_argument("--base-bench")
     parser.add_argument("--json")
+    parser.add_argument("--fastest", metavar="OUT_DIR")
     args = parser.parse_args(argv)
+    if args.fastest:
+        best = fastest_passing(args.fastest)
+        print(best[0] if best else "")
+        return 0
+    if not (args.flash_dir and args.base_kernels and args.base_bench):
+        parser.error("FLASH_STEP_DIR, --base-kernels and --base-bench are needed (or --fastest OUT_DIR)")
     figures = compare(args.flash_dir, args.base_kernels, args.base_bench)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")

@@ -137,11 +137,16 @@ step_peer() {
 step_profile() {
   # Where bench-train's step spends its device time, kernel by kernel: Nsight Compute times each
   # kernel of one warm-up and one timed step (one metric, one pass a kernel; clocks and caches
-  # left as they are), reports/kernel_profile.py sums them by name per step.
-  local ncu rc=0 limit=$((STEP_LIMIT - 10))
+  # left as they are), reports/kernel_profile.py sums them by name per step. With the attention
+  # of the flash step that passed and was fastest this run, where one beat the default (the step
+  # the MFU target is then judged on: reports/flash_speed.py --fastest).
+  local ncu rc=0 limit=$((STEP_LIMIT - 10)) attention
   ncu=$(find_tool ncu /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu) || skip "ncu (Nsight Compute) not found"
   write_tripod_wrapper
-  echo "== $ncu over tripod bench train --steps 1, gpt2-124m $GPT2_PRECISION B${GPT2_BATCH}xT${GPT2_SEQ} (limit ${limit} s)"
+  attention=$("$PY" "$ROOT/reports/flash_speed.py" --fastest "$OUT_DIR" 2>/dev/null || true)
+  if [ -n "$attention" ]; then export TRIPOD_CUDA_ATTENTION=$attention; fi
+  echo "${attention:-default (gemm)}" >"$STEP_DIR/attention.txt"
+  echo "== $ncu over tripod bench train --steps 1, gpt2-124m $GPT2_PRECISION B${GPT2_BATCH}xT${GPT2_SEQ}, attention ${attention:-default} (limit ${limit} s)"
   timeout -k 3 "$limit" "$ncu" --metrics gpu__time_duration.sum --csv --print-kernel-base demangled \
       --cache-control none --clock-control none --target-processes all --log-file "$STEP_DIR/ncu.csv" \
       "$WORK/tripod-run" bench train --backend cuda --config gpt2-124m --set train.dtype="$GPT2_PRECISION" \
@@ -158,6 +163,7 @@ step_profile() {
   esac
   "$PY" "$ROOT/reports/kernel_profile.py" "$STEP_DIR/ncu.csv" --steps 2 --json "$STEP_DIR/profile.json" \
       --key "$STEP_DIR/key.txt"
+  [ -z "$attention" ] || sed -i "1s/^/TRIPOD_CUDA_ATTENTION=$attention: /" "$STEP_DIR/key.txt"
 }
 
 step_health() {

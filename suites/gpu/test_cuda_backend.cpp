@@ -118,6 +118,39 @@ TEST(CudaBackend, TheGeluOfBf16InputsHasTheBitsOfTheirFp32Values) {
   }
 }
 
+// A training forward's loss with its gradient in one kernel (cuda::cross_entropy_with_gradient)
+// against the separate kernels (Backend's default: logits_stats' one pass, the losses, the
+// gradient): the same reduction and arithmetic, so the same bits, at GPT-2's vocabulary padded as
+// the trainer pads it, with ignored targets and the last column's, in fp64, fp32 and bf16 logits.
+TEST(CudaBackend, TheLossWithItsGradientInOneKernelHasTheSeparateKernelsBits) {
+  REQUIRE_GPU(cuda);
+  const int64_t rows = 300, vocab = 50257, cols = 50264;
+  std::vector<double> values(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 9.0 * std::sin(0.731 * static_cast<double>(i));
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = r % 7 == 3 ? -1 : static_cast<int32_t>((r * 7919) % vocab);
+  targets[1] = static_cast<int32_t>(vocab - 1);
+  const Tensor target_tensor = cuda->alloc({rows}, DType::I32);
+  cuda->upload(targets.data(), target_tensor);
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    const DType stats = dt == DType::BF16 ? DType::F32 : dt;
+    auto logits = [&] {
+      const Tensor wide = cuda->alloc({rows, cols}, stats);
+      from_host_f64(*cuda, values, wide);
+      if (dt != DType::BF16) return wide;
+      const Tensor rounded = cuda->alloc({rows, cols}, DType::BF16);
+      cuda->convert(wide, rounded);
+      return rounded;
+    };
+    const Tensor one = logits(), apart = logits();
+    const Tensor one_losses = cuda->alloc({rows}, stats), apart_losses = cuda->alloc({rows}, stats);
+    cuda->cross_entropy_with_gradient(one_losses, one, target_tensor, vocab, 1.0 / 4097);
+    cuda->Backend::cross_entropy_with_gradient(apart_losses, apart, target_tensor, vocab, 1.0 / 4097);
+    EXPECT_EQ(to_host_f64(*cuda, one_losses), to_host_f64(*cuda, apart_losses)) << dtype_name(dt);
+    EXPECT_EQ(to_host_f64(*cuda, one), to_host_f64(*cuda, apart)) << dtype_name(dt);
+  }
+}
+
 TEST(CudaBackend, ARerunIsBitIdentical) {
   REQUIRE_GPU(cuda);
   const RunConfig config = conform::default_conformance_config("fp32");

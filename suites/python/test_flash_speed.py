@@ -51,3 +51,26 @@ def test_a_missing_side_is_reported_missing_and_no_flash_result_fails(tmp_path, 
     assert flash_speed.main([str(out / "flash"), *base(out)]) == 0
     assert flash_speed.main([str(tmp_path / "nothing"), *base(out)]) == 1
     assert "GPT-2 step missing vs missing" in capsys.readouterr().out
+
+
+def test_the_profiled_attention_is_the_fastest_flash_step_that_passed_and_beat_the_default(tmp_path, capsys):
+    out = tmp_path / "out"
+
+    def run(steps, speedups):
+        (out / "steps.tsv").write_text("".join(f"{name}\t{status}\t60.0\t\t\n" for name, status in steps))
+        for name, speedup in speedups.items():
+            write(out / name / "speed.json", {"step": {"speedup": speedup}})
+        assert flash_speed.main(["--fastest", str(out)]) == 0
+        return capsys.readouterr().out.strip()
+
+    out.mkdir()
+    # both passed: the faster; one failed: the other, however fast the failed one was
+    assert run([("flash", "pass"), ("flash-mma", "pass")], {"flash": 1.2, "flash-mma": 1.6}) == "flash-mma"
+    assert run([("flash", "pass"), ("flash-mma", "fail")], {"flash": 1.2, "flash-mma": 1.6}) == "flash"
+    # slower than the default, unrun, or no step figure: the default attention (nothing printed)
+    assert run([("flash", "pass"), ("flash-mma", "pass")], {"flash": 0.8, "flash-mma": 0.9}) == ""
+    assert run([("flash", "unrun"), ("flash-mma", "unrun")], {"flash": 1.2, "flash-mma": 1.6}) == ""
+    write(out / "flash-mma" / "speed.json", {"step": {"speedup": None}})
+    assert run([("flash-mma", "pass")], {}) == ""
+    assert flash_speed.main(["--fastest", str(tmp_path / "no run")]) == 0
+    assert capsys.readouterr().out.strip() == ""
