@@ -332,8 +332,11 @@ void run_kernel_rate(const KernelRateOptions& o) {
               b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
               static_cast<long long>(v), static_cast<long long>(batch), static_cast<long long>(seq),
               static_cast<long long>(heads), o.repeat, o.min_time_ms);
-  std::printf("%-24s %12s %6s %11s %9s %9s %9s %9s\n", "kernel", "bytes", "calls", "median ms", "GB/s", "best",
-              "of copy", "TFLOP/s");
+  // The name column as wide as the longest name, so that the numbers line up under their headers.
+  int name_width = 6;
+  for (const KernelCase& k : cases) name_width = std::max(name_width, static_cast<int>(k.name.size()));
+  std::printf("%-*s %12s %6s %11s %9s %9s %9s %9s\n", name_width, "kernel", "bytes", "calls", "median ms", "GB/s",
+              "best", "of copy", "TFLOP/s");
   std::fflush(stdout);
   json results = json::array();
   double copy_rate = 0;
@@ -345,7 +348,8 @@ void run_kernel_rate(const KernelRateOptions& o) {
     const double tflops = k.flops / t.median_seconds / 1e12;
     char tflops_text[32] = "-";
     if (k.flops > 0) std::snprintf(tflops_text, sizeof tflops_text, "%.3f", tflops);
-    std::printf("%-24s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", k.name.c_str(), k.bytes, t.calls_per_region,
+    std::printf("%-*s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", name_width, k.name.c_str(), k.bytes,
+                t.calls_per_region,
                 1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy, tflops_text);
     std::fflush(stdout);
     json r = {{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},
