@@ -339,6 +339,26 @@ TEST(KernelCrossEntropyMath, OnlineStatsOfEmptyRowsAndNans) {
   EXPECT_FALSE(std::isnan(merged.sum));
 }
 
+// The loss with its gradient walks each thread's columns back from its last: the same columns as
+// the strided pass that read them, each once, for every thread of a block and any row length
+// (shorter than the block, a multiple of it, GPT-2's padded 50264).
+TEST(KernelCrossEntropyMath, TheWalkBackTakesEachThreadsStridedColumnsOnce) {
+  const int64_t stride = 256;
+  for (int64_t cols : {int64_t{0}, int64_t{1}, int64_t{97}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{512},
+                       int64_t{50264}}) {
+    std::vector<int> seen(static_cast<std::size_t>(cols), 0);
+    for (int64_t tid = 0; tid < stride; ++tid) {
+      std::vector<int64_t> forward, back;
+      for (int64_t j = tid; j < cols; j += stride) forward.push_back(j);
+      for (int64_t j = kernels::last_strided_column(tid, cols, stride); j >= 0; j -= stride) back.push_back(j);
+      std::reverse(back.begin(), back.end());
+      ASSERT_EQ(back, forward) << "thread " << tid << " of rows of " << cols;
+      for (int64_t j : back) ++seen[static_cast<std::size_t>(j)];
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << cols;
+  }
+}
+
 TEST(KernelCrossEntropyMath, TargetColumnsAndIgnoredTargets) {
   EXPECT_EQ(window_target_column(5, 0, 10), 5);
   EXPECT_EQ(window_target_column(15, 10, 10), 5);

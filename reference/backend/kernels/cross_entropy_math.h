@@ -49,6 +49,13 @@ TRIPOD_HD T cross_entropy_grad(T logit, T logsumexp, T grad_scale, bool is_targe
   return is_target ? scaled_prob - grad_scale : scaled_prob;
 }
 
+// The last of the columns thread `tid` takes in a strided pass over `cols` (tid, tid + stride, ...),
+// or -1 when it takes none: where a walk back over the same columns starts (the loss with its
+// gradient: the row's end is what the first pass left in L2 most recently).
+TRIPOD_HD int64_t last_strided_column(int64_t tid, int64_t cols, int64_t stride) {
+  return tid < cols ? tid + (cols - 1 - tid) / stride * stride : -1;
+}
+
 // A target the device cannot index: the launchers take no host copy of the targets to check
 // (the CPU backend does), so a target >= V yields a NaN loss and a NaN gradient row instead of an
 // out-of-bounds read; count_nonfinite then reports it.

@@ -223,8 +223,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     const T lse = kernels::logsumexp_from(total.max, total.sum);
     if (tid == 0) losses[r] = kernels::cross_entropy_loss(lse, target_logit, target);
     const int64_t target_column = kernels::window_target_column(target, 0, valid);
-    if (tid >= cols) continue;
-    for (int64_t j = tid + (cols - 1 - tid) / kSoftmaxThreads * kSoftmaxThreads; j >= 0; j -= kSoftmaxThreads)
+    for (int64_t j = kernels::last_strided_column(tid, cols, kSoftmaxThreads); j >= 0; j -= kSoftmaxThreads)
       x[j] = stored_as<L>(j < valid ? kernels::cross_entropy_grad(kernels::widened(x[j]), lse, grad_scale,
                                                                   j == target_column)
                                     : T(0));
