@@ -322,6 +322,9 @@ void run_kernel_rate(const KernelRateOptions& o) {
       b.convert(datt, datt16);
       cases.push_back({"attention fwd, bf16 qkv", 3 * nc * 2 + (nc + square) * s,
                        bf16_operands([&] { b.attention_forward(att, probs, att_qkv16, heads); }), 4 * products});
+      // and as training runs it: c_proj's bf16 operand written by the forward itself, no fp32 out
+      cases.push_back({"attention fwd->bf16, bf16 qkv", 3 * nc * 2 + square * s + 2 * nc,
+                       bf16_operands([&] { b.attention_operand(probs, att_qkv16, heads); }), 4 * products});
       cases.push_back({"attention bwd, bf16 qkv, dout", 4 * nc * 2 + (3 * nc + square) * s,
                        bf16_operands([&] { b.attention_backward(dqkv, datt16, att_qkv16, probs, heads); }),
                        8 * products});

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "core/bf16.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "support/flash_attention_asked.h"
@@ -25,7 +26,18 @@ using testing::FlashAttentionAsked;
 
 struct Results {
   std::vector<float> out, lse, dqkv;
+  std::vector<float> operand;  // Backend::attention_operand's bf16 copy of out, widened (flash-mma writes it itself)
+  // attention_backward_operand's bf16 dqkv, widened, and the bias gradient it added to zeros
+  // (flash-mma's register backward writes both itself: the sums from its partial sums)
+  std::vector<float> dqkv_operand, dbias;
 };
+
+// x's values rounded to bf16 and widened back: what a bf16 copy of x holds.
+std::vector<float> bf16_rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_float(float_to_bf16(x[i]));
+  return r;
+}
 
 // `bf16_qkv`: qkv given as its bf16 rounding (Backend::attention_input_dtype's, as the model keeps it
 // under flash-mma at head sizes up to 64) instead of fp32; `bf16_dout` (with it): the output
@@ -63,7 +75,34 @@ Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_q
   be.download(dqkv, r.dqkv.data());
   be.download(state, all.data());
   r.lse.assign(all.begin(), all.begin() + B * H * T);
+  // The attention's bf16 GEMM operand from a forward of its own (flash-mma's kernel writes it)
+  Tensor operand_state = be.alloc(state.shape(), DType::F32);
+  const Tensor operand = be.attention_operand(operand_state, tqkv, H);
+  Tensor widened = be.alloc(operand.shape(), DType::F32);
+  be.convert(operand, widened);
+  r.operand.resize(static_cast<std::size_t>(widened.numel()));
+  be.download(widened, r.operand.data());
+  Tensor dbias = be.alloc({3 * C}, DType::F32);
+  const Tensor dqkv_operand = be.attention_backward_operand(tdout, tqkv, state, H, dbias);
+  Tensor dqkv_widened = be.alloc(dqkv_operand.shape(), DType::F32);
+  be.convert(dqkv_operand, dqkv_widened);
+  r.dqkv_operand.resize(static_cast<std::size_t>(dqkv_widened.numel()));
+  be.download(dqkv_widened, r.dqkv_operand.data());
+  r.dbias.resize(static_cast<std::size_t>(3 * C));
+  be.download(dbias, r.dbias.data());
   return r;
+}
+
+// The operand of dqkv is its fp32 values' bf16 rounding, and the bias gradient their column sums
+// (in another order: within fp32 rounding of the largest).
+void expect_the_backward_operand_of(const Results& r, int64_t columns) {
+  EXPECT_EQ(r.dqkv_operand, bf16_rounded(r.dqkv)) << "dqkv's operand: its bf16 rounding";
+  std::vector<double> sums(static_cast<std::size_t>(columns), 0.0);
+  for (std::size_t i = 0; i < r.dqkv.size(); ++i) sums[i % static_cast<std::size_t>(columns)] += r.dqkv[i];
+  double largest = 0;
+  for (double s : sums) largest = std::max(largest, std::fabs(s));
+  for (std::size_t c = 0; c < sums.size(); ++c)
+    EXPECT_NEAR(r.dbias[c], sums[c], 1e-5 * std::max(largest, 1.0)) << "dbias[" << c << "]";
 }
 
 double relative_gap(const std::vector<float>& got, const std::vector<float>& want) {
@@ -114,6 +153,8 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
     // out and dqkv: a probability or score gradient rounded a bf16 step apart here and there.
     EXPECT_LE(relative_gap(got.out, want.out), 1.0 / 256) << "out";
     EXPECT_LE(relative_gap(got.dqkv, want.dqkv), 1.0 / 256) << "dqkv";
+    EXPECT_EQ(got.operand, bf16_rounded(got.out)) << "the operand: out's bf16 rounding";
+    expect_the_backward_operand_of(got, 3 * s.C);
   }
   // An empty batch: nothing to do, and no error (flash-mma's scratch is then no pointer at all).
   EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1));
@@ -133,6 +174,10 @@ TEST(CudaFlashAttention, TheRegisterKernelsReadABf16QkvWithTheBitsOfItsFp32Copy)
     SCOPED_TRACE("T" + std::to_string(T));
     const Results from_bf16 = run(*cuda, 2, T, 128, 2, true), from_fp32 = run(*cuda, 2, T, 128, 2);
     EXPECT_EQ(from_bf16.out, from_fp32.out);
+    EXPECT_EQ(from_bf16.operand, bf16_rounded(from_fp32.out)) << "the operand: out's bf16 rounding";
+    EXPECT_EQ(from_fp32.operand, from_bf16.operand);
+    expect_the_backward_operand_of(from_bf16, 3 * 128);
+    EXPECT_EQ(from_bf16.dqkv_operand, from_fp32.dqkv_operand);
     EXPECT_EQ(from_bf16.lse, from_fp32.lse);
     EXPECT_EQ(from_bf16.dqkv, from_fp32.dqkv);
     EXPECT_EQ(run(*cuda, 2, T, 128, 2, true, true).dqkv, from_fp32.dqkv) << "bf16 dout";

@@ -113,8 +113,9 @@ def test_attention_takes_the_context_and_heads_given(tmp_path):
 
 def test_flash_mma_times_attention_from_the_models_bf16_qkv_and_gradient(tmp_path):
     """Where the model keeps qkv and attention's output gradient in bf16 (flash-mma at head size 16
-    here, on the emulated device), two more rows time the attention from them, their bytes counting
-    both in bf16; the other attentions keep fp32 and have no such rows (the list above)."""
+    here, on the emulated device), three more rows time the attention from them (the forward also as
+    the bf16 operand it writes), their bytes counting both in bf16; the other attentions keep fp32
+    and have no such rows (the list above)."""
     require_tripod()
     out = tmp_path / "k.json"
     result = subprocess.run([TRIPOD, "bench", "kernel-rate", "--backend", "emulated", "--tokens", "64", "--channels",
@@ -126,6 +127,8 @@ def test_flash_mma_times_attention_from_the_models_bf16_qkv_and_gradient(tmp_pat
     rows = {r["name"]: r for r in json.loads(out.read_text())["results"]}
     nc, state = 64 * 32, 2 * 2 * 32 * 32  # the state buffer counted as the T x T scores, as the fp32 rows count it
     assert rows["attention fwd, bf16 qkv"]["bytes"] == 3 * nc * 2 + (nc + state) * 4
+    # as training runs it: the bf16 operand written instead of the fp32 out
+    assert rows["attention fwd->bf16, bf16 qkv"]["bytes"] == 3 * nc * 2 + state * 4 + nc * 2
     assert rows["attention bwd, bf16 qkv, dout"]["bytes"] == 4 * nc * 2 + (3 * nc + state) * 4
     assert rows["attention bwd, bf16 qkv, dout"]["nominal_flops"] == 8 * 2 * 32 * 32 * 32
 

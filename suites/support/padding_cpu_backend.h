@@ -33,6 +33,13 @@ class PaddingCpuBackend : public cpu::CpuBackend {
                                 const Tensor& bias, double eps) override {
     return Backend::bf16_layernorm_operand(mean, rstd, inp, weight, bias, eps);
   }
+  Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override {
+    return Backend::bf16_attention_operand(state, qkv, n_head);
+  }
+  Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                         const Tensor& dbias) override {
+    return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
+  }
 };
 
 }  // namespace tripod::testing

@@ -195,6 +195,79 @@ TEST(EmulatedFlashAttention, FlashMmaTakesABf16OutputGradientWithTheBitsOfItsFp3
             std::string::npos);
 }
 
+// flash-mma's forward writes the attention's bf16 GEMM operand itself (no fp32 out; its state keeps
+// its own copy): the bits of the fp32 out's copy, from a bf16 qkv and from an fp32 one (the
+// backend's own copy of it), and the same state as the fp32 forward.
+TEST(EmulatedFlashAttention, FlashMmaWritesItsOutputsBf16OperandWithTheBitsOfTheFp32OutsCopy) {
+  auto be = emulated_flash("flash-mma");
+  be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  const int64_t B = 2, T = 40, C = 32, H = 2;
+  std::vector<double> values(static_cast<std::size_t>(B * T * 3 * C));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.7 * std::sin(0.37 * static_cast<double>(i));
+  Tensor qkv32 = be->alloc({B, T, 3 * C}, DType::F32), qkv16 = be->alloc({B, T, 3 * C}, DType::BF16);
+  from_host_f64(*be, values, qkv32);
+  be->convert(qkv32, qkv16);
+  const Shape state_shape = be->attention_state_shape(DType::F32, B, T, C, H);
+  Tensor out = be->alloc({B, T, C}, DType::F32), state = be->alloc(state_shape, DType::F32);
+  be->attention_forward(out, state, qkv16, H);
+  Tensor copy = be->alloc({B, T, C}, DType::BF16);
+  be->convert(out, copy);
+  for (const Tensor& qkv : {qkv16, qkv32}) {
+    Tensor operand_state = be->alloc(state_shape, DType::F32);
+    const Tensor operand = be->attention_operand(operand_state, qkv, H);
+    ASSERT_EQ(operand.dtype(), DType::BF16) << qkv.describe();
+    EXPECT_EQ(to_host_f64(*be, operand), to_host_f64(*be, copy)) << qkv.describe();
+    EXPECT_EQ(to_host_f64(*be, operand_state), to_host_f64(*be, state)) << qkv.describe();
+  }
+}
+
+// flash-mma's register backward writes dqkv as c_attn's bf16 operand itself (no fp32 dqkv): the
+// bits of the fp32 dqkv's copy, and the bias gradient added from its partial sums, within fp32
+// rounding of bias_grad over the fp32 dqkv (another order of the same sums); from fp32 and bf16
+// qkv and dout. Above head size 64 (the block backward) the operand is the fp32 dqkv's copy.
+TEST(EmulatedFlashAttention, FlashMmaWritesDqkvAsItsBf16OperandWithTheBiasGradient) {
+  auto be = emulated_flash("flash-mma");
+  be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
+  for (const int64_t C : {int64_t{32}, int64_t{128}, int64_t{256}}) {  // head sizes 16, 64, 128
+    SCOPED_TRACE("C " + std::to_string(C));
+    const int64_t B = 2, T = 130, H = 2;  // T past the largest head size: flash at each
+    ASSERT_TRUE(be->takes_flash_attention(DType::F32, T, C, H));
+    std::vector<double> values(static_cast<std::size_t>(B * T * 3 * C));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.3 * std::sin(0.61 * static_cast<double>(i));
+    Tensor qkv32 = be->alloc({B, T, 3 * C}, DType::F32), qkv16 = be->alloc({B, T, 3 * C}, DType::BF16);
+    from_host_f64(*be, values, qkv32);
+    be->convert(qkv32, qkv16);
+    be->convert(qkv16, qkv32);  // exact: the same values either way
+    Tensor dout = be->alloc({B, T, C}, DType::F32), dout16 = be->alloc({B, T, C}, DType::BF16);
+    from_host_f64(*be, std::vector<double>(values.begin() + 7, values.begin() + 7 + B * T * C), dout);
+    be->convert(dout, dout16);
+    const bool registers = C / H <= 64;
+    const Tensor& qkv = registers ? qkv16 : qkv32;  // the model's bf16 qkv where flash-mma reads only that
+    Tensor out = be->alloc({B, T, C}, DType::F32);
+    Tensor state = be->alloc(be->attention_state_shape(DType::F32, B, T, C, H), DType::F32);
+    be->attention_forward(out, state, qkv, H);
+    Tensor dqkv = be->alloc({B, T, 3 * C}, DType::F32), want_db = be->alloc({3 * C}, DType::F32);
+    be->attention_backward(dqkv, dout, qkv, state, H);
+    be->fill(want_db, 0.5);
+    be->bias_grad(want_db, dqkv);
+    Tensor want = be->alloc({B, T, 3 * C}, DType::BF16);
+    be->convert(dqkv, want);
+    const std::vector<double> want_bias = to_host_f64(*be, want_db);
+    double largest = 0;
+    for (double x : want_bias) largest = std::max(largest, std::fabs(x));
+    for (const Tensor& dy : {dout, dout16}) {
+      if (!registers && dy.dtype() == DType::BF16) continue;  // (a bf16 dout comes with a bf16 qkv only)
+      Tensor db = be->alloc({3 * C}, DType::F32);
+      be->fill(db, 0.5);  // accumulated into, as a micro-batch's bias gradient is
+      const Tensor operand = be->attention_backward_operand(dy, qkv, state, H, db);
+      EXPECT_EQ(to_host_f64(*be, operand), to_host_f64(*be, want)) << dy.describe();
+      const std::vector<double> got_bias = to_host_f64(*be, db);
+      for (std::size_t i = 0; i < got_bias.size(); ++i)
+        EXPECT_NEAR(got_bias[i], want_bias[i], 1e-5 * largest) << "db[" << i << "] " << dy.describe();
+    }
+  }
+}
+
 // A bf16 qkv where the attention reads fp32 (the block flash kernels, or flash-mma's block backward
 // above head size 64) is refused by name, not read as floats.
 TEST(EmulatedFlashAttention, ABf16QkvForAnAttentionThatReadsFp32IsAnError) {

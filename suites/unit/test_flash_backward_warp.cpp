@@ -10,6 +10,7 @@
 // block algorithms' forward, so that both backwards read the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/kernels/flash_backward_warp.h"
+#include "core/error.h"
 
 namespace tripod::kernels {
 namespace {
@@ -68,6 +70,65 @@ TEST(FlashBackwardWarp, GivesTheBlockAlgorithmsGradientsBitForBit) {
   check_bit_for_bit({1, 97, 64, 2});    // 32: a full tile and a partial one
   check_bit_for_bit({2, 130, 128, 2});  // 64 (GPT-2's): three tiles, the last of 2 rows
   check_bit_for_bit({1, 128, 64, 1});   // exact tiles
+}
+
+// Written as c_attn's bf16 operand (store_operand_rows): every element the rounding of the fp32
+// gradient, and the bias gradient's partial sums, every one written (NaN before), each the column
+// sum of its warp's 16 rows (rows past T none): sums of the same fp32 values in the butterfly's
+// order, so within a few fp32 ulps of a plain sum of those rows, and their total over the rows
+// likewise the column sums of dqkv.
+void check_operand(const Shape& s) {
+  SCOPED_TRACE(s.text());
+  namespace fm = flash_mma;
+  const std::vector<float> qkv = normals(static_cast<std::size_t>(s.batch * s.seq_len * 3 * s.channels), 5, 1.5f);
+  const std::vector<float> dout = normals(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), 6, 1.0f);
+  std::vector<float> out(dout.size());
+  std::vector<float> state(static_cast<std::size_t>(s.batch * s.n_head * s.seq_len) + out.size());
+  cpu::flash_attention_forward(out.data(), state.data(), qkv.data(), s.batch, s.seq_len, s.channels, s.n_head);
+  std::vector<float> dqkv(qkv.size(), NAN);
+  cpu::flash_attention_backward_mma(dqkv.data(), dout.data(), qkv.data(), state.data(), s.batch, s.seq_len,
+                                    s.channels, s.n_head);
+  const flash::Problem p{s.batch, s.seq_len, s.channels, s.n_head, 0.0f};
+  const int64_t cols = 3 * s.channels, groups = fm::column_sum_rows(p) / s.batch;  // 16-row groups a sequence
+  std::vector<bf16> dqkv16(qkv.size(), bf16{0x7FC1});
+  std::vector<float> partials(static_cast<std::size_t>(fm::column_sum_rows(p) * cols), NAN);
+  cpu::flash_attention_backward_mma(nullptr, dout.data(), qkv.data(), state.data(), s.batch, s.seq_len, s.channels,
+                                    s.n_head, dqkv16.data(), partials.data());
+  for (std::size_t i = 0; i < dqkv.size(); ++i)
+    ASSERT_EQ(dqkv16[i].bits, float_to_bf16_bits(dqkv[i])) << "dqkv16[" << i << "]";
+  double worst = 0, largest = 0;
+  std::vector<double> total(static_cast<std::size_t>(cols), 0.0), direct(static_cast<std::size_t>(cols), 0.0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float got = partials[static_cast<std::size_t>((b * groups + g) * cols + c)];
+        ASSERT_TRUE(std::isfinite(got)) << "partial sum (" << b << ", " << g << ", " << c << ") not written";
+        double want = 0;
+        for (int64_t t = 16 * g; t < std::min<int64_t>(16 * g + 16, s.seq_len); ++t)
+          want += dqkv[static_cast<std::size_t>((b * s.seq_len + t) * cols + c)];
+        worst = std::max(worst, std::fabs(got - want));
+        largest = std::max(largest, std::fabs(want));
+        total[static_cast<std::size_t>(c)] += got;
+        direct[static_cast<std::size_t>(c)] += want;
+      }
+  EXPECT_LE(worst, 1e-5 * std::max(largest, 1.0));
+  for (int64_t c = 0; c < cols; ++c)
+    EXPECT_NEAR(total[static_cast<std::size_t>(c)], direct[static_cast<std::size_t>(c)], 1e-4) << "column " << c;
+}
+
+TEST(FlashBackwardWarp, WritesTheGradientAsItsBf16OperandWithTheBiasGradientsPartialSums) {
+  check_operand({2, 17, 32, 2});    // head size 16, one partial tile: groups past T sum nothing
+  check_operand({1, 97, 64, 2});    // 32
+  check_operand({2, 130, 128, 2});  // 64: three tiles, the last of 2 rows
+  // dqkv in fp32 or as the operand, not both, nor the operand without its sums
+  const std::vector<float> x(2 * 17 * 96, 0.0f), st(2 * 2 * 17 + 2 * 17 * 32, 0.0f);
+  std::vector<float> dqkv(x.size()), partials(1000);
+  std::vector<bf16> dqkv16(x.size());
+  EXPECT_THROW(cpu::flash_attention_backward_mma(dqkv.data(), x.data(), x.data(), st.data(), 2, 17, 32, 2,
+                                                 dqkv16.data(), partials.data()),
+               Error);
+  EXPECT_THROW(cpu::flash_attention_backward_mma(nullptr, x.data(), x.data(), st.data(), 2, 17, 32, 2, dqkv16.data()),
+               Error);
 }
 
 TEST(FlashBackwardWarp, HeadSize128TakesTheBlockAlgorithms) {

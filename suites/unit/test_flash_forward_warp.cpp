@@ -233,6 +233,7 @@ struct Shape {
 
 struct Forward {
   std::vector<float> out, state;  // state: lse [B*H*T], then the kept copy of out
+  std::vector<bf16> out16;        // out's bf16 rounding (the attention's GEMM operand), written beside it
 };
 
 // flash_forward_warp.h block by block, shared memory NaN before each, as the kernel runs it.
@@ -244,6 +245,7 @@ Forward run_warps(const Shape& s, const std::vector<float>& qkv32) {
   Forward r;
   r.out.assign(static_cast<std::size_t>(s.batch * s.seq_len * s.channels), NAN);
   r.state.assign(static_cast<std::size_t>(p.pairs() * s.seq_len + s.batch * s.seq_len * s.channels), NAN);
+  r.out16.assign(r.out.size(), bf16{0x7FC1});  // a NaN that no rounding writes
   auto shared = std::make_unique<fm::Shared<HD>>();
   auto warps = std::make_unique<fm::WarpState<HD, cpu::FlashHostWarp::kLanes>[]>(fm::kWarps);
   const cpu::FlashHostWarp w;
@@ -263,8 +265,8 @@ Forward run_warps(const Shape& s, const std::vector<float>& qkv32) {
       }
     }
     for (int warp = 0; warp < fm::kWarps; ++warp)
-      fm::finish_rows<HD>(w, warps[warp], p, r.out.data(), r.state.data() + p.pairs() * s.seq_len, r.state.data(),
-                          at.pair, row0 + warp * fm::kRowsPerWarp);
+      fm::finish_rows<HD>(w, warps[warp], p, r.out.data(), r.out16.data(), r.state.data() + p.pairs() * s.seq_len,
+                          r.state.data(), at.pair, row0 + warp * fm::kRowsPerWarp);
   }
   return r;
 }
@@ -289,10 +291,15 @@ void check_against_flash(const Shape& s) {
   const std::vector<float> qkv = random_qkv(s, static_cast<uint32_t>(s.seq_len * 31 + HD));
   const Forward warps = run_warps<HD>(s, qkv);
   // the emulated device's driver (flash_attention_host.cpp) gives these bits too
-  Forward driver{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN)};
+  Forward driver{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN), {}};
   cpu::flash_attention_forward_mma(driver.out.data(), driver.state.data(), qkv.data(), s.batch, s.seq_len, s.channels,
                                    s.n_head);
-  Forward tiles{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN)};
+  // and, asked for the operand alone (out null), its bf16 rounding and the same state
+  Forward operand{{}, std::vector<float>(warps.state.size(), NAN), std::vector<bf16>(warps.out.size(), bf16{0x7FC1})};
+  const std::vector<bf16> qkv16 = bf16_copy(qkv);
+  cpu::flash_attention_forward_mma(nullptr, operand.state.data(), qkv16.data(), s.batch, s.seq_len, s.channels,
+                                   s.n_head, operand.out16.data());
+  Forward tiles{std::vector<float>(warps.out.size(), NAN), std::vector<float>(warps.state.size(), NAN), {}};
   cpu::flash_attention_forward(tiles.out.data(), tiles.state.data(), qkv.data(), s.batch, s.seq_len, s.channels,
                                s.n_head);
   const std::size_t lse_count = static_cast<std::size_t>(s.batch * s.n_head * s.seq_len);
@@ -302,11 +309,15 @@ void check_against_flash(const Shape& s) {
     ASSERT_TRUE(std::isfinite(warps.out[i])) << "out[" << i << "] was not written, or read NaN";
     ASSERT_EQ(warps.out[i], warps.state[lse_count + i]) << "kept copy of out[" << i << "]";
     ASSERT_EQ(warps.out[i], driver.out[i]) << i;
+    ASSERT_EQ(warps.out16[i].bits, float_to_bf16_bits(warps.out[i])) << "out's bf16 rounding at " << i;
+    ASSERT_EQ(operand.out16[i].bits, warps.out16[i].bits) << "the operand alone at " << i;
+    ASSERT_EQ(operand.state[lse_count + i], warps.state[lse_count + i]) << "its kept copy of out at " << i;
     worst_out = std::max(worst_out, std::fabs(static_cast<double>(warps.out[i]) - tiles.out[i]) / scale);
   }
   for (std::size_t i = 0; i < lse_count; ++i) {
     ASSERT_TRUE(std::isfinite(warps.state[i])) << "lse[" << i << "]";
     ASSERT_EQ(warps.state[i], driver.state[i]) << i;
+    ASSERT_EQ(operand.state[i], warps.state[i]) << "the operand alone's lse at " << i;
     worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(warps.state[i]) - tiles.state[i]));
   }
   EXPECT_LE(worst_out, 1e-5);

@@ -92,6 +92,13 @@ class CpuBackend : public Backend {  // not final: a test derives a padding back
   // gelu(x) rounded to bf16 in one pass (cpu::gelu_forward_to_bf16): no fp32 temporary. Unpadded,
   // as this backend's bf16_operand_copy (a subclass that pads its copies overrides both).
   Tensor bf16_gelu_operand(const Tensor& x) override;
+  // flash-mma's output written as its bf16 rounding by the forward itself (cpu::flash_attention_
+  // forward_mma's out16, as the CUDA backend's kernel), no fp32 out; other attentions: Backend's.
+  Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override;
+  // flash-mma's register backward writing dqkv as its bf16 operand with the bias gradient's partial
+  // sums, which bias_grad adds (the CUDA backend's form, the same code); other attentions: Backend's.
+  Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
+                                         const Tensor& dbias) override;
   // The LayerNorm's output rounded to bf16 as it is written (cpu::layernorm_forward_to_bf16).
   Tensor bf16_layernorm_operand(const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias, double eps) override;

@@ -5,6 +5,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/host/attention_choice.h"
 #include "backend/cuda/host/launch_geometry.h"
+#include "backend/kernels/flash_backward_warp.h"
 
 namespace tripod::cpu {
 
@@ -137,10 +138,12 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const
     return;
   }
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
-    const auto forward = attention_kernel_ == cuda::AttentionKernel::FlashMma
-                             ? static_cast<decltype(&cpu::flash_attention_forward)>(cpu::flash_attention_forward_mma)
-                             : cpu::flash_attention_forward;
-    forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), batch, seq_len, channels, n_head);
+    if (attention_kernel_ == cuda::AttentionKernel::FlashMma)
+      cpu::flash_attention_forward_mma(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), batch, seq_len,
+                                       channels, n_head);
+    else
+      cpu::flash_attention_forward(ptr<float>(out, op), ptr<float>(probs, op), ptr<float>(qkv, op), batch, seq_len,
+                                   channels, n_head);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {
@@ -148,6 +151,56 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const
     cpu::attention_forward<T>(ptr<T>(out, op), ptr<T>(probs, op), ptr<T>(qkv, op), qkv.dim(0), qkv.dim(1),
                               qkv.dim(2) / 3, n_head, fp32_matmul() == Fp32Matmul::Bf16Operands);
   });
+}
+
+Tensor CpuBackend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
+  const char* op = "attention_operand";
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: flash-mma's
+  if (!given && !(attention_kernel_ == cuda::AttentionKernel::FlashMma &&
+                  takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)))
+    return Backend::bf16_attention_operand(state, qkv, n_head);
+  check_attention_state(state, qkv, n_head, op);
+  Tensor copy = alloc_for_overwrite({batch, seq_len, channels}, DType::BF16);
+  if (given)
+    cpu::flash_attention_forward_mma(nullptr, ptr<float>(state, op), ptr<bf16>(qkv, op), batch, seq_len, channels,
+                                     n_head, ptr<bf16>(copy, op));
+  else
+    cpu::flash_attention_forward_mma(nullptr, ptr<float>(state, op), ptr<float>(qkv, op), batch, seq_len, channels,
+                                     n_head, ptr<bf16>(copy, op));
+  return copy;
+}
+
+Tensor CpuBackend::bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state,
+                                                   int64_t n_head, const Tensor& dbias) {
+  const char* op = "attention_backward_operand";
+  const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
+  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: flash-mma's
+  const bool registers = n_head > 0 && channels % n_head == 0 &&
+                         kernels::flash_mma::register_backward_head_dim(channels / n_head);
+  if (!registers || dbias.dtype() != DType::F32 || dbias.numel() != 3 * channels ||
+      !(given || (attention_kernel_ == cuda::AttentionKernel::FlashMma &&
+                  takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))))
+    return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
+  check_attention_state(state, qkv, n_head, op);
+  Tensor copy = alloc_for_overwrite({batch, seq_len, 3 * channels}, DType::BF16);
+  const kernels::flash::Problem p{batch, seq_len, channels, n_head, 0.0f};
+  Tensor partials = alloc_for_overwrite({kernels::flash_mma::column_sum_rows(p), 3 * channels}, DType::F32);
+  if (batch * seq_len == 0) return copy;
+  bf16* dqkv16 = ptr<bf16>(copy, op);
+  float* sums = ptr<float>(partials, op);
+  const float* s = ptr<float>(state, op);
+  if (!given)
+    cpu::flash_attention_backward_mma(nullptr, ptr<float>(dout, op), ptr<float>(qkv, op), s, batch, seq_len, channels,
+                                      n_head, dqkv16, sums);
+  else if (dout.dtype() == DType::BF16)
+    cpu::flash_attention_backward_mma(nullptr, ptr<bf16>(dout, op), ptr<bf16>(qkv, op), s, batch, seq_len, channels,
+                                      n_head, dqkv16, sums);
+  else
+    cpu::flash_attention_backward_mma(nullptr, ptr<float>(dout, op), ptr<bf16>(qkv, op), s, batch, seq_len, channels,
+                                      n_head, dqkv16, sums);
+  bias_grad(dbias, partials);
+  return copy;
 }
 
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
@@ -165,11 +218,12 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
     return;
   }
   if (takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)) {
-    const auto backward = attention_kernel_ == cuda::AttentionKernel::FlashMma
-                              ? static_cast<decltype(&cpu::flash_attention_backward)>(cpu::flash_attention_backward_mma)
-                              : cpu::flash_attention_backward;
-    backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op), ptr<float>(probs, op), batch, seq_len,
-             channels, n_head);
+    if (attention_kernel_ == cuda::AttentionKernel::FlashMma)
+      cpu::flash_attention_backward_mma(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op),
+                                        ptr<float>(probs, op), batch, seq_len, channels, n_head);
+    else
+      cpu::flash_attention_backward(ptr<float>(dqkv, op), ptr<float>(dout, op), ptr<float>(qkv, op),
+                                    ptr<float>(probs, op), batch, seq_len, channels, n_head);
     return;
   }
   dispatch_float(qkv.dtype(), op, [&](auto zero) {

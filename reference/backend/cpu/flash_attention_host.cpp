@@ -72,13 +72,13 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 }
 
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
-                                 int64_t channels, int64_t n_head) {
+                                 int64_t channels, int64_t n_head, bf16* out16) {
   const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
-  flash_attention_forward_mma(out, state, qkv16.data(), batch, seq_len, channels, n_head);
+  flash_attention_forward_mma(out, state, qkv16.data(), batch, seq_len, channels, n_head, out16);
 }
 
 void flash_attention_forward_mma(float* out, float* state, const bf16* qkv16, int64_t batch, int64_t seq_len,
-                                 int64_t channels, int64_t n_head) {
+                                 int64_t channels, int64_t n_head, bf16* out16) {
   namespace fm = kernels::flash_mma;
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   float* lse = state;
@@ -106,7 +106,7 @@ void flash_attention_forward_mma(float* out, float* state, const bf16* qkv16, in
         }
       }
       for (int warp = 0; warp < fm::kWarps; ++warp)
-        fm::finish_rows<HD>(w, b.warps[warp], p, out, kept_out, lse, at.pair, row0 + warp * fm::kRowsPerWarp);
+        fm::finish_rows<HD>(w, b.warps[warp], p, out, out16, kept_out, lse, at.pair, row0 + warp * fm::kRowsPerWarp);
     });
   });
 }
@@ -132,29 +132,39 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
 }
 
 void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, bf16* dqkv16,
+                                  float* partials) {
   if (n_head <= 0 || channels % n_head != 0 || !kernels::flash_mma::register_backward_head_dim(channels / n_head)) {
+    check(dqkv16 == nullptr, "flash_attention_backward_mma: dqkv as its bf16 operand at head size ",
+          n_head > 0 ? channels / n_head : 0, ", which the register backward does not take (up to 64)");
     flash_attention_backward(dqkv, dout, qkv, state, batch, seq_len, channels, n_head);
     return;
   }
   const std::vector<bf16> qkv16 = bf16_copy(qkv, batch * seq_len * 3 * channels);
-  flash_attention_backward_mma(dqkv, dout, qkv16.data(), state, batch, seq_len, channels, n_head);
+  flash_attention_backward_mma(dqkv, dout, qkv16.data(), state, batch, seq_len, channels, n_head, dqkv16, partials);
 }
 
 void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, bf16* dqkv16,
+                                  float* partials) {
   // The kernels read dout's bf16 copy, and delta rounds dout as that copy does: the copy is all
   // of dout they use (flash::delta_of_row).
   const std::vector<bf16> dout16 = bf16_copy(dout, batch * seq_len * channels);
-  flash_attention_backward_mma(dqkv, dout16.data(), qkv16, state, batch, seq_len, channels, n_head);
+  flash_attention_backward_mma(dqkv, dout16.data(), qkv16, state, batch, seq_len, channels, n_head, dqkv16, partials);
 }
 
 void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* qkv16, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head) {
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head, bf16* dqkv16,
+                                  float* partials) {
   namespace fm = kernels::flash_mma;
   check(n_head > 0 && channels % n_head == 0 && fm::register_backward_head_dim(channels / n_head),
         "flash_attention_backward_mma: a bf16 qkv at head size ", n_head > 0 ? channels / n_head : 0,
         ", which the register backward does not take (up to 64)");
+  if (batch * seq_len == 0) return;  // (an empty tensor's data may be no pointer at all)
+  check((dqkv == nullptr) == (dqkv16 != nullptr) && (dqkv16 == nullptr) == (partials == nullptr),
+        "flash_attention_backward_mma: dqkv is written in fp32, or as its bf16 operand with the bias gradient's "
+        "partial sums");
+  const fm::OperandOut operand{dqkv16, partials};
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   const float* lse = state;
   const std::vector<float> delta = deltas(p, dout16, state);
@@ -184,8 +194,9 @@ void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* q
             fm::key_warp_tile<HD>(w, b.warps[warp], b.shared, p, key0 + warp * fm::kRowsPerWarp, qt * flash::kTile);
         }
         for (int warp = 0; warp < fm::kWarps; ++warp) {
-          fm::store_rows<HD>(w, b.warps[warp].dk, p, dqkv, at.pair, key0 + warp * fm::kRowsPerWarp, 1);
-          fm::store_rows<HD>(w, b.warps[warp].dv, p, dqkv, at.pair, key0 + warp * fm::kRowsPerWarp, 2);
+          const int64_t keys = key0 + warp * fm::kRowsPerWarp;
+          fm::store_gradient_rows<HD>(w, b.warps[warp].dk, p, dqkv, operand, at.pair, keys, 1);
+          fm::store_gradient_rows<HD>(w, b.warps[warp].dv, p, dqkv, operand, at.pair, keys, 2);
         }
       });
       for_each_block<QueryBlock>(p.pairs() * p.tiles(), [&](QueryBlock& b, int64_t block) {
@@ -201,7 +212,8 @@ void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* q
             fm::query_warp_tile<HD>(w, b.warps[warp], b.shared, p, row0 + warp * fm::kRowsPerWarp, kt * flash::kTile);
         }
         for (int warp = 0; warp < fm::kWarps; ++warp)
-          fm::store_rows<HD>(w, b.warps[warp].dq, p, dqkv, at.pair, row0 + warp * fm::kRowsPerWarp, 0);
+          fm::store_gradient_rows<HD>(w, b.warps[warp].dq, p, dqkv, operand, at.pair,
+                                      row0 + warp * fm::kRowsPerWarp, 0);
       });
     }
   });

@@ -6,6 +6,7 @@
 // (flash_attention_host.cpp) and by suites/unit/test_flash_forward_warp.cpp.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/kernels/bf16_math.h"
 #include "backend/kernels/mma_fragments.h"
@@ -52,14 +53,20 @@ struct FlashHostWarp {
   // x[lane][k] = the sum over the lane's group of four, as the device adds: (x + x^1) + (x + x^1)^2.
   template <int N>
   void quad_sum(float (&x)[kLanes][N], int k) const {
-    butterfly(x, k, [](float a, float b) { return a + b; });
+    butterfly(x, k, [](float a, float b) { return a + b; }, {1, 2});
+  }
+  // x[lane][k] = the sum over the 8 lanes of the lane's place in its group (lanes t, t + 4, ...,
+  // t + 28: a C fragment's column over its 8 row groups), as the device adds: butterfly steps 4, 8, 16.
+  template <int N>
+  void column_sum(float (&x)[kLanes][N], int k) const {
+    butterfly(x, k, [](float a, float b) { return a + b; }, {4, 8, 16});
   }
 
  private:
-  // The device's two steps v = op(v, shfl_xor(v, 1)); v = op(v, shfl_xor(v, 2)), every lane at once.
+  // The device's steps v = op(v, shfl_xor(v, mask)) for each mask in turn, every lane at once.
   template <int N, class Op>
-  static void butterfly(float (&x)[kLanes][N], int k, const Op& op) {
-    for (int mask : {1, 2}) {
+  static void butterfly(float (&x)[kLanes][N], int k, const Op& op, std::initializer_list<int> masks = {1, 2}) {
+    for (int mask : masks) {
       float before[kLanes];
       for (int lane = 0; lane < kLanes; ++lane) before[lane] = x[lane][k];
       for (int lane = 0; lane < kLanes; ++lane) x[lane][k] = op(before[lane], before[lane ^ mask]);

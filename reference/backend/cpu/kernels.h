@@ -84,23 +84,30 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 // (TRIPOD_CUDA_ATTENTION=flash-mma), its warps run by the host warp executor on a bf16 copy of qkv
 // made first, as the CUDA launcher does (and the backward's on copies of qkv and dout).
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, int64_t batch, int64_t seq_len,
-                             int64_t channels, int64_t n_head);
+                                 int64_t channels, int64_t n_head, bf16* out16 = nullptr);
 // The same from qkv's bf16 rounding itself (Backend::attention_input_dtype's bf16 qkv): no copy.
+// `out16`: out's bf16 rounding [B, T, C], written in out's place where out is null (the GEMM operand).
 void flash_attention_forward_mma(float* out, float* state, const bf16* qkv16, int64_t batch, int64_t seq_len,
-                                 int64_t channels, int64_t n_head);
+                                 int64_t channels, int64_t n_head, bf16* out16 = nullptr);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
                               int64_t seq_len, int64_t channels, int64_t n_head);
 // The same gradients through flash_backward_warp.h's register kernels at head sizes up to 64 (the
 // block algorithms' above), their warps run by the host warp executor.
+// `dqkv16` and `partials` (both, or neither; register kernels only): dqkv written as c_attn's bf16
+// operand [B, T, 3C] with the bias gradient's partial sums [flash_mma::column_sum_rows, 3C]
+// (flash_backward_warp.h's store_operand_rows), dqkv null.
 void flash_attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* state, int64_t batch,
-                              int64_t seq_len, int64_t channels, int64_t n_head);
+                                  int64_t seq_len, int64_t channels, int64_t n_head, bf16* dqkv16 = nullptr,
+                                  float* partials = nullptr);
 // The same from a bf16 qkv, at the head sizes the register kernels take only (throws above 64);
 // and from a bf16 dout too (the model's where attention_input_dtype says bf16: the kernels' copy of
 // an fp32 dout is its rounding, and delta rounds it so, so the bits are those of the fp32 dout).
 void flash_attention_backward_mma(float* dqkv, const float* dout, const bf16* qkv16, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                                  bf16* dqkv16 = nullptr, float* partials = nullptr);
 void flash_attention_backward_mma(float* dqkv, const bf16* dout16, const bf16* qkv16, const float* state,
-                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
+                                  bf16* dqkv16 = nullptr, float* partials = nullptr);
 
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab);

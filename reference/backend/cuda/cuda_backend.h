@@ -180,7 +180,8 @@ class CudaBackend final : public Backend {
   Tensor bf16_cross_entropy_operand(const Tensor& logits, const Tensor& logsumexp, const Tensor& targets,
                                     VocabWindow window, double grad_scale) override;
   // The GEMM attention's output copied back to token-major rows as bf16 (cuda::attention_forward's
-  // out16) where the copy needs no padding; the flash attention keeps the two passes.
+  // out16), and flash-mma's written as bf16 by its forward (no fp32 out: its state keeps its own
+  // copy), where the copy needs no padding; the flash block kernels keep the two passes.
   Tensor bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) override;
   Tensor bf16_attention_backward_operand(const Tensor& dout, const Tensor& qkv, const Tensor& state, int64_t n_head,
                                          const Tensor& dbias) override;
@@ -191,6 +192,15 @@ class CudaBackend final : public Backend {
   bf16* attention_bf16_scratch(DType dtype, int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head);
   Tensor flash_mma_copies(int64_t batch, int64_t seq_len, int64_t channels, bool backward, bool qkv_given,
                           bool dout_given = false);
+  // flash-mma's forward into out (fp32) or its bf16 rounding out16 (the other null), and the state,
+  // from qkv as it is (bf16: attention_input_dtype's) or from its bf16 copy.
+  void flash_mma_forward(float* out, bf16* out16, const Tensor& state, const Tensor& qkv, int64_t n_head,
+                         const char* op);
+  // The flash backward (TRIPOD_CUDA_ATTENTION's kernels) into dqkv (fp32), or where dqkv16 is given
+  // (flash-mma's register backward) as c_attn's bf16 operand and the bias gradient's partial sums
+  // (kernels::flash_mma::OperandOut), dqkv null; qkv and dout as attention_backward takes them.
+  void flash_backward(float* dqkv, bf16* dqkv16, float* partials, const Tensor& dout, const Tensor& qkv,
+                      const Tensor& state, int64_t n_head, const char* op);
   // What every tensor's deleter needs, shared with it: the byte counts, and the stream its memory
   // goes back on (cudaFreeAsync), which therefore lives until the last tensor is gone.
   struct DeviceMemory {

@@ -66,6 +66,72 @@ TRIPOD_HD void store_rows(const W& w, const float (&acc)[W::kLanes][HD / mma::kN
   }
 }
 
+// ---- the gradients as c_attn's bf16 operand, with the bias gradient's partial sums ----
+// Where the model takes dqkv only as c_attn's bf16 operand with its bias gradient (Backend::
+// attention_backward_operand), the kernels write each gradient's bf16 rounding (as convert rounds:
+// the bits of the fp32 dqkv's copy) and, for the bias gradient, each warp's 16 rows summed per
+// column: partials [B x tiles x kWarps, 3C], row (b x tiles + tile) x kWarps + warp, every element
+// written once (dq's thirds by the query kernel, dk's and dv's by the key kernel; rows past T
+// count as zeros), which Backend::bias_grad then sums: fp32 column sums in another order than
+// over dqkv's rows, so the bias gradient's bits are not the unfused form's.
+
+// Rows of the partial sums.
+TRIPOD_HD int64_t column_sum_rows(const flash::Problem& p) { return p.batch * p.tiles() * kWarps; }
+
+// Where the backward writes dqkv as that operand: both pointers, dqkv (fp32) then null; else neither.
+struct OperandOut {
+  bf16* dqkv16 = nullptr;   // [B, T, 3C], 4-byte aligned
+  float* partials = nullptr;  // [column_sum_rows, 3C]
+  TRIPOD_HD bool given() const { return dqkv16 != nullptr; }
+};
+
+// acc's rows [row0, row0 + 16) below T into part `part` of dqkv16 as bf16 (a pair of adjacent
+// columns a 4-byte store), and their column sums into the warp's row of `partials`.
+template <int HD, class W>
+TRIPOD_HD void store_operand_rows(const W& w, const float (&acc)[W::kLanes][HD / mma::kN * 4],
+                                  const flash::Problem& p, bf16* dqkv16, float* partials, int64_t bh, int64_t row0,
+                                  int part) {
+  constexpr int L = W::kLanes, kSums = HD / mma::kN * 2;  // a lane's columns: 2 an n-tile
+  float sums[L][kSums];
+  for (int i = 0; i < L; ++i) {
+    const int lane = w.lane(i);
+    TRIPOD_UNROLL
+    for (int x = 0; x < HD / mma::kN * 4; x += 2) {  // x and x + 1: one row's two adjacent columns
+      const mma::Place at = mma::c_place(lane, x % 4);
+      if (row0 + at.row < p.seq_len)
+        store_pair(dqkv16 + p.qkv_index(bh, row0 + at.row, part) + x / 4 * mma::kN + at.col,
+                   round_pair(acc[i][x], acc[i][x + 1]));
+    }
+    const bool low = row0 + mma::group_of(lane) < p.seq_len, high = row0 + mma::group_of(lane) + 8 < p.seq_len;
+    TRIPOD_UNROLL
+    for (int j = 0; j < HD / mma::kN; ++j)
+      TRIPOD_UNROLL
+      for (int e = 0; e < 2; ++e)  // rows g and g + 8 of column 8j + 2 thread_in_group + e
+        sums[i][2 * j + e] = (low ? acc[i][4 * j + e] : 0.0f) + (high ? acc[i][4 * j + 2 + e] : 0.0f);
+  }
+  TRIPOD_UNROLL
+  for (int k = 0; k < kSums; ++k) w.column_sum(sums, k);  // over the 8 row groups
+  const int64_t batch = bh / p.n_head, head = bh % p.n_head, group = row0 / kRowsPerWarp;  // tile x kWarps + warp
+  float* row = partials + (batch * p.tiles() * kWarps + group) * 3 * p.channels + part * p.channels + head * HD;
+  for (int i = 0; i < L; ++i) {
+    const int lane = w.lane(i);
+    if (mma::group_of(lane) != 0) continue;  // every group holds the sums: group 0's lanes write them
+    TRIPOD_UNROLL
+    for (int j = 0; j < HD / mma::kN; ++j)
+      TRIPOD_UNROLL
+      for (int e = 0; e < 2; ++e) row[j * mma::kN + 2 * mma::thread_in_group(lane) + e] = sums[i][2 * j + e];
+  }
+}
+
+// dqkv's rows as store_rows writes them (fp32), or as store_operand_rows does where the operand is given.
+template <int HD, class W>
+TRIPOD_HD void store_gradient_rows(const W& w, const float (&acc)[W::kLanes][HD / mma::kN * 4],
+                                   const flash::Problem& p, float* dqkv, const OperandOut& operand, int64_t bh,
+                                   int64_t row0, int part) {
+  if (operand.given()) store_operand_rows<HD>(w, acc, p, operand.dqkv16, operand.partials, bh, row0, part);
+  else store_rows<HD>(w, acc, p, dqkv, bh, row0, part);
+}
+
 // ---- dK and dV: a warp's 16 keys ----
 
 template <int HD, int L>

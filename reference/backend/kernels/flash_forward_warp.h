@@ -128,23 +128,26 @@ TRIPOD_HD void forward_tile(const W& w, WarpState<HD, W::kLanes>& s, const Share
   accumulate_times_columns<HD>(w, s.o, sc, sh.vt);
 }
 
-// out's rows (and out_copy's, where not null) = O / l, and the rows' logsumexp, for the rows < T.
+// out's rows = O / l, and the rows' logsumexp, for the rows < T. Each of out (fp32), out16 (its
+// bf16 rounding, as convert rounds: the attention's GEMM operand, written without the fp32 out) and
+// out_copy (the state's fp32 copy) is written where not null; out and out16 [B, T, C] token-major.
 template <int HD, class W>
-TRIPOD_HD void finish_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::Problem& p, float* out,
+TRIPOD_HD void finish_rows(const W& w, WarpState<HD, W::kLanes>& s, const flash::Problem& p, float* out, bf16* out16,
                            float* out_copy, float* lse, int64_t bh, int64_t row0) {
   w.quad_sum(s.row_sum, 0);
   w.quad_sum(s.row_sum, 1);
   for (int i = 0; i < W::kLanes; ++i) {
     const int lane = w.lane(i);
     TRIPOD_UNROLL
-    for (int x = 0; x < HD / mma::kN * 4; ++x) {
+    for (int x = 0; x < HD / mma::kN * 4; x += 2) {  // x and x + 1: one row's two adjacent columns
       const mma::Place at = mma::c_place(lane, x % 4);
       const int64_t row = row0 + at.row;
       if (row >= p.seq_len) continue;
-      const int64_t index = p.token_index(bh, row) + x / 4 * mma::kN + at.col;
-      const float value = s.o[i][x] / s.row_sum[i][x % 4 / 2];
-      out[index] = value;
-      if (out_copy != nullptr) out_copy[index] = value;
+      const int64_t index = p.token_index(bh, row) + x / 4 * mma::kN + at.col;  // even: a 4-byte bf16 pair
+      const float first = s.o[i][x] / s.row_sum[i][x % 4 / 2], second = s.o[i][x + 1] / s.row_sum[i][x % 4 / 2];
+      if (out != nullptr) out[index] = first, out[index + 1] = second;
+      if (out16 != nullptr) store_pair(out16 + index, round_pair(first, second));
+      if (out_copy != nullptr) out_copy[index] = first, out_copy[index + 1] = second;
     }
     if (mma::thread_in_group(lane) == 0)
       TRIPOD_UNROLL

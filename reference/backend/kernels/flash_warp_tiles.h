@@ -206,6 +206,17 @@ TRIPOD_HD uint32_t round_pair(float first, float second) {
 #endif
 }
 
+// dst[0..1] = the pair's two bf16 (first in the low half): one 4-byte store on the device (dst
+// 4-byte aligned: an even element of a tensor whose allocation is).
+TRIPOD_HD void store_pair(bf16* dst, uint32_t word) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint32_t*>(dst) = word;
+#else
+  dst[0] = bf16{mma::half_of(word, 0)};
+  dst[1] = bf16{mma::half_of(word, 1)};
+#endif
+}
+
 // acc [16 x HD] += a [16 x 64] (c's fragments rounded to bf16: values[i][4j ..] of n-tile j)
 // b [64 x HD], b given transposed: bt [HD][64] bf16 in shared memory.
 template <int HD, class W>

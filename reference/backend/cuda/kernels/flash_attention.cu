@@ -226,13 +226,15 @@ void flash_attention_forward(float* out, float* state, const float* qkv, int64_t
 void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* state,
                               int64_t batch, int64_t seq_len, int64_t channels, int64_t n_head,
                               const CudaContext& ctx, AttentionKernel kernel, bf16* register_copies,
-                              const bf16* qkv16, const bf16* dout16) {
+                              const bf16* qkv16, const bf16* dout16, kernels::flash_mma::OperandOut operand) {
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx, kernel);
   const bool registers =
       kernel == AttentionKernel::FlashMma && kernels::flash_mma::register_backward_head_dim(p.head_dim());
   check((qkv16 == nullptr && dout16 == nullptr) || registers, op, ": a bf16 ", qkv16 != nullptr ? "qkv" : "dout",
         " at head size ", p.head_dim(), ", which only flash-mma's register backward (head size up to 64) reads");
+  check(!operand.given() || registers, op, ": dqkv as its bf16 operand at head size ", p.head_dim(),
+        ", which only flash-mma's register backward (head size up to 64) writes");
   if (batch * seq_len == 0) return;
   check_rows_aligned(op, {qkv16 != nullptr ? static_cast<const void*>(qkv16) : qkv,
                           dout16 != nullptr ? static_cast<const void*>(dout16) : dout});
@@ -246,7 +248,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
                        "flash_attention_backward (delta)");
   if (registers) {
     flash_backward_mma_kernels(dqkv, delta, dout, qkv, lse, register_copies, batch, seq_len, channels, n_head, ctx,
-                               qkv16, dout16);
+                               qkv16, dout16, operand);
     return;
   }
   flash::with_head_dim(p.head_dim(), [&](auto hd) {

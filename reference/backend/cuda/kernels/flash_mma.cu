@@ -78,6 +78,17 @@ struct DeviceWarp {
     (void)x, (void)k;
 #endif
   }
+  // The sum over the 8 lanes holding the same fragment columns (lane ^ 4, ^ 8, ^ 16).
+  template <int N>
+  __host__ __device__ __forceinline__ void column_sum(float (&x)[1][N], int k) const {
+#ifdef __CUDA_ARCH__
+    float v = x[0][k];
+    for (int mask = 4; mask <= 16; mask *= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, mask);
+    x[0][k] = v;
+#else
+    (void)x, (void)k;
+#endif
+  }
 };
 
 // Blocks an SM should hold at once below head size 128: 3, a cap of 168 registers a thread (the
@@ -90,7 +101,7 @@ constexpr int forward_blocks_per_sm(int hd) { return hd <= 64 ? 3 : 1; }
 
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, forward_blocks_per_sm(HD))
-    flash_forward_mma_kernel(flash::Problem p, const bf16* qkv, float* out, float* kept_out, float* lse) {
+    flash_forward_mma_kernel(flash::Problem p, const bf16* qkv, float* out, bf16* out16, float* kept_out, float* lse) {
   static_assert(sizeof(fm::Shared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::Shared<HD> shared;
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
@@ -108,14 +119,14 @@ __global__ void __launch_bounds__(fm::kThreads, forward_blocks_per_sm(HD))
     fm::forward_tile<HD, false>(w, state, shared, p, row0, kt * flash::kTile);
   }
   fm::forward_tile<HD, true>(w, state, shared, p, row0, at.tile * flash::kTile);
-  fm::finish_rows<HD>(w, state, p, out, kept_out, lse, at.pair, row0);
+  fm::finish_rows<HD>(w, state, p, out, out16, kept_out, lse, at.pair, row0);
 }
 
 // dK and dV of key tile at.tile: warp w its keys [16w, 16w + 16) over the query tiles that see them.
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, 1)
     flash_key_grads_mma_kernel(flash::Problem p, const bf16* qkv, const bf16* dout, const float* lse,
-                               const float* delta, float* dqkv) {
+                               const float* delta, float* dqkv, fm::OperandOut operand) {
   static_assert(sizeof(fm::KeyGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::KeyGradsShared<HD> shared;
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, false);
@@ -129,15 +140,15 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
     __syncthreads();
     fm::key_warp_tile<HD>(w, warp, shared, p, key0, qt * flash::kTile);
   }
-  fm::store_rows<HD>(w, warp.dk, p, dqkv, at.pair, key0, 1);
-  fm::store_rows<HD>(w, warp.dv, p, dqkv, at.pair, key0, 2);
+  fm::store_gradient_rows<HD>(w, warp.dk, p, dqkv, operand, at.pair, key0, 1);
+  fm::store_gradient_rows<HD>(w, warp.dv, p, dqkv, operand, at.pair, key0, 2);
 }
 
 // dQ of query tile at.tile: warp w its queries [16w, 16w + 16) over the key tiles they see.
 template <int HD>
 __global__ void __launch_bounds__(fm::kThreads, 1)
     flash_query_grads_mma_kernel(flash::Problem p, const bf16* qkv, const bf16* dout, const float* lse,
-                                 const float* delta, float* dqkv) {
+                                 const float* delta, float* dqkv, fm::OperandOut operand) {
   static_assert(sizeof(fm::QueryGradsShared<HD>) <= 48 * 1024, "static shared memory is at most 48 KiB a block");
   __shared__ fm::QueryGradsShared<HD> shared;
   const flash::BlockPlace at = flash::place_of_block(blockIdx.x, p, true);
@@ -151,7 +162,7 @@ __global__ void __launch_bounds__(fm::kThreads, 1)
     __syncthreads();
     fm::query_warp_tile<HD>(w, warp, shared, p, row0, kt * flash::kTile);
   }
-  fm::store_rows<HD>(w, warp.dq, p, dqkv, at.pair, row0, 0);
+  fm::store_gradient_rows<HD>(w, warp.dq, p, dqkv, operand, at.pair, row0, 0);
 }
 
 // copies [0, n) = bf16(x), checked 16-byte aligned for the kernels' 16-byte tile loads (the rows
@@ -170,10 +181,14 @@ void check_given_aligned(const bf16* given, const char* op) {
 
 void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* dout, const float* qkv,
                                 const float* lse, bf16* copies, int64_t batch, int64_t seq_len, int64_t channels,
-                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16, const bf16* dout16) {
+                                int64_t n_head, const CudaContext& ctx, const bf16* qkv16, const bf16* dout16,
+                                kernels::flash_mma::OperandOut operand) {
   const char* op = "flash_attention_backward_mma";
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   check(fm::register_backward_head_dim(p.head_dim()), op, ": head size ", p.head_dim(), " has no register backward");
+  check((dqkv == nullptr) == operand.given() && (operand.dqkv16 == nullptr) == (operand.partials == nullptr), op,
+        ": dqkv is written in fp32, or as its bf16 operand with the bias gradient's partial sums");
+  check(!operand.given() || all_aligned_to(4, {operand.dqkv16}), op, ": dqkv's bf16 operand must start 4-byte aligned");
   check(copies != nullptr || (qkv16 != nullptr && dout16 != nullptr), op, ": no scratch for the bf16 copies of ",
         qkv16 == nullptr ? "qkv" : "", qkv16 == nullptr && dout16 == nullptr ? " and " : "",
         dout16 == nullptr ? "dout" : "");
@@ -200,10 +215,10 @@ void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* do
     if constexpr (HD <= 64) {  // register_backward_head_dim
       // The two kernels write different thirds of dqkv (dk and dv; dq), one after the other.
       flash_key_grads_mma_kernel<HD>
-          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv);
+          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv, operand);
       check_launch(op);
       flash_query_grads_mma_kernel<HD>
-          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv);
+          <<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, dout16, lse, delta, dqkv, operand);
       check_launch(op);
     }
   });
@@ -211,14 +226,16 @@ void flash_backward_mma_kernels(float* dqkv, const float* delta, const float* do
 
 void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf16* copies, int64_t batch,
                                  int64_t seq_len, int64_t channels, int64_t n_head, const CudaContext& ctx,
-                                 const bf16* qkv16) {
+                                 const bf16* qkv16, bf16* out16) {
   const char* op = "flash_attention_forward_mma";
   check(batch >= 0 && seq_len >= 0 && n_head > 0 && channels >= 0 && channels % n_head == 0, op, ": bad sizes (B ",
         batch, ", T ", seq_len, ", C ", channels, ", H ", n_head, ")");
   const std::size_t optin = ctx.limits.shared_per_block_optin;
   check(flash_attention_supported(seq_len, channels, n_head, optin, AttentionKernel::FlashMma), op, ": head size ",
         channels / n_head, " at T = ", seq_len, " is not supported (head size 16, 32, 64 or 128, T > head size)");
-  if (batch * seq_len == 0) return;
+  if (batch * seq_len == 0) return;  // (an empty tensor's data may be no pointer at all)
+  check((out == nullptr) != (out16 == nullptr), op, ": one of out (fp32) and its bf16 rounding is written");
+  check(out16 == nullptr || all_aligned_to(4, {out16}), op, ": out's bf16 rounding must start 4-byte aligned");
   const flash::Problem p{batch, seq_len, channels, n_head, kernels::attention_scale<float>(channels / n_head)};
   if (qkv16 == nullptr) {
     check(copies != nullptr, op, ": no scratch for the bf16 copy of qkv");
@@ -236,7 +253,7 @@ void flash_attention_forward_mma(float* out, float* state, const float* qkv, bf1
     shape.block = fm::kThreads;
     shape.shared_bytes = 0;  // static: sizeof(fm::Shared<HD>) <= 35 KiB
     check_fits(shape, ctx.limits, op);
-    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, out, kept_out, lse);
+    flash_forward_mma_kernel<HD><<<grid_of(shape), shape.block, 0, ctx.stream>>>(p, qkv16, out, out16, kept_out, lse);
     check_launch(op);
   });
 }
