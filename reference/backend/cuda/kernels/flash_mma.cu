@@ -68,22 +68,24 @@ struct DeviceWarp {
     (void)x, (void)k;
 #endif
   }
+  // The sum over the lane's group of four (lane ^ 1, ^ 2).
   template <int N>
   __host__ __device__ __forceinline__ void quad_sum(float (&x)[1][N], int k) const {
-#ifdef __CUDA_ARCH__
-    float v = x[0][k];
-    for (int mask = 1; mask <= 2; mask *= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, mask);
-    x[0][k] = v;
-#else
-    (void)x, (void)k;
-#endif
+    xor_sum<1, 2>(x, k);
   }
   // The sum over the 8 lanes holding the same fragment columns (lane ^ 4, ^ 8, ^ 16).
   template <int N>
   __host__ __device__ __forceinline__ void column_sum(float (&x)[1][N], int k) const {
+    xor_sum<4, 16>(x, k);
+  }
+
+ private:
+  // x[0][k] = x + shfl_xor(x, m) for m = kFirst, 2 kFirst, ..., kLast in turn (flash_host_warp.h's order).
+  template <int kFirst, int kLast, int N>
+  __host__ __device__ __forceinline__ void xor_sum(float (&x)[1][N], int k) const {
 #ifdef __CUDA_ARCH__
     float v = x[0][k];
-    for (int mask = 4; mask <= 16; mask *= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, mask);
+    for (int mask = kFirst; mask <= kLast; mask *= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, mask);
     x[0][k] = v;
 #else
     (void)x, (void)k;
