@@ -268,8 +268,8 @@ void Gpt::backward_slot(ParamAccess& p, int index, double grad_scale) {
     // bf16 logits: their own operand).
     Tensor dlogits_op;
     if (a.dlogits_written_at) {
-      check(*a.dlogits_written_at == grad_scale, "backward at grad_scale ", grad_scale,
-            " after a forward that wrote the loss gradient at ", *a.dlogits_written_at);
+      TRIPOD_CHECK(*a.dlogits_written_at == grad_scale, "backward at grad_scale ", grad_scale,
+                   " after a forward that wrote the loss gradient at ", *a.dlogits_written_at);
       a.dlogits_written_at.reset();
       if (keeps_operands()) dlogits_op = a.logits;
     } else {
