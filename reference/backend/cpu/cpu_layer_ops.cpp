@@ -156,13 +156,12 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& probs, const
 Tensor CpuBackend::bf16_attention_operand(const Tensor& state, const Tensor& qkv, int64_t n_head) {
   const char* op = "attention_operand";
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
-  const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: flash-mma's
-  if (!given && !(attention_kernel_ == cuda::AttentionKernel::FlashMma &&
-                  takes_flash_attention(qkv.dtype(), seq_len, channels, n_head)))
+  if (!cuda::flash_mma_runs(attention_kernel_, qkv.dtype(), fp32_matmul(), seq_len, channels, n_head,
+                            cuda::h200_limits().shared_per_block_optin, false))
     return Backend::bf16_attention_operand(state, qkv, n_head);
   check_attention_state(state, qkv, n_head, op);
   Tensor copy = alloc_for_overwrite({batch, seq_len, channels}, DType::BF16);
-  if (given)
+  if (qkv.dtype() == DType::BF16)  // attention_input_dtype's
     cpu::flash_attention_forward_mma(nullptr, ptr<float>(state, op), ptr<bf16>(qkv, op), batch, seq_len, channels,
                                      n_head, ptr<bf16>(copy, op));
   else
@@ -176,11 +175,9 @@ Tensor CpuBackend::bf16_attention_backward_operand(const Tensor& dout, const Ten
   const char* op = "attention_backward_operand";
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3;
   const bool given = qkv.dtype() == DType::BF16;  // attention_input_dtype's: flash-mma's
-  const bool registers = n_head > 0 && channels % n_head == 0 &&
-                         kernels::flash_mma::register_backward_head_dim(channels / n_head);
-  if (!registers || dbias.dtype() != DType::F32 || dbias.numel() != 3 * channels ||
-      !(given || (attention_kernel_ == cuda::AttentionKernel::FlashMma &&
-                  takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))))
+  if (dbias.dtype() != DType::F32 || dbias.numel() != 3 * channels ||
+      !cuda::flash_mma_runs(attention_kernel_, qkv.dtype(), fp32_matmul(), seq_len, channels, n_head,
+                            cuda::h200_limits().shared_per_block_optin, true))
     return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
   check_attention_state(state, qkv, n_head, op);
   Tensor copy = alloc_for_overwrite({batch, seq_len, 3 * channels}, DType::BF16);

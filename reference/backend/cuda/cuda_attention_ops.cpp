@@ -86,8 +86,8 @@ Tensor CudaBackend::bf16_attention_operand(const Tensor& state, const Tensor& qk
   const int64_t batch = qkv.dim(0), seq_len = qkv.dim(1), channels = qkv.dim(2) / 3, rows = batch * seq_len;
   const bool operand_fused =
       fusions_.on(CudaFusion::OperandProducers) && !cuda::operand_copy_shape(rows, channels).padded();
-  if (operand_fused && attention_kernel_ == cuda::AttentionKernel::FlashMma &&
-      (qkv.dtype() == DType::BF16 || takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))) {
+  if (operand_fused && cuda::flash_mma_runs(attention_kernel_, qkv.dtype(), fp32_matmul(), seq_len, channels, n_head,
+                                            ctx_.limits.shared_per_block_optin, false)) {
     check_attention_state(state, qkv, n_head, op);  // flash-mma's out written as bf16 only
     Tensor copy = alloc_for_overwrite({rows, channels}, DType::BF16);
     flash_mma_forward(nullptr, copy.device_data<bf16>(), state, qkv, n_head, op);
@@ -150,9 +150,8 @@ Tensor CudaBackend::bf16_attention_backward_operand(const Tensor& dout, const Te
       dbias.dtype() == DType::F32 && dbias.numel() == 3 * channels;
   // flash-mma's register backward writes dqkv as its bf16 operand, with the bias gradient's partial
   // sums that bias_grad then adds (flash_backward_warp.h's store_operand_rows): no fp32 dqkv.
-  if (operand_fused && attention_kernel_ == cuda::AttentionKernel::FlashMma && n_head > 0 &&
-      channels % n_head == 0 && kernels::flash_mma::register_backward_head_dim(channels / n_head) &&
-      (qkv.dtype() == DType::BF16 || takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))) {
+  if (operand_fused && cuda::flash_mma_runs(attention_kernel_, qkv.dtype(), fp32_matmul(), seq_len, channels, n_head,
+                                            ctx_.limits.shared_per_block_optin, true)) {
     check_attention_state(state, qkv, n_head, op);
     Tensor copy = alloc_for_overwrite({rows, 3 * channels}, DType::BF16);
     const kernels::flash::Problem p{batch, seq_len, channels, n_head, 0.0f};
@@ -164,9 +163,7 @@ Tensor CudaBackend::bf16_attention_backward_operand(const Tensor& dout, const Te
     return copy;
   }
   // The flash block kernels' backward writes dqkv from its own kernels: it takes the default (dqkv, then the copy).
-  if (!fusions_.on(CudaFusion::OperandProducers) || cuda::operand_copy_shape(rows, 3 * channels).padded() ||
-      qkv.dtype() != DType::F32 || dbias.dtype() != DType::F32 || dbias.numel() != 3 * channels ||
-      takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))
+  if (!operand_fused || qkv.dtype() != DType::F32 || takes_flash_attention(qkv.dtype(), seq_len, channels, n_head))
     return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
   check_attention_state(state, qkv, n_head, op);
   Tensor copy = alloc_for_overwrite({rows, 3 * channels}, DType::BF16);

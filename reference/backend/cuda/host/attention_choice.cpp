@@ -89,6 +89,14 @@ bool reads_bf16_qkv(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int6
          kernels::flash_mma::register_backward_head_dim(channels / n_head);
 }
 
+bool flash_mma_runs(AttentionKernel kernel, DType qkv_dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                    int64_t n_head, std::size_t shared_per_block_optin, bool backward) {
+  if (qkv_dtype == DType::BF16) return true;
+  if (backward) return reads_bf16_qkv(kernel, qkv_dtype, policy, seq_len, channels, n_head, shared_per_block_optin);
+  return kernel == AttentionKernel::FlashMma &&
+         takes_flash_attention(kernel, qkv_dtype, policy, seq_len, channels, n_head, shared_per_block_optin);
+}
+
 std::string flash_attention_declined(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len,
                                      int64_t channels, int64_t n_head, std::size_t shared_per_block_optin) {
   if (takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) ||

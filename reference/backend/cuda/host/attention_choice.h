@@ -47,6 +47,12 @@ bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul polic
 // taken, at a head size its register backward takes (up to 64; above, the block kernels read fp32).
 bool reads_bf16_qkv(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                     int64_t n_head, std::size_t shared_per_block_optin);
+// Whether flash-mma's own kernels run a backend's attention over a qkv of `qkv_dtype`: a bf16 qkv
+// (attention_input_dtype's, which only they read), or an fp32 one they take; `backward`: its register
+// backward, at reads_bf16_qkv's head sizes (above, the block kernels run it). Where they do, the
+// backend writes attention's bf16 operands from them (attention_operand, attention_backward_operand).
+bool flash_mma_runs(AttentionKernel kernel, DType qkv_dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
+                    int64_t n_head, std::size_t shared_per_block_optin, bool backward);
 // Why a backend set to a flash `kernel` runs the GEMM attention for these tensors after all ("" when
 // it takes flash, or was not asked to): a sentence naming the variable's value, the reason (the
 // dtype and policy, or the head size and T against what the kernels take) and what runs instead,
