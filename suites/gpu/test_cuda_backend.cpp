@@ -151,6 +151,31 @@ TEST(CudaBackend, TheLossWithItsGradientInOneKernelHasTheSeparateKernelsBits) {
   }
 }
 
+// The whole-vocabulary kernels' contract (cross_entropy.cu's header): a target the vocabulary lacks
+// makes its row's loss and gradient NaN, which the trainer's finite check names, not a finite loss.
+TEST(CudaBackend, TheLossWithItsGradientMakesATargetBeyondTheVocabularyNaN) {
+  REQUIRE_GPU(cuda);
+  const int64_t rows = 3, vocab = 5, cols = 8;
+  const std::vector<int32_t> targets{2, static_cast<int32_t>(vocab), -1};
+  const Tensor target_tensor = cuda->alloc({rows}, DType::I32);
+  cuda->upload(targets.data(), target_tensor);
+  std::vector<double> values(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * static_cast<double>(i % 5);
+  for (DType dt : {DType::F64, DType::F32}) {
+    const Tensor logits = cuda->alloc({rows, cols}, dt), losses = cuda->alloc({rows}, dt);
+    from_host_f64(*cuda, values, logits);
+    cuda->cross_entropy_with_gradient(losses, logits, target_tensor, vocab, 0.5);
+    const std::vector<double> loss = to_host_f64(*cuda, losses), grad = to_host_f64(*cuda, logits);
+    EXPECT_TRUE(std::isfinite(loss[0]) && loss[0] > 0) << dtype_name(dt);
+    EXPECT_TRUE(std::isnan(loss[1])) << dtype_name(dt) << ": the target beyond the vocabulary gave " << loss[1];
+    EXPECT_EQ(loss[2], 0.0) << dtype_name(dt);
+    for (int64_t j = 0; j < cols; ++j) {
+      EXPECT_EQ(std::isnan(grad[static_cast<std::size_t>(cols + j)]), j < vocab) << dtype_name(dt) << " column " << j;
+      EXPECT_EQ(grad[static_cast<std::size_t>(2 * cols + j)], 0.0) << dtype_name(dt) << " column " << j;
+    }
+  }
+}
+
 TEST(CudaBackend, ARerunIsBitIdentical) {
   REQUIRE_GPU(cuda);
   const RunConfig config = conform::default_conformance_config("fp32");

@@ -198,9 +198,10 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 // (the same reduction, so the same bits), its logsumexp and loss as FromSumsOp, then the gradient
 // in place as cross_entropy_backward_window_kernel. Thread 0 reads the target's logit before the
 // reduction's barriers, every write comes after them. The second read of the row should find it
-// in L2, where the first left it (a block a row: GPT-2's 100 KB bf16 rows, some 500 in flight on
-// an H100's 50 MB), so each thread walks its columns back from its last: the row's end is what
-// L2 took most recently. An ignored row: loss 0 and a zero gradient, as the separate kernels give.
+// in L2, where the first left it, so each thread walks its columns back from its last: the row's
+// end is what L2 took most recently. Not all of it stays there: ptxas gives this kernel 32
+// registers, so 8 blocks an SM, ~1000 rows in flight on an H100 — 100 MB of GPT-2's 100 KB bf16
+// rows against its 50 MB L2 (ncu's L2 hit rate in a lease would say how much the walk back saves). An ignored row: loss 0 and a zero gradient, as the separate kernels give.
 template <typename T, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
     cross_entropy_with_gradient_kernel(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
@@ -220,7 +221,9 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     const kernels::ExpSumState<T> total =
         block_reduce(kernels::strided_online_exp_sum(static_cast<const L*>(x), valid, threadIdx.x, kSoftmaxThreads),
                      scratch, kernels::MergeExpSums{});
-    const T lse = kernels::logsumexp_from(total.max, total.sum);
+    // A target beyond the vocabulary: a NaN loss and row, as the whole-vocabulary kernels above.
+    const T lse = kernels::target_beyond_vocab(target, valid) ? quiet_nan<T>()
+                                                              : kernels::logsumexp_from(total.max, total.sum);
     if (tid == 0) losses[r] = kernels::cross_entropy_loss(lse, target_logit, target);
     const int64_t target_column = kernels::window_target_column(target, 0, valid);
     for (int64_t j = kernels::last_strided_column(tid, cols, kSoftmaxThreads); j >= 0; j -= kSoftmaxThreads)
@@ -356,8 +359,7 @@ template <typename T, typename L>
 void cross_entropy_with_gradient(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
                                  int64_t vocab, double grad_scale, const CudaContext& ctx) {
   const char* op = std::is_same_v<L, bf16> ? "cross_entropy_with_gradient (bf16 logits)" : "cross_entropy_with_gradient";
-  check_rows(op, rows, cols, vocab);
-  if (cols == 0) return;
+  check_rows(op, rows, cols, vocab);  // no columns: still a loss (0, or NaN for a target) a row
   launch_row_blocks(cross_entropy_with_gradient_kernel<T, L>, rows, ctx, op, losses, logits, targets, rows, cols,
                     vocab, static_cast<T>(grad_scale));
 }
