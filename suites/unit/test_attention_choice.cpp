@@ -94,6 +94,17 @@ TEST(AttentionChoice, FlashMmaNeedsOnlyStaticSharedMemoryUpToHeadSize64) {
   EXPECT_FALSE(flash_attention_supported(1024, 480, 12, 99 * 1024, AttentionKernel::FlashMma));
 }
 
+TEST(AttentionChoice, OnlyFlashMmasRegisterBackwardTakesTheBf16Copies) {
+  // The CUDA backend makes bf16 copies of qkv and dout for a flash backward only where its register
+  // kernels run it: at head size 128 flash-mma's backward is the block kernels', which read fp32.
+  EXPECT_TRUE(flash_backward_in_registers(AttentionKernel::FlashMma, 768, 12));   // GPT-2, head size 64
+  EXPECT_TRUE(flash_backward_in_registers(AttentionKernel::FlashMma, 64, 4));     // head size 16
+  EXPECT_FALSE(flash_backward_in_registers(AttentionKernel::FlashMma, 1536, 12));  // head size 128
+  EXPECT_FALSE(flash_backward_in_registers(AttentionKernel::Flash, 768, 12));
+  EXPECT_FALSE(flash_backward_in_registers(AttentionKernel::Gemm, 768, 12));
+  EXPECT_FALSE(flash_backward_in_registers(AttentionKernel::FlashMma, 768, 0));  // no division by zero heads
+}
+
 TEST(AttentionChoice, AFlashBackendSaysWhyItRunsTheGemmAttention) {
   const std::size_t h200 = h200_limits().shared_per_block_optin;
   const auto declined = [&](AttentionKernel k, DType dtype, Fp32Matmul policy, int64_t channels, int64_t heads) {

@@ -131,7 +131,7 @@ void CudaBackend::flash_backward(float* dqkv, bf16* dqkv16, float* partials, con
   const bool given = qkv.dtype() == DType::BF16, dout_given = given && dout.dtype() == DType::BF16;
   Tensor& delta = grown(attention_scratch_, cuda::flash_attention_delta_elements(batch, seq_len, n_head), DType::F32);
   Tensor copies;  // the register kernels' bf16 copies of qkv and dout, freed (stream-ordered) after
-  if (attention_kernel_ == cuda::AttentionKernel::FlashMma)
+  if (cuda::flash_backward_in_registers(attention_kernel_, channels, n_head))
     copies = flash_mma_copies(batch, seq_len, channels, true, given, dout_given);
   cuda::flash_attention_backward(dqkv, delta.device_data<float>(), dout_given ? nullptr : ptr<float>(dout, op),
                                  given ? nullptr : ptr<float>(qkv, op), ptr<float>(state, op), batch, seq_len, channels,

@@ -47,9 +47,10 @@ void CudaBackend::gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, in
     // The bf16 rounding of the fp32 sum straight from the epilogue; where cuBLASLt declines
     // (nothing written), the default's fp32 result and its conversion, from then on (the pair of
     // types is what it declines: not asked again), said by library_declined.
-    try {
-      gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate, ptr<float>(bias, "gemm"));
-      return;
+    try {  // false: the bias was not taken in (C holds the product alone), so the default below runs
+      if (gemm_with_bias(trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n, accumulate,
+                         ptr<float>(bias, "gemm")))
+        return;
     } catch (const cuda::NoBf16BiasEpilogue& e) {
       if (library_declined_.empty()) library_declined_ = e.what();
     }

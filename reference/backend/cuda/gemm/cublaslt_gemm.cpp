@@ -176,8 +176,10 @@ std::optional<cublasLtMatmulAlgo_t> choose_algo(const CudaContext& ctx, const Ge
   int found = 0;
   const cublasStatus_t status = cublaslt().algo_get_heuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
                                                                c.layout, pref.pref, 1, &result, &found);
-  // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result: either way say which problem.
-  const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
+  // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result (or a result whose own
+  // state is not success, which cublasLt.h asks to inspect): either way say which problem.
+  const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                    (status == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS));
   if (none) {
     chosen.emplace(key, std::nullopt);
     return no_algorithm();
@@ -283,9 +285,13 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
                                                c_layout.layout, g.c, c_layout.layout,
                                                &*algo, ctx.workspace, ctx.workspace_bytes, ctx.stream);
   // The message (with the problem's sizes) is built only on failure: a step makes thousands of calls.
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED && bias != nullptr && c_dtype == DType::BF16)
-    throw NoBf16BiasEpilogue("gemm: cublasLtMatmul refused an fp32 bias epilogue into a bf16 D for " +
-                             describe(g, types));
+  // An fp32 bias into a bf16 D is not among the pairs cublasLt.h documents: its refusal may come as
+  // NOT_SUPPORTED or as INVALID_VALUE ("an impossible configuration"); either way nothing was written.
+  if ((status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) && bias != nullptr &&
+      c_dtype == DType::BF16)
+    throw NoBf16BiasEpilogue(str_cat("gemm: cublasLtMatmul refused an fp32 bias epilogue into a bf16 D (",
+                                     status == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE",
+                                     ") for ", describe(g, types)));
   if (status != CUBLAS_STATUS_SUCCESS)
     check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types), bias ? " with the bias epilogue" : "")
                              .c_str());

@@ -82,11 +82,15 @@ bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul polic
          flash_attention_supported(seq_len, channels, n_head, shared_per_block_optin, kernel);
 }
 
+bool flash_backward_in_registers(AttentionKernel kernel, int64_t channels, int64_t n_head) {
+  return kernel == AttentionKernel::FlashMma && n_head > 0 &&
+         kernels::flash_mma::register_backward_head_dim(channels / n_head);
+}
+
 bool reads_bf16_qkv(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                     int64_t n_head, std::size_t shared_per_block_optin) {
-  return kernel == AttentionKernel::FlashMma &&
-         takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) &&
-         kernels::flash_mma::register_backward_head_dim(channels / n_head);
+  return takes_flash_attention(kernel, dtype, policy, seq_len, channels, n_head, shared_per_block_optin) &&
+         flash_backward_in_registers(kernel, channels, n_head);
 }
 
 bool flash_mma_runs(AttentionKernel kernel, DType qkv_dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,

@@ -42,6 +42,10 @@ bool flash_attention_supported(int64_t seq_len, int64_t channels, int64_t n_head
 // bf16-operand policy, at a shape flash_attention_supported takes.
 bool takes_flash_attention(AttentionKernel kernel, DType dtype, Fp32Matmul policy, int64_t seq_len, int64_t channels,
                            int64_t n_head, std::size_t shared_per_block_optin);
+// Whether flash attention's backward under `kernel` runs flash-mma's register kernels (head sizes up
+// to 64; they read bf16 copies of qkv and dout) rather than the block kernels (which read the fp32
+// qkv and dout, so no copies are made for them).
+bool flash_backward_in_registers(AttentionKernel kernel, int64_t channels, int64_t n_head);
 // Whether such a backend's attention reads only the bf16 rounding of an fp32 qkv, forward and
 // backward, so that the model may store qkv in bf16 (Backend::attention_input_dtype): flash-mma
 // taken, at a head size its register backward takes (up to 64; above, the block kernels read fp32).

@@ -229,8 +229,7 @@ void flash_attention_backward(float* dqkv, float* delta, const float* dout, cons
                               const bf16* qkv16, const bf16* dout16, kernels::flash_mma::OperandOut operand) {
   const char* op = "flash_attention_backward";
   const flash::Problem p = problem_of(op, batch, seq_len, channels, n_head, ctx, kernel);
-  const bool registers =
-      kernel == AttentionKernel::FlashMma && kernels::flash_mma::register_backward_head_dim(p.head_dim());
+  const bool registers = flash_backward_in_registers(kernel, channels, n_head);
   check((qkv16 == nullptr && dout16 == nullptr) || registers, op, ": a bf16 ", qkv16 != nullptr ? "qkv" : "dout",
         " at head size ", p.head_dim(), ", which only flash-mma's register backward (head size up to 64) reads");
   check(!operand.given() || registers, op, ": dqkv as its bf16 operand at head size ", p.head_dim(),
