@@ -68,16 +68,17 @@ struct MatmulDesc {
     check_cublas(cublaslt().desc_set_attribute(desc, attribute, &op, sizeof op), "cublasLtMatmulDescSetAttribute");
   }
   // The bias epilogue: an fp32 vector as long as cuBLASLt's (column-major) D has rows, which are
-  // the row-major C's columns, added to every column of D.
-  void set_bias(const float* bias) {
+  // the row-major C's columns, added to every column of D. False where cuBLASLt refuses one of its
+  // attributes (the caller then declines the epilogue, as for a problem with no algorithm).
+  bool set_bias(const float* bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t type = CUDA_R_32F;
-    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
-                 "cublasLtMatmulDescSetAttribute (epilogue)");
-    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                 "cublasLtMatmulDescSetAttribute (bias pointer)");
-    check_cublas(cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type),
-                 "cublasLtMatmulDescSetAttribute (bias type)");
+    return cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublaslt().desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type) ==
+               CUBLAS_STATUS_SUCCESS;
   }
 };
 
@@ -177,8 +178,10 @@ std::optional<cublasLtMatmulAlgo_t> choose_algo(const CudaContext& ctx, const Ge
   const cublasStatus_t status = cublaslt().algo_get_heuristic(ctx.lt, desc.desc, a.layout, b.layout, c.layout,
                                                                c.layout, pref.pref, 1, &result, &found);
   // "Nothing fits" comes back as NOT_SUPPORTED, or as success with no result (or a result whose own
-  // state is not success, which cublasLt.h asks to inspect): either way say which problem.
-  const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+  // state is not success, which cublasLt.h asks to inspect): either way say which problem. Where
+  // the caller may decline, INVALID_VALUE ("an impossible configuration": an epilogue or a C apart
+  // from D this cuBLASLt does not take) is that answer too; nothing has been written.
+  const bool none = status == CUBLAS_STATUS_NOT_SUPPORTED || (may_decline && status == CUBLAS_STATUS_INVALID_VALUE) ||
                     (status == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS));
   if (none) {
     chosen.emplace(key, std::nullopt);
@@ -253,8 +256,7 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
       c_layout(types.c, g.c_layout, g.batch_count);
   std::optional<cublasLtMatmulAlgo_t> algo;
   if (bias_epilogue_applies(call, bias, c_in == nullptr)) {
-    desc.set_bias(bias);
-    algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, bias, true);
+    if (desc.set_bias(bias)) algo = choose_algo(ctx, types, g, desc, a_layout, b_layout, c_layout, bias, true);
     if (!algo && c_dtype == DType::BF16)
       throw NoBf16BiasEpilogue("gemm: cuBLASLt has no algorithm with an fp32 bias epilogue into a bf16 D for " +
                                describe(g, types));
