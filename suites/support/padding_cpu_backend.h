@@ -13,7 +13,11 @@ namespace tripod::testing {
 
 class PaddingCpuBackend : public cpu::CpuBackend {
  public:
-  PaddingCpuBackend() : cpu::CpuBackend(Device::Host, "cpu") {}
+  // `row_multiple`: the logits' rows padded to it too (Backend::gemm_row_multiple; CUDA's is 8), so
+  // that the LM head's products run over the padded vocabulary, as on the device.
+  explicit PaddingCpuBackend(int64_t row_multiple = 1)
+      : cpu::CpuBackend(Device::Host, "cpu"), row_multiple_(row_multiple) {}
+  int64_t gemm_row_multiple() const override { return row_multiple_; }
 
  protected:
   Tensor bf16_operand_copy(const Tensor& x) override {
@@ -40,6 +44,9 @@ class PaddingCpuBackend : public cpu::CpuBackend {
                                          const Tensor& dbias) override {
     return Backend::bf16_attention_backward_operand(dout, qkv, state, n_head, dbias);
   }
+
+ private:
+  int64_t row_multiple_;
 };
 
 }  // namespace tripod::testing

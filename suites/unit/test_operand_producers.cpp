@@ -432,6 +432,32 @@ TEST(OperandProducers, ABf16MixedStepMakesTheOperandOnlyActivationsAsOperands) {
   }
 }
 
+// CUDA pads both the LM head's weight copy and the logits' rows to multiples of 8, so the head's
+// input-gradient product runs over the padded vocabulary (k = 16 here, not 11): the loss
+// gradient's zero columns against the copy's zero rows. The emulated device pads the logits but
+// not the copies; a backend that pads both runs the device's shapes on the host, and three steps
+// must leave the plain CPU's parameters bit for bit (the zeros add nothing; k < 64 is one block).
+TEST(OperandProducers, APaddedHeadCopyAndPaddedLogitsGiveThePlainBackendsBits) {
+  for (const char* dtype : {"bf16-mixed", "fp32"})
+    for (bool tied : {true, false}) {
+      const RunConfig config = testing::tiny_run_config(dtype, tied);
+      ASSERT_NE(config.model.vocab_size % 8, 0) << "the test needs a vocabulary the device pads";
+      auto train = [&](Backend& be) {
+        Trainer trainer(config, be);
+        trainer.initialise();
+        std::vector<double> losses;
+        for (uint64_t step = 0; step < 3; ++step)
+          losses.push_back(trainer.train_step(testing::random_batch(4, 5, config.model.vocab_size, 31 + step)).loss);
+        std::vector<double> out = to_host_f64(be, trainer.params().flat());
+        out.insert(out.end(), losses.begin(), losses.end());
+        return out;
+      };
+      testing::PaddingCpuBackend padding(8);
+      auto plain = make_backend("cpu");
+      EXPECT_EQ(train(padding), train(*plain)) << dtype << (tied ? " tied" : " untied");
+    }
+}
+
 TEST(OperandProducers, AMissingInputOrOperandIsNamed) {
   auto be = make_backend("cpu");
   be->set_fp32_matmul(Fp32Matmul::Bf16Operands);
