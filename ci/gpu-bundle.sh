@@ -166,6 +166,10 @@ export PATH=$_ompi/bin:$PATH
 # Without ssh (a bare node), mpirun's default launcher refuses to start even local ranks; the
 # isolated launcher starts them on this node only.
 command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || export OMPI_MCA_plm=isolated
+# A process started without mpirun (a singleton: the GPU tests' NCCL case) would start orted through
+# the node's own loader, which finds none of the bundle's libraries where tripod runs through the
+# bundled glibc's loader (no LD_LIBRARY_PATH then); isolated, a singleton starts no orted.
+export OMPI_MCA_ess_singleton_isolated=1
 unset _ompi
 ENV
   printf '%-28s %10s  %-10s %-6s %s\n' openmpi/ "$(du -sb "$o" | cut -f1)" openmpi plain \

@@ -645,3 +645,19 @@ def test_the_bundle_of_this_build_passes_the_dry_run_through_its_own_loader(tmp_
     cuda = ("libcudart", "libcublas", "libnccl")  # a CUDA build's: the node's toolkit provides them
     assert resolved and all(str(out / "work" / "bundle") in path or any(c in path for c in cuda)
                             for path in resolved), listing
+    # A process started without mpirun (a singleton, as the GPU tests' NCCL case is) through that
+    # loader starts no orted: a bare node's loader would find none of the bundle's libraries for it
+    # (no LD_LIBRARY_PATH in this mode). A failing orted stands in for that node's.
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "orted").write_text(f"#!/bin/sh\necho ran >> '{fake}/marker'\nexit 1\n")
+    (fake / "orted").chmod(0o755)
+    work = out / "work" / "bundle"
+    libs = next(line.split(": ", 1)[1] for line in (out / "probe" / "library_path.txt").read_text().splitlines()
+                if line.startswith("library path: "))
+    singleton = subprocess.run(
+        ["bash", "-c", f'. "{work}/openmpi/env.sh" && export OPAL_BINDIR="{fake}" && exec '
+         f'"{work}/lib/glibc/ld-linux-x86-64.so.2" --library-path "{libs}" "{work}/bin/tripod" '
+         "bench comm all_reduce -b 8 -e 8"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    assert singleton.returncode == 0 and not (fake / "marker").exists(), singleton.stdout[-2000:] + singleton.stderr[-2000:]
