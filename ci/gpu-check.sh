@@ -17,7 +17,9 @@
 #   --export DIR     also put summary.json, summary.txt and gpu-check.tar.gz (everything) in DIR:
 #                    few files, for a tool that brings back only a handful (the device tool's $OUT)
 #
-# Steps, in run order (cheap and decisive first, so a short budget still gives a verdict):
+# Steps, in run order: cheap and decisive first, so a short budget still gives a verdict; then the
+# steps of the one target no GPU has measured yet (GPT-2's MFU: kernels, bench-train, flash-mma,
+# peer); then what earlier leases measured already (the GEMM rates, NCCL; session 31's H100):
 #   probe        nvidia-smi, driver, nvcc, python/torch, each binary's libraries (ldd)   [issue item a]
 #   data         a synthetic Markov corpus for `tiny` (the node has no prepared data)
 #   check-fp64   tripod check-backend --backend cuda --dtype fp64 (every op vs the CPU)  [b]
@@ -34,6 +36,28 @@
 #   gtest        tripod_gpu_tests --gtest_output=json (the last correctness step: before the
 #                benchmarks, so a short budget leaves benchmarks unrun, not it)          [c]
 #   health       tripod bench health: NVML temperature, power, SM clock, memory, energy
+#   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
+#                and % of a device-to-device copy measured in the same run; again with the fused
+#                forms off (TRIPOD_CUDA_FUSIONS=none): LayerNorm backward's two forms as a ratio
+#   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
+#                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
+#                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth;
+#                and padded at batch $GPT2_LARGE_BATCH (32): the issue lets us choose the batch
+#   flash-mma    the flash attention kernels with their tiles in mma.sync fragments, forward and
+#                backward (TRIPOD_CUDA_ATTENTION=flash-mma; written without a GPU, 2026-12-06), first
+#                run on a GPU: their attention cases against the CPU, tiny bf16-mixed vs the CPU
+#                (2.5x the bf16 effect), memcheck and racecheck last, and the attention rows and GPT-2 step
+#                (B8, and padded at the large batch) against bench-train's; when it passes, its GPT-2
+#                runs count for the MFU target. Right after bench-train: the attention the 40 % MFU step needs
+#                (session 31's H100 timed flash's fp32 block kernels at 1.64x the GEMM attention
+#                forward, 0.79x its backward), so a short budget leaves flash unrun, not it
+#   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
+#                (before flash, which may take long: the MFU target's line compares with it)
+#   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
+#                shapes as trained (--dtype bf16-mixed: conversions and padding included); then
+#                bf16 with bf16 C (--c-dtype bf16), and PyTorch's bf16 matmul on the squares
+#                (reports/torch_gemm_rate.py), timed the same way                           [f]
+#   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
 #   nccl-1       tripod bench comm, six collectives in one launch, --comm nccl at world size 1, 8 B - 32 MiB
 #                (#wrong 0; every element is filled and checked on the host, so larger sizes
 #                would spend the step's time there)
@@ -43,28 +67,6 @@
 #                representative layout set using every rank (fp64) and bench comm all, 8 B - 128 MiB
 #   staged-conform  tripod conform --comm staged: 2 ranks on the one GPU (every layout, fp64),
 #                4 ranks (a 3D set, fp32), through the bundle's Open MPI
-#   gemm-bf16    tripod bench gemm-rate, bf16, squares + GPT-2 124M layer shapes; then those
-#                shapes as trained (--dtype bf16-mixed: conversions and padding included); then
-#                bf16 with bf16 C (--c-dtype bf16), and PyTorch's bf16 matmul on the squares
-#                (reports/torch_gemm_rate.py), timed the same way                           [f]
-#   gemm-fp32    the same in fp32 (TF32 off; smaller squares)                             [f]
-#   kernels      tripod bench kernel-rate: LayerNorm, GELU, AdamW, cross-entropy... in GB/s
-#                and % of a device-to-device copy measured in the same run; again with the fused
-#                forms off (TRIPOD_CUDA_FUSIONS=none): LayerNorm backward's two forms as a ratio
-#   bench-train  tripod bench train, GPT-2 124M, $GPT2_PRECISION, batch 8 x context 1024: MFU [g];
-#                again with the vocabulary padded to a multiple of $GPT2_VOCAB_MULTIPLE (50304);
-#                again with the fused forms off (TRIPOD_CUDA_FUSIONS=none): what they are worth;
-#                and padded at batch $GPT2_LARGE_BATCH (32): the issue lets us choose the batch
-#   peer         reports/gpu_peer.py: PyTorch eager GPT-2 124M, bf16 autocast and fp32   [h]
-#                (before the flash steps: the MFU target's line compares with it, and they may take long)
-#   flash-mma    the flash attention kernels with their tiles in mma.sync fragments, forward and
-#                backward (TRIPOD_CUDA_ATTENTION=flash-mma; written without a GPU, 2026-12-06), first
-#                run on a GPU: their attention cases against the CPU, memcheck and racecheck, tiny
-#                bf16-mixed vs the CPU (2.5x the bf16 effect), and the attention rows and GPT-2 step
-#                (B8, and padded at the large batch) against bench-train's; when it passes, its GPT-2
-#                runs count for the MFU target. Before flash: the attention the 40 % MFU step needs
-#                (session 31's H100 timed flash's fp32 block kernels at 1.64x the GEMM attention
-#                forward, 0.79x its backward), so a short budget leaves flash unrun, not it
 #   flash        the same for TRIPOD_CUDA_ATTENTION=flash: the same state, fp32 block kernels
 #   sanitizer    compute-sanitizer memcheck, initcheck and racecheck on check-backend --only <small cases>;
 #                skipped (with the reason) where it is missing or refuses the device      [d]
@@ -227,16 +229,16 @@ PLAN=(
   "golden 60 1 1"
   "gtest 90 1 0"
   "health 15 1 0"
+  "kernels 40 1 1"
+  "bench-train 120 1 1"
+  "flash-mma 120 1 1"
+  "peer 90 1 1"
+  "gemm-bf16 90 1 1"
+  "gemm-fp32 45 1 1"
   "nccl-1 45 1 1"
   "nccl-1g 90 1 1"
   "nccl-multi 120 1 1"
   "staged-conform 100 1 1"
-  "gemm-bf16 90 1 1"
-  "gemm-fp32 45 1 1"
-  "kernels 40 1 1"
-  "bench-train 120 1 1"
-  "peer 90 1 1"
-  "flash-mma 120 1 1"
   "flash 170 1 1"
   "sanitizer 150 1 0"
   "profile 120 1 0"

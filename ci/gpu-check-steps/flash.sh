@@ -6,10 +6,6 @@
 # reported whether or not the one before passed:
 #   check     check-backend's attention cases against the CPU (out, dq, dk, dv within 2^-8; probs
 #             holds the flash state there and is not compared)
-#   sanitize  compute-sanitizer memcheck and racecheck (shared-memory races) of the GPU test
-#             CudaFlashAttention (flash on the GPU against the emulated device's blocks, small
-#             shapes: seconds under the sanitizer); a part cut by its time limit gives no verdict
-#             and makes the step incomplete, not failed
 #   train     tiny bf16-mixed with flash against the CPU's emulation of the policy: every loss
 #             within 2.5x the bf16 effect of the same run (the CPU's bf16-mixed vs fp32 losses).
 #             Flash rounds each probability before the division by the row sum, the CPU after;
@@ -22,6 +18,11 @@
 #             batch (bench-train's fourth run) with flash: a passing flash step's runs count for
 #             the MFU target beside bench-train's (flash holds no T x T scores: the large batch
 #             is where it should pay most)
+#   sanitize  compute-sanitizer memcheck and racecheck (shared-memory races) of the GPU test
+#             CudaFlashAttention (flash on the GPU against the emulated device's blocks, small
+#             shapes: seconds under the sanitizer); last, each tool within what the step has left
+#             (at most 40 s), so a step cut short loses them, not the GPT-2 runs; a part cut by
+#             its time limit gives no verdict and makes the step incomplete, not failed
 # The dry run takes every part but the sanitizer on the emulated device, which runs the same block
 # algorithms on the host (TRIPOD_CUDA_ATTENTION=flash too).
 #
@@ -31,7 +32,7 @@
 # those kernels; its GPT-2 runs count for the MFU target the same way when it passes.
 step_flash() { flash_step flash 'CudaFlashAttention.MatchesTheEmulatedDevicesBlocks'; }
 # (the sanitizer part on the test against the emulated device's warps; the one from the model's bf16
-# qkv, which adds four runs at T 200, runs in the gtest step, within the sanitizer parts' 40 s)
+# qkv, which adds four runs at T 200, runs in the gtest step: the sanitizer parts have 40 s at most)
 step_flash-mma() { flash_step flash-mma 'CudaFlashAttention.TheRegisterKernelsMatchTheEmulatedDevicesWarps'; }
 
 flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, for the sanitizer part)
@@ -46,27 +47,6 @@ flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, fo
   tripod check-backend --backend "$device" --against cpu --dtype fp32 bf16 --only attention \
       --json "$STEP_DIR/check.json" || failed+=" check"
   key+="check $("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%d cases, %d failed, worst %.2g of bound" % (len(r), sum(not x["pass"] for x in r), max([x.get("error_over_bound", 0) for x in r] or [0])))' "$STEP_DIR/check.json" 2>/dev/null || echo "no results")"
-  if dry; then
-    key+="; sanitizer not in the dry run"
-  elif sanitizer=$(find_sanitizer) && [ -x "$GTEST_BIN" ]; then
-    write_tripod_wrapper "$GTEST_BIN" "$WORK/gtest-run"
-    for part in memcheck racecheck; do
-      rc=0
-      timeout -k 3 40 "$sanitizer" --tool "$part" --target-processes all --error-exitcode 99 --print-limit 20 \
-          "$WORK/gtest-run" --gtest_filter="$gtest_filter" >"$STEP_DIR/$part.log" 2>&1 || rc=$?
-      tail -3 "$STEP_DIR/$part.log"
-      case $rc in
-        0) key+="; $part clean" ;;
-        124|137) cut+=" $part"; key+="; $part cut at 40 s (no verdict)" ;;
-        *) failed+=" $part(exit $rc)"; key+="; $part exit $rc" ;;
-      esac
-      { grep -Eq '\[  PASSED  \] [1-9][0-9]* tests?\.' "$STEP_DIR/$part.log" &&
-          ! grep -q '\[  FAILED  \]' "$STEP_DIR/$part.log"; } || [ "$rc" != 0 ] ||
-        { failed+=" $part(test did not pass)"; }
-    done
-  else
-    key+="; compute-sanitizer or the GPU tests not found"
-  fi
   # (Every part below reports and goes on: under the steps' `set -e`, a failing command or
   # substitution of its own would end the step before its key figure.)
   if train_tiny flash-cpu-fp32 cpu fp32 "$steps" && train_tiny flash-cpu-bf16 cpu bf16-mixed "$steps" &&
@@ -102,6 +82,34 @@ flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, fo
   bench_large_batch "$STEP_DIR/bench-large.json" emulated 48 || failed+=" bench-large"
   key+="; $({ "$PY" "$ROOT/reports/flash_speed.py" "$STEP_DIR" --base-kernels "$base_kernels" \
       --base-bench "$base_bench" --json "$STEP_DIR/speed.json" 2>&1 || true; } | tail -1)"
+  # The sanitizer parts last (the header says why), each within what the step has left
+  local left limit parts=2
+  if dry; then
+    key+="; sanitizer not in the dry run"
+  elif sanitizer=$(find_sanitizer) && [ -x "$GTEST_BIN" ]; then
+    write_tripod_wrapper "$GTEST_BIN" "$WORK/gtest-run"
+    for part in memcheck racecheck; do
+      left=$((STEP_LIMIT - 5 - SECONDS))
+      limit=$((left / parts))
+      parts=$((parts - 1))
+      [ "$limit" -le 40 ] || limit=40
+      if [ "$limit" -lt 5 ]; then cut+=" $part"; key+="; $part: no time left"; continue; fi
+      rc=0
+      timeout -k 3 "$limit" "$sanitizer" --tool "$part" --target-processes all --error-exitcode 99 --print-limit 20 \
+          "$WORK/gtest-run" --gtest_filter="$gtest_filter" >"$STEP_DIR/$part.log" 2>&1 || rc=$?
+      tail -3 "$STEP_DIR/$part.log"
+      case $rc in
+        0) key+="; $part clean" ;;
+        124|137) cut+=" $part"; key+="; $part cut at $limit s (no verdict)" ;;
+        *) failed+=" $part(exit $rc)"; key+="; $part exit $rc" ;;
+      esac
+      { grep -Eq '\[  PASSED  \] [1-9][0-9]* tests?\.' "$STEP_DIR/$part.log" &&
+          ! grep -q '\[  FAILED  \]' "$STEP_DIR/$part.log"; } || [ "$rc" != 0 ] ||
+        { failed+=" $part(test did not pass)"; }
+    done
+  else
+    key+="; compute-sanitizer or the GPU tests not found"
+  fi
   echo "$key" | tee "$STEP_DIR/key.txt"
   if [ -n "$failed" ]; then echo "FAILED:$failed"; exit 1; fi
   [ -z "$cut" ] || incomplete "cut by the time limit:$cut"
