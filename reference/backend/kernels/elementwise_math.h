@@ -30,7 +30,7 @@ TRIPOD_HD T gelu_backward_value(T x, T dout) {
   const T sech2 = static_cast<T>(1) - th * th;
   const T darg = gelu_scale<T>() * (static_cast<T>(1) + static_cast<T>(3 * 0.044715) * x * x);
   const T grad = static_cast<T>(0.5) * (static_cast<T>(1) + th) + static_cast<T>(0.5) * x * sech2 * darg;
-  return grad * dout;
+  return unfused_product(grad, dout);  // rounded before a caller adds it (a fused bias gradient's sums)
 }
 
 // The AdamW step's scalars, computed once on the host in fp64 and rounded to T, exactly as

@@ -17,3 +17,25 @@
 #else
 #define TRIPOD_UNROLL
 #endif
+
+namespace tripod::kernels {
+
+// a * b rounded on its own, as the host computes it. On the device nvcc's default --fmad=true may
+// fuse a product into an add that follows it (one fma, rounded once), so the bits would depend on
+// the code around the product: in a * x + b * y one product becomes an fma and the other does not
+// (the result then depends on the operands' order), and a fused kernel that stores a product and
+// also sums it would sum another value than the separate kernels it replaces.
+template <typename T>
+TRIPOD_HD T unfused_product(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == sizeof(double)) {
+    return __dmul_rn(a, b);
+  } else {
+    return __fmul_rn(a, b);
+  }
+#else
+  return a * b;
+#endif
+}
+
+}  // namespace tripod::kernels

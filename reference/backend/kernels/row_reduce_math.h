@@ -34,22 +34,6 @@ TRIPOD_HD T max_of(T a, T b) {
   return b > a ? b : a;
 }
 
-// a * b rounded on its own, as the host computes it. On the device nvcc's default -fmad=true would
-// fuse a product into the add that follows it; in a * x + b * y one product becomes an fma and the
-// other does not, so the bits would depend on which operand came first.
-template <typename T>
-TRIPOD_HD T unfused_product(T a, T b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == sizeof(double)) {
-    return __dmul_rn(a, b);
-  } else {
-    return __fmul_rn(a, b);
-  }
-#else
-  return a * b;
-#endif
-}
-
 // max over x[j], j = tid, tid + threads, ... < n; -inf when the thread has no element.
 template <typename X, typename T = Widened<X>>
 TRIPOD_HD T strided_max_partial(const X* x, int64_t n, int64_t tid, int64_t threads) {
