@@ -18,6 +18,7 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "support/flash_attention_asked.h"
+#include "support/padding_cpu_backend.h"
 
 namespace tripod {
 namespace {
@@ -39,12 +40,40 @@ std::vector<float> bf16_rounded(const std::vector<float>& x) {
   return r;
 }
 
+// A GEMM operand's [rows, cols] values, widened: the CUDA backend pads a copy it makes to multiples
+// of 8 in both sizes where a size is not one (gemm_layout.h's operand_copy_shape; here B*T = 130),
+// with zeros, which are checked and left out.
+std::vector<float> operand_values(Backend& be, const Tensor& operand, int64_t rows, int64_t cols) {
+  Tensor widened = be.alloc(operand.shape(), DType::F32);
+  be.convert(operand, widened);
+  std::vector<float> all(static_cast<std::size_t>(widened.numel()));
+  be.download(widened, all.data());
+  const int64_t ld = operand.dim(-1), stored_rows = operand.numel() / std::max<int64_t>(ld, 1);
+  EXPECT_GE(ld, cols);
+  EXPECT_GE(stored_rows, rows);
+  std::vector<float> values;
+  int64_t nonzero_padding = 0;
+  for (int64_t r = 0; r < stored_rows; ++r)
+    for (int64_t c = 0; c < ld; ++c) {
+      const float v = all[static_cast<std::size_t>(r * ld + c)];
+      if (r < rows && c < cols)
+        values.push_back(v);
+      else if (v != 0.0f)
+        ++nonzero_padding;
+    }
+  EXPECT_EQ(nonzero_padding, 0) << "the operand's padding, [" << stored_rows << ", " << ld << "] for [" << rows
+                                << ", " << cols << "], must be zeros";
+  return values;
+}
+
 // `bf16_qkv`: qkv given as its bf16 rounding (Backend::attention_input_dtype's, as the model keeps it
 // under flash-mma at head sizes up to 64) instead of fp32; `bf16_dout` (with it): the output
-// gradient too, as the model gives it there but under selective recomputation.
-Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_qkv = false, bool bf16_dout = false) {
+// gradient too, as the model gives it there but under selective recomputation. `flash`: whether the
+// backend must take flash attention for it (false only for the host check of the expectations).
+Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_qkv = false, bool bf16_dout = false,
+            bool flash = true) {
   be.set_fp32_matmul(Fp32Matmul::Bf16Operands);
-  EXPECT_TRUE(be.takes_flash_attention(DType::F32, T, C, H)) << be.name();
+  EXPECT_EQ(be.takes_flash_attention(DType::F32, T, C, H), flash) << be.name();
   const CounterRng rng(5, "flash");
   std::vector<float> qkv(static_cast<std::size_t>(B * T * 3 * C)), dout(static_cast<std::size_t>(B * T * C));
   for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(4 * rng.uniform(i) - 2);
@@ -77,17 +106,9 @@ Results run(Backend& be, int64_t B, int64_t T, int64_t C, int64_t H, bool bf16_q
   r.lse.assign(all.begin(), all.begin() + B * H * T);
   // The attention's bf16 GEMM operand from a forward of its own (flash-mma's kernel writes it)
   Tensor operand_state = be.alloc(state.shape(), DType::F32);
-  const Tensor operand = be.attention_operand(operand_state, tqkv, H);
-  Tensor widened = be.alloc(operand.shape(), DType::F32);
-  be.convert(operand, widened);
-  r.operand.resize(static_cast<std::size_t>(widened.numel()));
-  be.download(widened, r.operand.data());
+  r.operand = operand_values(be, be.attention_operand(operand_state, tqkv, H), B * T, C);
   Tensor dbias = be.alloc({3 * C}, DType::F32);
-  const Tensor dqkv_operand = be.attention_backward_operand(tdout, tqkv, state, H, dbias);
-  Tensor dqkv_widened = be.alloc(dqkv_operand.shape(), DType::F32);
-  be.convert(dqkv_operand, dqkv_widened);
-  r.dqkv_operand.resize(static_cast<std::size_t>(dqkv_widened.numel()));
-  be.download(dqkv_widened, r.dqkv_operand.data());
+  r.dqkv_operand = operand_values(be, be.attention_backward_operand(tdout, tqkv, state, H, dbias), B * T, 3 * C);
   r.dbias.resize(static_cast<std::size_t>(3 * C));
   be.download(dbias, r.dbias.data());
   return r;
@@ -158,6 +179,18 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
   }
   // An empty batch: nothing to do, and no error (flash-mma's scratch is then no pointer at all).
   EXPECT_NO_THROW(run(*cuda, 0, 80, 64, 1));
+}
+
+// The operand expectations above on a host backend that pads its copies as CUDA does (B*T = 130
+// rows padded to 136; the GEMM attention, whose operands take the same padded copies as flash's
+// fallback): they must hold for any correct backend, whatever its padding, so this runs without a
+// GPU. (They once compared the padded copy with the unpadded out: a certain failure on
+// the device, whose kernels fall back to the padded copy at T 130.)
+TEST(CudaFlashAttention, TheOperandExpectationsHoldWhereTheCopiesArePadded) {
+  testing::PaddingCpuBackend padding;
+  const Results r = run(padding, 1, 130, 128, 1, false, false, /*flash=*/false);
+  EXPECT_EQ(r.operand, bf16_rounded(r.out)) << "the operand: out's bf16 rounding";
+  expect_the_backward_operand_of(r, 3 * 128);
 }
 
 // flash-mma reading the model's bf16 qkv (no copy made) gives the very bits of the fp32 qkv, whose

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend_factory.h"
+#include "comm/comm_watchdog.h"
 #include "comm/mpi_communicator.h"
 #include "comm/world.h"
 #include "core/error.h"
@@ -27,9 +28,17 @@ TEST(NcclCommunicator, AFailedOperationAbortsAndLaterOnesAreRefused) {
   static MpiRuntime mpi;  // a singleton MPI world for the communicator's host side; finalised at exit
   CommSettings settings;
   settings.kind = "nccl";
-  settings.timeout_seconds = 3;
   std::unique_ptr<Communicator> world = make_world(*backend, settings);
   ASSERT_EQ(world->size(), 1);
+  // The short timeout only after the communicator's start-up (ncclCommInitRank under the default
+  // timeout: on a node with many network cards it may take seconds, and the watchdog would end the
+  // whole test binary); restored after, for the tests that follow in the same process.
+  const double default_timeout = comm_timeout_seconds();
+  set_comm_timeout(3);
+  struct Restore {
+    double seconds;
+    ~Restore() { set_comm_timeout(seconds); }
+  } restore{default_timeout};
   const Tensor t = backend->alloc({4}, DType::F32);
   // No send will come: NCCL either refuses the lonely self-receive at once or it waits until the
   // timeout; both must end in an error that says the communicator was aborted.
