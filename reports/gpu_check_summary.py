@@ -58,16 +58,28 @@ def key_data(d):
     return lines[0] if lines else ""
 
 
+def over_bound(row):
+    """A check-backend row's error as a fraction of its bound; JSON has no infinity or NaN, so the C++
+    writes a NaN or infinite error (a NaN against a number: an unwritten output) as null: worst of all."""
+    v = row.get("error_over_bound")
+    return float("inf") if v is None else v
+
+
+def figure(v):
+    return "inf/NaN" if v is None else f"{v:.2g}"
+
+
 def key_check(d):
     j = load(d / "check.json")
     if not j:
         return ""
     results = j["results"]
     failed = [r for r in results if not r["pass"]]
-    worst = max(results, key=lambda r: r["error_over_bound"], default=None)
+    worst = max(results, key=over_bound, default=None)
     text = f"{len(results)} cases, {len(failed)} failed, {sum(r['bit_identical'] for r in results)} bit-identical"
     if worst:
-        text += f"; worst {worst['max_rel']:.2g} rel = {worst['error_over_bound']:.2g} of bound ({worst['op']} {worst['dtype']})"
+        text += (f"; worst {figure(worst.get('max_rel'))} rel = {figure(worst.get('error_over_bound'))} of bound "
+                 f"({worst['op']} {worst['dtype']})")
     if failed:
         text += "; FAILED: " + ", ".join(f"{r['op']} {r['dtype']}" for r in failed[:4])
     return text

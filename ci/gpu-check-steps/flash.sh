@@ -46,7 +46,7 @@ flash_step() {  # VARIANT (TRIPOD_CUDA_ATTENTION) GTEST_FILTER (its GPU test, fo
   fi
   tripod check-backend --backend "$device" --against cpu --dtype fp32 bf16 --only attention \
       --json "$STEP_DIR/check.json" || failed+=" check"
-  key+="check $("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%d cases, %d failed, worst %.2g of bound" % (len(r), sum(not x["pass"] for x in r), max([x.get("error_over_bound", 0) for x in r] or [0])))' "$STEP_DIR/check.json" 2>/dev/null || echo "no results")"
+  key+="check $("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%d cases, %d failed, worst %.2g of bound" % (len(r), sum(not x["pass"] for x in r), max([float("inf") if x.get("error_over_bound") is None else x["error_over_bound"] for x in r] or [0])))' "$STEP_DIR/check.json" 2>/dev/null || echo "no results")"
   # (Every part below reports and goes on: under the steps' `set -e`, a failing command or
   # substitution of its own would end the step before its key figure.)
   if train_tiny flash-cpu-fp32 cpu fp32 "$steps" && train_tiny flash-cpu-bf16 cpu bf16-mixed "$steps" &&

@@ -351,6 +351,22 @@ def test_summary_is_never_green_on_a_failure_or_on_nothing(tmp_path):
     assert [(x["name"], x["status"]) for x in s["steps"]] == [("probe", "pass"), ("data", "pending"), ("peer", "pending")]
 
 
+def test_summary_names_the_failed_operations_of_a_check_whose_error_is_not_finite(tmp_path):
+    # check-backend writes a NaN or infinite error (an unwritten output read as NaN) as JSON null;
+    # the key figure must still name the failures (it once said 'key figure unreadable')
+    (tmp_path / "check-fp32").mkdir()
+    rows = [{"op": "layernorm", "dtype": "fp32", "pass": True, "bit_identical": False, "max_rel": 1e-7,
+             "max_abs": 1e-7, "error_over_bound": 0.01},
+            {"op": "gelu_operand", "dtype": "fp32", "pass": False, "bit_identical": False, "max_rel": None,
+             "max_abs": None, "error_over_bound": None}]
+    (tmp_path / "check-fp32" / "check.json").write_text(json.dumps({"results": rows}))
+    (tmp_path / "steps.tsv").write_text("check-fp32\tfail\t5.0\t\t\n")
+    run_summary(tmp_path)
+    key = summary(tmp_path)["steps"][0]["key"]
+    assert key.startswith("2 cases, 1 failed") and "worst inf/NaN rel = inf/NaN of bound (gelu_operand fp32)" in key, key
+    assert "FAILED: gelu_operand fp32" in key, key
+
+
 def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     (tmp_path / "gemm-bf16").mkdir()
     row = {"name": "square 8192", "group": "square", "m": 8192, "n": 8192, "k": 8192, "median_tflops": 700.0,
