@@ -251,7 +251,7 @@ def tripod_attention_ms(out_dir, shape):
         if same:
             rows = {r["name"]: r for r in j.get("results", [])}
             fwd, bwd = rows.get("attention fwd bf16"), rows.get("attention bwd bf16")
-            if fwd and bwd:
+            if fwd and bwd and "median_seconds" in fwd and "median_seconds" in bwd:  # not rows that failed
                 return 1e3 * fwd["median_seconds"], 1e3 * bwd["median_seconds"]
     return None
 

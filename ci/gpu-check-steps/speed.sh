@@ -37,26 +37,29 @@ step_kernels() {
   # Twice: as the backend runs by default, then with its fused forms off (TRIPOD_CUDA_FUSIONS=none),
   # for the kernels whose fusion is inside one Backend call (LayerNorm backward's weight and bias
   # sums): the same row of both runs, as a ratio (on the CPU of a dry run the variable changes nothing).
-  local fusions
+  # A row that fails is in the JSON with its error and the rest are timed (bench/timed_cases.h):
+  # both runs and the key figure go ahead, and the step fails at the end.
+  local fusions failed=""
   for fusions in all none; do
     local json="$STEP_DIR/kernels.json"
     [ "$fusions" = all ] || json="$STEP_DIR/kernels-unfused.json"
     if dry; then
       TRIPOD_CUDA_FUSIONS=$fusions tripod bench kernel-rate --backend cpu --tokens 64 --channels 64 --vocab 256 \
-          --repeat 2 --min-time-ms 0 --json "$json"
+          --repeat 2 --min-time-ms 0 --json "$json" || failed+=" fusions=$fusions"
     else
       TRIPOD_CUDA_FUSIONS=$fusions tripod bench kernel-rate --backend cuda --tokens "$GEMM_TOKENS" --repeat 10 \
-          --json "$json"
+          --json "$json" || failed+=" fusions=$fusions"
     fi
   done
-  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("copy %.0f GB/s; " % j["copy_gbps"] + ", ".join("%s %.0f%%" % (r["name"], r["pct_of_copy"]) + (" (%.2f ms, %.1f TFLOP/s nominal)" % (1e3 * r["median_seconds"], r["nominal_tflops"]) if "nominal_tflops" in r else "") for r in j["results"][1:]))' \
-      "$STEP_DIR/kernels.json" | tee "$STEP_DIR/key.txt"
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("copy %.0f GB/s; " % j["copy_gbps"] + ", ".join(("%s FAILED" % r["name"]) if "error" in r else "%s %.0f%%" % (r["name"], r["pct_of_copy"]) + (" (%.2f ms, %.1f TFLOP/s nominal)" % (1e3 * r["median_seconds"], r["nominal_tflops"]) if "nominal_tflops" in r else "") for r in j["results"][1:]))' \
+      "$STEP_DIR/kernels.json" | tee "$STEP_DIR/key.txt" || true
   "$PY" -c 'import json,sys
 rows = [{r["name"]: r for r in json.load(open(f))["results"]} for f in sys.argv[1:3]]
 name = "layernorm bwd"
 fused, apart = rows[0][name]["median_seconds"], rows[1][name]["median_seconds"]
 print("%s: %.3f ms, fusions off %.3f ms (fused %.2fx)" % (name, 1e3 * fused, 1e3 * apart, apart / fused))' \
-      "$STEP_DIR/kernels.json" "$STEP_DIR/kernels-unfused.json" | tee -a "$STEP_DIR/key.txt"
+      "$STEP_DIR/kernels.json" "$STEP_DIR/kernels-unfused.json" | tee -a "$STEP_DIR/key.txt" || true
+  if [ -n "$failed" ]; then echo "FAILED: kernel-rate with$failed (its failed rows: \"error\" in the JSON)"; exit 1; fi
 }
 
 # bench-train's fourth run, the flash step's second: the padded vocabulary at $GPT2_LARGE_BATCH

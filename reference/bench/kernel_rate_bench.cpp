@@ -10,23 +10,13 @@
 
 #include "backend/backend_factory.h"
 #include "backend/transfer.h"
-#include "bench/timed_regions.h"
+#include "bench/timed_cases.h"
 #include "core/error.h"
 #include "core/output_file.h"
 
 namespace tripod::bench {
-namespace {
 
 using nlohmann::json;
-
-struct KernelCase {
-  std::string name;
-  double bytes = 0;  // moved per call, at least
-  std::function<void()> call;
-  double flops = 0;  // nominal, for the kernels with products (attention)
-};
-
-}  // namespace
 
 void run_kernel_rate(const KernelRateOptions& o) {
   const DType dt = parse_dtype(o.dtype);
@@ -335,41 +325,19 @@ void run_kernel_rate(const KernelRateOptions& o) {
               b.name().c_str(), dtype_name(dt).c_str(), static_cast<long long>(n), static_cast<long long>(c),
               static_cast<long long>(v), static_cast<long long>(batch), static_cast<long long>(seq),
               static_cast<long long>(heads), o.repeat, o.min_time_ms);
-  // The name column as wide as the longest name, so that the numbers line up under their headers.
-  int name_width = 6;
-  for (const KernelCase& k : cases) name_width = std::max(name_width, static_cast<int>(k.name.size()));
-  std::printf("%-*s %12s %6s %11s %9s %9s %9s %9s\n", name_width, "kernel", "bytes", "calls", "median ms", "GB/s",
-              "best", "of copy", "TFLOP/s");
-  std::fflush(stdout);
-  json results = json::array();
-  double copy_rate = 0;
-  for (const KernelCase& k : cases) {
-    const RegionTiming t = time_regions(b, k.call, o.repeat, o.min_time_ms);
-    const double rate = k.bytes / t.median_seconds;
-    if (k.name == "copy") copy_rate = rate;
-    const double of_copy = copy_rate > 0 ? 100.0 * rate / copy_rate : 0;
-    const double tflops = k.flops / t.median_seconds / 1e12;
-    char tflops_text[32] = "-";
-    if (k.flops > 0) std::snprintf(tflops_text, sizeof tflops_text, "%.3f", tflops);
-    std::printf("%-*s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", name_width, k.name.c_str(), k.bytes,
-                t.calls_per_region,
-                1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy, tflops_text);
-    std::fflush(stdout);
-    json r = {{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},
-              {"median_seconds", t.median_seconds}, {"best_seconds", t.best_seconds},
-              {"median_gbps", rate / 1e9}, {"pct_of_copy", of_copy}};
-    if (k.flops > 0) {
-      r["nominal_flops"] = k.flops;
-      r["nominal_tflops"] = tflops;
-    }
-    results.push_back(r);
+  const TimedCases timed = time_kernel_cases(b, cases, o.repeat, o.min_time_ms);
+  if (!o.json_out.empty())
+    write_output_file(o.json_out, json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
+                {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"attention_batch", batch},
+                {"context", seq}, {"heads", heads}, {"repeat", o.repeat},
+                {"min_time_ms", o.min_time_ms}, {"copy_gbps", timed.copy_gbps}, {"results", timed.rows}}.dump(2) + "\n",
+                      "the results file (--json)");
+  if (!timed.failed.empty()) {
+    std::string names;
+    for (const std::string& name : timed.failed) names += (names.empty() ? "" : ", ") + name;
+    fail("kernel-rate: ", timed.failed.size(), " of ", cases.size(), " rows failed (", names,
+         "); the others were timed", o.json_out.empty() ? "" : " and written to --json");
   }
-  if (o.json_out.empty()) return;
-  write_output_file(o.json_out, json{{"benchmark", "kernel_rate"}, {"backend", o.backend}, {"backend_name", b.name()},
-              {"dtype", dtype_name(dt)}, {"tokens", n}, {"channels", c}, {"vocab", v}, {"attention_batch", batch},
-              {"context", seq}, {"heads", heads}, {"repeat", o.repeat},
-              {"min_time_ms", o.min_time_ms}, {"copy_gbps", copy_rate / 1e9}, {"results", results}}.dump(2) + "\n",
-                    "the results file (--json)");
 }
 
 }  // namespace tripod::bench

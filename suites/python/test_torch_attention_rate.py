@@ -66,6 +66,10 @@ def test_the_summary_sets_pytorchs_backends_beside_tripods_attention(tmp_path):
     kernels = json.loads((tmp_path / "kernels" / "kernels.json").read_text())
     write(tmp_path / "kernels" / "kernels.json", {**kernels, "context": 512})
     assert gpu_check_summary.key_peer(tmp_path / "peer").endswith("cudnn 0.070+0.180 ms")
+    # a kernel-rate row that failed (its error recorded, no timing): not compared, and no error
+    write(tmp_path / "kernels" / "kernels.json", {**kernels, "results": [
+        {"name": "attention fwd bf16", "error": "CUDA error in attention_forward"}, kernels["results"][1]]})
+    assert gpu_check_summary.key_peer(tmp_path / "peer").endswith("cudnn 0.070+0.180 ms")
     (tmp_path / "kernels" / "kernels.json").unlink()
     assert gpu_check_summary.key_peer(tmp_path / "peer").endswith("cudnn 0.070+0.180 ms")
     (tmp_path / "peer" / "attention.json").unlink()

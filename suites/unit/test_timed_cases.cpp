@@ -1,0 +1,44 @@
+// kernel-rate's table of timed rows (bench/timed_cases.h): a row that throws is recorded with its
+// error and the rows after it are still timed, with the backend's fp32 GEMM policy set back.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "bench/timed_cases.h"
+#include "core/error.h"
+
+namespace tripod::bench {
+namespace {
+
+TEST(TimedCases, ARowThatThrowsIsRecordedAndTheRowsAfterItStillRun) {
+  auto be = make_backend("cpu");
+  const Tensor x = be->alloc({64}, DType::F32), y = be->alloc({64}, DType::F32);
+  be->fill(x, 1.0);
+  int after = 0;
+  const std::vector<KernelCase> cases = {
+      {"copy", 2 * 64 * 4, [&] { be->copy(x, y); }},
+      {"refused", 64 * 4, [&] {
+         be->set_fp32_matmul(Fp32Matmul::Bf16Operands);  // as a bf16-operand row sets it, then throws
+         fail("the device refuses this kernel");
+       }},
+      {"after", 64 * 4, [&] { ++after; be->copy(y, x); }, 1e6},
+  };
+  const TimedCases t = time_kernel_cases(*be, cases, 2, 0);
+  ASSERT_EQ(t.rows.size(), 3u);
+  EXPECT_EQ(t.rows[0]["name"], "copy");
+  EXPECT_GT(t.rows[0]["median_seconds"].get<double>(), 0);
+  EXPECT_EQ(t.rows[1]["name"], "refused");
+  EXPECT_FALSE(t.rows[1].contains("median_seconds"));
+  EXPECT_NE(t.rows[1]["error"].get<std::string>().find("the device refuses this kernel"), std::string::npos);
+  EXPECT_EQ(t.rows[2]["name"], "after");
+  EXPECT_GT(after, 2);  // warm-ups and timed regions
+  EXPECT_TRUE(t.rows[2].contains("nominal_tflops"));
+  EXPECT_EQ(t.failed, std::vector<std::string>{"refused"});
+  EXPECT_GT(t.copy_gbps, 0);
+  EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Exact);
+}
+
+}  // namespace
+}  // namespace tripod::bench
