@@ -291,9 +291,10 @@ bool gemm(const RowMajorGemm& call, DType ab, DType c_dtype, DType accumulate, b
   // NOT_SUPPORTED or as INVALID_VALUE ("an impossible configuration"); either way nothing was written.
   if ((status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) && bias != nullptr &&
       c_dtype == DType::BF16)
-    throw NoBf16BiasEpilogue(str_cat("gemm: cublasLtMatmul refused an fp32 bias epilogue into a bf16 D (",
-                                     status == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE",
-                                     ") for ", describe(g, types)));
+    throw NoBf16BiasEpilogue(str_cat(
+        "gemm: cublasLtMatmul refused an fp32 bias epilogue into a bf16 D (",
+        status == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE", ") for ",
+        describe(g, types)));
   if (status != CUBLAS_STATUS_SUCCESS)
     check_cublas(status, str_cat("cublasLtMatmul for ", describe(g, types), bias ? " with the bias epilogue" : "")
                              .c_str());

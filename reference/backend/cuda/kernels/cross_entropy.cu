@@ -201,7 +201,8 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 // in L2, where the first left it, so each thread walks its columns back from its last: the row's
 // end is what L2 took most recently. Not all of it stays there: ptxas gives this kernel 32
 // registers, so 8 blocks an SM, ~1000 rows in flight on an H100 — 100 MB of GPT-2's 100 KB bf16
-// rows against its 50 MB L2 (ncu's L2 hit rate in a lease would say how much the walk back saves). An ignored row: loss 0 and a zero gradient, as the separate kernels give.
+// rows against its 50 MB L2 (ncu's L2 hit rate in a lease would say how much the walk back
+// saves). An ignored row: loss 0 and a zero gradient, as the separate kernels give.
 template <typename T, typename L = T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
     cross_entropy_with_gradient_kernel(T* losses, L* logits, const int32_t* targets, int64_t rows, int64_t cols,
