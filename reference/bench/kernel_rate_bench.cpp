@@ -335,8 +335,10 @@ void run_kernel_rate(const KernelRateOptions& o) {
   if (!timed.failed.empty()) {
     std::string names;
     for (const std::string& name : timed.failed) names += (names.empty() ? "" : ", ") + name;
-    fail("kernel-rate: ", timed.failed.size(), " of ", cases.size(), " rows failed (", names,
-         "); the others were timed", o.json_out.empty() ? "" : " and written to --json");
+    const bool some_timed = timed.failed.size() < cases.size();
+    fail("kernel-rate: ", timed.failed.size(), " of ", cases.size(), " rows failed (", names, "); ",
+         some_timed ? "the others were timed" : "none was timed",
+         some_timed && !o.json_out.empty() ? " and written to --json" : "");
   }
 }
 

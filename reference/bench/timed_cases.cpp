@@ -9,6 +9,8 @@
 namespace tripod::bench {
 
 TimedCases time_kernel_cases(Backend& b, const std::vector<KernelCase>& cases, int repeat, double min_time_ms) {
+  // The command's own input, refused before any row (time_regions' check would fail each row)
+  check(repeat >= 1, "--repeat must be at least 1, got ", repeat);
   // The name column as wide as the longest name, so that the numbers line up under their headers.
   int name_width = 6;
   for (const KernelCase& k : cases) name_width = std::max(name_width, static_cast<int>(k.name.size()));

@@ -40,5 +40,19 @@ TEST(TimedCases, ARowThatThrowsIsRecordedAndTheRowsAfterItStillRun) {
   EXPECT_EQ(be->fp32_matmul(), Fp32Matmul::Exact);
 }
 
+// A bad --repeat is the command's input, refused once before any row, not a failure of every row.
+TEST(TimedCases, ABadRepeatIsRefusedBeforeAnyRow) {
+  auto be = make_backend("cpu");
+  int calls = 0;
+  const std::vector<KernelCase> cases = {{"counted", 4, [&] { ++calls; }}};
+  try {
+    time_kernel_cases(*be, cases, 0, 0);
+    FAIL() << "--repeat 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--repeat must be at least 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(calls, 0);
+}
+
 }  // namespace
 }  // namespace tripod::bench
