@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "backend/transfer.h"
 #include "core/bf16.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
@@ -44,10 +45,7 @@ std::vector<float> bf16_rounded(const std::vector<float>& x) {
 // of 8 in both sizes where a size is not one (gemm_layout.h's operand_copy_shape; here B*T = 130),
 // with zeros, which are checked and left out.
 std::vector<float> operand_values(Backend& be, const Tensor& operand, int64_t rows, int64_t cols) {
-  Tensor widened = be.alloc(operand.shape(), DType::F32);
-  be.convert(operand, widened);
-  std::vector<float> all(static_cast<std::size_t>(widened.numel()));
-  be.download(widened, all.data());
+  const std::vector<double> all = to_host_f64(be, operand);  // bf16 values, exactly
   const int64_t ld = operand.dim(-1), stored_rows = operand.numel() / std::max<int64_t>(ld, 1);
   EXPECT_GE(ld, cols);
   EXPECT_GE(stored_rows, rows);
@@ -55,10 +53,10 @@ std::vector<float> operand_values(Backend& be, const Tensor& operand, int64_t ro
   int64_t nonzero_padding = 0;
   for (int64_t r = 0; r < stored_rows; ++r)
     for (int64_t c = 0; c < ld; ++c) {
-      const float v = all[static_cast<std::size_t>(r * ld + c)];
+      const double v = all[static_cast<std::size_t>(r * ld + c)];
       if (r < rows && c < cols)
-        values.push_back(v);
-      else if (v != 0.0f)
+        values.push_back(static_cast<float>(v));
+      else if (v != 0.0)
         ++nonzero_padding;
     }
   EXPECT_EQ(nonzero_padding, 0) << "the operand's padding, [" << stored_rows << ", " << ld << "] for [" << rows
