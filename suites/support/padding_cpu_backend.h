@@ -1,22 +1,23 @@
 // A CPU backend that does what the CUDA backend's bf16_operand_copy does (backend.h allows it):
 // bf16 copies zero-padded to multiples of 8 in both sizes, so that the model code's use of padded
 // copies (each copy's own leading dimension, reductions over the shared padded extents) is
-// checked where it runs. The zeros add nothing, and the tests' reductions (k < 64) are one block
-// of sums: the same bits as unpadded copies.
+// checked where it runs. Its GEMMs sum in index order (ordered_sums_cpu_backend.h), so the zeros
+// add nothing: the same bits as OrderedSumsCpuBackend's with unpadded copies, on any CPU.
 #pragma once
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "support/ordered_sums_cpu_backend.h"
 
 namespace tripod::testing {
 
-class PaddingCpuBackend : public cpu::CpuBackend {
+class PaddingCpuBackend : public OrderedSumsCpuBackend {
  public:
   // `row_multiple`: the logits' rows padded to it too (Backend::gemm_row_multiple; CUDA's is 8), so
   // that the LM head's products run over the padded vocabulary, as on the device.
   explicit PaddingCpuBackend(int64_t row_multiple = 1)
-      : cpu::CpuBackend(Device::Host, "cpu"), row_multiple_(row_multiple) {}
+      : row_multiple_(row_multiple) {}
   int64_t gemm_row_multiple() const override { return row_multiple_; }
 
  protected:
