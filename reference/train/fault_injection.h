@@ -2,6 +2,7 @@
 // variable TRIPOD_FAULT (unset: nothing happens):
 //
 //   kill:R:S           world rank R kills itself (SIGKILL, as a crashed node) as it starts step S
+//   segv:R:S           ... raises SIGSEGV instead (a crash in Tripod's code: the crash report's stack)
 //   kill-in-save:R:S   rank R kills itself during the save after step S, once its shard is written
 //                      and before the manifest is (the save is left unfinished)
 //   nan-loss:S         every rank's anomaly guard (train/step_guard.h) sees step S's loss as NaN
