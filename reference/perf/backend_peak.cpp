@@ -43,6 +43,9 @@ PeakFlops table_peak_or_unknown(std::string_view device, DType dtype) {
 
 PeakFlops table_peak_or_unknown(std::string_view device, PeakPrecision precision) {
   const std::optional<DevicePeakSpec> spec = find_device_peak(device);
+  if (!spec && is_mig_slice(device))
+    return unknown_peak(device, precision,
+                        "is a MIG slice (a share of the SMs; the datasheet's peak is the whole GPU's)");
   if (!spec) return unknown_peak(device, precision, "is not in the peak table");
   if (spec->tflops(precision) <= 0) return unknown_peak(device, precision, "has no datasheet figure");
   return device_peak(device, precision);

@@ -122,7 +122,16 @@ std::string lowercase(std::string_view s) {
 
 std::span<const DevicePeakSpec> known_device_peaks() { return kDevicePeaks; }
 
+bool is_mig_slice(std::string_view device_name) {
+  // CUDA names a MIG instance after its GPU with the profile appended: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
+  std::string name(" ");
+  name += lowercase(device_name);
+  name += ' ';
+  return name.find(" mig ") != std::string::npos;
+}
+
 std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
+  if (is_mig_slice(device_name)) return std::nullopt;  // a share of the SMs: the whole GPU's peak would flatter it
   const std::string name = lowercase(device_name);
   for (const DevicePeakSpec& spec : kDevicePeaks)
     if (name.find(lowercase(spec.match)) != std::string::npos) return spec;
@@ -131,9 +140,11 @@ std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
 
 PeakFlops device_peak(std::string_view device_name, PeakPrecision precision) {
   const std::optional<DevicePeakSpec> spec = find_device_peak(device_name);
-  check(spec.has_value(), "device \"", device_name,
-        "\" is not in the peak table (reference/perf/device_peak.cpp): state its peak with "
-        "--set train.peak_tflops=...");
+  check(spec.has_value(), "device \"", device_name, "\" ",
+        is_mig_slice(device_name)
+            ? "is a MIG slice, whose share of the GPU's SMs the datasheet's peak does not describe"
+            : "is not in the peak table (reference/perf/device_peak.cpp)",
+        ": state its peak with --set train.peak_tflops=...");
   const double tflops = spec->tflops(precision);
   TRIPOD_CHECK(tflops > 0, "the datasheet of ", spec->name, " gives no dense ", peak_precision_name(precision),
                " peak: state one with --set train.peak_tflops=...");

@@ -46,7 +46,10 @@ struct DevicePeakSpec {
 
 // Every known device, most specific match first ("H100 PCIe" before "H100").
 std::span<const DevicePeakSpec> known_device_peaks();
-// The first row whose `match` occurs in `device_name` (case-insensitive), or none.
+// True for a MIG instance's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"): a slice of the GPU's SMs.
+bool is_mig_slice(std::string_view device_name);
+// The first row whose `match` occurs in `device_name` (case-insensitive), or none; none for a MIG
+// slice, which runs on a share of the SMs the datasheet's whole-GPU peak counts.
 std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name);
 // The table's peak for a device and precision; throws tripod::Error naming the device when it is
 // not in the table or the datasheet gives no figure for that precision (state one with --set).

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "perf/backend_peak.h"
 #include "perf/cpu_clock.h"
 #include "perf/device_peak.h"
 
@@ -62,6 +63,29 @@ TEST(DevicePeak, UnknownDeviceOrMissingFigureIsAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("Some Future Accelerator"), std::string::npos);
   }
   EXPECT_THROW(device_peak("NVIDIA L40S", PeakPrecision::FP64), Error);  // no fp64 figure
+}
+
+// A MIG instance is named after its GPU ("... MIG 1g.10gb") but runs on a share of its SMs: the
+// whole GPU's peak would make its MFU look a seventh of what it is. Its peak is unknown unless stated.
+TEST(DevicePeak, AMigSliceGetsNoWholeGpuPeak) {
+  const std::string slice = "NVIDIA H100 80GB HBM3 MIG 1g.10gb";
+  EXPECT_TRUE(is_mig_slice(slice));
+  EXPECT_FALSE(is_mig_slice("NVIDIA H100 80GB HBM3"));
+  EXPECT_FALSE(is_mig_slice("Some Migrated Accelerator"));  // a word, not a substring
+  EXPECT_FALSE(find_device_peak(slice).has_value());
+  try {
+    device_peak(slice, PeakPrecision::BF16);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MIG slice"), std::string::npos) << e.what();
+  }
+  const PeakFlops through_backend = backend_peak("cuda (" + slice + ", sm_90, device 0)", DType::BF16);
+  EXPECT_EQ(through_backend.flops, 0);
+  EXPECT_NE(through_backend.source.find("MIG slice"), std::string::npos) << through_backend.source;
+  EXPECT_EQ(percent_of_peak_text(1e14, through_backend), "n/a");
+  // A stated peak still counts, and the whole GPU keeps its row.
+  EXPECT_DOUBLE_EQ(backend_peak("cuda (" + slice + ", sm_90, device 0)", DType::BF16, 140).flops, 140e12);
+  EXPECT_DOUBLE_EQ(backend_peak("cuda (NVIDIA H100 80GB HBM3, sm_90, device 0)", DType::BF16).flops, 989.5e12);
 }
 
 TEST(DevicePeak, SourceSaysWhereTheFigureCameFrom) {
