@@ -106,8 +106,13 @@ def key_train(d):
     return text + fusions_text(d)
 
 
+def timed_rows(j):
+    """gemm-rate's rows that were timed (a shape that failed is {name, ..., error}: bench/gemm_rate_bench.h)."""
+    return [r for r in (j or {}).get("results", []) if "error" not in r]
+
+
 def largest_square(j):
-    squares = [r for r in j["results"] if r["group"] == "square"]
+    squares = [r for r in timed_rows(j) if r["group"] == "square"]
     return max(squares, key=lambda r: r["m"], default=None)
 
 
@@ -137,6 +142,10 @@ def key_gemm(d):
     if torch_sq:
         parts.append(f"PyTorch bf16 {torch_sq['m']}^3 {torch_sq['median_tflops']:.1f} TFLOP/s "
                      f"(Tripod/PyTorch {sq['median_tflops'] / torch_sq['median_tflops']:.2f}x)")
+    failed = [r["name"] for name in ("gemm.json", "gemm-mixed.json", "gemm-bf16out.json")
+              for r in (load(d / name) or {}).get("results", []) if "error" in r]
+    if failed:
+        parts.append(f"FAILED: {', '.join(failed)}")
     return f"{j['dtype']}: " + "; ".join(parts)
 
 
@@ -144,7 +153,7 @@ def same_square(j, square):
     """The row of j (gemm-rate's or torch_gemm_rate's JSON) of the same square size, if both are there."""
     if not j or not square:
         return None
-    return next((r for r in j.get("results", []) if r["group"] == "square" and r["m"] == square["m"]), None)
+    return next((r for r in timed_rows(j) if r["group"] == "square" and r["m"] == square["m"]), None)
 
 
 def key_bench(d):
@@ -167,7 +176,7 @@ def gemm_target(d):
     trainer's bf16-mixed outputs) is shown beside it, and PyTorch's rate from the same step."""
     def square_8192(name):
         j = load(d / name)
-        return next((r for r in (j or {}).get("results", []) if r["group"] == "square" and r["m"] == 8192), None)
+        return next((r for r in timed_rows(j) if r["group"] == "square" and r["m"] == 8192), None)
 
     def rate(r):
         return f"{r['median_tflops']:.1f} TFLOP/s = {pct(r['pct_of_peak_median'])}"

@@ -112,7 +112,13 @@ json timing_json(const GemmTiming& t, const PeakFlops& peak) {
 
 // One GPT-2 training step's GEMMs (each case times its count per step): the rate the trainer's
 // matrix work would reach if every GEMM ran as fast as here.
-json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& peak, int64_t tokens) {
+// Null, saying so, where a GPT-2 row failed: a sum without it would overstate the rate.
+json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& peak, int64_t tokens,
+                    int failed_gpt2_rows) {
+  if (failed_gpt2_rows > 0) {
+    std::printf("GPT-2 124M step GEMMs: not summed, %d of its rows failed\n", failed_gpt2_rows);
+    return nullptr;
+  }
   double flops = 0, seconds = 0;
   for (const GemmTiming& t : timings) {
     if (t.gemm.group != "gpt2") continue;
@@ -128,7 +134,55 @@ json gpt2_step_json(const std::vector<GemmTiming>& timings, const PeakFlops& pea
           {"pct_of_peak", percent_json(rate, peak)}};
 }
 
+void write_gemm_rate_json(const GemmRateOptions& o, const GemmPrecision& precision, DType c_dtype,
+                          const std::string& backend_name, const PeakFlops& peak, const json& results,
+                          const json& step) {
+  if (o.json_out.empty()) return;
+  const DType ab = precision.tensors;
+  const json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend_name},
+                  {"dtype", precision.bf16_operands ? std::string("bf16-mixed") : dtype_name(ab)},
+                  {"c_dtype", dtype_name(c_dtype)},
+                  {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
+                  {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens}, {"vocab", o.vocab},
+                  {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},
+                            {"precision", peak_precision_name(gemm_peak_precision(precision.peak()))},
+                            {"source", peak.source}}},
+                  {"results", results}, {"gpt2_step", step}};
+  write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
+}
+
 }  // namespace
+
+GemmRows time_gemm_cases(Backend& backend, const std::vector<GemmCase>& cases, DType ab, DType c_dtype, int repeat,
+                         double min_time_ms, const PeakFlops& peak) {
+  check(repeat >= 1, "gemm-rate: --repeat must be at least 1, got ", repeat);  // refused once, not row by row
+  GemmRows rows;
+  for (const GemmCase& g : cases) {
+    const char op[3] = {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', 0};
+    GemmTiming t;
+    try {
+      t = time_gemm(backend, g, ab, c_dtype, repeat, min_time_ms);
+    } catch (const Error& e) {
+      std::printf("%-18s %7lld %7lld %7lld %-3s FAILED: %s\n", g.name.c_str(), static_cast<long long>(g.m),
+                  static_cast<long long>(g.n), static_cast<long long>(g.k), op, e.what());
+      std::fflush(stdout);
+      rows.results.push_back({{"name", g.name}, {"group", g.group}, {"m", g.m}, {"n", g.n}, {"k", g.k},
+                              {"trans_a", g.trans_a}, {"trans_b", g.trans_b}, {"error", e.what()}});
+      rows.failed.push_back(g.name);
+      if (g.group == "gpt2") ++rows.failed_gpt2;
+      continue;
+    }
+    rows.timings.push_back(t);
+    rows.results.push_back(timing_json(t, peak));
+    const double rate = g.flops() / t.median_seconds;
+    std::printf("%-18s %7lld %7lld %7lld %-3s %6d %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
+                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k), op,
+                t.calls_per_region, 1e3 * t.median_seconds, rate / 1e12, g.flops() / t.best_seconds / 1e12,
+                percent_of_peak_text(rate, peak).c_str());
+    std::fflush(stdout);
+  }
+  return rows;
+}
 
 void run_gemm_rate(const GemmRateOptions& o) {
   const GemmPrecision precision = parse_gemm_precision(o.dtype);
@@ -161,29 +215,15 @@ void run_gemm_rate(const GemmRateOptions& o) {
   std::printf("%-18s %7s %7s %7s %-3s %6s %11s %9s %9s %8s\n", "gemm", "m", "n", "k", "op", "calls", "median ms",
               "TFLOP/s", "best", "of peak");
   std::fflush(stdout);
-  std::vector<GemmTiming> timings;
-  for (const GemmCase& g : cases) {
-    const GemmTiming t = time_gemm(*backend, g, ab, c_dtype, o.repeat, o.min_time_ms);
-    timings.push_back(t);
-    const double rate = g.flops() / t.median_seconds;
-    std::printf("%-18s %7lld %7lld %7lld %c%c  %6d %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
-                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', t.calls_per_region, 1e3 * t.median_seconds, rate / 1e12,
-                g.flops() / t.best_seconds / 1e12, percent_of_peak_text(rate, peak).c_str());
-    std::fflush(stdout);
-  }
-  const json step = gpt2_step_json(timings, peak, o.tokens);
-  if (o.json_out.empty()) return;
-  json j = {{"benchmark", "gemm_rate"}, {"backend", o.backend}, {"backend_name", backend->name()},
-            {"dtype", precision.bf16_operands ? std::string("bf16-mixed") : dtype_name(ab)},
-            {"c_dtype", dtype_name(c_dtype)},
-            {"accumulate", dtype_name(gemm_accumulate_dtype(ab))}, {"repeat", o.repeat},
-            {"min_time_ms", o.min_time_ms}, {"tokens", o.tokens}, {"vocab", o.vocab},
-            {"peak", {{"known", peak.flops > 0}, {"flops", peak.flops > 0 ? json(peak.flops) : json(nullptr)},
-                      {"precision", peak_precision_name(gemm_peak_precision(peak_dtype))}, {"source", peak.source}}},
-            {"results", json::array()}, {"gpt2_step", step}};
-  for (const GemmTiming& t : timings) j["results"].push_back(timing_json(t, peak));
-  write_output_file(o.json_out, j.dump(2) + "\n", "the results file (--json)");
+  const GemmRows rows = time_gemm_cases(*backend, cases, ab, c_dtype, o.repeat, o.min_time_ms, peak);
+  const json step = gpt2_step_json(rows.timings, peak, o.tokens, rows.failed_gpt2);
+  write_gemm_rate_json(o, precision, c_dtype, backend->name(), peak, rows.results, step);
+  if (rows.failed.empty()) return;
+  std::string names;
+  for (const std::string& name : rows.failed) names += (names.empty() ? "" : ", ") + name;
+  fail("gemm-rate: ", rows.failed.size(), " of ", cases.size(), " GEMMs failed (", names, "); ",
+       rows.timings.empty() ? "none was timed" : "the others were timed", o.json_out.empty() ? "" : " and are in ",
+       o.json_out);
 }
 
 }  // namespace tripod::bench

@@ -17,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.h"
+#include "perf/device_peak.h"
 
 namespace tripod::bench {
 
@@ -68,6 +71,19 @@ struct GemmTiming {
 // Times one case on `backend` with A and B in `ab` and C in `c`, on random data (never constants:
 // some libraries and chips run faster on zeros).
 GemmTiming time_gemm(Backend& backend, const GemmCase& gemm, DType ab, DType c, int repeat, double min_time_ms);
+
+// The table's rows, timed one after another and printed. A shape that throws (one the library
+// refuses, a fault) is printed and recorded as {name, group, m, n, k, trans_a, trans_b, error}, and
+// the shapes after it are still timed, so that one failing shape loses no other figure; the
+// command fails at the end, after writing the JSON, naming the failed shapes.
+struct GemmRows {
+  std::vector<GemmTiming> timings;                // the timed shapes
+  nlohmann::json results = nlohmann::json::array();  // every shape in order: its timing or its error
+  std::vector<std::string> failed;               // the names of the shapes that threw
+  int failed_gpt2 = 0;                           // how many of them are GPT-2 shapes (no step sum then)
+};
+GemmRows time_gemm_cases(Backend& backend, const std::vector<GemmCase>& cases, DType ab, DType c_dtype, int repeat,
+                         double min_time_ms, const PeakFlops& peak);
 
 // --c-dtype's C dtype for A and B in `ab`: "" is fp32 for bf16 inputs and `ab` otherwise; bf16 only
 // with bf16 inputs. Throws naming both otherwise.

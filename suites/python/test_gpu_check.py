@@ -409,6 +409,26 @@ def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
     assert next(t for t in summary(tmp_path)["targets"] if "sanitizer" in t["target"])["met"] is False
 
 
+def test_summary_reads_a_gemm_table_with_a_failed_shape(tmp_path):
+    """gemm-rate records a shape that failed as {name, ..., error} and times the rest: the summary
+    judges on the timed rows, names the failed one, and never reads a failed 8192^3 as measured."""
+    (tmp_path / "gemm-bf16").mkdir()
+    timed = {"name": "square 4096", "group": "square", "m": 4096, "n": 4096, "k": 4096, "median_tflops": 650.0,
+             "pct_of_peak_median": 65.7}
+    failed = {"name": "square 8192", "group": "square", "m": 8192, "n": 8192, "k": 8192, "trans_a": False,
+              "trans_b": False, "error": "cuBLASLt: no algorithm"}
+    (tmp_path / "gemm-bf16" / "gemm.json").write_text(json.dumps(
+        {"dtype": "bf16", "results": [timed, failed], "gpt2_step": None}))
+    (tmp_path / "steps.tsv").write_text("gemm-bf16\tfail\t20.0\tgemm-rate: 1 of 2 GEMMs failed\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode != 0, result.stdout
+    s = summary(tmp_path)
+    assert "4096^3 650.0 TFLOP/s (65.7% of peak)" in s["steps"][0]["key"], s["steps"][0]
+    assert "FAILED: square 8192" in s["steps"][0]["key"], s["steps"][0]
+    target = next(t for t in s["targets"] if "8192^3" in t["target"])
+    assert target["met"] is None and target["measured"] == "not measured", target
+
+
 def test_summary_shows_the_unfused_step_when_the_default_one_failed_and_the_fusion_bisection(tmp_path):
     (tmp_path / "bench-train").mkdir()
     (tmp_path / "bench-train" / "bench-unfused.json").write_text(json.dumps(
