@@ -1,8 +1,12 @@
 // tripod bench health: what NVML reads on every GPU of this node (temperature, power, SM clock,
-// memory, energy counter), a few samples apart; a clear error, exit 1, where NVML is absent.
+// memory, energy counter), a few samples apart; a clear error, exit 1, where NVML is absent. A
+// reading a GPU refuses (a MIG slice, a container) is "-" and null, its query named once.
 //   tripod bench health --samples 3 --interval-ms 500 --json health.json
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +26,16 @@ struct HealthOptions {
   std::string library = "libnvidia-ml.so.1", json_out;
 };
 
+// A reading the device refused is NaN in GpuHealth: "-" in the table, null in the JSON.
+constexpr double kRefused = std::numeric_limits<double>::quiet_NaN();
+std::string reading_text(double value, int decimals) {
+  if (std::isnan(value)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+nlohmann::json reading_json(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
+
 void run_health(const HealthOptions& o) {
   check(o.samples >= 1 && o.interval_ms >= 0, "--samples must be >= 1 and --interval-ms >= 0");
   const NvmlReader nvml(o.library);
@@ -35,13 +49,20 @@ void run_health(const HealthOptions& o) {
     if (s > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.interval_ms));
     for (int g = 0; g < gpus; ++g) {
       const GpuHealth h = nvml.read_index(g);
-      std::printf("  %6d %4d %-24s %8.0f %9.1f %9.0f %10.0f M %10.0f M %12.1f\n", s, g, h.name.c_str(),
-                  h.temperature_c, h.power_w, h.sm_clock_mhz, h.memory_used_mib, h.memory_total_mib, h.energy_joules);
-      rows.push_back({{"sample", s}, {"gpu", g}, {"name", h.name}, {"temperature_c", h.temperature_c},
-                      {"power_w", h.power_w}, {"sm_clock_mhz", h.sm_clock_mhz}, {"memory_used_mib", h.memory_used_mib},
-                      {"memory_total_mib", h.memory_total_mib},
+      if (s == 0)
+        for (const std::string& why : h.refused) std::printf("# gpu %d refuses %s\n", g, why.c_str());
+      std::printf("  %6d %4d %-24s %8s %9s %9s %10s M %10s M %12s\n", s, g, h.name.empty() ? "-" : h.name.c_str(),
+                  reading_text(h.temperature_c, 0).c_str(), reading_text(h.power_w, 1).c_str(),
+                  reading_text(h.sm_clock_mhz, 0).c_str(), reading_text(h.memory_used_mib, 0).c_str(),
+                  reading_text(h.memory_total_mib, 0).c_str(),
+                  reading_text(h.energy_joules >= 0 ? h.energy_joules : kRefused, 1).c_str());
+      rows.push_back({{"sample", s}, {"gpu", g}, {"name", h.name}, {"temperature_c", reading_json(h.temperature_c)},
+                      {"power_w", reading_json(h.power_w)}, {"sm_clock_mhz", reading_json(h.sm_clock_mhz)},
+                      {"memory_used_mib", reading_json(h.memory_used_mib)},
+                      {"memory_total_mib", reading_json(h.memory_total_mib)},
                       // null where the GPU has no counter (-1 in GpuHealth), as every output writes "none"
-                      {"energy_joules", h.energy_joules >= 0 ? nlohmann::json(h.energy_joules) : nlohmann::json()}});
+                      {"energy_joules", reading_json(h.energy_joules >= 0 ? h.energy_joules : kRefused)},
+                      {"refused", h.refused}});
     }
   }
   std::fflush(stdout);

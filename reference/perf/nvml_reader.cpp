@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <limits>
+
 #include "core/error.h"
 
 namespace tripod {
@@ -30,6 +32,8 @@ struct NvmlReader::Api {
 namespace {
 constexpr int kTemperatureGpu = 0;
 constexpr int kClockSm = 1;
+constexpr int kNotSupported = 3;  // NVML_ERROR_NOT_SUPPORTED
+constexpr int kNoPermission = 4;  // NVML_ERROR_NO_PERMISSION
 
 template <typename F>
 bool load(void* library, const char* symbol, F& function) {
@@ -101,24 +105,30 @@ GpuHealth NvmlReader::read_index(int index) const {
 
 GpuHealth NvmlReader::read_handle(void* device) const {
   const Api& a = *api_;
-  auto call = [&](int status, const char* what) {
-    check(status == 0, "NVML: ", what, ": ", a.error_string(status));
-  };
   GpuHealth h;
+  // A query this device refuses (NOT_SUPPORTED, NO_PERMISSION: a MIG slice, some containers) leaves
+  // its field NaN and is named in h.refused; the others are still read. Any other failure (the GPU
+  // lost, NVML uninitialised) throws, naming the query.
+  auto read = [&](int status, const char* what) {
+    if (status == 0) return true;
+    if (status == kNotSupported || status == kNoPermission) {
+      h.refused.push_back(str_cat(what, ": ", a.error_string(status)));
+      return false;
+    }
+    fail("NVML: ", what, ": ", a.error_string(status));
+  };
+  constexpr double refused = std::numeric_limits<double>::quiet_NaN();
   char name[96] = {};
-  call(a.name(device, name, sizeof name), "nvmlDeviceGetName");
-  h.name = name;
+  if (read(a.name(device, name, sizeof name), "nvmlDeviceGetName")) h.name = name;
   unsigned int value = 0;
-  call(a.temperature(device, kTemperatureGpu, &value), "nvmlDeviceGetTemperature");
-  h.temperature_c = value;
-  call(a.power_mw(device, &value), "nvmlDeviceGetPowerUsage");
-  h.power_w = value / 1000.0;
-  call(a.clock_mhz(device, kClockSm, &value), "nvmlDeviceGetClockInfo");
-  h.sm_clock_mhz = value;
+  h.temperature_c = read(a.temperature(device, kTemperatureGpu, &value), "nvmlDeviceGetTemperature") ? value : refused;
+  h.power_w = read(a.power_mw(device, &value), "nvmlDeviceGetPowerUsage") ? value / 1000.0 : refused;
+  h.sm_clock_mhz = read(a.clock_mhz(device, kClockSm, &value), "nvmlDeviceGetClockInfo") ? value : refused;
   Api::Memory memory{};
-  call(a.memory(device, &memory), "nvmlDeviceGetMemoryInfo");
-  h.memory_used_mib = static_cast<double>(memory.used) / (1024.0 * 1024.0);
-  h.memory_total_mib = static_cast<double>(memory.total) / (1024.0 * 1024.0);
+  const bool has_memory = read(a.memory(device, &memory), "nvmlDeviceGetMemoryInfo");
+  h.memory_used_mib = has_memory ? static_cast<double>(memory.used) / (1024.0 * 1024.0) : refused;
+  h.memory_total_mib = has_memory ? static_cast<double>(memory.total) / (1024.0 * 1024.0) : refused;
+  // No counter (pre-Volta, or refused): -1, as every caller reads "none".
   unsigned long long millijoules = 0;
   if (a.energy_mj && a.energy_mj(device, &millijoules) == 0) h.energy_joules = static_cast<double>(millijoules) / 1000.0;
   return h;

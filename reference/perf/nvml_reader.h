@@ -6,17 +6,21 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tripod {
 
+// A reading the device refuses (a MIG slice, some containers refuse power or temperature) is NaN
+// and its query named in `refused`; the rest are still read.
 struct GpuHealth {
   double temperature_c = 0;   // GPU die
   double power_w = 0;         // board power draw
   double sm_clock_mhz = 0;
   double memory_used_mib = 0;
   double memory_total_mib = 0;
-  double energy_joules = -1;  // counter since the driver loaded; -1: the GPU has none (pre-Volta)
-  std::string name;           // "NVIDIA H200"
+  double energy_joules = -1;  // counter since the driver loaded; -1: none (pre-Volta, or refused)
+  std::string name;           // "NVIDIA H200"; empty if refused
+  std::vector<std::string> refused;  // "nvmlDeviceGetPowerUsage: Not Supported", one per refused query
 };
 
 class NvmlReader {
@@ -33,7 +37,8 @@ class NvmlReader {
   int device_count() const;
 
   // The GPU with this PCI bus id (Backend::device_bus_id), or index in NVML's order. Throws
-  // tripod::Error naming the call when NVML is unavailable or refuses.
+  // tripod::Error naming the call when NVML is unavailable, has no such GPU, or fails otherwise
+  // than by refusing a query (GpuHealth::refused).
   GpuHealth read_bus_id(const std::string& bus_id) const;
   GpuHealth read_index(int index) const;
 

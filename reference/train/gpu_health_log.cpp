@@ -1,6 +1,8 @@
 #include "train/gpu_health_log.h"
 
+#include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 
@@ -11,7 +13,9 @@ GpuHealthLog::GpuHealthLog(const Backend& backend) : bus_id_(backend.device_bus_
   nvml_ = std::make_unique<NvmlReader>();
   if (!nvml_->available()) return;
   try {
-    gpu_name_ = nvml_->read_bus_id(bus_id_).name;
+    const GpuHealth h = nvml_->read_bus_id(bus_id_);
+    gpu_name_ = h.name.empty() ? "a GPU NVML will not name" : h.name;
+    for (const std::string& why : h.refused) refused_ += (refused_.empty() ? "" : "; ") + why;
   } catch (const Error& e) {
     error_ = e.what();
   }
@@ -22,7 +26,7 @@ std::string GpuHealthLog::startup_line() const {
   if (!nvml_->available()) return "GPU health: none (" + nvml_->why_unavailable() + ")";
   if (!error_.empty()) return "GPU health: none (" + error_ + ")";
   return "GPU health: " + gpu_name_ + " at " + bus_id_ + " read through NVML every step (temperature, power, SM clock, "
-         "memory, energy)";
+         "memory, energy)" + (refused_.empty() ? "" : "; the GPU refuses " + refused_);
 }
 
 // A failed reading (NVML can refuse for a moment, or lose the GPU) stops the health metrics with a
@@ -50,10 +54,15 @@ void GpuHealthLog::add_to(nlohmann::json& record, int64_t step_tokens, int ranks
     stop_reading(e);
     return;
   }
-  record["gpu"] = {{"temperature_c", h.temperature_c},
-                   {"power_w", h.power_w},
-                   {"sm_clock_mhz", h.sm_clock_mhz},
-                   {"memory_used_mib", h.memory_used_mib}};
+  // A reading this GPU refuses (NaN: a MIG slice, a container) is left out; the others are kept.
+  nlohmann::json gpu = nlohmann::json::object();
+  const std::pair<const char*, double> readings[] = {{"temperature_c", h.temperature_c},
+                                                     {"power_w", h.power_w},
+                                                     {"sm_clock_mhz", h.sm_clock_mhz},
+                                                     {"memory_used_mib", h.memory_used_mib}};
+  for (const auto& [key, value] : readings)
+    if (!std::isnan(value)) gpu[key] = value;
+  record["gpu"] = gpu;
   if (h.energy_joules < 0 || energy_at_begin_ < 0) return;  // no energy counter on this GPU
   const double joules = h.energy_joules - energy_at_begin_;
   total_energy_ += joules;

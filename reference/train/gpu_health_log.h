@@ -5,7 +5,8 @@
 //                    so short steps read lumpy values; sums over many steps are exact),
 //   "tokens_per_joule": the step's tokens / (that energy x ranks), i.e. assuming every GPU draws
 //                    what rank 0's does.
-// Host backends get nothing; a GPU without NVML gets one start-up line saying why.
+// Host backends get nothing; a GPU without NVML gets one start-up line saying why. A reading the
+// GPU refuses (a MIG slice, a container) is left out of "gpu", and the start-up line names it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,7 @@ class GpuHealthLog {
   std::string bus_id_;
   std::unique_ptr<NvmlReader> nvml_;  // null for host backends
   std::string gpu_name_, error_;
+  std::string refused_;  // the queries the GPU refused at start-up, for the start-up line
   double energy_at_begin_ = -1, total_energy_ = 0;
 };
 

@@ -350,13 +350,18 @@ def test_bench_health_json(tmp_path):
     assert len(health["readings"]) == 2 * health["gpus"]
 
 
+def stand_in_nvml(tmp_path):
+    library = tmp_path / "libfake-nvml.so"
+    source = Path(__file__).resolve().parent / "fixtures" / "fake_nvml.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    return library
+
+
 def test_bench_health_json_through_a_stand_in_nvml(tmp_path):
     """The whole health path here, without a GPU: NVML loaded from a stand-in library (fixtures/
     fake_nvml.c: two GPUs, the second without an energy counter), read, printed and written."""
     require_tripod()
-    library = tmp_path / "libfake-nvml.so"
-    source = Path(__file__).resolve().parent / "fixtures" / "fake_nvml.c"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    library = stand_in_nvml(tmp_path)
     out = tmp_path / "health.json"
     tripod("bench", "health", "--library", library, "--samples", 2, "--interval-ms", 1, "--json", out)
     health = load(out)
@@ -366,3 +371,32 @@ def test_bench_health_json_through_a_stand_in_nvml(tmp_path):
     assert (first["name"], first["temperature_c"], first["power_w"], first["energy_joules"]) == ("Fake GPU 0", 40, 123.456, 5000)
     assert second["energy_joules"] is None  # no counter: null (it was -1)
     assert first["memory_total_mib"] == 144 * 1024 and first["memory_used_mib"] == 3 * 1024
+    assert first["refused"] == []
+
+
+def test_bench_health_keeps_the_readings_a_gpu_gives_when_it_refuses_others(tmp_path):
+    """A MIG slice or a container refuses some queries (NOT_SUPPORTED): those readings are null and
+    named, the others still read; it used to end the command at the first refused query."""
+    library = stand_in_nvml(tmp_path)
+    out = tmp_path / "health.json"
+    result = tripod("bench", "health", "--library", library, "--samples", 1, "--interval-ms", 0, "--json", out,
+                    env={"FAKE_NVML_REFUSE": "temperature,power"})
+    health = load(out)
+    validate_with("bench-health", health)
+    first = health["readings"][0]
+    assert first["temperature_c"] is None and first["power_w"] is None, first
+    assert (first["name"], first["sm_clock_mhz"], first["energy_joules"]) == ("Fake GPU 0", 1980, 5000), first
+    assert first["refused"] == ["nvmlDeviceGetTemperature: Not Supported", "nvmlDeviceGetPowerUsage: Not Supported"]
+    assert "# gpu 0 refuses nvmlDeviceGetPowerUsage: Not Supported" in result.stdout, result.stdout
+    assert result.stdout.count("refuses nvmlDeviceGetTemperature") == 2  # once per GPU, not per sample
+
+
+def test_bench_health_fails_naming_the_query_when_nvml_loses_the_gpu(tmp_path):
+    """Only a refusal is tolerated: any other NVML failure (the GPU lost) still ends the command, named."""
+    library = stand_in_nvml(tmp_path)
+    out = tmp_path / "health.json"
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "bench", "health", "--library", str(library), "--json", str(out)],
+                            capture_output=True, text=True, timeout=60, env={**MPI_ENV, "FAKE_NVML_LOST": "1"})
+    assert result.returncode == 1 and not out.exists(), result.stdout + result.stderr
+    assert "nvmlDeviceGetPowerUsage: GPU is lost" in result.stderr, result.stderr
