@@ -6,6 +6,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/transfer.h"
+#include "bench/timed_cases.h"
 #include "bench/timed_regions.h"
 #include "core/error.h"
 #include "core/output_file.h"
@@ -218,12 +219,7 @@ void run_gemm_rate(const GemmRateOptions& o) {
   const GemmRows rows = time_gemm_cases(*backend, cases, ab, c_dtype, o.repeat, o.min_time_ms, peak);
   const json step = gpt2_step_json(rows.timings, peak, o.tokens, rows.failed_gpt2);
   write_gemm_rate_json(o, precision, c_dtype, backend->name(), peak, rows.results, step);
-  if (rows.failed.empty()) return;
-  std::string names;
-  for (const std::string& name : rows.failed) names += (names.empty() ? "" : ", ") + name;
-  fail("gemm-rate: ", rows.failed.size(), " of ", cases.size(), " GEMMs failed (", names, "); ",
-       rows.timings.empty() ? "none was timed" : "the others were timed", o.json_out.empty() ? "" : " and are in ",
-       o.json_out);
+  fail_naming_failed_rows("gemm-rate", "GEMMs", rows.failed, cases.size(), o.json_out);
 }
 
 }  // namespace tripod::bench

@@ -332,14 +332,7 @@ void run_kernel_rate(const KernelRateOptions& o) {
                 {"context", seq}, {"heads", heads}, {"repeat", o.repeat},
                 {"min_time_ms", o.min_time_ms}, {"copy_gbps", timed.copy_gbps}, {"results", timed.rows}}.dump(2) + "\n",
                       "the results file (--json)");
-  if (!timed.failed.empty()) {
-    std::string names;
-    for (const std::string& name : timed.failed) names += (names.empty() ? "" : ", ") + name;
-    const bool some_timed = timed.failed.size() < cases.size();
-    fail("kernel-rate: ", timed.failed.size(), " of ", cases.size(), " rows failed (", names, "); ",
-         some_timed ? "the others were timed" : "none was timed",
-         some_timed && !o.json_out.empty() ? " and written to --json" : "");
-  }
+  fail_naming_failed_rows("kernel-rate", "rows", timed.failed, cases.size(), o.json_out);
 }
 
 }  // namespace tripod::bench

@@ -54,4 +54,16 @@ TimedCases time_kernel_cases(Backend& b, const std::vector<KernelCase>& cases, i
   return out;
 }
 
+void fail_naming_failed_rows(const std::string& command, const std::string& rows,
+                             const std::vector<std::string>& failed,
+                             std::size_t total, const std::string& json_out) {
+  if (failed.empty()) return;
+  std::string names;
+  for (const std::string& name : failed) names += (names.empty() ? "" : ", ") + name;
+  const bool some_timed = failed.size() < total;
+  fail(command, ": ", failed.size(), " of ", total, " ", rows, " failed (", names, "); ",
+       some_timed ? "the others were timed" : "none was timed",
+       some_timed && !json_out.empty() ? " and are in " + json_out : std::string());
+}
+
 }  // namespace tripod::bench

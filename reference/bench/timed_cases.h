@@ -31,4 +31,11 @@ struct TimedCases {
 // Bf16Operands and throw before restoring it).
 TimedCases time_kernel_cases(Backend& backend, const std::vector<KernelCase>& cases, int repeat, double min_time_ms);
 
+// Ends a command whose rows were timed one by one (kernel-rate's, gemm-rate's) once it has written
+// what was measured: nothing when `failed` is empty, else a tripod::Error naming them, e.g.
+// "gemm-rate: 1 of 19 GEMMs failed (lm_head dW); the others were timed and are in g.json".
+void fail_naming_failed_rows(const std::string& command, const std::string& rows,
+                             const std::vector<std::string>& failed,
+                             std::size_t total, const std::string& json_out);
+
 }  // namespace tripod::bench

@@ -54,5 +54,22 @@ TEST(TimedCases, ABadRepeatIsRefusedBeforeAnyRow) {
   EXPECT_EQ(calls, 0);
 }
 
+TEST(TimedCases, TheFailureNamesTheFailedRowsAndWhereTheOthersAre) {
+  EXPECT_NO_THROW(fail_naming_failed_rows("gemm-rate", "GEMMs", {}, 3, "g.json"));
+  try {
+    fail_naming_failed_rows("gemm-rate", "GEMMs", {"fc fwd", "lm_head dW"}, 19, "g.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "gemm-rate: 2 of 19 GEMMs failed (fc fwd, lm_head dW); the others were timed and are in g.json");
+  }
+  try {
+    fail_naming_failed_rows("kernel-rate", "rows", {"copy"}, 1, "k.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "kernel-rate: 1 of 1 rows failed (copy); none was timed");
+  }
+}
+
 }  // namespace
 }  // namespace tripod::bench
