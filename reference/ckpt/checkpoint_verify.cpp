@@ -8,12 +8,11 @@
 #include <map>
 #include <sstream>
 
-#include <xxhash.h>
-
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
 #include "ckpt/durable_file.h"
 #include "ckpt/shard_file.h"
+#include "core/digest.h"
 #include "core/error.h"
 
 namespace tripod::ckpt {
@@ -24,16 +23,12 @@ namespace {
 std::string file_xxh64(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TRIPOD_CHECK(fd >= 0, "cannot open ", path.string(), ": ", last_system_error());
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
+  Xxh64 hash;
   std::vector<char> buffer(1 << 20);
   ssize_t n;
-  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) XXH64_update(state, buffer.data(), static_cast<std::size_t>(n));
+  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) hash.update(buffer.data(), static_cast<std::size_t>(n));
   ::close(fd);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64_digest(state)));
-  XXH64_freeState(state);
-  return hex;
+  return hash.hex();
 }
 
 // Every element of [0, numel) covered exactly once by the runs of (tensor, kind)'s blocks.

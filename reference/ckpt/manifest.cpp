@@ -4,19 +4,11 @@
 #include <limits>
 #include <set>
 
-#include <xxhash.h>
-
 #include "core/bounded_json.h"
 #include "core/error.h"
 
 namespace tripod::ckpt {
 using nlohmann::json;
-
-std::string xxh64_hex(const void* data, std::size_t bytes) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(data, bytes, 0)));
-  return hex;
-}
 
 namespace {
 

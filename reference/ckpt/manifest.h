@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/digest.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -78,7 +79,5 @@ std::string manifest_text(const Manifest& manifest);
 // Parses and validates (see above); `origin` (the path) starts every message.
 Manifest parse_manifest(std::string_view text, const std::string& origin);
 
-// XXH64 (seed 0) as 16 lowercase hex digits.
-std::string xxh64_hex(const void* data, std::size_t bytes);
 
 }  // namespace tripod::ckpt

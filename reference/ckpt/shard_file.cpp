@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include <xxhash.h>
-
 #include "ckpt/durable_file.h"
 #include "core/error.h"
 
@@ -29,12 +27,6 @@ std::array<std::byte, kShardHeaderBytes> header_bytes(int rank, int64_t step) {
   std::memcpy(h.data() + 12, &r, 4);
   std::memcpy(h.data() + 16, &s, 8);
   return h;
-}
-
-std::string hex(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 }  // namespace
@@ -68,21 +60,15 @@ std::vector<Block> blocks_of_runs(const std::vector<LogicalRun>& runs) {
   return blocks;
 }
 
-struct ShardWriter::Hasher {
-  XXH64_state_t* state = XXH64_createState();
-  Hasher() { XXH64_reset(state, 0); }
-  ~Hasher() { XXH64_freeState(state); }
-};
-
 ShardWriter::ShardWriter(const fs::path& dir, int rank, int64_t step)
-    : path_(dir / shard_file_name(rank)), tmp_(path_.string() + ".tmp"), hash_(std::make_unique<Hasher>()) {
+    : path_(dir / shard_file_name(rank)), tmp_(path_.string() + ".tmp") {
   entry_.name = shard_file_name(rank);
   entry_.rank = rank;
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK(fd_ >= 0, "cannot create checkpoint shard ", tmp_.string(), ": ", last_system_error());
   const auto header = header_bytes(rank, step);
   write_fully(fd_, header.data(), header.size(), tmp_);
-  XXH64_update(hash_->state, header.data(), header.size());
+  hash_.update(header.data(), header.size());
   written_ = header.size();
 }
 
@@ -102,8 +88,7 @@ void ShardWriter::add(const StateRegion& region, const std::byte* host) {
     block.kind = region.kind;
     block.dtype = region.local.dtype();
     block.offset = written_;
-    XXH64_state_t* block_hash = XXH64_createState();
-    XXH64_reset(block_hash, 0);
+    Xxh64 block_hash;
     // The block's runs are the next `count` non-empty runs, in order.
     for (int64_t k = 0; k < block.count; ++next_run) {
       const LogicalRun& r = runs[next_run];
@@ -111,13 +96,12 @@ void ShardWriter::add(const StateRegion& region, const std::byte* host) {
       const std::byte* data = host + static_cast<std::size_t>(r.local) * element;
       const std::size_t bytes = static_cast<std::size_t>(r.length) * element;
       write_fully(fd_, data, bytes, tmp_);
-      XXH64_update(hash_->state, data, bytes);
-      XXH64_update(block_hash, data, bytes);
+      hash_.update(data, bytes);
+      block_hash.update(data, bytes);
       written_ += bytes;
       ++k;
     }
-    block.xxh64 = hex(XXH64_digest(block_hash));
-    XXH64_freeState(block_hash);
+    block.xxh64 = block_hash.hex();
     entry_.blocks.push_back(std::move(block));
   }
 }
@@ -131,7 +115,7 @@ ShardFile ShardWriter::finish() {
   fs::rename(tmp_, path_, ec);
   TRIPOD_CHECK(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
   entry_.bytes = written_;
-  entry_.xxh64 = hex(XXH64_digest(hash_->state));
+  entry_.xxh64 = hash_.hex();
   return entry_;
 }
 

@@ -14,11 +14,11 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "ckpt/manifest.h"
+#include "core/digest.h"
 #include "core/state_region.h"
 
 namespace tripod::ckpt {
@@ -48,8 +48,7 @@ class ShardWriter {
  private:
   std::filesystem::path path_, tmp_;
   int fd_ = -1;
-  struct Hasher;
-  std::unique_ptr<Hasher> hash_;
+  Xxh64 hash_;  // of the whole file
   ShardFile entry_;
   uint64_t written_ = 0;
 };

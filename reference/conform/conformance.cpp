@@ -7,8 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include <xxhash.h>
-
+#include "core/digest.h"
 #include "data/random_batch.h"
 #include "model/param_spec.h"
 #include "parallel/process_grid.h"
@@ -163,17 +162,12 @@ bool bit_identical(const Trajectory& a, const Trajectory& b) {
 }
 
 std::string fingerprint(const Trajectory& t) {
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
-  auto add = [&](const std::vector<double>& v) { XXH64_update(state, v.data(), v.size() * sizeof(double)); };
+  Xxh64 hash;
+  auto add = [&](const std::vector<double>& v) { hash.update(v.data(), v.size() * sizeof(double)); };
   add(t.losses);
   add(t.norms);
   for (const auto& p : t.params) add(p);
-  const unsigned long long hash = XXH64_digest(state);
-  XXH64_freeState(state);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", hash);
-  return hex;
+  return hash.hex();
 }
 
 std::string first_difference(const Trajectory& a, const Trajectory& b) {

@@ -1,13 +1,12 @@
 #include "sweep/run_record.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 
+#include "core/digest.h"
 #include "core/error.h"
 
 namespace tripod::sweep {
@@ -89,9 +88,7 @@ std::string run_status_name(RunStatus s) {
 
 std::string config_hash(const json& config) {
   const std::string text = config.dump();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
-  return hex;
+  return xxh64_hex(text.data(), text.size());
 }
 
 std::string last_error_line(const fs::path& log) {

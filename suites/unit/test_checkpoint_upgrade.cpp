@@ -47,7 +47,7 @@ void write_v1(const fs::path& dir, const Trainer& trainer, Backend& backend, con
                           {"config", config.json}, {"files", nlohmann::json::object()}};
   for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
     const std::string bytes = file_text(dir / name);
-    state["files"][name] = ckpt::xxh64_hex(bytes.data(), bytes.size());
+    state["files"][name] = xxh64_hex(bytes.data(), bytes.size());
   }
   state.merge_patch(state_changes);  // a null value removes the key
   std::ofstream(dir / "state.json") << state.dump();

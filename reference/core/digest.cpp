@@ -1,0 +1,29 @@
+#include "core/digest.h"
+
+#include <cstdio>
+#include <new>
+
+#include <xxhash.h>
+
+namespace tripod {
+
+std::string hex16(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+std::string xxh64_hex(const void* data, std::size_t bytes) { return hex16(XXH64(data, bytes, 0)); }
+
+Xxh64::Xxh64() : state_(XXH64_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH64_reset(state_, 0);
+}
+
+Xxh64::~Xxh64() { XXH64_freeState(state_); }
+
+void Xxh64::update(const void* data, std::size_t bytes) { XXH64_update(state_, data, bytes); }
+
+uint64_t Xxh64::digest() const { return XXH64_digest(state_); }
+
+}  // namespace tripod
