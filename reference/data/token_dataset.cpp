@@ -146,6 +146,16 @@ void invalidate_dataset(const fs::path& dir) {
   check(!ec, "cannot create data directory ", dir, ": ", ec.message());
   fs::remove(dir / "meta.json", ec);
   check(!ec, "cannot remove the old ", dir / "meta.json", ": ", ec.message());
+  std::vector<fs::path> previous;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (written_by_a_dataset(name) && name.rfind(".tokenizer-staging.", 0) != 0) previous.push_back(entry.path());
+  }
+  check(!ec, "cannot read the data directory ", dir, ": ", ec.message());
+  for (const fs::path& file : previous) {
+    fs::remove(file, ec);
+    check(!ec, "cannot remove the previous dataset's ", file, ": ", ec.message());
+  }
 }
 
 }  // namespace tripod::data

@@ -69,8 +69,12 @@ void write_dataset_meta(const std::filesystem::path& dir, const nlohmann::json& 
 // would have written beside, and over, a user's files. `command` starts the message.
 void check_dataset_folder(const std::filesystem::path& dir, const std::string& command);
 
-// Removes dir/meta.json (if any) before rewriting a directory, so that an interrupted rewrite
-// leaves no meta.json pointing at a mixture of old and new shards.
+// Empties a dataset's folder before it is rewritten: meta.json first, so that an interrupted
+// rewrite leaves no meta.json pointing at a mixture of old and new shards, then the previous
+// dataset's shards and tokenizer (a prepared corpus rewritten as a synthetic one kept its
+// tokenizer.model, which `tripod export hf` then shipped with a model of another vocabulary, and a
+// smaller corpus left the larger one's extra shards beside its own). A preparation's staged
+// tokenizer (.tokenizer-staging.*) is kept: it is the new dataset's.
 void invalidate_dataset(const std::filesystem::path& dir);
 
 }  // namespace tripod::data

@@ -225,6 +225,24 @@ def test_data_is_not_written_into_a_folder_of_other_files(tmp_path, command):
     assert "checksum" in tripod("data", "inspect", tmp_path / "ds").stdout.lower()
 
 
+def test_a_rewritten_dataset_folder_keeps_nothing_of_the_previous_dataset(tmp_path):
+    # A smaller corpus written over a larger one left its extra shards, and a synthetic corpus written
+    # over a prepared one its tokenizer.model (which `export hf` then shipped with the model).
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i} of some words to tokenise" for i in range(2000)))
+    folder = tmp_path / "ds"
+    tripod("data", "prepare", "--input", text, "--out", folder, "--vocab-size", 300, "--shard-tokens", 2000)
+    assert (folder / "tokenizer.model").exists() and (folder / "train_000003.bin").exists()
+    tripod("data", "synthetic", "--out", folder, "--vocab-size", 64, "--order", 1, "--tokens", 3000,
+           "--shard-tokens", 2000)
+    meta = json.loads((folder / "meta.json").read_text())
+    listed = {name for shards in meta["splits"].values() for name in shards}
+    assert sorted(p.name for p in folder.iterdir()) == sorted(listed | {"meta.json"})
+    tripod("data", "prepare", "--input", text, "--out", folder, "--vocab-size", 300)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "meta.json", "tokenizer.model", "tokenizer.vocab", "train_000000.bin", "val_000000.bin"]
+
+
 def test_inspect_holds_meta_json_against_the_shards_and_tokenizer(corpus, tmp_path):
     # Each edit passed `data inspect` ("checksums OK") and failed only when training (or never).
     assert "checksum" in tripod("data", "inspect", corpus).stdout.lower()
