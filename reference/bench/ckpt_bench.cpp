@@ -94,7 +94,7 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
   };
   step();  // warm-up
   int64_t saved_step = 0;
-  auto meta = [&] { return CheckpointMeta{++saved_step, &config, "single process", 0}; };
+  auto meta = [&] { return CheckpointMeta{++saved_step, &config, "single process", 0, ""}; };
 
   std::vector<double> disk, sync, plain_steps, stalls, snapshots, copy_waits, polls, slowdowns, write_times, publish_times, steps_during;
   StateSnapshot buffers;

@@ -130,7 +130,8 @@ std::string describe_checkpoint(const fs::path& path) {
       << "  step " << m.step << ", format version " << m.version << ", " << dtype_name(m.dtype) << "\n"
       << "  saved by " << m.layout << " (" << m.world_size << (m.world_size == 1 ? " rank" : " ranks") << ")\n"
       << "  data: next sample " << m.data.next_sample << ", seed " << m.data.seed << ", batch " << m.data.batch_size
-      << " x " << m.data.seq_len << " tokens\n"
+      << " x " << m.data.seq_len << " tokens"
+      << (m.data.train_tokens_xxh64.empty() ? "" : ", training tokens XXH64 " + m.data.train_tokens_xxh64) << "\n"
       << "  model: " << m.tensors.size() << " tensors, " << params << " parameters";
   if (m.config.contains("model")) out << ", " << m.config["model"].dump();
   out << "\n  files: " << m.files.size() << ", " << bytes << " bytes\n";

@@ -41,6 +41,9 @@ json body_json(const Manifest& m) {
   for (const auto& [name, shape] : m.tensors) tensors[name] = shape;
   json files = json::array();
   for (const ShardFile& f : m.files) files.push_back(shard_file_to_json(f));
+  json data = {{"next_sample", m.data.next_sample}, {"seed", m.data.seed}, {"batch_size", m.data.batch_size},
+               {"seq_len", m.data.seq_len}};
+  if (!m.data.train_tokens_xxh64.empty()) data["train_tokens_xxh64"] = m.data.train_tokens_xxh64;
   return {{"format", kCheckpointFormat},
           {"version", m.version},
           {"step", m.step},
@@ -48,8 +51,7 @@ json body_json(const Manifest& m) {
           {"config", m.config},
           {"layout", m.layout},
           {"world_size", m.world_size},
-          {"data", {{"next_sample", m.data.next_sample}, {"seed", m.data.seed}, {"batch_size", m.data.batch_size},
-                    {"seq_len", m.data.seq_len}}},
+          {"data", data},
           {"tensors", tensors},
           {"files", files}};
 }
@@ -176,6 +178,12 @@ Manifest parse_manifest(std::string_view text, const std::string& origin) {
   m.data.seed = static_cast<uint64_t>(data.integer("seed", 0));
   m.data.batch_size = data.integer("batch_size", 1);
   m.data.seq_len = data.integer("seq_len", 1);
+  if (top.at("data").contains("train_tokens_xxh64")) {
+    m.data.train_tokens_xxh64 = data.text("train_tokens_xxh64");
+    check(m.data.train_tokens_xxh64.size() == 16 &&
+              m.data.train_tokens_xxh64.find_first_not_of("0123456789abcdef") == std::string::npos,
+          origin, ": data.train_tokens_xxh64 is not 16 hex digits");
+  }
 
   const json& tensors = top.at("tensors");
   check(tensors.is_object() && !tensors.empty(), origin, ": tensors is not a non-empty object");

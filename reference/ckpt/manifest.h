@@ -3,7 +3,7 @@
 //
 //   format "tripod-checkpoint", version 2, step, dtype, the resolved run configuration, the layout
 //   and world size it was saved from, the data loader's position (next_sample, seed, batch_size,
-//   seq_len), the logical shape of every tensor, and per shard file its size, XXH64 and blocks.
+//   seq_len, and the training tokens' XXH64 where known), the logical shape of every tensor, and per shard file its size, XXH64 and blocks.
 //   A block is one piece of one logical tensor's state ("param", "adam_m" or "adam_v") in logical
 //   coordinates: `count` runs of `length` elements, run k starting at flat element
 //   start + k * stride of the tensor (row-major), stored contiguously at byte `offset` of the file,
@@ -55,6 +55,9 @@ struct DataPosition {
   int64_t next_sample = 0;  // global index of the first sample the next step reads
   uint64_t seed = 0;
   int64_t batch_size = 0, seq_len = 0;
+  // The training split's TokenDataset::tokens_xxh64: which corpus next_sample counts into. Empty
+  // where not recorded (checkpoints written before 2026-12-06, and saves that read no corpus).
+  std::string train_tokens_xxh64;
 };
 
 struct Manifest {

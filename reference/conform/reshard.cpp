@@ -28,7 +28,8 @@ Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run
     DistributedTrainer trainer(saved_config, backend, grid, layout);
     trainer.initialise();
     seconds += run_conformance_steps(trainer, saved_config, 0, half, t);
-    const CheckpointMeta meta{half, &saved_config, layout.name(), half * saved_config.train.batch_size};
+    const CheckpointMeta meta{half, &saved_config, layout.name(), half * saved_config.train.batch_size,
+                              ""};  // random batches: no corpus
     save_checkpoint(run.save_group, replica_root(root, run.save_replica), trainer.state_regions(), backend, meta);
   }
   all_reduce_value(world, 0.0, ReduceOp::Sum);  // every replica's checkpoint is published

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/bounded_json.h"
+#include "core/digest.h"
 #include "core/error.h"
 #include "data/shard_format.h"
 
@@ -66,7 +67,26 @@ TokenDataset TokenDataset::open(const fs::path& dir, const std::string& split) {
     data.tokens_.insert(data.tokens_.end(), shard.begin(), shard.end());
   }
   check(!data.tokens_.empty(), "split \"", split, "\" of data directory ", dir, " has no tokens");
+  data.tokens_xxh64_ = xxh64_hex(data.tokens_.data(), data.tokens_.size() * sizeof(int32_t));
   return data;
+}
+
+std::string split_tokens_xxh64(const fs::path& dir, const std::string& split) {
+  const nlohmann::json meta = TokenDataset::read_meta(dir);
+  check(meta["splits"].contains(split), dir / "meta.json", ": no split \"", split, "\"");
+  const auto vocab = meta["vocab_size"].get<int64_t>();
+  Xxh64 hash;
+  int64_t tokens = 0;
+  for (const auto& name : meta["splits"][split]) {
+    const fs::path shard_path = dir / name.get<std::string>();
+    ShardHeader header;
+    const std::vector<int32_t> shard = read_shard(shard_path, &header);
+    check_shard_vocab(dir, shard_path, header.vocab_size, vocab);
+    hash.update(shard.data(), shard.size() * sizeof(int32_t));
+    tokens += static_cast<int64_t>(shard.size());
+  }
+  check(tokens > 0, "split \"", split, "\" of data directory ", dir, " has no tokens");
+  return hash.hex();
 }
 
 void check_shard_vocab(const fs::path& dir, const fs::path& shard, uint64_t shard_vocab, int64_t meta_vocab) {

@@ -38,6 +38,10 @@ class TokenDataset {
   const nlohmann::json& meta() const { return meta_; }
   const std::filesystem::path& dir() const { return dir_; }
   const std::string& split() const { return split_; }
+  // The split's identity: XXH64 (seed 0) of its token ids as int32, in order, in 16 hex digits.
+  // A checkpoint records the training split's, so that a resume on another corpus under the same
+  // data.dir is caught, and a corpus moved to another folder is known to be the same one.
+  const std::string& tokens_xxh64() const { return tokens_xxh64_; }
 
  private:
   std::filesystem::path dir_;
@@ -45,7 +49,12 @@ class TokenDataset {
   nlohmann::json meta_;
   int64_t vocab_size_ = 0;
   std::vector<int32_t> tokens_;
+  std::string tokens_xxh64_;
 };
+
+// TokenDataset::tokens_xxh64 of dir's `split`, read a shard at a time (memory: one shard), each
+// shard checked as open checks it.
+std::string split_tokens_xxh64(const std::filesystem::path& dir, const std::string& split);
 
 // A shard's header against meta.json's vocab_size: an Error naming both files when they differ.
 void check_shard_vocab(const std::filesystem::path& dir, const std::filesystem::path& shard, uint64_t shard_vocab,

@@ -131,7 +131,8 @@ void publish_manifest(const fs::path& root, const fs::path& staged, const std::v
     m.config = meta.config->json;
     m.layout = meta.layout;
     m.world_size = world_size;
-    m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len};
+    m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len,
+              meta.train_tokens_xxh64};
     for (const std::string& e : entries) {
       const json f = json::parse(e);
       for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();
@@ -213,24 +214,27 @@ fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_
   TRIPOD_CHECK(!fs::exists(new_root, ec) || (fs::is_directory(new_root, ec) && fs::is_empty(new_root, ec)),
                "ckpt upgrade: NEW_ROOT ", new_root.string(), " must be absent or an empty folder");
   ckpt::check_save_root(new_root, 0, "ckpt upgrade's NEW_ROOT");
-  // Version 1 read the data at step * batch_size, as every resume of it did.
+  // Version 1 read the data at step * batch_size, as every resume of it did; it recorded no
+  // fingerprint of the tokens.
   return save_checkpoint(nullptr, new_root, regions, backend,
-                         {old.step, &config, "single process", old.step * config.train.batch_size});
+                         {old.step, &config, "single process", old.step * config.train.batch_size, ""});
 }
 
 ckpt::Manifest resume_from_checkpoint(Communicator* world, const fs::path& dir, const std::vector<StateRegion>& regions,
-                                      Backend& backend, const RunConfig& config, bool allow_changes) {
+                                      Backend& backend, const RunConfig& config, bool allow_changes,
+                                      const std::string& train_tokens_xxh64) {
   ckpt::Manifest manifest;
   agree(world, "resuming from " + dir.string(), attempt([&] {
     ckpt::CheckpointReader reader(dir);
-    check_resume_compatible(reader.manifest(), config, allow_changes);
+    check_resume_compatible(reader.manifest(), config, allow_changes, train_tokens_xxh64);
     for (const StateRegion& r : regions) reader.load(r, backend);
     manifest = reader.manifest();
   }));
   return manifest;
 }
 
-void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes) {
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes,
+                             const std::string& train_tokens_xxh64) {
   const json& saved = manifest.config;
   const json& now = config.json;
   auto value = [](const json& j, const char* section, const std::string& key) {
@@ -245,14 +249,21 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
   check(manifest.step <= config.train.steps, "the checkpoint is at step ", manifest.step,
         ", beyond train.steps = ", config.train.steps);
   // What decides the data order and the learning-rate schedule.
-  const std::vector<std::pair<const char*, std::string>> watched = {
-      {"train", "seed"}, {"train", "batch_size"}, {"train", "seq_len"}, {"data", "dir"},   {"train", "steps"},
+  const std::string& saved_tokens = manifest.data.train_tokens_xxh64;
+  const bool tokens_known = !saved_tokens.empty() && !train_tokens_xxh64.empty();
+  std::vector<std::pair<const char*, std::string>> watched = {
+      {"train", "seed"}, {"train", "batch_size"}, {"train", "seq_len"}, {"train", "steps"},
       {"optim", "lr"},   {"optim", "min_lr"},     {"optim", "warmup_steps"}, {"optim", "decay"}};
+  if (!tokens_known) watched.insert(watched.begin() + 3, {"data", "dir"});
   std::string changes;
   for (const auto& [section, key] : watched) {
     const std::string before = value(saved, section, key), after = value(now, section, key);
     if (before != after) changes += str_cat("\n  ", section, ".", key, ": ", before, " in the checkpoint, ", after, " now");
   }
+  if (tokens_known && saved_tokens != train_tokens_xxh64)
+    changes += str_cat("\n  the training tokens: XXH64 ", saved_tokens, " in the checkpoint (data.dir ",
+                       value(saved, "data", "dir"), "), ", train_tokens_xxh64, " in data.dir ",
+                       value(now, "data", "dir"), " now (another corpus)");
   if (changes.empty() || allow_changes) return;
   fail("the run would not continue as it was (data order or learning-rate schedule):",
        changes, "\n(pass --allow-resume-changes to resume anyway)");

@@ -27,6 +27,7 @@ struct CheckpointMeta {
   const RunConfig* config = nullptr;
   std::string layout;        // "single process" or the layout's description
   int64_t next_sample = 0;   // the data loader's position
+  std::string train_tokens_xxh64;  // the corpus it counts into (TokenDataset::tokens_xxh64); empty: none read
 };
 
 // Collective over `world` (null: one process). Returns the published checkpoint directory.
@@ -65,13 +66,19 @@ void agree_publication(Communicator* world, const std::string& error);
 // every rank, naming it. Returns the manifest.
 ckpt::Manifest resume_from_checkpoint(Communicator* world, const std::filesystem::path& dir,
                                       const std::vector<StateRegion>& regions, Backend& backend,
-                                      const RunConfig& config, bool allow_changes);
+                                      const RunConfig& config, bool allow_changes,
+                                      const std::string& train_tokens_xxh64 = {});
 
 // Refuses a resume that would silently change the run: another model or dtype, a step beyond
 // train.steps; and, unless `allow_changes`, another data order (seed, batch size, sequence length,
-// data directory) or schedule (learning rates, warm-up, decay, steps). The message lists every
+// the training tokens) or schedule (learning rates, warm-up, decay, steps). The message lists every
 // difference; the caller names the checkpoint ("resuming from DIR failed: ...").
-void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes);
+// `train_tokens_xxh64`: the run's training split's (TokenDataset::tokens_xxh64). Where both it and
+// the checkpoint's are known they decide whether the corpus is the same (another corpus written
+// into the same data.dir was resumed without a word; the same corpus moved to another folder is
+// no change); otherwise the data directory's path does.
+void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& config, bool allow_changes,
+                             const std::string& train_tokens_xxh64 = {});
 
 // `tripod ckpt upgrade`: a version-1 checkpoint (single process) rewritten as a sharded checkpoint
 // under `new_root` (the one-rank case of the format); returns its directory.

@@ -89,7 +89,7 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
     return std::nullopt;
   }
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
-                                             options_.allow_resume_changes)};
+                                             options_.allow_resume_changes, meta_().train_tokens_xxh64)};
   engine_.set_step(loaded.manifest.step);
   // This step counts as saved in a tier only if the checkpoint is that tier's.
   for (Tier* tier : {&durable_, &local_})

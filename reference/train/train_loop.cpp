@@ -321,7 +321,9 @@ class TrainingRun {
     write_metrics(json{{"event", "rollback"}, {"step", r.step}, {"to_step", m.step}, {"next_sample", next_sample_}});
   }
 
-  CheckpointMeta checkpoint_meta() const { return {engine_->step(), &config_, layout_text(), next_sample_}; }
+  CheckpointMeta checkpoint_meta() const {
+    return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64()};
+  }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
   void record_rank_times(bool last) {

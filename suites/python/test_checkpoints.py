@@ -332,6 +332,25 @@ def test_resume_refuses_another_model_or_a_changed_run(corpus, tmp_path):
     ok(train(corpus, 1, "--resume", root, "--set", "train.seed=7", "--allow-resume-changes"))
 
 
+def test_resume_knows_the_corpus_by_its_tokens(tmp_path):
+    # Another corpus written into the run's data folder resumed without a word (only data.dir's text
+    # was compared); the same corpus moved to another folder was refused as a change.
+    data, root = tmp_path / "data", tmp_path / "ckpt"
+    make_markov_corpus(data)
+    ok(train(data, 1, "--save", root, "--exit-after", 2))
+    info = ok(tripod("ckpt", "info", root)).stdout
+    assert "training tokens XXH64 " in info, info
+    moved = tmp_path / "moved"
+    data.rename(moved)
+    ok(train(moved, 1, "--resume", root, "--save", root, "--exit-after", 3))
+    subprocess.run([str(TRIPOD), "data", "synthetic", "--out", str(moved), "--vocab-size", "64", "--order", "1",
+                    "--tokens", "20000", "--seed", "99"], check=True, capture_output=True)
+    other = train(moved, 1, "--resume", root)
+    assert other.returncode != 0, other.stdout
+    assert "the training tokens: XXH64 " in other.stderr and "(another corpus)" in other.stderr, other.stderr
+    ok(train(moved, 1, "--resume", root, "--allow-resume-changes"))
+
+
 def test_info_describes_the_checkpoint(corpus, tmp_path):
     root = tmp_path / "ckpt"
     ok(train(corpus, 2, "--tp", 2, "--save", root, "--exit-after", 2))

@@ -200,6 +200,68 @@ TEST(CheckpointManifest, DamageIsRefusedWithTheEntryNamed) {
   refused(ckpt::manifest_text(other_tensor), "tensor 'x'");
 }
 
+// The training tokens' XXH64 goes round the manifest; a manifest without it (written before it was
+// recorded) still reads, and a malformed one is refused.
+TEST(CheckpointManifest, TheTrainingTokensDigestIsOptionalAndChecked) {
+  ckpt::Manifest m;
+  m.config = nlohmann::json::object();
+  m.layout = "single process";
+  m.data = {0, 1, 8, 16, "0123456789abcdef"};
+  m.tensors["w"] = {4};
+  m.files.push_back({"shard-00000.bin", 0, 64 + 16, "0", {{"w", "param", DType::F32, 0, 4, 4, 1, 64, "0"}}});
+  EXPECT_EQ(ckpt::parse_manifest(ckpt::manifest_text(m), "m.json").data.train_tokens_xxh64, "0123456789abcdef");
+  ckpt::Manifest older = m;
+  older.data.train_tokens_xxh64.clear();
+  const std::string older_text = ckpt::manifest_text(older);
+  EXPECT_EQ(older_text.find("train_tokens_xxh64"), std::string::npos);
+  EXPECT_EQ(ckpt::parse_manifest(older_text, "m.json").data.train_tokens_xxh64, "");
+  ckpt::Manifest bad = m;
+  bad.data.train_tokens_xxh64 = "0123456789ABCDEF";
+  EXPECT_THROW(
+      {
+        try {
+          ckpt::parse_manifest(ckpt::manifest_text(bad), "m.json");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("m.json: data.train_tokens_xxh64 is not 16 hex digits"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+// A resume checks the corpus by its tokens where both sides know them: another corpus under the same
+// data.dir is a change (it resumed without a word), the same corpus under another path is not.
+TEST(Checkpoint, ResumeComparesTheTrainingTokensNotTheirFolder) {
+  RunConfig config = testing::tiny_run_config("fp64", false);
+  ckpt::Manifest m;
+  m.step = 1;
+  m.dtype = config.train.dtype;
+  m.config = config.json;
+  m.data.train_tokens_xxh64 = "00000000000000aa";
+  auto refusal = [&](const RunConfig& now, const std::string& tokens) -> std::string {
+    try {
+      check_resume_compatible(m, now, /*allow_changes=*/false, tokens);
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(refusal(config, "00000000000000aa"), "");
+  const std::string other = refusal(config, "00000000000000bb");
+  EXPECT_NE(other.find("the training tokens: XXH64 00000000000000aa in the checkpoint"), std::string::npos) << other;
+  EXPECT_NE(other.find("00000000000000bb in data.dir"), std::string::npos) << other;
+  EXPECT_NO_THROW(check_resume_compatible(m, config, /*allow_changes=*/true, "00000000000000bb"));
+  RunConfig moved = config;
+  moved.json["data"]["dir"] = "elsewhere/the-same-corpus";
+  EXPECT_EQ(refusal(moved, "00000000000000aa"), "");
+  // Without the tokens' digest on either side the folder's path is what is known.
+  EXPECT_NE(refusal(moved, "").find("data.dir"), std::string::npos);
+  m.data.train_tokens_xxh64.clear();
+  EXPECT_NE(refusal(moved, "00000000000000aa").find("data.dir"), std::string::npos);
+}
+
 TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   const RunConfig config = testing::tiny_run_config("fp64", false);
   auto backend = testing::make_test_backend();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/digest.h"
 #include "core/error.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
@@ -182,6 +183,21 @@ TEST(DataTokenDataset, OpensSplitsAsOneContiguousArray) {
   EXPECT_EQ(std::vector<int32_t>(data.tokens(), data.tokens() + data.size()), train);
   EXPECT_EQ(data.meta()["source"], "test");
   EXPECT_EQ(TokenDataset::open(dir.path(), "val").size(), 2);
+}
+
+// The split's digest is the same whether the tokens are loaded whole (training) or streamed a shard
+// at a time (export): XXH64 of the int32 ids in order, whatever the shard boundaries.
+TEST(DataTokenDataset, TheTokensDigestIsTheSameLoadedOrStreamed) {
+  TempDir dir, other;
+  const std::vector<int32_t> train = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  write_small_dataset(dir.path(), train, {11, 12}, 20);  // three train shards
+  const std::string loaded = TokenDataset::open(dir.path(), "train").tokens_xxh64();
+  EXPECT_EQ(loaded, xxh64_hex(train.data(), train.size() * sizeof(int32_t)));
+  EXPECT_EQ(split_tokens_xxh64(dir.path(), "train"), loaded);
+  std::vector<int32_t> changed = train;
+  changed[9] = 11;
+  write_small_dataset(other.path(), changed, {11, 12}, 20);
+  EXPECT_NE(split_tokens_xxh64(other.path(), "train"), loaded);
 }
 
 TEST(DataTokenDataset, ErrorsNameWhatIsMissing) {
