@@ -26,9 +26,14 @@ void add_export_commands(CLI::App& app) {
     if (const std::string problem = ckpt::latest_pointer_problem(opts->checkpoint); !problem.empty())
       std::fprintf(stderr, "tripod: warning: %s\n", problem.c_str());
     ExportReport r = export_hf_checkpoint(opts->checkpoint, opts->out, parse_dtype(opts->dtype), *backend);
-    std::printf("wrote %s (%lld tensors, %lld parameters) and config.json from %s\n", r.model_file.string().c_str(),
+    std::printf("wrote %s (%lld tensors, %lld parameters)%s from %s\n", r.model_file.string().c_str(),
                 static_cast<long long>(r.tensors), static_cast<long long>(r.parameters),
+                r.tokenizer_file.empty() ? " and config.json" : ", config.json and tokenizer.model",
                 r.checkpoint_dir.string().c_str());
+    if (r.tokenizer_lost)
+      std::fprintf(stderr, "tripod: warning: no tokenizer.model written: %s\n", r.no_tokenizer.c_str());
+    else if (r.tokenizer_file.empty())
+      std::printf("no tokenizer.model: %s\n", r.no_tokenizer.c_str());
   });
 }
 

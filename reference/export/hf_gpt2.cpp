@@ -6,6 +6,9 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
 #include "ckpt/durable_file.h"
+#include "core/error.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
 #include "train/run_config.h"
 
 namespace tripod {
@@ -105,6 +108,60 @@ void check_export_target(const fs::path& out_dir) {
   }
 }
 
+// The tokenizer of the checkpoint's run, found through its data directory as it is now.
+struct RunTokenizer {
+  fs::path file;        // empty: none
+  std::string why_none;
+  bool lost = false;    // the data had (or may have had) one that cannot be vouched for
+};
+
+RunTokenizer run_tokenizer(const RunConfig& run, const std::string& saved_tokens_xxh64) {
+  const fs::path dir = run.data.dir;
+  RunTokenizer none;
+  none.lost = true;
+  nlohmann::json meta;
+  try {
+    meta = data::TokenDataset::read_meta(dir);
+  } catch (const Error& e) {
+    none.why_none = str_cat("the run's data directory cannot be read now: ", e.what());
+    return none;
+  }
+  const bool has_tokenizer = meta.value("tokenizer", nlohmann::json()).is_string();
+  if (!saved_tokens_xxh64.empty()) {
+    std::string now;
+    try {
+      now = data::split_tokens_xxh64(dir, "train");
+    } catch (const Error& e) {
+      none.why_none = str_cat("the run's training tokens in ", dir.string(), " cannot be read now: ", e.what());
+      return none;
+    }
+    if (now != saved_tokens_xxh64) {
+      none.why_none = str_cat(dir.string(), " holds another corpus now (its training tokens' XXH64 is ", now,
+                              ", the checkpoint's ", saved_tokens_xxh64, "), so its tokenizer may not be this model's");
+      return none;
+    }
+  }
+  if (!has_tokenizer) {
+    // A synthetic corpus: its ids are the tokens; there is nothing to ship. (A tokenizer.model lying in
+    // such a folder belongs to another corpus, and was shipped as this model's.)
+    return {{}, str_cat("the run's data (", dir.string(), ") has no tokenizer: its meta.json names none"), false};
+  }
+  const fs::path file = dir / meta["tokenizer"].get<std::string>();
+  try {
+    const int pieces = data::Tokenizer::load(file).vocab_size();
+    const auto data_vocab = meta["vocab_size"].get<int64_t>();
+    if (pieces != data_vocab || pieces > run.model.vocab_size) {
+      none.why_none = str_cat(file.string(), " has ", pieces, " pieces; the data's vocabulary is ", data_vocab,
+                              " and the model's ", run.model.vocab_size);
+      return none;
+    }
+  } catch (const Error& e) {
+    none.why_none = e.what();
+    return none;
+  }
+  return {file, "", false};
+}
+
 }  // namespace
 
 ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& out_dir, DType out_dtype,
@@ -129,8 +186,15 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   report.parameters = count_params(params.specs());
   ckpt::write_safetensors(report.model_file, tensors, {{"format", "pt"}, {"source", "tripod"}});
   ckpt::write_text_durably(out_dir / "config.json", hf_gpt2_config(run.model).dump(2) + "\n");
-  const fs::path tokenizer = fs::path(run.data.dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) fs::copy_file(tokenizer, out_dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+  const RunTokenizer tokenizer = run_tokenizer(run, reader.manifest().data.train_tokens_xxh64);
+  report.no_tokenizer = tokenizer.why_none;
+  report.tokenizer_lost = tokenizer.lost;
+  if (!tokenizer.file.empty()) {
+    report.tokenizer_file = out_dir / "tokenizer.model";
+    fs::copy_file(tokenizer.file, report.tokenizer_file, fs::copy_options::overwrite_existing);
+  } else {
+    fs::remove(out_dir / "tokenizer.model");  // a previous export's, of another run
+  }
   return report;
 }
 

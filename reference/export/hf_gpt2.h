@@ -32,12 +32,19 @@ std::vector<ckpt::HostTensor> to_hf_tensors(Backend& backend, const ParamSet& se
 nlohmann::json hf_gpt2_config(const ModelConfig& config);
 
 // Reads a Tripod checkpoint (a step directory, or a checkpoint root's latest; any layout) and
-// writes DIR/model.safetensors and DIR/config.json (plus the SentencePiece tokenizer.model when
-// the run's data directory has one), each durably. DIR must be new, empty or a previous export.
+// writes DIR/model.safetensors and DIR/config.json, each durably, and the run's SentencePiece
+// tokenizer: the one its data directory's meta.json names, when that directory still holds the
+// corpus the checkpoint was trained on (its training tokens' XXH64, where the checkpoint records
+// it) and the tokenizer's vocabulary is the data's and fits the model's. Otherwise no
+// tokenizer.model (a previous export's is removed) and the report says why. DIR must be new,
+// empty or a previous export.
 struct ExportReport {
   int64_t tensors = 0, parameters = 0;
   std::filesystem::path model_file;
   std::filesystem::path checkpoint_dir;  // the step directory read (a root resolves to its latest)
+  std::filesystem::path tokenizer_file;  // the tokenizer.model written; empty: none
+  std::string no_tokenizer;              // why none was written (empty when one was)
+  bool tokenizer_lost = false;           // ...although the run's data had one: a warning, not a fact
 };
 ExportReport export_hf_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out_dir,
                                   DType out_dtype, Backend& backend);

@@ -243,6 +243,35 @@ def test_a_rewritten_dataset_folder_keeps_nothing_of_the_previous_dataset(tmp_pa
         "meta.json", "tokenizer.model", "tokenizer.vocab", "train_000000.bin", "val_000000.bin"]
 
 
+def test_export_ships_only_the_tokenizer_of_the_runs_corpus(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i} of some words to tokenise" for i in range(2000)))
+    data, ckpt, out = tmp_path / "data", tmp_path / "ckpt", tmp_path / "hf"
+    tripod("data", "prepare", "--input", text, "--out", data, "--vocab-size", 300)
+    tripod("train", "--config", "tiny", "--set", f"data.dir={data}", *SMALL, "--set", "train.steps=2", "--save", ckpt)
+    result = tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    assert "config.json and tokenizer.model from" in result.stdout, result.stdout
+    assert (out / "tokenizer.model").read_bytes() == (data / "tokenizer.model").read_bytes()
+    # Another corpus written into the run's data folder: its tokenizer is not this model's, and the
+    # previous export's is removed. (Its vocabulary is the same size: only the tokens tell.)
+    text.write_text("\n".join(f"another text, row {i}, other words" for i in range(2000)))
+    tripod("data", "prepare", "--input", text, "--out", data, "--vocab-size", 300)
+    result = tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    assert f"tripod: warning: no tokenizer.model written: {data} holds another corpus now" in result.stderr, \
+        result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    # A synthetic corpus has no tokenizer; a tokenizer.model lying in its folder (copied there) was
+    # shipped as the model's.
+    synthetic, ckpt2 = tmp_path / "synthetic", tmp_path / "ckpt2"
+    tripod("data", "synthetic", "--out", synthetic, "--vocab-size", 300, "--order", 1, "--tokens", 20000)
+    shutil.copy(data / "tokenizer.model", synthetic / "tokenizer.model")
+    tripod("train", "--config", "tiny", "--set", f"data.dir={synthetic}", *SMALL, "--set", "train.steps=2",
+           "--save", ckpt2)
+    result = tripod("export", "hf", "--checkpoint", ckpt2, "--out", out)
+    assert f"no tokenizer.model: the run's data ({synthetic}) has no tokenizer" in result.stdout, result.stdout
+    assert not (out / "tokenizer.model").exists()
+
+
 def test_inspect_holds_meta_json_against_the_shards_and_tokenizer(corpus, tmp_path):
     # Each edit passed `data inspect` ("checksums OK") and failed only when training (or never).
     assert "checksum" in tripod("data", "inspect", corpus).stdout.lower()
