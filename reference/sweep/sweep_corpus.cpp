@@ -80,17 +80,18 @@ CorpusInfo describe_corpus(const SweepSpec& spec, const fs::path& out_dir) {
 
 CorpusInfo prepare_corpus(const SweepSpec& spec, const fs::path& out_dir) {
   const CorpusInfo described = describe_corpus(spec, out_dir);
-  if (!spec.corpus.synthetic) return described;
   const fs::path dir = described.dir;
-  if (fs::exists(dir / "meta.json")) {
+  if (spec.corpus.synthetic && fs::exists(dir / "meta.json")) {
     check_same_synthetic(spec, dir);
-  } else {
+  } else if (spec.corpus.synthetic) {
     std::printf("tripod scale: generating the synthetic corpus (%lld tokens) into %s\n",
                 static_cast<long long>(spec.corpus.synthetic->tokens), dir.c_str());
     std::fflush(stdout);
     data::write_synthetic_corpus(synthetic_options(*spec.corpus.synthetic, dir));
   }
-  return from_meta(dir);
+  CorpusInfo corpus = from_meta(dir);
+  corpus.train_tokens_xxh64 = data::split_tokens_xxh64(dir, "train");
+  return corpus;
 }
 
 }  // namespace tripod::sweep

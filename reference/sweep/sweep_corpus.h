@@ -11,7 +11,8 @@ namespace tripod::sweep {
 // What the grid needs, without generating anything (for --dry-run).
 CorpusInfo describe_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
 
-// Generates the synthetic corpus when it is absent; checks an existing one matches the spec.
+// Generates the synthetic corpus when it is absent; checks an existing one matches the spec. Reads
+// the training split once for its tokens' XXH64 (run_sweep holds it against the sweep's record).
 CorpusInfo prepare_corpus(const SweepSpec& spec, const std::filesystem::path& out_dir);
 
 }  // namespace tripod::sweep

@@ -21,6 +21,7 @@ struct CorpusInfo {
   int64_t vocab = 0;
   int64_t train_tokens = 0;
   double entropy_rate_nats = -1;  // exact for the synthetic corpus; -1: unknown (natural text)
+  std::string train_tokens_xxh64;  // data::TokenDataset::tokens_xxh64 of the train split (prepare_corpus)
 };
 
 struct PlannedRun {

@@ -118,8 +118,30 @@ void write_manifest(const fs::path& out, const SweepSpec& spec, const CorpusInfo
   write_json_file(out / "sweep.json", {{"spec_file", fs::absolute(spec.file).string()}, {"spec", spec.json},
                                        {"corpus", {{"dir", corpus.dir.string()}, {"vocab", corpus.vocab},
                                                    {"train_tokens", corpus.train_tokens},
+                                                   {"train_tokens_xxh64", corpus.train_tokens_xxh64},
                                                    {"entropy_rate_nats", corpus.entropy_rate_nats}}},
                                        {"grid", grid_json}});
+}
+
+// A sweep run again must find the corpus its runs were trained on: their configurations name the
+// corpus's folder, not its tokens, so a corpus rewritten in place since would have the runs still
+// to train trained on other data than the finished ones, and the fit mix the two. sweep.json (from
+// the previous `scale run`) records the training tokens' XXH64; sweeps recorded before it did
+// are not checked.
+void check_same_corpus(const SweepSpec& spec, const fs::path& out, const CorpusInfo& corpus,
+                       const std::vector<PlannedRun>& grid) {
+  const std::optional<json> previous = read_json_file(out / "sweep.json");
+  if (!previous || !previous->contains("corpus") || !(*previous)["corpus"].is_object()) return;
+  const std::string recorded = (*previous)["corpus"].value("train_tokens_xxh64", "");
+  if (recorded.empty() || recorded == corpus.train_tokens_xxh64) return;
+  const bool trained = std::any_of(grid.begin(), grid.end(), [&](const PlannedRun& run) {
+    const RunPaths paths = run_paths(out, run.name);
+    return fs::exists(paths.result) || ckpt::find_latest(paths.ckpt).has_value();
+  });
+  TRIPOD_CHECK(!trained, spec.file.string(), ": the runs in ", (out / "runs").string(),
+               " were trained on a corpus whose training tokens' XXH64 is ", recorded, " (", (out / "sweep.json").string(),
+               "), but ", corpus.dir.string(), " holds ", corpus.train_tokens_xxh64,
+               " now: another corpus; delete ", (out / "runs").string(), " to train them all on it, or use another --out");
 }
 
 // The runs without a final result of their current configuration (counting the others as already
@@ -304,6 +326,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   const int threads = std::max(1, cores / jobs);
   std::map<std::string, std::string> child_env = {{"OMP_NUM_THREADS", std::to_string(threads)},
                                                   {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
+  check_same_corpus(spec, out, corpus, grid);
   write_manifest(out, spec, corpus, grid);
 
   SweepOutcome outcome;

@@ -16,6 +16,7 @@ import math
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -215,6 +216,39 @@ def test_fit_excludes_the_diverged_run(sweep):
     assert [x["name"] for x in fit["excluded"]] == [sweep["diverging"]]
     assert fit["n_runs"] == 5
     assert "corpus entropy rate H" in (out / "fit.md").read_text()
+
+
+def test_a_corpus_rewritten_under_a_finished_sweep_is_refused(tripod, tmp_path):
+    # The runs' configurations name the corpus's folder, not its tokens: a corpus rewritten in place
+    # had the runs still to train trained on it beside the finished ones, and the fit mixed the two.
+    data, out = tmp_path / "data", tmp_path / "out"
+
+    def corpus(seed):
+        run([tripod, "data", "synthetic", "--out", str(data), "--vocab-size", "32", "--order", "1",
+             "--tokens", "600000", "--seed", str(seed)])
+
+    corpus(3)
+    spec = small_spec(corpus={"dir": str(data)}, budgets=[4e9])
+    spec["models"]["sizes_per_budget"] = 2
+    spec_path = write_spec(tmp_path / "spec.json", spec)
+    run([tripod, "scale", "run", spec_path, "--out", str(out), "--jobs", "2", "--progress-every", "0"])
+    recorded = json.loads((out / "sweep.json").read_text())["corpus"].get("train_tokens_xxh64")
+    # One run to redo (its result and checkpoints gone), the other finished, and another corpus.
+    redo = sorted((out / "runs").iterdir())[0]
+    (redo / "result.json").unlink()
+    shutil.rmtree(redo / "ckpt")
+    corpus(4)
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out)], check=False)
+    assert result.returncode != 0, result.stdout
+    assert not (redo / "result.json").exists()
+    assert f"were trained on a corpus whose training tokens' XXH64 is {recorded}" in result.stderr, result.stderr
+    assert "another corpus; delete" in result.stderr
+    assert re.fullmatch(r"[0-9a-f]{16}", recorded)
+    assert json.loads((out / "sweep.json").read_text())["corpus"]["train_tokens_xxh64"] == recorded
+    corpus(3)  # the same corpus again: the run is redone on it
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out)])
+    assert "1 already finished, 1 to train" in result.stdout, result.stdout
+    assert (redo / "result.json").exists()
 
 
 def test_bad_specs_are_errors(tripod, tmp_path):
