@@ -251,10 +251,12 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
   // What decides the data order and the learning-rate schedule.
   const std::string& saved_tokens = manifest.data.train_tokens_xxh64;
   const bool tokens_known = !saved_tokens.empty() && !train_tokens_xxh64.empty();
+  // Every optimizer setting: the schedule, and AdamW's betas, eps, weight decay (and which tensors
+  // take it) and clipping, which changed the run's updates on a resume without a word.
   std::vector<std::pair<const char*, std::string>> watched = {
-      {"train", "seed"}, {"train", "batch_size"}, {"train", "seq_len"}, {"train", "steps"},
-      {"optim", "lr"},   {"optim", "min_lr"},     {"optim", "warmup_steps"}, {"optim", "decay"}};
+      {"train", "seed"}, {"train", "batch_size"}, {"train", "seq_len"}, {"train", "steps"}};
   if (!tokens_known) watched.insert(watched.begin() + 3, {"data", "dir"});
+  for (auto it = now.at("optim").begin(); it != now.at("optim").end(); ++it) watched.push_back({"optim", it.key()});
   std::string changes;
   for (const auto& [section, key] : watched) {
     const std::string before = value(saved, section, key), after = value(now, section, key);
@@ -265,7 +267,7 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
                        value(saved, "data", "dir"), "), ", train_tokens_xxh64, " in data.dir ",
                        value(now, "data", "dir"), " now (another corpus)");
   if (changes.empty() || allow_changes) return;
-  fail("the run would not continue as it was (data order or learning-rate schedule):",
+  fail("the run would not continue as it was (data order, learning-rate schedule or optimizer):",
        changes, "\n(pass --allow-resume-changes to resume anyway)");
 }
 

@@ -71,7 +71,8 @@ ckpt::Manifest resume_from_checkpoint(Communicator* world, const std::filesystem
 
 // Refuses a resume that would silently change the run: another model or dtype, a step beyond
 // train.steps; and, unless `allow_changes`, another data order (seed, batch size, sequence length,
-// the training tokens) or schedule (learning rates, warm-up, decay, steps). The message lists every
+// the training tokens), schedule (learning rates, warm-up, decay, steps) or optimizer (every optim.*
+// key: AdamW's betas, eps, weight decay, clipping). The message lists every
 // difference; the caller names the checkpoint ("resuming from DIR failed: ...").
 // `train_tokens_xxh64`: the run's training split's (TokenDataset::tokens_xxh64). Where both it and
 // the checkpoint's are known they decide whether the corpus is the same (another corpus written

@@ -262,6 +262,29 @@ TEST(Checkpoint, ResumeComparesTheTrainingTokensNotTheirFolder) {
   EXPECT_NE(refusal(moved, "00000000000000aa").find("data.dir"), std::string::npos);
 }
 
+// AdamW's settings are part of the run like its learning rates: a resume that changed the weight
+// decay or a beta went through without a word.
+TEST(Checkpoint, ResumeRefusesAnotherOptimizerSetting) {
+  const RunConfig config = testing::tiny_run_config("fp64", false);
+  ckpt::Manifest m;
+  m.step = 1;
+  m.dtype = config.train.dtype;
+  m.config = config.json;
+  for (const auto& [key, value] : {std::pair<std::string, nlohmann::json>{"weight_decay", 0.0}, {"beta2", 0.999},
+                                   {"grad_clip", 0.5}, {"eps", 1e-6}, {"decay_tensors", "all"}}) {
+    RunConfig changed = config;
+    changed.json["optim"][key] = value;
+    try {
+      check_resume_compatible(m, changed, /*allow_changes=*/false);
+      ADD_FAILURE() << "optim." << key << " changed and the resume went through";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("optim." + key + ": "), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(check_resume_compatible(m, changed, /*allow_changes=*/true));
+  }
+  EXPECT_NO_THROW(check_resume_compatible(m, config, /*allow_changes=*/false));
+}
+
 TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   const RunConfig config = testing::tiny_run_config("fp64", false);
   auto backend = testing::make_test_backend();
