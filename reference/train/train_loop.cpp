@@ -61,6 +61,19 @@ Datasets open_datasets(RunConfig& config) {
   return d;
 }
 
+// Every rank reads its batches from its own copy of data.dir (node-local disks are common): a rank
+// whose copy held another corpus (a stale copy, another version) trained on other tokens than its
+// peers without a word. Collective; every rank fails alike, naming the ranks that differ from rank 0.
+void check_every_rank_reads_one_corpus(Communicator& world, const data::TokenDataset& train) {
+  const std::vector<std::string> digests = all_gather_text(world, train.tokens_xxh64());
+  std::string differing;
+  for (std::size_t r = 1; r < digests.size(); ++r)
+    if (digests[r] != digests[0]) differing += str_cat(differing.empty() ? "" : ", ", "rank ", r, " has ", digests[r]);
+  TRIPOD_CHECK(differing.empty(), "the ranks read different training tokens from data.dir ", train.dir().string(),
+               ": rank 0's have XXH64 ", digests[0], "; ", differing,
+               " (each rank reads its own copy: make every node's copy the same corpus)");
+}
+
 // Mean validation loss over the first `batches` global batches of the held-out split.
 double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t batch_size, int64_t batches) {
   double sum = 0;
@@ -93,6 +106,7 @@ class TrainingRun {
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
         peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
+    if (parallel_) check_every_rank_reads_one_corpus(*parallel_->world, data_.train);
     make_engine();
     engine_->initialise();
     checkpoints_.emplace(config_, options_, backend_, world(), root_, *engine_, [this] { return checkpoint_meta(); });

@@ -170,3 +170,30 @@ def test_batch_not_dividing_among_ranks(corpus):
     result = mpirun(3, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL)
     assert result.returncode != 0
     assert "does not divide among 3 data-parallel ranks" in result.stderr
+
+
+def test_ranks_reading_different_corpora_fail_on_every_rank(tmp_path):
+    # Each rank reads its own copy of data.dir (node-local disks): rank 1's copy of another corpus
+    # trained on other tokens than rank 0's, exit 0. Simulated with one working folder per rank and a
+    # relative data.dir (mpirun's MPMD form).
+    require_tripod()
+    for node, seed in (("node0", 1), ("node1", 2)):
+        (tmp_path / node).mkdir()
+        run([str(TRIPOD), "data", "synthetic", "--out", str(tmp_path / node / "data"), "--vocab-size", "64",
+             "--order", "1", "--tokens", "20000", "--seed", str(seed)])
+    args = [str(TRIPOD), "train", "--config", "tiny", "--set", "data.dir=data", *SMALL, "--dp", "2"]
+    command = mpirun_command(1, *args[1:])  # mpirun's options, then the first program's
+    first = command.index(str(TRIPOD))
+    mpmd = [*command[:first - 2], "-np", "1", "--wdir", str(tmp_path / "node0"), *args,
+            ":", "-np", "1", "--wdir", str(tmp_path / "node1"), *args]
+    result = run(mpmd)
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.count("the ranks read different training tokens from data.dir data: rank 0's have XXH64") == 2, \
+        result.stderr
+    assert "rank 1 has " in result.stderr and "step " not in result.stdout
+    # The same corpus on both: it trains.
+    (tmp_path / "node1" / "data").rename(tmp_path / "other")
+    run([str(TRIPOD), "data", "synthetic", "--out", str(tmp_path / "node1" / "data"), "--vocab-size", "64",
+         "--order", "1", "--tokens", "20000", "--seed", "1"])
+    result = run(mpmd)
+    assert result.returncode == 0, result.stderr
