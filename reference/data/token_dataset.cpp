@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "core/bounded_json.h"
@@ -47,45 +48,52 @@ nlohmann::json TokenDataset::parse_meta(const std::string& text, const fs::path&
   return meta;
 }
 
+namespace {
+
+// Reads `split`'s shards as meta.json lists them, in order, each checked (size, checksum, ids, its
+// vocabulary against meta.json's), and hands each to `take`: the one loop behind loading a split
+// whole and digesting it a shard at a time.
+void read_split_shards(const fs::path& dir, const nlohmann::json& meta, const std::string& split,
+                       const std::function<void(const std::vector<int32_t>&)>& take) {
+  const auto& splits = meta["splits"];
+  if (!splits.contains(split)) {
+    std::string available;
+    for (const auto& [name, shards] : splits.items()) available += (available.empty() ? "" : ", ") + name;
+    fail(dir / "meta.json", ": no split \"", split, "\" (available: ", available, ")");
+  }
+  const auto vocab = meta["vocab_size"].get<int64_t>();
+  int64_t tokens = 0;
+  for (const auto& name : splits[split]) {
+    const fs::path shard_path = dir / name.get<std::string>();
+    ShardHeader header;
+    const std::vector<int32_t> shard = read_shard(shard_path, &header);
+    check_shard_vocab(dir, shard_path, header.vocab_size, vocab);
+    take(shard);
+    tokens += static_cast<int64_t>(shard.size());
+  }
+  check(tokens > 0, "split \"", split, "\" of data directory ", dir, " has no tokens");
+}
+
+}  // namespace
+
 TokenDataset TokenDataset::open(const fs::path& dir, const std::string& split) {
   TokenDataset data;
   data.dir_ = dir;
   data.split_ = split;
   data.meta_ = read_meta(dir);
   data.vocab_size_ = data.meta_["vocab_size"].get<int64_t>();
-  const auto& splits = data.meta_["splits"];
-  if (!splits.contains(split)) {
-    std::string available;
-    for (const auto& [name, shards] : splits.items()) available += (available.empty() ? "" : ", ") + name;
-    fail(dir / "meta.json", ": no split \"", split, "\" (available: ", available, ")");
-  }
-  for (const auto& name : splits[split]) {
-    const fs::path shard_path = dir / name.get<std::string>();
-    ShardHeader header;
-    std::vector<int32_t> shard = read_shard(shard_path, &header);
-    check_shard_vocab(dir, shard_path, header.vocab_size, data.vocab_size_);
+  read_split_shards(dir, data.meta_, split, [&](const std::vector<int32_t>& shard) {
     data.tokens_.insert(data.tokens_.end(), shard.begin(), shard.end());
-  }
-  check(!data.tokens_.empty(), "split \"", split, "\" of data directory ", dir, " has no tokens");
+  });
   data.tokens_xxh64_ = xxh64_hex(data.tokens_.data(), data.tokens_.size() * sizeof(int32_t));
   return data;
 }
 
 std::string split_tokens_xxh64(const fs::path& dir, const std::string& split) {
-  const nlohmann::json meta = TokenDataset::read_meta(dir);
-  check(meta["splits"].contains(split), dir / "meta.json", ": no split \"", split, "\"");
-  const auto vocab = meta["vocab_size"].get<int64_t>();
   Xxh64 hash;
-  int64_t tokens = 0;
-  for (const auto& name : meta["splits"][split]) {
-    const fs::path shard_path = dir / name.get<std::string>();
-    ShardHeader header;
-    const std::vector<int32_t> shard = read_shard(shard_path, &header);
-    check_shard_vocab(dir, shard_path, header.vocab_size, vocab);
+  read_split_shards(dir, TokenDataset::read_meta(dir), split, [&](const std::vector<int32_t>& shard) {
     hash.update(shard.data(), shard.size() * sizeof(int32_t));
-    tokens += static_cast<int64_t>(shard.size());
-  }
-  check(tokens > 0, "split \"", split, "\" of data directory ", dir, " has no tokens");
+  });
   return hash.hex();
 }
 
