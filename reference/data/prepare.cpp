@@ -31,17 +31,18 @@ std::string read_text_file(const fs::path& path) {
   return text;
 }
 
-// Encodes line by line, each line with its newline, so the token stream decodes back to the exact
-// text (byte fallback encodes "\n" as a byte piece, and no learned piece spans a newline, so this
-// equals encoding the whole text at once) while each SentencePiece call stays small.
-std::vector<int32_t> encode_by_lines(const Tokenizer& tokenizer, const std::string& text) {
+// Encodes sentence by sentence (tokenizer.h's sentence_end: each line with its newline, a long one
+// in pieces cut before a space), so the token stream decodes back to the exact text (byte fallback
+// encodes "\n" as a byte piece, and no learned piece spans a newline or holds a space inside, so
+// this equals encoding the whole text at once, but for a stretch of 16 KiB without a space) while
+// each SentencePiece call stays small.
+std::vector<int32_t> encode_by_sentences(const Tokenizer& tokenizer, const std::string& text) {
   std::vector<int32_t> tokens;
   tokens.reserve(text.size() / 3);
   for (std::size_t begin = 0; begin < text.size();) {
-    std::size_t end = text.find('\n', begin);
-    end = end == std::string::npos ? text.size() : end + 1;
-    const std::vector<int32_t> line = tokenizer.encode(std::string_view(text).substr(begin, end - begin));
-    tokens.insert(tokens.end(), line.begin(), line.end());
+    const std::size_t end = sentence_end(text, begin);
+    const std::vector<int32_t> sentence = tokenizer.encode(std::string_view(text).substr(begin, end - begin));
+    tokens.insert(tokens.end(), sentence.begin(), sentence.end());
     begin = end;
   }
   return tokens;
@@ -97,10 +98,10 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   // What can fail on the input (training the tokenizer, encoding) runs before the directory's
   // dataset is touched: a failed re-preparation leaves the previous one usable.
   const StagedTokenizer staged(options.out_dir);
-  train_bpe_tokenizer(options.input, staged.prefix, options.vocab_size);
+  train_bpe_tokenizer(text, options.input, staged.prefix, options.vocab_size);
   const Tokenizer tokenizer = Tokenizer::load(staged.model());
-  std::vector<int32_t> tokens = encode_by_lines(tokenizer, text);
-  const std::vector<int32_t> val_tokens = own_val ? encode_by_lines(tokenizer, val_text) : std::vector<int32_t>();
+  std::vector<int32_t> tokens = encode_by_sentences(tokenizer, text);
+  const std::vector<int32_t> val_tokens = own_val ? encode_by_sentences(tokenizer, val_text) : std::vector<int32_t>();
   const auto total = static_cast<int64_t>(tokens.size() + val_tokens.size());
 
   PrepareReport report;

@@ -17,12 +17,55 @@ constexpr int kMaxTrainingSentences = 4'000'000;
 constexpr unsigned kTrainingSeed = 1234;
 }  // namespace
 
-void train_bpe_tokenizer(const fs::path& text_file, const fs::path& model_prefix, int vocab_size) {
-  check(fs::is_regular_file(text_file), "tokenizer training text ", text_file, " does not exist");
-  check(vocab_size >= 257, "tokenizer for ", text_file, ": vocab_size ", vocab_size,
+std::size_t sentence_end(std::string_view text, std::size_t begin, std::size_t max_bytes) {
+  // Only the next max_bytes + 1 bytes are looked at: a line of 100 MB is cut in linear time.
+  const std::string_view window = text.substr(begin, max_bytes + 1);
+  const std::size_t newline = window.find('\n');
+  if (newline != std::string_view::npos) return begin + newline + 1;
+  if (window.size() <= max_bytes) return text.size();  // the last line, without a newline
+  // A line longer than max_bytes (a space at max_bytes itself ends a whole piece)
+  const std::size_t space = window.rfind(' ');
+  if (space != std::string_view::npos && space > 0) return begin + space;
+  std::size_t cut = begin + max_bytes;
+  while (cut > begin && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return cut > begin ? cut : begin + max_bytes;
+}
+
+namespace {
+
+// The text's sentences (sentence_end), each without its newline, for SentencePiece's trainer: what
+// it would read from a file of them, one a line, with no copy of the text made.
+class TextSentences : public sentencepiece::SentenceIterator {
+ public:
+  explicit TextSentences(std::string_view text) : text_(text) { load(); }
+  bool done() const override { return done_; }
+  void Next() override { load(); }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void load() {
+    done_ = next_ >= text_.size();
+    if (done_) return;
+    const std::size_t end = sentence_end(text_, next_);
+    std::string_view sentence = text_.substr(next_, end - next_);
+    if (!sentence.empty() && sentence.back() == '\n') sentence.remove_suffix(1);
+    value_.assign(sentence);
+    next_ = end;
+  }
+  std::string_view text_;
+  std::size_t next_ = 0;
+  std::string value_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+void train_bpe_tokenizer(std::string_view text, const fs::path& source, const fs::path& model_prefix,
+                         int vocab_size) {
+  check(vocab_size >= 257, "tokenizer for ", source, ": vocab_size ", vocab_size,
         " is too small (byte fallback alone needs 256 byte pieces plus <unk>)");
   const std::unordered_map<std::string, std::string> options = {
-      {"input", text_file.string()},
       {"model_prefix", model_prefix.string()},
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(vocab_size)},
@@ -33,20 +76,23 @@ void train_bpe_tokenizer(const fs::path& text_file, const fs::path& model_prefix
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
       {"add_dummy_prefix", "false"},
+      // split_by_whitespace keeps its default (true): a piece begins at a space ("▁") and holds
+      // none inside, which is why sentence_end may cut a long line before any space.
       {"unk_id", "0"},
       {"bos_id", "-1"},
       {"eos_id", "-1"},
       {"pad_id", "-1"},
       {"input_sentence_size", std::to_string(kMaxTrainingSentences)},
       {"shuffle_input_sentence", "true"},
-      {"max_sentence_length", "16384"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"num_threads", "2"},
       {"minloglevel", "2"},  // warnings and errors only; errors also come back in the status
   };
   // The line sampling above draws from SentencePiece's global generator; fix it for determinism.
   sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
-  const auto status = sentencepiece::SentencePieceTrainer::Train(options);
-  TRIPOD_CHECK(status.ok(), "training the tokenizer on ", text_file, " (vocab_size ", vocab_size,
+  TextSentences sentences(text);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(options, &sentences);
+  TRIPOD_CHECK(status.ok(), "training the tokenizer on ", source, " (vocab_size ", vocab_size,
                ") failed: ", status.ToString());
 }
 

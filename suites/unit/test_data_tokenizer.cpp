@@ -66,7 +66,7 @@ class DataTokenizer : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     write_file(dir_ / "text.txt", generated_text());
-    train_bpe_tokenizer(dir_ / "text.txt", dir_ / "bpe", kVocab);
+    train_bpe_tokenizer(generated_text(), dir_ / "text.txt", dir_ / "bpe", kVocab);
     tokenizer_ = new Tokenizer(Tokenizer::load(dir_ / "bpe.model"));
   }
   static void TearDownTestSuite() {
@@ -98,7 +98,7 @@ TEST_F(DataTokenizer, CompressesTheTrainingText) {
 }
 
 TEST_F(DataTokenizer, TrainingIsDeterministic) {
-  train_bpe_tokenizer(dir_ / "text.txt", dir_ / "again", kVocab);
+  train_bpe_tokenizer(read_file(dir_ / "text.txt"), dir_ / "text.txt", dir_ / "again", kVocab);
   // Compare the learned pieces and scores: the .model file also records the output path.
   EXPECT_TRUE(read_file(dir_ / "again.vocab") == read_file(dir_ / "bpe.vocab"));
   const std::string text = read_file(dir_ / "text.txt");
@@ -114,14 +114,95 @@ TEST_F(DataTokenizer, ErrorsNameTheFile) {
     EXPECT_NE(std::string(e.what()).find(missing.string()), std::string::npos) << e.what();
   }
   try {  // too small for 256 byte pieces + <unk> + every character of the text
-    train_bpe_tokenizer(dir_ / "text.txt", dir_ / "small", 300);
+    train_bpe_tokenizer(read_file(dir_ / "text.txt"), dir_ / "text.txt", dir_ / "small", 300);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find((dir_ / "text.txt").string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("ocabulary size"), std::string::npos) << e.what();
   }
   EXPECT_THROW(tokenizer_->decode(std::vector<int32_t>{kVocab}), Error);
-  EXPECT_THROW(train_bpe_tokenizer(dir_ / "no_such.txt", dir_ / "x", 512), Error);
+}
+
+// A long line is cut before its last space within max_bytes, a stretch without one at a UTF-8
+// character boundary; lines of up to max_bytes (newline not counted) stay whole, and the spans
+// cover the text in order.
+TEST(DataSentences, LongLinesAreCutBeforeASpaceOrAtACharacterBoundary) {
+  const auto spans = [](std::string_view text, std::size_t max_bytes) {
+    std::vector<std::string> out;
+    for (std::size_t begin = 0; begin < text.size();) {
+      const std::size_t end = sentence_end(text, begin, max_bytes);
+      EXPECT_GT(end, begin);
+      out.emplace_back(text.substr(begin, end - begin));
+      begin = end;
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(spans("ab cd\nef\n\ngh", 5), (V{"ab cd\n", "ef\n", "\n", "gh"}));
+  EXPECT_EQ(spans("ab cd ef gh\n", 5), (V{"ab cd", " ef", " gh\n"}));
+  EXPECT_EQ(spans("abcde fgh", 5), (V{"abcde", " fgh"})) << "a space just past max_bytes ends a whole piece";
+  EXPECT_EQ(spans("abcdefgh ij", 5), (V{"abcde", "fgh", " ij"})) << "no space: cut at max_bytes";
+  EXPECT_EQ(spans(" abcdefg", 5), (V{" abcd", "efg"})) << "a space at the start is no cut";
+  // "é" is two bytes (C3 A9), "日" three: never cut inside one
+  EXPECT_EQ(spans("abcdé", 5), (V{"abcd", "é"}));
+  EXPECT_EQ(spans("ab日本", 5), (V{"ab日", "本"}));
+  EXPECT_EQ(spans("", 5), V{});
+  // A line of 1 MB without a newline, cut in linear time: a piece every max_bytes at most.
+  const std::string line(1 << 20, 'x');
+  std::size_t pieces = 0;
+  for (std::size_t begin = 0; begin < line.size(); ++pieces) begin = sentence_end(line, begin, 4096);
+  EXPECT_EQ(pieces, 256u);
+}
+
+// Encoding a long line's pieces one at a time gives the tokens of the whole line: a learned piece
+// never holds a space inside, so no merge spans a cut before one.
+TEST_F(DataTokenizer, ALongLineEncodedInPiecesGivesTheTokensOfTheWholeLine) {
+  std::string line = read_file(dir_ / "text.txt").substr(0, 20'000);
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  std::vector<int32_t> in_pieces;
+  std::size_t pieces = 0;
+  for (std::size_t begin = 0; begin < line.size(); ++pieces) {
+    const std::size_t end = sentence_end(line, begin, 200);
+    const std::vector<int32_t> ids = tokenizer_->encode(std::string_view(line).substr(begin, end - begin));
+    in_pieces.insert(in_pieces.end(), ids.begin(), ids.end());
+    begin = end;
+  }
+  EXPECT_GT(pieces, 100u);
+  EXPECT_EQ(in_pieces, tokenizer_->encode(line));
+}
+
+// Lines longer than SentencePiece's max_sentence_length (16 KiB) take part in the tokenizer's
+// training: a corpus of one line without a newline (text8's form), after a few short lines of
+// three letters, prepares a tokenizer that compresses it. (It failed with SentencePiece's
+// "!sentences_.empty()" where every line was long, and trained on the short lines alone where some
+// were not: then "Vocabulary size too high" here.)
+TEST(DataPrepare, ACorpusOfLongLinesTrainsItsTokenizerOnThem) {
+  const fs::path dir = fs::temp_directory_path() / ("tripod_prepare_long_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "x y z\n";
+  std::string line = generated_text();
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  ASSERT_GT(line.size(), 10 * kMaxSentenceBytes);
+  text += line;  // no newline at the end
+  write_file(dir / "corpus.txt", text);
+  PrepareOptions options;
+  options.input = dir / "corpus.txt";
+  options.out_dir = dir / "prepared";
+  options.vocab_size = kVocab;
+  options.val_fraction = 0.1;
+  const PrepareReport report = prepare_text_corpus(options);
+  EXPECT_EQ(report.vocab_size, kVocab);
+  EXPECT_GT(report.bytes_per_token, 2.0) << "the tokenizer learned the long line's words";
+  const TokenDataset train = TokenDataset::open(options.out_dir, "train");
+  const TokenDataset val = TokenDataset::open(options.out_dir, "val");
+  std::vector<int32_t> all(train.tokens(), train.tokens() + train.size());
+  all.insert(all.end(), val.tokens(), val.tokens() + val.size());
+  EXPECT_EQ(Tokenizer::load(options.out_dir / "tokenizer.model").decode(all), text);
+  fs::remove_all(dir);
 }
 
 TEST(DataPrepare, EndToEndProducesShardsThatDecodeToTheInput) {
