@@ -10,6 +10,7 @@
 
 #include "ckpt/durable_file.h"
 #include "ckpt/manifest.h"
+#include "ckpt/root_lock.h"
 #include "core/error.h"
 
 namespace tripod::ckpt {
@@ -47,9 +48,9 @@ bool is_checkpoint_root(const fs::path& root) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (step_of(name) < 0 && name.rfind(".partial-step-", 0) != 0) return false;
+    if (step_of(name) < 0 && name.rfind(".partial-step-", 0) != 0 && name != kLockFile) return false;
   }
-  return true;  // only step directories and leftovers of saves
+  return true;  // only step directories, leftovers of saves and the runs' lock file
 }
 
 std::string mib(uint64_t bytes) {

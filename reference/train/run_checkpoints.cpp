@@ -39,6 +39,8 @@ void RunCheckpoints::prepare() {
     if (root_rank_) {
       try {
         ckpt::check_save_root(tier->root, bytes, tier->option);
+        // Before anything is removed: the leftovers may be another run's saves in progress.
+        locks_.push_back(std::make_unique<ckpt::RootLock>(tier->root, tier->option));
         removed = ckpt::remove_leftovers(tier->root);
       } catch (const Error& e) {
         error = e.what();

@@ -17,7 +17,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "ckpt/root_lock.h"
 #include "comm/communicator.h"
 #include "train/async_save.h"
 #include "train/checkpointing.h"
@@ -85,6 +87,9 @@ class RunCheckpoints {
   TrainingEngine& engine_;
   std::function<CheckpointMeta()> meta_;
   Tier durable_, local_;
+  // The root rank's locks of the roots (ckpt/root_lock.h), held for the run's life; declared
+  // before pending_, so that a background save still in flight is finished before they go.
+  std::vector<std::unique_ptr<ckpt::RootLock>> locks_;
   std::unique_ptr<AsyncSave> pending_;  // a background save not yet published
   StateSnapshot buffers_;               // host memory of the previous background save, for the next
 };

@@ -259,6 +259,38 @@ def test_sigterm_saves_and_says_where(corpus, tmp_path):
     assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
 
 
+def test_a_second_run_in_a_root_in_use_is_refused(corpus, tmp_path):
+    # A job submitted again while the first still ran (`--resume auto` in both) trained beside it in
+    # one root, exit 0: each removed the other's staged saves at start-up, replaced its step
+    # directories, pruned its checkpoints and moved `latest` between the two runs.
+    require_tripod()
+    root = tmp_path / "ckpt"
+    cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
+           "--set", "train.steps=1000000", "--set", "train.save_every=2", "--save", str(root), "--resume", "auto"]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stdout:
+            if line.startswith("step "):
+                break
+        for ranks, layout in ((1, []), (2, ["--zero", "1"])):
+            second = train(corpus, ranks, *layout, "--set", "train.steps=1000000", "--save", root, "--resume", "auto",
+                           "--exit-after", 3)
+            assert second.returncode != 0, second.stdout
+            expected = f"--save {root}: another run is saving into this checkpoint root (pid {first.pid} on host "
+            assert second.stderr.count(expected) == ranks, second.stderr  # every rank fails alike
+    finally:
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    assert "checkpoint saved to" in err, err
+    step = int(err.split("after step ")[1].split("/")[0])
+    assert (root / "latest").read_text().strip() == f"step-{step:08d}"
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+    # Its lock went with it: the job resumes.
+    resumed = ok(train(corpus, 1, "--set", "train.steps=1000000", "--save", root, "--resume", "auto",
+                       "--exit-after", 2))
+    assert f"resuming from {root}/step-{step:08d} at step {step}" in resumed.stdout, resumed.stdout
+
+
 def saved_root(corpus, tmp_path, steps=(2, 4)):
     root = tmp_path / "ckpt"
     ok(train(corpus, 2, "--zero", 1, "--save", root, "--set", "train.save_every=2", "--set",

@@ -111,7 +111,7 @@ def test_a_fresh_run_does_not_overwrite_another_runs_checkpoints(corpus, tmp_pat
                  "--set", "train.seed=99", "--save", ckpt,
                  contains=f"{ckpt} already holds checkpoints (the newest: step-00000004); this run starts at step 0")
     assert (ckpt / "step-00000004" / "manifest.json").read_bytes() == before
-    assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-00000004"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".lock", "latest", "step-00000004"]
     # Two spellings of one folder, before it exists, were taken for two tiers.
     expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=2",
                  "--set", "train.local_save_every=1", "--save", tmp_path / "new", "--save-local", f"{tmp_path}/./new/",
@@ -142,7 +142,7 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
     train(corpus, tmp_path, "one", "--set", "train.steps=2", "--save", ckpt)
     train(corpus, tmp_path, "two", "--set", "train.steps=3", "--save", ckpt, "--resume", "auto", "--allow-resume-changes")
     assert (ckpt / "latest").read_text().strip() == "step-00000003"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-00000002", "step-00000003"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".lock", "latest", "step-00000002", "step-00000003"]
     empty = tmp_path / "empty"
     empty.mkdir()
     train(corpus, tmp_path, "three", "--set", "train.steps=2", "--save", empty)

@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
 #include "ckpt/checkpoint_verify.h"
+#include "ckpt/root_lock.h"
 #include "ckpt/shard_file.h"
 #include "train/checkpointing.h"
 #include "export/hf_gpt2.h"
@@ -95,6 +96,32 @@ TEST(Checkpoint, KeepsTheNewestAndPointsLatestAtIt) {
   EXPECT_EQ(ckpt::find_latest(root), root / "step-00000002");
   EXPECT_NE(ckpt::latest_pointer_problem(root).find("names 'garbage', which is not a step directory's name"),
             std::string::npos);
+  fs::remove_all(root);
+}
+
+// One run at a time in a root: a second lock is refused naming the holder while the first is held
+// (flock is per open file, so a second one in this process stands in for another process), and
+// taken once it is gone; a root holding only the lock file is still a root to save into.
+TEST(CheckpointRootLock, ASecondRunIsRefusedWhileTheFirstHoldsTheRoot) {
+  const fs::path root = temp_dir("lock");
+  ckpt::check_save_root(root, 0);
+  {
+    const ckpt::RootLock first(root, "--save");
+    EXPECT_TRUE(first.held());
+    try {
+      const ckpt::RootLock second(root, "--save");
+      FAIL() << "a second lock of a held root";
+    } catch (const Error& e) {
+      const std::string expected = "--save " + root.string() + ": another run is saving into this checkpoint root (pid " +
+                                   std::to_string(::getpid()) + " on host ";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  const ckpt::RootLock again(root, "--save");
+  EXPECT_TRUE(again.held());
+  EXPECT_NO_THROW(ckpt::check_save_root(root, 0)) << "a root with only " << ckpt::kLockFile;
+  EXPECT_EQ(ckpt::remove_leftovers(root), 0);
+  EXPECT_TRUE(fs::exists(root / ckpt::kLockFile));
   fs::remove_all(root);
 }
 
