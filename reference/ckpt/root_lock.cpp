@@ -52,7 +52,8 @@ RootLock::RootLock(const fs::path& root, const std::string& option) {
       fail(option, " ", root.string(), ": another run is saving into this checkpoint root (",
            holder.empty() ? std::string("its holder is not written in ") + file.string() : holder,
            "); two runs in one root delete and replace each other's checkpoints. Wait for it to end, or give "
-           "another folder");
+           "another folder; if that run is gone and a network file system still holds its lock (a lost node), "
+           "remove ", file.string());
     }
     ::close(fd);
     std::fprintf(stderr,

@@ -122,6 +122,9 @@ TEST(CheckpointRootLock, ASecondRunIsRefusedWhileTheFirstHoldsTheRoot) {
   EXPECT_NO_THROW(ckpt::check_save_root(root, 0)) << "a root with only " << ckpt::kLockFile;
   EXPECT_EQ(ckpt::remove_leftovers(root), 0);
   EXPECT_TRUE(fs::exists(root / ckpt::kLockFile));
+  // The error's way out of a lock a lost node left held: the file removed, a new one is a new lock.
+  fs::remove(root / ckpt::kLockFile);
+  EXPECT_TRUE(ckpt::RootLock(root, "--save").held());
   fs::remove_all(root);
 }
 
