@@ -21,8 +21,8 @@ nlohmann::json parse_bounded_json(std::string_view text, const std::string& orig
 
 // Throws tripod::Error naming `origin` and the key's path ("model.n_layer") when an object of
 // `text`, at any depth, has a key twice: nlohmann::json keeps the last silently, so a config file
-// edited by hand ran with whichever came second. Call it on text already known to parse
-// (`comments`: // and /* */ allowed, as the config parse allows them).
+// edited by hand ran with whichever came second. Text that does not parse is refused with the
+// parser's line and column (`comments`: // and /* */ allowed, as the config parse allows them).
 void check_no_repeated_keys(std::string_view text, const std::string& origin, bool comments);
 
 }  // namespace tripod

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
+#include <string>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/preset_file.h"
 
@@ -249,7 +252,10 @@ SweepSpec load_sweep_spec(const std::string& name_or_path) {
   const fs::path path = resolve_spec_path(name_or_path);
   std::ifstream in(path);
   TRIPOD_CHECK(in.good(), "cannot read sweep spec ", path.string());
-  const json j = json::parse(in, nullptr, false, /*ignore_comments=*/true);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A syntax error by line and column, and a key given twice (JSON keeps the last without a word).
+  check_no_repeated_keys(text, "sweep spec " + path.string(), /*comments=*/true);
+  const json j = json::parse(text, nullptr, false, /*ignore_comments=*/true);
   TRIPOD_CHECK(!j.is_discarded(), "sweep spec ", path.string(), " is not valid JSON");
   return parse_sweep_spec(j, path);
 }

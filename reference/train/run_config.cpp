@@ -202,9 +202,10 @@ json load_config_json(json resolved, const std::string& name_or_path, const std:
     std::ifstream in(path);
     check(in.good(), "cannot read config file ", path);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // First: it names the line and column of a syntax error, and a key given twice.
+    check_no_repeated_keys(text, "config file " + path, /*comments=*/true);
     json file = json::parse(text, nullptr, false, /*ignore_comments=*/true);
     check(!file.is_discarded(), "config file ", path, " is not valid JSON");
-    check_no_repeated_keys(text, "config file " + path, /*comments=*/true);
     merge_checked(resolved, file, "", path);
   }
   for (const auto& assignment : overrides) merge_checked(resolved, override_to_json(assignment), "", "--set " + assignment);

@@ -58,7 +58,11 @@ def small_spec(**changes):
 
 
 def write_spec(path, spec):
-    path.write_text(json.dumps(spec, indent=2))
+    return write_text(path, json.dumps(spec, indent=2))
+
+
+def write_text(path, text):
+    path.write_text(text)
     return str(path)
 
 
@@ -271,6 +275,16 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     typo["budget"] = typo.pop("budgets")
     result = run([tripod, "scale", "run", write_spec(tmp_path / "typo.json", typo), "--dry-run"], check=False)
     assert result.returncode != 0 and "unknown key 'budget'" in result.stderr and "typo.json" in result.stderr
+
+    # A key given twice in a hand-edited spec: JSON keeps the last, so the sweep ran the grid of the
+    # second "budgets" without a word; and a syntax error is placed by line and column.
+    text = json.dumps(small_spec(), indent=1)
+    twice = text.replace('"budgets":', '"budgets": [1e10],\n "budgets":', 1)
+    result = run([tripod, "scale", "run", write_text(tmp_path / "twice.json", twice), "--dry-run"], check=False)
+    assert result.returncode != 0 and "key 'budgets' appears twice" in result.stderr, result.stderr
+    comma = text.replace('"budgets": [', '"budgets": [,', 1)
+    result = run([tripod, "scale", "run", write_text(tmp_path / "comma.json", comma), "--dry-run"], check=False)
+    assert result.returncode != 0 and "comma.json: not valid JSON" in result.stderr and "at line " in result.stderr
 
     bad_override = small_spec(overrides=[{"runs": "C9e99-*", "set": {"optim.lr": 1.0}}])
     result = run([tripod, "scale", "run", write_spec(tmp_path / "ov.json", bad_override), "--dry-run"], check=False)

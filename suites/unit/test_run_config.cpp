@@ -120,5 +120,14 @@ TEST(RunConfig, AKeyTwiceInAConfigFileIsNamed) {
   EXPECT_EQ(parse_run_config(load_config_json(path, {})).model.n_layer, 2);  // the same key in two objects is fine
 }
 
+TEST(RunConfig, ASyntaxErrorInAConfigFileIsPlacedByLineAndColumn) {
+  // It said "is not valid JSON" and no more: a trailing comma in a long file was left to be found.
+  const std::string path = ::testing::TempDir() + "/comma.json";
+  std::ofstream(path) << "{\n  \"model\": {\"n_layer\": 2,}\n}";
+  const std::string error = error_of([&] { load_config_json(path, {}); });
+  EXPECT_NE(error.find("config file " + path + ": not valid JSON ("), std::string::npos) << error;
+  EXPECT_NE(error.find("at line 2, column 26"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace tripod
