@@ -136,7 +136,7 @@ void add_launch_command(CLI::App& app) {
       "resumes from (ROOT/latest), the steps to recompute (last step - checkpoint step) and the wall time lost "
       "(from the line that showed the checkpoint's step to the failure; the whole attempt when it never showed it).\n"
       "Exit code: 0 when the job succeeds; else the last attempt's (128 + signal for a signal), never 0. "
-      "SIGINT/SIGTERM are forwarded to the job's process group as SIGTERM and end the supervision.");
+      "SIGINT/SIGTERM (and SIGHUP, unless ignored by nohup) are forwarded to the job's process group as SIGTERM and end the supervision.");
   cmd->callback([o] {
     check(!o->supervisor.command.empty(),
           "no command to run: give the job's command line after `--`, e.g. "

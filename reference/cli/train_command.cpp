@@ -84,7 +84,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--set", o->overrides, "override a config key, e.g. --set train.steps=50 (repeatable)");
   cmd->add_option("--save", o->job.options.save_dir,
                   "checkpoint root: a sharded checkpoint (ROOT/step-N, ROOT/latest) at the end, every "
-                  "train.save_every steps and on SIGTERM/SIGINT; the newest train.keep_checkpoints are kept");
+                  "train.save_every steps and on SIGTERM/SIGINT/SIGHUP; the newest train.keep_checkpoints are kept");
   cmd->add_option("--save-local", o->job.options.save_local_dir,
                   "a fast second checkpoint root (node-local disk, burst buffer) saved to every "
                   "train.local_save_every steps between --save's saves; every rank must see it");

@@ -118,7 +118,8 @@ namespace {
 // A signal handler can only talk to the program through a global; this is the one such flag.
 volatile std::sig_atomic_t g_interrupt_requested = 0;
 void request_interrupt(int) { g_interrupt_requested = 1; }
-struct sigaction g_previous_int, g_previous_term;
+struct sigaction g_previous_int, g_previous_term, g_previous_hup;
+bool g_hup_taken = false;
 }  // namespace
 
 InterruptScope::InterruptScope() {
@@ -128,11 +129,17 @@ InterruptScope::InterruptScope() {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, &g_previous_int);
   ::sigaction(SIGTERM, &action, &g_previous_term);
+  // SIGHUP (its terminal or ssh session gone) killed a run without its checkpoint; it is taken
+  // too, as torchrun takes it, unless it is ignored: `nohup` asked for the run to go on.
+  struct sigaction current {};
+  g_hup_taken = ::sigaction(SIGHUP, nullptr, &current) == 0 && current.sa_handler != SIG_IGN;
+  if (g_hup_taken) ::sigaction(SIGHUP, &action, &g_previous_hup);
 }
 
 InterruptScope::~InterruptScope() {
   ::sigaction(SIGINT, &g_previous_int, nullptr);
   ::sigaction(SIGTERM, &g_previous_term, nullptr);
+  if (g_hup_taken) ::sigaction(SIGHUP, &g_previous_hup, nullptr);
 }
 
 bool InterruptScope::interrupted() const { return g_interrupt_requested != 0; }

@@ -38,8 +38,9 @@ ChildExit run_foreground(const std::filesystem::path& executable, const std::vec
 // "exit status 1", "killed by signal 9 (Killed)".
 std::string describe_exit(const ChildExit& exit);
 
-// SIGINT/SIGTERM set a flag instead of killing the driver, so it can stop its children and leave
-// every run resumable. The scope restores the previous handlers.
+// SIGINT/SIGTERM, and SIGHUP unless it is ignored (nohup), set a flag instead of killing the
+// driver, so it can stop its children and leave every run resumable. The scope restores the
+// previous handlers.
 class InterruptScope {
  public:
   InterruptScope();

@@ -78,7 +78,7 @@ struct LaunchEvent {
   std::optional<double> total_lost_seconds;  // unknown when any failure's cost was
 };
 
-// Runs the command until it succeeds, restarts are used up, or SIGINT/SIGTERM arrives (forwarded
+// Runs the command until it succeeds, restarts are used up, or SIGINT/SIGTERM/SIGHUP arrives (forwarded
 // to the command's process group as SIGTERM, which both mpirun and srun pass to every rank; no
 // restart follows). Returns the exit code for the program: 0 on success, else the last attempt's
 // non-zero code (1 where that was 0, e.g. a stuck job that exited cleanly when told to stop).

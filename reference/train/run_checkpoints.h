@@ -1,7 +1,7 @@
 // The checkpoints of one training run, in up to two tiers:
 //
 //   --save ROOT          the durable tier: every train.save_every steps, at the end, and when
-//                        SIGTERM/SIGINT stops the run
+//                        SIGTERM/SIGINT/SIGHUP stops the run
 //   --save-local ROOT    an optional fast tier (a node-local disk, a burst buffer): every
 //                        train.local_save_every steps that are not durable saves
 //

@@ -126,7 +126,7 @@ class TrainingRun {
     if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
     const int64_t first_step = engine_->step();
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
-    // With --save, SIGTERM/SIGINT finish the step, save and stop (agreed by every rank).
+    // With --save, SIGTERM/SIGINT/SIGHUP finish the step, save and stop (agreed by every rank).
     std::optional<process::InterruptScope> interrupts;
     if (checkpoints_->enabled()) interrupts.emplace();
     while (engine_->step() < stop) {

@@ -11,7 +11,7 @@ namespace tripod {
 
 struct TrainOptions {
   // A checkpoint root (ckpt/checkpoint_root.h): checkpoints at the end, every train.save_every
-  // steps, and when SIGTERM/SIGINT stops the run.
+  // steps, and when SIGTERM/SIGINT/SIGHUP stops the run.
   std::string save_dir;
   // The fast tier (train/run_checkpoints.h): a second checkpoint root, saved to every
   // train.local_save_every steps; resuming takes the newest checkpoint of either root.

@@ -241,7 +241,9 @@ def test_killed_rank_ends_the_job_and_resume_finishes(corpus, tmp_path):
     assert (root / "latest").read_text().strip() == "step-00000002"
 
 
-def test_sigterm_saves_and_says_where(corpus, tmp_path):
+# SIGHUP (a terminal or ssh session gone) killed the run without a checkpoint.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_saves_and_says_where(corpus, tmp_path, signum):
     require_tripod()
     root = tmp_path / "ckpt"
     cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
@@ -250,13 +252,37 @@ def test_sigterm_saves_and_says_where(corpus, tmp_path):
     for line in proc.stdout:
         if line.startswith("step "):
             break
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "interrupted by a signal after step" in err and "checkpoint saved to" in err, err
     step = int(err.split("after step ")[1].split("/")[0])
     assert (root / "latest").read_text().strip() == f"step-{step:08d}"
     assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+
+
+def test_sighup_ignored_by_nohup_stays_ignored(corpus, tmp_path):
+    # nohup asks for the run to go on when its terminal goes: the hang-up handler must not undo that.
+    require_tripod()
+    cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
+           "--set", "train.steps=1000000", "--set", "train.log_every=1", "--save", str(tmp_path / "ckpt")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        for line in proc.stdout:
+            if line.startswith("step "):
+                break
+        proc.send_signal(signal.SIGHUP)
+        steps_after = 0
+        for line in proc.stdout:  # it trains on
+            steps_after += line.startswith("step ")
+            if steps_after == 20:
+                break
+        assert steps_after == 20 and proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert "interrupted by a signal after step" in err, err
 
 
 def test_a_second_run_in_a_root_in_use_is_refused(corpus, tmp_path):

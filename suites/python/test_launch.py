@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tripod_cli import MPI_ENV, MPIRUN, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
 
@@ -185,7 +186,9 @@ def test_empty_or_missing_command_is_a_clear_error(tmp_path):
     assert "cannot run 'no-such-command-for-tripod': no such executable on PATH" in r.stderr
 
 
-def test_sigterm_ends_the_job_group_without_a_restart(tmp_path):
+# SIGHUP (the terminal gone) killed the supervisor and left the job to PR_SET_PDEATHSIG, unreported.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_ends_the_job_group_without_a_restart(tmp_path, signum):
     job = script(tmp_path, "job.sh", """
 sleep 60 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"
 echo "step     1/9 | loss 1.0"
@@ -201,7 +204,7 @@ wait
                 break
             time.sleep(0.02)
         assert pids.exists(), "the job did not start"
-        supervisor.send_signal(signal.SIGTERM)
+        supervisor.send_signal(signum)
         _, err = supervisor.communicate(timeout=15)
     finally:
         supervisor.kill()
