@@ -95,6 +95,9 @@ void add_train_command(CLI::App& app) {
                 "resume even though the seed, batch size, sequence length, data or learning-rate schedule changed");
   cmd->add_option("--exit-after", o->job.options.exit_after,
                   "stop after N steps of this invocation (checkpointing to --save), as if interrupted");
+  cmd->add_option("--exit-after-minutes", o->job.options.exit_after_minutes,
+                  "stop after the first step that ends M minutes after start-up (checkpointing to --save; every "
+                  "rank agrees), e.g. a few minutes before a batch job's time limit; exit 0");
   cmd->add_option("--slow-rank", o->slow_rank,
                   "testing aid: RANK:MS makes world rank RANK sleep MS milliseconds in every step (a straggler for"
                   " the per-rank timing report, or with a large MS a stalled rank for --comm-timeout)");

@@ -1,5 +1,6 @@
 #include "train/train_job.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "backend/backend_factory.h"
@@ -54,6 +55,8 @@ void run_train_job(const TrainJob& job) {
   check_comm_settings(job.comm);
   check(job.options.exit_after >= 0, "--exit-after: ", job.options.exit_after,
         " is negative (0: run to train.steps)");
+  check(std::isfinite(job.options.exit_after_minutes) && job.options.exit_after_minutes >= 0,
+        "--exit-after-minutes: ", job.options.exit_after_minutes, " is not a finite number >= 0 (0: no limit)");
   check(job.pipeline_trace.empty() || job.layout.pp > 1, "--pipeline-trace ", job.pipeline_trace,
         ": this layout has no pipeline to trace (pp = 1; give --pp 2 or more)");
   if (job.parallel || launch.world_size > 1) {

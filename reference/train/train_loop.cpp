@@ -17,6 +17,7 @@
 #include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
 #include "core/build_info.h"
+#include "core/wall_clock.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
 #include "perf/backend_peak.h"
@@ -156,6 +157,7 @@ class TrainingRun {
         fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
              saved.string(), "; continue with --resume ", options_.save_dir);
       }
+      if (out_of_time()) break;  // to the final save, as at train.steps
       checkpoints_->after_step(engine_->step() == stop);
     }
     checkpoints_->save_now();
@@ -289,6 +291,20 @@ class TrainingRun {
     write_metrics(record);
   }
 
+  // --exit-after-minutes: whether the time is up after this step. The ranks' clocks read a little
+  // apart, so they agree on it (one all-reduce of a flag a step, only with the option).
+  bool out_of_time() const {
+    if (options_.exit_after_minutes <= 0) return false;
+    const double minutes = seconds_since(started_) / 60;
+    if (!any_rank(minutes >= options_.exit_after_minutes)) return false;
+    if (root_) {
+      std::printf("stopping after step %lld: --exit-after-minutes %g reached (%.2f minutes since start-up)\n",
+                  static_cast<long long>(engine_->step()), options_.exit_after_minutes, minutes);
+      std::fflush(stdout);
+    }
+    return true;
+  }
+
   int world_rank() const { return parallel_ ? parallel_->world->rank() : 0; }
   Communicator* world() const { return parallel_ ? parallel_->world : nullptr; }
   bool any_rank(bool mine) const {
@@ -347,6 +363,8 @@ class TrainingRun {
     write_metrics(rank_times_json(*times));
   }
 
+  // First, so that --exit-after-minutes counts the start-up (data, model, resume) too.
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   RunConfig config_;
   const TrainOptions& options_;
   Backend& backend_;

@@ -23,6 +23,10 @@ struct TrainOptions {
   bool allow_resume_changes = false;  // resume even if the data order or schedule changed
   int64_t exit_after = 0;  // stop (and checkpoint) after this many steps of this invocation, as if
                            // interrupted; 0 runs to train.steps
+  // Stop (and checkpoint) after the first step that ends this many minutes after start-up, every
+  // rank agreeing (Megatron's --exit-duration-in-mins): a batch job ends with its checkpoint before
+  // its wall-time limit. 0: no limit.
+  double exit_after_minutes = 0;
   // A testing aid (--slow-rank R:MS): world rank R sleeps MS milliseconds in every step, a straggler
   // for the per-rank timing report (train/rank_timing.h) to find. -1: none.
   int slow_rank = -1;

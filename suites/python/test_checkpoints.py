@@ -261,6 +261,26 @@ def test_sigterm_saves_and_says_where(corpus, tmp_path, signum):
     assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
 
 
+@pytest.mark.parametrize("ranks, layout", [(1, []), (2, ["--zero", "1"])], ids=["1-rank", "dp2-z1"])
+def test_exit_after_minutes_ends_with_a_checkpoint_that_resumes(corpus, tmp_path, ranks, layout):
+    # A batch job's time limit (Megatron's --exit-duration-in-mins): the ranks agree on the step.
+    root = tmp_path / "ckpt"
+    done = ok(train(corpus, ranks, *layout, "--set", "train.steps=1000000", "--save", root,
+                    "--exit-after-minutes", 0.01))
+    stops = [line for line in done.stdout.splitlines() if line.startswith("stopping after step ")]
+    assert len(stops) == 1 and "--exit-after-minutes 0.01 reached" in stops[0], done.stdout
+    step = int(stops[0].split()[3].rstrip(":"))
+    assert 0 < step < 1000000 and f"done: {step} steps" in done.stdout
+    assert (root / "latest").read_text().strip() == f"step-{step:08d}"
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+    resumed = ok(train(corpus, ranks, *layout, "--set", "train.steps=1000000", "--save", root, "--resume", "auto",
+                       "--exit-after", 1))
+    assert f"at step {step}" in resumed.stdout and f"step-{step + 1:08d}" in resumed.stdout, resumed.stdout
+    for bad in ("-1", "nan"):
+        refused = train(corpus, 1, "--exit-after-minutes", bad)
+        assert refused.returncode != 0 and "--exit-after-minutes: " in refused.stderr, refused.stderr
+
+
 def test_sighup_ignored_by_nohup_stays_ignored(corpus, tmp_path):
     # nohup asks for the run to go on when its terminal goes: the hang-up handler must not undo that.
     require_tripod()
