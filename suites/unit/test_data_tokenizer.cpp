@@ -172,6 +172,27 @@ TEST_F(DataTokenizer, ALongLineEncodedInPiecesGivesTheTokensOfTheWholeLine) {
   EXPECT_EQ(in_pieces, tokenizer_->encode(line));
 }
 
+// `data prepare` of `text`, written to DIR/corpus.txt, into DIR/prepared (vocabulary kVocab, a tenth
+// held out).
+PrepareOptions prepare_options(const fs::path& dir, const std::string& text) {
+  write_file(dir / "corpus.txt", text);
+  PrepareOptions options;
+  options.input = dir / "corpus.txt";
+  options.out_dir = dir / "prepared";
+  options.vocab_size = kVocab;
+  options.val_fraction = 0.1;
+  return options;
+}
+
+// A prepared folder's whole token stream, training then validation tokens, decoded.
+std::string decoded_tokens(const fs::path& prepared) {
+  const TokenDataset train = TokenDataset::open(prepared, "train");
+  const TokenDataset val = TokenDataset::open(prepared, "val");
+  std::vector<int32_t> all(train.tokens(), train.tokens() + train.size());
+  all.insert(all.end(), val.tokens(), val.tokens() + val.size());
+  return Tokenizer::load(prepared / "tokenizer.model").decode(all);
+}
+
 // Lines longer than SentencePiece's max_sentence_length (16 KiB) take part in the tokenizer's
 // training: a corpus of one line without a newline (text8's form), after a few short lines of
 // three letters, prepares a tokenizer that compresses it. (It failed with SentencePiece's
@@ -188,20 +209,11 @@ TEST(DataPrepare, ACorpusOfLongLinesTrainsItsTokenizerOnThem) {
     if (c == '\n') c = ' ';
   ASSERT_GT(line.size(), 10 * kMaxSentenceBytes);
   text += line;  // no newline at the end
-  write_file(dir / "corpus.txt", text);
-  PrepareOptions options;
-  options.input = dir / "corpus.txt";
-  options.out_dir = dir / "prepared";
-  options.vocab_size = kVocab;
-  options.val_fraction = 0.1;
+  const PrepareOptions options = prepare_options(dir, text);
   const PrepareReport report = prepare_text_corpus(options);
   EXPECT_EQ(report.vocab_size, kVocab);
   EXPECT_GT(report.bytes_per_token, 2.0) << "the tokenizer learned the long line's words";
-  const TokenDataset train = TokenDataset::open(options.out_dir, "train");
-  const TokenDataset val = TokenDataset::open(options.out_dir, "val");
-  std::vector<int32_t> all(train.tokens(), train.tokens() + train.size());
-  all.insert(all.end(), val.tokens(), val.tokens() + val.size());
-  EXPECT_EQ(Tokenizer::load(options.out_dir / "tokenizer.model").decode(all), text);
+  EXPECT_EQ(decoded_tokens(options.out_dir), text);
   fs::remove_all(dir);
 }
 
@@ -210,13 +222,7 @@ TEST(DataPrepare, EndToEndProducesShardsThatDecodeToTheInput) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string text = generated_text();
-  write_file(dir / "corpus.txt", text);
-
-  PrepareOptions options;
-  options.input = dir / "corpus.txt";
-  options.out_dir = dir / "prepared";
-  options.vocab_size = kVocab;
-  options.val_fraction = 0.1;
+  PrepareOptions options = prepare_options(dir, text);
   options.shard_tokens = 20'000;
   const PrepareReport report = prepare_text_corpus(options);
 
@@ -231,10 +237,7 @@ TEST(DataPrepare, EndToEndProducesShardsThatDecodeToTheInput) {
   EXPECT_NEAR(report.bytes_per_token,
               static_cast<double>(text.size()) / static_cast<double>(train.size() + val.size()), 1e-9);
 
-  std::vector<int32_t> all(train.tokens(), train.tokens() + train.size());
-  all.insert(all.end(), val.tokens(), val.tokens() + val.size());
-  const Tokenizer tokenizer = Tokenizer::load(options.out_dir / "tokenizer.model");
-  EXPECT_EQ(tokenizer.decode(all), text) << "the token stream must decode back to the exact input";
+  EXPECT_EQ(decoded_tokens(options.out_dir), text) << "the token stream must decode back to the exact input";
   fs::remove_all(dir);
 }
 
