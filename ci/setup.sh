@@ -12,6 +12,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece libxxhash-dev
   python3 python3-numpy python3-scipy python3-matplotlib python3-pytest python3-torch
   python3-jsonschema  # suites/python/test_output_schemas.py checks the CLI's JSON outputs against reports/schemas/
+  python3-xxhash  # reports/golden/bundle.py checks a golden bundle's files against the XXH64 bundle.json records
   bible-kjv
   dict-gcide jargon-text  # the natural-text scaling corpus (scaling/natural_corpus.py)
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for ci/fuzz.sh (clang 14 on Debian 12)

@@ -81,6 +81,19 @@ void run_golden_check(const GoldenCheckOptions& o) {
       if (!path.empty()) fs::remove(path, ec);
     }
   } cleanup{temporary ? verdict_path : ""};
+  // The bundle's files against the sizes and digests bundle.json records, first: a damaged
+  // reference made a correct peer DIFFER. An unusable bundle is exit status 2, as the checker's.
+  // (A bundle.json that cannot be read is left to the checker, which names what is wrong with it.)
+  std::ifstream meta_in(fs::path(o.bundle) / golden::kBundleJson);
+  const nlohmann::json meta = nlohmann::json::parse(meta_in, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_object()) {
+    try {
+      golden::verify_bundle_files(o.bundle, meta);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "golden check: bad bundle: %s\n", e.what());
+      throw ReportedFailure(2);
+    }
+  }
   const std::vector<std::string> args = {o.bundle, o.results, "--json", verdict_path};
   if (const int status = process::run_python_module_writing(o.python, "reports.golden.check", args, verdict_path);
       status != 0)

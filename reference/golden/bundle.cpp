@@ -3,9 +3,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "backend/transfer.h"
 #include "ckpt/safetensors.h"
+#include "core/digest.h"
 #include "core/error.h"
 #include "export/hf_gpt2.h"
 #include "model/param_spec.h"
@@ -45,7 +48,52 @@ void check_tokens(const Int32Array& a, const fs::path& file, int64_t steps, int6
            ", outside [", lowest, ", ", vocab, ")");
 }
 
+// Size and XXH64 of a file, read a MiB at a time.
+std::pair<uint64_t, std::string> size_and_digest(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  TRIPOD_CHECK(in.good(), file.string(), ": cannot open");
+  Xxh64 digest;
+  std::vector<char> chunk(1 << 20);
+  uint64_t bytes = 0;
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    digest.update(chunk.data(), n);
+    bytes += n;
+  }
+  TRIPOD_CHECK(!in.bad(), file.string(), ": read failed");
+  return {bytes, digest.hex()};
+}
+
 }  // namespace
+
+json describe_bundle_files(const fs::path& dir) {
+  json files = json::object();
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file() || entry.path().filename() == kBundleJson) continue;
+    const auto [bytes, digest] = size_and_digest(entry.path());
+    files[entry.path().lexically_relative(dir).generic_string()] = {{"bytes", bytes}, {"xxh64", digest}};
+  }
+  return files;
+}
+
+void verify_bundle_files(const fs::path& dir, const json& meta) {
+  if (!meta.contains("files")) return;
+  const fs::path meta_file = dir / kBundleJson;
+  const json& files = meta.at("files");
+  TRIPOD_CHECK(files.is_object(), meta_file.string(), ": files is not an object");
+  for (const auto& [name, entry] : files.items()) {
+    const fs::path file = dir / name;
+    TRIPOD_CHECK(entry.is_object() && entry.contains("bytes") && entry.contains("xxh64"), meta_file.string(),
+                 ": files.", name, " lacks its bytes or xxh64");
+    TRIPOD_CHECK(fs::is_regular_file(file), file.string(), ": missing (bundle.json lists it): the bundle is incomplete");
+    const auto [bytes, digest] = size_and_digest(file);
+    TRIPOD_CHECK(entry.at("bytes") == bytes, file.string(), ": ", bytes, " bytes, bundle.json records ",
+                 entry.at("bytes").dump(), " (truncated, or damaged on its way here)");
+    TRIPOD_CHECK(entry.at("xxh64") == digest, file.string(), ": XXH64 ", digest, ", bundle.json records ",
+                 entry.at("xxh64").dump(), ": the file was changed or damaged since the bundle was written");
+  }
+}
 
 Bundle read_bundle(const fs::path& dir) {
   Bundle b;
@@ -90,6 +138,7 @@ Bundle read_bundle(const fs::path& dir) {
   } catch (const json::exception& e) {
     fail(meta_file.string(), ": ", e.what());
   }
+  verify_bundle_files(dir, b.meta);
   const int64_t B = b.config.train.batch_size, T = b.config.train.seq_len, V = b.config.model.vocab_size;
   b.tokens = read_npy_int32(dir / kTokensFile);
   b.targets = read_npy_int32(dir / kTargetsFile);

@@ -49,6 +49,14 @@ struct Bundle {
 // rates against the config's schedule. Throws tripod::Error naming the file at fault.
 Bundle read_bundle(const std::filesystem::path& dir);
 
+// bundle.json's "files": every other file of the bundle (paths relative to `dir`, '/'-separated)
+// with its size and XXH64, so that a bundle damaged on its way to a peer's machine (a partial copy,
+// an edited batch, a flipped bit) is refused naming the file, where it made a correct peer DIFFER.
+nlohmann::json describe_bundle_files(const std::filesystem::path& dir);
+// Checks every file bundle.json's "files" lists (a bundle written before it lists none: nothing is
+// checked); throws tripod::Error naming the file that is missing or has another size or XXH64.
+void verify_bundle_files(const std::filesystem::path& dir, const nlohmann::json& meta);
+
 // `config` with train.dtype = precision ("fp32" or "fp64": the bundle's reference precisions).
 RunConfig with_precision(const RunConfig& config, const std::string& precision);
 

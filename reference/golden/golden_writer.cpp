@@ -184,8 +184,10 @@ GoldenWriteSummary write_golden_bundle(const RunConfig& given, int64_t steps, co
   write_npy_int32(out / kTargetsFile, targets);
   write_reference(out / kReferenceDir, "fp64", t64, t64.slack64, specs);
   write_reference(out / kReferenceDir, "fp32", t32, t64.slack32, specs);
-  // Last, so that a bundle with bundle.json is complete.
-  ckpt::write_text_durably(out / kBundleJson, bundle_json(config, steps, specs).dump(1) + "\n");
+  // Last, so that a bundle with bundle.json is complete; it lists every other file's size and XXH64.
+  json meta = bundle_json(config, steps, specs);
+  meta["files"] = describe_bundle_files(out);
+  ckpt::write_text_durably(out / kBundleJson, meta.dump(1) + "\n");
 
   GoldenWriteSummary s{steps, count_params(specs), B * T, t64.losses.front(), t64.losses.back(), 0.0};
   for (std::size_t k = 0; k < t64.losses.size(); ++k)

@@ -1,12 +1,13 @@
-"""Reads and validates a golden bundle (reports/FORMATS.md section 1) with numpy only.
+"""Reads and validates a golden bundle (reports/FORMATS.md section 1) with numpy (and xxhash, where installed).
 
 read_bundle(DIR) checks everything a peer or the checker relies on before either uses it: every
 file present, format and version, the model block (a GPT-2 this kit can describe), the step count K
 agreeing everywhere (batch.steps, tokens/targets [K, B, T], optimizer.lrs, each reference's losses
 and grad norms), token ranges against the vocabulary, and every safetensors file's names, shapes
-and float dtypes against the HF GPT-2 parameter list of the model block. Anything wrong raises
-BundleError whose message starts with the file at fault. Large tensor files are only read up to
-their header here; Bundle.load() reads one when it is needed.
+and float dtypes against the HF GPT-2 parameter list of the model block; and where bundle.json
+lists its files, each one's size and XXH64 (the digest needs the xxhash module). Anything wrong
+raises BundleError whose message starts with the file at fault. Large tensor files are only read up
+to their header here, but for their digest; Bundle.load() reads one when it is needed.
 """
 import dataclasses
 import json
@@ -235,6 +236,45 @@ def _reference(dir_, precision, K, shapes):
     return Reference(precision, path, losses, norms, files["params"], files["slack"])
 
 
+def _digest(path):
+    """XXH64 of a file as 16 hex digits (bundle.json "files"), or None without the xxhash module."""
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    h = xxhash.xxh64()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_files(d, path, meta):
+    """bundle.json "files" (bundles written since 2026-12-06): every listed file present with its
+    size, and its XXH64 where the xxhash module is installed (`tripod golden run` and `golden check`
+    check both themselves). A bundle damaged on its way here made a correct peer DIFFER."""
+    files = meta.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict):
+        raise BundleError(f"{path}: field 'files' is {type(files).__name__}, expected dict")
+    for name, entry in files.items():
+        f = d / name
+        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) \
+                or not isinstance(entry.get("xxh64"), str):
+            raise BundleError(f"{path}: files[{name!r}] lacks its bytes or xxh64")
+        if not f.is_file():
+            raise BundleError(f"{f}: missing (bundle.json lists it): the bundle is incomplete")
+        size = f.stat().st_size
+        if size != entry["bytes"]:
+            raise BundleError(f"{f}: {size} bytes, bundle.json records {entry['bytes']} "
+                              "(truncated, or damaged on its way here)")
+        digest = _digest(f)
+        if digest is not None and digest != entry["xxh64"]:
+            raise BundleError(f"{f}: XXH64 {digest}, bundle.json records {entry['xxh64']}: "
+                              "the file was changed or damaged since the bundle was written")
+
+
 def read_bundle(directory):
     """Reads and validates the bundle in `directory`; raises BundleError naming the file at fault."""
     d = pathlib.Path(directory)
@@ -245,6 +285,7 @@ def read_bundle(directory):
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BundleError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}, "
                           f"expected {FORMAT!r} version {VERSION}")
+    _check_files(d, path, meta)
     model = _model(path, _field(path, meta, "model", dict))
     batch = _field(path, meta, "batch", dict)
     K, B, T = (_integer(f"{path}: batch.{k}", _field(path, batch, k))

@@ -14,8 +14,10 @@ import sys
 
 import numpy as np
 import pytest
+import xxhash
 
 from reports import safetensors_np as st
+from reports.golden.bundle import BundleError, read_bundle
 from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
 
 # Two layers, untied head (every tensor kind), 4 sequences of 16 tokens, 2 micro-batches: small
@@ -100,13 +102,69 @@ def test_parallel_layouts_match_within_tolerance(bundle, tmp_path, layout):
 
 
 def perturbed_copy(bundle, out):
-    """The bundle with one initial weight - the wte entry of the first token of step 1 - moved by 1e-3."""
+    """The bundle with one initial weight - the wte entry of the first token of step 1 - moved by 1e-3,
+    and recorded so in bundle.json's files (a bundle that starts elsewhere, not a damaged one)."""
     shutil.copytree(bundle, out)
     weights, metadata = st.load(out / "model.safetensors")
     token = int(np.load(out / "tokens.npy")[0, 0, 0])
     weights["wte.weight"][token, 0] += np.float32(1e-3)
     st.save(out / "model.safetensors", weights, metadata)
+    meta = json.loads((out / "bundle.json").read_text())
+    data = (out / "model.safetensors").read_bytes()
+    meta["files"]["model.safetensors"] = {"bytes": len(data), "xxh64": xxhash.xxh64(data).hexdigest()}
+    (out / "bundle.json").write_text(json.dumps(meta))
     return out
+
+
+def flip_a_byte(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_bundle_is_refused_naming_the_file(bundle, tmp_path):
+    # A bundle damaged on its way to the peer's machine: a damaged reference made a correct peer
+    # DIFFER (exit 1), and an edited batch trained Tripod's own peer without a word.
+    results = tmp_path / "tripod.json"
+    ok(tripod("golden", "run", bundle, "--precision", "fp64", "--out", results))
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert sorted(meta["files"]) == sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*")
+                                           if p.is_file() and p.name != "bundle.json")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(bundle, damaged)
+    reference = damaged / "reference" / "fp64-step1.safetensors"
+    flip_a_byte(reference, reference.stat().st_size - 3)  # a value's low bits: the file still reads
+    result = check(damaged, results)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"golden check: bad bundle: {reference}: XXH64 " in result.stderr, result.stderr
+    assert "the file was changed or damaged since the bundle was written" in result.stderr
+    # A batch edited within the vocabulary: refused by golden run and by the peers' reader.
+    edited = tmp_path / "edited"
+    shutil.copytree(bundle, edited)
+    tokens = np.load(edited / "tokens.npy")
+    tokens[0, 0, 0] = (tokens[0, 0, 0] + 1) % int(meta["model"]["vocab_size"])
+    np.save(edited / "tokens.npy", tokens)
+    result = tripod("golden", "run", edited, "--out", tmp_path / "r.json")
+    assert result.returncode == 1 and f"{edited / 'tokens.npy'}: XXH64 " in result.stderr, result.stderr
+    with pytest.raises(BundleError, match="tokens.npy: XXH64 .* the file was changed"):
+        read_bundle(edited)
+    # A file missing, or grown: named by both readers.
+    (edited / "reference" / "slack-fp32-step1.safetensors").unlink()
+    with pytest.raises(BundleError, match="slack-fp32-step1.safetensors: missing \\(bundle.json lists it\\)"):
+        read_bundle(edited)
+    grown = tmp_path / "grown"
+    shutil.copytree(bundle, grown)
+    with open(grown / "targets.npy", "ab") as f:
+        f.write(b"\0")
+    result = tripod("golden", "run", grown, "--out", tmp_path / "r.json")
+    assert result.returncode == 1 and "targets.npy: " in result.stderr and " bytes, bundle.json records " in result.stderr
+    # A bundle written before bundle.json listed its files still reads.
+    older = tmp_path / "older"
+    shutil.copytree(bundle, older)
+    del meta["files"]
+    (older / "bundle.json").write_text(json.dumps(meta))
+    ok(tripod("golden", "run", older, "--precision", "fp64", "--out", tmp_path / "older.json"))
+    assert read_bundle(older).steps == STEPS
 
 
 def test_a_perturbed_bundle_is_reported_naming_step_and_tensor(bundle, tmp_path):
