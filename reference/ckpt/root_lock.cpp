@@ -1,10 +1,7 @@
 #include "ckpt/root_lock.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -41,38 +38,32 @@ std::string read_holder(int fd) {
 
 RootLock::RootLock(const fs::path& root, const std::string& option) {
   const fs::path file = root / kLockFile;
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TRIPOD_CHECK(fd >= 0, option, " ", root.string(), ": cannot open its lock file ", file.string(), ": ",
-               std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    if (error == EWOULDBLOCK) {
-      const std::string holder = read_holder(fd);
-      ::close(fd);
+  lock_ = std::make_unique<ExclusiveFileLock>(file, "the lock file " + file.string() + " of " + option + " " +
+                                                          root.string());
+  switch (lock_->state()) {
+    case ExclusiveFileLock::State::HeldElsewhere: {
+      const std::string holder = read_holder(lock_->fd());
       fail(option, " ", root.string(), ": another run is saving into this checkpoint root (",
            holder.empty() ? std::string("its holder is not written in ") + file.string() : holder,
            "); two runs in one root delete and replace each other's checkpoints. Wait for it to end, or give "
            "another folder; if that run is gone and a network file system still holds its lock (a lost node), "
            "remove ", file.string());
     }
-    ::close(fd);
-    std::fprintf(stderr,
-                 "tripod: warning: %s %s: its file system does not lock files (%s), so a second run saving into "
-                 "the same root would not be noticed\n",
-                 option.c_str(), root.c_str(), std::strerror(error));
-    std::fflush(stderr);
-    return;
+    case ExclusiveFileLock::State::Unsupported:
+      std::fprintf(stderr,
+                   "tripod: warning: %s %s: its file system does not lock files (%s), so a second run saving into "
+                   "the same root would not be noticed\n",
+                   option.c_str(), root.c_str(), std::strerror(lock_->error()));
+      std::fflush(stderr);
+      return;
+    case ExclusiveFileLock::State::Held:
+      break;
   }
   const std::string holder = holder_description() + "\n";
   // Best effort: the lock itself is what excludes; the text only names the holder.
-  if (::ftruncate(fd, 0) == 0) {
-    [[maybe_unused]] const ssize_t written = ::pwrite(fd, holder.data(), holder.size(), 0);
+  if (::ftruncate(lock_->fd(), 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(lock_->fd(), holder.data(), holder.size(), 0);
   }
-  fd_ = fd;
-}
-
-RootLock::~RootLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace tripod::ckpt

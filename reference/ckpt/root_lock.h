@@ -1,13 +1,14 @@
 // One run at a time in a checkpoint root. Two runs saving into one root (a job submitted again
 // while the first still runs, `--resume auto` in both) deleted each other's staged saves at
 // start-up, replaced each other's step directories, pruned each other's checkpoints and moved one
-// `latest` between them, each exiting 0. The run's root rank holds an exclusive flock(2) on
-// ROOT/.lock for the run's life; the kernel releases it when the process ends, however it ends, so
-// a crashed run leaves no stale lock. The file (kept: removing it would race with the next run's
-// open) says who holds it, for the next one's error.
+// `latest` between them, each exiting 0. The run's root rank holds an exclusive lock on ROOT/.lock
+// (core/file_lock.h) for the run's life; the file says who holds it, for the next one's error.
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include "core/file_lock.h"
 
 namespace tripod::ckpt {
 
@@ -19,14 +20,11 @@ class RootLock {
   // (`option`: "--save" or "--save-local"). Where the file system does not lock (some network
   // file systems without their lock service), prints a warning and holds nothing.
   RootLock(const std::filesystem::path& root, const std::string& option);
-  ~RootLock();
-  RootLock(const RootLock&) = delete;
-  RootLock& operator=(const RootLock&) = delete;
 
-  bool held() const { return fd_ >= 0; }
+  bool held() const { return lock_ && lock_->state() == ExclusiveFileLock::State::Held; }
 
  private:
-  int fd_ = -1;
+  std::unique_ptr<ExclusiveFileLock> lock_;
 };
 
 }  // namespace tripod::ckpt

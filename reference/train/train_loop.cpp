@@ -17,6 +17,7 @@
 #include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
 #include "core/build_info.h"
+#include "core/file_lock.h"
 #include "core/wall_clock.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
@@ -235,6 +236,15 @@ class TrainingRun {
     const std::string& path = config_.train.metrics;
     if (!root_ || path.empty()) return;
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    // One run a metrics file, before it is emptied: two runs given one train.metrics (two
+    // experiments of a preset, whose default is runs/<preset>/metrics.jsonl, started in one folder)
+    // wrote their records interleaved into it, the second emptying the first's, each exiting 0.
+    // (Where the file system cannot lock, nothing is held and nothing said: the checkpoint root's
+    // lock warns about that file system already.)
+    metrics_lock_.emplace(path, "metrics file " + path + " (train.metrics)");
+    TRIPOD_CHECK(metrics_lock_->state() != ExclusiveFileLock::State::HeldElsewhere, "train.metrics ", path,
+                 ": another run is writing this metrics file, and their records would interleave in it; give "
+                 "this run its own (--set train.metrics=FILE)");
     metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
     check(metrics_.good(), "cannot write metrics file ", path, " (train.metrics): ", std::strerror(errno));
     write_metrics(json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
@@ -377,6 +387,7 @@ class TrainingRun {
   std::unique_ptr<TrainingEngine> engine_;
   DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
   std::optional<data::BatchLoader> val_loader_;
+  std::optional<ExclusiveFileLock> metrics_lock_;  // held while metrics_ is written
   std::ofstream metrics_;
   RankTimer rank_timer_{parallel_ ? parallel_->world : nullptr, config_.train.rank_stats_every};
   std::optional<RankTimes> rank_times_;  // the latest gather

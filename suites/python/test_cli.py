@@ -102,6 +102,34 @@ def test_resume_continues_exactly(corpus, tmp_path):
     assert "done: no steps to run (the run is already at train.steps)" in again.stdout, again.stdout
 
 
+def test_a_second_run_writing_the_same_metrics_file_is_refused(corpus, tmp_path):
+    # Two experiments of one preset started in one folder share its default train.metrics
+    # (runs/tiny/metrics.jsonl): the second emptied the first's file and both wrote their records
+    # into it, interleaved, each exiting 0.
+    require_tripod()
+    metrics = tmp_path / "metrics.jsonl"
+    args = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
+            f"train.metrics={metrics}", *SMALL, "--set", "train.log_every=1"]
+    first = subprocess.Popen([*args, "--set", "train.steps=1000000", "--exit-after", "400"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stdout:
+            if line.startswith("step "):
+                break
+        expect_error(*args[1:], "--set", "train.steps=3", "--set", "train.seed=9",
+                     contains=f"train.metrics {metrics}: another run is writing this metrics file, and their "
+                              "records would interleave in it; give this run its own (--set train.metrics=FILE)")
+    finally:
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["event"] for r in records if "event" in r] == ["start"]
+    assert [r["step"] for r in records if "loss" in r] == list(range(400)), "one run's steps, in order"
+    # Once it has ended, the file is free again (a fresh run empties it, as before).
+    tripod(*args[1:], "--set", "train.steps=3")
+    assert len([line for line in metrics.read_text().splitlines() if '"loss"' in line]) == 3
+
+
 def test_a_fresh_run_does_not_overwrite_another_runs_checkpoints(corpus, tmp_path):
     # A forgotten --resume replaced the first run's step 4 with the second's, exit 0, no word.
     ckpt = tmp_path / "ckpt"
