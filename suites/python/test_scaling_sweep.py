@@ -197,6 +197,11 @@ def test_killed_sweep_resumes_exactly(sweep):
     deadline = time.time() + 60
     while time.time() < deadline and not list(out.glob("runs/*/ckpt/latest")):
         time.sleep(0.01)
+    # A second driver on the folder meanwhile (the command run again) is refused before it takes a
+    # run: it trained the same pending runs beside the first, both failing on each other's roots.
+    second = run(cmd, check=False)
+    assert second.returncode != 0 and f"another `tripod scale run` is running in {out};" in second.stderr, \
+        second.stdout + second.stderr
     driver.send_signal(signal.SIGTERM)
     stdout, stderr = driver.communicate(timeout=60)
     assert driver.returncode != 0 and "interrupted" in stderr, stdout + stderr
