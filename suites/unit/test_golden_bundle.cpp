@@ -162,10 +162,21 @@ TEST_F(GoldenTest, TamperedBundlesAreRefusedNamingTheFile) {
   Int32Array tokens = read_npy_int32(b / kTokensFile);
   tokens.values[5] = 100000;
   write_npy_int32(b / kTokensFile, tokens);
-  const std::string error = error_of([&] { read_bundle(b); });
+  // bundle.json's files: any edit is refused by its digest, before the contents are read.
+  std::string error = error_of([&] { read_bundle(b); });
+  EXPECT_NE(error.find("tokens.npy: XXH64 "), std::string::npos) << error;
+  EXPECT_NE(error.find("the file was changed or damaged since the bundle was written"), std::string::npos) << error;
+  // A bundle written before bundle.json listed its files: the contents are still checked.
+  json older = json::parse(meta);
+  older.erase("files");
+  write_bytes(b / kBundleJson, older.dump());
+  error = error_of([&] { read_bundle(b); });
   EXPECT_NE(error.find("tokens.npy: element 5 (step 1) is 100000"), std::string::npos) << error;
   fs::remove(b / kTargetsFile);
   EXPECT_NE(error_of([&] { read_bundle(b); }).find("targets.npy: cannot open"), std::string::npos);
+  write_bytes(b / kBundleJson, meta);
+  error = error_of([&] { read_bundle(b); });
+  EXPECT_NE(error.find("targets.npy: missing (bundle.json lists it)"), std::string::npos) << error;
 }
 
 TEST_F(GoldenTest, HfParamsMustMatchTheModel) {
