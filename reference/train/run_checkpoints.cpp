@@ -90,14 +90,28 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
            "or give another folder");
     return std::nullopt;
   }
+  Tier* const own = tier_holding(*dir);
+  // Continued from another root's checkpoint into a root that holds checkpoints, the run would put
+  // two runs under one `latest` and its saves would prune the other's (`--resume runs/a/ckpt --save
+  // runs/b/ckpt`, a command line copied: b's latest moved to a's continuation, exit 0).
+  if (enabled() && own == nullptr)
+    if (const auto held = newest())
+      fail(held->parent_path().string(), " already holds checkpoints (the newest: ", held->filename().string(),
+           "), and this run continues ", dir->string(), ", which is not one of them: its saves would mix the two runs ",
+           "under one `latest` and prune the other's; give an empty or new folder, or resume from its own checkpoints");
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
                                              options_.allow_resume_changes, meta_().train_tokens_xxh64)};
   engine_.set_step(loaded.manifest.step);
   // This step counts as saved in a tier only if the checkpoint is that tier's.
-  for (Tier* tier : {&durable_, &local_})
-    if (std::error_code ec; !tier->root.empty() && fs::equivalent(dir->parent_path(), tier->root, ec))
-      tier->last_saved = loaded.manifest.step;
+  if (own != nullptr) own->last_saved = loaded.manifest.step;
   return loaded;
+}
+
+RunCheckpoints::Tier* RunCheckpoints::tier_holding(const fs::path& checkpoint) {
+  for (Tier* tier : {&durable_, &local_})
+    if (std::error_code ec; !tier->root.empty() && fs::equivalent(checkpoint.parent_path(), tier->root, ec))
+      return tier;
+  return nullptr;
 }
 
 RunCheckpoints::Loaded RunCheckpoints::load_newest() {

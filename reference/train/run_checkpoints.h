@@ -76,6 +76,7 @@ class RunCheckpoints {
   };
   std::filesystem::path save(Tier& tier, bool in_background);
   std::optional<std::filesystem::path> newest() const;
+  Tier* tier_holding(const std::filesystem::path& checkpoint);  // the tier whose root holds it, or null
   void warn_if_latest_is_unusable(const std::filesystem::path& root) const;
   void report_pending(AsyncSave& done, double waited) const;
 

@@ -140,6 +140,22 @@ def test_a_fresh_run_does_not_overwrite_another_runs_checkpoints(corpus, tmp_pat
                  contains=f"{ckpt} already holds checkpoints (the newest: step-00000004); this run starts at step 0")
     assert (ckpt / "step-00000004" / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in ckpt.iterdir()) == [".lock", "latest", "step-00000004"]
+    # Nor a run continued from another root's checkpoint (`--resume a --save b`, a command line
+    # copied): b's latest moved to a's continuation, and its saves would prune b's checkpoints.
+    other = tmp_path / "other"
+    train(corpus, tmp_path, "other", "--set", "train.steps=2", "--set", "train.seed=7", "--save", other)
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=6",
+                 "--resume", other, "--save", ckpt, "--allow-resume-changes",
+                 contains=f"{ckpt} already holds checkpoints (the newest: step-00000004), and this run continues "
+                          f"{other}/step-00000002, which is not one of them")
+    assert (ckpt / "latest").read_text().strip() == "step-00000004"
+    assert sorted(p.name for p in ckpt.iterdir()) == [".lock", "latest", "step-00000004"]
+    # Into a new folder it continues, and from there on resumes from its own checkpoints.
+    train(corpus, tmp_path, "continued", "--set", "train.steps=4", "--resume", other, "--save", tmp_path / "new-root",
+          "--allow-resume-changes")
+    train(corpus, tmp_path, "again", "--set", "train.steps=6", "--resume", tmp_path / "new-root" / "step-00000004",
+          "--save", tmp_path / "new-root", "--allow-resume-changes")
+    assert (tmp_path / "new-root" / "latest").read_text().strip() == "step-00000006"
     # Two spellings of one folder, before it exists, were taken for two tiers.
     expect_error("train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=2",
                  "--set", "train.local_save_every=1", "--save", tmp_path / "new", "--save-local", f"{tmp_path}/./new/",
