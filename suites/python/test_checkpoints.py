@@ -1,6 +1,7 @@
 """Sharded checkpoints (issue: checkpoints that reload into any layout, crash-safe saves, clear errors):
 exact resume in every layout family, resharding between layouts, a crash during a save, SIGTERM,
 bad input of every kind, refused configuration changes, and a full disk."""
+import errno
 import json
 import os
 import signal
@@ -279,6 +280,21 @@ def test_exit_after_minutes_ends_with_a_checkpoint_that_resumes(corpus, tmp_path
     for bad in ("-1", "nan"):
         refused = train(corpus, 1, "--exit-after-minutes", bad)
         assert refused.returncode != 0 and "--exit-after-minutes: " in refused.stderr, refused.stderr
+
+
+def test_a_file_system_that_cannot_lock_gives_a_warning_and_the_run_goes_on(corpus, tmp_path):
+    # The locks' third outcome (ckpt/root_lock.h, core/file_lock.h): said, not fatal.
+    library = tmp_path / "libno-flock.so"
+    source = Path(__file__).resolve().parent / "fixtures" / "no_flock.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    root = tmp_path / "ckpt"
+    result = ok(train(corpus, 1, "--save", root, "--set", f"train.metrics={tmp_path / 'm.jsonl'}",
+                      env={"LD_PRELOAD": str(library)}))
+    assert (f"tripod: warning: --save {root}: its file system does not lock files "
+            f"({os.strerror(errno.ENOLCK)}), so a second run saving into the same root would not be noticed"
+            in result.stderr), result.stderr
+    assert (root / "latest").read_text().strip() == "step-00000006"
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) > 6  # the metrics too, unlocked
 
 
 def test_sighup_ignored_by_nohup_stays_ignored(corpus, tmp_path):
