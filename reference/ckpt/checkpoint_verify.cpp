@@ -1,8 +1,5 @@
 #include "ckpt/checkpoint_verify.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -19,17 +16,6 @@ namespace tripod::ckpt {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string file_xxh64(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TRIPOD_CHECK(fd >= 0, "cannot open ", path.string(), ": ", last_system_error());
-  Xxh64 hash;
-  std::vector<char> buffer(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) hash.update(buffer.data(), static_cast<std::size_t>(n));
-  ::close(fd);
-  return hash.hex();
-}
 
 // Every element of [0, numel) covered exactly once by the runs of (tensor, kind)'s blocks.
 void check_coverage(const Manifest& m, std::vector<std::string>& problems) {

@@ -36,13 +36,12 @@ std::string read_holder(int fd) {
 
 }  // namespace
 
-RootLock::RootLock(const fs::path& root, const std::string& option) {
+RootLock::RootLock(const fs::path& root, const std::string& option)
+    : lock_(root / kLockFile, "the lock file " + (root / kLockFile).string() + " of " + option + " " + root.string()) {
   const fs::path file = root / kLockFile;
-  lock_ = std::make_unique<ExclusiveFileLock>(file, "the lock file " + file.string() + " of " + option + " " +
-                                                          root.string());
-  switch (lock_->state()) {
+  switch (lock_.state()) {
     case ExclusiveFileLock::State::HeldElsewhere: {
-      const std::string holder = read_holder(lock_->fd());
+      const std::string holder = read_holder(lock_.fd());
       fail(option, " ", root.string(), ": another run is saving into this checkpoint root (",
            holder.empty() ? std::string("its holder is not written in ") + file.string() : holder,
            "); two runs in one root delete and replace each other's checkpoints. Wait for it to end, or give "
@@ -53,7 +52,7 @@ RootLock::RootLock(const fs::path& root, const std::string& option) {
       std::fprintf(stderr,
                    "tripod: warning: %s %s: its file system does not lock files (%s), so a second run saving into "
                    "the same root would not be noticed\n",
-                   option.c_str(), root.c_str(), std::strerror(lock_->error()));
+                   option.c_str(), root.c_str(), std::strerror(lock_.error()));
       std::fflush(stderr);
       return;
     case ExclusiveFileLock::State::Held:
@@ -61,8 +60,8 @@ RootLock::RootLock(const fs::path& root, const std::string& option) {
   }
   const std::string holder = holder_description() + "\n";
   // Best effort: the lock itself is what excludes; the text only names the holder.
-  if (::ftruncate(lock_->fd(), 0) == 0) {
-    [[maybe_unused]] const ssize_t written = ::pwrite(lock_->fd(), holder.data(), holder.size(), 0);
+  if (::ftruncate(lock_.fd(), 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(lock_.fd(), holder.data(), holder.size(), 0);
   }
 }
 

@@ -5,7 +5,6 @@
 // (core/file_lock.h) for the run's life; the file says who holds it, for the next one's error.
 #pragma once
 #include <filesystem>
-#include <memory>
 #include <string>
 
 #include "core/file_lock.h"
@@ -21,10 +20,10 @@ class RootLock {
   // file systems without their lock service), prints a warning and holds nothing.
   RootLock(const std::filesystem::path& root, const std::string& option);
 
-  bool held() const { return lock_ && lock_->state() == ExclusiveFileLock::State::Held; }
+  bool held() const { return lock_.state() == ExclusiveFileLock::State::Held; }
 
  private:
-  std::unique_ptr<ExclusiveFileLock> lock_;
+  ExclusiveFileLock lock_;
 };
 
 }  // namespace tripod::ckpt

@@ -1,9 +1,17 @@
 #include "core/digest.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <new>
+#include <vector>
 
 #include <xxhash.h>
+
+#include "core/error.h"
 
 namespace tripod {
 
@@ -25,5 +33,16 @@ Xxh64::~Xxh64() { XXH64_freeState(state_); }
 void Xxh64::update(const void* data, std::size_t bytes) { XXH64_update(state_, data, bytes); }
 
 uint64_t Xxh64::digest() const { return XXH64_digest(state_); }
+
+std::string file_xxh64(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TRIPOD_CHECK(fd >= 0, "cannot open ", path.string(), ": ", std::strerror(errno));
+  Xxh64 hash;
+  std::vector<char> buffer(1 << 20);
+  ssize_t n;
+  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) hash.update(buffer.data(), static_cast<std::size_t>(n));
+  ::close(fd);
+  return hash.hex();
+}
 
 }  // namespace tripod

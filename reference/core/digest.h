@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 struct XXH64_state_s;  // xxhash.h's streaming state
@@ -12,6 +13,9 @@ namespace tripod {
 
 std::string hex16(uint64_t value);
 std::string xxh64_hex(const void* data, std::size_t bytes);
+// The XXH64 of a file's bytes, read a MiB at a time (a checkpoint's shards, a golden bundle's files);
+// throws tripod::Error naming it when it cannot be opened.
+std::string file_xxh64(const std::filesystem::path& path);
 
 // A streaming XXH64: the digest of every update()'s bytes in order, the same as xxh64_hex of
 // their concatenation. Owns its state (freed on every path, a throw between updates included).

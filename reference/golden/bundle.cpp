@@ -3,8 +3,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <utility>
-#include <vector>
 
 #include "backend/transfer.h"
 #include "ckpt/safetensors.h"
@@ -48,31 +46,14 @@ void check_tokens(const Int32Array& a, const fs::path& file, int64_t steps, int6
            ", outside [", lowest, ", ", vocab, ")");
 }
 
-// Size and XXH64 of a file, read a MiB at a time.
-std::pair<uint64_t, std::string> size_and_digest(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  TRIPOD_CHECK(in.good(), file.string(), ": cannot open");
-  Xxh64 digest;
-  std::vector<char> chunk(1 << 20);
-  uint64_t bytes = 0;
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    const auto n = static_cast<std::size_t>(in.gcount());
-    digest.update(chunk.data(), n);
-    bytes += n;
-  }
-  TRIPOD_CHECK(!in.bad(), file.string(), ": read failed");
-  return {bytes, digest.hex()};
-}
-
 }  // namespace
 
 json describe_bundle_files(const fs::path& dir) {
   json files = json::object();
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file() || entry.path().filename() == kBundleJson) continue;
-    const auto [bytes, digest] = size_and_digest(entry.path());
-    files[entry.path().lexically_relative(dir).generic_string()] = {{"bytes", bytes}, {"xxh64", digest}};
+    files[entry.path().lexically_relative(dir).generic_string()] = {{"bytes", entry.file_size()},
+                                                                     {"xxh64", file_xxh64(entry.path())}};
   }
   return files;
 }
@@ -87,9 +68,10 @@ void verify_bundle_files(const fs::path& dir, const json& meta) {
     TRIPOD_CHECK(entry.is_object() && entry.contains("bytes") && entry.contains("xxh64"), meta_file.string(),
                  ": files.", name, " lacks its bytes or xxh64");
     TRIPOD_CHECK(fs::is_regular_file(file), file.string(), ": missing (bundle.json lists it): the bundle is incomplete");
-    const auto [bytes, digest] = size_and_digest(file);
+    const uintmax_t bytes = fs::file_size(file);
     TRIPOD_CHECK(entry.at("bytes") == bytes, file.string(), ": ", bytes, " bytes, bundle.json records ",
                  entry.at("bytes").dump(), " (truncated, or damaged on its way here)");
+    const std::string digest = file_xxh64(file);
     TRIPOD_CHECK(entry.at("xxh64") == digest, file.string(), ": XXH64 ", digest, ", bundle.json records ",
                  entry.at("xxh64").dump(), ": the file was changed or damaged since the bundle was written");
   }
