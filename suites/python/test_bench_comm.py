@@ -7,15 +7,11 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
-MPIRUN = shutil.which("mpirun")
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+from tripod_cli import BINARY_DIR, MPIRUN, TRIPOD
+from tripod_cli import MPI_ENV as ENV
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"]
 SMALL = ["-b", "8", "-e", "64K", "-f", "4", "-n", "5"]
 

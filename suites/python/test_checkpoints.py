@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import (MPI_ENV, TRIPOD, hang_up_by_default, make_markov_corpus,
+                        mpirun_command, require_tripod)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
 from tripod_ckpt import read_checkpoint  # noqa: E402
@@ -249,12 +250,16 @@ def test_sigterm_saves_and_says_where(corpus, tmp_path, signum):
     root = tmp_path / "ckpt"
     cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
            "--set", "train.steps=1000000", "--save", str(root)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
-        if line.startswith("step "):
-            break
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=hang_up_by_default)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step "):
+                break
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a run of a million steps must not outlive a failed wait
     assert proc.returncode != 0
     assert "interrupted by a signal after step" in err and "checkpoint saved to" in err, err
     step = int(err.split("after step ")[1].split("/")[0])

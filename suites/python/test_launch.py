@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tripod_cli import MPI_ENV, MPIRUN, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import (MPI_ENV, MPIRUN, TRIPOD, hang_up_by_default,
+                        make_markov_corpus, mpirun_command, require_tripod)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
 from tripod_ckpt import read_checkpoint  # noqa: E402
@@ -197,7 +198,8 @@ wait
     pids, log = tmp_path / "pids", tmp_path / "events.jsonl"
     require_tripod()
     supervisor = subprocess.Popen([str(TRIPOD), "launch", "--max-restarts", "3", *FAST, "--events", log, "--",
-                                   job, pids], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   job, pids], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=hang_up_by_default)
     try:
         for _ in range(200):
             if pids.exists():

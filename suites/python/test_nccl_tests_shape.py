@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+from tripod_cli import TRIPOD
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 SOURCE = Path(os.environ.get("TRIPOD_SOURCE_DIR", Path(__file__).parents[2]))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import BINARY_DIR, MPI_ENV, MPIRUN, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import BUILD_DIR, MPI_ENV, MPIRUN, make_markov_corpus, mpirun_command, require_tripod
 
 ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
 REDUCE_ALGORITHM_VARIABLE = "OMPI_MCA_coll_libnbc_ireduce_algorithm"
@@ -135,7 +135,7 @@ def test_a_users_all_reduce_and_reduce_algorithms_are_kept():
 def test_bare_reduction_comparison_prints_each_size():
     """microbench/bare_nonblocking_reductions.cpp, the measurement behind the two-rank reduce_scatter."""
     require_tripod()
-    program = Path(BINARY_DIR or "build/release") / "microbench" / "tripod_bare_nonblocking_reductions"
+    program = BUILD_DIR / "microbench" / "tripod_bare_nonblocking_reductions"
     result = subprocess.run([MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "60", "-np", "2",
                              str(program), "-b", "8K", "-e", "32K", "-f", "2", "-r", "1"],
                             capture_output=True, text=True, timeout=90, env=MPI_ENV)

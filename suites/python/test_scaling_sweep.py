@@ -194,16 +194,19 @@ def test_killed_sweep_resumes_exactly(sweep):
     spec_path = write_spec(sweep["work"] / "killed.json", small_spec(budgets=[1.2e10]))
     cmd = [sweep["tripod"], "scale", "run", spec_path, "--out", str(out), "--jobs", "2"]
     driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not list(out.glob("runs/*/ckpt/latest")):
-        time.sleep(0.01)
-    # A second driver on the folder meanwhile (the command run again) is refused before it takes a
-    # run: it trained the same pending runs beside the first, both failing on each other's roots.
-    second = run(cmd, check=False)
-    assert second.returncode != 0 and f"another `tripod scale run` is running in {out};" in second.stderr, \
-        second.stdout + second.stderr
-    driver.send_signal(signal.SIGTERM)
-    stdout, stderr = driver.communicate(timeout=60)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not list(out.glob("runs/*/ckpt/latest")):
+            time.sleep(0.01)
+        # A second driver on the folder meanwhile (the command run again) is refused before it takes
+        # a run: it trained the same pending runs beside the first, both failing on each other's roots.
+        second = run(cmd, check=False)
+        assert second.returncode != 0 and f"another `tripod scale run` is running in {out};" in second.stderr, \
+            second.stdout + second.stderr
+        driver.send_signal(signal.SIGTERM)
+        stdout, stderr = driver.communicate(timeout=60)
+    finally:
+        driver.kill()  # a failed check must not leave the driver training on
     assert driver.returncode != 0 and "interrupted" in stderr, stdout + stderr
 
     result = run(cmd)

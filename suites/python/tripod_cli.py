@@ -2,16 +2,26 @@
 mpirun here (as root, oversubscribed, shared memory only, one passive thread per rank)."""
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 BINARY_DIR = os.environ.get("TRIPOD_BINARY_DIR")
-TRIPOD = Path(BINARY_DIR or "build/release") / "reference" / "tripod"
+# Absolute: each test runs in a folder of its own (conftest.py), not where pytest was started.
+BUILD_DIR = Path(BINARY_DIR).resolve() if BINARY_DIR else Path(__file__).resolve().parents[2] / "build" / "release"
+TRIPOD = BUILD_DIR / "reference" / "tripod"
 MPIRUN = shutil.which("mpirun")
 MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def hang_up_by_default():
+    """preexec_fn of a child a test sends SIGHUP. Under nohup, or any runner that ignores SIGHUP, the
+    child would inherit the ignoring, which Tripod keeps on purpose (nohup asks the run to go on),
+    and the test would wait out its timeout instead."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def require_tripod():
