@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/dataset_writer_lock.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "data/utf8_check.h"
@@ -48,23 +49,16 @@ std::vector<int32_t> encode_by_sentences(const Tokenizer& tokenizer, const std::
   return tokens;
 }
 
-// A tokenizer trained under a hidden name in the output directory, moved to tokenizer.{model,vocab}
-// by publish(); removed if the preparation fails before that.
+// A tokenizer trained under a hidden name in the output directory (which exists: the writer's lock
+// made it), moved to tokenizer.{model,vocab} by publish(); removed if the preparation fails before that.
 struct StagedTokenizer {
   fs::path dir, prefix;
-  bool created = false;  // the folder was made here: a failed preparation does not leave it behind empty
-  explicit StagedTokenizer(const fs::path& out_dir) : dir(out_dir), prefix(out_dir / ".tokenizer-staging") {
-    std::error_code ec;
-    created = !fs::exists(dir, ec);
-    fs::create_directories(dir, ec);
-    check(!ec, "cannot create data directory ", dir, ": ", ec.message());
-  }
+  explicit StagedTokenizer(const fs::path& out_dir) : dir(out_dir), prefix(out_dir / ".tokenizer-staging") {}
   StagedTokenizer(const StagedTokenizer&) = delete;
   StagedTokenizer& operator=(const StagedTokenizer&) = delete;
   ~StagedTokenizer() {
     std::error_code ec;
     for (const char* ext : {".model", ".vocab"}) fs::remove(fs::path(prefix.string() + ext), ec);
-    if (created && fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
   }
   fs::path model() const { return prefix.string() + ".model"; }
   void publish() const {
@@ -96,7 +90,9 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
         options.val_input, " is empty (no non-whitespace characters)");
 
   // What can fail on the input (training the tokenizer, encoding) runs before the directory's
-  // dataset is touched: a failed re-preparation leaves the previous one usable.
+  // dataset is touched: a failed re-preparation leaves the previous one usable. A folder made here
+  // and left with nothing goes (the lock's destructor), after the staged tokenizer.
+  const DatasetWriterLock lock(options.out_dir, "data prepare");
   const StagedTokenizer staged(options.out_dir);
   train_bpe_tokenizer(text, options.input, staged.prefix, options.vocab_size);
   const Tokenizer tokenizer = Tokenizer::load(staged.model());

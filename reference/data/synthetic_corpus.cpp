@@ -12,6 +12,7 @@
 
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "data/dataset_writer_lock.h"
 #include "data/shard_format.h"
 #include "data/token_dataset.h"
 
@@ -173,6 +174,7 @@ SyntheticReport write_synthetic_corpus(const SyntheticOptions& options) {
         ": val_fraction ", options.val_fraction, " of ", options.tokens, " tokens gives ", report.val_tokens,
         " validation tokens (at least 2; or val_fraction 0 for none)");
   check_dataset_folder(options.out_dir, "data synthetic");
+  const DatasetWriterLock lock(options.out_dir, "data synthetic");
   // Before the folder's dataset is touched: a corpus larger than the disk's free space wrote
   // shards until the disk was full (2.2 GB a minute), leaving no dataset at all.
   const double needed = static_cast<double>(options.tokens) * shard_token_bytes(static_cast<uint64_t>(options.vocab_size));

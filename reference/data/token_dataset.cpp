@@ -9,6 +9,7 @@
 #include "core/bounded_json.h"
 #include "core/digest.h"
 #include "core/error.h"
+#include "data/dataset_writer_lock.h"
 #include "data/shard_format.h"
 
 namespace tripod::data {
@@ -140,7 +141,7 @@ namespace {
 
 bool written_by_a_dataset(const std::string& name) {
   if (name == "meta.json" || name == "meta.json.tmp" || name == "tokenizer.model" || name == "tokenizer.vocab" ||
-      name.rfind(".tokenizer-staging.", 0) == 0)
+      name.rfind(".tokenizer-staging.", 0) == 0 || name == kDatasetLockFile)
     return true;
   // A shard: train_NNNNNN.bin or val_NNNNNN.bin (shard_file_name).
   for (const std::string split : {"train_", "val_"}) {
@@ -177,7 +178,10 @@ void invalidate_dataset(const fs::path& dir) {
   std::vector<fs::path> previous;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (written_by_a_dataset(name) && name.rfind(".tokenizer-staging.", 0) != 0) previous.push_back(entry.path());
+    // The staged tokenizer is the new dataset's; the lock file is held by this writer (removing it
+    // would let a second writer lock a new file of the same name).
+    if (written_by_a_dataset(name) && name.rfind(".tokenizer-staging.", 0) != 0 && name != kDatasetLockFile)
+      previous.push_back(entry.path());
   }
   check(!ec, "cannot read the data directory ", dir, ": ", ec.message());
   for (const fs::path& file : previous) {

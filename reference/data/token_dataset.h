@@ -73,7 +73,8 @@ std::vector<std::string> write_split_shards(const std::filesystem::path& dir, co
 void write_dataset_meta(const std::filesystem::path& dir, const nlohmann::json& meta);
 
 // A folder a dataset may be written into: absent, empty, or holding only what a dataset writes
-// (meta.json, shards, the tokenizer; a folder a failed preparation left without its meta.json).
+// (meta.json, shards, the tokenizer, the writers' .lock; a folder a failed preparation left without
+// its meta.json).
 // Anything else is refused naming one such file, before any work: `tripod data prepare --out .`
 // would have written beside, and over, a user's files. `command` starts the message.
 void check_dataset_folder(const std::filesystem::path& dir, const std::string& command);

@@ -1,5 +1,6 @@
 """End-to-end tests of the `tripod` command line: data preparation, training, exact resume,
 export, and clear errors with a non-zero exit (never a crash or a silent run) on bad input."""
+import fcntl
 import json
 import os
 import shutil
@@ -248,10 +249,13 @@ def test_data_prepare_refuses_text_that_is_not_utf8(tmp_path):
     assert not (tmp_path / "prep").exists()
 
 
-@pytest.mark.parametrize("command", [
+DATA_COMMANDS = pytest.mark.parametrize("command", [
     ["data", "prepare", "--input", "{tmp}/text.txt", "--vocab-size", "300"],
     ["data", "synthetic", "--vocab-size", "16", "--order", "1", "--tokens", "1000"],
 ], ids=["prepare", "synthetic"])
+
+
+@DATA_COMMANDS
 def test_data_is_not_written_into_a_folder_of_other_files(tmp_path, command):
     # `--out .` in a project folder wrote shards, meta.json and tokenizer.* beside (and over) its files.
     (tmp_path / "text.txt").write_text("\n".join(f"line {i} of some words to tokenise" for i in range(500)))
@@ -269,6 +273,26 @@ def test_data_is_not_written_into_a_folder_of_other_files(tmp_path, command):
     assert "checksum" in tripod("data", "inspect", tmp_path / "ds").stdout.lower()
 
 
+@DATA_COMMANDS
+def test_a_second_writer_of_a_dataset_folder_is_refused_and_changes_nothing(tmp_path, command):
+    # Two `data prepare` into one --out (the step every task of an srun job script runs, or the
+    # command started again) deleted each other's files: one said "prepared ... -> DIR", exit 0,
+    # and DIR was gone, removed by the other's cleanup.
+    (tmp_path / "text.txt").write_text("\n".join(f"line {i} of some words to tokenise" for i in range(500)))
+    command = [part.format(tmp=tmp_path) for part in command]
+    folder = tmp_path / "ds"
+    tripod(*command, "--out", folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with open(folder / ".lock", "a") as writer:  # what a writer at work holds
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        expect_error(*command, "--out", folder, contains=f"{' '.join(command[:2])} --out {folder}: another `tripod "
+                     "data prepare` or `data synthetic` is writing the dataset in this folder, and two at once "
+                     "delete and replace each other's files; wait for it to end, or give another --out")
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    tripod(*command, "--out", folder)  # free again once that writer has ended
+    assert "checksum" in tripod("data", "inspect", folder).stdout.lower()
+
+
 def test_a_rewritten_dataset_folder_keeps_nothing_of_the_previous_dataset(tmp_path):
     # A smaller corpus written over a larger one left its extra shards, and a synthetic corpus written
     # over a prepared one its tokenizer.model (which `export hf` then shipped with the model).
@@ -281,10 +305,10 @@ def test_a_rewritten_dataset_folder_keeps_nothing_of_the_previous_dataset(tmp_pa
            "--shard-tokens", 2000)
     meta = json.loads((folder / "meta.json").read_text())
     listed = {name for shards in meta["splits"].values() for name in shards}
-    assert sorted(p.name for p in folder.iterdir()) == sorted(listed | {"meta.json"})
+    assert sorted(p.name for p in folder.iterdir()) == sorted(listed | {"meta.json", ".lock"})
     tripod("data", "prepare", "--input", text, "--out", folder, "--vocab-size", 300)
     assert sorted(p.name for p in folder.iterdir()) == [
-        "meta.json", "tokenizer.model", "tokenizer.vocab", "train_000000.bin", "val_000000.bin"]
+        ".lock", "meta.json", "tokenizer.model", "tokenizer.vocab", "train_000000.bin", "val_000000.bin"]
 
 
 def test_export_ships_only_the_tokenizer_of_the_runs_corpus(tmp_path):
