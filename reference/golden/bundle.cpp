@@ -1,5 +1,7 @@
 #include "golden/bundle.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <map>
 #include <set>
@@ -64,6 +66,12 @@ void verify_bundle_files(const fs::path& dir, const json& meta) {
   const json& files = meta.at("files");
   TRIPOD_CHECK(files.is_object(), meta_file.string(), ": files is not an object");
   for (const auto& [name, entry] : files.items()) {
+    // A name is a file inside the bundle, as describe_bundle_files writes it: a bundle from another
+    // machine must not make its reader hash files elsewhere ("../..", "/etc/...").
+    const fs::path relative(name);
+    TRIPOD_CHECK(!name.empty() && relative.is_relative() && name != kBundleJson &&
+                     std::none_of(relative.begin(), relative.end(), [](const fs::path& part) { return part == ".."; }),
+                 meta_file.string(), ": files lists \"", name, "\", which is not a file inside the bundle");
     const fs::path file = dir / name;
     TRIPOD_CHECK(entry.is_object() && entry.contains("bytes") && entry.contains("xxh64"), meta_file.string(),
                  ": files.", name, " lacks its bytes or xxh64");

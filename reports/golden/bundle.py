@@ -259,6 +259,10 @@ def _check_files(d, path, meta):
     if not isinstance(files, dict):
         raise BundleError(f"{path}: field 'files' is {type(files).__name__}, expected dict")
     for name, entry in files.items():
+        # a name is a file inside the bundle: a bundle from elsewhere must not make us hash files elsewhere
+        parts = pathlib.PurePosixPath(name).parts
+        if not name or name.startswith("/") or ".." in parts or name == "bundle.json":
+            raise BundleError(f"{path}: files lists {name!r}, which is not a file inside the bundle")
         f = d / name
         if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) \
                 or not isinstance(entry.get("xxh64"), str):

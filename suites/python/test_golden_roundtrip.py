@@ -158,6 +158,20 @@ def test_a_damaged_bundle_is_refused_naming_the_file(bundle, tmp_path):
         f.write(b"\0")
     result = tripod("golden", "run", grown, "--out", tmp_path / "r.json")
     assert result.returncode == 1 and "targets.npy: " in result.stderr and " bytes, bundle.json records " in result.stderr
+    # A name leading out of the bundle is refused by both readers, before any file is hashed (it
+    # read and hashed whatever file the name led to).
+    for name in ("../tripod.json", "/etc/hostname", "reference/../../tripod.json", "bundle.json"):
+        strange = tmp_path / "strange"
+        shutil.rmtree(strange, ignore_errors=True)
+        shutil.copytree(bundle, strange)
+        listed = json.loads((bundle / "bundle.json").read_text())
+        listed["files"][name] = {"bytes": 1, "xxh64": "0" * 16}
+        (strange / "bundle.json").write_text(json.dumps(listed))
+        result = tripod("golden", "run", strange, "--out", tmp_path / "r.json")
+        assert result.returncode == 1 and f'files lists "{name}", which is not a file inside the bundle' \
+            in result.stderr, result.stderr
+        with pytest.raises(BundleError, match="which is not a file inside the bundle"):
+            read_bundle(strange)
     # A bundle written before bundle.json listed its files still reads.
     older = tmp_path / "older"
     shutil.copytree(bundle, older)
