@@ -30,9 +30,11 @@ DatasetWriterLock::DatasetWriterLock(const fs::path& dir, const std::string& com
 
 DatasetWriterLock::~DatasetWriterLock() {
   if (!created_) return;
+  // Never throws (a destructor, run while a failure unwinds): every step takes an error code.
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec))
-    if (entry.path().filename() != kDatasetLockFile) return;
+  fs::directory_iterator entry(dir_, ec);
+  for (; !ec && entry != fs::directory_iterator(); entry.increment(ec))
+    if (entry->path().filename() != kDatasetLockFile) return;
   if (ec) return;
   fs::remove(dir_ / kDatasetLockFile, ec);
   fs::remove(dir_, ec);
