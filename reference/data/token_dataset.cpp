@@ -171,8 +171,6 @@ void check_dataset_folder(const fs::path& dir, const std::string& command) {
 
 void invalidate_dataset(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, "cannot create data directory ", dir, ": ", ec.message());
   fs::remove(dir / "meta.json", ec);
   check(!ec, "cannot remove the old ", dir / "meta.json", ": ", ec.message());
   std::vector<fs::path> previous;

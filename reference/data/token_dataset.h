@@ -84,7 +84,8 @@ void check_dataset_folder(const std::filesystem::path& dir, const std::string& c
 // dataset's shards and tokenizer (a prepared corpus rewritten as a synthetic one kept its
 // tokenizer.model, which `tripod export hf` then shipped with a model of another vocabulary, and a
 // smaller corpus left the larger one's extra shards beside its own). A preparation's staged
-// tokenizer (.tokenizer-staging.*) is kept: it is the new dataset's.
+// tokenizer (.tokenizer-staging.*) is kept: it is the new dataset's. `dir` exists: the writer's lock
+// (data/dataset_writer_lock.h) made it, and its .lock is kept too.
 void invalidate_dataset(const std::filesystem::path& dir);
 
 }  // namespace tripod::data

@@ -1,7 +1,6 @@
 #include "golden/bundle.h"
 
 #include <algorithm>
-
 #include <fstream>
 #include <map>
 #include <set>

@@ -12,6 +12,7 @@ import pytest
 
 from tripod_cli import BINARY_DIR, MPIRUN, TRIPOD
 from tripod_cli import MPI_ENV as ENV
+
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"]
 SMALL = ["-b", "8", "-e", "64K", "-f", "4", "-n", "5"]
 
