@@ -1,5 +1,7 @@
 // An exclusive flock(2) on a file, taken without waiting and held until the object goes: what keeps
-// two runs from writing one checkpoint root (ckpt/root_lock.h) or one metrics file. The kernel
+// two runs from writing one checkpoint root (ckpt/root_lock.h) or one metrics file; or on a folder
+// itself (core/folder_writer_lock.h), where every file in it is the product and a lock file would
+// be one too (a Hugging Face export, a golden bundle). The kernel
 // releases it when the process ends, however it ends, so a crashed run leaves no stale lock; the
 // file itself stays (removing it would race with the next run's open).
 #pragma once
@@ -18,6 +20,9 @@ class ExclusiveFileLock {
   // Opens `file` (created if absent, never truncated) and tries the lock; throws tripod::Error
   // "cannot write <role>: <why>" when it cannot be opened (`role` names the file and what it is).
   ExclusiveFileLock(const std::filesystem::path& file, const std::string& role);
+  // Locks the existing folder `folder` through an open descriptor of it: nothing is written into it.
+  struct FolderItself {};
+  ExclusiveFileLock(const std::filesystem::path& folder, const std::string& role, FolderItself);
   ~ExclusiveFileLock();
   ExclusiveFileLock(const ExclusiveFileLock&) = delete;
   ExclusiveFileLock& operator=(const ExclusiveFileLock&) = delete;

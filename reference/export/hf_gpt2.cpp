@@ -1,12 +1,15 @@
 #include "export/hf_gpt2.h"
 
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
 #include "ckpt/durable_file.h"
 #include "core/error.h"
+#include "core/folder_writer_lock.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "train/run_config.h"
@@ -95,6 +98,12 @@ nlohmann::json hf_gpt2_config(const ModelConfig& c) {
 
 namespace {
 
+// What an export writes, and the staging names of a write that was cut short (ckpt/durable_file.h,
+// ckpt/safetensors.h): a killed export left model.safetensors.tmp, and the next export refused the
+// folder as holding other files.
+const std::set<std::string> kExportFiles = {"model.safetensors", "config.json", "tokenizer.model"};
+const std::set<std::string> kStagedExportFiles = {"model.safetensors.tmp", "config.json.tmp"};
+
 // An export replaces a previous export whole, and refuses to mix its files into anything else.
 void check_export_target(const fs::path& out_dir) {
   std::error_code ec;
@@ -102,10 +111,15 @@ void check_export_target(const fs::path& out_dir) {
   TRIPOD_CHECK(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const std::string name = entry.path().filename().string();
-    TRIPOD_CHECK(name == "model.safetensors" || name == "config.json" || name == "tokenizer.model", "export target ",
-                 out_dir.string(), " holds other files (", name,
+    TRIPOD_CHECK(kExportFiles.count(name) || (kStagedExportFiles.count(name) && entry.is_regular_file()),
+                 "export target ", out_dir.string(), " holds other files (", name,
                  "); refusing to mix a new export into it (choose an empty ", "or new folder)");
   }
+}
+
+// Under the folder's lock, a staged file is a previous export's, cut short.
+void remove_staged_files(const fs::path& out_dir) {
+  for (const std::string& name : kStagedExportFiles) fs::remove(out_dir / name);
 }
 
 // The tokenizer of the checkpoint's run, found through its data directory as it is now.
@@ -178,7 +192,13 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   check_export_target(out_dir);
   // Converted before the folder is made: a refused dtype used to leave an empty folder behind.
   auto tensors = to_hf_tensors(backend, params, "", out_dtype);
-  fs::create_directories(out_dir);
+  // Locked on the folder itself: a lock file would ship with the model (a Hub upload of the folder).
+  const FolderWriterLock lock(out_dir, "",
+                              str_cat("export hf --out ", out_dir.string(), ": another `tripod export hf` is writing "
+                                      "this folder, and two at once write through the same staging file (one "
+                                      "can end with the other's weights); wait for it to end, or give another "
+                                      "--out"));
+  remove_staged_files(out_dir);
   ExportReport report;
   report.checkpoint_dir = reader.dir();
   report.model_file = out_dir / "model.safetensors";

@@ -7,6 +7,7 @@
 #include "backend/transfer.h"
 #include "ckpt/durable_file.h"
 #include "core/error.h"
+#include "core/folder_writer_lock.h"
 #include "data/token_dataset.h"
 #include "export/hf_gpt2.h"
 #include "golden/bundle.h"
@@ -146,9 +147,19 @@ GoldenWriteSummary write_golden_bundle(const RunConfig& given, int64_t steps, co
   check(steps >= 1, "golden: --steps must be at least 1, got ", steps);
   check(steps <= config.train.steps, "golden: --steps ", steps, " is beyond the run's train.steps ",
         config.train.steps, " (its learning-rate schedule ends there)");
-  if (fs::exists(out))
-    TRIPOD_CHECK(fs::is_directory(out) && fs::is_empty(out), "golden: ", out.string(),
-                 " exists and is not an empty folder; refusing to mix a bundle into it");
+  const auto check_new_or_empty = [&] {
+    if (fs::exists(out))
+      TRIPOD_CHECK(fs::is_directory(out) && fs::is_empty(out), "golden: ", out.string(),
+                   " exists and is not an empty folder; refusing to mix a bundle into it");
+  };
+  check_new_or_empty();
+  // Held from here to the last file: two cuts into one empty --out both passed the check above,
+  // trained, then wrote through the same staging files. On the folder itself,
+  // since bundle.json lists every file in it.
+  const FolderWriterLock lock(out, "",
+                              str_cat("golden --out ", out.string(), ": another `tripod golden` is writing a bundle "
+                                      "into this folder; wait for it to end, or give another --out"));
+  check_new_or_empty();  // again under the lock: one that ended just before it took the lock has filled it
   const data::TokenDataset train = data::TokenDataset::open(config.data.dir, "train");
   resolve_vocab(config, train.vocab_size(), config.data.dir);
   const int64_t B = config.train.batch_size, T = config.train.seq_len;

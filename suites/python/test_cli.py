@@ -218,6 +218,35 @@ def test_export_hf_layout(corpus, tmp_path):
         result.stderr
 
 
+def test_export_into_a_folder_another_export_is_writing_is_refused(corpus, tmp_path):
+    # Two exports into one --out (every task of `srun` running the job script's export step) wrote
+    # through the same model.safetensors.tmp: one failed to rename it, the other exited 0 with the
+    # first one's weights in the folder. The writer locks the folder itself: a lock file would ship
+    # with the model.
+    ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
+    train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
+    tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    writer = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what an export at work holds
+        expect_error("export", "hf", "--checkpoint", ckpt, "--out", out,
+                     contains=f"export hf --out {out}: another `tripod export hf` is writing this folder")
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    finally:
+        os.close(writer)
+    # A killed export leaves its staging file behind; the next export refused the folder as holding
+    # other files ("model.safetensors.tmp"). Now it finishes the folder, staging file gone.
+    (out / "model.safetensors.tmp").write_bytes(b"cut short")
+    (out / "config.json.tmp").write_bytes(b"{")
+    tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # Anything else is still refused, a folder under a staging name included.
+    (out / "model.safetensors.tmp").mkdir()
+    expect_error("export", "hf", "--checkpoint", ckpt, "--out", out,
+                 contains="holds other files (model.safetensors.tmp)")
+
+
 def test_data_prepare_and_inspect(tmp_path):
     text = tmp_path / "text.txt"
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]

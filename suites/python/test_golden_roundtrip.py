@@ -7,7 +7,9 @@ it, and `tripod golden check` holds each against the reference with the bundle's
     CPU processes (gloo) match within the stated tolerances;
   - a bundle with one initial weight moved by 1e-3 is reported DIFFERS, naming step 1 and the tensor.
 The checker itself (tolerances, bad results files) is tested in test_golden_check.py."""
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -232,6 +234,29 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
         result = tripod("golden", "run", bundle, "--out", tmp_path / "r.json", *args)
         assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_cut_into_a_folder_another_cut_is_writing_is_refused(tmp_path):
+    # Two `golden` into one empty --out both passed its emptiness check, trained, then
+    # wrote through the same staging files. The cut locks the folder itself (bundle.json
+    # lists every file in it) from before its check to its last file.
+    out = tmp_path / "bundle"
+    out.mkdir()
+    writer = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a cut at work holds
+        result = tripod("golden", "--config", "tiny", "--steps", 2, "--out", out)
+        assert result.returncode == 1 and (f"golden --out {out}: another `tripod golden` is writing a bundle into "
+                                           "this folder") in result.stderr, result.stderr
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(writer)
+    # A cut that fails before writing leaves no folder it made, and the folder it was given.
+    for given in (out, tmp_path / "new"):
+        result = tripod("golden", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", "--steps", 2,
+                        "--out", given)
+        assert result.returncode == 1 and "nowhere" in result.stderr, result.stderr
+    assert out.is_dir() and list(out.iterdir()) == [] and not (tmp_path / "new").exists()
 
 
 def peer(module, bundle, out, precision, *extra):
