@@ -102,7 +102,7 @@ namespace {
 // ckpt/safetensors.h): a killed export left model.safetensors.tmp, and the next export refused the
 // folder as holding other files.
 const std::set<std::string> kExportFiles = {"model.safetensors", "config.json", "tokenizer.model"};
-const std::set<std::string> kStagedExportFiles = {"model.safetensors.tmp", "config.json.tmp"};
+const std::set<std::string> kStagedExportFiles = {"model.safetensors.tmp", "config.json.tmp", "tokenizer.model.tmp"};
 
 // An export replaces a previous export whole, and refuses to mix its files into anything else.
 void check_export_target(const fs::path& out_dir) {
@@ -111,7 +111,7 @@ void check_export_target(const fs::path& out_dir) {
   TRIPOD_CHECK(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const std::string name = entry.path().filename().string();
-    TRIPOD_CHECK(kExportFiles.count(name) || (kStagedExportFiles.count(name) && entry.is_regular_file()),
+    TRIPOD_CHECK((kExportFiles.count(name) || kStagedExportFiles.count(name)) && entry.is_regular_file(),
                  "export target ", out_dir.string(), " holds other files (", name,
                  "); refusing to mix a new export into it (choose an empty ", "or new folder)");
   }
@@ -211,7 +211,8 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   report.tokenizer_lost = tokenizer.lost;
   if (!tokenizer.file.empty()) {
     report.tokenizer_file = out_dir / "tokenizer.model";
-    fs::copy_file(tokenizer.file, report.tokenizer_file, fs::copy_options::overwrite_existing);
+    // Staged, fsynced and renamed as the model and config are: a killed copy left a truncated one.
+    ckpt::write_text_durably(report.tokenizer_file, ckpt::read_text(tokenizer.file));
   } else {
     fs::remove(out_dir / "tokenizer.model");  // a previous export's, of another run
   }

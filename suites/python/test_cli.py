@@ -239,12 +239,15 @@ def test_export_into_a_folder_another_export_is_writing_is_refused(corpus, tmp_p
     # other files ("model.safetensors.tmp"). Now it finishes the folder, staging file gone.
     (out / "model.safetensors.tmp").write_bytes(b"cut short")
     (out / "config.json.tmp").write_bytes(b"{")
+    (out / "tokenizer.model.tmp").write_bytes(b"")
     tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    # Anything else is still refused, a folder under a staging name included.
-    (out / "model.safetensors.tmp").mkdir()
-    expect_error("export", "hf", "--checkpoint", ckpt, "--out", out,
-                 contains="holds other files (model.safetensors.tmp)")
+    # Anything else is still refused, a folder under an export's or a staging name included.
+    for name in ("model.safetensors.tmp", "config.json"):
+        (out / name).unlink(missing_ok=True)
+        (out / name).mkdir()
+        expect_error("export", "hf", "--checkpoint", ckpt, "--out", out, contains=f"holds other files ({name})")
+        (out / name).rmdir()
 
 
 def test_data_prepare_and_inspect(tmp_path):
