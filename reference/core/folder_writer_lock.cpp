@@ -11,6 +11,7 @@ namespace {
 bool create_folder(const fs::path& dir) {
   std::error_code ec;
   const bool created = !fs::exists(dir, ec);
+  TRIPOD_CHECK(created || fs::is_directory(dir, ec), dir.string(), " is a file, not a folder");
   fs::create_directories(dir, ec);
   TRIPOD_CHECK(!ec, "cannot create folder ", dir.string(), ": ", ec.message());
   return created;

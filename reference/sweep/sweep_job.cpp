@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/file_lock.h"
+#include "core/folder_writer_lock.h"
 #include "core/output_file.h"
 #include "process/child_process.h"
 #include "process/python_module.h"
@@ -143,13 +143,10 @@ void run_sweep_job(const SweepRunOptions& o) {
     // One `scale run` a folder at a time: a second one started while the first ran (the command run
     // again in another terminal, a job submitted twice) took the same pending runs, and each failed
     // on the other's locked checkpoint roots (before those locks, both trained them into one folder).
-    fs::create_directories(out);
-    const fs::path lock_file = out / ".lock";
-    const ExclusiveFileLock lock(lock_file, "the lock file " + lock_file.string() + " of the sweep folder " +
-                                                out.string());
-    TRIPOD_CHECK(lock.state() != ExclusiveFileLock::State::HeldElsewhere, "scale run ", o.spec, ": another `tripod ",
-                 "scale run` is running in ", out.string(), "; wait for it to end (it trains every run the spec ",
-                 "asks for), or give another --out");
+    const FolderWriterLock lock(out, ".lock",
+                                str_cat("scale run ", o.spec, ": another `tripod scale run` is running in ", out.string(),
+                                        "; wait for it to end (it trains every run the spec asks for), or give "
+                                        "another --out"));
     const CorpusInfo corpus = prepare_corpus(spec, out);
     std::vector<PlannedRun> grid = expand_grid(spec, corpus);
     place_runs(grid, out);

@@ -298,6 +298,12 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     result = run([tripod, "scale", "run", write_spec(tmp_path / "ov.json", bad_override), "--dry-run"], check=False)
     assert result.returncode != 0 and "matches no run" in result.stderr
 
+    # An --out that is a file: "filesystem error: cannot create directories: Not a directory [FILE]".
+    a_file = pathlib.Path(write_text(tmp_path / "a-file", "mine"))
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "ok.json", small_spec()), "--out", a_file], check=False)
+    assert result.returncode == 1 and f"tripod: error: {a_file} is a file, not a folder" in result.stderr, result.stderr
+    assert a_file.read_text() == "mine"
+
 
 def test_scale_advise_from_the_command_line(tripod, tmp_path):
     out = tmp_path / "advice.json"
