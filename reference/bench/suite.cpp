@@ -15,6 +15,7 @@
 #include "comm/world.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/folder_writer_lock.h"
 #include "core/host_cpus.h"
 #include "core/output_file.h"
 #include "parallel/launch.h"
@@ -250,7 +251,14 @@ void run_suite(const SuiteOptions& o) {
   SuiteOptions planned = o;
   planned.comm = plan.comm;
   const fs::path out = o.out;
-  fs::create_directories(out);
+  // One suite at a time in a results folder: each step writes a fixed name in it and the summary
+  // reads them all back, so a second suite (run again in another terminal, two jobs on one node)
+  // replaced the first one's files under it, with figures measured while both shared the cores.
+  // Locked on the folder itself: `tripod report` reads the folder.
+  const FolderWriterLock lock(out, "",
+                              str_cat("bench --out ", out.string(), ": another `tripod bench` is writing its results "
+                                      "into this folder (and measuring on these cores); wait for it to end, or give "
+                                      "another --out"));
   fs::remove(out / "bench.json");
   const fs::path self = process::self_executable();
   std::printf("tripod bench%s: %s, %d cores, backend %s; %d MPI ranks -> %s\n", o.quick ? " --quick" : "",
