@@ -1,11 +1,9 @@
 #include "conform/report.h"
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include "core/output_file.h"
 
 namespace tripod::conform {
 namespace {
@@ -14,32 +12,6 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return out;
-}
-
-// Written under a name of this process's and renamed over `path`: a reader, or a second rank
-// writing the same report after a lone failure, never meets half a file. A path that is not a
-// regular file (/dev/stdout, a pipe) is written in place.
-void replace_file(const std::string& path, const std::string& text, const char* what) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  const bool in_place = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
-  const std::string written = in_place ? path : path + ".tmp-" + std::to_string(::getpid());
-  bool good = false;
-  {
-    std::ofstream out(written);
-    out << text;
-    out.flush();
-    good = out.good();
-  }
-  if (in_place) {
-    check(good, "cannot write ", what, " ", path);
-    return;
-  }
-  if (good) std::filesystem::rename(written, path, error);
-  if (good && !error) return;
-  std::error_code ignored;
-  std::filesystem::remove(written, ignored);  // no half-written temporary left behind
-  fail("cannot write ", what, " ", path, error ? ": " + error.message() : "");
 }
 
 std::string junit_text(const std::vector<Outcome>& outcomes, const std::string& running, const std::string& dtype) {
@@ -164,9 +136,9 @@ void ReportWriter::write() {
     for (const auto& o : outcomes_)
       j[o.name.rfind("op:", 0) == 0 ? "operator_checks" : "layouts"].push_back(outcome_json(o, dtype_));
     j["running"] = running_.empty() ? nlohmann::json(nullptr) : nlohmann::json(running_);
-    replace_file(json_path_, j.dump(2) + "\n", "JSON report");
+    write_output_file(json_path_, j.dump(2) + "\n", "JSON report");
   }
-  if (!junit_path_.empty()) replace_file(junit_path_, junit_text(outcomes_, running_, dtype_), "JUnit file");
+  if (!junit_path_.empty()) write_output_file(junit_path_, junit_text(outcomes_, running_, dtype_), "JUnit file");
 }
 
 }  // namespace tripod::conform

@@ -11,8 +11,9 @@ namespace tripod {
 // (the option was not given).
 void check_output_path(const std::string& path, const std::string& option);
 
-// Writes `text` to `path`, replacing it; an Error naming `what`, the path and the reason if the
-// file cannot be opened or a byte of it did not reach the file.
+// Writes `text` to `path`, replacing it whole (a staging file renamed over it: the previous file
+// stays when the write fails); an Error naming `what`, the path and the reason if the file cannot
+// be opened or a byte of it did not reach the file.
 void write_output_file(const std::string& path, const std::string& text, const std::string& what);
 
 }  // namespace tripod

@@ -3,7 +3,9 @@ export, and clear errors with a non-zero exit (never a crash or a silent run) on
 import fcntl
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -543,6 +545,28 @@ def test_a_results_file_whose_bytes_are_lost_is_an_error():
     # /dev/full opens but refuses every byte: the write itself is checked, not only the open.
     expect_error("bench", "comm", "-n", "1", "-w", "0", "-b", "1K", "-e", "1K", "-J", "/dev/full",
                  contains="writing the results file (-J) /dev/full failed: No space left on device")
+
+
+def test_a_results_file_that_fails_midway_leaves_the_previous_one_whole(tmp_path):
+    # A results file was truncated, then written in place: a full disk (here: a file-size limit, so
+    # that the write fails with EFBIG), a kill or a second writer mid-write left half a JSON where
+    # the previous results were. It is written beside and renamed over the old one now.
+    previous = tmp_path / "s.json"
+    previous.write_text('{"previous": true}\n')
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
+
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "8", "--json", str(previous)],
+                            capture_output=True, text=True, timeout=60, preexec_fn=limit_file_size)
+    assert result.returncode == 1 and f"the simulated timeline (--json) {previous} failed: File too large" in \
+        result.stderr, result.stderr
+    assert previous.read_text() == '{"previous": true}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no staging file left
+    tripod("schedule", "--pp", "4", "--microbatches", "8", "--json", previous)  # without the limit: replaced whole
+    assert json.loads(previous.read_text())["stages"] == 4 and [p.name for p in tmp_path.iterdir()] == ["s.json"]
 
 
 def test_metrics_whose_bytes_are_lost_end_the_run(corpus):
