@@ -21,8 +21,8 @@ def symbolize(*args):
 def test_a_segfaulting_tripod_prints_a_stack_that_names_its_functions(tmp_path):
     """The signal is raised in Tripod's own code, at the start of a training step (TRIPOD_FAULT=segv),
     not sent from outside at a random moment: a signal landing inside OpenBLAS's assembly kernels
-    (no unwind tables) ended the stack there, which on a CPU OpenBLAS runs with its Prescott
-    kernels (most of a step in sgemm_kernel_PRESCOTT) was nearly every time."""
+    (no unwind tables) ended the stack there, which for a tiny model (most of a step in OpenBLAS's
+    sgemm kernel) was nearly every time."""
     require_tripod()
     corpus = make_markov_corpus(tmp_path / "markov", tokens=20000)
     log = tmp_path / "log.txt"

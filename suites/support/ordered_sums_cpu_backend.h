@@ -2,10 +2,12 @@
 // plain loop instead of OpenBLAS, for the tests that compare a padding backend with an unpadded
 // one bit for bit. A reduction extended by zeros (a zero-padded operand copy, the padded logits'
 // columns) then has exactly the bits of the unextended one, whatever kernel OpenBLAS chose for
-// this CPU: OpenBLAS's SkylakeX sgemm kernels happen to keep those bits, its Haswell and Prescott
-// kernels do not (they split a reduction by its length; seen on a VM whose Xeon OpenBLAS did not
-// recognise and ran with Prescott's kernels). What such a test checks is the model code's use of
-// the padded copies, not OpenBLAS's order of sums, so both of its sides use this backend.
+// this CPU. OpenBLAS's sgemm kernels split a reduction by its length, each CPU's kernel its own way:
+// on this project's VM (OpenBLAS 0.3.21, which picks its Cooperlake kernels there), 9 of 15 fp32
+// products of zero-padded operands kept the unpadded bits; forced to SkylakeX's kernels 12, to
+// Haswell's or Prescott's 3 (OPENBLAS_CORETYPE; numpy on the same library, shapes M 64-1024, K
+// 37-777). What such a test checks is the model code's use of the padded copies, not OpenBLAS's
+// order of sums, so both of its sides use this backend.
 // fp64 GEMMs (no copies are made of them) and the TF32 policy stay the CPU backend's.
 #pragma once
 #include <cstdint>
