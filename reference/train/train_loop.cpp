@@ -235,7 +235,12 @@ class TrainingRun {
   void open_metrics() {
     const std::string& path = config_.train.metrics;
     if (!root_ || path.empty()) return;
-    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    if (fs::path(path).has_parent_path()) {
+      std::error_code ec;
+      fs::create_directories(fs::path(path).parent_path(), ec);
+      TRIPOD_CHECK(!ec, "cannot write metrics file ", path, " (train.metrics): its folder ",
+                   fs::path(path).parent_path().string(), " cannot be made: ", ec.message());
+    }
     // One run a metrics file, before it is emptied: two runs given one train.metrics (two
     // experiments of a preset, whose default is runs/<preset>/metrics.jsonl, started in one folder)
     // wrote their records interleaved into it, the second emptying the first's, each exiting 0.

@@ -455,8 +455,12 @@ def test_unwritable_metrics_paths_are_errors_naming_them(corpus, tmp_path):
     base = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--set", "train.steps=1"]
     expect_error(*base, "--set", f"train.metrics={tmp_path}", contains=f"cannot write metrics file {tmp_path} "
                  "(train.metrics): Is a directory")
-    # A filesystem exception was an "internal error" with exit 2.
-    expect_error(*base, "--set", f"train.metrics={a_file}/m.jsonl", contains=f"Not a directory [{a_file}]")
+    # A filesystem exception was an "internal error" with exit 2, then "filesystem error: cannot
+    # create directories: Not a directory [FILE]", naming neither the metrics file nor the key.
+    expect_error(*base, "--set", f"train.metrics={a_file}/m.jsonl",
+                 contains=f"cannot write metrics file {a_file}/m.jsonl (train.metrics): its folder {a_file} cannot be "
+                          "made: Not a directory")
+    assert a_file.read_text() == "x"
 
 
 @pytest.mark.parametrize("command", [
