@@ -73,7 +73,9 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
   const bool own_dir = o.dir.empty();
   const fs::path dir = own_dir ? fs::temp_directory_path() / ("tripod-bench-ckpt-" + std::to_string(::getpid())) : fs::path(o.dir);
   const fs::path root = dir / "ckpt";
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TRIPOD_CHECK(!ec, "bench ckpt --dir ", dir.string(), ": cannot make the folder: ", ec.message());
   TRIPOD_CHECK(!fs::exists(root), root.string(), " exists: give --dir an empty or new folder");
   const uint64_t bytes = checkpoint_bytes(nullptr, trainer.state_regions());
   const double mb = static_cast<double>(bytes) / 1e6;

@@ -51,3 +51,9 @@ def test_bench_ckpt_refuses_a_folder_that_holds_checkpoints_and_zero_repeats(tmp
     assert (tmp_path / "ckpt" / "keep-me").read_text() == "x"
     result = run("bench", "ckpt", *TINY, "--repeats", 0)
     assert result.returncode != 0 and "--repeats: 0 is not a finite number > 0" in result.stderr, result.stderr
+    # A --dir that is a file: "filesystem error: cannot create directories: Not a directory [FILE]".
+    (tmp_path / "a-file").write_text("mine")
+    result = run("bench", "ckpt", *TINY, "--repeats", 1, "--dir", tmp_path / "a-file")
+    assert result.returncode == 1 and f"bench ckpt --dir {tmp_path / 'a-file'}: cannot make the folder: Not a " \
+        "directory" in result.stderr, result.stderr
+    assert (tmp_path / "a-file").read_text() == "mine"
