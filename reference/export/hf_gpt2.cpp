@@ -3,6 +3,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_reader.h"
@@ -98,11 +99,30 @@ nlohmann::json hf_gpt2_config(const ModelConfig& c) {
 
 namespace {
 
-// What an export writes, and the staging names of a write that was cut short (ckpt/durable_file.h,
-// ckpt/safetensors.h): a killed export left model.safetensors.tmp, and the next export refused the
-// folder as holding other files.
+// What an export writes; the folder inside --out it writes them into first (StagingFolder); and the
+// staging names an earlier version's export killed mid-write left in --out itself, which made the
+// next export refuse the folder as holding other files.
 const std::set<std::string> kExportFiles = {"model.safetensors", "config.json", "tokenizer.model"};
+constexpr const char* kStagingFolder = ".export-staging";
 const std::set<std::string> kStagedExportFiles = {"model.safetensors.tmp", "config.json.tmp", "tokenizer.model.tmp"};
+
+// The export's files are written whole into this folder before any of them replaces the previous
+// export's: a failure midway (a full disk) replaced the model and left the previous export's
+// tokenizer beside it, or half a tokenizer. Made empty at the start (a killed export's is left
+// over), and gone at the end however the export ends.
+struct StagingFolder {
+  fs::path dir;
+  explicit StagingFolder(fs::path folder) : dir(std::move(folder)) {
+    fs::remove_all(dir);
+    fs::create_directory(dir);
+  }
+  ~StagingFolder() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  StagingFolder(const StagingFolder&) = delete;
+  StagingFolder& operator=(const StagingFolder&) = delete;
+};
 
 // An export replaces a previous export whole, and refuses to mix its files into anything else.
 void check_export_target(const fs::path& out_dir) {
@@ -111,7 +131,9 @@ void check_export_target(const fs::path& out_dir) {
   TRIPOD_CHECK(fs::is_directory(out_dir), "export target ", out_dir.string(), " is a file; refusing to replace it");
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const std::string name = entry.path().filename().string();
-    TRIPOD_CHECK((kExportFiles.count(name) || kStagedExportFiles.count(name)) && entry.is_regular_file(),
+    const bool ours = ((kExportFiles.count(name) || kStagedExportFiles.count(name)) && entry.is_regular_file()) ||
+                      (name == kStagingFolder && entry.is_directory());
+    TRIPOD_CHECK(ours,
                  "export target ", out_dir.string(), " holds other files (", name,
                  "); refusing to mix a new export into it (choose an empty ", "or new folder)");
   }
@@ -204,18 +226,25 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
   report.model_file = out_dir / "model.safetensors";
   report.tensors = static_cast<int64_t>(tensors.size());
   report.parameters = count_params(params.specs());
-  ckpt::write_safetensors(report.model_file, tensors, {{"format", "pt"}, {"source", "tripod"}});
-  ckpt::write_text_durably(out_dir / "config.json", hf_gpt2_config(run.model).dump(2) + "\n");
+  const StagingFolder staging(out_dir / kStagingFolder);
+  ckpt::write_safetensors(staging.dir / "model.safetensors", tensors, {{"format", "pt"}, {"source", "tripod"}});
   const RunTokenizer tokenizer = run_tokenizer(run, reader.manifest().data.train_tokens_xxh64);
   report.no_tokenizer = tokenizer.why_none;
   report.tokenizer_lost = tokenizer.lost;
+  if (!tokenizer.file.empty())  // a copy, staged and fsynced as the others are (a killed copy left half a one)
+    ckpt::write_text_durably(staging.dir / "tokenizer.model", ckpt::read_text(tokenizer.file));
+  ckpt::write_text_durably(staging.dir / "config.json", hf_gpt2_config(run.model).dump(2) + "\n");
+
+  // Every file is whole: into place, config.json (what a loader reads first) last.
+  fs::rename(staging.dir / "model.safetensors", report.model_file);
   if (!tokenizer.file.empty()) {
     report.tokenizer_file = out_dir / "tokenizer.model";
-    // Staged, fsynced and renamed as the model and config are: a killed copy left a truncated one.
-    ckpt::write_text_durably(report.tokenizer_file, ckpt::read_text(tokenizer.file));
+    fs::rename(staging.dir / "tokenizer.model", report.tokenizer_file);
   } else {
     fs::remove(out_dir / "tokenizer.model");  // a previous export's, of another run
   }
+  fs::rename(staging.dir / "config.json", out_dir / "config.json");
+  ckpt::fsync_directory(out_dir);
   return report;
 }
 

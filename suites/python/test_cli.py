@@ -3,9 +3,11 @@ export, and clear errors with a non-zero exit (never a crash or a silent run) on
 import fcntl
 import json
 import os
+import random
 import resource
 import shutil
 import signal
+import string
 import subprocess
 from pathlib import Path
 
@@ -244,12 +246,51 @@ def test_export_into_a_folder_another_export_is_writing_is_refused(corpus, tmp_p
     (out / "tokenizer.model.tmp").write_bytes(b"")
     tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # This version stages an export's files in a folder inside --out; a killed one leaves it.
+    (out / ".export-staging").mkdir()
+    (out / ".export-staging" / "model.safetensors.tmp").write_bytes(b"cut short")
+    tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # Anything else is still refused, a folder under an export's or a staging name included.
     for name in ("model.safetensors.tmp", "config.json"):
         (out / name).unlink(missing_ok=True)
         (out / name).mkdir()
         expect_error("export", "hf", "--checkpoint", ckpt, "--out", out, contains=f"holds other files ({name})")
         (out / name).rmdir()
+
+
+def test_an_export_that_fails_midway_leaves_the_previous_export_whole(tmp_path):
+    # Each file replaced its predecessor as soon as it was written: a failure after the model (here
+    # a file-size limit that the tokenizer's copy exceeds, as a full disk would) left the new model
+    # beside the previous export's tokenizer, or half a tokenizer. All three are written first now.
+    # A tokenizer larger than the model: 2000 pieces of random words, and a model 2 wide.
+    rng = random.Random(0)
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(6, 14))) for _ in range(3000)]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(5000)))
+    data, out = tmp_path / "data", tmp_path / "hf"
+    tripod("data", "prepare", "--input", text, "--out", data, "--vocab-size", 2000)
+    narrow = ["--set", "model.n_layer=1", "--set", "model.d_model=2", "--set", "model.n_head=1", "--set",
+              "model.d_ff=8", "--set", "train.batch_size=2", "--set", "train.seq_len=16", "--set", "train.steps=2"]
+    for seed in (1, 2):
+        tripod("train", "--config", "tiny", "--set", f"data.dir={data}", *narrow, "--set", f"train.seed={seed}",
+               "--save", tmp_path / f"ckpt{seed}")
+    tripod("export", "hf", "--checkpoint", tmp_path / "ckpt1", "--out", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    model, tokenizer = len(before["model.safetensors"]), len(before["tokenizer.model"])
+    assert model < tokenizer, (model, tokenizer)  # the limit below lets the model through, not the tokenizer
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, ((model + tokenizer) // 2,) * 2)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
+
+    result = subprocess.run([str(TRIPOD), "export", "hf", "--checkpoint", str(tmp_path / "ckpt2"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=60, preexec_fn=limit_file_size)
+    assert result.returncode == 1 and "File too large" in result.stderr, result.stdout + result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the staging folder gone too
+    tripod("export", "hf", "--checkpoint", tmp_path / "ckpt2", "--out", out)
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(after) == sorted(before) and after["model.safetensors"] != before["model.safetensors"]
 
 
 def test_data_prepare_and_inspect(tmp_path):
