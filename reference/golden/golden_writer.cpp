@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "backend/transfer.h"
 #include "ckpt/durable_file.h"
@@ -189,16 +190,28 @@ GoldenWriteSummary write_golden_bundle(const RunConfig& given, int64_t steps, co
   const Trajectory t64 = run_reference(fp64, init, batches, record, true, backend);
   const Trajectory t32 = run_reference(fp32, init, batches, record, false, backend);
 
-  fs::create_directories(out / kReferenceDir);
-  write_hf_params(out / kModelFile, specs, init, DType::F32);
-  write_npy_int32(out / kTokensFile, tokens);
-  write_npy_int32(out / kTargetsFile, targets);
-  write_reference(out / kReferenceDir, "fp64", t64, t64.slack64, specs);
-  write_reference(out / kReferenceDir, "fp32", t32, t64.slack32, specs);
-  // Last, so that a bundle with bundle.json is complete; it lists every other file's size and XXH64.
-  json meta = bundle_json(config, steps, specs);
-  meta["files"] = describe_bundle_files(out);
-  ckpt::write_text_durably(out / kBundleJson, meta.dump(1) + "\n");
+  try {
+    fs::create_directories(out / kReferenceDir);
+    write_hf_params(out / kModelFile, specs, init, DType::F32);
+    write_npy_int32(out / kTokensFile, tokens);
+    write_npy_int32(out / kTargetsFile, targets);
+    write_reference(out / kReferenceDir, "fp64", t64, t64.slack64, specs);
+    write_reference(out / kReferenceDir, "fp32", t32, t64.slack32, specs);
+    // Last, so that a bundle with bundle.json is complete; it lists every other file's size and XXH64.
+    json meta = bundle_json(config, steps, specs);
+    meta["files"] = describe_bundle_files(out);
+    ckpt::write_text_durably(out / kBundleJson, meta.dump(1) + "\n");
+  } catch (...) {
+    // A cut that fails while writing (a full disk) leaves the folder as it found it, empty (or not
+    // there): everything in it is this cut's, under the lock. Its part of a bundle made the next cut
+    // refuse the folder as not empty.
+    std::error_code ec;
+    std::vector<fs::path> written;
+    for (fs::directory_iterator entry(out, ec); !ec && entry != fs::directory_iterator(); entry.increment(ec))
+      written.push_back(entry->path());
+    for (const fs::path& path : written) fs::remove_all(path, ec);
+    throw;
+  }
 
   GoldenWriteSummary s{steps, count_params(specs), B * T, t64.losses.front(), t64.losses.back(), 0.0};
   for (std::size_t k = 0; k < t64.losses.size(); ++k)

@@ -10,7 +10,9 @@ The checker itself (tolerances, bad results files) is tested in test_golden_chec
 import fcntl
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -257,6 +259,31 @@ def test_a_cut_into_a_folder_another_cut_is_writing_is_refused(tmp_path):
                         "--out", given)
         assert result.returncode == 1 and "nowhere" in result.stderr, result.stderr
     assert out.is_dir() and list(out.iterdir()) == [] and not (tmp_path / "new").exists()
+
+
+def test_a_cut_that_fails_while_writing_leaves_the_folder_as_it_found_it(bundle, tmp_path):
+    # A full disk midway left part of a bundle (no bundle.json), which made the next cut refuse the
+    # folder as not empty. Here a file-size limit lets the fp32 weights through and stops the fp64
+    # reference parameters (twice their size).
+    sizes = {name: entry["bytes"] for name, entry in json.loads((bundle / "bundle.json").read_text())["files"].items()}
+    limit = sizes["model.safetensors"] * 3 // 2
+    assert max(sizes.values()) > limit > max(sizes[n] for n in ("model.safetensors", "tokens.npy", "targets.npy"))
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
+
+    corpus = make_markov_corpus(tmp_path / "markov")
+    given, new = tmp_path / "given", tmp_path / "new"
+    given.mkdir()
+    for out in (given, new):
+        result = subprocess.run([str(TRIPOD), "golden", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
+                                 "--steps", str(STEPS), "--out", str(out)], capture_output=True, text=True, timeout=300,
+                                preexec_fn=limit_file_size)
+        assert result.returncode == 1 and "File too large" in result.stderr, result.stdout + result.stderr
+    assert given.is_dir() and list(given.iterdir()) == [] and not new.exists()
+    ok(tripod("golden", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, "--steps", STEPS, "--out", given))
+    assert read_bundle(given)
 
 
 def peer(module, bundle, out, precision, *extra):
