@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 
+from reports.output_file import write_text_replacing
 from scaling.bootstrap import CI_PERCENTILES
 from scaling.fitlib import MIN_GAMMA, PARAMETER_BOUNDS
 from scaling.laws import FLOPS_PER_PARAM_TOKEN, LAWS_BY_NAME, ParametricLaw
@@ -195,9 +196,7 @@ def _json_safe(value):
 
 def write_advice(result, path):
     try:
-        with open(path, "w") as f:
-            json.dump(_json_safe(result), f, indent=2, allow_nan=False)
-            f.write("\n")
+        write_text_replacing(path, json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n")
     except OSError as e:
         raise SystemExit(f"scale advise: cannot write --json {path}: {e.strerror or e}")
 

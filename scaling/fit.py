@@ -16,6 +16,7 @@ import argparse
 import sys
 import time
 
+from reports.output_file import write_text_replacing
 from scaling.approach1 import fit_approach1
 from scaling.bootstrap import bootstrap
 from scaling.fitlib import SMALL_INIT_GRID, fit_approach2, fit_approach3, fit_frontier
@@ -75,8 +76,7 @@ def main(argv=None):
               f"E, A, B, alpha, beta are poorly determined", file=sys.stderr)
     write_json(report, args.json)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(render_markdown(report))
+        write_text_replacing(args.markdown, render_markdown(report))
     if args.plots:
         from scaling.plots import write_all_plots  # matplotlib only when figures are asked for
         write_all_plots(sweep, report, args.plots)

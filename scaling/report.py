@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from reports.output_file import write_text_replacing
 from scaling.fitlib import interval_flags
 from scaling.laws import (CHINCHILLA, CHINCHILLA_TOKENS_PER_PARAM, EPOCH_2024, KAPLAN_N_OPT_EXPONENT, ParametricLaw,
                           reference_block)
@@ -116,9 +117,7 @@ def _json_safe(value):
 
 
 def write_json(report, path):
-    with open(path, "w") as f:
-        json.dump(_json_safe(report), f, indent=2)
-        f.write("\n")
+    write_text_replacing(path, json.dumps(_json_safe(report), indent=2) + "\n")
 
 
 def law_from_report(report):

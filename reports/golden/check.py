@@ -53,6 +53,7 @@ import numpy as np
 from reports import safetensors_np as st
 from reports.golden.bundle import (PRECISIONS, BundleError, load_tensors, read_bundle, read_json_object,
                                    tensor_file_problem)
+from reports.output_file import write_text_replacing
 
 WHY = {
     "fp64": "double rounding (~1e-16 per operation) over the model's reductions stays near 1e-13; "
@@ -248,7 +249,7 @@ def main(argv=None):
         out = pathlib.Path(args.json_out)
         out.parent.mkdir(parents=True, exist_ok=True)
         # Infinite relative errors (a zero reference) are written as null, keeping the JSON standard.
-        out.write_text(json.dumps(_finite_or_null(verdict), indent=1) + "\n")
+        write_text_replacing(out, json.dumps(_finite_or_null(verdict), indent=1) + "\n")
     return 0 if match else 1
 
 

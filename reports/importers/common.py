@@ -11,6 +11,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from reports.output_file import write_text_replacing
+
 SCHEMA = "tripod-results"
 SCHEMA_VERSION = 1
 
@@ -173,6 +175,4 @@ def _finite_or_none(value):
 
 
 def write_document(document, out):
-    with open(out, "w", encoding="utf-8") as handle:
-        json.dump(_finite_or_none(document), handle, indent=1, allow_nan=False)
-        handle.write("\n")
+    write_text_replacing(out, json.dumps(_finite_or_none(document), indent=1, allow_nan=False) + "\n")

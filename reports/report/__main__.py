@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from reports.output_file import write_text_replacing
 from reports.report.collect import ReportError, collect
 from reports.report.figures_bench import bench_section, timelines_section
 from reports.report.figures_conform import conform_section
@@ -31,7 +32,7 @@ def build_report(root, out, extras=()):
 
 def write_page(out, page):
     try:
-        out.write_text(page)
+        write_text_replacing(out, page)
     except OSError as e:
         raise ReportError(f"cannot write {out}: {e.strerror or e}") from e
 
