@@ -1,14 +1,13 @@
 """`tripod bench --quick`, the one command for a new node: every sweep runs, bench.json holds each
 section, the summary names best bus bandwidth, sgemm % of peak and MFU per layout, and the
 plotting script turns the JSON into PNG files and an HTML page."""
-import fcntl
 import json
 import os
 import subprocess
 
 import pytest
 
-from tripod_cli import TRIPOD, require_tripod
+from tripod_cli import TRIPOD, folder_lock_held, require_tripod
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +118,9 @@ def test_a_second_suite_into_a_folder_another_is_writing_is_refused(tmp_path):
     out = tmp_path / "bench"
     out.mkdir()
     (out / "bench.json").write_text("{}")  # the previous suite's results
-    writer = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a suite at work holds
+    with folder_lock_held(out):  # what a suite at work holds
         result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(out)], capture_output=True, text=True,
                                 timeout=60)
         assert result.returncode == 1 and (f"bench --out {out}: another `tripod bench` is writing its results into "
                                            "this folder") in result.stderr, result.stderr
         assert sorted(p.name for p in out.iterdir()) == ["bench.json"] and (out / "bench.json").read_text() == "{}"
-    finally:
-        os.close(writer)

@@ -4,16 +4,14 @@ import fcntl
 import json
 import os
 import random
-import resource
 import shutil
-import signal
 import string
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tripod_cli import TRIPOD, require_tripod
+from tripod_cli import TRIPOD, file_size_limit, folder_lock_held, require_tripod
 
 # A 1-layer model small enough that every training run below takes well under a second.
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
@@ -231,14 +229,10 @@ def test_export_into_a_folder_another_export_is_writing_is_refused(corpus, tmp_p
     train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
     tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    writer = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what an export at work holds
+    with folder_lock_held(out):  # what an export at work holds
         expect_error("export", "hf", "--checkpoint", ckpt, "--out", out,
                      contains=f"export hf --out {out}: another `tripod export hf` is writing this folder")
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    finally:
-        os.close(writer)
     # A killed export leaves its staging file behind; the next export refused the folder as holding
     # other files ("model.safetensors.tmp"). Now it finishes the folder, staging file gone.
     (out / "model.safetensors.tmp").write_bytes(b"cut short")
@@ -280,12 +274,8 @@ def test_an_export_that_fails_midway_leaves_the_previous_export_whole(tmp_path):
     model, tokenizer = len(before["model.safetensors"]), len(before["tokenizer.model"])
     assert model < tokenizer, (model, tokenizer)  # the limit below lets the model through, not the tokenizer
 
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, ((model + tokenizer) // 2,) * 2)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
-
     result = subprocess.run([str(TRIPOD), "export", "hf", "--checkpoint", str(tmp_path / "ckpt2"), "--out", str(out)],
-                            capture_output=True, text=True, timeout=60, preexec_fn=limit_file_size)
+                            capture_output=True, text=True, timeout=60, preexec_fn=file_size_limit((model + tokenizer) // 2))
     assert result.returncode == 1 and "File too large" in result.stderr, result.stdout + result.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the staging folder gone too
     tripod("export", "hf", "--checkpoint", tmp_path / "ckpt2", "--out", out)
@@ -598,14 +588,9 @@ def test_a_results_file_that_fails_midway_leaves_the_previous_one_whole(tmp_path
     # the previous results were. It is written beside and renamed over the old one now.
     previous = tmp_path / "s.json"
     previous.write_text('{"previous": true}\n')
-
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
-
     require_tripod()
     result = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "8", "--json", str(previous)],
-                            capture_output=True, text=True, timeout=60, preexec_fn=limit_file_size)
+                            capture_output=True, text=True, timeout=60, preexec_fn=file_size_limit(2048))
     assert result.returncode == 1 and f"the simulated timeline (--json) {previous} failed: File too large" in \
         result.stderr, result.stderr
     assert previous.read_text() == '{"previous": true}\n'

@@ -7,12 +7,8 @@ it, and `tripod golden check` holds each against the reference with the bundle's
     CPU processes (gloo) match within the stated tolerances;
   - a bundle with one initial weight moved by 1e-3 is reported DIFFERS, naming step 1 and the tensor.
 The checker itself (tolerances, bad results files) is tested in test_golden_check.py."""
-import fcntl
 import json
-import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -22,7 +18,8 @@ import xxhash
 
 from reports import safetensors_np as st
 from reports.golden.bundle import BundleError, read_bundle
-from tripod_cli import MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import (MPI_ENV, TRIPOD, file_size_limit, folder_lock_held, make_markov_corpus, mpirun_command,
+                        require_tripod)
 
 # Two layers, untied head (every tensor kind), 4 sequences of 16 tokens, 2 micro-batches: small
 # enough for the torch peers to take a second, large enough that every step clips and decays.
@@ -244,15 +241,11 @@ def test_a_cut_into_a_folder_another_cut_is_writing_is_refused(tmp_path):
     # lists every file in it) from before its check to its last file.
     out = tmp_path / "bundle"
     out.mkdir()
-    writer = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a cut at work holds
+    with folder_lock_held(out):  # what a cut at work holds
         result = tripod("golden", "--config", "tiny", "--steps", 2, "--out", out)
         assert result.returncode == 1 and (f"golden --out {out}: another `tripod golden` is writing a bundle into "
                                            "this folder") in result.stderr, result.stderr
         assert list(out.iterdir()) == []
-    finally:
-        os.close(writer)
     # A cut that fails before writing leaves no folder it made, and the folder it was given.
     for given in (out, tmp_path / "new"):
         result = tripod("golden", "--config", "tiny", "--set", f"data.dir={tmp_path / 'nowhere'}", "--steps", 2,
@@ -269,17 +262,13 @@ def test_a_cut_that_fails_while_writing_leaves_the_folder_as_it_found_it(bundle,
     limit = sizes["model.safetensors"] * 3 // 2
     assert max(sizes.values()) > limit > max(sizes[n] for n in ("model.safetensors", "tokens.npy", "targets.npy"))
 
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
-
     corpus = make_markov_corpus(tmp_path / "markov")
     given, new = tmp_path / "given", tmp_path / "new"
     given.mkdir()
     for out in (given, new):
         result = subprocess.run([str(TRIPOD), "golden", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL,
                                  "--steps", str(STEPS), "--out", str(out)], capture_output=True, text=True, timeout=300,
-                                preexec_fn=limit_file_size)
+                                preexec_fn=file_size_limit(limit))
         assert result.returncode == 1 and "File too large" in result.stderr, result.stdout + result.stderr
     assert given.is_dir() and list(given.iterdir()) == [] and not new.exists()
     ok(tripod("golden", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, "--steps", STEPS, "--out", given))

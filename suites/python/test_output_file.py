@@ -3,15 +3,13 @@
 (core/output_file.h). Each was opened with "w", truncating the previous file before the first byte
 of the new one: a failure midway left half a file where the previous results were."""
 import json
-import resource
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from reports.output_file import write_text_replacing
-from tripod_cli import TRIPOD, require_tripod
+from tripod_cli import TRIPOD, file_size_limit, require_tripod
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 
@@ -51,12 +49,8 @@ def test_an_import_that_fails_while_writing_keeps_the_previous_results(tmp_path)
     out = tmp_path / "nccl.json"
     out.write_text('{"previous": true}\n')
 
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, instead of the signal ending the process
-
     command = [str(TRIPOD), "import", "nccl-tests", str(FIXTURES / "nccl_all_reduce_2.19.txt"), "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, preexec_fn=limit_file_size)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, preexec_fn=file_size_limit(1024))
     assert result.returncode != 0 and "File too large" in result.stderr, result.stdout + result.stderr
     assert out.read_text() == '{"previous": true}\n' and [p.name for p in tmp_path.iterdir()] == ["nccl.json"]
     assert subprocess.run(command, capture_output=True, text=True, timeout=60).returncode == 0

@@ -1,6 +1,9 @@
 """Shared by the command-line suites: where the `tripod` binary is, and how to launch it under
 mpirun here (as root, oversubscribed, shared memory only, one passive thread per rank)."""
+import contextlib
+import fcntl
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -15,6 +18,26 @@ TRIPOD = BUILD_DIR / "reference" / "tripod"
 MPIRUN = shutil.which("mpirun")
 MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def file_size_limit(limit):
+    """preexec_fn of a child whose writes past `limit` bytes fail with EFBIG, as on a full disk
+    (RLIMIT_FSIZE), instead of SIGXFSZ ending it."""
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return apply
+
+
+@contextlib.contextmanager
+def folder_lock_held(folder):
+    """Holds what a writer at work holds on an output folder itself (core/folder_writer_lock.h)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def hang_up_by_default():
