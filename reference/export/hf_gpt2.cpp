@@ -235,7 +235,12 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
     ckpt::write_text_durably(staging.dir / "tokenizer.model", ckpt::read_text(tokenizer.file));
   ckpt::write_text_durably(staging.dir / "config.json", hf_gpt2_config(run.model).dump(2) + "\n");
 
-  // Every file is whole: into place, config.json (what a loader reads first) last.
+  // Every file is whole: into place, config.json (what a loader reads first) last. The previous
+  // config.json goes first, durably: a kill between two renames left the new model beside the
+  // previous export's config (of another shape, perhaps) and tokenizer, a folder a loader took
+  // whole; now such a folder has no config.json, which loaders refuse, until an export completes it.
+  fs::remove(out_dir / "config.json");
+  ckpt::fsync_directory(out_dir);
   fs::rename(staging.dir / "model.safetensors", report.model_file);
   if (!tokenizer.file.empty()) {
     report.tokenizer_file = out_dir / "tokenizer.model";

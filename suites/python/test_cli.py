@@ -283,6 +283,33 @@ def test_an_export_that_fails_midway_leaves_the_previous_export_whole(tmp_path):
     assert sorted(after) == sorted(before) and after["model.safetensors"] != before["model.safetensors"]
 
 
+def test_an_export_killed_while_moving_its_files_in_leaves_no_folder_a_loader_takes(corpus, tmp_path):
+    # The staged files are renamed in one by one, config.json last: a kill between two renames left
+    # the new model beside the previous export's config.json (here of another width), a folder a
+    # loader took whole. The previous config.json is removed before the first rename, so such a
+    # folder has none until an export completes it. The kill comes from rename(2) itself
+    # (fixtures/killed_at_rename.c, LD_PRELOADed): at the last rename, config.json's into --out.
+    shim = tmp_path / "killed_at_rename.so"
+    source = Path(__file__).resolve().parent / "fixtures" / "killed_at_rename.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True, timeout=60)
+    out = tmp_path / "hf"
+    for name, width in (("narrow", 32), ("wide", 48)):
+        train(corpus, tmp_path, name, "--set", "train.steps=1", "--set", f"model.d_model={width}",
+              "--save", tmp_path / name)
+    tripod("export", "hf", "--checkpoint", tmp_path / "narrow", "--out", out)
+    assert json.loads((out / "config.json").read_text())["n_embd"] == 32
+
+    killed = subprocess.run([str(TRIPOD), "export", "hf", "--checkpoint", str(tmp_path / "wide"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "LD_PRELOAD": str(shim), "TRIPOD_TEST_KILL_AT_RENAME": str(out / "config.json")})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert not (out / "config.json").exists(), "a config.json beside a model it does not describe"
+    tripod("export", "hf", "--checkpoint", tmp_path / "wide", "--out", out)  # completes the folder
+    tripod("export", "hf", "--checkpoint", tmp_path / "wide", "--out", tmp_path / "clean")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == \
+           {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
+
+
 def test_data_prepare_and_inspect(tmp_path):
     text = tmp_path / "text.txt"
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
