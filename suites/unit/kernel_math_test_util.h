@@ -22,7 +22,7 @@ namespace tripod::testing {
 
 // The caps every tolerance of these tests stays under, relative to the compared tensor's largest
 // element: about 10^4 ulps of fp64 and 10^2 ulps of fp32. They bound what a different summation
-// order (device tree vs CPU loop) and a different FMA contraction can change; a wrong index, a
+// order (device tree vs CPU loop) and the device's FMA contraction can change; a wrong index, a
 // lost or doubled term, or a wrong expression moves results by far more.
 template <typename T>
 constexpr double kRelativeCap = sizeof(T) == 8 ? 1e-12 : 1e-5;

@@ -12,10 +12,9 @@
 //
 // Tolerances: relative to the largest element of each output, the caps kRelativeCap (1e-12 fp64,
 // 1e-5 fp32). The replay differs from the CPU in the order of the row sums (32 strided lanes and a
-// butterfly against one loop; the column sums' 16 warps against one loop) and in FMA contraction
-// (the CPU library is built with -march=native), so its rounding differs by ~sqrt(terms) ulps of
-// the partial sums: measured <= 6.3e-7 in fp32 and 2.1e-15 in fp64 (the record of each run has
-// every value), while a wrong term, mean or index is off by >= 1e-3. dinp is compared on the
+// butterfly against one loop; the column sums' 16 warps against one loop), so its rounding
+// differs by ~sqrt(terms) ulps of the partial sums: measured <= 6.3e-7 in fp32 and 2.1e-15 in fp64
+// (the record of each run has every value), while a wrong term, mean or index is off by >= 1e-3. dinp is compared on the
 // scale of its terms (see expect_backward_matches_cpu).
 #include <gtest/gtest.h>
 
@@ -201,9 +200,10 @@ void expect_backward_matches_cpu(uint64_t seed, bool fused) {
       // dinp is rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)): a difference of terms
       // of size rstd * |dnorm| that may cancel to ~0, and rounding is relative to the terms. With
       // one channel it cancels exactly (norm = 0, dnorm = its mean) and rstd = 1/sqrt(eps) = 316:
-      // the replay gives exactly 0, while the CPU's FMA-contracted d * w - mean(dnorm) leaves the
-      // product's rounding error (an ulp of |dnorm|) times 316. So dinp's scale is the larger of
-      // its largest element and max_r rstd_r * max_c |dout * weight|.
+      // the replay gives exactly 0, as the CPU does now; an FMA-contracted d * w - mean(dnorm)
+      // (the device's, or the CPU's when built with -ffp-contract=fast) leaves the product's
+      // rounding error (an ulp of |dnorm|) times 316. So dinp's scale is the larger of its
+      // largest element and max_r rstd_r * max_c |dout * weight|.
       double dinp_scale = testing::largest_magnitude(want_dinp);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < channels; ++c)

@@ -73,8 +73,8 @@ const int64_t kSizes[] = {1, 255, 2048, 2049, 100003, 3000017};  // 3000017 > 10
 
 // cpu::sum_squares adds, per 4096-element block, 8 interleaved lanes of up to 512 squares, the 8
 // lanes in order, then the blocks in order; the backend adds that to the accumulator. With fp64
-// input a square is rounded, and -march=native may fuse it into its addition (one rounding less):
-// one more u. So |device - CPU| <= (h_device + h_cpu + 1) u (|acc| + sum x^2), the bound asserted
+// input a square is rounded, and the device may fuse it into its addition (one rounding less; the
+// host does not: -ffp-contract=off): one more u. So |device - CPU| <= (h_device + h_cpu + 1) u (|acc| + sum x^2), the bound asserted
 // (with 1% for the second-order terms); a lost, doubled or wrong term changes the sum by ~1/n of
 // it, far beyond. Measured differences are also held under the cap kRelativeCap (1e-12).
 template <typename T>

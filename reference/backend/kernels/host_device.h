@@ -24,9 +24,8 @@ namespace tripod::kernels {
 // fuse a product into an add that follows it (one fma, rounded once), so the bits would depend on
 // the code around the product: in a * x + b * y one product becomes an fma and the other does not
 // (the result then depends on the operands' order), and a fused kernel that stores a product and
-// also sums it would sum another value than the separate kernels it replaces. (The host's plain
-// product is left to the compiler: GCC's default -ffp-contract=fast may fuse it too under -march
-// with FMA; the host replays and the CPU backend are built alike, so they agree with each other.)
+// also sums it would sum another value than the separate kernels it replaces. On the host every
+// product is rounded on its own: the project builds with -ffp-contract=off (CMakeLists.txt).
 template <typename T>
 TRIPOD_HD T unfused_product(T a, T b) {
 #ifdef __CUDA_ARCH__
