@@ -1,5 +1,8 @@
 #include "core/folder_writer_lock.h"
 
+#include <cstdio>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace tripod {
@@ -27,6 +30,15 @@ ExclusiveFileLock lock_of(const fs::path& dir, const std::string& lock_file) {
 FolderWriterLock::FolderWriterLock(const fs::path& dir, const std::string& lock_file, const std::string& refusal)
     : dir_(dir), lock_file_(lock_file), created_(create_folder(dir)), lock_(lock_of(dir, lock_file)) {
   TRIPOD_CHECK(lock_.state() != ExclusiveFileLock::State::HeldElsewhere, refusal);
+  // Said, not fatal, as for checkpoint roots: the writers' own folder checks still refuse others'
+  // files, and a network file system without its lock service must not stop the work.
+  if (lock_.state() == ExclusiveFileLock::State::Unsupported) {
+    std::fprintf(stderr,
+                 "tripod: warning: %s: its file system does not lock files (%s), so a second writer into this "
+                 "folder at the same time would not be refused\n",
+                 dir.c_str(), std::strerror(lock_.error()));
+    std::fflush(stderr);
+  }
 }
 
 FolderWriterLock::~FolderWriterLock() {

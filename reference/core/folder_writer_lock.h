@@ -19,8 +19,8 @@ class FolderWriterLock {
  public:
   // Creates `dir` where absent and takes its lock: on `lock_file` in it, or on the folder itself
   // when `lock_file` is empty. Throws `refusal` when another process holds it. Where the file system
-  // does not lock, holds nothing and says nothing: the writers' own folder checks still refuse
-  // other files.
+  // does not lock, holds nothing and warns on stderr, naming the folder: the writers' own folder
+  // checks still refuse other files.
   FolderWriterLock(const std::filesystem::path& dir, const std::string& lock_file, const std::string& refusal);
   // A folder this writer created and that holds nothing else at the end (the work failed before
   // writing anything) goes with its lock file, as if never made.

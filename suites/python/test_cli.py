@@ -1,5 +1,6 @@
 """End-to-end tests of the `tripod` command line: data preparation, training, exact resume,
 export, and clear errors with a non-zero exit (never a crash or a silent run) on bad input."""
+import errno
 import fcntl
 import json
 import os
@@ -308,6 +309,31 @@ def test_an_export_killed_while_moving_its_files_in_leaves_no_folder_a_loader_ta
     tripod("export", "hf", "--checkpoint", tmp_path / "wide", "--out", tmp_path / "clean")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == \
            {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
+
+
+def test_a_folder_whose_file_system_cannot_lock_is_written_with_a_warning(corpus, tmp_path):
+    # A folder's writer lock (core/folder_writer_lock.h) on a file system without locks (an NFS
+    # mount without its lock service; here flock(2) failing with ENOLCK through fixtures/
+    # no_flock.c) held nothing and said nothing; checkpoint roots warned. Now every writer of a
+    # folder warns, naming it, and does its work.
+    library = tmp_path / "libno-flock.so"
+    source = Path(__file__).resolve().parent / "fixtures" / "no_flock.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    unlocked = {**os.environ, "LD_PRELOAD": str(library)}
+    train(corpus, tmp_path, "run", "--set", "train.steps=1", "--save", tmp_path / "ckpt")
+
+    def warned(folder, *command):
+        result = subprocess.run([str(TRIPOD), *map(str, command)], capture_output=True, text=True, timeout=120,
+                                env=unlocked)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (f"tripod: warning: {folder}: its file system does not lock files ({os.strerror(errno.ENOLCK)}), "
+                "so a second writer into this folder at the same time would not be refused") in result.stderr, \
+            result.stderr
+
+    warned(tmp_path / "hf", "export", "hf", "--checkpoint", tmp_path / "ckpt", "--out", tmp_path / "hf")
+    assert (tmp_path / "hf" / "config.json").is_file()
+    warned(tmp_path / "data", "data", "synthetic", "--out", tmp_path / "data", "--vocab-size", 16, "--order", 1, "--tokens", 5000)
+    assert (tmp_path / "data" / "meta.json").is_file()
 
 
 def test_data_prepare_and_inspect(tmp_path):
