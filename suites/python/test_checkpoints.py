@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tripod_cli import (MPI_ENV, TRIPOD, hang_up_by_default, make_markov_corpus,
+from tripod_cli import (MPI_ENV, TRIPOD, fixture_library, hang_up_by_default, make_markov_corpus,
                         mpirun_command, require_tripod)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports"))
@@ -289,9 +289,7 @@ def test_exit_after_minutes_ends_with_a_checkpoint_that_resumes(corpus, tmp_path
 
 def test_a_file_system_that_cannot_lock_gives_a_warning_and_the_run_goes_on(corpus, tmp_path):
     # The locks' third outcome (ckpt/root_lock.h, core/file_lock.h): said, not fatal.
-    library = tmp_path / "libno-flock.so"
-    source = Path(__file__).resolve().parent / "fixtures" / "no_flock.c"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
+    library = fixture_library("no_flock", tmp_path)
     root = tmp_path / "ckpt"
     result = ok(train(corpus, 1, "--save", root, "--set", f"train.metrics={tmp_path / 'm.jsonl'}",
                       env={"LD_PRELOAD": str(library)}))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import TRIPOD, file_size_limit, folder_lock_held, require_tripod
+from tripod_cli import TRIPOD, file_size_limit, fixture_library, folder_lock_held, require_tripod
 
 # A 1-layer model small enough that every training run below takes well under a second.
 SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "model.n_head=2",
@@ -290,9 +290,7 @@ def test_an_export_killed_while_moving_its_files_in_leaves_no_folder_a_loader_ta
     # loader took whole. The previous config.json is removed before the first rename, so such a
     # folder has none until an export completes it. The kill comes from rename(2) itself
     # (fixtures/killed_at_rename.c, LD_PRELOADed): at the last rename, config.json's into --out.
-    shim = tmp_path / "killed_at_rename.so"
-    source = Path(__file__).resolve().parent / "fixtures" / "killed_at_rename.c"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True, timeout=60)
+    shim = fixture_library("killed_at_rename", tmp_path)
     out = tmp_path / "hf"
     for name, width in (("narrow", 32), ("wide", 48)):
         train(corpus, tmp_path, name, "--set", "train.steps=1", "--set", f"model.d_model={width}",
@@ -316,10 +314,7 @@ def test_a_folder_whose_file_system_cannot_lock_is_written_with_a_warning(corpus
     # mount without its lock service; here flock(2) failing with ENOLCK through fixtures/
     # no_flock.c) held nothing and said nothing; checkpoint roots warned. Now every writer of a
     # folder warns, naming it, and does its work.
-    library = tmp_path / "libno-flock.so"
-    source = Path(__file__).resolve().parent / "fixtures" / "no_flock.c"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
-    unlocked = {**os.environ, "LD_PRELOAD": str(library)}
+    unlocked = {**os.environ, "LD_PRELOAD": str(fixture_library("no_flock", tmp_path))}
     train(corpus, tmp_path, "run", "--set", "train.steps=1", "--save", tmp_path / "ckpt")
 
     def warned(folder, *command):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import BINARY_DIR, MPI_ENV, TRIPOD, make_markov_corpus, mpirun_command, require_tripod
+from tripod_cli import BINARY_DIR, MPI_ENV, TRIPOD, fixture_library, make_markov_corpus, mpirun_command, require_tripod
 
 try:
     import jsonschema
@@ -351,10 +351,7 @@ def test_bench_health_json(tmp_path):
 
 
 def stand_in_nvml(tmp_path):
-    library = tmp_path / "libfake-nvml.so"
-    source = Path(__file__).resolve().parent / "fixtures" / "fake_nvml.c"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60)
-    return library
+    return fixture_library("fake_nvml", tmp_path)
 
 
 def test_bench_health_json_through_a_stand_in_nvml(tmp_path):

@@ -40,6 +40,15 @@ def folder_lock_held(folder):
         os.close(descriptor)
 
 
+def fixture_library(name, folder):
+    """fixtures/NAME.c built into FOLDER/libNAME.so: a stand-in library, or one to LD_PRELOAD in
+    front of libc (a failing flock, a kill at one rename)."""
+    library = Path(folder) / f"lib{name}.so"
+    source = Path(__file__).resolve().parent / "fixtures" / f"{name}.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source), "-ldl"], check=True, timeout=60)
+    return library
+
+
 def hang_up_by_default():
     """preexec_fn of a child a test sends SIGHUP. Under nohup, or any runner that ignores SIGHUP, the
     child would inherit the ignoring, which Tripod keeps on purpose (nohup asks the run to go on),
