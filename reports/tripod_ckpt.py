@@ -37,19 +37,23 @@ def read_checkpoint(path):
     """(manifest dict, {kind: {tensor: float64 array}}); raises if any element is missing."""
     directory = checkpoint_dir(path)
     manifest = json.loads((directory / "manifest.json").read_text())
-    flat = {kind: {name: np.full(int(np.prod(shape)), np.nan) for name, shape in manifest["tensors"].items()}
+    flat = {kind: {name: np.zeros(int(np.prod(shape))) for name, shape in manifest["tensors"].items()}
             for kind in KINDS}
+    # which elements some block wrote (a NaN value is a value: an earlier Tripod saved diverged states)
+    written = {kind: {name: np.zeros(values.size, dtype=bool) for name, values in tensors.items()}
+               for kind, tensors in flat.items()}
     for entry in manifest["files"]:
         data = (directory / entry["name"]).read_bytes()
         for block in entry["blocks"]:
             rows = block["start"] + block["stride"] * np.arange(block["count"])[:, None]
             index = (rows + np.arange(block["length"])[None, :]).ravel()
             flat[block["kind"]][block["tensor"]][index] = _values(data, block)
+            written[block["kind"]][block["tensor"]][index] = True
     state = {}
     for kind, tensors in flat.items():
         state[kind] = {}
         for name, values in tensors.items():
-            if np.isnan(values).any():
+            if not written[kind][name].all():
                 raise ValueError(f"{directory}: {kind} of {name} is not fully written")
             state[kind][name] = values.reshape(manifest["tensors"][name])
     return manifest, state

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ckpt/durable_file.h"
+#include "ckpt/finite_values.h"
 #include "ckpt/shard_file.h"
 #include "core/bf16.h"
 #include "core/error.h"
@@ -75,6 +76,11 @@ std::vector<std::byte> CheckpointReader::read_block(std::size_t file, std::size_
   TRIPOD_CHECK(actual == b.xxh64, "checkpoint shard ", (dir_ / entry.name).string(), " is damaged in tensor '",
                b.tensor, "' (", b.kind, ", bytes ", b.offset, "..", b.offset + b.bytes(), "): checksum ", actual,
                " but the manifest records ", b.xxh64);
+  // Intact, but not a state to train from: an earlier Tripod saved such a state at a divergence.
+  if (const NonFiniteValues found = find_nonfinite(bytes.data(), b.numel(), b.dtype); found.count > 0)
+    fail("checkpoint shard ", (dir_ / entry.name).string(), ": ",
+         describe_nonfinite(b.tensor, b.kind, found, block_logical_element(b, found.first)),
+         ": a state that trains into NaN (saved at a divergence)");
   return bytes;
 }
 

@@ -34,7 +34,7 @@ class CheckpointReader {
   std::vector<double> read_tensor(const std::string& tensor, const std::string& kind);
   // Opens a shard file once, checking its size and header against the manifest; the descriptor.
   int open_file(std::size_t file);
-  // A block's bytes, checksum verified.
+  // A block's bytes, checksum verified and every value a number (ckpt/finite_values.h).
   std::vector<std::byte> read_block(std::size_t file, std::size_t block);
 
  private:

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ckpt/durable_file.h"
+#include "ckpt/finite_values.h"
 #include "core/error.h"
 
 namespace tripod::ckpt {
@@ -61,7 +62,7 @@ std::vector<Block> blocks_of_runs(const std::vector<LogicalRun>& runs) {
 }
 
 ShardWriter::ShardWriter(const fs::path& dir, int rank, int64_t step)
-    : path_(dir / shard_file_name(rank)), tmp_(path_.string() + ".tmp") {
+    : path_(dir / shard_file_name(rank)), tmp_(path_.string() + ".tmp"), step_(step) {
   entry_.name = shard_file_name(rank);
   entry_.rank = rank;
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -82,6 +83,7 @@ ShardWriter::~ShardWriter() {
 void ShardWriter::add(const StateRegion& region, const std::byte* host) {
   const std::size_t element = dtype_size(region.local.dtype());
   std::vector<LogicalRun> runs = region.runs;
+  check_finite(region, host);
   std::size_t next_run = 0;
   for (Block block : blocks_of_runs(runs)) {
     block.tensor = region.tensor;
@@ -104,6 +106,25 @@ void ShardWriter::add(const StateRegion& region, const std::byte* host) {
     block.xxh64 = block_hash.hex();
     entry_.blocks.push_back(std::move(block));
   }
+}
+
+void ShardWriter::check_finite(const StateRegion& region, const std::byte* host) const {
+  const std::size_t element = dtype_size(region.local.dtype());
+  NonFiniteValues all;
+  int64_t first_logical = -1;
+  for (const LogicalRun& r : region.runs) {
+    if (r.length <= 0) continue;
+    const NonFiniteValues found =
+        find_nonfinite(host + static_cast<std::size_t>(r.local) * element, r.length, region.local.dtype());
+    if (found.count == 0) continue;
+    if (all.count == 0) {
+      all.first_value = found.first_value;
+      first_logical = r.logical + found.first;
+    }
+    all.count += found.count;
+  }
+  TRIPOD_CHECK(all.count == 0, "rank ", entry_.rank, "'s ", describe_nonfinite(region.tensor, region.kind, all, first_logical),
+               " at step ", step_, ": a state that trains into NaN is not saved");
 }
 
 ShardFile ShardWriter::finish() {

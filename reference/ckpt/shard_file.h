@@ -40,13 +40,17 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Appends the region's runs; `host` holds region.local's bytes.
+  // Appends the region's runs; `host` holds region.local's bytes. Throws, naming the tensor, where
+  // a run holds an infinite or NaN value (ckpt/finite_values.h), before writing any of them.
   void add(const StateRegion& region, const std::byte* host);
   // fsync, rename into place; the file's manifest entry.
   ShardFile finish();
 
  private:
+  void check_finite(const StateRegion& region, const std::byte* host) const;
+
   std::filesystem::path path_, tmp_;
+  int64_t step_ = 0;
   int fd_ = -1;
   Xxh64 hash_;  // of the whole file
   ShardFile entry_;

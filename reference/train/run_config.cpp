@@ -186,7 +186,11 @@ void parse_optim_section(const json& o, RunConfig& c) {
         "optim.beta1 and optim.beta2 must be in [0, 1)");
   check(c.grad_clip >= 0, "optim.grad_clip must be >= 0 (0 disables clipping)");
   // As PyTorch's AdamW: a negative eps or weight decay is refused, not trained with.
-  check(c.adamw.eps >= 0, "optim.eps must be >= 0 (got ", c.adamw.eps, ")");
+  // PyTorch takes 0, but then an element whose gradients have all been 0 (an embedding row of a
+  // token no batch has held yet) divides 0 by 0 at its first update and trains into NaN.
+  check(c.adamw.eps > 0, "optim.eps must be > 0 (got ", c.adamw.eps,
+        "): with 0, a weight whose gradients have all been 0 so far (the embedding row of a token not yet seen) "
+        "becomes 0/0 = NaN at its update");
   check(c.adamw.weight_decay >= 0, "optim.weight_decay must be >= 0 (got ", c.adamw.weight_decay, ")");
 }
 

@@ -527,3 +527,75 @@ def test_a_damaged_latest_is_named_when_resuming_and_verifying(corpus, tmp_path)
     (root / "latest").write_text("nonsense\n")
     verified = tripod("ckpt", "verify", root)
     assert verified.returncode != 0 and "names 'nonsense', which is not a step directory's name" in verified.stdout + verified.stderr
+
+
+def test_a_state_that_overflowed_in_its_update_is_not_saved_and_the_previous_stays_latest(corpus, tmp_path):
+    # fp32 at a learning rate of 1e39: the update overflows every weight to infinity while the
+    # step's loss and gradients are finite, and the step's save wrote that state as `latest`
+    # (`ckpt verify` said OK; a resume from it "diverged" at its first step).
+    root = tmp_path / "ckpt"
+    fp32 = ["--set", "train.dtype=fp32", "--save", root]
+    ok(train(corpus, 2, "--zero", 1, *fp32, "--set", "train.save_every=2", "--set", "train.steps=2"))
+    diverged = train(corpus, 2, "--zero", 1, *fp32, "--resume", "auto", "--allow-resume-changes",
+                     "--set", "train.save_every=1", "--set", "train.steps=4", "--set", "optim.lr=1e39",
+                     "--set", "optim.min_lr=1e39", "--set", "optim.warmup_steps=0")
+    assert diverged.returncode != 0, diverged.stdout + diverged.stderr
+    assert "the previous checkpoint is untouched" in diverged.stderr, diverged.stderr
+    for rank in (0, 1):  # each rank names a tensor of its own shard
+        assert f"rank {rank}: rank {rank}'s tensor '" in diverged.stderr, diverged.stderr
+    assert "infinite or NaN values (the first: element " in diverged.stderr
+    assert "at step 3: a state that trains into NaN is not saved" in diverged.stderr
+    assert (root / "latest").read_text().strip() == "step-00000002"
+    assert sorted(p.name for p in root.glob("step-*")) == ["step-00000002"]
+    assert not list(root.glob(".partial*"))
+    assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
+
+
+def poison(step_dir, tensor, element):
+    """Writes NaN over one parameter element of a saved checkpoint and records the checksums a save
+    would have (block, file, manifest): a state an earlier Tripod saved at a divergence."""
+    import xxhash
+    manifest_path = step_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    recorded = manifest.pop("checksum")
+    canonical = lambda m: json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()  # noqa: E731
+    assert xxhash.xxh64(canonical(manifest)).hexdigest() == recorded  # the manifest's own canonical form
+    for entry in manifest["files"]:
+        for block in entry["blocks"]:
+            if (block["tensor"], block["kind"]) != (tensor, "param") or not block["start"] <= element < \
+                    block["start"] + block["length"]:
+                continue
+            path = step_dir / entry["name"]
+            data = bytearray(path.read_bytes())
+            size = {"fp32": 4, "fp64": 8}[block["dtype"]]
+            at = block["offset"] + (element - block["start"]) * size
+            data[at:at + size] = np.array([np.nan], dtype=f"<f{size}").tobytes()
+            path.write_bytes(bytes(data))
+            block["xxh64"] = xxhash.xxh64(bytes(data[block["offset"]:block["offset"] + size * block["length"] *
+                                                     block["count"]])).hexdigest()
+            entry["xxh64"] = xxhash.xxh64(bytes(data)).hexdigest()
+            manifest["checksum"] = xxhash.xxh64(canonical(manifest)).hexdigest()
+            manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+            return
+    raise AssertionError(f"no param block of {tensor} holds element {element}")
+
+
+def test_a_checkpoint_holding_a_nan_is_refused_naming_the_tensor(corpus, tmp_path):
+    # Such a checkpoint passed `ckpt verify`, resumed into "training diverged" at its first step,
+    # and exported to Hugging Face.
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 1, "--save", root, "--set", "train.save_every=2", "--set", "train.steps=4"))
+    newest = root / "step-00000004"
+    poison(newest, "h.1.mlp.c_fc.weight", 5)
+    expected = "tensor 'h.1.mlp.c_fc.weight' (param) holds 1 infinite or NaN value (the first: element 5, nan)"
+    verify = tripod("ckpt", "verify", root)
+    assert verify.returncode == 1 and expected in verify.stdout, verify.stdout + verify.stderr
+    resumed = train(corpus, 1, "--resume", newest, "--allow-resume-changes")
+    assert resumed.returncode != 0 and expected in resumed.stderr, resumed.stdout + resumed.stderr
+    assert "diverged" not in resumed.stderr and "step " not in resumed.stdout
+    # numpy's reader (reports/tripod_ckpt.py) reads the value, no longer calling the tensor "not fully written"
+    weight = read_checkpoint(newest)[1]["param"]["h.1.mlp.c_fc.weight"].ravel()
+    assert np.isnan(weight[5]) and np.isfinite(np.delete(weight, 5)).all()
+    exported = tripod("export", "hf", "--checkpoint", newest, "--out", tmp_path / "hf")
+    assert exported.returncode != 0 and expected in exported.stderr, exported.stderr
+    assert "OK" in ok(tripod("ckpt", "verify", root / "step-00000002")).stdout

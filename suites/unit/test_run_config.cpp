@@ -75,10 +75,13 @@ TEST(RunConfig, ContradictionsAreNamed) {
             std::string::npos);
   EXPECT_NO_THROW(with({"train.batch_size=16384", "train.seq_len=64", "model.context=64"}));
   // Trained with before: an AdamW eps or weight decay below 0.
-  EXPECT_NE(error_of([] { with({"optim.eps=-1"}); }).find("optim.eps must be >= 0 (got -1)"), std::string::npos);
+  EXPECT_NE(error_of([] { with({"optim.eps=-1"}); }).find("optim.eps must be > 0 (got -1)"), std::string::npos);
+  // eps = 0 divided 0 by 0 in every weight not yet given a gradient: NaN after the first update.
+  EXPECT_NE(error_of([] { with({"optim.eps=0"}); }).find("optim.eps must be > 0 (got 0): with 0, a weight"),
+            std::string::npos);
   EXPECT_NE(error_of([] { with({"optim.weight_decay=-0.1"}); }).find("optim.weight_decay must be >= 0 (got -0.1)"),
             std::string::npos);
-  EXPECT_NO_THROW(with({"optim.eps=0", "optim.weight_decay=0"}));
+  EXPECT_NO_THROW(with({"optim.eps=1e-30", "optim.weight_decay=0"}));
   // A negative seed wrapped to 2^64 minus it and trained as that seed, silently.
   EXPECT_NE(error_of([] { with({"train.seed=-1"}); }).find("train.seed must be >= 0 (got -1)"), std::string::npos);
   EXPECT_NO_THROW(with({"train.seed=0"}));
