@@ -124,7 +124,7 @@ void ShardWriter::check_finite(const StateRegion& region, const std::byte* host)
     all.count += found.count;
   }
   TRIPOD_CHECK(all.count == 0, "rank ", entry_.rank, "'s ", describe_nonfinite(region.tensor, region.kind, all, first_logical),
-               " at step ", step_, ": a state that trains into NaN is not saved");
+               " after step ", step_, "'s update (training diverged): a state that trains into NaN is not saved");
 }
 
 ShardFile ShardWriter::finish() {

@@ -544,7 +544,8 @@ def test_a_state_that_overflowed_in_its_update_is_not_saved_and_the_previous_sta
     for rank in (0, 1):  # each rank names a tensor of its own shard
         assert f"rank {rank}: rank {rank}'s tensor '" in diverged.stderr, diverged.stderr
     assert "infinite or NaN values (the first: element " in diverged.stderr
-    assert "at step 3: a state that trains into NaN is not saved" in diverged.stderr
+    # "training diverged": what `scale run` counts a run's divergence by (not a failure)
+    assert "after step 3's update (training diverged): a state that trains into NaN is not saved" in diverged.stderr
     assert (root / "latest").read_text().strip() == "step-00000002"
     assert sorted(p.name for p in root.glob("step-*")) == ["step-00000002"]
     assert not list(root.glob(".partial*"))

@@ -230,6 +230,20 @@ def test_fit_excludes_the_diverged_run(sweep):
     assert "corpus entropy rate H" in (out / "fit.md").read_text()
 
 
+def test_a_run_whose_update_overflows_at_a_save_is_diverged_not_failed(tripod, tmp_path):
+    # A state holding infinities is not saved (ckpt/finite_values.h); the save's refusal must still
+    # read as the run's divergence, or the sweep would end in error and retry the run on every rerun.
+    spec = small_spec(budgets=[4e9], checkpoint_every=1,
+                      overrides=[{"runs": "*", "set": {"optim.lr": 1e39, "train.dtype": "fp32"}}])
+    spec["models"]["sizes_per_budget"] = 1
+    out = tmp_path / "out"
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "spec.json", spec), "--out", str(out),
+                  "--jobs", "1", "--progress-every", "0"])
+    assert "0 ok, 1 diverged" in result.stdout, result.stdout
+    [record] = read_records(out)
+    assert record["status"] == "diverged" and "a state that trains into NaN is not saved" in record["error"], record
+
+
 def test_a_corpus_rewritten_under_a_finished_sweep_is_refused(tripod, tmp_path):
     # The runs' configurations name the corpus's folder, not its tokens: a corpus rewritten in place
     # had the runs still to train trained on it beside the finished ones, and the fit mixed the two.

@@ -95,7 +95,7 @@ TEST(CheckpointFiniteValues, TheWriterRefusesARegionHoldingOneAndWritesNone) {
     } catch (const Error& e) {
       EXPECT_STREQ(e.what(),
                    "rank 1's tensor 'h.0.mlp.c_fc.bias' (adam_m) holds 2 infinite or NaN values (the first: "
-                   "element 41, inf) at step 7: a state that trains into NaN is not saved");
+                   "element 41, inf) after step 7's update (training diverged): a state that trains into NaN is not saved");
     }
   }
   EXPECT_TRUE(fs::is_empty(dir));  // the unfinished file is removed
