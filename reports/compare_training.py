@@ -16,6 +16,7 @@ when everything gated passes, 1 otherwise; the JSON is written either way. numpy
 """
 import argparse
 import json
+import math
 import pathlib
 import struct
 import sys
@@ -63,6 +64,10 @@ def read_safetensors(path):
 
 
 def relative(a, b):
+    """|a - b| / |b|, and infinitely far where either is NaN or missing (Tripod's metrics write a NaN as
+    null): Python's max() keeps what it holds against a NaN, so a NaN step would drop out of the worst."""
+    if a is None or b is None or math.isnan(a) or math.isnan(b):
+        return float("inf")
     return abs(a - b) / abs(b) if b != 0 else (0.0 if a == b else float("inf"))
 
 
@@ -93,6 +98,8 @@ def compare_checkpoints(dir_a, dir_b, bitwise):
     for name in sorted(ta):
         scale = np.abs(tb[name]).max()
         err = np.abs(ta[name] - tb[name]).max() / scale if scale > 0 else float(np.abs(ta[name]).max())
+        if np.isnan(err) or np.isnan(ta[name]).any() or np.isnan(tb[name]).any():  # numpy's NaN fails every test
+            err = float("inf")
         if err > out["param_max_rel"] or not out["worst_param"]:
             out["param_max_rel"], out["worst_param"] = float(err), name
     return out

@@ -16,6 +16,17 @@
 
 namespace tripod::conform {
 
+namespace {
+
+// |a - b|, and infinitely far where either is NaN: std::max keeps its first argument against a
+// NaN, so a NaN parameter element once vanished from the largest difference and its layout passed.
+double distance(double a, double b) {
+  const double d = std::fabs(a - b);
+  return std::isnan(d) ? INFINITY : d;
+}
+
+}  // namespace
+
 RunConfig default_conformance_config(const std::string& dtype) {
   nlohmann::json j = default_config_json();
   j["model"] = {{"n_layer", 4}, {"n_head", 4}, {"d_model", 32}, {"d_ff", 64}, {"vocab_size", 97},
@@ -90,11 +101,11 @@ RoundingFloor rounding_floor(const Trajectory& low, const Trajectory& fp64) {
   floor.params.assign(low.params.size(), 0.0);
   for (std::size_t i = 0; i < low.params.size(); ++i)
     for (std::size_t k = 0; k < low.params[i].size(); ++k)
-      floor.params[i] = std::max(floor.params[i], std::fabs(low.params[i][k] - fp64.params[i][k]));
+      floor.params[i] = std::max(floor.params[i], distance(low.params[i][k], fp64.params[i][k]));
   double loss = 0, norm = 0;  // the largest so far (conformance.h says why)
   for (std::size_t s = 0; s < low.losses.size(); ++s) {
-    loss = std::max(loss, std::fabs(low.losses[s] - fp64.losses[s]));
-    norm = std::max(norm, std::fabs(low.norms[s] - fp64.norms[s]));
+    loss = std::max(loss, distance(low.losses[s], fp64.losses[s]));
+    norm = std::max(norm, distance(low.norms[s], fp64.norms[s]));
     floor.losses.push_back(loss);
     floor.norms.push_back(norm);
   }
@@ -117,7 +128,7 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
   check(got.losses.size() == ref.losses.size() && got.params.size() == ref.params.size(),
         "conformance: trajectories of different length");
   for (std::size_t s = 0; s < ref.losses.size(); ++s) {
-    const double dl = std::fabs(got.losses[s] - ref.losses[s]), dn = std::fabs(got.norms[s] - ref.norms[s]);
+    const double dl = distance(got.losses[s], ref.losses[s]), dn = distance(got.norms[s], ref.norms[s]);
     e.loss_abs = std::max(e.loss_abs, dl);
     e.loss_rel = std::max(e.loss_rel, dl / std::fabs(ref.losses[s]));
     e.norm_abs = std::max(e.norm_abs, dn);
@@ -144,7 +155,7 @@ Errors compare(const Trajectory& got, const Trajectory& ref, const RunConfig& co
     double scale = 1e-300, worst = 0;
     for (std::size_t k = 0; k < ref.params[i].size(); ++k) {
       scale = std::max(scale, std::fabs(ref.params[i][k]));
-      worst = std::max(worst, std::fabs(got.params[i][k] - ref.params[i][k]));
+      worst = std::max(worst, distance(got.params[i][k], ref.params[i][k]));
     }
     e.param_abs = std::max(e.param_abs, worst);
     if (worst / scale > e.param_rel) {

@@ -321,6 +321,30 @@ def test_compare_training_checkpoints(tmp_path):
     assert gated.returncode == 1 and "parameters differ" in gated.stdout
 
 
+def test_compare_training_counts_a_nan_as_infinitely_far(tmp_path):
+    # Python's max() keeps what it holds against a NaN, and numpy's NaN fails every comparison: a NaN
+    # parameter in any tensor but the first compared vanished from the worst difference and passed
+    # --param-rel-tol; a NaN loss (Tripod's metrics write it as null) ended the script in a TypeError.
+    ref = write_metrics(tmp_path / "ref.jsonl", [7.5, 7.25, 7.0])
+    nan_loss = write_metrics(tmp_path / "nan.jsonl", [7.5, None, 7.0])
+    result = compare("--a", nan_loss, "--b", ref, "--rel-tol", 1.0, "--json", tmp_path / "l.json")
+    assert result.returncode == 1 and "loss differs by inf relative" in result.stdout, result.stdout + result.stderr
+    assert json.loads((tmp_path / "l.json").read_text())["loss_max_rel"] == float("inf")
+    w = np.linspace(-1, 1, 12, dtype=np.float64).reshape(3, 4)
+    poisoned = w.copy()
+    poisoned[1, 2] = np.nan
+    for name, wte in (("a", poisoned), ("b", w)):
+        (tmp_path / name).mkdir()
+        write_safetensors(tmp_path / name / "model.safetensors", {"ln_f.bias": w[0] * 1.001, "wte": wte})
+    gated = compare("--a", ref, "--b", ref, "--rel-tol", 1e-10, "--param-rel-tol", 0.01, "--ckpt-a", tmp_path / "a",
+                    "--ckpt-b", tmp_path / "b", "--json", tmp_path / "p.json")
+    assert gated.returncode == 1 and "parameters differ by inf in wte" in gated.stdout, gated.stdout + gated.stderr
+    # and the same with the NaN in the reference
+    gated = compare("--a", ref, "--b", ref, "--rel-tol", 1e-10, "--param-rel-tol", 0.01, "--ckpt-a", tmp_path / "b",
+                    "--ckpt-b", tmp_path / "a")
+    assert gated.returncode == 1 and "parameters differ by inf in wte" in gated.stdout, gated.stdout + gated.stderr
+
+
 def run_summary(out, *args):
     return subprocess.run([sys.executable, str(SOURCE / "reports" / "gpu_check_summary.py"), str(out), *args],
                           capture_output=True, text=True, timeout=60)

@@ -48,6 +48,34 @@ TEST(ConformanceCompare, Fp64IsOneInTenToTheTenRelative) {
   EXPECT_FALSE(conform::compare(got, ref, config).pass);
 }
 
+// A NaN is infinitely far from every value. The parameters' largest difference was taken with
+// std::max, which keeps its first argument against a NaN: a layout whose final update left one
+// parameter element NaN (no later loss sees it) passed, as did a NaN in the reference itself.
+TEST(ConformanceCompare, ANaNParameterFailsInEitherTrajectory) {
+  for (const char* dtype : {"fp64", "fp32"}) {
+    const RunConfig config = conform::default_conformance_config(dtype);
+    const conform::Trajectory ref = flat_trajectory(config, 0.5);
+    const std::size_t fc = index_of(config, "h.1.mlp.c_fc.weight");
+    conform::Trajectory got = ref;
+    got.params[fc][5] = std::nan("");
+    conform::Errors e = conform::compare(got, ref, config);
+    EXPECT_FALSE(e.pass) << dtype;
+    EXPECT_EQ(e.failure, "parameter h.1.mlp.c_fc.weight") << dtype;
+    EXPECT_EQ(e.param_abs, INFINITY) << dtype;  // the report says how far, not the finite elements' worst
+    EXPECT_EQ(e.worst_param, "h.1.mlp.c_fc.weight") << dtype;
+    e = conform::compare(ref, got, config);
+    EXPECT_FALSE(e.pass) << dtype;
+    // the same for a rounding floor measured against a NaN: it must not loosen or hide anything
+    const conform::RoundingFloor floor = conform::rounding_floor(got, ref);
+    EXPECT_EQ(floor.params[fc], INFINITY) << dtype;
+    got = ref;
+    got.norms[0] = std::nan("");
+    e = conform::compare(got, ref, config);
+    EXPECT_FALSE(e.pass) << dtype;
+    EXPECT_EQ(e.norm_abs, INFINITY) << dtype;
+  }
+}
+
 TEST(ConformanceCompare, Fp32AddsAdamSlackAndTwiceTheRoundingFloor) {
   const RunConfig config = conform::default_conformance_config("fp32");
   const double slack = config.schedule.max_lr * 2 * 1e-3;  // K = 2 steps
