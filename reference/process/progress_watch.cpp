@@ -24,6 +24,18 @@ std::optional<int64_t> progress_step(std::string_view line) {
   return std::nullopt;
 }
 
+std::optional<int64_t> divergence_step(std::string_view error_line) {
+  const std::size_t marker = error_line.find("(training diverged)");
+  if (marker == std::string_view::npos) return std::nullopt;
+  std::optional<int64_t> step;
+  for (std::size_t at = error_line.find("step "); at < marker; at = error_line.find("step ", at + 1)) {
+    int64_t n = 0;
+    const auto [rest, error] = std::from_chars(error_line.data() + at + 5, error_line.data() + marker, n);
+    if (error == std::errc() && rest != error_line.data() + at + 5) step = n;
+  }
+  return step;
+}
+
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root) {
   std::ifstream in(root / "latest");
   if (!in) return 0;  // no checkpoint yet: the command starts again from step 0

@@ -19,6 +19,10 @@ namespace tripod::process {
 // The N of a progress line "step N/TOTAL ..." (after an optional launcher prefix ending in ':' or
 // '>', such as Open MPI's "[1,0]<stdout>:" or srun's "0: "), else nullopt.
 std::optional<int64_t> progress_step(std::string_view line);
+// The step a trainer's divergence error names: the last "step N" before "(training diverged)" in
+// "tripod: error: rank 1 of 2: step 5: the loss is nan (training diverged); ..." or "... after step
+// 3's update (training diverged): ..."; nullopt where the line is no divergence.
+std::optional<int64_t> divergence_step(std::string_view error_line);
 // The step of ROOT/latest ("step-00000010" -> 10); 0 when the file is absent; nullopt when it does
 // not name a step directory.
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root);

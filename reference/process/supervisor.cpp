@@ -211,6 +211,7 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
   bool lost_known = true;
   int attempt = 0, exit_code = 0;
   std::string status = "failed";
+  std::optional<int64_t> diverged_before;  // the step the previous attempt diverged at, if it did
   for (;;) {
     ++attempt;
     report("attempt " + std::to_string(attempt) + " of at most " + std::to_string(o.max_restarts + 1) + ": " +
@@ -235,6 +236,19 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
       break;
     }
     if (attempt > o.max_restarts) break;
+    // A resumed run replays its batches bit for bit: a divergence at the same step twice is the
+    // run's own, not a fault of the machine (a NaN from a flaky GPU does not come back at the same
+    // step), and every further restart would end there too.
+    const std::optional<int64_t> diverged = divergence_step(failure.error_line);
+    if (diverged && diverged == diverged_before) {
+      report("attempt " + std::to_string(attempt) + " diverged at step " + std::to_string(*diverged) +
+             " as attempt " + std::to_string(attempt - 1) +
+             " did: a resumed run replays its batches bit for bit, so a restart would too; not restarting "
+             "(change the learning rate, anomaly.policy or the data, and launch again)");
+      status = "diverged";
+      break;
+    }
+    diverged_before = diverged;
 
     LaunchEvent restart;
     restart.kind = LaunchEvent::Kind::restart;

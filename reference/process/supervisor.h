@@ -72,13 +72,14 @@ struct LaunchEvent {
   int restart = 0, max_restarts = 0;
   double delay_seconds = 0;
   // finish
-  std::string status;  // "succeeded", "failed", "interrupted"
+  std::string status;  // "succeeded", "failed", "interrupted", "diverged" (twice at one step: no restart)
   int attempts = 0, restarts = 0;
   double wall_seconds = 0;
   std::optional<double> total_lost_seconds;  // unknown when any failure's cost was
 };
 
-// Runs the command until it succeeds, restarts are used up, or SIGINT/SIGTERM/SIGHUP arrives (forwarded
+// Runs the command until it succeeds, restarts are used up, two attempts in a row diverge at the same
+// step (divergence_step: a deterministic run would diverge there on every restart), or SIGINT/SIGTERM/SIGHUP arrives (forwarded
 // to the command's process group as SIGTERM, which both mpirun and srun pass to every rank; no
 // restart follows). Returns the exit code for the program: 0 on success, else the last attempt's
 // non-zero code (1 where that was 0, e.g. a stuck job that exited cleanly when told to stop).

@@ -2,7 +2,6 @@
 standing in for `mpirun ... tripod train --resume auto` (no training needed): they print progress
 lines, fail, hang, or write a fake checkpoint root, and keep their state between attempts in a file."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -225,6 +224,51 @@ def test_a_failed_attempt_leaves_no_process_behind(tmp_path):
     assert r.returncode == 4, r.stderr
     assert "processes of attempt 1 outlived its command" in r.stderr
     assert gone(int(pid.read_text()))
+
+
+@pytest.mark.parametrize("moves", [False, True])
+def test_a_divergence_at_the_same_step_twice_is_not_restarted_again(tmp_path, moves):
+    # Tripod resumes bit for bit, so a run that diverged once diverges at the same step on every
+    # restart: all --max-restarts were spent replaying it. One restart is still made (a NaN from a
+    # flaky GPU would not come back); a divergence elsewhere the second time is restarted as before.
+    job = script(tmp_path, "job.sh", f"""
+n=$(cat "$1" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$1"
+echo "step     4/9 | loss 1.0"
+step={"$((4 + n))" if moves else 5}
+echo "tripod: error: rank 1 of 2: step $step: the loss is -nan (training diverged); parameters were not updated" >&2
+exit 1
+""")
+    log = tmp_path / "events.jsonl"
+    r = launch("--max-restarts", 3, *FAST, "--events", log, "--", job, tmp_path / "count")
+    assert r.returncode == 1, r.stderr
+    finish = events(log)[-1]
+    if not moves:
+        assert "attempt 2 diverged at step 5 as attempt 1 did: a resumed run replays its batches bit for bit, " \
+               "so a restart would too; not restarting" in r.stderr, r.stderr
+        assert (finish["status"], finish["attempts"], finish["restarts"]) == ("diverged", 2, 1)
+        assert "diverged (exit code 1): 2 attempts, 1 restart; wall time" in r.stderr
+    else:
+        assert "not restarting" not in r.stderr
+        assert (finish["status"], finish["attempts"]) == ("failed", 4)
+
+
+def test_a_training_run_that_diverges_is_restarted_once(tmp_path):
+    # The real thing, through the save's refusal of an overflowed state (fp32 at a learning rate of
+    # 1e39): "after step 3's update (training diverged)" both times, from the same checkpoint.
+    corpus = make_markov_corpus(tmp_path / "markov")
+    root, log = tmp_path / "ckpt", tmp_path / "events.jsonl"
+    r = launch("--max-restarts", 3, *FAST, "--events", log, "--", TRIPOD, "train", "--config", "tiny",
+               "--set", f"data.dir={corpus}", "--set", "model.n_layer=1", "--set", "model.d_model=32",
+               "--set", "model.n_head=2", "--set", "model.d_ff=64", "--set", "model.context=16",
+               "--set", "train.seq_len=16", "--set", "train.batch_size=4", "--set", "train.eval_batches=1",
+               "--set", "train.dtype=fp32", "--set", "optim.lr=1e39", "--set", "optim.min_lr=1e39",
+               "--set", "optim.warmup_steps=2", "--set", "train.steps=9", "--set", "train.save_every=1",
+               "--save", root, "--resume", "auto", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    failures = [e for e in events(log) if e["event"] == "failure"]
+    assert len(failures) == 2 and all("(training diverged)" in f["error"] for f in failures), failures
+    assert events(log)[-1]["status"] == "diverged"
+    assert "diverged at step" in r.stderr and "not restarting" in r.stderr
 
 
 def test_restarts_a_two_rank_training_job_from_its_checkpoint(tmp_path):
