@@ -304,6 +304,14 @@ class TrainingRun {
     }
     if (root_) gpu_health_.add_to(record, r.tokens, ranks_);
     write_metrics(record);
+    // The guard judged the step's loss and gradients, not its update, which can overflow with both
+    // finite (fp32 at a learning rate of 1e39): the validation loss is the first to see that, and
+    // after the last step nothing else did - the run printed "val loss -nan", then "done", exit 0.
+    // Under rollback the next step's loss (or the save, which refuses such a state) rolls back.
+    if (record.contains("val_loss") && config_.anomaly.policy != AnomalyPolicy::Rollback &&
+        any_rank(!std::isfinite(summary_.final_val_loss)))
+      fail("step ", r.step + 1, ": the validation loss is ", summary_.final_val_loss,
+           " after this step's update (training diverged)");
   }
 
   // --exit-after-minutes: whether the time is up after this step. The ranks' clocks read a little

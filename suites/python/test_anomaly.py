@@ -62,6 +62,22 @@ def test_divergence_names_the_step_the_log_counts(corpus):
     assert failed == max(logged_steps(result.stdout)) + 1, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_an_update_that_overflows_at_the_last_step_fails_the_run(corpus, tmp_path, policy):
+    # fp32 at a learning rate of 1e39: the step's loss and gradient norm are finite, so the guard
+    # lets its update through, which overflows every weight. After the last step nothing judged
+    # them: the run printed "val loss -nan", then "done", and exited 0.
+    metrics = tmp_path / "m.jsonl"
+    result = train(corpus, "--set", "train.steps=1", "--set", "train.dtype=fp32", "--set", "optim.lr=1e39",
+                   "--set", "optim.min_lr=1e39", "--set", "optim.warmup_steps=0", "--set", f"anomaly.policy={policy}",
+                   "--set", f"train.metrics={metrics}")
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "step 1: the validation loss is " in result.stderr, result.stderr
+    assert "after this step's update (training diverged)" in result.stderr
+    assert "done:" not in result.stdout
+    assert records(metrics)[-1]["step"] == 0 and records(metrics)[-1]["val_loss"] is None  # recorded first
+
+
 def test_skip_leaves_the_state_exactly_as_it_was(corpus, tmp_path):
     skipped = ok(train(corpus, "--set", "train.steps=3", "--set", "anomaly.policy=skip", "--save", tmp_path / "a",
                        "--set", f"train.metrics={tmp_path / 'a.jsonl'}", fault="nan-loss:3"))
