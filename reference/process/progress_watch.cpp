@@ -52,6 +52,7 @@ std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& root)
 void ProgressWatch::on_line(OutputStream stream, std::string_view line) {
   if (const std::size_t at = line.find("tripod: error:"); at != std::string_view::npos)
     error_line_ = std::string(line.substr(at, 500));
+  if (const std::optional<int64_t> step = divergence_step(line)) diverged_at_ = step;
   if (stream != OutputStream::out) return;
   const std::optional<int64_t> step = progress_step(line);
   if (!step) return;

@@ -235,11 +235,10 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
       status = "interrupted";
       break;
     }
-    if (attempt > o.max_restarts) break;
     // A resumed run replays its batches bit for bit: a divergence at the same step twice is the
     // run's own, not a fault of the machine (a NaN from a flaky GPU does not come back at the same
     // step), and every further restart would end there too.
-    const std::optional<int64_t> diverged = divergence_step(failure.error_line);
+    const std::optional<int64_t> diverged = watch.diverged_at();
     if (diverged && diverged == diverged_before) {
       report("attempt " + std::to_string(attempt) + " diverged at step " + std::to_string(*diverged) +
              " as attempt " + std::to_string(attempt - 1) +
@@ -249,6 +248,7 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
       break;
     }
     diverged_before = diverged;
+    if (attempt > o.max_restarts) break;
 
     LaunchEvent restart;
     restart.kind = LaunchEvent::Kind::restart;

@@ -79,9 +79,9 @@ struct LaunchEvent {
 };
 
 // Runs the command until it succeeds, restarts are used up, two attempts in a row diverge at the same
-// step (divergence_step: a deterministic run would diverge there on every restart), or SIGINT/SIGTERM/SIGHUP arrives (forwarded
-// to the command's process group as SIGTERM, which both mpirun and srun pass to every rank; no
-// restart follows). Returns the exit code for the program: 0 on success, else the last attempt's
+// step (ProgressWatch::diverged_at: a bit-exact resume diverges there on every restart), or
+// SIGINT/SIGTERM/SIGHUP arrives (forwarded to the command's process group as SIGTERM, which both
+// mpirun and srun pass to every rank; no restart follows). Returns the exit code for the program: 0 on success, else the last attempt's
 // non-zero code (1 where that was 0, e.g. a stuck job that exited cleanly when told to stop).
 int supervise(const SupervisorOptions& options, const std::function<void(const LaunchEvent&)>& on_event = {});
 

@@ -252,23 +252,28 @@ exit 1
         assert (finish["status"], finish["attempts"]) == ("failed", 4)
 
 
-def test_a_training_run_that_diverges_is_restarted_once(tmp_path):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_training_run_that_diverges_is_restarted_once(tmp_path, ranks):
     # The real thing, through the save's refusal of an overflowed state (fp32 at a learning rate of
-    # 1e39): "after step 3's update (training diverged)" both times, from the same checkpoint.
+    # 1e39): "after step 1's update (training diverged)" both times. On two ranks each rank's refusal
+    # is a line of its own after the error line ("  rank 1: rank 1's tensor ...").
     corpus = make_markov_corpus(tmp_path / "markov")
     root, log = tmp_path / "ckpt", tmp_path / "events.jsonl"
-    r = launch("--max-restarts", 3, *FAST, "--events", log, "--", TRIPOD, "train", "--config", "tiny",
-               "--set", f"data.dir={corpus}", "--set", "model.n_layer=1", "--set", "model.d_model=32",
-               "--set", "model.n_head=2", "--set", "model.d_ff=64", "--set", "model.context=16",
-               "--set", "train.seq_len=16", "--set", "train.batch_size=4", "--set", "train.eval_batches=1",
-               "--set", "train.dtype=fp32", "--set", "optim.lr=1e39", "--set", "optim.min_lr=1e39",
-               "--set", "optim.warmup_steps=2", "--set", "train.steps=9", "--set", "train.save_every=1",
-               "--save", root, "--resume", "auto", timeout=120)
+    train = ["train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set", "model.n_layer=1",
+             "--set", "model.d_model=32", "--set", "model.n_head=2", "--set", "model.d_ff=64",
+             "--set", "model.context=16", "--set", "train.seq_len=16", "--set", "train.batch_size=4",
+             "--set", "train.eval_batches=1", "--set", "train.dtype=fp32", "--set", "optim.lr=1e39",
+             "--set", "optim.min_lr=1e39", "--set", "optim.warmup_steps=0", "--set", "train.steps=9",
+             "--set", "train.save_every=1", "--save", root, "--resume", "auto"]
+    job = mpirun_command(2, *train, "--zero", 1, timeout=60) if ranks == 2 else [TRIPOD, *train]
+    r = launch("--max-restarts", 3, *FAST, "--events", log, "--", *job, timeout=120, env=MPI_ENV)
     assert r.returncode == 1, r.stdout + r.stderr
     failures = [e for e in events(log) if e["event"] == "failure"]
-    assert len(failures) == 2 and all("(training diverged)" in f["error"] for f in failures), failures
+    assert len(failures) == 2 and all(f["checkpoint_step"] == 0 for f in failures), failures
     assert events(log)[-1]["status"] == "diverged"
-    assert "diverged at step" in r.stderr and "not restarting" in r.stderr
+    assert "attempt 2 diverged at step 1 as attempt 1 did" in r.stderr, r.stderr
+    if ranks == 2:
+        assert "\n  rank 1: rank 1's tensor '" in r.stderr and "after step 1's update (training diverged)" in r.stderr
 
 
 def test_restarts_a_two_rank_training_job_from_its_checkpoint(tmp_path):
