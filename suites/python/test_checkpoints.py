@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 
 from tripod_cli import (MPI_ENV, TRIPOD, fixture_library, hang_up_by_default, make_markov_corpus,
                         mpirun_command, require_tripod)
@@ -552,15 +553,19 @@ def test_a_state_that_overflowed_in_its_update_is_not_saved_and_the_previous_sta
     assert "OK" in ok(tripod("ckpt", "verify", root)).stdout
 
 
+def manifest_checksum(manifest):
+    """XXH64 of the manifest's other fields in nlohmann's compact dump (sorted keys), as ckpt/manifest.cpp."""
+    text = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return xxhash.xxh64(text.encode()).hexdigest()
+
+
 def poison(step_dir, tensor, element):
     """Writes NaN over one parameter element of a saved checkpoint and records the checksums a save
     would have (block, file, manifest): a state an earlier Tripod saved at a divergence."""
-    import xxhash
     manifest_path = step_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     recorded = manifest.pop("checksum")
-    canonical = lambda m: json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()  # noqa: E731
-    assert xxhash.xxh64(canonical(manifest)).hexdigest() == recorded  # the manifest's own canonical form
+    assert manifest_checksum(manifest) == recorded  # the canonical form reproduced
     for entry in manifest["files"]:
         for block in entry["blocks"]:
             if (block["tensor"], block["kind"]) != (tensor, "param") or not block["start"] <= element < \
@@ -575,7 +580,7 @@ def poison(step_dir, tensor, element):
             block["xxh64"] = xxhash.xxh64(bytes(data[block["offset"]:block["offset"] + size * block["length"] *
                                                      block["count"]])).hexdigest()
             entry["xxh64"] = xxhash.xxh64(bytes(data)).hexdigest()
-            manifest["checksum"] = xxhash.xxh64(canonical(manifest)).hexdigest()
+            manifest["checksum"] = manifest_checksum(manifest)
             manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
             return
     raise AssertionError(f"no param block of {tensor} holds element {element}")
