@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint_root.h"
 #include "comm/core_sharing.h"
 #include "comm/host_collectives.h"
+#include "comm/rank_errors.h"
 #include "core/build_info.h"
 #include "core/file_lock.h"
 #include "core/wall_clock.h"
@@ -108,7 +109,10 @@ class TrainingRun {
         root_(!parallel || parallel->world->rank() == 0), ranks_(parallel ? parallel->world->size() : 1),
         data_(open_datasets(config_)), flops_(count_flops(config_.model, config_.train.seq_len)),
         peak_(backend_peak(backend_.name(), gemm_peak_precision(config_.train), config_.train.peak_tflops)) {
-    if (parallel_) check_every_rank_reads_one_corpus(*parallel_->world, data_.train);
+    // Every rank fails alike: each reports before any aborts the job (an abort raced the others'
+    // reports, and a rank's line was lost now and then).
+    if (parallel_)
+      check_on_every_rank(*parallel_->world, [&] { check_every_rank_reads_one_corpus(*parallel_->world, data_.train); });
     make_engine();
     engine_->initialise();
     checkpoints_.emplace(config_, options_, backend_, world(), root_, *engine_, [this] { return checkpoint_meta(); });
