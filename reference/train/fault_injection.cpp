@@ -32,7 +32,7 @@ void check_reachable(const std::string& text, const ArmedFault& f, const FaultRe
           "(it needs train.async_save=true and --save with train.save_every or --save-local)");
     return;
   }
-  if (f.point == FaultPoint::StepStart || f.point == FaultPoint::DuringSave)
+  if (f.point == FaultPoint::StepStart || f.point == FaultPoint::DuringSave || f.point == FaultPoint::Update)
     check(f.rank < reach.world_size, never, "the run has ", reach.world_size, " rank", reach.world_size == 1 ? "" : "s",
           ", no rank ", f.rank);
   check(f.step <= reach.last_step, never, "the run ends at step ", reach.last_step, " (train.steps), before step ",
@@ -53,8 +53,9 @@ void arm_fault_injection(bool resumed, const FaultReach& reach) {
   const std::string kind = text.substr(0, first);
   ArmedFault f;
   const bool loss_fault = kind == "nan-loss" || kind == "spike-loss", slow = kind == "slow-snapshot";
-  check(kind == "kill" || kind == "segv" || kind == "kill-in-save" || loss_fault || slow, "TRIPOD_FAULT='", text,
-        "': unknown fault '", kind, "' (expected kill, segv, kill-in-save, nan-loss, spike-loss or slow-snapshot)");
+  check(kind == "kill" || kind == "segv" || kind == "kill-in-save" || kind == "inf-update" || loss_fault || slow,
+        "TRIPOD_FAULT='", text, "': unknown fault '", kind,
+        "' (expected kill, segv, kill-in-save, inf-update, nan-loss, spike-loss or slow-snapshot)");
   // Whole numbers only: std::stoll read "3x" as 3, " 3" as 3 and "1e3" as 1.
   const auto whole = [](const std::string& part) {
     int64_t n = 0;
@@ -78,13 +79,14 @@ void arm_fault_injection(bool resumed, const FaultReach& reach) {
       f.step = whole(text.substr(second + 1));
     }
   } catch (...) {
-    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, segv:RANK:STEP, kill-in-save:RANK:STEP, nan-loss:STEP, "
-         "spike-loss:STEP or slow-snapshot:MS");
+    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, segv:RANK:STEP, kill-in-save:RANK:STEP, "
+         "inf-update:RANK:STEP, nan-loss:STEP, spike-loss:STEP or slow-snapshot:MS");
   }
   check(f.rank >= 0 && f.step >= 1 && f.delay_ms >= 0, "TRIPOD_FAULT='", text,
         "': the rank must be >= 0, the step >= 1 and the delay >= 0");
   f.point = kind == "kill" || kind == "segv" ? FaultPoint::StepStart
             : kind == "kill-in-save" ? FaultPoint::DuringSave
+            : kind == "inf-update"   ? FaultPoint::Update
             : slow                   ? FaultPoint::Snapshot
                                      : FaultPoint::Loss;
   f.nan = kind == "nan-loss";
@@ -109,6 +111,15 @@ double maybe_inject_loss_fault(int64_t step, double loss) {
   if (!fault.armed || fault.point != FaultPoint::Loss || fault.step != step) return loss;
   fault.armed = false;  // once: a rolled-back run takes step S again
   return fault.nan ? std::nan("") : 10 * loss;
+}
+
+bool maybe_inject_update_fault(int world_rank, int64_t step) {
+  if (!fault.armed || fault.point != FaultPoint::Update || fault.rank != world_rank || fault.step != step) return false;
+  fault.armed = false;  // once, as the loss faults
+  std::fprintf(stderr, "tripod: TRIPOD_FAULT: rank %d's update at step %lld leaves a parameter infinite\n", world_rank,
+               static_cast<long long>(step));
+  std::fflush(stderr);
+  return true;
 }
 
 void maybe_delay_snapshot() {

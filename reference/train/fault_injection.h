@@ -5,6 +5,9 @@
 //   segv:R:S           ... raises SIGSEGV instead (a crash in Tripod's code: the crash report's stack)
 //   kill-in-save:R:S   rank R kills itself during the save after step S, once its shard is written
 //                      and before the manifest is (the save is left unfinished)
+//   inf-update:R:S     rank R's update at step S leaves its first saved parameter element
+//                      infinite (once), while the step's loss and gradients are finite: an overflow
+//                      the anomaly guard cannot see (train/diverged_state.h)
 //   nan-loss:S         every rank's anomaly guard (train/step_guard.h) sees step S's loss as NaN
 //   spike-loss:S       ... as 10 times what it is
 //   slow-snapshot:MS   a background save's copy of the state starts MS milliseconds late (every
@@ -20,7 +23,7 @@
 
 namespace tripod {
 
-enum class FaultPoint { StepStart, DuringSave, Loss, Snapshot };
+enum class FaultPoint { StepStart, DuringSave, Loss, Snapshot, Update };
 
 // What a run will do, for the check that its fault can fire.
 struct FaultReach {
@@ -37,6 +40,8 @@ void arm_fault_injection(bool resumed, const FaultReach& reach);
 void maybe_inject_fault(FaultPoint point, int world_rank, int64_t step);
 // The loss the anomaly guard is to see for step `step`: `loss`, unless a loss fault names the step.
 double maybe_inject_loss_fault(int64_t step, double loss);
+// Whether this rank's update at step `step` is to leave a parameter infinite (inf-update), once.
+bool maybe_inject_update_fault(int world_rank, int64_t step);
 // Sleeps as slow-snapshot asks (called by a background save before it copies the state).
 void maybe_delay_snapshot();
 

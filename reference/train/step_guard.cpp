@@ -61,13 +61,27 @@ StepJudgement StepGuard::judge(double loss, double grad_norm) {
     if (static_cast<int64_t>(window_.size()) > settings_.spike_window) window_.pop_front();
     return {};
   }
-  ++anomalies_;
-  if (settings_.policy == AnomalyPolicy::Stop) return {StepVerdict::Stop, why.str()};
-  if (anomalies_ > settings_.max) {
-    why << "; that is anomaly " << anomalies_ << " of this run, more than anomaly.max (" << settings_.max << ")";
-    return {StepVerdict::Stop, why.str()};
+  return anomaly(why.str());
+}
+
+StepJudgement StepGuard::judge_applied_update(const std::string& why) {
+  // An applied update cannot be skipped: only a rollback undoes it.
+  if (settings_.policy != AnomalyPolicy::Rollback) {
+    ++anomalies_;
+    return {StepVerdict::Stop, why};
   }
-  return {settings_.policy == AnomalyPolicy::Skip ? StepVerdict::Skip : StepVerdict::Rollback, why.str()};
+  return anomaly(why);
+}
+
+StepJudgement StepGuard::anomaly(std::string why) {
+  ++anomalies_;
+  if (settings_.policy == AnomalyPolicy::Stop) return {StepVerdict::Stop, why};
+  if (anomalies_ > settings_.max) {
+    why += "; that is anomaly " + std::to_string(anomalies_) + " of this run, more than anomaly.max (" +
+           std::to_string(settings_.max) + ")";
+    return {StepVerdict::Stop, why};
+  }
+  return {settings_.policy == AnomalyPolicy::Skip ? StepVerdict::Skip : StepVerdict::Rollback, why};
 }
 
 }  // namespace tripod

@@ -50,12 +50,17 @@ class StepGuard {
   // The verdict on a step with this loss and gradient norm. Accepted losses join the running
   // window; anomalous ones never do.
   StepJudgement judge(double loss, double grad_norm);
+  // The verdict on a step whose update, already applied, left the state infinite or NaN (`why`
+  // says where) with its loss and gradients finite: Rollback under that policy (within
+  // anomaly.max), else Stop.
+  StepJudgement judge_applied_update(const std::string& why);
 
   int64_t anomalies() const { return anomalies_; }
   const AnomalySettings& settings() const { return settings_; }
 
  private:
   double median_of_window() const;
+  StepJudgement anomaly(std::string why);  // counts one; the policy's verdict, or Stop past anomaly.max
 
   AnomalySettings settings_;
   std::deque<double> window_;

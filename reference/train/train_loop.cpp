@@ -26,6 +26,7 @@
 #include "perf/flops.h"
 #include "process/child_process.h"
 #include "train/checkpointing.h"
+#include "train/diverged_state.h"
 #include "train/fault_injection.h"
 #include "train/gpu_health_log.h"
 #include "train/pipeline_report.h"
@@ -150,7 +151,12 @@ class TrainingRun {
       // TRIPOD_FAULT=nan-loss recorded the true loss beside "the loss is nan": a script saw both.
       if (judged_loss) r.loss = *judged_loss;
       next_sample_ += t.batch_size;
+      if (r.verdict == StepVerdict::Apply && maybe_inject_update_fault(world_rank(), engine_->step()))
+        check(overflow_first_saved_parameter(backend_, engine_->state_regions()), "TRIPOD_FAULT=inf-update: rank ",
+              world_rank(), " writes no parameter to a checkpoint (its parameters are replicas of other ranks'); "
+              "name a rank that does, such as rank 0");
       rank_timer_.step_end();
+      judge_the_update_before_a_save(r, stop);
       record_step(r, first_step);
       if (r.verdict == StepVerdict::Rollback) {
         roll_back(r);
@@ -311,7 +317,7 @@ class TrainingRun {
     // The guard judged the step's loss and gradients, not its update, which can overflow with both
     // finite (fp32 at a learning rate of 1e39): the validation loss is the first to see that, and
     // after the last step nothing else did - the run printed "val loss -nan", then "done", exit 0.
-    // Under rollback the next step's loss (or the save, which refuses such a state) rolls back.
+    // Under rollback the next step's loss, or the state's check before a save, rolls back.
     if (record.contains("val_loss") && config_.anomaly.policy != AnomalyPolicy::Rollback &&
         any_rank(!std::isfinite(summary_.final_val_loss)))
       fail("step ", r.step + 1, ": the validation loss is ", summary_.final_val_loss,
@@ -348,6 +354,23 @@ class TrainingRun {
     if (!loaded) return;
     next_sample_ = loaded->manifest.data.next_sample;
     resumed_from_ = loaded->dir.string();
+  }
+
+  // anomaly.policy=rollback: a save refuses a state that an update left infinite or NaN with the
+  // step's loss and gradients finite (train/diverged_state.h), which stopped the run whatever the
+  // policy. Before each save after a step (scheduled, or the run's last) the state is checked, and
+  // such a step rolls back as an anomalous loss does. A save on a signal or at
+  // --exit-after-minutes still refuses and stops: the run was ending anyway.
+  void judge_the_update_before_a_save(StepResult& r, int64_t stop) {
+    if (config_.anomaly.policy != AnomalyPolicy::Rollback || r.verdict != StepVerdict::Apply) return;
+    const int64_t step = engine_->step();
+    if (step != stop && !checkpoints_->saves_after(step)) return;
+    const std::string found = describe_nonfinite_state(backend_, engine_->state_regions(), world());
+    if (found.empty()) return;
+    const StepJudgement judgement = guard_.judge_applied_update("its update left " + found);
+    r.verdict = judgement.verdict;
+    r.anomaly = judgement.reason;
+    if (judgement.verdict == StepVerdict::Stop) fail("step ", r.step + 1, ": ", judgement.reason, " (training diverged)");
   }
 
   // anomaly.policy=rollback rolls back to the newest checkpoint of either tier: one exists from

@@ -132,6 +132,49 @@ def test_rollback_under_mpirun_agrees_on_every_rank(corpus, tmp_path, background
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.parametrize("ranks, fault", [(1, "inf-update:0:4"), (2, "inf-update:1:4")], ids=["1-rank", "2-ranks"])
+def test_rollback_rolls_back_an_update_that_left_a_weight_infinite_before_its_save(corpus, tmp_path, ranks, fault):
+    # Step 4's update leaves a weight infinite, its loss and gradients finite, and step 4 saves:
+    # the save refused the state and the run stopped whatever anomaly.policy said. Under rollback
+    # the state is checked before the save, and the step rolls back as a bad loss does.
+    extra = ["--dp", 2, "--zero", 3, "--set", "train.async_save=true"] if ranks == 2 else []
+    result = ok(train(corpus, "--set", "train.steps=6", "--set", "train.save_every=2", "--set", "anomaly.policy=rollback",
+                      "--save", tmp_path / "ck", "--set", f"train.metrics={tmp_path / 'm.jsonl'}", *extra, ranks=ranks,
+                      fault=fault))
+    rank = ranks - 1
+    assert re.search(r"step 4: its update left 1 infinite or NaN value in the parameters and AdamW moments "
+                     + (r"\(\S+ \(param\)\)" if rank == 0 else r"\(held by rank 1; rank 0's are all finite\)")
+                     + r": rolled back to step 2 \(\S+step-00000002\); the data continues at sample 32, skipping "
+                     r"samples 16 to 31 \(anomaly 1 of at most 10\)", result.stdout), result.stdout
+    assert logged_steps(result.stdout) == [1, 2, 3, 4, 3, 4, 5, 6]
+    bad = [r for r in records(tmp_path / "m.jsonl") if r.get("update")]
+    assert len(bad) == 1 and bad[0]["step"] == 3 and bad[0]["update"] == "rolled back", bad
+    assert np.isfinite(bad[0]["loss"]) and np.isfinite(bad[0]["grad_norm"])  # the guard saw nothing
+    assert {"event": "rollback", "step": 3, "to_step": 2, "next_sample": 32} in records(tmp_path / "m.jsonl")
+    manifest, tensors = read_checkpoint(tmp_path / "ck")
+    assert manifest["step"] == 6 and manifest["data"]["next_sample"] == 32 + 4 * BATCH
+    assert all(np.isfinite(values).all() for kind in tensors.values() for values in kind.values())
+    assert ok(subprocess.run([str(TRIPOD), "ckpt", "verify", str(tmp_path / "ck")], capture_output=True, text=True))
+
+
+def test_rollback_of_a_real_overflow_at_each_save_stops_past_anomaly_max(corpus, tmp_path):
+    # fp32 at a learning rate of 1e39 overflows every weight at every step, with a finite loss and
+    # gradient norm. With a save after each step, the first save refused the state and the run
+    # stopped there, under rollback as under stop ("checkpoint save ... failed").
+    result = train(corpus, "--set", "train.steps=4", "--set", "train.save_every=1", "--set", "anomaly.policy=rollback",
+                   "--set", "anomaly.max=2", "--set", "train.dtype=fp32", "--set", "optim.lr=1e39",
+                   "--set", "optim.min_lr=1e39", "--set", "optim.warmup_steps=0", "--save", tmp_path / "ck",
+                   "--set", f"train.metrics={tmp_path / 'm.jsonl'}")
+    assert result.returncode != 0, result.stdout
+    assert "checkpoint save" not in result.stderr, result.stderr
+    assert result.stdout.count("step 1: its update left ") == 2, result.stdout
+    assert re.search(r"error: step 1: its update left \d+ infinite or NaN values in the parameters and AdamW moments "
+                     r"\(wte\.weight \(param\), .*\); that is anomaly 3 of this run, more than "
+                     r"anomaly\.max \(2\) \(training diverged\)", result.stderr), result.stderr
+    assert [r["to_step"] for r in records(tmp_path / "m.jsonl") if r.get("event") == "rollback"] == [0, 0]
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step-00000000"
+
+
 def test_too_many_anomalies_stop_the_run(corpus):
     result = train(corpus, "--set", "train.steps=20", "--set", "anomaly.policy=skip", "--set", "anomaly.max=2", *DIVERGE)
     assert result.returncode != 0, result.stdout
@@ -149,7 +192,7 @@ def test_bad_anomaly_settings_are_refused(corpus, setting, expected):
     assert result.returncode != 0 and expected in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("fault", ["nan-loss:x", "nan-loss:1e3", "nan-loss: 2", "kill:0:3x", "kill: 0:3"])
+@pytest.mark.parametrize("fault", ["nan-loss:x", "nan-loss:1e3", "nan-loss: 2", "kill:0:3x", "kill: 0:3", "inf-update:1"])
 def test_malformed_loss_fault_is_refused(corpus, fault):
     # "1e3" fired at step 1 and "3x" at step 3: the numbers were read up to the first non-digit.
     result = train(corpus, "--set", "train.steps=2", fault=fault)
@@ -159,10 +202,11 @@ def test_malformed_loss_fault_is_refused(corpus, fault):
 @pytest.mark.parametrize("fault, args, expected", [
     ("nan-loss:3", [], "the run ends at step 2 (train.steps), before step 3"),
     ("kill:2:1", ["--dp", "2"], "the run has 2 ranks, no rank 2"),
+    ("inf-update:2:1", ["--dp", "2"], "the run has 2 ranks, no rank 2"),
     ("kill-in-save:0:1", [], "the run saves no checkpoint after step 1"),
     ("kill-in-save:0:1", ["--save", "{tmp}/ckpt"], "the run saves no checkpoint after step 1"),  # only after step 2
     ("slow-snapshot:10", ["--save", "{tmp}/ckpt", "--set", "train.save_every=1"], "slow-snapshot delays background"),
-], ids=["past-the-end", "no-such-rank", "no-save", "not-a-save-step", "no-background-save"])
+], ids=["past-the-end", "no-such-rank", "no-such-rank-to-overflow", "no-save", "not-a-save-step", "no-background-save"])
 def test_a_fault_the_run_cannot_reach_is_refused(corpus, tmp_path, fault, args, expected):
     # These ran to the end with exit 0 and injected nothing: a restart test built on one passed
     # without testing anything.

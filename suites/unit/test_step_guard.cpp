@@ -60,6 +60,24 @@ TEST(StepGuard, RollbackAndSkipStopOnceMoreThanMaxAnomalies) {
   EXPECT_NE(third.reason.find("anomaly 3 of this run, more than anomaly.max (2)"), std::string::npos) << third.reason;
 }
 
+TEST(StepGuard, AnAppliedUpdateThatLeftTheStateNonFiniteRollsBackOnlyUnderRollback) {
+  // An update already applied cannot be skipped: only a rollback undoes it.
+  for (const AnomalyPolicy policy : {AnomalyPolicy::Stop, AnomalyPolicy::Skip}) {
+    StepGuard guard(spikes(policy, 0, 1));
+    const StepJudgement verdict = guard.judge_applied_update("its update left 1 infinite or NaN value");
+    EXPECT_EQ(verdict.verdict, StepVerdict::Stop) << anomaly_policy_name(policy);
+    EXPECT_EQ(verdict.reason, "its update left 1 infinite or NaN value");
+    EXPECT_EQ(guard.anomalies(), 1);
+  }
+  StepGuard guard(spikes(AnomalyPolicy::Rollback, 0, 1, /*max=*/2));
+  EXPECT_EQ(guard.judge_applied_update("a").verdict, StepVerdict::Rollback);
+  EXPECT_EQ(guard.judge(kNaN, 1.0).verdict, StepVerdict::Rollback);  // one count for both kinds
+  const StepJudgement third = guard.judge_applied_update("its update left 3 infinite or NaN values");
+  EXPECT_EQ(third.verdict, StepVerdict::Stop);
+  EXPECT_EQ(third.reason, "its update left 3 infinite or NaN values; that is anomaly 3 of this run, more than "
+                          "anomaly.max (2)");
+}
+
 TEST(StepGuard, SettingsAreParsedAndCheckedNamingTheKey) {
   nlohmann::json a = {{"policy", "rollback"}, {"spike_factor", 4.0}, {"spike_window", 16}, {"skip_batches", 2}, {"max", 3}};
   const AnomalySettings s = parse_anomaly_settings(a);
