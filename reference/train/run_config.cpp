@@ -134,6 +134,9 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   train.eval_every = t.at("eval_every");
   train.eval_batches = t.at("eval_batches");
   train.peak_tflops = t.at("peak_tflops");
+  // A negative one was taken as 0 (the device table's or the CPU's nominal peak), silently.
+  check(train.peak_tflops >= 0, "train.peak_tflops must be >= 0 (0: the device's peak from its table, or the CPU's ",
+        "nominal peak; got ", train.peak_tflops, ")");
   train.metrics = t.at("metrics").get<std::string>();
   train.save_every = t.at("save_every");
   train.keep_checkpoints = t.at("keep_checkpoints");

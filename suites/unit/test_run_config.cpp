@@ -89,6 +89,10 @@ TEST(RunConfig, ContradictionsAreNamed) {
   EXPECT_NE(error_of([] { with({"anomaly.skip_batches=9223372036854775807"}); })
                 .find("anomaly.skip_batches must be in [0, 2^20] (got 9223372036854775807)"),
             std::string::npos);
+  // A negative stated peak was taken as "none stated": MFU against the device table's, silently.
+  EXPECT_NE(error_of([] { with({"train.peak_tflops=-1"}); }).find("train.peak_tflops must be >= 0 (0: the device's"),
+            std::string::npos);
+  EXPECT_NO_THROW(with({"train.peak_tflops=0"}));
   // d_ff = 2^63 - 1 overflowed the parameter offsets and ended in a view error naming nothing.
   EXPECT_NE(error_of([] { with({"model.d_ff=9223372036854775807", "model.vocab_size=100"}); })
                 .find("model.d_ff (9223372036854775807) is more than 2^31 - 1"),
