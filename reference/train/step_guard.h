@@ -11,6 +11,9 @@
 //                              anomaly.skip_batches more: replaying the batches since the
 //                              checkpoint would, on a deterministic trainer, reproduce the spike
 //
+// Under rollback, an applied update that left the state infinite or NaN (found before a save,
+// train/diverged_state.h) is an anomaly too (judge_applied_update).
+//
 // More than anomaly.max anomalies in a run stop it whatever the policy. The guard sees the
 // all-reduced loss and norm, so every rank reaches the same verdict without communicating.
 #pragma once
