@@ -37,7 +37,7 @@ std::string describe_nonfinite_state(Backend& backend, const std::vector<StateRe
     if (mine == 0) return {};
     return str_cat(values_text(mine), " in the parameters and AdamW moments (", name_list(names, 3), ")");
   }
-  // Which ranks hold them, for the message every rank prints (only rank 0's names its tensors).
+  // Which ranks hold them; each rank names only its own tensors (rank 0 prints a rollback).
   const std::vector<double> per_rank = all_gather_values(*world, {mine});
   double total = 0;
   std::vector<std::string> holders;

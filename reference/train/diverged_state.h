@@ -22,7 +22,7 @@ std::string describe_nonfinite_state(Backend& backend, const std::vector<StateRe
 
 // TRIPOD_FAULT=inf-update (train/fault_injection.h): sets the first element of this rank's first
 // saved parameter region to +inf, as an overflowing update leaves it. False when the rank saves no
-// parameter (all of its are replicas another rank writes), where the fault would change nothing checked.
+// parameter (each one it holds is a replica another rank writes): the fault would change nothing checked.
 bool overflow_first_saved_parameter(Backend& backend, const std::vector<StateRegion>& regions);
 
 }  // namespace tripod
