@@ -16,16 +16,10 @@
 
 namespace tripod::conform {
 
-namespace {
-
-// |a - b|, and infinitely far where either is NaN: std::max keeps its first argument against a
-// NaN, so a NaN parameter element once vanished from the largest difference and its layout passed.
 double distance(double a, double b) {
   const double d = std::fabs(a - b);
   return std::isnan(d) ? INFINITY : d;
 }
-
-}  // namespace
 
 RunConfig default_conformance_config(const std::string& dtype) {
   nlohmann::json j = default_config_json();

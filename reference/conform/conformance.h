@@ -85,6 +85,9 @@ struct RoundingFloor {
   bool empty() const { return params.empty(); }
 };
 RoundingFloor rounding_floor(const Trajectory& low_precision, const Trajectory& fp64);
+// |a - b|, and infinitely far where either is NaN: std::max keeps its first argument against a
+// NaN, so a NaN parameter element once vanished from the largest difference and its layout passed.
+double distance(double a, double b);
 // `floor` is empty for fp64, where none is needed.
 Errors compare(const Trajectory& got, const Trajectory& reference, const RunConfig& config,
                const RoundingFloor& floor = {});

@@ -35,17 +35,17 @@ Tensor upload_ids(Backend& be, const std::vector<int32_t>& ids) {
   return t;
 }
 
+}  // namespace
+
 double worst_relative(const std::vector<double>& got, const std::vector<double>& ref, double& worst_abs) {
   double scale = 1e-300;
   worst_abs = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    scale = std::max(scale, std::fabs(ref[i]));
-    worst_abs = std::max(worst_abs, std::isfinite(got[i]) ? std::fabs(got[i] - ref[i]) : INFINITY);
+    if (std::isfinite(ref[i])) scale = std::max(scale, std::fabs(ref[i]));
+    worst_abs = std::max(worst_abs, std::isfinite(got[i]) && std::isfinite(ref[i]) ? distance(got[i], ref[i]) : INFINITY);
   }
   return worst_abs / scale;
 }
-
-}  // namespace
 
 Errors check_vocab_parallel_loss(Communicator& tp, Backend& be, DType dtype, int64_t vocab, const FaultPlan& faults) {
   const bool fp64 = dtype == DType::F64;

@@ -5,6 +5,8 @@
 // the TP size does not divide, whose padding columns hold large values that must never count.
 // Compared with the unsplit kernels on the whole logits, with the layouts' tolerances.
 #pragma once
+#include <vector>
+
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "conform/conformance.h"
@@ -16,5 +18,10 @@ namespace tripod::conform {
 // losses as loss_* and the logit gradients as param_* ("dlogits").
 Errors check_vocab_parallel_loss(Communicator& tp, Backend& backend, DType dtype, int64_t vocab,
                                  const FaultPlan& faults);
+
+// The largest |got - ref| (into `worst_abs`) over the largest finite |ref|. An infinity or NaN on
+// either side is infinitely far: the reference is the backend's own unsplit kernel, which on a
+// new device is as untried as the split one, and a NaN of the reference once passed.
+double worst_relative(const std::vector<double>& got, const std::vector<double>& ref, double& worst_abs);
 
 }  // namespace tripod::conform

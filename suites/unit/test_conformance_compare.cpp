@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "conform/conformance.h"
+#include "conform/op_checks.h"
 #include "model/param_spec.h"
 #include "support/test_backend.h"
 
@@ -74,6 +75,20 @@ TEST(ConformanceCompare, ANaNParameterFailsInEitherTrajectory) {
     EXPECT_FALSE(e.pass) << dtype;
     EXPECT_EQ(e.norm_abs, INFINITY) << dtype;
   }
+}
+
+TEST(ConformanceCompare, TheOperatorChecksCountANonFiniteValueOnEitherSideAsInfinitelyFar) {
+  double worst_abs = 0;
+  EXPECT_DOUBLE_EQ(conform::worst_relative({1.0, 2.5}, {1.0, 2.0}, worst_abs), 0.25);
+  EXPECT_DOUBLE_EQ(worst_abs, 0.5);
+  // A NaN in the reference (the unsplit kernel) passed: max(scale, NaN) and max(worst, NaN) kept
+  // their first arguments, and the finite elements' error was reported.
+  for (const double bad : {NAN, INFINITY, -INFINITY}) {
+    EXPECT_EQ(conform::worst_relative({1.0, 2.0}, {1.0, bad}, worst_abs), INFINITY) << bad;
+    EXPECT_EQ(worst_abs, INFINITY) << bad;
+    EXPECT_EQ(conform::worst_relative({bad, 2.0}, {1.0, 2.0}, worst_abs), INFINITY) << bad;
+  }
+  EXPECT_EQ(conform::worst_relative({INFINITY}, {INFINITY}, worst_abs), INFINITY);  // agreeing is no pass
 }
 
 TEST(ConformanceCompare, Fp32AddsAdamSlackAndTwiceTheRoundingFloor) {
