@@ -33,25 +33,22 @@ std::string describe_nonfinite_state(Backend& backend, const std::vector<StateRe
     mine += host[i];
     names.push_back(regions[i].tensor + " (" + regions[i].kind + ")");
   }
-  if (!world) {
-    if (mine == 0) return {};
-    return str_cat(values_text(mine), " in the parameters and AdamW moments (", name_list(names, 3), ")");
-  }
-  // Which ranks hold them; each rank names only its own tensors (rank 0 prints a rollback).
-  const std::vector<double> per_rank = all_gather_values(*world, {mine});
-  double total = 0;
-  std::vector<std::string> holders;
-  for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    total += per_rank[r];
-    if (per_rank[r] > 0) holders.push_back(std::to_string(r));
+  // Over ranks, which hold them; each rank names only its own tensors (rank 0 prints a rollback).
+  double total = mine;
+  std::string where = name_list(names, 3);
+  if (world) {
+    const std::vector<double> per_rank = all_gather_values(*world, {mine});
+    total = 0;
+    std::vector<std::string> holders;
+    for (std::size_t r = 0; r < per_rank.size(); ++r) {
+      total += per_rank[r];
+      if (per_rank[r] > 0) holders.push_back(std::to_string(r));
+    }
+    where = str_cat("held by rank", holders.size() == 1 ? " " : "s ", name_list(holders), "; rank ", world->rank(),
+                    names.empty() ? "'s are all finite" : "'s in " + where);
   }
   if (total == 0) return {};
-  const int rank = world->rank();
-  return str_cat(values_text(total), " in the parameters and AdamW moments (held by rank",
-                 holders.size() == 1 ? " " : "s ", name_list(holders), "; ",
-                 names.empty() ? str_cat("rank ", rank, "'s are all finite")
-                               : str_cat("rank ", rank, "'s in ", name_list(names, 3)),
-                 ")");
+  return str_cat(values_text(total), " in the parameters and AdamW moments (", where, ")");
 }
 
 bool overflow_first_saved_parameter(Backend& backend, const std::vector<StateRegion>& regions) {
