@@ -1,13 +1,10 @@
 #include "train/train_loop.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -18,7 +15,6 @@
 #include "comm/host_collectives.h"
 #include "comm/rank_errors.h"
 #include "core/build_info.h"
-#include "core/file_lock.h"
 #include "core/wall_clock.h"
 #include "data/batch_loader.h"
 #include "data/token_dataset.h"
@@ -29,13 +25,13 @@
 #include "train/diverged_state.h"
 #include "train/fault_injection.h"
 #include "train/gpu_health_log.h"
+#include "train/metrics_log.h"
 #include "train/pipeline_report.h"
 #include "train/rank_timing.h"
 #include "train/run_checkpoints.h"
 #include "train/trainer.h"
 
 namespace tripod {
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 void resolve_vocab(RunConfig& config, int64_t data_vocab, const std::string& data_dir) {
@@ -243,25 +239,8 @@ class TrainingRun {
   }
 
   void open_metrics() {
-    const std::string& path = config_.train.metrics;
-    if (!root_ || path.empty()) return;
-    if (fs::path(path).has_parent_path()) {
-      std::error_code ec;
-      fs::create_directories(fs::path(path).parent_path(), ec);
-      TRIPOD_CHECK(!ec, "cannot write metrics file ", path, " (train.metrics): its folder ",
-                   fs::path(path).parent_path().string(), " cannot be made: ", ec.message());
-    }
-    // One run a metrics file, before it is emptied: two runs given one train.metrics (two
-    // experiments of a preset, whose default is runs/<preset>/metrics.jsonl, started in one folder)
-    // wrote their records interleaved into it, the second emptying the first's, each exiting 0.
-    // (Where the file system cannot lock, nothing is held and nothing said: the checkpoint root's
-    // lock warns about that file system already.)
-    metrics_lock_.emplace(path, "metrics file " + path + " (train.metrics)");
-    TRIPOD_CHECK(metrics_lock_->state() != ExclusiveFileLock::State::HeldElsewhere, "train.metrics ", path,
-                 ": another run is writing this metrics file, and their records would interleave in it; give "
-                 "this run its own (--set train.metrics=FILE)");
-    metrics_.open(path, engine_->step() > 0 ? std::ios::app : std::ios::trunc);
-    check(metrics_.good(), "cannot write metrics file ", path, " (train.metrics): ", std::strerror(errno));
+    if (!root_ || config_.train.metrics.empty()) return;
+    metrics_.open(config_.train.metrics, /*append=*/engine_->step() > 0);
     write_metrics(json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
                        {"config", config_.json}, {"ranks", ranks_},
                        {"layout", layout_text()}, {"n_params", flops_.n_params_total},
@@ -269,14 +248,7 @@ class TrainingRun {
                        {"peak_source", peak_.source}});
   }
 
-  // One record, flushed and checked: a full disk lost every record after it while the run went
-  // on and exited 0 (only the open was checked).
-  void write_metrics(const json& record) {
-    if (!metrics_.is_open()) return;
-    metrics_ << record.dump() << "\n" << std::flush;
-    TRIPOD_CHECK(metrics_.good(), "cannot write metrics file ", config_.train.metrics, " (train.metrics) after step ",
-                 engine_->step(), ": ", std::strerror(errno));
-  }
+  void write_metrics(const json& record) { metrics_.write(record, engine_->step()); }
 
   void record_step(const StepResult& r, int64_t first_step) {
     const TrainSettings& t = config_.train;
@@ -427,8 +399,7 @@ class TrainingRun {
   std::unique_ptr<TrainingEngine> engine_;
   DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
   std::optional<data::BatchLoader> val_loader_;
-  std::optional<ExclusiveFileLock> metrics_lock_;  // held while metrics_ is written
-  std::ofstream metrics_;
+  MetricsLog metrics_;  // train.metrics, on rank 0
   RankTimer rank_timer_{parallel_ ? parallel_->world : nullptr, config_.train.rank_stats_every};
   std::optional<RankTimes> rank_times_;  // the latest gather
   GpuHealthLog gpu_health_{backend_};
