@@ -4,12 +4,15 @@
 #pragma once
 #include <cstdio>
 
+#include "backend/cpu/blas_kernels.h"
 #include "core/error.h"
 #include "microbench/microbench_cli.h"
+#include "process/load_time_settings.h"
 
 namespace tripod::microbench {
 
 inline int standalone_main(Suite suite, int argc, char** argv, const char* description) {
+  execute_again_with(cpu::openblas_kernel_settings(), argv);  // as tripod does: the CPU's own GEMM kernels
   CLI::App app{description};
   MicrobenchOptions options;
   add_microbench_options(app, options);

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <utility>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/blas_kernels.h"
 #include "cli/commands.h"
 #include "core/crash_report.h"
 #include "core/error.h"
@@ -132,7 +134,10 @@ std::string unknown_subcommand_message(CLI::App& app) {
 }
 
 int main(int argc, char** argv) {
-  tripod::bound_openmp_spinning(argv);  // may execute tripod again, with GOMP_SPINCOUNT set
+  // Settings libgomp and OpenBLAS read when loaded: tripod executes itself again with them, at once.
+  tripod::EnvironmentSettings settings = tripod::openmp_spinning_settings();
+  for (auto& setting : tripod::cpu::openblas_kernel_settings()) settings.push_back(std::move(setting));
+  tripod::execute_again_with(settings, argv);
   tripod::install_crash_report("tripod");  // a fatal signal prints the stack (core/crash_report.h)
   CLI::App app{"tripod: a reference 3D-parallel GPT trainer and its conformance and benchmark suite"};
   app.require_subcommand(1);

@@ -1,9 +1,6 @@
 #include "process/openmp_wait_policy.h"
 
-#include <climits>
 #include <cstdlib>
-#include <string_view>
-#include <unistd.h>
 
 namespace tripod {
 namespace {
@@ -12,19 +9,9 @@ constexpr const char* kSpinCount = "10000";
 constexpr const char* kSetByTripod = "TRIPOD_SET_GOMP_SPINCOUNT";
 }  // namespace
 
-void bound_openmp_spinning(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  char exe[PATH_MAX];
-  const ssize_t length = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (length <= 0) return;
-  exe[length] = '\0';
-  const std::string_view path(exe, static_cast<std::size_t>(length));
-  const std::string_view name = path.substr(path.rfind('/') + 1);
-  if (name.starts_with("ld-") || name.starts_with("ld.so")) return;  // a loader: its arguments are gone
-  if (setenv("GOMP_SPINCOUNT", kSpinCount, 1) != 0 || setenv(kSetByTripod, "1", 1) != 0) return;
-  execv(exe, argv);
-  unsetenv("GOMP_SPINCOUNT");  // exec failed: this process keeps the default, as its children will
-  unsetenv(kSetByTripod);
+EnvironmentSettings openmp_spinning_settings() {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return {};
+  return {{"GOMP_SPINCOUNT", kSpinCount}, {kSetByTripod, "1"}};
 }
 
 std::string openmp_wait_text() {

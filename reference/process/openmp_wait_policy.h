@@ -11,18 +11,17 @@
 // Sleeping at once (PASSIVE) costs a wake-up per parallel region when idle (tiny: 0.012 s a step
 // by default, 0.023 passive); a short spin keeps the idle speed and bounds the loss when loaded.
 // libgomp reads GOMP_SPINCOUNT once, when it is loaded, before main: so tripod sets it to 10,000
-// and executes itself again, at once, unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT
-// set), or it was started through a dynamic loader (the GPU bundle's `ld-linux-x86-64.so.2
-// --library-path DIR tripod ...`, which running /proc/self/exe again would restart without its
-// arguments). The same process (pid) goes on, so launchers (mpirun, Slurm, tripod launch) see
-// nothing; its children inherit the setting and do not execute again.
+// and executes itself again at start (process/load_time_settings.h), unless the user chose
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT set).
 #pragma once
 #include <string>
 
+#include "process/load_time_settings.h"
+
 namespace tripod {
 
-// Returns only when no re-execution was needed or it failed (then the runtime's default stays).
-void bound_openmp_spinning(char** argv);
+// GOMP_SPINCOUNT=10000 (and a mark that tripod set it), or nothing where the user chose.
+EnvironmentSettings openmp_spinning_settings();
 
 // "spins 10000 polls, then sleeps (GOMP_SPINCOUNT, set by tripod; ...)", "PASSIVE
 // (OMP_WAIT_POLICY)", ...: how this process's idle OpenMP threads wait and who chose it.

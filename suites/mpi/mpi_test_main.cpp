@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/blas_kernels.h"
 #include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
+#include "process/load_time_settings.h"
 
 namespace {
 
@@ -61,6 +63,7 @@ class RankAgreement : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tripod::execute_again_with(tripod::cpu::openblas_kernel_settings(), argv);  // as tripod does, before MPI starts
   tripod::MpiRuntime mpi(&argc, &argv);
   {  // as the tripod binary does: more ranks than cores must not spin in OpenMP's barriers
     tripod::MpiCommunicator world(MPI_COMM_WORLD, "world");

@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import string
 import subprocess
@@ -787,6 +788,40 @@ def test_openmp_threads_spin_briefly_unless_the_user_chose():
     result = subprocess.run([str(TRIPOD), "train", "--config", "nosuch"], capture_output=True, text=True, timeout=30,
                             env=version_env())
     assert result.returncode == 1 and "nosuch" in result.stderr, result.stderr
+
+
+# OpenBLAS cores whose GEMM kernels use no AVX2 (OpenBLAS 0.3's names).
+PRE_AVX2_CORES = {"katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn", "dunnington",
+                  "nehalem", "sandybridge", "athlon", "opteron", "opteron_sse3", "barcelona", "nano", "bobcat",
+                  "bulldozer", "piledriver", "steamroller", "unknown"}
+
+
+def test_openblas_runs_gemm_kernels_that_the_cpu_has():
+    # Debian 12's OpenBLAS 0.3.21 took this project's VM's Emerald Rapids Xeon (family 6, model 207,
+    # with AVX-512) for a "Prescott" and ran its SSE3 kernels: the CPU backend trained at half speed
+    # without a word. tripod asks for the CPU's kernels where OpenBLAS fell back like that
+    # (backend/cpu/blas_kernels.h); a choice the user made stays, and so does OpenBLAS's own pick
+    # where tripod does not execute again (started through the dynamic loader).
+    require_tripod()
+    env = {k: v for k, v in version_env().items() if k not in ("OPENBLAS_CORETYPE", "TRIPOD_SET_OPENBLAS_CORETYPE")}
+    def blas_line(env, *prefix):
+        result = subprocess.run([*prefix, str(TRIPOD), "--version"], capture_output=True, text=True, timeout=30, env=env)
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if "OpenBLAS" in line)
+    def core(line):
+        return re.search(r" (\S+) MAX_THREADS=", line).group(1)
+    flags = set(next((l.split(":", 1)[1].split() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                      if l.startswith("flags")), []))
+    line = blas_line(env)
+    if {"avx2", "fma"} <= flags:
+        assert core(line).lower() not in PRE_AVX2_CORES, line
+    if "kernels chosen by tripod" in line:
+        assert re.search(r"this OpenBLAS took the CPU for a (\S+);", line).group(1).lower() in PRE_AVX2_CORES, line
+    user = blas_line({**env, "OPENBLAS_CORETYPE": "Haswell"})
+    assert core(user) == "Haswell" and "chosen by tripod" not in user, user
+    loader = next((p for p in ("/lib64/ld-linux-x86-64.so.2",) if Path(p).exists()), None)
+    if loader:
+        assert "chosen by tripod" not in blas_line(env, loader)
 
 
 def test_threads_beyond_the_cpus_do_not_raise_the_nominal_peak(corpus, tmp_path):

@@ -3,7 +3,7 @@
 // one bit for bit. A reduction extended by zeros (a zero-padded operand copy, the padded logits'
 // columns) then has exactly the bits of the unextended one, whatever kernel OpenBLAS chose for
 // this CPU. OpenBLAS's sgemm kernels split a reduction by its length, each CPU's kernel its own way:
-// on this project's VM (OpenBLAS 0.3.21, which picks its Cooperlake kernels there), 9 of 15 fp32
+// on this project's VM at the time (OpenBLAS 0.3.21 picked its Cooperlake kernels there), 9 of 15 fp32
 // products of zero-padded operands kept the unpadded bits; forced to SkylakeX's kernels 12, to
 // Haswell's or Prescott's 3 (OPENBLAS_CORETYPE; numpy on the same library, shapes M 64-1024, K
 // 37-777). What such a test checks is the model code's use of the padded copies, not OpenBLAS's
