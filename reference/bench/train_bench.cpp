@@ -116,7 +116,7 @@ void run_bench_train(const BenchTrainOptions& o) {
               rss / 1048576.0, baseline_rss / 1048576.0);
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"benchmark", "train_step"}, {"build", build_info_json()}, {"config", o.config}, {"batch", o.batch},
-                        {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()},
+                        {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()}, {"blas", cpu_blas_version()},
                         {"n_params", flops.n_params_total}, {"median_step_seconds", median_step},
                         {"tokens_per_second", o.batch * o.seq_len / median_step},
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},

@@ -54,6 +54,7 @@ def test_bench_json_fits_its_schema(quick_bench):
     bench = json.loads((out / "bench.json").read_text())
     validate_with("bench-suite", bench)
     assert {"gemm", "kernels"} <= set(bench) and bench["system"]["quick"] is True
+    assert bench["system"]["blas"].startswith("OpenBLAS ") and "MAX_THREADS=" in bench["system"]["blas"]
     bench["comm"]["results"][0]["undocumented"] = 1
     with pytest.raises(AssertionError, match="undocumented"):
         validate_with("bench-suite", bench)

@@ -316,6 +316,9 @@ def test_bench_train_json(tmp_path):
     plain = load(tmp_path / "plain.json")
     validate_with("bench-train", plain)
     assert plain["padded_vocab"] == 64 and plain["dtype"] == "fp32" and plain["mfu"] is not None
+    # the BLAS and its kernel set, which halve or double the figures, as --version names them
+    version = subprocess.run([str(TRIPOD), "--version"], capture_output=True, text=True, timeout=30).stdout
+    assert plain["blas"].startswith("OpenBLAS ") and f"cpu, emulated: {plain['blas']}" in version, (plain["blas"], version)
     tripod("bench", "train", *small, "--set", "model.vocab_size=60", "--set", "train.dtype=bf16-mixed",
            "--make-vocab-size-divisible-by", 16, "--json", tmp_path / "padded.json")
     padded = load(tmp_path / "padded.json")
