@@ -34,14 +34,41 @@ TEST(OpenBlasKernels, AChoiceWithAvx2KernelsOrACpuWithoutAvx2KeepsOpenBlassPick)
   EXPECT_EQ(better_openblas_core("Sandybridge", CpuVectorFeatures{}), "");
 }
 
+// Sets an environment variable for one scope, restoring what was there.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* before = std::getenv(name)) saved_ = before;
+    setenv(name, value, 1);
+  }
+  ~ScopedVariable() {
+    if (saved_) setenv(name_, saved_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
 TEST(OpenBlasKernels, TheUsersOpenblasCoretypeIsLeftAlone) {
-  const char* before = std::getenv("OPENBLAS_CORETYPE");
-  const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
-  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  const ScopedVariable user("OPENBLAS_CORETYPE", "Prescott");
   EXPECT_TRUE(openblas_kernel_settings().empty());
   EXPECT_EQ(openblas_kernel_note(), "");  // the user chose: no "chosen by tripod"
-  if (saved) setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
-  else unsetenv("OPENBLAS_CORETYPE");
+}
+
+TEST(OpenBlasKernels, TheNoteSaysTripodChoseOnlyWhileTheSettingIsTripods) {
+  const std::string ours = better_openblas_core("Prescott", this_cpus_vector_features());
+  if (ours.empty()) GTEST_SKIP() << "this CPU has no AVX2 and FMA: tripod asks for no kernels here";
+  const ScopedVariable mark("TRIPOD_SET_OPENBLAS_CORETYPE", "Prescott");
+  {
+    const ScopedVariable set("OPENBLAS_CORETYPE", ours.c_str());
+    EXPECT_EQ(openblas_kernel_note(), " (kernels chosen by tripod: this OpenBLAS took the CPU for a Prescott; "
+                                      "OPENBLAS_CORETYPE chooses)");
+  }
+  // A user's own setting in a process that inherited the mark from a tripod above it.
+  const ScopedVariable user("OPENBLAS_CORETYPE", ours == "Haswell" ? "SkylakeX" : "Haswell");
+  EXPECT_EQ(openblas_kernel_note(), "");
 }
 
 TEST(OpenBlasKernels, TheFeaturesComeInOrder) {

@@ -57,7 +57,8 @@ std::vector<std::pair<std::string, std::string>> openblas_kernel_settings() {
 std::string openblas_kernel_note() {
   const char* asked = std::getenv("OPENBLAS_CORETYPE");
   const char* had = std::getenv(kSetByTripod);
-  if (asked == nullptr || had == nullptr) return "";
+  // Only where the setting is still tripod's (a user's own, under an inherited mark, is not).
+  if (asked == nullptr || had == nullptr || better_openblas_core(had, this_cpus_vector_features()) != asked) return "";
   return std::string(" (kernels chosen by tripod: this OpenBLAS took the CPU for a ") + had +
          "; OPENBLAS_CORETYPE chooses)";
 }
