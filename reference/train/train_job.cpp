@@ -13,8 +13,13 @@ namespace tripod {
 namespace {
 
 void print_summary(const TrainSummary& s) {
-  if (s.steps == 0) {  // resumed at train.steps (a restarted job that had finished): no losses to show
+  if (s.steps == 0 && s.steps_taken == 0) {  // resumed at train.steps (a restarted job that had finished)
     std::printf("done: no steps to run (the run is already at train.steps)\n");
+    return;
+  }
+  if (s.steps == 0) {  // anomaly.policy=rollback went back to where the run started: no losses to show
+    std::printf("done: 0 steps kept of %lld run (rolled back to the step the run started from)\n",
+                static_cast<long long>(s.steps_taken));
     return;
   }
   std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);

@@ -152,19 +152,30 @@ class TrainingRun {
               world_rank(), " writes no parameter to a checkpoint (its parameters are replicas of other ranks'); "
               "name a rank that does, such as rank 0");
       rank_timer_.step_end();
-      judge_the_update_before_a_save(r, stop);
+      // Decided before the update is judged: a run that ends now saves now, and that save is checked.
+      const bool interrupted = interrupts && any_rank(interrupts->interrupted());
+      const bool time_is_up = !interrupted && out_of_time();
+      judge_the_update_before_a_save(r, stop, /*ends_the_run=*/interrupted || time_is_up);
       record_step(r, first_step);
       if (r.verdict == StepVerdict::Rollback) {
-        roll_back(r);
-        continue;
+        roll_back(r);  // the run's state is the newest checkpoint's, which the save below keeps
+        if (!interrupted && !time_is_up) continue;
+      } else {
+        record_rank_times(engine_->step() == stop);
       }
-      record_rank_times(engine_->step() == stop);
-      if (interrupts && any_rank(interrupts->interrupted())) {
+      if (interrupted) {
         const std::filesystem::path saved = checkpoints_->save_now();
         fail("interrupted by a signal after step ", engine_->step(), "/", t.steps, ": checkpoint saved to ",
              saved.string(), "; continue with --resume ", options_.save_dir);
       }
-      if (out_of_time()) break;  // to the final save, as at train.steps
+      if (time_is_up) {  // to the final save, as at train.steps
+        if (root_) {
+          std::printf("stopping after step %lld: --exit-after-minutes %g reached (%.2f minutes since start-up)\n",
+                      static_cast<long long>(engine_->step()), options_.exit_after_minutes, seconds_since(started_) / 60);
+          std::fflush(stdout);
+        }
+        break;
+      }
       checkpoints_->after_step(engine_->step() == stop);
     }
     checkpoints_->save_now();
@@ -254,6 +265,7 @@ class TrainingRun {
     const TrainSettings& t = config_.train;
     seconds_ += r.seconds;
     tokens_ += r.tokens;
+    ++summary_.steps_taken;
     const double tok_s = static_cast<double>(r.tokens) / r.seconds;
     const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak_.flops * ranks_);
     if (r.verdict == StepVerdict::Apply) {  // an anomalous loss is not the run's
@@ -300,14 +312,7 @@ class TrainingRun {
   // apart, so they agree on it (one all-reduce of a flag a step, only with the option).
   bool out_of_time() const {
     if (options_.exit_after_minutes <= 0) return false;
-    const double minutes = seconds_since(started_) / 60;
-    if (!any_rank(minutes >= options_.exit_after_minutes)) return false;
-    if (root_) {
-      std::printf("stopping after step %lld: --exit-after-minutes %g reached (%.2f minutes since start-up)\n",
-                  static_cast<long long>(engine_->step()), options_.exit_after_minutes, minutes);
-      std::fflush(stdout);
-    }
-    return true;
+    return any_rank(seconds_since(started_) / 60 >= options_.exit_after_minutes);
   }
 
   int world_rank() const { return parallel_ ? parallel_->world->rank() : 0; }
@@ -330,13 +335,13 @@ class TrainingRun {
 
   // anomaly.policy=rollback: a save refuses a state that an update left infinite or NaN with the
   // step's loss and gradients finite (train/diverged_state.h), which stopped the run whatever the
-  // policy. Before each save after a step (scheduled, or the run's last) the state is checked, and
-  // such a step rolls back as an anomalous loss does. A save on a signal or at
-  // --exit-after-minutes still refuses and stops: the run was ending anyway.
-  void judge_the_update_before_a_save(StepResult& r, int64_t stop) {
+  // policy. Before each save after a step (scheduled, the run's last, or one on a signal or at
+  // --exit-after-minutes: `ends_the_run`) the state is checked, and such a step rolls back as an
+  // anomalous loss does; an ending run then saves the state it rolled back to.
+  void judge_the_update_before_a_save(StepResult& r, int64_t stop, bool ends_the_run) {
     if (config_.anomaly.policy != AnomalyPolicy::Rollback || r.verdict != StepVerdict::Apply) return;
     const int64_t step = engine_->step();
-    if (step != stop && !checkpoints_->saves_after(step)) return;
+    if (step != stop && !ends_the_run && !checkpoints_->saves_after(step)) return;
     const std::string found = describe_nonfinite_state(backend_, engine_->state_regions(), world());
     if (found.empty()) return;
     const StepJudgement judgement = guard_.judge_applied_update("its update left " + found);

@@ -6,6 +6,7 @@ spike-loss:S make the guard see step S's loss as NaN or as 10 times what it is; 
 tests use a real one (a learning rate of 1e30)."""
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,52 @@ def test_rollback_of_a_real_overflow_at_each_save_stops_past_anomaly_max(corpus,
                      r"anomaly\.max \(2\) \(training diverged\)", result.stderr), result.stderr
     assert [r["to_step"] for r in records(tmp_path / "m.jsonl") if r.get("event") == "rollback"] == [0, 0]
     assert (tmp_path / "ck" / "latest").read_text().strip() == "step-00000000"
+
+
+@pytest.mark.parametrize("ranks, fault", [(1, "inf-update:0:1"), (2, "inf-update:1:1")], ids=["1-rank", "2-ranks"])
+def test_rollback_checks_the_update_before_the_save_at_exit_after_minutes(corpus, tmp_path, ranks, fault):
+    # The time is up after step 1, whose update left a weight infinite: the run's last save was not
+    # checked first, so it refused the state and the run failed (exit 1, "checkpoint save ...
+    # failed") although anomaly.policy=rollback had a checkpoint to go back to.
+    extra = ["--dp", 2, "--zero", 3] if ranks == 2 else []
+    result = ok(train(corpus, "--set", "train.steps=1000", "--set", "anomaly.policy=rollback", "--save", tmp_path / "ck",
+                      "--set", f"train.metrics={tmp_path / 'm.jsonl'}", "--exit-after-minutes", 1e-6, *extra,
+                      ranks=ranks, fault=fault))
+    assert "step 1: its update left 1 infinite or NaN value" in result.stdout, result.stdout
+    assert "rolled back to step 0" in result.stdout and "stopping after step 0: --exit-after-minutes" in result.stdout
+    assert "done: 0 steps kept of 1 run (rolled back to the step the run started from)" in result.stdout
+    assert {"event": "rollback", "step": 0, "to_step": 0, "next_sample": BATCH} in records(tmp_path / "m.jsonl")
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step-00000000"
+    _, tensors = read_checkpoint(tmp_path / "ck")
+    assert all(np.isfinite(values).all() for kind in tensors.values() for values in kind.values())
+
+
+def test_rollback_checks_the_update_before_the_save_on_a_signal(corpus, tmp_path):
+    # fp32 at a learning rate of 1e39: every update from a finite state overflows every weight with
+    # a finite loss and gradient norm, and the next step's NaN loss rolls back. A signal is seen
+    # after an applied step (one that rolled back defers it to the next), so its save met an
+    # overflowed state, refused it and the run ended on "checkpoint save ... failed".
+    require_tripod()
+    cmd = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", *MODEL, "--set", "train.steps=1000000",
+           "--set", "train.dtype=fp32", "--set", "optim.lr=1e39", "--set", "optim.min_lr=1e39",
+           "--set", "optim.warmup_steps=0", "--set", "anomaly.policy=rollback", "--set", "anomaly.max=1000000",
+           "--save", str(tmp_path / "ck")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step "):
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a run of a million steps must not outlive a failed wait
+    assert proc.returncode != 0
+    assert "checkpoint save (" not in err, err
+    assert "interrupted by a signal after step 0/1000000: checkpoint saved to " in err, err
+    assert "rolled back to step 0" in out.splitlines()[-1], out[-2000:]  # then the save: step 0's, already there
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step-00000000"
+    _, tensors = read_checkpoint(tmp_path / "ck")
+    assert all(np.isfinite(values).all() for kind in tensors.values() for values in kind.values())
 
 
 def test_too_many_anomalies_stop_the_run(corpus):
