@@ -158,9 +158,10 @@ void check_against_the_emulated_device(const char* variant, const char* name_par
   };
   // head size 64 over two tiles (the second partial), and 16 with four heads over one; then each
   // other head size's kernels (128: their own launch bounds, the most registers; 32) and four
-  // tiles of 64 (whole tiles off the diagonal)
+  // tiles of 64 (whole tiles off the diagonal); head sizes 16 and 32 over three tiles, the last
+  // partial (their instantiations' tiles off the diagonal)
   for (const Shape s : {Shape{1, 80, 64, 1}, Shape{2, 40, 64, 4}, Shape{1, 130, 128, 1}, Shape{1, 72, 64, 2},
-                        Shape{1, 200, 64, 1}}) {
+                        Shape{1, 200, 64, 1}, Shape{1, 150, 32, 2}, Shape{1, 150, 64, 2}}) {
     SCOPED_TRACE("B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " C" + std::to_string(s.C) + " H" +
                  std::to_string(s.H));
     const Results got = run(*cuda, s.B, s.T, s.C, s.H), want = run(*emulated, s.B, s.T, s.C, s.H);

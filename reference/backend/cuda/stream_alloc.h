@@ -8,7 +8,7 @@
 
 namespace tripod::cuda {
 
-// cudaMallocAsync on `stream` from the current device's pool; where it fails, waits for the stream,
+// cudaMallocAsync on `stream` from its device's current pool; where it fails, waits for the stream,
 // trims the pool to what is in use and tries once more. Returns the last status; a failure's error
 // state is cleared (not sticky: it must not resurface at the next launch).
 cudaError_t malloc_async_or_trim(void** ptr, std::size_t bytes, cudaStream_t stream);
