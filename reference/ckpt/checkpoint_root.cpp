@@ -43,14 +43,29 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& root) {
   return found;
 }
 
+constexpr const char* kReplacedPrefix = ".replaced-";    // + step-N: a checkpoint set aside while its step is saved again
+constexpr const char* kWriteProbePrefix = ".tripod-write-test-";  // + a pid: check_save_root's probe
+
+bool starts_with(const std::string& name, const std::string& prefix) { return name.rfind(prefix, 0) == 0; }
+
+// What a save or start-up of Tripod's own leaves in a root when it dies part-way.
+bool is_leftover(const std::string& name) {
+  return starts_with(name, ".partial-step-") || starts_with(name, std::string(kReplacedPrefix) + "step-") ||
+         starts_with(name, kWriteProbePrefix) || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+}
+
 bool is_checkpoint_root(const fs::path& root) {
   if (fs::exists(root / kLatestFile)) return true;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (step_of(name) < 0 && name.rfind(".partial-step-", 0) != 0 && name != kLockFile) return false;
+    // A .tmp of another's is not taken for ours here: only `latest`'s (a first save killed while
+    // writing it left the root with no `latest`, which was then refused as someone else's folder).
+    const bool ours = step_of(name) >= 0 || name == kLockFile || name == std::string(kLatestFile) + ".tmp" ||
+                      (is_leftover(name) && name.compare(name.size() - 4, 4, ".tmp") != 0);
+    if (!ours) return false;
   }
-  return true;  // only step directories, leftovers of saves and the runs' lock file
+  return true;  // only step directories, leftovers of saves and start-ups, and the runs' lock file
 }
 
 std::string mib(uint64_t bytes) {
@@ -87,7 +102,7 @@ void check_save_root(const fs::path& root, uint64_t bytes_needed, const std::str
   fs::create_directories(root, ec);
   TRIPOD_CHECK(fs::is_directory(root), option, " ", root.string(), ": cannot create it",
                ec ? " (" + ec.message() + ")" : std::string());
-  const fs::path probe = root / (".tripod-write-test-" + std::to_string(::getpid()));
+  const fs::path probe = root / (kWriteProbePrefix + std::to_string(::getpid()));
   {
     std::ofstream out(probe);
     out << "x";
@@ -107,13 +122,22 @@ int remove_leftovers(const fs::path& root) {
   int removed = 0;
   std::error_code ec;
   std::vector<fs::path> doomed;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(".partial-step-", 0) == 0 || name.rfind(".replaced-step-", 0) == 0 ||
-        (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0))
-      doomed.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (is_leftover(entry.path().filename().string())) doomed.push_back(entry.path());
+  for (const fs::path& p : doomed) {
+    // A checkpoint set aside for a new save of its step, which died before that one was in place:
+    // it is the only copy of that step, so it goes back (deleting it lost a complete checkpoint).
+    const std::string name = p.filename().string();
+    if (starts_with(name, kReplacedPrefix) && complete(p)) {
+      const fs::path target = root / name.substr(std::string(kReplacedPrefix).size());
+      if (!complete(target)) {
+        fs::remove_all(target, ec);
+        fs::rename(p, target, ec);
+        if (!ec) continue;
+      }
+    }
+    removed += fs::remove_all(p, ec) > 0;
   }
-  for (const fs::path& p : doomed) removed += fs::remove_all(p, ec) > 0;
   return removed;
 }
 
@@ -171,28 +195,51 @@ fs::path resolve_checkpoint(const fs::path& path) {
   return *latest;
 }
 
+void point_latest_at(const fs::path& root, int64_t step) {
+  const fs::path dir = root / step_dir_name(step);
+  TRIPOD_CHECK(complete(dir), "cannot point ", (root / kLatestFile).string(), " at ", dir.string(),
+               ": it is not a complete checkpoint");
+  write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
+}
+
 fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_t step, int keep) {
   fsync_directory(staged);
   const fs::path target = root / step_dir_name(step);
   std::error_code ec;
   // A checkpoint of the same step (a run resumed and saved again) is set aside, not deleted,
   // until the new one is in place; find_latest skips an incomplete name meanwhile.
-  const fs::path replaced = root / (".replaced-" + step_dir_name(step));
-  if (fs::exists(target)) {
+  const fs::path replaced = root / (kReplacedPrefix + step_dir_name(step));
+  const bool replacing = fs::exists(target);
+  if (replacing) {
     fs::remove_all(replaced, ec);
     fs::rename(target, replaced, ec);
     TRIPOD_CHECK(!ec, "cannot move the previous ", target.string(), " aside: ", ec.message());
   }
-  fs::rename(staged, target, ec);
-  TRIPOD_CHECK(!ec, "cannot move the finished checkpoint ", staged.string(), " to ", target.string(), ": ",
-               ec.message());
-  fsync_directory(root);
-  write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
+  // Where the new checkpoint cannot be put in place or selected, the root goes back to what it
+  // was: no complete step directory that `latest` does not name (a full disk at `latest` left one,
+  // its space taken and never removed), and the step set aside back in its place.
+  try {
+    fs::rename(staged, target, ec);
+    TRIPOD_CHECK(!ec, "cannot move the finished checkpoint ", staged.string(), " to ", target.string(), ": ",
+                 ec.message());
+    fsync_directory(root);
+    write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(target, ignored);  // the new checkpoint, if the rename happened (else nothing is there)
+    if (replacing) fs::rename(replaced, target, ignored);
+    throw;
+  }
   fs::remove_all(replaced, ec);
-  const auto all = checkpoints_in(root);
+  // Pruned among this step and the older ones only: a newer step directory is of a timeline the
+  // run went back from (resumed from an older checkpoint, or rolled back), and counting it pruned
+  // the run's own history first - the checkpoint it had resumed from went at its first save.
+  std::vector<fs::path> timeline;  // oldest first, ending at target
+  for (const auto& [held_step, dir] : checkpoints_in(root))
+    if (held_step <= step) timeline.push_back(dir);
   const std::size_t kept = static_cast<std::size_t>(std::max(keep, 1));
-  for (std::size_t i = 0; i + kept < all.size(); ++i)
-    if (all[i].second != target) fs::remove_all(all[i].second, ec);
+  for (std::size_t i = 0; i + kept < timeline.size(); ++i)
+    if (timeline[i] != target) fs::remove_all(timeline[i], ec);
   return target;
 }
 

@@ -7,7 +7,7 @@
 //
 // A save writes its step into .partial-*, the manifest last, then renames the directory into
 // place and only then moves `latest`: a crash at any point leaves the previous checkpoint whole
-// and selected. The last `keep` checkpoints are kept (never fewer than the latest).
+// and selected. The last `keep` checkpoints up to the latest are kept (never fewer than the latest).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -31,7 +31,9 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, int64_t ste
 // `option` names the command-line option in messages ("--save", "--save-local").
 void check_save_root(const std::filesystem::path& root, uint64_t bytes_needed, const std::string& option = "--save");
 
-// Removes what dead saves left in `root` (.partial-* directories, *.tmp files); returns how many.
+// Removes what dead saves and start-ups left in `root` (.partial-* directories, *.tmp files, write
+// probes) and returns how many; a checkpoint set aside for a save of its step that never landed
+// (.replaced-step-N without a complete step-N) is put back instead.
 int remove_leftovers(const std::filesystem::path& root);
 
 // The newest complete checkpoint under `root` (what `latest` names, or, if that is missing or
@@ -46,8 +48,15 @@ std::string latest_pointer_problem(const std::filesystem::path& path);
 // directory, or throws saying what `path` is instead (nothing there, an old-format checkpoint...).
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 
+// Points root's `latest` at its complete checkpoint of `step` (atomically and durably), or throws.
+void point_latest_at(const std::filesystem::path& root, int64_t step);
+
 // Moves a finished `staged` directory (manifest written) into place as root/step-N, points
-// `latest` at it, and deletes the oldest checkpoints beyond `keep`. Returns the final directory.
+// `latest` at it, and deletes the oldest checkpoints beyond `keep` among this step and the older
+// ones (newer steps, of a timeline the run went back from, stay until it saves those steps itself).
+// Returns the final directory.
+// Where the move or `latest` fails, the root is left as it was (a step-N it replaced back in
+// place, the new one removed) and the error thrown.
 std::filesystem::path publish_checkpoint(const std::filesystem::path& root, const std::filesystem::path& staged,
                                          int64_t step, int keep);
 

@@ -101,26 +101,67 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
            "under one `latest` and prune the other's; give an empty or new folder, or resume from its own checkpoints");
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
                                              options_.allow_resume_changes, meta_().train_tokens_xxh64)};
+  if (own != nullptr) take_up_the_timeline_of(*own, loaded.manifest.step);
   engine_.set_step(loaded.manifest.step);
   // This step counts as saved in a tier only if the checkpoint is that tier's.
   if (own != nullptr) own->last_saved = loaded.manifest.step;
+  last_checkpoint_ = loaded.dir;
   return loaded;
 }
 
+// A run resumed from an older checkpoint of its own root (`--resume ROOT/step-2` where `latest`
+// names step-6) continues another timeline than the newer ones: `latest` kept naming step 6, so a
+// rollback before this run's first save jumped forward to it, and a restart with --resume auto took
+// it. `latest` now names the checkpoint the run continues; the newer step directories stay, and its
+// own saves of those steps replace them. A newer checkpoint in the other tier is refused: --resume
+// auto takes the newest of both tiers, and that one cannot be pointed away from.
+void RunCheckpoints::take_up_the_timeline_of(Tier& own, int64_t step) {
+  for (const Tier* tier : {&durable_, &local_}) {
+    if (tier->root.empty()) continue;
+    const auto held = ckpt::find_latest(tier->root);
+    if (!held || ckpt::checkpoint_step(*held) <= step) continue;
+    TRIPOD_CHECK(tier == &own, tier->option, " ", tier->root.string(), " holds ", held->filename().string(),
+                 ", newer than the ", ckpt::step_dir_name(step), " this run continues from ", own.option, " ",
+                 own.root.string(), ": a restart with --resume auto would take that other timeline; remove its "
+                 "checkpoints after step ", step, " from ", tier->root.string(), ", or give ", tier->option,
+                 " another folder");
+  }
+  const auto held = ckpt::find_latest(own.root);
+  if (!held || ckpt::checkpoint_step(*held) <= step) return;
+  std::string error;
+  if (root_rank_) {
+    try {
+      ckpt::point_latest_at(own.root, step);
+      std::printf("  %s holds newer checkpoints (up to %s) than the %s this run continues: `latest` now names it, "
+                  "and this run's saves replace those steps as it reaches them\n",
+                  own.root.c_str(), held->filename().c_str(), ckpt::step_dir_name(step).c_str());
+      std::fflush(stdout);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  // Every rank fails alike, and reads the new `latest` from here on.
+  const std::vector<std::string> errors = world_ ? all_gather_text(*world_, error, 1024) : std::vector{error};
+  check(errors[0].empty(), errors[0]);
+}
+
 RunCheckpoints::Tier* RunCheckpoints::tier_holding(const fs::path& checkpoint) {
+  // As typed, "ROOT/step-4/" (a shell's completion), "ROOT/step-4/." and a link to it had no
+  // parent but the step itself, and the run was refused as continuing another root's checkpoint.
+  std::error_code ec;
+  fs::path resolved = fs::weakly_canonical(fs::absolute(checkpoint), ec).lexically_normal();
+  if (!resolved.has_filename()) resolved = resolved.parent_path();
   for (Tier* tier : {&durable_, &local_})
-    if (std::error_code ec; !tier->root.empty() && fs::equivalent(checkpoint.parent_path(), tier->root, ec))
-      return tier;
+    if (!tier->root.empty() && fs::equivalent(resolved.parent_path(), tier->root, ec)) return tier;
   return nullptr;
 }
 
-RunCheckpoints::Loaded RunCheckpoints::load_newest() {
+RunCheckpoints::Loaded RunCheckpoints::load_last_checkpoint() {
   finish_pending();
-  const auto dir = newest();
-  TRIPOD_CHECK(dir.has_value(), "no checkpoint under ", durable_.root.string(),
+  TRIPOD_CHECK(last_checkpoint_.has_value(), "no checkpoint of this run's under ", durable_.root.string(),
                local_.root.empty() ? "" : " or " + local_.root.string());
-  Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
-                                             /*allow_changes=*/true)};
+  Loaded loaded{*last_checkpoint_, resume_from_checkpoint(world_, *last_checkpoint_, engine_.state_regions(), backend_,
+                                                          config_, /*allow_changes=*/true)};
   engine_.set_step(loaded.manifest.step);
   return loaded;
 }
@@ -156,16 +197,21 @@ fs::path RunCheckpoints::save(Tier& tier, bool in_background) {
   finish_pending();
   const int64_t step = engine_.step();
   const fs::path dir = tier.root / ckpt::step_dir_name(step);
-  if (step == tier.last_saved) return dir;
+  if (step == tier.last_saved) {
+    last_checkpoint_ = dir;
+    return dir;
+  }
   const auto start = std::chrono::steady_clock::now();
   if (in_background) {
     pending_ = std::make_unique<AsyncSave>(world_, tier.root, engine_.state_regions(), backend_, meta_(),
                                            std::move(buffers_));
     tier.last_saved = step;
+    last_checkpoint_ = dir;  // complete once finish_pending has run, as load_last_checkpoint does first
     return dir;
   }
   save_checkpoint(world_, tier.root, engine_.state_regions(), backend_, meta_());
   tier.last_saved = step;
+  last_checkpoint_ = dir;
   if (root_rank_) {
     std::printf("  checkpoint: step %lld saved to %s (%.2f s)\n", static_cast<long long>(step), dir.c_str(),
                 seconds_since(start));

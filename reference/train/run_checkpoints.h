@@ -8,8 +8,8 @@
 // Each tier is a checkpoint root of its own (ckpt/checkpoint_root.h), keeping its newest
 // train.keep_checkpoints. Scheduled saves run in the background under train.async_save (one save
 // in flight at a time, so saves publish in step order); the final one and the one on a signal are
-// synchronous and durable. Resuming (`--resume auto`) and rolling back take the newest complete
-// checkpoint of either tier. Every rank must see both roots: a node-local disk serves a one-node
+// synchronous and durable. Resuming (`--resume auto`) takes the newest complete checkpoint of
+// either tier; rolling back, the one this run saved last (or resumed from). Every rank must see both roots: a node-local disk serves a one-node
 // job; across nodes the fast tier must be shared too.
 #pragma once
 #include <filesystem>
@@ -48,8 +48,10 @@ class RunCheckpoints {
   // Collective: --resume (a checkpoint, a root, or "auto": the newest of either tier, if any) loaded
   // into the engine, its step set. Nothing when there is nothing to resume.
   std::optional<Loaded> resume();
-  // Collective: the newest checkpoint of either tier loaded into the engine (a rollback).
-  Loaded load_newest();
+  // Collective: the checkpoint this run saved last, or resumed from before its first save, loaded
+  // into the engine (a rollback). Not the newest of the roots: a run resumed from an older
+  // checkpoint of its root goes back on its own timeline, never forward to another's.
+  Loaded load_last_checkpoint();
 
   // Collective, after each step: moves a background save on, then saves if a tier is due.
   void after_step(bool last_step);
@@ -77,6 +79,7 @@ class RunCheckpoints {
   std::filesystem::path save(Tier& tier, bool in_background);
   std::optional<std::filesystem::path> newest() const;
   Tier* tier_holding(const std::filesystem::path& checkpoint);  // the tier whose root holds it, or null
+  void take_up_the_timeline_of(Tier& own, int64_t step);
   void warn_if_latest_is_unusable(const std::filesystem::path& root) const;
   void report_pending(AsyncSave& done, double waited) const;
 
@@ -92,6 +95,7 @@ class RunCheckpoints {
   // before pending_, so that a background save still in flight is finished before they go.
   std::vector<std::unique_ptr<ckpt::RootLock>> locks_;
   std::unique_ptr<AsyncSave> pending_;  // a background save not yet published
+  std::optional<std::filesystem::path> last_checkpoint_;  // saved last or resumed from: a rollback's target
   StateSnapshot buffers_;               // host memory of the previous background save, for the next
 };
 

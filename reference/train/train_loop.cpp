@@ -158,7 +158,7 @@ class TrainingRun {
       judge_the_update_before_a_save(r, stop, /*ends_the_run=*/interrupted || time_is_up);
       record_step(r, first_step);
       if (r.verdict == StepVerdict::Rollback) {
-        roll_back(r);  // the run's state is the newest checkpoint's, which the save below keeps
+        roll_back(r);  // the run's state is its last checkpoint's, which the save below keeps
         if (!interrupted && !time_is_up) continue;
       } else {
         record_rank_times(engine_->step() == stop);
@@ -350,20 +350,20 @@ class TrainingRun {
     if (judgement.verdict == StepVerdict::Stop) fail("step ", r.step + 1, ": ", judgement.reason, " (training diverged)");
   }
 
-  // anomaly.policy=rollback rolls back to the newest checkpoint of either tier: one exists from
+  // anomaly.policy=rollback rolls back to the run's last checkpoint of either tier: one exists from
   // the start (this step's, saved now unless the run resumed from it).
   void keep_a_checkpoint_to_roll_back_to() {
     if (config_.anomaly.policy != AnomalyPolicy::Rollback) return;
-    check(checkpoints_->enabled(), "anomaly.policy=rollback rolls back to the newest checkpoint under --save: "
+    check(checkpoints_->enabled(), "anomaly.policy=rollback rolls back to the run's last checkpoint under --save: "
           "give --save ROOT");
     checkpoints_->save_now();
   }
 
-  // Collective (every rank has the same verdict): reloads the newest checkpoint and continues the
+  // Collective (every rank has the same verdict): reloads the run's last checkpoint and continues the
   // data after the bad batch (plus anomaly.skip_batches), not from the checkpoint's position:
   // replaying those batches would, on this deterministic trainer, reproduce the anomaly.
   void roll_back(const StepResult& r) {
-    const RunCheckpoints::Loaded loaded = checkpoints_->load_newest();
+    const RunCheckpoints::Loaded loaded = checkpoints_->load_last_checkpoint();
     const ckpt::Manifest& m = loaded.manifest;
     next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
     if (root_) {

@@ -1,6 +1,6 @@
 """The anomaly policy (`anomaly` config section, train/step_guard.h): a non-finite or spiking loss
 stops the run naming the step the log counts, skips the update leaving the state exactly as it
-was, or rolls back to the newest checkpoint and continues the data after the bad batch - in one
+was, or rolls back to the run's last checkpoint and continues the data after the bad batch - in one
 process and under mpirun, with synchronous and asynchronous saves. TRIPOD_FAULT=nan-loss:S and
 spike-loss:S make the guard see step S's loss as NaN or as 10 times what it is; the divergence
 tests use a real one (a learning rate of 1e30)."""
@@ -232,7 +232,7 @@ def test_too_many_anomalies_stop_the_run(corpus):
 @pytest.mark.parametrize("setting, expected", [
     ("anomaly.policy=retry", "anomaly.policy: stop, skip or rollback, not 'retry'"),
     ("anomaly.spike_factor=0.5", "anomaly.spike_factor must be 0 (off) or above 1"),
-    ("anomaly.policy=rollback", "anomaly.policy=rollback rolls back to the newest checkpoint under --save"),
+    ("anomaly.policy=rollback", "anomaly.policy=rollback rolls back to the run's last checkpoint under --save"),
 ])
 def test_bad_anomaly_settings_are_refused(corpus, setting, expected):
     result = train(corpus, "--set", "train.steps=2", "--set", setting)
