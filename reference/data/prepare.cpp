@@ -29,6 +29,10 @@ std::string read_text_file(const fs::path& path) {
   if (const auto bad = first_invalid_utf8(text))
     fail("input text ", path, " is not UTF-8 at ", describe_text_offset(text, *bad),
          ": convert it first (e.g. iconv -f latin1 -t utf-8); its tokens would not decode back to it");
+  if (const auto marker = first_space_marker(text))
+    fail("input text ", path, " holds U+2581 (\xE2\x96\x81, SentencePiece's mark for a space) at ",
+         describe_text_offset(text, *marker), ": its tokens would decode it as a space; replace it first (e.g. "
+         "sed 's/\xE2\x96\x81/_/g')");
   return text;
 }
 
@@ -109,6 +113,8 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
         " of ", total, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its successor)");
   // A fraction so small that it rounds to no held-out tokens made a dataset without validation,
   // silently ("val tokens 0").
+  check(!own_val || report.val_tokens >= 2, "data prepare: the held-out text ", options.val_input, " gives ",
+        report.val_tokens, " token", report.val_tokens == 1 ? "" : "s", " (at least 2: a token and its successor)");
   check(own_val || options.val_fraction == 0 || report.val_tokens >= 2, "data prepare for ", options.input,
         ": val_fraction ", options.val_fraction, " of ", total, " tokens gives ", report.val_tokens,
         " validation tokens (at least 2; or val_fraction 0 for none)");

@@ -21,6 +21,8 @@ nlohmann::json TokenDataset::read_meta(const fs::path& dir) {
   const fs::path meta_path = dir / "meta.json";
   check(fs::exists(meta_path), "data directory ", dir,
         " has no meta.json (not prepared, or preparation did not finish)");
+  // A folder there failed as an "internal error" without the path, and a named pipe hung the run.
+  check(fs::is_regular_file(meta_path), meta_path, " is not a regular file (a prepared directory's meta.json is one)");
   std::ifstream in(meta_path);
   check(in.good(), meta_path, ": cannot open for reading");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -35,6 +35,11 @@ std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::size_t> first_space_marker(std::string_view text) {
+  const std::size_t at = text.find("\xE2\x96\x81");
+  return at == std::string_view::npos ? std::nullopt : std::optional<std::size_t>(at);
+}
+
 std::string describe_text_offset(std::string_view text, std::size_t offset) {
   offset = std::min(offset, text.size());
   const std::string_view before = text.substr(0, offset);

@@ -13,6 +13,11 @@ namespace tripod::data {
 // the lead of a broken, overlong, surrogate or past-U+10FFFF one); nullopt for valid text.
 std::optional<std::size_t> first_invalid_utf8(std::string_view text);
 
+// The offset of the first U+2581 (LOWER ONE EIGHTH BLOCK, "▁"): SentencePiece's own mark for a
+// space, which it cannot tell from a space in the text, so a "t▁he" decoded as "t he" (the tokens
+// of the two were the same); nullopt where there is none.
+std::optional<std::size_t> first_space_marker(std::string_view text);
+
 // "line 3, column 7 (byte offset 41, 0xE9)" for that offset, for a message.
 std::string describe_text_offset(std::string_view text, std::size_t offset);
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "data/synthetic_corpus.h"
+#include "data/shard_format.h"
 #include "data/token_dataset.h"
 
 namespace tripod::sweep {
@@ -26,12 +27,22 @@ data::SyntheticOptions synthetic_options(const SyntheticCorpusSpec& s, const fs:
 
 fs::path synthetic_dir(const fs::path& out_dir) { return fs::absolute(out_dir / "corpus"); }
 
+// The training split's tokens as its shards' headers count them (each header checked against its
+// file's size): meta.json's "train_tokens" is optional and unchecked, and without it every run
+// showed 0.00 epochs and max_epochs guarded nothing; as a string it was an internal error.
+int64_t train_tokens_of(const fs::path& dir, const json& meta) {
+  uint64_t tokens = 0;
+  for (const json& shard : meta.at("splits").value("train", json::array()))
+    tokens += data::read_shard_header(dir / shard.get<std::string>()).token_count;
+  return static_cast<int64_t>(tokens);
+}
+
 CorpusInfo from_meta(const fs::path& dir) {
   const json meta = data::TokenDataset::read_meta(dir);
   CorpusInfo info;
   info.dir = dir;
   info.vocab = meta.at("vocab_size");
-  info.train_tokens = meta.value("train_tokens", int64_t{0});
+  info.train_tokens = train_tokens_of(dir, meta);
   info.entropy_rate_nats = meta.value("entropy_rate_nats", -1.0);
   return info;
 }

@@ -110,6 +110,12 @@ class TrainingRun {
     // reports, and a rank's line was lost now and then).
     if (parallel_)
       check_on_every_rank(*parallel_->world, [&] { check_every_rank_reads_one_corpus(*parallel_->world, data_.train); });
+    // Before anything is written: a split too short for one sequence was found after the metrics'
+    // start record and the rollback policy's first checkpoint, which then refused the rerun.
+    const TrainSettings& t = config_.train;
+    loader_.emplace(data_.train, t.seq_len, t.seed);
+    // train.eval_batches = 0 turns evaluation off (a mean over no batches is not a loss of 0).
+    if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
     make_engine();
     engine_->initialise();
     checkpoints_.emplace(config_, options_, backend_, world(), root_, *engine_, [this] { return checkpoint_meta(); });
@@ -124,9 +130,7 @@ class TrainingRun {
     open_metrics();
     keep_a_checkpoint_to_roll_back_to();
     const TrainSettings& t = config_.train;
-    const data::BatchLoader loader(data_.train, t.seq_len, t.seed);
-    // train.eval_batches = 0 turns evaluation off (a mean over no batches is not a loss of 0).
-    if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, t.seed);
+    const data::BatchLoader& loader = *loader_;
     const int64_t first_step = engine_->step();
     const int64_t stop = options_.exit_after > 0 ? std::min(t.steps, first_step + options_.exit_after) : t.steps;
     // With --save, SIGTERM/SIGINT/SIGHUP finish the step, save and stop (agreed by every rank).
@@ -403,7 +407,7 @@ class TrainingRun {
   PeakFlops peak_;
   std::unique_ptr<TrainingEngine> engine_;
   DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
-  std::optional<data::BatchLoader> val_loader_;
+  std::optional<data::BatchLoader> loader_, val_loader_;  // the training split's; the held-out split's
   MetricsLog metrics_;  // train.metrics, on rank 0
   RankTimer rank_timer_{parallel_ ? parallel_->world : nullptr, config_.train.rank_stats_every};
   std::optional<RankTimes> rank_times_;  // the latest gather

@@ -363,6 +363,17 @@ def test_data_prepare_refuses_text_that_is_not_utf8(tmp_path):
     assert not (tmp_path / "prep").exists()
 
 
+def test_data_prepare_refuses_sentencepieces_mark_for_a_space(tmp_path):
+    # U+2581 is how SentencePiece writes a space inside its pieces: "t\u2581he" was tokenized as
+    # "t he" and decoded so, exit 0, the text changed (51,151 bytes back from 53,453).
+    text = tmp_path / "marker.txt"
+    text.write_text("alpha beta gamma delta\n" * 200 + "t\u2581he end\n")
+    expect_error("data", "prepare", "--input", text, "--out", tmp_path / "prep", "--vocab-size", 300,
+                 contains=f"input text \"{text}\" holds U+2581 (\u2581, SentencePiece's mark for a space) at "
+                          "line 201, column 2 (byte offset 4601, 0xE2)")
+    assert not (tmp_path / "prep").exists()
+
+
 DATA_COMMANDS = pytest.mark.parametrize("command", [
     ["data", "prepare", "--input", "{tmp}/text.txt", "--vocab-size", "300"],
     ["data", "synthetic", "--vocab-size", "16", "--order", "1", "--tokens", "1000"],
@@ -486,6 +497,17 @@ def test_a_folder_or_file_where_the_other_is_expected_is_named(corpus, tmp_path)
     shard.unlink()
     shard.mkdir()
     expect_error("data", "inspect", data, contains=f'token shard "{shard}" is not a regular file')
+    # meta.json as a folder was "internal error: basic_filebuf::underflow error reading the file: Is
+    # a directory" (exit 2, no path), and as a named pipe the run hung.
+    meta = tmp_path / "meta_folder"
+    shutil.copytree(corpus, meta)
+    (meta / "meta.json").unlink()
+    (meta / "meta.json").mkdir()
+    expect_error("data", "inspect", meta, contains=f'"{meta / "meta.json"}" is not a regular file')
+    shutil.rmtree(meta / "meta.json")
+    os.mkfifo(meta / "meta.json")
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={meta}",
+                 contains=f'"{meta / "meta.json"}" is not a regular file')
     ckpt = tmp_path / "ckpt"
     train(corpus, tmp_path, "saved", "--set", "train.steps=2", "--save", ckpt)
     ckpt_shard = sorted(ckpt.glob("step-*/shard-*.bin"))[0]

@@ -72,6 +72,28 @@ def test_prepare_keeps_a_given_held_out_text(tmp_path):
     bad = subprocess.run([program, "data", "prepare", "--input", tmp_path / "train.txt", "--val-input", empty,
                           "--out", tmp_path / "y", "--vocab-size", "300"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "held-out text" in bad.stderr and "is empty" in bad.stderr
+    # One token held out ("x") was prepared ("val tokens 1"); training found it too short only after
+    # it had written its metrics' start record and the rollback policy's first checkpoint.
+    one = tmp_path / "one.txt"
+    one.write_text("x")
+    short = subprocess.run([program, "data", "prepare", "--input", tmp_path / "train.txt", "--val-input", one,
+                            "--out", tmp_path / "z", "--vocab-size", "300"], capture_output=True, text=True, timeout=60)
+    assert short.returncode != 0 and f'the held-out text "{one}" gives 1 token (at least 2' in short.stderr, short.stderr
+    # A held-out split shorter than one sequence is refused before the run writes anything.
+    few = tmp_path / "few.txt"
+    few.write_text("a dog sat on a log\n")
+    ok_short = subprocess.run([program, "data", "prepare", "--input", tmp_path / "train.txt", "--val-input", few,
+                               "--out", tmp_path / "few", "--vocab-size", "300"], capture_output=True, text=True,
+                              timeout=60)
+    assert ok_short.returncode == 0, ok_short.stderr
+    metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    run = subprocess.run([program, "train", "--config", "tiny", "--set", f"data.dir={tmp_path / 'few'}",
+                          "--set", "train.seq_len=32", "--set", "model.context=32", "--set", "anomaly.policy=rollback",
+                          "--save", ck, "--set", f"train.metrics={metrics}"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode != 0 and 'split "val" has ' in run.stderr and "too few for one sequence" in run.stderr, \
+        run.stdout + run.stderr
+    assert not metrics.exists() and not ck.exists(), "nothing written before the refusal"
 
 
 def test_max_epochs_refuses_a_grid_that_repeats_data(tmp_path):
@@ -90,6 +112,33 @@ def test_max_epochs_refuses_a_grid_that_repeats_data(tmp_path):
     path.write_text(json.dumps(spec))
     ok = subprocess.run([tripod(), "scale", "run", str(path), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("count", ["absent", "a string", "wrong"])
+def test_max_epochs_counts_the_corpus_from_its_shards(tmp_path, count):
+    # A prepared corpus whose meta.json lacked the optional "train_tokens" showed "0 train tokens"
+    # and 0.00 epochs for every run, and max_epochs passed the grid; as a string it was an internal
+    # error; a wrong count was believed.
+    corpus = tmp_path / "corpus"
+    made = subprocess.run([tripod(), "data", "synthetic", "--out", corpus, "--vocab-size", "32", "--order", "1",
+                           "--tokens", "100000", "--seed", "3"], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    meta = json.loads((corpus / "meta.json").read_text())
+    train_tokens = meta.pop("train_tokens")
+    if count != "absent":
+        meta["train_tokens"] = str(train_tokens) if count == "a string" else 10 ** 12
+    (corpus / "meta.json").write_text(json.dumps(meta))
+    spec = {"name": "repeat", "corpus": {"dir": str(corpus)}, "budgets": [4e9, 1.2e10],
+            "models": {"rule": {"aspect_ratio": 16, "head_dim": 8, "d_ff_ratio": 4}, "sizes_per_budget": 3, "span": 4,
+                       "tokens_per_param": 30},
+            "context": 32, "batch_size": 8, "min_steps": 10, "max_epochs": 1.0}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    result = subprocess.run([tripod(), "scale", "run", str(path), "--dry-run"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "more than max_epochs = 1" in result.stderr and f"epochs of the corpus's {train_tokens}" in result.stderr, \
+        result.stderr
 
 
 def test_the_natural_preset_never_repeats_data():

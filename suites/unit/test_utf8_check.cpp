@@ -25,6 +25,12 @@ TEST(Utf8Check, TheFirstBadByteIsFound) {
   EXPECT_EQ(first_invalid_utf8("\xE4\xB8x"), 0u);           // a bad third byte
 }
 
+TEST(Utf8Check, SentencePiecesMarkForASpaceIsFound) {
+  EXPECT_EQ(first_space_marker("t\xE2\x96\x81he"), 1u);
+  EXPECT_EQ(first_space_marker("the \xE2\x96\x80\xE2\x96\x82"), std::nullopt);  // its neighbours are fine
+  EXPECT_EQ(first_space_marker(""), std::nullopt);
+}
+
 TEST(Utf8Check, TheOffsetIsDescribedByLineAndColumn) {
   const std::string text = "first\nsecond caf\xE9";
   EXPECT_EQ(describe_text_offset(text, *first_invalid_utf8(text)), "line 2, column 11 (byte offset 16, 0xE9)");
