@@ -104,7 +104,7 @@ def rollback_run(corpus, tmp_path, *extra, ranks=1, fault="spike-loss:5"):
 
 
 def test_rollback_reloads_the_newest_checkpoint_and_skips_the_bad_batches(corpus, tmp_path):
-    plain = ok(train(corpus, "--set", "train.steps=8", "--set", f"train.metrics={tmp_path / 'plain.jsonl'}"))
+    ok(train(corpus, "--set", "train.steps=8", "--set", f"train.metrics={tmp_path / 'plain.jsonl'}"))
     result = rollback_run(corpus, tmp_path)
     # Step 5 (samples 32-39) spiked: back to step 4, the data continues after it and one more batch.
     assert re.search(r"step 5: the loss \S+ is a spike: above 3 x the median \S+ of the last 2 accepted steps: "
