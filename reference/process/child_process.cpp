@@ -115,9 +115,11 @@ std::string describe_exit(const ChildExit& exit) {
 }
 
 namespace {
-// A signal handler can only talk to the program through a global; this is the one such flag.
+// A signal handler can only talk to the program through a global; this is the one such count.
 volatile std::sig_atomic_t g_interrupt_requested = 0;
-void request_interrupt(int) { g_interrupt_requested = 1; }
+void request_interrupt(int) {
+  if (g_interrupt_requested < 1000) g_interrupt_requested = g_interrupt_requested + 1;  // a count, bounded
+}
 struct sigaction g_previous_int, g_previous_term, g_previous_hup;
 bool g_hup_taken = false;
 }  // namespace
@@ -143,5 +145,6 @@ InterruptScope::~InterruptScope() {
 }
 
 bool InterruptScope::interrupted() const { return g_interrupt_requested != 0; }
+int InterruptScope::interrupts() const { return static_cast<int>(g_interrupt_requested); }
 
 }  // namespace tripod::process

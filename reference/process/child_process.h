@@ -48,6 +48,7 @@ class InterruptScope {
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
   bool interrupted() const;
+  int interrupts() const;  // how many signals came (a second one asks for haste)
 };
 
 }  // namespace tripod::process

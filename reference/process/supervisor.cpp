@@ -50,6 +50,25 @@ std::string joined(const std::vector<std::string>& words) {
 // Orphaned processes of the job (a rank whose launcher died, a wrapper script's children) are
 // re-parented to the supervisor rather than to init while it runs, so that it can reap them and
 // tell a group with live processes from one holding only the dead (WatchedChild::group_alive).
+// A closed stdout or stderr (`tripod launch ... | head`, a dead `tee` or ssh session) killed the
+// supervisor by SIGPIPE at its next write of the job's output, with no report and no restart; the
+// write fails instead (WatchedChild stops passing that stream through) and supervision goes on.
+class IgnoreBrokenPipes {
+ public:
+  IgnoreBrokenPipes() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &previous_);
+  }
+  ~IgnoreBrokenPipes() { ::sigaction(SIGPIPE, &previous_, nullptr); }
+  IgnoreBrokenPipes(const IgnoreBrokenPipes&) = delete;
+  IgnoreBrokenPipes& operator=(const IgnoreBrokenPipes&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
 class SubreaperScope {
  public:
   SubreaperScope() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
@@ -81,18 +100,38 @@ AttemptEnd run_attempt(const fs::path& executable, const SupervisorOptions& o, i
                      [&watch](OutputStream s, std::string_view line) { watch.on_line(s, line); });
   AttemptEnd end;
   std::optional<Clock::time_point> term_sent;
-  bool kill_sent = false;
+  bool kill_sent = false, group_termed = false;
+  const auto kill_all = [&] {
+    child.signal_group(SIGKILL);
+    child.signal_strays(SIGKILL);
+    kill_sent = true;
+  };
+  // The job's processes outside its group first (mpirun's ranks): mpirun, sent SIGTERM, forwards
+  // it and kills its ranks about a second later, before they could finish a step and save, so the
+  // group (mpirun) follows once they are gone. A job all in its group gets SIGTERM at once.
   const auto terminate = [&] {
-    child.signal_group(SIGTERM);
-    if (!term_sent) term_sent = Clock::now();
+    if (term_sent) return;
+    term_sent = Clock::now();
+    if (child.signal_strays(SIGTERM) == 0) {
+      child.signal_group(SIGTERM);
+      group_termed = true;
+    }
   };
   while (!child.exited()) {
     const Clock::time_point now = Clock::now();
     if (interrupts.interrupted() && !end.interrupted) {
       end.interrupted = true;
       report("interrupted: sending SIGTERM to attempt " + std::to_string(attempt) + " (process group " +
-             std::to_string(child.pid()) + "); no restart will follow");
+             std::to_string(child.pid()) + " and its processes outside it); no restart will follow" +
+             " (interrupt again to send SIGKILL at once)");
       terminate();
+    } else if (end.interrupted && !kill_sent && interrupts.interrupts() > 1) {
+      report("interrupted again: sending SIGKILL to attempt " + std::to_string(attempt));
+      kill_all();
+    }
+    if (term_sent && !group_termed && !kill_sent && child.signal_strays(0) == 0) {
+      child.signal_group(SIGTERM);
+      group_termed = true;
     }
     if (o.progress_timeout_s > 0 && !term_sent && seconds_between(child.last_output(), now) > o.progress_timeout_s) {
       end.stuck = true;
@@ -104,8 +143,7 @@ AttemptEnd run_attempt(const fs::path& executable, const SupervisorOptions& o, i
     if (term_sent && !kill_sent && seconds_between(*term_sent, now) > o.kill_grace_s) {
       report("attempt " + std::to_string(attempt) + " still running " + seconds_text(o.kill_grace_s) +
              " after SIGTERM: sending SIGKILL");
-      child.signal_group(SIGKILL);
-      kill_sent = true;
+      kill_all();
     }
     child.pump(0.1);  // short, so that flags set by signals and the deadlines are seen soon
   }
@@ -116,13 +154,20 @@ AttemptEnd run_attempt(const fs::path& executable, const SupervisorOptions& o, i
   while (child.output_open() && seconds_between(exited, Clock::now()) < 1.0) child.pump(0.1);
   end.exit = child.reap();
   const bool failed = end.exit.signaled || end.exit.code != 0 || end.stuck || end.interrupted;
-  if (failed && child.group_alive()) {
-    report("processes of attempt " + std::to_string(attempt) + " outlived its command: sending SIGTERM to the group");
+  // Its ranks too: a killed mpirun left them training, holding the checkpoint root's lock, so the
+  // next attempt was refused ("another run is saving into this checkpoint root", the pid a rank's).
+  if (failed && child.job_alive()) {
+    report("processes of attempt " + std::to_string(attempt) + " outlived its command: sending SIGTERM to them");
+    child.signal_strays(SIGTERM);
     child.signal_group(SIGTERM);
     const Clock::time_point sent = Clock::now();
-    while (child.group_alive() && seconds_between(sent, Clock::now()) < o.kill_grace_s) child.pump(0.05);
-    if (child.group_alive()) child.signal_group(SIGKILL);
+    while (child.job_alive() && seconds_between(sent, Clock::now()) < o.kill_grace_s) child.pump(0.05);
+    if (child.job_alive()) {
+      child.signal_strays(SIGKILL);
+      child.signal_group(SIGKILL);
+    }
     while (child.output_open() && seconds_between(sent, Clock::now()) < o.kill_grace_s + 1.0) child.pump(0.1);
+    while (child.job_alive() && seconds_between(sent, Clock::now()) < o.kill_grace_s + 2.0) child.pump(0.05);
   }
   end.ended = Clock::now();
   return end;
@@ -206,15 +251,17 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
 
   const InterruptScope interrupts;
   const SubreaperScope subreaper;
+  const IgnoreBrokenPipes broken_pipes;
   const Clock::time_point began = Clock::now();
   double total_lost = 0;
   bool lost_known = true;
   int attempt = 0, exit_code = 0;
   std::string status = "failed";
   std::optional<int64_t> diverged_before;  // the step the previous attempt diverged at, if it did
+  std::optional<std::string> early_error_before;  // its error, if it failed before any step
   for (;;) {
     ++attempt;
-    report("attempt " + std::to_string(attempt) + " of at most " + std::to_string(o.max_restarts + 1) + ": " +
+    report("attempt " + std::to_string(attempt) + " of at most " + std::to_string(int64_t{o.max_restarts} + 1) + ": " +
            joined(o.command));
     std::fflush(stdout);
     ProgressWatch watch(checkpoints, o.resume_step);
@@ -248,6 +295,16 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
       break;
     }
     diverged_before = diverged;
+    // The same error twice with no step trained (a bad --set, a root another job holds, a script
+    // that cannot be executed): the command's own fault, which every restart would repeat.
+    const std::optional<std::string> early_error =
+        !watch.last_step() && !failure.error_line.empty() ? std::optional(failure.error_line) : std::nullopt;
+    if (early_error && early_error == early_error_before) {
+      report("attempt " + std::to_string(attempt) + " failed before any step with the same error as attempt " +
+             std::to_string(attempt - 1) + ": a restart would too; not restarting (fix the command and launch again)");
+      break;
+    }
+    early_error_before = early_error;
     if (attempt > o.max_restarts) break;
 
     LaunchEvent restart;
@@ -282,7 +339,8 @@ int supervise(const SupervisorOptions& o, const std::function<void(const LaunchE
   std::string summary = status + (exit_code != 0 ? " (exit code " + std::to_string(exit_code) + ")" : "") + ": " +
                         std::to_string(finish.attempts) + " attempt" + (finish.attempts == 1 ? "" : "s") + ", " +
                         std::to_string(finish.restarts) + " restart" + (finish.restarts == 1 ? "" : "s");
-  if (status == "failed") summary += " (--max-restarts " + std::to_string(o.max_restarts) + " used up)";
+  if (status == "failed" && attempt > o.max_restarts)
+    summary += " (--max-restarts " + std::to_string(o.max_restarts) + " used up)";
   summary += "; wall time " + seconds_text(finish.wall_seconds) + ", time lost to failures " +
              (finish.total_lost_seconds ? seconds_text(*finish.total_lost_seconds) : std::string("unknown"));
   report(summary);

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "process/process_tree.h"
 
 namespace tripod::process {
 namespace fs = std::filesystem;
@@ -67,6 +68,13 @@ WatchedChild::WatchedChild(const fs::path& executable, const std::vector<std::st
   for (std::string& a : argv_text) argv_pointers.push_back(a.data());
   argv_pointers.push_back(nullptr);
   const std::string exe = executable.string();
+  // What the child says when exec fails, made before fork (only write() after it): the command
+  // and why, as a "tripod: error:" line, which the supervisor reports as the attempt's last error.
+  const std::string cannot = "tripod: error: tripod launch cannot execute " + exe + ": ";
+  const std::string because_no_format = cannot + "not a program the system can run (a script needs a #! line)\n";
+  const std::string because_missing = cannot + "it, or the interpreter its #! line names, does not exist\n";
+  const std::string because_denied = cannot + "permission denied\n";
+  const std::string because_other = cannot + "exec failed\n";
 
   int out_pipe[2], err_pipe[2];
   check(::pipe2(out_pipe, O_CLOEXEC) == 0, "cannot make a pipe for the command's output: ", std::strerror(errno));
@@ -86,9 +94,14 @@ WatchedChild::WatchedChild(const fs::path& executable, const std::vector<std::st
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
+    ::signal(SIGPIPE, SIG_DFL);  // the supervisor ignores it; an ignored signal stays so across exec
     ::execv(exe.c_str(), argv_pointers.data());
-    const char message[] = "tripod launch: error: cannot execute the command\n";
-    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    const int e = errno;
+    const std::string& message = e == ENOEXEC ? because_no_format
+                                 : e == ENOENT ? because_missing
+                                 : e == EACCES ? because_denied
+                                               : because_other;
+    (void)!::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);
   }
   const int fork_errno = errno;
@@ -207,6 +220,23 @@ void WatchedChild::signal_group(int signal) const {
 bool WatchedChild::group_alive() {
   reap_orphans();
   return pid_ > 0 && ::kill(-pid_, 0) == 0;
+}
+
+int WatchedChild::signal_strays(int signal) {
+  reap_orphans();
+  int sent = 0;
+  // Below the supervisor, not only below the command: a process whose parent died was re-parented
+  // to the supervisor (its subreaper). The supervisor starts nothing else.
+  for (const pid_t p : live_descendants(::getpid()))
+    if (p != pid_ && process_group(p) != pid_ && ::kill(p, signal) == 0) ++sent;
+  return sent;
+}
+
+bool WatchedChild::job_alive() {
+  if (group_alive()) return true;
+  for (const pid_t p : live_descendants(::getpid()))
+    if (p != pid_) return true;
+  return false;
 }
 
 }  // namespace tripod::process

@@ -1,7 +1,8 @@
 // A command run in a process group of its own, for `tripod launch` (process/supervisor.h): its
 // stdout and stderr are passed through to ours byte for byte as they arrive and, on the way, cut
-// into lines for the supervisor to read (progress, errors). The group lets one signal reach every
-// process the command started (mpirun and its local ranks, srun, a wrapper script and its trainer).
+// into lines for the supervisor to read (progress, errors). The group lets one signal reach the
+// processes the command started (srun, a wrapper script and its trainer); those that leave it
+// (mpirun's local ranks) are found below the supervisor in /proc (signal_strays).
 #pragma once
 #include <sys/types.h>
 
@@ -56,6 +57,12 @@ class WatchedChild {
   void signal_group(int signal) const;
   // Whether any process is still in the group (the command's zombie counts until reaped).
   bool group_alive();
+  // The job's live processes outside its group: those it started in groups of their own (Open
+  // MPI 4's mpirun puts each local rank in one) and orphans re-parented to the supervisor. A
+  // signal to the group never reached them. Returns how many were sent `signal`.
+  int signal_strays(int signal);
+  // group_alive(), or a stray still running.
+  bool job_alive();
 
  private:
   void read_stream(int index);
