@@ -17,6 +17,10 @@ APPROACH1_KEYS = ("approach1_a", "approach1_b")
 APPROACH2_KEYS = ("approach2_a", "approach2_b")
 FRONTIER_KEYS = ("frontier_L_inf", "frontier_k", "frontier_gamma")
 CI_PERCENTILES = (2.5, 97.5)
+# Below this share of replicates fitted, the percentiles describe which resamples could be fitted
+# more than the noise (Approach 2 with three sizes a budget: 3 of 100 fitted, each the original
+# parabola, and an interval of zero width that "excluded" Kaplan's exponent).
+MIN_FITTED_SHARE = 0.5
 
 
 def resample_within_budgets(sweep, rng):
@@ -68,11 +72,22 @@ def bootstrap(sweep, point_fit, n_resamples, seed=0, grid=None, starts_per_refit
         whole = sweep.take(rng.integers(0, len(sweep), size=len(sweep)))
         refit = fit_approach3(whole, grid=grid, extra_starts=[point_fit.theta],
                               max_starts=starts_per_refit)
+        law = refit.law
+        if not law.alpha + law.beta > 0:  # no dependence on N or D in this resample: a, b undefined
+            continue
         for key, value in _approach3_values(refit).items():
             samples[key].append(value)
-        law = refit.law
         laws.append([law.E, law.A, law.B, law.alpha, law.beta])
-    ci = {key: ([float(v) for v in np.percentile(vals, CI_PERCENTILES)] if vals else None)
-          for key, vals in samples.items()}
-    return {"ci": ci, "n_ok": {key: len(vals) for key, vals in samples.items()},
+    ci, notes = {}, {}
+    for key, vals in samples.items():
+        ci[key] = [float(v) for v in np.percentile(vals, CI_PERCENTILES)] if vals else None
+        if vals and len(vals) < MIN_FITTED_SHARE * n_resamples:
+            ci[key] = None
+            notes[key] = (f"no interval: only {len(vals)} of {n_resamples} resamples could be fitted, so their "
+                          f"spread says which resamples fitted, not how uncertain the estimate is")
+        elif vals and len(vals) > 1 and ci[key][0] == ci[key][1]:
+            ci[key] = None
+            notes[key] = ("no interval: every resample gave the same value (the fit at a bound of its range "
+                          "in each, or budgets alike in every resample within budgets, such as one run each)")
+    return {"ci": ci, "ci_notes": notes, "n_ok": {key: len(vals) for key, vals in samples.items()},
             "samples": samples, "approach3_laws": laws, "frontier_fits": frontiers}

@@ -29,6 +29,9 @@ APPROACH3_N_PARAMETERS = 5   # E, A, B, alpha, beta
 def analyse(sweep, excluded, n_records, n_bootstrap=200, seed=0, grid=None):
     """All fits of one sweep, as the OUT.json dict."""
     fit3 = fit_approach3(sweep, grid=grid)
+    if not fit3.law.alpha + fit3.law.beta > 0:
+        raise SystemExit("scale fit: the losses show no dependence on N or D (Approach 3 found alpha = beta = 0): "
+                         "no scaling law to fit; were the runs trained at all (losses near ln V)?")
     approach1, approach2, frontier = fit_approach1(sweep), fit_approach2(sweep), fit_frontier(sweep)
     boot = bootstrap(sweep, fit3, n_bootstrap, seed=seed, grid=grid) if n_bootstrap > 0 else None
     settings = {"n_resamples": n_bootstrap, "seed": seed,
@@ -71,6 +74,8 @@ def main(argv=None):
             print(f"warning: {part}: {note}", file=sys.stderr)
     for flag in report["frontier"].get("flags") or []:
         print(f"warning: frontier: {flag}", file=sys.stderr)
+    for key, note in (report["bootstrap"].get("ci_notes") or {}).items():
+        print(f"warning: {key}: {note}", file=sys.stderr)
     if len(sweep) < 3 * APPROACH3_N_PARAMETERS:
         print(f"warning: Approach 3: {len(sweep)} runs for {APPROACH3_N_PARAMETERS} parameters; "
               f"E, A, B, alpha, beta are poorly determined", file=sys.stderr)

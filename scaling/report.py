@@ -93,6 +93,8 @@ def build_report(sweep, excluded, n_records, fit3, approach2, frontier, boot, bo
     report["optimizer"] = fit3.optimizer_status()
     report["bootstrap"] = dict(bootstrap_settings, ci_percentiles=[2.5, 97.5],
                                n_ok=boot["n_ok"] if boot else None,
+                               # why a parameter has no interval where the resampling cannot say
+                               ci_notes=boot.get("ci_notes", {}) if boot else {},
                                # whole replicates, for quantities of several parameters (scale advise)
                                approach3_laws=boot["approach3_laws"] if boot else [],
                                frontier_fits=boot["frontier_fits"] if boot else [])
@@ -167,6 +169,10 @@ def render_markdown(report):
     out += [f"| {_fmt(r['C'])} | {r['source']} | {_fmt(r['approach3'])} | {_fmt(r['approach2'])} | "
             f"{_fmt(r['chinchilla_law'])} | {_fmt(r['epoch2024_law'])} | {_fmt(r['chinchilla_rule_of_thumb'])} |"
             for r in report["tokens_per_parameter"]]
+    notes = report["bootstrap"].get("ci_notes") or {}
+    if notes:
+        out += ["", "## Parameters without an interval", ""]
+        out += [f"- **{key}**: {note}" for key, note in notes.items()]
     flags = report["frontier"].get("flags") or []
     if flags:
         out += ["", "## Warnings: the compute frontier", ""]

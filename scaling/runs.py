@@ -65,8 +65,11 @@ def _positive_number(value):
 
 def _exclusion_reason(record, loss_key):
     """Why this record cannot be fitted, or None if it can."""
-    if str(record.get("status", "")).lower() == "diverged":
-        return 'status is "diverged"'
+    # Only a finished run: a failed one's record holds its partial run's losses (smoothed_loss,
+    # final_loss), which --loss-key took in without a word.
+    status = record.get("status")
+    if status is not None and str(status).lower() != "ok":
+        return f'status is "{status}"'
     if loss_key not in record or record[loss_key] is None:
         return f"no '{loss_key}'"
     try:

@@ -21,7 +21,7 @@ from scaling.fitlib import (fit_approach2, fit_approach3, fit_frontier,
                             isoflop_minima)
 from scaling.laws import CHINCHILLA, EPOCH_2024
 from scaling.runs import parse_records
-from scaling.synthetic_runs import synthetic_records, write_jsonl
+from scaling.synthetic_runs import CHINCHILLA_BUDGETS, synthetic_records, write_jsonl
 from tripod_cli import TRIPOD, require_tripod
 
 FIT = ["-m", "scaling.fit"]  # the package runs as a module from the source tree (PYTHONPATH or cwd)
@@ -218,7 +218,9 @@ def test_frontier_flags_reach_the_report_and_stderr(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "warning: frontier: L_inf sits on its lower bound 0" in result.stderr
     report = json.loads(out.read_text())
-    assert report["frontier"]["L_inf"]["value"] >= 0 and report["frontier"]["L_inf"]["ci"][0] >= 0
+    # At its bound in every resample: no interval ([0, 0] claimed a certainty), and why.
+    assert report["frontier"]["L_inf"]["value"] >= 0 and report["frontier"]["L_inf"]["ci"] is None
+    assert "every resample gave the same value" in report["bootstrap"]["ci_notes"]["frontier_L_inf"]
     assert any("lower bound" in f for f in report["frontier"]["flags"])
     assert "Warnings: the compute frontier" in md.read_text()
 
@@ -470,3 +472,52 @@ def test_a_law_at_beta_zero_has_a_flat_frontier(tmp_path, bootstrapped_fit, alph
     status, stdout, stderr = advise_on_damaged(tmp_path, bootstrapped_fit, ("beta", "value"), 0.0, "approach3")
     assert status == 0 and "Traceback" not in stderr, stderr
     assert "the fitted law gains nothing from more compute" in stdout, stdout
+
+
+def test_a_failed_runs_partial_losses_are_left_out_under_any_loss_key():
+    # A crashed run's record keeps its partial run's smoothed_loss and final_loss; --loss-key
+    # smoothed_loss fitted it beside the finished runs without a word.
+    records = synthetic_records(CHINCHILLA, sizes_per_budget=5)
+    for r in records:
+        r["smoothed_loss"] = r["loss"]
+    records[3].update(status="failed", loss=None, smoothed_loss=9.0, steps_done=150, steps=1500)
+    warnings = io.StringIO()
+    sweep, excluded = parse_records([json.dumps(r) for r in records], loss_key="smoothed_loss",
+                                    warn_stream=warnings)
+    assert len(sweep) == len(records) - 1 and 'status is "failed"' in excluded[0]["reason"], warnings.getvalue()
+
+
+def test_losses_that_do_not_depend_on_n_or_d_are_a_clear_error(tmp_path):
+    # Every run at the same loss (a sweep that never trained): Approach 3 found alpha = beta = 0,
+    # and computing a = beta / (alpha + beta) ended in a ZeroDivisionError traceback.
+    records = synthetic_records(CHINCHILLA, sizes_per_budget=4)
+    for r in records:
+        r["loss"] = 4.1589
+    runs, out = tmp_path / "runs.jsonl", tmp_path / "fit.json"
+    write_jsonl(records, runs)
+    result = subprocess.run([sys.executable, *FIT, str(runs), "--json", str(out), "--bootstrap", "0"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "scale fit: the losses show no dependence on N or D (Approach 3 found alpha = beta = 0)"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_interval_the_resampling_cannot_give_is_left_out_and_said():
+    # Resampled within budgets, a budget of one run is the same in every replicate: the frontier's
+    # intervals had zero width ([1.5197, 1.5197]) and missed the truth. With three sizes a budget
+    # most resamples lose a size and Approach 2 cannot fit them: 3 of 100 fitted, each the original
+    # parabola, and a zero-width interval that "excluded" Kaplan's 0.73.
+    one_each = sweep_of(synthetic_records(CHINCHILLA, sizes_per_budget=1, noise=0.01, seed=1))
+    boot = bootstrap(one_each, fit_approach3(one_each), n_resamples=20, seed=1)
+    for key in ("frontier_L_inf", "frontier_k", "frontier_gamma"):
+        assert boot["ci"][key] is None and "every resample gave the same value" in boot["ci_notes"][key], key
+    three_each = sweep_of(synthetic_records(CHINCHILLA, budgets=CHINCHILLA_BUDGETS[:5], sizes_per_budget=3,
+                                            noise=0.01, seed=2))
+    boot = bootstrap(three_each, fit_approach3(three_each), n_resamples=40, seed=2)
+    assert boot["n_ok"]["approach2_a"] < 20
+    assert boot["ci"]["approach2_a"] is None and "resamples could be fitted" in boot["ci_notes"]["approach2_a"]
+    # Where they can, intervals are given as before.
+    full = sweep_of(synthetic_records(CHINCHILLA, sizes_per_budget=9, noise=0.01, seed=1))
+    boot = bootstrap(full, fit_approach3(full), n_resamples=20, seed=1)
+    assert boot["ci"]["approach2_a"] is not None and not boot["ci_notes"]
