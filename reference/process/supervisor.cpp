@@ -47,9 +47,6 @@ std::string joined(const std::vector<std::string>& words) {
   return text;
 }
 
-// Orphaned processes of the job (a rank whose launcher died, a wrapper script's children) are
-// re-parented to the supervisor rather than to init while it runs, so that it can reap them and
-// tell a group with live processes from one holding only the dead (WatchedChild::group_alive).
 // A closed stdout or stderr (`tripod launch ... | head`, a dead `tee` or ssh session) killed the
 // supervisor by SIGPIPE at its next write of the job's output, with no report and no restart; the
 // write fails instead (WatchedChild stops passing that stream through) and supervision goes on.
@@ -69,6 +66,9 @@ class IgnoreBrokenPipes {
   struct sigaction previous_ {};
 };
 
+// Orphaned processes of the job (a rank whose launcher died, a wrapper script's children) are
+// re-parented to the supervisor rather than to init while it runs, so that it can reap them and
+// tell a group with live processes from one holding only the dead (WatchedChild::group_alive).
 class SubreaperScope {
  public:
   SubreaperScope() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
@@ -136,7 +136,7 @@ AttemptEnd run_attempt(const fs::path& executable, const SupervisorOptions& o, i
     if (o.progress_timeout_s > 0 && !term_sent && seconds_between(child.last_output(), now) > o.progress_timeout_s) {
       end.stuck = true;
       report("attempt " + std::to_string(attempt) + " made no progress: no output for " +
-             seconds_text(o.progress_timeout_s) + " (--progress-timeout); sending SIGTERM to its process group" +
+             seconds_text(o.progress_timeout_s) + " (--progress-timeout); sending SIGTERM to its processes" +
              ", SIGKILL in " + seconds_text(o.kill_grace_s));
       terminate();
     }
