@@ -47,11 +47,12 @@ constexpr const char* kReplacedPrefix = ".replaced-";    // + step-N: a checkpoi
 constexpr const char* kWriteProbePrefix = ".tripod-write-test-";  // + a pid: check_save_root's probe
 
 bool starts_with(const std::string& name, const std::string& prefix) { return name.rfind(prefix, 0) == 0; }
+bool is_temporary_file(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0; }
 
 // What a save or start-up of Tripod's own leaves in a root when it dies part-way.
 bool is_leftover(const std::string& name) {
   return starts_with(name, ".partial-step-") || starts_with(name, std::string(kReplacedPrefix) + "step-") ||
-         starts_with(name, kWriteProbePrefix) || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+         starts_with(name, kWriteProbePrefix) || is_temporary_file(name);
 }
 
 bool is_checkpoint_root(const fs::path& root) {
@@ -62,7 +63,7 @@ bool is_checkpoint_root(const fs::path& root) {
     // A .tmp of another's is not taken for ours here: only `latest`'s (a first save killed while
     // writing it left the root with no `latest`, which was then refused as someone else's folder).
     const bool ours = step_of(name) >= 0 || name == kLockFile || name == std::string(kLatestFile) + ".tmp" ||
-                      (is_leftover(name) && name.compare(name.size() - 4, 4, ".tmp") != 0);
+                      (is_leftover(name) && !is_temporary_file(name));
     if (!ours) return false;
   }
   return true;  // only step directories, leftovers of saves and start-ups, and the runs' lock file

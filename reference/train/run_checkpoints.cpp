@@ -116,6 +116,7 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
 // own saves of those steps replace them. A newer checkpoint in the other tier is refused: --resume
 // auto takes the newest of both tiers, and that one cannot be pointed away from.
 void RunCheckpoints::take_up_the_timeline_of(Tier& own, int64_t step) {
+  std::optional<fs::path> own_newer;  // own's newest, where it is past `step`
   for (const Tier* tier : {&durable_, &local_}) {
     if (tier->root.empty()) continue;
     const auto held = ckpt::find_latest(tier->root);
@@ -125,16 +126,16 @@ void RunCheckpoints::take_up_the_timeline_of(Tier& own, int64_t step) {
                  own.root.string(), ": a restart with --resume auto would take that other timeline; remove its "
                  "checkpoints after step ", step, " from ", tier->root.string(), ", or give ", tier->option,
                  " another folder");
+    own_newer = held;
   }
-  const auto held = ckpt::find_latest(own.root);
-  if (!held || ckpt::checkpoint_step(*held) <= step) return;
+  if (!own_newer) return;
   std::string error;
   if (root_rank_) {
     try {
       ckpt::point_latest_at(own.root, step);
       std::printf("  %s holds newer checkpoints (up to %s) than the %s this run continues: `latest` now names it, "
                   "and this run's saves replace those steps as it reaches them\n",
-                  own.root.c_str(), held->filename().c_str(), ckpt::step_dir_name(step).c_str());
+                  own.root.c_str(), own_newer->filename().c_str(), ckpt::step_dir_name(step).c_str());
       std::fflush(stdout);
     } catch (const Error& e) {
       error = e.what();
