@@ -5,7 +5,8 @@ Each run's curve (tokens seen, smoothed training loss) becomes loss as a functio
 C_t = tokens_t x (the run's FLOPs per token, C/D), interpolated by a cubic spline in log C between
 its points (a record carries 64: linear interpolation's O(h^2) error, the same sign on every
 convex curve, moved the exponent by ~4e-4; the spline's O(h^4) by ~4e-6). At `n_grid` log-spaced compute values the run with the lowest loss among those whose curve
-reaches that C gives N_opt(C) = its N and D_opt(C) = C / (6 N_opt); straight lines through
+reaches that C gives N_opt(C) = its N and D_opt(C) = C / (the sweep's FLOPs per token at N_opt:
+`Sweep.flops_per_token`, 6 N_opt when the records count C = 6ND); straight lines through
 log N_opt and log D_opt against log C give the exponents a and b. A compute value counts only
 where the winning size's next smaller and next larger trained sizes reach it too (otherwise the
 optimum may lie outside the sizes trained, as for Approach 2's vertices). The winner is one of the trained sizes, so Hoffmann et al.'s N_opt(C) is a staircase
@@ -20,7 +21,6 @@ O(h^4) (~5e-10).
 import numpy as np
 from scipy.interpolate import CubicSpline
 
-from scaling.laws import FLOPS_PER_PARAM_TOKEN
 
 
 def curve_matrix(sweep, grid):
@@ -144,7 +144,7 @@ def fit_approach1(sweep, n_grid=1500, matrix=None, grid=None, refine=True):
         return result
     log_c, log_n = np.log(grid[used]), np.log(n_opt[used])
     a, log_kn = np.polyfit(log_c, log_n, 1)
-    log_d = log_c - np.log(FLOPS_PER_PARAM_TOKEN) - log_n
+    log_d = log_c - np.log(sweep.flops_per_token(n_opt[used]))
     b, log_kd = np.polyfit(log_c, log_d, 1)
     # The envelope as (C, N_opt) where N_opt changes (the staircase's corners), for plots.
     corners = [[float(grid[used][0]), float(n_opt[used][0])]]

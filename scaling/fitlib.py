@@ -1,7 +1,8 @@
 """The three fits of a scaling sweep.
 
 Approach 2 (Hoffmann et al. 2022): per IsoFLOP budget a parabola of loss in log N; its vertex is
-  that budget's N_opt; then straight lines log N_opt = a log C + c, log D_opt = b log C + c.
+  that budget's N_opt, and D_opt = C / (the sweep's FLOPs per token at N_opt); then straight lines
+  log N_opt = a log C + c, log D_opt = b log C + c.
 Approach 3: L(N, D) = E + A/N^alpha + B/D^beta by Huber loss on log L, L-BFGS-B from a grid.
 Frontier (Kaplan-style): L(C) = L_inf + k C^-gamma through the best run of each budget.
 Natural logarithms throughout.
@@ -14,7 +15,7 @@ import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import logsumexp, softmax
 
-from scaling.laws import FLOPS_PER_PARAM_TOKEN, ParametricLaw
+from scaling.laws import ParametricLaw
 
 HUBER_DELTA = 1e-3
 
@@ -43,7 +44,7 @@ def isoflop_minima(sweep, min_points=3):
         else:
             x_opt = -slope / (2 * curvature)
             n_opt = float(np.exp(x_opt))
-            entry.update(N_opt=n_opt, D_opt=C / (FLOPS_PER_PARAM_TOKEN * n_opt),
+            entry.update(N_opt=n_opt, D_opt=float(C / sweep.flops_per_token(n_opt)),
                          loss_min=float(np.polyval([curvature, slope, offset], x_opt)),
                          interior=bool(log_n.min() <= x_opt <= log_n.max()))
         minima.append(entry)
