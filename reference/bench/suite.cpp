@@ -272,7 +272,7 @@ void run_suite(const SuiteOptions& o) {
   // The plots are the Python package reports/ of the source tree, run as a module.
   const process::ChildExit plots = process::wait_child(process::spawn_logged(
       "/usr/bin/python3", {"-m", "reports.plot_bench", (out / "bench.json").string(), "--out", (out / "plots").string()},
-      out / "plots.log", {{"PYTHONPATH", TRIPOD_SOURCE_DIR}}));
+      out / "plots.log", {{"PYTHONPATH", TRIPOD_SOURCE_DIR}, {"PYTHONSAFEPATH", "1"}}));  // as process/python_module.cpp
   std::printf("results: %s; plots: %s%s\n", (out / "bench.json").string().c_str(), (out / "plots").string().c_str(),
               plots.code == 0 && !plots.signaled ? "" : " (plotting failed, see plots.log)");
   TRIPOD_CHECK(failed == 0, failed, " benchmark step(s) failed; their logs are in ", out.string());

@@ -24,7 +24,9 @@ int run_python_module(const std::string& python, const std::string& module, cons
          " is not an executable file (--python; Debian's /usr/bin/python3 after ci/setup.sh)");
   std::vector<std::string> argv = {"-m", module};
   argv.insert(argv.end(), args.begin(), args.end());
-  const ChildExit exit = run_foreground(python, argv, {{"PYTHONPATH", source.string()}});
+  // PYTHONSAFEPATH (Python 3.11+): `-m` puts the working directory first on the path, so a folder
+  // `scaling/` or `reports/` where the command was started ran in place of the source tree's.
+  const ChildExit exit = run_foreground(python, argv, {{"PYTHONPATH", source.string()}, {"PYTHONSAFEPATH", "1"}});
   check(!exit.signaled, python, " -m ", module, " ", describe_exit(exit));
   return exit.code;
 }

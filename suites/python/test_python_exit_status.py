@@ -53,3 +53,18 @@ def test_a_missing_interpreter_is_named(tmp_path, command):
     args = [*command, tmp_path] + ([tmp_path / "RESULTS.json"] if command[0] == "golden" else [])
     r = tripod(*args, "--python", tmp_path / "no-such-python")
     assert r.returncode != 0 and "no-such-python" in r.stderr, r.stderr
+
+
+def test_the_source_trees_module_runs_whatever_the_working_directory_holds(tmp_path):
+    # `python -m` puts the working directory first on the path: started in a folder with a
+    # `scaling/` of its own (a user's project), `tripod scale advise` ran that one.
+    impostor = tmp_path / "scaling"
+    impostor.mkdir()
+    (impostor / "__init__.py").write_text("")
+    (impostor / "advise.py").write_text("print('the working directory\'s scaling/advise.py')\n")
+    advice = tmp_path / "advice.json"
+    require_tripod()
+    r = subprocess.run([str(TRIPOD), "scale", "advise", "chinchilla", "--threshold", "0.01", "--json", str(advice)],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0 and "working directory" not in r.stdout, r.stdout + r.stderr
+    assert advice.exists()
