@@ -1,7 +1,9 @@
 #include "commbench/plan.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
 
@@ -25,18 +27,18 @@ DType parse_nccl_type(const std::string& name) {
   fail("unsupported datatype '", name, "' (expected float, double, int32, bfloat16 or all)");
 }
 
-int64_t parse_byte_size(const std::string& text) {
+int64_t parse_byte_size(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   const double number = std::strtod(text.c_str(), &end);
-  check(end != text.c_str() && number >= 0, "bad size '", text, "' (expected e.g. 8, 64K, 128M, 1G)");
+  check(end != text.c_str() && number >= 0, flag, ": bad size '", text, "' (expected e.g. 8, 64K, 128M, 1G)");
   double unit = 1;
   const std::string suffix(end);
   if (suffix == "K" || suffix == "k") unit = 1024.0;
   else if (suffix == "M" || suffix == "m") unit = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g") unit = 1024.0 * 1024 * 1024;
-  else check(suffix.empty(), "bad size '", text, "' (the suffix must be K, M or G)");
+  else check(suffix.empty(), flag, ": bad size '", text, "' (the suffix must be K, M or G)");
   // Checked before the conversion, which is undefined past int64 (99999999999G came out negative).
-  check(number * unit <= 0x1p62, "size '", text, "' is more than 2^62 bytes");
+  check(number * unit <= 0x1p62, flag, ": size '", text, "' is more than 2^62 bytes");
   return static_cast<int64_t>(number * unit);
 }
 
@@ -76,8 +78,11 @@ std::vector<int64_t> size_steps(const CommBenchSettings& s) {
 
 int parse_root(const std::string& text) {
   char* end = nullptr;
+  errno = 0;
   const long root = std::strtol(text.c_str(), &end, 10);
-  check(!text.empty() && *end == '\0' && root >= 0, "bad root '", text, "' (expected a rank or all)");
+  check(!text.empty() && *end == '\0' && root >= 0, "-r: bad root '", text, "' (expected a rank or all)");
+  // Past int it wrapped: -r 4294967296 ran as root 0, 2147483648 printed root -2147483648.
+  check(errno != ERANGE && root <= std::numeric_limits<int>::max(), "-r: root ", text, " is not a rank of any group");
   return static_cast<int>(root);
 }
 
@@ -143,9 +148,9 @@ std::vector<int> CommBenchPlan::roots_for(int group_size) const {
 std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   CommBenchPlan base;
   CommBenchSettings& s = base.settings;
-  s.min_bytes = parse_byte_size(o.min_bytes);
-  s.max_bytes = parse_byte_size(o.max_bytes);
-  s.step_bytes = parse_byte_size(o.step_bytes);
+  s.min_bytes = parse_byte_size("-b", o.min_bytes);
+  s.max_bytes = parse_byte_size("-e", o.max_bytes);
+  s.step_bytes = parse_byte_size("-i", o.step_bytes);
   s.step_factor = o.step_factor;
   s.warmup_iters = o.warmup_iters;
   s.iters = o.iters;
@@ -163,6 +168,9 @@ std::vector<CommBenchPlan> make_plans(const CommBenchOptions& o) {
   base.average = o.average;
   base.async = o.async;
   base.inject_error = o.inject_error;
+  // A negative size was taken as "not given" (--tp -2 measured the whole world).
+  check(o.tp >= 0 && o.pp >= 0 && o.dp >= 0, "--tp, --pp and --dp must be positive (got ", o.tp, ", ", o.pp, ", ",
+        o.dp, "; 0: not given)");
   base.use_grid = o.tp > 0 || o.pp > 0 || o.dp > 0;
   base.grid = GridShape{std::max(o.tp, 1), std::max(o.pp, 1), std::max(o.dp, 1)};
   check(o.group == "tp" || o.group == "dp" || o.group == "pp", "--group must be tp, dp or pp, not '", o.group, "'");
@@ -178,8 +186,8 @@ void check_plan_for_group(const CommBenchPlan& plan, int group_size) {
 }
 
 nlohmann::json settings_json(const CommBenchOptions& o) {
-  return {{"collective", o.collective}, {"minbytes", parse_byte_size(o.min_bytes)},
-          {"maxbytes", parse_byte_size(o.max_bytes)}, {"stepbytes", parse_byte_size(o.step_bytes)},
+  return {{"collective", o.collective}, {"minbytes", parse_byte_size("-b", o.min_bytes)},
+          {"maxbytes", parse_byte_size("-e", o.max_bytes)}, {"stepbytes", parse_byte_size("-i", o.step_bytes)},
           {"stepfactor", o.step_factor}, {"iters", o.iters}, {"warmup_iters", o.warmup_iters},
           {"check", o.check_iters}, {"op", o.op}, {"datatype", o.datatype}, {"root", o.root},
           {"average", o.average}, {"tp", o.tp}, {"pp", o.pp}, {"dp", o.dp}, {"group", o.group},

@@ -35,8 +35,8 @@ struct CommBenchOptions {
   CommSettings comm;             // which communicator moves them (--comm: a device's staged, or NCCL)
 };
 
-// "8" -> 8, "64K" -> 65536, "128M", "1G", "1.5k" -> 1536 (nccl-tests' parsesize).
-int64_t parse_byte_size(const std::string& text);
+// "8" -> 8, "64K" -> 65536, "128M", "1G", "1.5k" -> 1536 (nccl-tests' parsesize); errors name `flag`.
+int64_t parse_byte_size(const std::string& flag, const std::string& text);
 
 // nccl-tests' type names: "float", "double", "int32", "bfloat16".
 std::string nccl_type_name(DType dtype);

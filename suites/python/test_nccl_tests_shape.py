@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tripod_cli import TRIPOD
+from tripod_cli import MPI_ENV, MPIRUN, TRIPOD
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 SOURCE = Path(os.environ.get("TRIPOD_SOURCE_DIR", Path(__file__).parents[2]))
 
@@ -46,6 +46,43 @@ def test_tripods_sweep_reads_as_nccl_tests_output(sweep):
 
 def test_nccl_tests_own_output_passes_the_same_check():
     r = shape(FIXTURES / "nccl_all_reduce_2.19.txt", "-b", "1K", "-e", "64M", "-f", "16")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def bench_comm(tmp_path, *args, ranks=1):
+    launcher = [MPIRUN, "-np", str(ranks), "--oversubscribe", "--mca", "btl", "self,vader"] if ranks > 1 else []
+    out = subprocess.run([*launcher, str(TRIPOD), "bench", "comm", *args, "-n", "1"], capture_output=True, text=True,
+                         timeout=120, env=MPI_ENV)
+    assert out.returncode == 0, out.stdout + out.stderr
+    path = tmp_path / "perf.txt"
+    path.write_text(out.stdout)
+    return path
+
+
+# nccl-tests prints one rank's block as the count of these, rounded down to 16 bytes, and the whole
+# buffer as the size: the check took every row of a correct all_gather sweep for a wrong count.
+@pytest.mark.parametrize("collective, ranks", [("all_gather", 1), ("reduce_scatter", 1), ("alltoall", 1),
+                                               ("all_gather", 2), ("alltoall", 3)])
+def test_the_blocked_collectives_sweeps_read_as_nccl_tests_output(tmp_path, collective, ranks):
+    if ranks > 1 and not MPIRUN:
+        pytest.fail("mpirun is missing: ci/setup.sh installs Open MPI")
+    path = bench_comm(tmp_path, collective, "-b", "8", "-e", "4K", "-f", "2", ranks=ranks)
+    r = shape(path, "-b", "8", "-e", "4K", "-f", "2", collective=collective)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A count that is not the block is still caught.
+    text = path.read_text().splitlines()
+    row = max(i for i, line in enumerate(text) if line.split()[:1] and line.split()[0].isdigit())  # the largest
+    fields = text[row].split()
+    text[row] = text[row].replace(f" {fields[1]} ", f" {int(fields[1]) + 4} ", 1)
+    path.write_text("\n".join(text) + "\n")
+    r = shape(path, "-b", "8", "-e", "4K", "-f", "2", collective=collective)
+    assert r.returncode == 1 and "is not size / (" in r.stdout, r.stdout
+
+
+def test_sizes_that_are_no_whole_number_of_elements_read_as_nccl_tests_prints_them(tmp_path):
+    # -b 6 of float: nccl-tests prints 4 B (one element); the check expected a row of 6 B.
+    path = bench_comm(tmp_path, "all_reduce", "-b", "6", "-e", "24", "-f", "2")
+    r = shape(path, "-b", "6", "-e", "24", "-f", "2")
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -38,5 +38,35 @@ TEST(CommBenchSizes, NonsenseStepsAreRefused) {
   EXPECT_NE(expected_error([] { sizes("8", "1G", 1, "8"); }).find("is more than 100000 sizes"), std::string::npos);
 }
 
+std::string plan_error(const std::function<void(CommBenchOptions&)>& change) {
+  CommBenchOptions o;
+  change(o);
+  return expected_error([&] { make_plans(o); });
+}
+
+TEST(CommBenchSizes, ABadSizeNamesItsFlag) {
+  EXPECT_NE(plan_error([](CommBenchOptions& o) { o.min_bytes = "-4"; }).find("-b: bad size '-4'"), std::string::npos);
+  EXPECT_NE(plan_error([](CommBenchOptions& o) { o.max_bytes = "8X"; }).find("-e: bad size '8X'"), std::string::npos);
+  EXPECT_NE(plan_error([](CommBenchOptions& o) { o.step_bytes = "-4"; }).find("-i: bad size '-4'"), std::string::npos);
+}
+
+TEST(CommBenchSizes, ARootPastIntIsRefusedNotWrapped) {
+  // -r 4294967296 ran as root 0 and 2147483648 printed root -2147483648, both exit 0.
+  for (const char* root : {"4294967296", "2147483648", "99999999999999999999"})
+    EXPECT_NE(plan_error([&](CommBenchOptions& o) { o.root = root; }).find("is not a rank of any group"),
+              std::string::npos) << root;
+  CommBenchOptions o;
+  o.root = "2147483647";
+  EXPECT_EQ(make_plans(o).front().root, 2147483647);
+}
+
+TEST(CommBenchSizes, ANegativeLayoutIsRefused) {
+  // --tp -2 was taken as "not given" and measured the whole world.
+  EXPECT_NE(plan_error([](CommBenchOptions& o) { o.tp = -2; }).find("--tp, --pp and --dp must be positive"),
+            std::string::npos);
+  EXPECT_NE(plan_error([](CommBenchOptions& o) { o.dp = -1; }).find("--tp, --pp and --dp must be positive"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tripod::commbench
