@@ -213,7 +213,14 @@ ExportReport export_hf_checkpoint(const fs::path& checkpoint, const fs::path& ou
 
   check_export_target(out_dir);
   // Converted before the folder is made: a refused dtype used to leave an empty folder behind.
-  auto tensors = to_hf_tensors(backend, params, "", out_dtype);
+  // GPT2LMHeadModel's own names, as its save_pretrained writes them: the body under "transformer.",
+  // an untied head as "lm_head.weight". Bare body names loaded only while the head was tied: beside
+  // "lm_head.weight" transformers took the file for a base model's and refused it (4.40: "The state
+  // dictionary of the model you are trying to load is corrupted") or loaded the body and left the
+  // head random with a warning (later versions).
+  auto tensors = to_hf_tensors(backend, params, "transformer.", out_dtype);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (params.specs()[i].role == ParamRole::LmHead) tensors[i].name = params.specs()[i].name;
   // Locked on the folder itself: a lock file would ship with the model (a Hub upload of the folder).
   const FolderWriterLock lock(out_dir, "",
                               str_cat("export hf --out ", out_dir.string(), ": another `tripod export hf` is writing "

@@ -198,6 +198,19 @@ def test_save_never_replaces_what_is_not_a_checkpoint(corpus, tmp_path):
     assert (empty / "step-00000002" / "manifest.json").exists()
 
 
+def test_export_hf_of_an_untied_head_has_gpt2lmheadmodels_names(corpus, tmp_path):
+    # With bare body names beside "lm_head.weight", transformers took the file for a base model's:
+    # 4.40 refused it ("The state dictionary ... is corrupted"), later versions left the head random.
+    ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
+    train(corpus, tmp_path, "run", "--set", "train.steps=1", "--set", "model.tie_embeddings=false", "--save", ckpt)
+    tripod("export", "hf", "--checkpoint", ckpt, "--out", out)
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is False
+    header_len = int.from_bytes((out / "model.safetensors").read_bytes()[:8], "little")
+    names = set(json.loads((out / "model.safetensors").read_bytes()[8:8 + header_len])) - {"__metadata__"}
+    assert "lm_head.weight" in names and "transformer.wte.weight" in names, sorted(names)
+    assert all(name.startswith("transformer.") for name in names - {"lm_head.weight"}), sorted(names)
+
+
 def test_export_hf_layout(corpus, tmp_path):
     ckpt, out = tmp_path / "ckpt", tmp_path / "hf"
     train(corpus, tmp_path, "run", "--set", "train.steps=2", "--save", ckpt)
@@ -210,9 +223,11 @@ def test_export_hf_layout(corpus, tmp_path):
     assert config["model_type"] == "gpt2" and config["n_layer"] == 1 and config["vocab_size"] == 64
     header_len = int.from_bytes((out / "model.safetensors").read_bytes()[:8], "little")
     header = json.loads((out / "model.safetensors").read_bytes()[8:8 + header_len])
-    assert header["h.0.mlp.c_fc.weight"]["shape"] == [32, 64]  # Conv1D [in, out]
-    assert header["wte.weight"]["shape"] == [64, 32]
-    assert {"wpe.weight", "ln_f.weight", "h.0.attn.c_attn.bias"} <= set(header)
+    # GPT2LMHeadModel's names, as its save_pretrained writes them.
+    assert header["transformer.h.0.mlp.c_fc.weight"]["shape"] == [32, 64]  # Conv1D [in, out]
+    assert header["transformer.wte.weight"]["shape"] == [64, 32]
+    assert {"transformer.wpe.weight", "transformer.ln_f.weight", "transformer.h.0.attn.c_attn.bias"} <= set(header)
+    assert not any(name.startswith("lm_head") for name in header)  # tied: the head is wte
 
     # The step read is named; a `latest` that cannot be followed is said, not silently passed over.
     (ckpt / "latest").write_text("step-00000077\n")
