@@ -13,6 +13,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "golden/bundle.h"
 #include "golden/golden_replay.h"
 #include "golden/golden_writer.h"
@@ -56,7 +57,11 @@ void add_run(CLI::App& golden) {
   cmd->add_option("--precision", o->precision, "fp32 or fp64")
       ->check(CLI::IsMember({"fp32", "fp64"}))
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "RESULTS.json (parameters after steps 1 and K are written beside it)")->required();
+  // A results file, checked before training: a folder given here failed after the training, leaving
+  // its parameter files and a .tmp beside it.
+  cmd->add_option("--out", o->out, "RESULTS.json (parameters after steps 1 and K are written beside it)")
+      ->required()
+      ->each([](const std::string& value) { check_output_path(value, "--out"); });
   cmd->add_option("--layout", o->layout,
                   "a parallel layout by name, e.g. tp2-pp1-dp2-z1-mb2 (default: data parallel over every rank)");
   add_backend_option(*cmd, o->backend);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "export/hf_gpt2.h"
 #include "model/param_spec.h"
+#include "optim/adamw.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -118,6 +119,13 @@ Bundle read_bundle(const fs::path& dir) {
     agree(optimizer, "optimizer", "eps", b.config.adamw.eps);
     agree(optimizer, "optimizer", "weight_decay", b.config.adamw.weight_decay);
     agree(optimizer, "optimizer", "grad_clip", b.config.grad_clip);
+    // Which tensors take weight decay, and the GELU: the peers read them from these blocks (an
+    // edited decay list of [] gave Tripod a MATCH and the PyTorch peer a DIFFERS at step 1).
+    json decay = json::array();
+    for (const ParamSpec& spec : gpt_param_specs(m))
+      if (decays(spec, b.config.adamw.decay_policy)) decay.push_back(spec.name);
+    agree(optimizer, "optimizer", "decay", decay);
+    agree(model, "model", "activation_function", "gelu_new");
     const json& lrs = optimizer.at("lrs");
     TRIPOD_CHECK(static_cast<int64_t>(lrs.size()) == b.steps, meta_file.string(), ": ", lrs.size(),
                  " learning rates for ", b.steps, " steps");

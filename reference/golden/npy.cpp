@@ -1,8 +1,10 @@
 #include "golden/npy.h"
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <regex>
 #include <string>
 
@@ -72,9 +74,20 @@ Int32Array read_npy_int32(const fs::path& path) {
   Int32Array array;
   const std::string dims = m[1].str();
   static const std::regex number(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number); it != std::sregex_iterator(); ++it)
-    array.shape.push_back(std::stoll(it->str()));
-  const std::size_t expected = static_cast<std::size_t>(element_count(array.shape)) * sizeof(int32_t);
+  // Each dimension and their product are checked: std::stoll's out_of_range was an "internal error:
+  // stoll" naming no file, and a product past int64 wrapped (to 0 for (2^62, 4): an empty payload passed).
+  int64_t elements = 1;
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number); it != std::sregex_iterator(); ++it) {
+    const std::string text = it->str();
+    int64_t dim = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), dim);
+    const bool fits = error == std::errc() && end == text.data() + text.size() &&
+                      !__builtin_mul_overflow(elements, dim, &elements) &&
+                      elements <= std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(int32_t));
+    if (!fits) fail(path.string(), ": shape (", dims, ") holds more elements than any file can");
+    array.shape.push_back(dim);
+  }
+  const std::size_t expected = static_cast<std::size_t>(elements) * sizeof(int32_t);
   const std::size_t data = bytes.size() - kPreambleBytes - length;
   TRIPOD_CHECK(data == expected, path.string(), ": ", data, " data bytes, the shape needs ", expected,
                data < expected ? " (truncated)" : " (trailing bytes)");

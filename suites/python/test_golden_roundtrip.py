@@ -214,14 +214,15 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
     result = tripod("golden", "run", broken, "--out", tmp_path / "r.json")
     assert result.returncode == 1 and "tokens.npy" in result.stderr and "truncated" in result.stderr
     # A bundle whose peer-facing blocks disagree with source.config (golden run used the config's).
-    for block, key, value in (("optimizer", "beta1", 5), ("batch", "batch_size", 0), ("model", "layer_norm_epsilon", -1)):
+    for block, key, value in (("optimizer", "beta1", 5), ("batch", "batch_size", 0), ("model", "layer_norm_epsilon", -1),
+                              ("optimizer", "decay", []), ("model", "activation_function", "relu")):
         edited = tmp_path / f"edited-{key}"
         shutil.copytree(bundle, edited)
         meta = json.loads((edited / "bundle.json").read_text())
         meta[block][key] = value
         (edited / "bundle.json").write_text(json.dumps(meta))
         result = tripod("golden", "run", edited, "--out", tmp_path / "r.json")
-        assert result.returncode == 1 and f"{block}.{key} is {value} but source.config says" in result.stderr, \
+        assert result.returncode == 1 and f"{block}.{key} is {json.dumps(value)} but source.config says" in result.stderr, \
             result.stderr
     # Results that cannot be read exit 2, as the README says (the command turned every failure into 1).
     result = check(bundle, tmp_path / "absent.json")
@@ -233,6 +234,12 @@ def test_golden_refuses_bad_input(bundle, tmp_path):
         result = tripod("golden", "run", bundle, "--out", tmp_path / "r.json", *args)
         assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
     assert not (tmp_path / "r.json").exists()
+    # --out a folder: refused before training (it failed after, leaving peer-step1.safetensors,
+    # peer-step3.safetensors and peer.tmp beside the folder).
+    (tmp_path / "peer").mkdir()
+    result = tripod("golden", "run", bundle, "--out", tmp_path / "peer")
+    assert result.returncode == 1 and "--out" in result.stderr and "is a directory" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("peer")) == ["peer"]
 
 
 def test_a_cut_into_a_folder_another_cut_is_writing_is_refused(tmp_path):

@@ -74,6 +74,14 @@ TEST_F(GoldenTest, NpyRoundTripsAndAlignsItsData) {
   EXPECT_EQ(read_npy_int32(dir_ / "one.npy").values.size(), 5u);
 }
 
+// An npy file of no data whose header gives `shape`.
+std::string npy_with_shape(const std::string& shape) {
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + shape + ", }";
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+  const std::string length{static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+  return std::string("\x93NUMPY\x01\x00", 8) + length + header;
+}
+
 TEST_F(GoldenTest, NpyRefusesWhatItCannotRead) {
   write_npy_int32(dir_ / "good.npy", {{2, 2}, {1, 2, 3, 4}});
   const std::string good = read_bytes(dir_ / "good.npy");
@@ -90,6 +98,10 @@ TEST_F(GoldenTest, NpyRefusesWhatItCannotRead) {
       {"fortran", fortran, "Fortran order"},
       {"dtype", float64, "dtype <f8, expected int32"},
       {"header", good.substr(0, 20), "truncated header"},
+      // A dimension past int64 was "internal error: stoll" naming no file; a product past it wrapped
+      // (to 0 for (2^62, 4): an empty payload passed).
+      {"huge-dimension", npy_with_shape("(99999999999999999999999, 2)"), "holds more elements than any file can"},
+      {"wrapping-shape", npy_with_shape("(4611686018427387904, 4)"), "holds more elements than any file can"},
   };
   for (const Case& c : cases) {
     const fs::path path = dir_ / (c.name + ".npy");
