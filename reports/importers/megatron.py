@@ -25,8 +25,10 @@ Variations tolerated: with or without the "[date time]" prefix (before 2024), la
 ("[default0]:", "0: "), colour codes, "learning rate" with 3 or 6 decimals, fields absent (no
 TFLOP/s before 2024, no grad norm with some optimizers, no loss on an iteration whose loss was
 skipped), any order of fields, and interleaved lines of any kind (warnings, timers, NCCL). A
-line with "iteration N/M |" whose fields do not read as "name: value", or whose known field does
-not hold a number, is an error naming the line.
+line with "iteration N/M |" whose fields do not read as "name: value", whose known field does not
+hold a number, or that does not end with "|" (cut off inside its last field, which might still read
+as a wrong number) is an error naming the line. A last line without a newline is left out with a
+warning (common.read_lines).
 """
 import re
 
@@ -102,6 +104,12 @@ class MegatronParser:
         row = train_row(int(match.group(1)))
         row["extra"]["train_iters"] = int(match.group(2))
         fields = split_fields(match.group(3), self.path, number)
+        # Megatron-LM ends every field with " |" (each version's training_log), so a line that does not
+        # end so was cut inside its last field, whose value can still read as a number ("grad norm: 4.5"
+        # of 4.567) and would be imported wrong.
+        if not match.group(3).rstrip().endswith("|"):
+            raise ImportFormatError(self.path, number, "the iteration line does not end with '|' as Megatron-LM "
+                                                       "ends every field: cut off inside its last field?")
         names = {name for name, _ in fields}
         for name, value in fields:
             known = KNOWN_FIELDS.get(name)

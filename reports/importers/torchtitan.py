@@ -18,7 +18,8 @@ logger prefix or none (before 2025), launcher prefixes ("[rank0]:", "0: "), "wps
 no tflops or grad_norm (2024), thousands separators, extra pairs, interleaved lines of any kind.
 When several ranks log (LOG_RANK=0,1,...), only the first rank that logged a step line is read.
 A step line whose step is not a whole number or whose known value does not parse (a cut-off
-"memory: 40.1") is an error naming the line.
+"memory: 40.1") is an error naming the line. A last line without a newline is cut off ("tps: 22,1"
+of 22,134 reads as 221) and is left out with a warning (common.read_lines).
 """
 import re
 

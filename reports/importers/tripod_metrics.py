@@ -17,9 +17,10 @@ step's "anomaly" text and "update" ("skipped", "rolled back") go to extra.
 
 Tolerated: "#" comment lines and blank lines, events of any kind (skipped), a run resumed into the
 same file (a second start record; repeated steps keep their last record, as after a rollback),
-records without some fields. A line that is not JSON (a cut-off last line of a killed run) or a step
-record whose step is not a whole number, whose copied field is not a number, or whose other field is
-neither a number nor a text (nor the "gpu" object of numbers) is an error naming the line.
+records without some fields, a killed run's cut-off last line (no newline at its end: left out with a
+warning, common.read_lines). A line that is not JSON or a step record whose step is not a whole
+number, whose copied field is not a number, or whose other field is neither a number nor a text (nor
+the "gpu" object of numbers) is an error naming the line.
 """
 import json
 

@@ -198,18 +198,16 @@ def test_megatron_2021_without_throughput_and_with_a_skipped_iteration():
 
 @pytest.mark.parametrize("old, new, contains", [
     ("lm loss: 9.234567E+00", "lm loss: 9.23x567E+00", "lm loss: expected a number, found '9.23x567E+00'"),
+    # Cut inside its last field: "grad norm: 4.5" of 4.567 was imported as 4.5.
     ("grad norm: 4.567 | number of skipped iterations:   0 | number of nan iterations:   0 |", "grad norm: 4.5",
-     None),  # cut off after a field: still whole fields, so it parses (checked below)
+     "does not end with '|'"),
     ("| loss scale: 1.0 | grad norm: 1.876 | number of skipped iterations:   0 | number of nan iterations:   0 |",
      "| loss sca", "field 'loss sca' is not 'name: value'"),
     ("max reserved: 40960.0", "max reserved: lots", "max reserved: expected a number"),
 ])
 def test_megatron_malformed_line_names_file_and_line(tmp_path, old, new, contains):
     path, line = fixture_with(tmp_path, "megatron_core_2025.log", old, new)
-    if contains is None:
-        assert by_step(import_file("megatron", path).document)[20]["grad_norm"] == 4.5
-    else:
-        expect_error("megatron", path, line, contains)
+    expect_error("megatron", path, line, contains)
 
 
 # ----- torchtitan ---------------------------------------------------------------------------------
@@ -308,11 +306,38 @@ def test_tripod_metrics_of_a_gpu_run_keep_its_readings(tmp_path):
 ])
 def test_tripod_metrics_malformed_line_names_file_and_line(tmp_path, old, new, contains):
     path, line = fixture_with(tmp_path, "tripod_metrics_4ranks.jsonl", old, new)
-    if "not a JSON" in contains:  # a killed run's cut-off last line
+    if "not a JSON" in contains:  # a line cut off inside the file (a cut-off last line is left out)
         lines = path.read_text().split("\n")
         lines[line - 1] = lines[line - 1][:40]
         path.write_text("\n".join(lines))
     expect_error("tripod-metrics", path, line, contains)
+
+
+@pytest.mark.parametrize("kind, name, cut_at, steps", [
+    # "elapsed time per iteration (ms): 17" of 1786.4: step_seconds 0.017, exit status 0.
+    ("megatron", "megatron_core_2025.log", "elapsed time per iteration (ms): 1786.4", [10, 20, 30]),
+    # "tps: 22,1" of 22,134: imported as 221.
+    ("torchtitan", "torchtitan_2024_wps_resumed.log", "wps: 21,402", [1, 10, 20]),
+    ("tripod-metrics", "tripod_metrics_4ranks.jsonl", '"val_loss":7.125', [1, 2, 3, 4]),
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "  4194304       1048576     float     sum      -1   101.50", None),
+])
+def test_a_cut_off_last_line_is_left_out_with_a_warning(tmp_path, capsys, kind, name, cut_at, steps):
+    """A log still being written (or a truncated copy) ends inside a line with no newline after it."""
+    lines = (FIXTURES / name).read_text().split("\n")
+    number = next(i for i, line in enumerate(lines, start=1) if cut_at in line)
+    cut = lines[number - 1]
+    cut = cut[:cut.index(cut_at) + len(cut_at) - 2]
+    path = tmp_path / name
+    path.write_text("\n".join(lines[:number - 1] + [cut]))
+    document = import_file(kind, path).document
+    assert f"{path}:{number}: cut off: no newline at its end; left out" in capsys.readouterr().err
+    if steps is not None:
+        assert [row["step"] for row in document["steps"]] == steps
+    else:
+        assert 4194304 not in [row["size"] for row in document["comm"]["results"]]
+    capsys.readouterr()
+    import_file(kind, FIXTURES / name)  # a whole file ends with a newline: no warning
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("kind, other_tools_file, contains", [
