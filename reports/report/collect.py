@@ -50,6 +50,10 @@ def classify(data):
     return None
 
 
+def is_whole_number(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def read_json(path, notes):
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
@@ -70,7 +74,9 @@ def json_object(line):
 
 
 def read_metrics(path, notes):
-    """Tripod's metrics.jsonl: the step records (with a loss) in order; start/ranks events dropped.
+    """Tripod's metrics.jsonl: the step records (with a loss) by step; start/ranks events dropped.
+    A step recorded twice (a rollback or a resume into the same file re-runs steps) keeps its last
+    record, the one the run continued from, as `tripod import` does (importers.common.finish_steps).
     A run that crashed mid-write leaves its last line cut off: that line is skipped, with a note,
     and the lines before it are used. A bad line anywhere else means the file is damaged or not a
     metrics.jsonl at all, so none of it is trusted. Each note names the file and the line."""
@@ -91,11 +97,15 @@ def read_metrics(path, notes):
             notes.append(f"{path}:{n}: not a JSON object; the file is skipped")
             return None
         if "loss" in record and "step" in record and "event" not in record:
+            if not is_whole_number(record["step"]):
+                notes.append(f"{path}:{n}: step {record['step']!r} is not a whole number; the file is skipped")
+                return None
             records.append(record)
     if not records:
         notes.append(f"{path}: no training steps with a loss")
         return None
-    return records
+    last_of_step = {record["step"]: record for record in records}
+    return [last_of_step[step] for step in sorted(last_of_step)]
 
 
 def is_sweep_dir(path):

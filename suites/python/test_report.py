@@ -223,6 +223,30 @@ def test_damaged_inputs_are_named_on_stderr_and_the_page(tmp_path):
         assert named in html, named
 
 
+def train_lines(results, root):
+    """(label, steps, losses) of every line of the loss figure, and the run table's rows."""
+    from reports.report.collect import collect
+    from reports.report.figures_train import loss_figure, runs_of, train_section
+    collected = collect(root)
+    lines = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()))
+             for line in loss_figure(runs_of(collected, root)).axes[0].get_lines()]
+    rows = re.findall(r"<tr><td>(.*?)</td></tr>", train_section(collected, root).tables[0])
+    return lines, [row.split("</td><td>") for row in rows]
+
+
+def test_steps_a_rollback_re_ran_are_drawn_once_with_their_last_record(tmp_path):
+    """A rollback re-runs steps in the same metrics.jsonl: x was [1, 2, 3, 4, 4, 5, 5, 6] and the table
+    said "steps logged 8" for 6 steps. The retrained record counts, as in `tripod import`."""
+    metrics = write_metrics(tmp_path / "results" / "run" / "metrics.jsonl", steps=5)
+    with metrics.open("a") as f:
+        f.write(json.dumps({"event": "rollback", "step": 4, "to_step": 2}) + "\n")
+        for step in (3, 4, 5):
+            f.write(json.dumps({"step": step, "loss": 5.0 - 0.1 * step, "tokens_per_second": 9000.0}) + "\n")
+    lines, table = train_lines(tmp_path, tmp_path / "results")
+    assert [(steps, losses) for _, steps, losses in lines] == [([1, 2, 3, 4, 5, 6], [7.0, 6.9, 6.8, 4.7, 4.6, 4.5])]
+    assert table[0][1:4] == ["6", "6", "4.5000"]  # steps logged, last step, last loss
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"value": "NaN", "ci": None}, "'E' has no number as its value (got 'NaN')"),
     ({"value": [1.7], "ci": None}, "'E' has no number as its value (got [1.7])"),
