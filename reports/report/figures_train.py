@@ -26,7 +26,10 @@ def runs_of(results, root):
         runs.append((f"Tripod ({label_of(path.parent, root)})", True, rows))
     for path, data in results.imported:
         if data.get("kind") == "train":
-            rows = [r for r in data.get("steps", []) if r.get("loss") is not None]
+            # An imported run keeps its validation loss in extra (reports/FORMATS.md section 3: the
+            # schema has no key for it); Tripod's metrics have it as a key of their own.
+            rows = [{**r, "val_loss": (r.get("extra") or {}).get("val_loss")} for r in data.get("steps", [])
+                    if r.get("loss") is not None]
             if rows:
                 runs.append((peer_label(path, data), False, rows))
     return runs

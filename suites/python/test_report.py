@@ -247,6 +247,17 @@ def test_steps_a_rollback_re_ran_are_drawn_once_with_their_last_record(tmp_path)
     assert table[0][1:4] == ["6", "6", "4.5000"]  # steps logged, last step, last loss
 
 
+def test_an_imported_runs_validation_loss_is_drawn(tmp_path):
+    """The importers keep a validation loss under extra.val_loss (FORMATS.md section 3); the figure
+    read only a val_loss key, so no imported validation loss was ever drawn."""
+    document = imported_megatron()
+    document["steps"][3]["extra"] = {"val_loss": 3.5}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "megatron.json").write_text(json.dumps(document))
+    lines, _ = train_lines(tmp_path, tmp_path / "results")
+    assert ("megatron (megatron), validation", [31], [3.5]) in lines, lines
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"value": "NaN", "ci": None}, "'E' has no number as its value (got 'NaN')"),
     ({"value": [1.7], "ci": None}, "'E' has no number as its value (got [1.7])"),
