@@ -17,7 +17,9 @@ optional: one whose inputs are absent is shown as a visible note, never an error
   training     Tripod's metrics.jsonl (`tripod train`, train.metrics in the config)
   imported     any *.json with "schema": "tripod-results" (reports/FORMATS.md section 3, written by
                `tripod import`, e.g. DIR/imported/nccl.json): kind "comm" is drawn on the busbw
-               panels, kind "train" on the loss curves and the MFU bars
+               panels, kind "train" on the loss curves and the MFU bars; one without what its kind
+               needs (steps with whole step numbers and numbers or nulls; comm rows with collective,
+               size and busbw) is a note naming it
   golden       the --json of `tripod golden check` (a "verdict" and "steps"), e.g. DIR/golden/*.json
   timelines    pipeline timelines (`tripod bench pipeline --trace`, `tripod train --pipeline-trace`):
                JSON with "schedule" and per-rank "ranks" events, and bench.json's pipeline_timeline

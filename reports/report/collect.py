@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports.importers.common import TRAIN_FIELDS
+
 # JSON files bigger than this are not results (checkpoint manifests and the like stay small too).
 MAX_JSON_BYTES = 64 << 20
 # Folders never holding results: checkpoints, caches, the plots of a bench or sweep (PNG only).
@@ -50,8 +52,52 @@ def classify(data):
     return None
 
 
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def is_whole_number(value):
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def imported_problem(data):
+    """What keeps a tripod-results document (reports/FORMATS.md section 3) from being drawn, or None.
+    Checked here so that a damaged one is a note naming its file, not a traceback in a figure."""
+    kind = data.get("kind")
+    if kind == "train":
+        steps = data.get("steps")
+        if not isinstance(steps, list):
+            return f"'steps' is not a list (got {type(steps).__name__})"
+        for i, row in enumerate(steps):
+            if not isinstance(row, dict):
+                return f"steps[{i}] is not an object"
+            if not is_whole_number(row.get("step")):
+                return f"steps[{i}] has no whole step number (step={row.get('step')!r})"
+            extra = row.get("extra", {})
+            if not isinstance(extra, dict):
+                return f"steps[{i}].extra is not an object"
+            drawn = [(key, row.get(key)) for key in TRAIN_FIELDS] + [("extra.val_loss", extra.get("val_loss"))]
+            for key, value in drawn:
+                if value is not None and not is_number(value):
+                    return f"steps[{i}].{key} is not a number (got {value!r})"
+        return None
+    if kind == "comm":
+        comm = data.get("comm")
+        if not isinstance(comm, dict) or not isinstance(comm.get("results"), list):
+            return "'comm' is not an object with a 'results' list"
+        for i, row in enumerate(comm["results"]):
+            if not isinstance(row, dict):
+                return f"comm.results[{i}] is not an object"
+            if not isinstance(row.get("collective"), str):
+                return f"comm.results[{i}] has no collective name (collective={row.get('collective')!r})"
+            if not is_whole_number(row.get("size")):
+                return f"comm.results[{i}] has no whole size in bytes (size={row.get('size')!r})"
+            if "busbw" not in row:
+                return f"comm.results[{i}] has no busbw"
+            if row["busbw"] is not None and not is_number(row["busbw"]):
+                return f"comm.results[{i}].busbw is not a number (got {row['busbw']!r})"
+        return None
+    return f"kind {kind!r} is neither 'comm' nor 'train'"
 
 
 def read_json(path, notes):
@@ -116,6 +162,10 @@ def add_json(results, path, explicit=False):
     """Adds the file if it is a result; returns whether it was."""
     data = read_json(path, results.notes)
     kind = classify(data) if data is not None else None
+    if kind == "imported" and (problem := imported_problem(data)):
+        results.notes.append(f"{path}: not a usable tripod-results document: {problem} (reports/FORMATS.md "
+                             f"section 3); left out")
+        return False
     if kind:
         getattr(results, kind).append((path, data))
     elif explicit and data is not None:

@@ -258,6 +258,42 @@ def test_an_imported_runs_validation_loss_is_drawn(tmp_path):
     assert ("megatron (megatron), validation", [31], [3.5]) in lines, lines
 
 
+def report_module(*args):
+    """The report as `tripod report ARGS` runs it, from this source tree: (exit status, stderr, stdout)."""
+    result = python_module("reports.report", *args)
+    return result.returncode, result.stderr, result.stdout
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda d: [row.pop("step") for row in d["steps"]], "steps[0] has no whole step number (step=None)"),
+    (lambda d: d.update(steps={"1": 4.2}), "'steps' is not a list (got dict)"),
+    (lambda d: d["steps"][2].update(loss="4.1"), "steps[2].loss is not a number (got '4.1')"),
+    (lambda d: d.update(kind="comm"), "'comm' is not an object with a 'results' list"),
+    (lambda d: d.update(kind="comm", comm={"results": [{"collective": "all_reduce", "size": 8}]}),
+     "comm.results[0] has no busbw"),
+    (lambda d: d.update(kind="loss"), "kind 'loss' is neither 'comm' nor 'train'"),
+])
+def test_a_damaged_imported_document_is_a_note_naming_it(tmp_path, damage, problem):
+    """README: a damaged input is a note naming the file. A train document whose steps had no "step"
+    stopped the whole report with a bare KeyError; named with --extra, it is an error."""
+    results = tmp_path / "results"
+    write_metrics(results / "metrics.jsonl")
+    document = imported_megatron()
+    damage(document)
+    bad = tmp_path / "peers" / "bad.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps(document))
+    shutil.copy(bad, results / "bad.json")
+    status, stderr, _ = report_module(results)
+    assert status == 0 and "Traceback" not in stderr, stderr
+    named = f"{results / 'bad.json'}: not a usable tripod-results document: {problem}"
+    assert f"warning: {named}" in stderr, stderr
+    assert escape(named) in (results / "report.html").read_text()
+    status, stderr, _ = report_module(results, "--out", tmp_path / "extra.html", "--extra", bad)
+    assert status == 1 and f"tripod report: --extra {bad}: not a usable tripod-results document: {problem}" \
+        in stderr, stderr
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"value": "NaN", "ci": None}, "'E' has no number as its value (got 'NaN')"),
     ({"value": [1.7], "ci": None}, "'E' has no number as its value (got [1.7])"),
