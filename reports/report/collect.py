@@ -24,6 +24,9 @@ class Results:
     timelines: list = field(default_factory=list)  # [(path, timeline json)]
     notes: list = field(default_factory=list)      # inputs not (wholly) usable: on the page and stderr
 
+    def count(self):
+        return sum(1 for _ in self.inputs())
+
     def inputs(self):
         """(kind, path) of everything found, for the page's list of inputs."""
         for kind in ("bench", "conform", "metrics", "imported", "golden", "timelines"):
@@ -197,7 +200,12 @@ class ReportError(Exception):
 
 def add_extra(results, extra):
     if extra.is_dir():
+        found, noted = results.count(), len(results.notes)
         walk(results, extra)  # found by walking, like DIR: problems inside are notes
+        if results.count() == found:  # asked for, so a folder of nothing usable is an error, as a file is
+            why = "".join(f"; {note}" for note in results.notes[noted:])
+            raise ReportError(f"--extra {extra}: no result the report knows under it (reports/report/__init__.py)"
+                              f"{why}")
         return
     if not extra.exists():
         raise ReportError(f"--extra {extra}: no such file or directory")

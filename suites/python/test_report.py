@@ -294,6 +294,24 @@ def test_a_damaged_imported_document_is_a_note_naming_it(tmp_path, damage, probl
         in stderr, stderr
 
 
+@pytest.mark.parametrize("content", [{}, {"unknown.json": '{"hello": 1}'}])
+def test_an_extra_folder_of_nothing_usable_is_an_error(tmp_path, content):
+    """README: an --extra path "that is missing or not a usable result is an error"; a folder holding
+    nothing the report knows gave a page without it and exit status 0."""
+    write_metrics(tmp_path / "results" / "metrics.jsonl")
+    extra = tmp_path / "peers"
+    extra.mkdir()
+    for name, text in content.items():
+        (extra / name).write_text(text)
+    status, stderr, _ = report_module(tmp_path / "results", "--extra", extra)
+    assert status == 1, stderr
+    assert f"tripod report: --extra {extra}: no result the report knows under it" in stderr, stderr
+    assert not (tmp_path / "results" / "report.html").exists()
+    (extra / "megatron.json").write_text(json.dumps(imported_megatron()))
+    status, stderr, _ = report_module(tmp_path / "results", "--extra", extra)
+    assert status == 0, stderr
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"value": "NaN", "ci": None}, "'E' has no number as its value (got 'NaN')"),
     ({"value": [1.7], "ci": None}, "'E' has no number as its value (got [1.7])"),
