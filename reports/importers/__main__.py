@@ -9,6 +9,7 @@ import sys
 
 from . import PARSERS, import_file
 from .common import ImportFormatError, write_document
+from .nccl_tests import collective_of_option
 
 
 def main(argv=None):
@@ -25,7 +26,10 @@ def main(argv=None):
     if args.collective is not None:
         if args.kind != "nccl-tests":
             parser.error("--collective applies to nccl-tests only")
-        options["collective"] = args.collective
+        try:
+            options["collective"] = collective_of_option(args.collective)
+        except ValueError as error:
+            parser.error(str(error))
     try:
         result = import_file(args.kind, args.file, **options)
         write_document(result.document, args.out)

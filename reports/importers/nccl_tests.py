@@ -27,7 +27,9 @@ header name rather than read as another:
   exponent form ("1.2e+05") when too wide for their column;
 - rows with only the out-of-place half (2017 builds that skipped the in-place test);
 - several tests in one file (outputs appended by a script): "# Collective test starting" starts a
-  new one; without that line (before mid-2025) the collective comes from --collective or the file name.
+  new one; without that line (before mid-2025) the collective comes from --collective or the file name
+  (--collective spelled as a file name may be, "allreduce" or "all_reduce_perf"; an unknown name is
+  refused, listing the known ones).
 Lines that are neither a "#" line nor a row (NCCL INFO/WARN from NCCL_DEBUG, launcher chatter) are
 skipped; a line that starts like a row (a number) but does not fit the column header is an error.
 """
@@ -46,7 +48,7 @@ PREFIX_COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count
 TIME_COLUMNS = ("time", "cputime")
 
 # File-name spellings of each collective, longest first so that "reduce" does not claim
-# "all_reduce" or "reduce_scatter".
+# "all_reduce" or "reduce_scatter" (nor "gather" "all_gather", nor "scatter" "reduce_scatter").
 _FILE_NAME_COLLECTIVES = [
     (re.compile(r"reduce_?scatter"), "reduce_scatter"),
     (re.compile(r"all_?reduce"), "all_reduce"),
@@ -56,7 +58,11 @@ _FILE_NAME_COLLECTIVES = [
     (re.compile(r"send_?recv"), "sendrecv"),
     (re.compile(r"broadcast|bcast"), "broadcast"),
     (re.compile(r"reduce"), "reduce"),
+    (re.compile(r"gather"), "gather"),
+    (re.compile(r"scatter"), "scatter"),
+    (re.compile(r"hypercube"), "hypercube"),
 ]
+COLLECTIVES = [collective for _, collective in _FILE_NAME_COLLECTIVES]
 
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _TEST_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -70,6 +76,18 @@ def collective_of_program(program):
     """"./build/all_reduce_perf_mpi" -> "all_reduce": the program name less its "_perf" suffix."""
     name = os.path.basename(program)
     return re.sub(r"_perf.*$", "", name)
+
+
+def collective_of_option(name):
+    """--collective as the file name would spell it ("allreduce", "all_reduce_perf", "bcast") -> its
+    name in the rows ("all_reduce"); anything else is a ValueError listing the names, since a
+    collective of its own ("banana", or "allreduce" kept as printed) would get a panel of its own
+    beside the output's real one."""
+    spelled = collective_of_program(name.strip().lower().replace("-", "_"))
+    for pattern, collective in _FILE_NAME_COLLECTIVES:
+        if pattern.fullmatch(spelled):
+            return collective
+    raise ValueError(f"--collective {name}: not a collective nccl-tests measures; one of: {', '.join(COLLECTIVES)}")
 
 
 def collective_of_file_name(path):
@@ -122,7 +140,7 @@ def is_column_header(tokens):
 class NcclTestsParser:
     def __init__(self, path, collective=None):
         self.path = path
-        self.collective_option = collective
+        self.collective_option = None if collective is None else collective_of_option(collective)
         self.collective_said = None  # from "# Collective test starting"
         self.version = None
         self.header = None

@@ -165,6 +165,28 @@ def test_nccl_tests_row_before_column_header_and_file_without_rows(tmp_path):
         import_file("nccl-tests", FIXTURES / "megatron_core_2025.log")
 
 
+@pytest.mark.parametrize("given, collective", [("all_reduce", "all_reduce"), ("allreduce", "all_reduce"),
+                                               ("All-Reduce", "all_reduce"), ("all_reduce_perf", "all_reduce"),
+                                               ("bcast", "broadcast"), ("reducescatter", "reduce_scatter"),
+                                               ("gather", "gather")])
+def test_nccl_tests_collective_option_is_spelled_as_the_rows_name_it(given, collective):
+    # "allreduce" was kept as given: the peer got a panel of its own beside Tripod's all_reduce.
+    rows = comm("nccl_2019_root_column.txt", collective=given)["comm"]["results"]
+    assert {row["collective"] for row in rows} == {collective}
+
+
+def test_nccl_tests_unknown_collective_option_is_refused_listing_the_known_ones(tmp_path):
+    # "banana" was imported as a collective of that name, exit status 0.
+    result = run_module("nccl-tests", FIXTURES / "nccl_2019_root_column.txt", "--collective", "banana",
+                        "--out", tmp_path / "x.json")
+    assert result.returncode == 2, result.stderr
+    assert "--collective banana: not a collective nccl-tests measures; one of: reduce_scatter, all_reduce, " \
+           "all_gather, alltoallv, alltoall, sendrecv, broadcast, reduce" in result.stderr, result.stderr
+    assert not (tmp_path / "x.json").exists()
+    with pytest.raises(ValueError, match="--collective banana: not a collective"):
+        import_file("nccl-tests", FIXTURES / "nccl_2019_root_column.txt", collective="banana")
+
+
 # ----- Megatron-LM --------------------------------------------------------------------------------
 
 def test_megatron_2025_with_throughput_memory_and_validation():
