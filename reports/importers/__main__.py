@@ -5,11 +5,20 @@ imported, how many lines were skipped). Exit status 1 with "FILE:LINE: message" 
 line that looks like the tool's output cannot be read, or when the file holds none; 2 on bad usage.
 """
 import argparse
+import os
 import sys
 
 from . import PARSERS, import_file
 from .common import ImportFormatError, write_document
 from .nccl_tests import collective_of_option
+
+
+def is_same_file(first, second):
+    """Whether both paths name one existing file (another spelling, a link, a hard link)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # either missing: not the same file
+        return False
 
 
 def main(argv=None):
@@ -22,6 +31,9 @@ def main(argv=None):
                         help="nccl-tests only: the collective, for an output that does not name it "
                              "(nccl-tests before mid-2025) in a file whose name does not either")
     args = parser.parse_args(argv)
+    if is_same_file(args.file, args.out):
+        parser.error(f"--out {args.out} is {args.file}, the file to import: writing the document there would "
+                     "replace the log; give another path")
     options = {}
     if args.collective is not None:
         if args.kind != "nccl-tests":

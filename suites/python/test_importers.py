@@ -399,6 +399,20 @@ def test_module_command_exits_1_with_file_and_line(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("spelling", ["same", "dot", "link"])
+def test_module_command_refuses_to_write_over_the_file_it_imports(tmp_path, spelling):
+    # `--out same.log` replaced the user's only copy of the log with the JSON document.
+    log = tmp_path / "train.log"
+    log.write_bytes((FIXTURES / "megatron_legacy_2021.log").read_bytes())
+    out = {"same": log, "dot": tmp_path / "." / "train.log", "link": tmp_path / "link.log"}[spelling]
+    if spelling == "link":
+        out.symlink_to(log)
+    result = run_module("megatron", log, "--out", out)
+    assert result.returncode == 2, result.stderr
+    assert f"--out {out} is {log}, the file to import" in result.stderr, result.stderr
+    assert log.read_bytes() == (FIXTURES / "megatron_legacy_2021.log").read_bytes()
+
+
 def test_tripod_import_command(tmp_path):
     require_tripod()
     out = tmp_path / "comm.json"
