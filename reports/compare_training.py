@@ -11,8 +11,10 @@ and the final parameters are reported beside it (parameters as the largest |a - 
 its largest |b|) and gated only by --norm-rel-tol / --param-rel-tol when given: after AdamW, an
 element whose second moment is near zero turns a rounding difference of its gradient into an O(lr)
 step, so parameters are looser than losses by nature. --bitwise requires every loss and norm to be
-the same double and the checkpoints' model and optimizer files to be byte-identical. Exit status 0
-when everything gated passes, 1 otherwise; the JSON is written either way. numpy only.
+the same double (a NaN, written as null, is never the same) and the checkpoints' model and
+optimizer files to be byte-identical. Exit status 0 when everything gated passes, 1 otherwise; the
+JSON is written either way, also when a metrics file cannot be read (a line cut off, none with a
+loss): that is a failure naming the file and line. numpy only.
 """
 import argparse
 import json
@@ -29,17 +31,35 @@ from tripod_ckpt import read_checkpoint  # noqa: E402
 SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "I32": np.int32}
 
 
+class MetricsError(Exception):
+    """A metrics file that cannot be compared; str() names the file (and line). A failure of the
+    comparison, not a traceback: the verdict is still printed and the --json still written."""
+
+
 def read_metrics(path):
     """{step: record} of the step records of a train.metrics JSONL (the start event skipped)."""
     steps = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                if "loss" in record:
-                    steps[record["step"]] = record
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+    except OSError as error:
+        raise MetricsError(f"{path}: cannot read: {error.strerror or error}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            # Most often the last line of a run that stopped mid-write.
+            raise MetricsError(f"{path}:{number}: not a JSON record ({error.msg}): cut off?") from None
+        if not isinstance(record, dict):
+            raise MetricsError(f"{path}:{number}: not a JSON object")
+        if "loss" in record:
+            if not isinstance(record.get("step"), int) or isinstance(record.get("step"), bool):
+                raise MetricsError(f"{path}:{number}: a record with a loss but no whole step number")
+            steps[record["step"]] = record
     if not steps:
-        raise SystemExit(f"compare_training: {path} holds no step records")
+        raise MetricsError(f"{path}: holds no step records")
     return steps
 
 
@@ -69,6 +89,16 @@ def relative(a, b):
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return float("inf")
     return abs(a - b) / abs(b) if b != 0 else (0.0 if a == b else float("inf"))
+
+
+def bit_identical(x, y):
+    """The same double, and a number: a NaN (null in Tripod's metrics) in both runs is no evidence of
+    a bit-identical rerun; "null == null" passed --bitwise where every loss was NaN."""
+    return x is not None and y is not None and not math.isnan(x) and not math.isnan(y) and x == y
+
+
+def fmt(value):
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def checkpoint_state(path):
@@ -106,7 +136,13 @@ def compare_checkpoints(dir_a, dir_b, bitwise):
 
 
 def compare(args):
-    a, b = read_metrics(args.a), read_metrics(args.b)
+    result = {"label": args.label, "a": args.a, "b": args.b, "mode": "bitwise" if args.bitwise else "tolerance",
+              "rel_tol": args.rel_tol, "steps": [], "loss_max_rel": None, "grad_norm_max_rel": None}
+    try:
+        a, b = read_metrics(args.a), read_metrics(args.b)
+    except MetricsError as error:
+        result["failures"], result["pass"] = [str(error)], False
+        return result
     failures = []
     if sorted(a) != sorted(b):
         failures.append(f"the runs logged different steps: {sorted(a)} vs {sorted(b)}")
@@ -115,26 +151,33 @@ def compare(args):
     rows = []
     for step in sorted(set(a) & set(b)):
         ra, rb = a[step], b[step]
+        # A run that logs no gradient norm (its key absent, not null) has none to compare.
+        norms = "grad_norm" in ra and "grad_norm" in rb
         rows.append({"step": step, "loss_a": ra["loss"], "loss_b": rb["loss"],
                      "loss_rel": relative(ra["loss"], rb["loss"]), "grad_norm_a": ra.get("grad_norm"),
                      "grad_norm_b": rb.get("grad_norm"),
-                     "grad_norm_rel": relative(ra["grad_norm"], rb["grad_norm"]) if "grad_norm" in ra else None,
-                     "bit_identical": ra["loss"] == rb["loss"] and ra.get("grad_norm") == rb.get("grad_norm")})
-    result = {"label": args.label, "a": args.a, "b": args.b, "mode": "bitwise" if args.bitwise else "tolerance",
-              "rel_tol": args.rel_tol, "steps": rows,
-              "loss_max_rel": max((r["loss_rel"] for r in rows), default=None),
-              "grad_norm_max_rel": max((r["grad_norm_rel"] or 0 for r in rows), default=None)}
+                     "grad_norm_rel": relative(ra["grad_norm"], rb["grad_norm"]) if norms else None,
+                     "bit_identical": bit_identical(ra["loss"], rb["loss"]) and (
+                         bit_identical(ra["grad_norm"], rb["grad_norm"]) if norms
+                         else "grad_norm" not in ra and "grad_norm" not in rb)})
+    result["steps"] = rows
+    result["loss_max_rel"] = max((r["loss_rel"] for r in rows), default=None)
+    result["grad_norm_max_rel"] = max((r["grad_norm_rel"] for r in rows if r["grad_norm_rel"] is not None),
+                                      default=None)
     last = max(set(a) & set(b), default=None)
     if last is not None and "val_loss" in a[last] and "val_loss" in b[last]:
         result["val_loss_rel"] = relative(a[last]["val_loss"], b[last]["val_loss"])
     if args.bitwise:
         differing = [r["step"] for r in rows if not r["bit_identical"]]
         if differing:
-            failures.append(f"losses or gradient norms differ at steps {differing}")
+            failures.append(f"losses or gradient norms differ, or are NaN (null), at steps {differing}")
     else:
         if result["loss_max_rel"] is not None and not result["loss_max_rel"] <= args.rel_tol:
             failures.append(f"loss differs by {result['loss_max_rel']:.3g} relative (bound {args.rel_tol:g})")
-        if args.norm_rel_tol is not None and not result["grad_norm_max_rel"] <= args.norm_rel_tol:
+        unnormed = [r["step"] for r in rows if r["grad_norm_rel"] is None]
+        if args.norm_rel_tol is not None and unnormed:
+            failures.append(f"no gradient norm in both runs at steps {unnormed} (bound {args.norm_rel_tol:g})")
+        elif args.norm_rel_tol is not None and rows and not result["grad_norm_max_rel"] <= args.norm_rel_tol:
             failures.append(f"gradient norm differs by {result['grad_norm_max_rel']:.3g} (bound {args.norm_rel_tol:g})")
     if args.ckpt_a and args.ckpt_b:
         ckpt = compare_checkpoints(args.ckpt_a, args.ckpt_b, args.bitwise)
@@ -169,7 +212,7 @@ def main(argv=None):
             json.dump(result, f, indent=1)
     status = "PASS" if result["pass"] else "FAIL"
     detail = ("bit-identical" if args.bitwise and result["pass"] else
-              f"loss max rel {result['loss_max_rel']:.3g}, grad norm max rel {result['grad_norm_max_rel']:.3g}")
+              f"loss max rel {fmt(result['loss_max_rel'])}, grad norm max rel {fmt(result['grad_norm_max_rel'])}")
     if "checkpoint" in result:
         detail += f", parameters max rel {result['checkpoint']['param_max_rel']:.3g}"
     print(f"{status}: {args.label or args.a + ' vs ' + args.b}: {len(result['steps'])} steps, {detail}")

@@ -100,7 +100,10 @@ def key_train(d):
         same = all(ckpt.get("files_identical", {}).values()) if ckpt else None
         return (f"{len(j['steps'])} steps: losses/norms {'bit-identical' if not j['failures'] else 'DIFFER'}, "
                 f"checkpoint files {'identical' if same else 'DIFFER' if same is False else 'not compared'}")
-    text = (f"loss max rel {j['loss_max_rel']:.2g} (bound {j['rel_tol']:g}), grad norm {j['grad_norm_max_rel']:.2g}")
+    if not j["steps"]:  # a metrics file compare_training could not read, or runs sharing no step
+        return "not compared: " + "; ".join(j["failures"]) + fusions_text(d)
+    norms = "not compared" if j["grad_norm_max_rel"] is None else f"{j['grad_norm_max_rel']:.2g}"
+    text = f"loss max rel {j['loss_max_rel']:.2g} (bound {j['rel_tol']:g}), grad norm {norms}"
     if ckpt:
         text += f", params {ckpt['param_max_rel']:.2g} ({ckpt['worst_param']})"
     return text + fusions_text(d)

@@ -290,6 +290,42 @@ def test_compare_training_tolerance_and_bitwise(tmp_path):
     assert compare("--a", ref, "--b", ref, "--rel-tol", 1.0, "--steps", 10).returncode == 1
 
 
+@pytest.mark.parametrize("case", ["no shared step", "reference without norms", "cut-off line", "no step record"])
+def test_compare_training_inputs_it_cannot_compare_are_a_fail_not_a_traceback(tmp_path, case):
+    # Each ended in a traceback without the --json the docstring says is written either way: a
+    # TypeError formatting None, a KeyError on the reference's grad_norm, a JSONDecodeError naming no file.
+    ref = write_metrics(tmp_path / "ref.jsonl", [7.5, 7.25, 7.0])
+    other = tmp_path / "other.jsonl"
+    if case == "no shared step":
+        other.write_text("".join(json.dumps({"step": 10 + i, "loss": 7.0, "grad_norm": 1.0}) + "\n" for i in range(3)))
+        expected = "the runs logged different steps: [0, 1, 2] vs [10, 11, 12]"
+    elif case == "reference without norms":
+        other.write_text("".join(json.dumps({"step": i, "loss": 7.5 - 0.25 * i}) + "\n" for i in range(3)))
+        expected = "no gradient norm in both runs at steps [0, 1, 2] (bound 0.1)"
+    elif case == "cut-off line":
+        other.write_text(ref.read_text() + '{"step": 3, "loss": 6.')
+        expected = f"{other}:5: not a JSON record"
+    else:
+        other.write_text(json.dumps({"event": "start", "step": 0}) + "\n")
+        expected = f"{other}: holds no step records"
+    result = compare("--a", ref, "--b", other, "--rel-tol", 1e-10, "--norm-rel-tol", 0.1, "--json", tmp_path / "c.json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.startswith("FAIL: ") and expected in result.stdout, result.stdout
+    assert json.loads((tmp_path / "c.json").read_text())["pass"] is False
+    if case == "reference without norms":  # the losses alone are still compared, and pass ungated
+        assert compare("--a", ref, "--b", other, "--rel-tol", 1e-10).returncode == 0
+
+
+def test_compare_training_bitwise_fails_where_both_runs_are_nan(tmp_path):
+    # null == null: --bitwise passed two runs whose every loss and gradient norm was NaN.
+    nan = write_metrics(tmp_path / "nan.jsonl", [None, None, None])
+    result = compare("--a", nan, "--b", nan, "--bitwise")
+    assert result.returncode == 1 and "or are NaN (null), at steps [0, 1, 2]" in result.stdout, result.stdout
+    losses_only = tmp_path / "losses.jsonl"  # a run that logs no norm still passes on its losses
+    losses_only.write_text("".join(json.dumps({"step": i, "loss": 7.0 - i}) + "\n" for i in range(3)))
+    assert compare("--a", losses_only, "--b", losses_only, "--bitwise").returncode == 0
+
+
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():
@@ -464,6 +500,20 @@ def test_summary_shows_the_unfused_step_when_the_default_one_failed_and_the_fusi
     steps = {x["name"]: x for x in summary(tmp_path)["steps"]}
     assert steps["bench-train"]["key"] == "default run failed; fusions off: 150000 tokens/s, step 54.6 ms"
     assert steps["train-bf16"]["key"] == "TRIPOD_CUDA_FUSIONS alone: none pass, bias pass, residual fail"
+
+
+def test_summary_of_a_train_step_whose_metrics_could_not_be_compared_names_why(tmp_path):
+    # compare_training writes its JSON also when a metrics file cannot be read (a cut-off line):
+    # no steps, null maxima. The key figure says why, not "key figure unreadable".
+    ref = write_metrics(tmp_path / "ref.jsonl", [7.5, 7.25])
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(ref.read_text() + '{"step": 2, "loss": 7.')
+    (tmp_path / "train-fp64").mkdir()
+    compare("--a", cut, "--b", ref, "--rel-tol", 1e-10, "--json", tmp_path / "train-fp64" / "compare.json")
+    (tmp_path / "steps.tsv").write_text("train-fp64\tfail\t30.0\texit 1\t\n")
+    run_summary(tmp_path)
+    key = summary(tmp_path)["steps"][0]["key"]
+    assert key == f"not compared: {cut}:4: not a JSON record (Expecting ',' delimiter): cut off?", key
 
 
 def test_the_mfu_target_is_judged_on_the_best_bf16_mixed_run_and_names_it(tmp_path):
