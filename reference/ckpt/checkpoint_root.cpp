@@ -203,7 +203,7 @@ void point_latest_at(const fs::path& root, int64_t step) {
   write_text_durably(root / kLatestFile, step_dir_name(step) + "\n");
 }
 
-fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_t step, int keep) {
+fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_t step, int64_t keep) {
   fsync_directory(staged);
   const fs::path target = root / step_dir_name(step);
   std::error_code ec;
@@ -238,7 +238,7 @@ fs::path publish_checkpoint(const fs::path& root, const fs::path& staged, int64_
   std::vector<fs::path> timeline;  // oldest first, ending at target
   for (const auto& [held_step, dir] : checkpoints_in(root))
     if (held_step <= step) timeline.push_back(dir);
-  const std::size_t kept = static_cast<std::size_t>(std::max(keep, 1));
+  const std::size_t kept = static_cast<std::size_t>(std::max<int64_t>(keep, 1));
   for (std::size_t i = 0; i + kept < timeline.size(); ++i)
     if (timeline[i] != target) fs::remove_all(timeline[i], ec);
   return target;

@@ -58,6 +58,6 @@ void point_latest_at(const std::filesystem::path& root, int64_t step);
 // Where the move or `latest` fails, the root is left as it was (a step-N it replaced back in
 // place, the new one removed) and the error thrown.
 std::filesystem::path publish_checkpoint(const std::filesystem::path& root, const std::filesystem::path& staged,
-                                         int64_t step, int keep);
+                                         int64_t step, int64_t keep);
 
 }  // namespace tripod::ckpt

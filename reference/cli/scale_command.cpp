@@ -1,4 +1,4 @@
-// tripod scale run SPEC [--out DIR] [--jobs N] [--dry-run]   expand and train a scaling-law sweep
+// tripod scale run SPEC [--out DIR] [--jobs N] [--backend B] [--dry-run]   expand and train a sweep
 // tripod scale fit OUT [--bootstrap N] [--small-grid]        fit it with scaling/fit.py
 // tripod scale advise FIT --threshold T [--from approach3|frontier]   when to stop scaling
 // Options -> sweep/sweep_job.h. The spec schema and the conventions are in scaling/README.md.
@@ -15,6 +15,7 @@ void add_run(CLI::App& scale) {
   cmd->add_option("--out", opts->out, "sweep directory (default: runs/scale-<spec name>)");
   cmd->add_option("--jobs", opts->jobs, "runs trained at once (default: one per core)");
   cmd->add_flag("--dry-run", opts->dry_run, "print the grid (name, N, D, C, steps, tokens/param) and stop");
+  add_backend_option(*cmd, opts->backend);  // passed to each run (--jobs defaults to 1 on a device)
   require_non_negative(cmd->add_option("--progress-every", opts->progress_every,
                   "seconds between progress lines (step, loss, tokens/s, ETA of each running run and of the sweep;"
                   " also in OUT/sweep.log); 0: none")

@@ -103,6 +103,22 @@ namespace {
 json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 }  // namespace
 
+json counting_fields(const SweepSpec& spec, const PlannedRun& run) {
+  return {
+      {"N", run.n},
+      {"D", run.tokens},
+      {"C", run.flops},
+      {"budget", budget_label(run.budget)},  // the fitter groups IsoFLOP runs by this label
+      {"budget_flops", run.budget},
+      {"N_total", run.cost.n_total},
+      {"N_non_embedding", run.cost.n_non_embedding},
+      {"flops_per_token", run.flops_per_token},
+      {"param_count", param_count_name(spec.param_count)},
+      {"flops_convention", flop_convention_name(spec.flops)},
+      {"tokens_per_param", static_cast<double>(run.tokens) / static_cast<double>(run.n)},
+  };
+}
+
 json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome& outcome) {
   const MetricsSummary& m = outcome.metrics;
   const bool ok = outcome.status == RunStatus::Ok;
@@ -110,11 +126,6 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
   json r = {
       {"name", run.name},
       {"status", run_status_name(outcome.status)},
-      {"N", run.n},
-      {"D", run.tokens},
-      {"C", run.flops},
-      {"budget", budget_label(run.budget)},  // the fitter groups IsoFLOP runs by this label
-      {"budget_flops", run.budget},
       {"loss", ok ? number_or_null(has_eval ? m.eval_loss : m.smoothed_loss) : json(nullptr)},
       {"loss_source", !ok ? json(nullptr) : has_eval ? json("eval") : json("smoothed_train")},
       {"eval_loss", number_or_null(m.eval_loss)},
@@ -124,12 +135,6 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
       {"d_model", run.shape.d_model},
       {"n_head", run.shape.n_head},
       {"d_ff", run.shape.d_ff},
-      {"N_total", run.cost.n_total},
-      {"N_non_embedding", run.cost.n_non_embedding},
-      {"flops_per_token", run.flops_per_token},
-      {"param_count", param_count_name(spec.param_count)},
-      {"flops_convention", flop_convention_name(spec.flops)},
-      {"tokens_per_param", static_cast<double>(run.tokens) / static_cast<double>(run.n)},
       {"steps", run.steps},
       {"steps_done", m.last_step + 1},
       {"lr", run.config.at("optim").at("lr")},
@@ -139,6 +144,7 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
       {"train_seconds", m.train_seconds},
       {"config_hash", config_hash(run.config)},
   };
+  r.update(counting_fields(spec, run));
   if (!outcome.error.empty()) r["error"] = outcome.error;
   if (ok && !m.curve_tokens.empty())
     r["curve"] = {{"tokens", m.curve_tokens}, {"loss", m.curve_loss},

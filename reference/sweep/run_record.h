@@ -51,4 +51,10 @@ struct RunOutcome {
 // no val split; `loss_source` says which); diverged and failed runs have loss null.
 nlohmann::json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome& outcome);
 
+// The record's fields that count the run's size and compute under the spec's conventions (N, D, C,
+// FLOPs per token, the conventions' names, ...). A change of conventions leaves a run's training as it
+// was (its config hash too), so a finished record is brought up to date with these instead of being
+// kept with the old counts (N of `total` under a spec that now said `non_embedding`).
+nlohmann::json counting_fields(const SweepSpec& spec, const PlannedRun& run);
+
 }  // namespace tripod::sweep

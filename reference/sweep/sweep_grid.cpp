@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -22,10 +23,12 @@ const std::set<std::string> kDerivedKeys = {
     "model.tie_embeddings", "train.batch_size", "train.seq_len", "train.steps", "train.seed", "train.metrics",
     "train.save_every", "train.eval_every", "train.eval_batches", "optim.lr", "optim.min_lr",
     "optim.warmup_steps", "optim.decay", "data.dir"};
-// Keys a per-run override may not change: they define N, D and C, which the records report.
+// Keys a per-run override may not change: they define N, D, C and the seed, which the records
+// report (an override of train.seed trained seeds 1 and 2 alike, recorded as 1 and 2).
 bool defines_grid(const std::string& key) {
   return key.starts_with("model.") || key == "train.batch_size" || key == "train.seq_len" ||
-         key == "train.steps" || key == "train.metrics" || key == "train.save_every" || key == "data.dir";
+         key == "train.steps" || key == "train.seed" || key == "train.metrics" || key == "train.save_every" ||
+         key == "data.dir";
 }
 
 std::string assignment(const std::string& key, const json& value) { return key + "=" + value.dump(); }
@@ -67,6 +70,27 @@ std::vector<std::pair<ModelShape, double>> shapes_for_budget(const SweepSpec& sp
   return chosen;
 }
 
+// A run's name is its folder, checkpoint root and record: two runs of one name trained into one
+// folder. A repeated seed had the second "run" resume the first's checkpoint and the fit count one
+// training twice; two explicit shapes that differ only in n_head or d_ff (the name holds n_layer
+// and d_model) had the second refused by the first's checkpoint and the sweep stuck for good;
+// budgets alike to three digits (3e9, 3.001e9) share a label.
+void check_names_differ(const SweepSpec& spec, const std::vector<PlannedRun>& runs) {
+  std::map<std::string, const PlannedRun*> seen;
+  for (const PlannedRun& run : runs) {
+    const auto [it, first] = seen.emplace(run.name, &run);
+    if (first) continue;
+    const PlannedRun& other = *it->second;
+    auto describe = [](const PlannedRun& r) {
+      return str_cat("budget ", r.budget, ", n_layer ", r.shape.n_layer, ", d_model ", r.shape.d_model, ", n_head ",
+                     r.shape.n_head, ", d_ff ", r.shape.d_ff, ", seed ", r.seed);
+    };
+    fail(spec.file.string(), ": two runs would both be named ", run.name, " (", describe(other), "; and ",
+         describe(run), "): a name is a run's folder and record; drop the repeated seed, shape or budget, or make "
+         "budgets differ in their first 3 digits and shapes in n_layer or d_model");
+  }
+}
+
 }  // namespace
 
 std::string budget_label(double flops) {
@@ -98,7 +122,7 @@ json run_config(const SweepSpec& spec, const CorpusInfo& corpus, const PlannedRu
     if (fnmatch(o.runs.c_str(), run.name.c_str(), 0) != 0) continue;
     for (auto it = o.set.begin(); it != o.set.end(); ++it) {
       TRIPOD_CHECK(!defines_grid(it.key()), spec.file.string(), ": override for '", o.runs, "' may not set '", it.key(),
-                   "': it defines the run's N, D or C");
+                   "': it defines the run's N, D, C or seed");
       sets.push_back(assignment(it.key(), it.value()));
     }
   }
@@ -154,6 +178,7 @@ std::vector<PlannedRun> expand_grid(const SweepSpec& spec, const CorpusInfo& cor
       }
     }
   }
+  check_names_differ(spec, runs);
   for (const RunOverride& o : spec.overrides) {
     const bool matches = std::any_of(runs.begin(), runs.end(), [&](const PlannedRun& r) {
       return fnmatch(o.runs.c_str(), r.name.c_str(), 0) == 0;

@@ -151,7 +151,7 @@ void run_sweep_job(const SweepRunOptions& o) {
     std::vector<PlannedRun> grid = expand_grid(spec, corpus);
     place_runs(grid, out);
     print_grid(spec, corpus, grid);
-    const SweepOutcome done = run_sweep(spec, corpus, grid, {out, o.jobs, o.progress_every});
+    const SweepOutcome done = run_sweep(spec, corpus, grid, {out, o.jobs, o.progress_every, o.backend});
     std::printf("tripod scale: sweep done in %.1f s: %d ok, %d diverged, %d already finished -> %s\n", done.seconds,
                 done.ok, done.diverged, done.already_finished, (fs::absolute(out) / "runs.jsonl").c_str());
     std::printf("next: tripod scale fit %s\n", out.c_str());

@@ -11,6 +11,7 @@ struct SweepRunOptions {
   int jobs = 0;           // runs at once; 0: one per core
   bool dry_run = false;   // print the grid and stop
   double progress_every = 15;  // seconds between progress lines (0: none)
+  std::string backend = "cpu";  // each run's `tripod train --backend`
 };
 void run_sweep_job(const SweepRunOptions& options);
 

@@ -153,10 +153,21 @@ std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::ve
     const RunPaths paths = run_paths(out, run.name);
     check_same_config(spec, run, paths);
     const std::optional<json> result = read_json_file(paths.result);
-    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config))
+    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config)) {
       ++already_finished;
-    else
+      json recounted = *result;
+      recounted.update(counting_fields(spec, run));
+      if (recounted != *result) {
+        write_json_file(paths.result, recounted);
+        std::printf("tripod scale: %s: its record recounted under the spec's conventions (param_count %s, flops %s: "
+                    "N %s, C %s); the run itself is the same\n",
+                    run.name.c_str(), recounted["param_count"].get<std::string>().c_str(),
+                    recounted["flops_convention"].get<std::string>().c_str(), recounted["N"].dump().c_str(),
+                    recounted["C"].dump().c_str());
+      }
+    } else {
       pending.push_back(&run);
+    }
   }
   std::stable_sort(pending.begin(), pending.end(), [](const PlannedRun* a, const PlannedRun* b) { return a->budget > b->budget; });
   return pending;
@@ -177,10 +188,11 @@ void rewrite_runs_jsonl(const fs::path& out, const std::vector<PlannedRun>& grid
 // progress lines and the final summary report.
 class Scheduler {
  public:
-  Scheduler(const SweepSpec& spec, fs::path out, int jobs, std::map<std::string, std::string> child_env,
+  Scheduler(const SweepSpec& spec, fs::path out, int jobs, std::string backend, std::map<std::string, std::string> child_env,
             Clock::time_point sweep_start, std::deque<const PlannedRun*> pending, SweepOutcome& outcome,
             double progress_every)
-      : spec_(spec), out_(std::move(out)), jobs_(jobs), child_env_(std::move(child_env)), sweep_start_(sweep_start),
+      : spec_(spec), out_(std::move(out)), jobs_(jobs), backend_(std::move(backend)), child_env_(std::move(child_env)),
+        sweep_start_(sweep_start),
         pending_(std::move(pending)), outcome_(outcome), exe_(self_executable()), to_train_(pending_.size()),
         progress_every_(progress_every), last_progress_(sweep_start) {}
 
@@ -274,7 +286,8 @@ class Scheduler {
     write_json_file(paths.config, run.config);
     fs::remove(paths.result);  // a failed attempt's record; this attempt writes a new one
     const int64_t resume_step = checkpoint_step(paths);
-    std::vector<std::string> args = {"train", "--config", paths.config.string(), "--save", paths.ckpt.string()};
+    std::vector<std::string> args = {"train", "--config", paths.config.string(), "--save", paths.ckpt.string(),
+                                     "--backend", backend_};
     if (resume_step > 0) args.insert(args.end(), {"--resume", paths.ckpt.string()});
     const std::string action = resume_step > 0
                                    ? "resuming " + run.name + " from its checkpoint at step " + std::to_string(resume_step)
@@ -301,6 +314,7 @@ class Scheduler {
   const SweepSpec& spec_;
   const fs::path out_;
   const int jobs_;
+  const std::string backend_;  // each run's --backend
   const std::map<std::string, std::string> child_env_;
   const Clock::time_point sweep_start_;
   std::deque<const PlannedRun*> pending_;
@@ -322,7 +336,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   const fs::path out = fs::absolute(options.out_dir);
   fs::create_directories(out / "runs");
   const int cores = available_cores();
-  const int jobs = options.jobs > 0 ? options.jobs : cores;
+  // On a device one run at a time unless told otherwise (a run a core put every run on one GPU).
+  const int jobs = options.jobs > 0 ? options.jobs : options.backend == "cpu" ? cores : 1;
   const int threads = std::max(1, cores / jobs);
   std::map<std::string, std::string> child_env = {{"OMP_NUM_THREADS", std::to_string(threads)},
                                                   {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
@@ -337,7 +352,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   if (pending.empty()) std::printf("tripod scale: nothing to train (delete runs/<name>/result.json to redo a run)\n");
   std::fflush(stdout);
 
-  Scheduler scheduler(spec, out, jobs, std::move(child_env), sweep_start, std::move(pending), outcome,
+  Scheduler scheduler(spec, out, jobs, options.backend, std::move(child_env), sweep_start, std::move(pending), outcome,
                       options.progress_every);
   InterruptScope interrupt;
   while (scheduler.busy() && !interrupt.interrupted()) {

@@ -32,6 +32,7 @@ struct SweepOptions {
   std::filesystem::path out_dir;
   int jobs = 0;  // 0: one per core
   double progress_every = 15;  // seconds between progress reports (sweep/sweep_progress.h); 0: none
+  std::string backend = "cpu";  // each run's `tripod train --backend`; a device's sweep runs one at a time by default
 };
 
 struct SweepOutcome {

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "core/bounded_json.h"
@@ -50,12 +52,21 @@ class Section {
     TRIPOD_CHECK(std::isfinite(v) && v > 0, file_.string(), ": '", path(key), "' must be > 0, got ", v);
     return v;
   }
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1,
+                  int64_t max = std::numeric_limits<int64_t>::max()) const {
     if (!has(key) && fallback) return *fallback;
     const json& v = raw(key);
     TRIPOD_CHECK(v.is_number_integer(), file_.string(), ": '", path(key), "' must be an integer, got ", v.dump());
-    TRIPOD_CHECK(v.get<int64_t>() >= min, file_.string(), ": '", path(key), "' must be >= ", min, ", got ", v.dump());
+    const bool past_int64 = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max);
+    TRIPOD_CHECK(v.get<int64_t>() >= min || past_int64, file_.string(), ": '", path(key), "' must be >= ", min, ", got ",
+                 v.dump());
+    TRIPOD_CHECK(!past_int64 && v.get<int64_t>() <= max, file_.string(), ": '", path(key), "' must be <= ", max,
+                 ", got ", v.dump());
     return v.get<int64_t>();
+  }
+  // An integer the program keeps as an int (4294967312 was cut to 16 without a word).
+  int int32(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+    return static_cast<int>(integer(key, fallback, min, std::numeric_limits<int>::max()));
   }
   std::string text(const char* key, std::optional<std::string> fallback = std::nullopt) const {
     if (!has(key) && fallback) return *fallback;
@@ -84,8 +95,8 @@ CorpusSpec parse_corpus(const Section& s) {
   const Section m = s.section("synthetic");
   m.allow_only({"vocab", "order", "sharpness", "tokens", "seed"});
   SyntheticCorpusSpec syn;
-  syn.vocab = static_cast<int>(m.integer("vocab", std::nullopt, 2));
-  syn.order = static_cast<int>(m.integer("order", 1));
+  syn.vocab = m.int32("vocab", std::nullopt, 2);
+  syn.order = m.int32("order", 1);
   syn.sharpness = m.number("sharpness", 2.0);
   syn.tokens = m.integer("tokens", std::nullopt, 2);
   syn.seed = static_cast<uint64_t>(m.integer("seed", 1, 0));
@@ -112,6 +123,14 @@ ModelsSpec parse_models(const Section& s) {
     rule.d_ff_ratio = r.integer("d_ff_ratio", rule.d_ff_ratio);
     rule.max_layers = r.integer("max_layers", rule.max_layers);
     rule.max_d_model = r.integer("max_d_model", rule.max_d_model);
+    // The shape search counts every (width, depth) pair for every size of every budget: bounded, or a
+    // dry run hung (max_layers 10^10); d_ff_ratio x d_model past int64 gave d_ff 0.
+    TRIPOD_CHECK(rule.d_ff_ratio <= 64, s.file().string(), ": 'models.rule.d_ff_ratio' must be <= 64, got ",
+                 rule.d_ff_ratio);
+    const double candidates = static_cast<double>(rule.max_d_model / rule.head_dim) * static_cast<double>(rule.max_layers);
+    TRIPOD_CHECK(candidates <= 1e5, s.file().string(), ": 'models.rule': max_d_model / head_dim x max_layers = ",
+                 candidates, " shapes to try for each size, more than 100000: lower max_d_model or max_layers, or "
+                 "raise head_dim");
     models.rule = rule;
     models.sizes_per_budget = s.integer("sizes_per_budget");
     // An IsoFLOP profile needs a handful of sizes; 1000 took minutes to plan before failing.

@@ -166,6 +166,10 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   check(train.steps >= 1, "train.steps must be >= 1");
   check(train.log_every >= 1, "train.log_every must be >= 1");
   check(train.eval_every >= 0 && train.eval_batches >= 0, "train.eval_every and train.eval_batches must be >= 0");
+  // As for training's tokens: 2^62 batches ran an evaluation that would never end.
+  check(train.eval_batches <= (int64_t{1} << 40) / (train.batch_size * train.seq_len), "train.eval_batches x ",
+        "train.batch_size x train.seq_len (", train.eval_batches, " x ", train.batch_size, " x ", train.seq_len,
+        ") is more than 2^40 tokens an evaluation");
   return train;
 }
 

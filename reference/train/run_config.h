@@ -40,7 +40,7 @@ struct TrainSettings {
   double peak_tflops = 0;     // 0: nominal peak of this CPU, estimated
   std::string metrics;        // JSONL metrics path ("" = none)
   int64_t save_every = 0;     // checkpoint every N steps to --save ROOT (0: only at the end)
-  int keep_checkpoints = 2;   // the newest N checkpoints under --save ROOT are kept
+  int64_t keep_checkpoints = 2;  // the newest N checkpoints under --save ROOT are kept
   int64_t local_save_every = 0;  // checkpoint every N steps to --save-local ROOT (train/run_checkpoints.h)
   bool async_save = false;    // write the scheduled saves in the background (train/async_save.h)
   std::vector<int64_t> pipeline_split;  // layers per pipeline chunk (empty: even split)

@@ -66,8 +66,8 @@ def write_text(path, text):
     return str(path)
 
 
-def run(cmd, check=True, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kwargs)
+def run(cmd, check=True, timeout=300, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     if check:
         assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}"
     return result
@@ -308,6 +308,16 @@ def test_bad_specs_are_errors(tripod, tmp_path):
     result = run([tripod, "scale", "run", write_text(tmp_path / "comma.json", comma), "--dry-run"], check=False)
     assert result.returncode != 0 and "comma.json: not valid JSON" in result.stderr and "at line " in result.stderr
 
+    # Cut to an int without a word (4294967312 became 16), or a shape search without end.
+    huge_vocab = small_spec(corpus={"synthetic": {"vocab": 4294967312, "order": 1, "tokens": 600000}})
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "vocab.json", huge_vocab), "--dry-run"], check=False)
+    assert result.returncode != 0 and "'corpus.synthetic.vocab' must be <= 2147483647" in result.stderr, result.stderr
+    deep = small_spec()
+    deep["models"]["rule"]["max_layers"] = 10 ** 10
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "deep.json", deep), "--dry-run"], check=False,
+                 timeout=30)
+    assert result.returncode != 0 and "shapes to try for each size, more than 100000" in result.stderr, result.stderr
+
     bad_override = small_spec(overrides=[{"runs": "C9e99-*", "set": {"optim.lr": 1.0}}])
     result = run([tripod, "scale", "run", write_spec(tmp_path / "ov.json", bad_override), "--dry-run"], check=False)
     assert result.returncode != 0 and "matches no run" in result.stderr
@@ -335,3 +345,56 @@ def test_scale_advise_from_the_command_line(tripod, tmp_path):
                           (["chinchilla", "--threshold", "0.01", "--from", "kaplan"], "--from")):
         bad = subprocess.run([tripod, "scale", "advise", *args], capture_output=True, text=True, timeout=60)
         assert bad.returncode != 0 and message in bad.stdout + bad.stderr, args
+
+
+def one_shape(n_head=2, d_ff=64):
+    return {"n_layer": 1, "d_model": 16, "n_head": n_head, "d_ff": d_ff}
+
+
+def test_runs_that_would_share_a_name_are_refused(tripod, tmp_path):
+    # A name is a run's folder, checkpoint root and record. A repeated seed had the second "run"
+    # resume the first's checkpoint (the fit counted one training twice); shapes that differ only in
+    # n_head had the second refused by the first's checkpoint and every rerun after refused.
+    cases = {"seeds": small_spec(seeds=[1, 1]),
+             "budgets": small_spec(budgets=[4e9, 4.001e9]),
+             "shapes": small_spec(models={"shapes": [one_shape(n_head=2), one_shape(n_head=4)]})}
+    for name, spec in cases.items():
+        result = run([tripod, "scale", "run", write_spec(tmp_path / f"{name}.json", spec), "--dry-run"], check=False)
+        assert result.returncode == 1 and "two runs would both be named C4e9-L1-d" in result.stderr, \
+            (name, result.stdout, result.stderr)
+
+
+def test_an_override_may_not_change_the_seed(tripod, tmp_path):
+    # Seeds 1 and 2 trained alike under train.seed = 5, recorded as 1 and 2.
+    spec = small_spec(seeds=[1, 2], overrides=[{"runs": "*", "set": {"train.seed": 5}}])
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "seed.json", spec), "--dry-run"], check=False)
+    assert result.returncode == 1 and "may not set 'train.seed'" in result.stderr, result.stderr
+
+
+def test_a_finished_runs_record_is_recounted_when_the_conventions_change(tripod, tmp_path):
+    # The training is the same under either parameter count (FLOPs counted by the model, explicit
+    # shape), so the run stays finished, but its record kept N of `total` under `non_embedding`.
+    spec = small_spec(budgets=[4e9], conventions={"param_count": "total", "flops": "6N+attention"},
+                      models={"shapes": [one_shape()]})
+    out = tmp_path / "out"
+    run([tripod, "scale", "run", write_spec(tmp_path / "total.json", spec), "--out", str(out), "--progress-every", "0"])
+    [before] = read_records(out)
+    assert before["N"] == before["N_total"] and before["param_count"] == "total"
+    spec["conventions"]["param_count"] = "non_embedding"
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "ne.json", spec), "--out", str(out),
+                  "--progress-every", "0"])
+    assert "1 already finished, 0 to train" in result.stdout and "recounted" in result.stdout, result.stdout
+    [after] = read_records(out)
+    assert after["N"] == before["N_non_embedding"] < before["N"] and after["param_count"] == "non_embedding"
+    assert after["tokens_per_param"] == after["D"] / after["N"] and after["loss"] == before["loss"]
+
+
+def test_a_sweep_trains_on_the_backend_it_is_given(tripod, tmp_path):
+    # `scale run` had no --backend, so the GPU preset's runs trained on the CPU.
+    spec = small_spec(budgets=[4e9], models={"shapes": [one_shape()]})
+    out = tmp_path / "out"
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "spec.json", spec), "--out", str(out),
+                  "--backend", "emulated", "--progress-every", "0"])
+    assert "1 at a time" in result.stdout, result.stdout  # a device's sweep runs one at a time by default
+    [log] = out.glob("runs/*/train.log")
+    assert "backend emulated" in log.read_text(), log.read_text()

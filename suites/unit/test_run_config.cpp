@@ -103,6 +103,15 @@ TEST(RunConfig, ContradictionsAreNamed) {
             std::string::npos);
 }
 
+TEST(RunConfig, CountsPastIntAreKeptOrRefusedNotWrapped) {
+  // keep_checkpoints was an int: 4294967298 kept 2 checkpoints, 2147483648 was "must be >= 1".
+  EXPECT_EQ(with({"train.keep_checkpoints=4294967298"}).train.keep_checkpoints, 4294967298);
+  EXPECT_EQ(with({"train.keep_checkpoints=2147483648"}).train.keep_checkpoints, 2147483648);
+  // 2^62 evaluation batches: an evaluation that would never end.
+  EXPECT_NE(error_of([] { with({"train.eval_batches=4611686018427387904"}); }).find("is more than 2^40 tokens an evaluation"),
+            std::string::npos);
+}
+
 TEST(RunConfig, ADirectoryIsNotAConfigFile) {
   // Read as a stream, a directory failed as "internal error: basic_filebuf::underflow".
   const std::string dir = ::testing::TempDir();
