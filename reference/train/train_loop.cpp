@@ -64,14 +64,21 @@ Datasets open_datasets(RunConfig& config) {
 // Every rank reads its batches from its own copy of data.dir (node-local disks are common): a rank
 // whose copy held another corpus (a stale copy, another version) trained on other tokens than its
 // peers without a word. Collective; every rank fails alike, naming the ranks that differ from rank 0.
-void check_every_rank_reads_one_corpus(Communicator& world, const data::TokenDataset& train) {
-  const std::vector<std::string> digests = all_gather_text(world, train.tokens_xxh64());
-  std::string differing;
-  for (std::size_t r = 1; r < digests.size(); ++r)
-    if (digests[r] != digests[0]) differing += str_cat(differing.empty() ? "" : ", ", "rank ", r, " has ", digests[r]);
-  TRIPOD_CHECK(differing.empty(), "the ranks read different training tokens from data.dir ", train.dir().string(),
-               ": rank 0's have XXH64 ", digests[0], "; ", differing,
-               " (each rank reads its own copy: make every node's copy the same corpus)");
+void check_every_rank_reads_one_corpus(Communicator& world, const Datasets& data) {
+  // The held-out split too: each data-parallel rank evaluates its rows of every batch, so a copy
+  // with another held-out split (or none) gave a validation loss over two corpora without a word.
+  const std::vector<std::string> train = all_gather_text(world, data.train.tokens_xxh64());
+  const std::vector<std::string> val = all_gather_text(world, data.val ? data.val->tokens_xxh64() : "none");
+  auto check_split = [&](const std::vector<std::string>& digests, const char* which) {
+    std::string differing;
+    for (std::size_t r = 1; r < digests.size(); ++r)
+      if (digests[r] != digests[0]) differing += str_cat(differing.empty() ? "" : ", ", "rank ", r, " has ", digests[r]);
+    TRIPOD_CHECK(differing.empty(), "the ranks read different ", which, " tokens from data.dir ", data.train.dir().string(),
+                 ": rank 0's have XXH64 ", digests[0], "; ", differing,
+                 " (each rank reads its own copy: make every node's copy the same corpus)");
+  };
+  check_split(train, "training");
+  check_split(val, "held-out");
 }
 
 // Mean validation loss over the first `batches` global batches of the held-out split.
@@ -115,7 +122,7 @@ class TrainingRun {
     // Every rank fails alike: each reports before any aborts the job (an abort raced the others'
     // reports, and a rank's line was lost now and then).
     if (parallel_)
-      check_on_every_rank(*parallel_->world, [&] { check_every_rank_reads_one_corpus(*parallel_->world, data_.train); });
+      check_on_every_rank(*parallel_->world, [&] { check_every_rank_reads_one_corpus(*parallel_->world, data_); });
     // Before anything is written: a split too short for one sequence was found after the metrics'
     // start record and the rollback policy's first checkpoint, which then refused the rerun.
     const TrainSettings& t = config_.train;

@@ -1,6 +1,7 @@
 """`tripod train` under mpirun: data-parallel runs with every ZeRO stage give the single-process
 losses, and bad layouts fail on every rank with a clear message and a non-zero exit, never a hang."""
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -191,9 +192,15 @@ def test_ranks_reading_different_corpora_fail_on_every_rank(tmp_path):
     assert result.stderr.count("the ranks read different training tokens from data.dir data: rank 0's have XXH64") == 2, \
         result.stderr
     assert "rank 1 has " in result.stderr and "step " not in result.stdout
-    # The same corpus on both: it trains.
+    # The same training split with another held-out one: each rank evaluated its rows on its own
+    # copy, a validation loss over two corpora, exit 0.
     (tmp_path / "node1" / "data").rename(tmp_path / "other")
-    run([str(TRIPOD), "data", "synthetic", "--out", str(tmp_path / "node1" / "data"), "--vocab-size", "64",
-         "--order", "1", "--tokens", "20000", "--seed", "1"])
+    shutil.copytree(tmp_path / "node0" / "data", tmp_path / "node1" / "data")
+    shutil.copy(tmp_path / "other" / "val_000000.bin", tmp_path / "node1" / "data" / "val_000000.bin")
+    result = run(mpmd)
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.count("the ranks read different held-out tokens from data.dir data") == 2, result.stderr
+    # The same corpus on both: it trains.
+    shutil.copy(tmp_path / "node0" / "data" / "val_000000.bin", tmp_path / "node1" / "data" / "val_000000.bin")
     result = run(mpmd)
     assert result.returncode == 0, result.stderr
