@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <regex>
 #include <string>
 #include <unordered_map>
 
@@ -92,8 +93,17 @@ void train_bpe_tokenizer(std::string_view text, const fs::path& source, const fs
   sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
   TextSentences sentences(text);
   const auto status = sentencepiece::SentencePieceTrainer::Train(options, &sentences);
-  TRIPOD_CHECK(status.ok(), "training the tokenizer on ", source, " (vocab_size ", vocab_size,
-               ") failed: ", status.ToString());
+  if (status.ok()) return;
+  // SentencePiece's own advice names its option --character_coverage, which `data prepare` does not
+  // have: it keeps every character (coverage 1.0), so the way out is a larger --vocab-size.
+  std::smatch needed;
+  const std::string message = status.ToString();
+  static const std::regex too_small(R"(smaller than required_chars\. \d+ vs (\d+))");
+  if (std::regex_search(message, needed, too_small))
+    fail("training the tokenizer on ", source, " failed: its text holds more distinct characters than --vocab-size ",
+         vocab_size, " can give a piece each (every character is kept, so that the tokens decode to the exact text): "
+         "give --vocab-size ", needed[1].str(), " or more (the characters, 256 byte pieces and <unk>)");
+  fail("training the tokenizer on ", source, " (vocab_size ", vocab_size, ") failed: ", message);
 }
 
 struct Tokenizer::Impl {

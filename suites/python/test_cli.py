@@ -378,6 +378,18 @@ def test_data_prepare_refuses_text_that_is_not_utf8(tmp_path):
     assert not (tmp_path / "prep").exists()
 
 
+def test_a_vocabulary_too_small_for_the_texts_characters_says_how_large_it_must_be(tmp_path):
+    # SentencePiece's advice was "decrease character_coverage with --character_coverage option",
+    # an option data prepare does not have (it keeps every character, for exact round trips).
+    text = tmp_path / "cjk.txt"
+    characters = [chr(0x4E00 + i) for i in range(600)]
+    text.write_text("\n".join("".join(characters[(7 * line + 13 * i) % 600] for i in range(40))
+                              for line in range(600)) + "\n")
+    result = expect_error("data", "prepare", "--input", text, "--out", tmp_path / "d", "--vocab-size", 400,
+                          contains="give --vocab-size 857 or more")
+    assert "character_coverage" not in result.stderr, result.stderr
+
+
 def test_data_prepare_refuses_sentencepieces_mark_for_a_space(tmp_path):
     # U+2581 is how SentencePiece writes a space inside its pieces: "t\u2581he" was tokenized as
     # "t he" and decoded so, exit 0, the text changed (51,151 bytes back from 53,453).
