@@ -179,7 +179,12 @@ fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_
   const ckpt::LegacyCheckpoint old = ckpt::read_legacy_checkpoint(old_dir);
   RunConfig config;
   try {
-    config = parse_run_config(old.config);
+    // A version-1 config lacks the keys added since (train.recompute, keep_checkpoints,
+    // pipeline_split, anomaly, ...), and parsing it failed on the first: every real version-1
+    // checkpoint was refused. They take today's defaults; the state upgraded does not depend on them.
+    nlohmann::json full = default_config_json();
+    full.merge_patch(old.config);
+    config = parse_run_config(full);
   } catch (const nlohmann::json::exception& e) {  // a config of another version: name the file
     fail((old_dir / "state.json").string(), ": its config cannot be read (", e.what(), ")");
   }

@@ -65,6 +65,24 @@ struct CheckpointUpgrade : ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
 };
 
+TEST_F(CheckpointUpgrade, AVersion1ConfigWithoutTheKeysAddedSinceIsUpgraded) {
+  // As the version-1 code wrote it: none of the keys added since (the first commit's had neither
+  // pipeline_split nor rank_stats_every). Every real version-1 checkpoint was refused: "its config
+  // cannot be read (key 'recompute' not found)".
+  const nlohmann::json absent = {
+      {"train",
+       {{"recompute", nullptr}, {"keep_checkpoints", nullptr}, {"local_save_every", nullptr}, {"async_save", nullptr},
+        {"split_tied_grad", nullptr}, {"pipeline_split", nullptr}, {"rank_stats_every", nullptr}}},
+      {"anomaly", nullptr}};
+  write_v1(dir / "v1", trainer, *backend, config, {{"config", absent}});
+  ASSERT_FALSE(nlohmann::json::parse(file_text(dir / "v1" / "state.json"))["config"]["train"].contains("recompute"));
+  const fs::path upgraded = upgrade_legacy_checkpoint(dir / "v1", dir / "root", *backend);
+  Trainer resumed(config, *backend);
+  resumed.initialise();
+  EXPECT_EQ(resume_from_checkpoint(nullptr, upgraded, resumed.state_regions(), *backend, config, false).step, 3);
+  EXPECT_EQ(to_host_f64(*backend, resumed.params().flat()), to_host_f64(*backend, trainer.params().flat()));
+}
+
 TEST_F(CheckpointUpgrade, RewritesAVersion1CheckpointThatResumesWithItsParameters) {
   write_v1(dir / "v1", trainer, *backend, config);
   const fs::path upgraded = upgrade_legacy_checkpoint(dir / "v1", dir / "root", *backend);
