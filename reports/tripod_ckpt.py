@@ -4,24 +4,67 @@ every logical tensor's parameters and AdamW moments, assembled from whichever ra
     manifest, state = read_checkpoint("runs/ckpt")          # a root (its latest) or a step directory
     state["param"]["wte.weight"]                             # float64 array of the logical shape
 
-The format is described in reference/ckpt/manifest.h and reference/ckpt/shard_file.h."""
+The format is described in reference/ckpt/manifest.h and reference/ckpt/shard_file.h. Every shard
+file is checked as the C++ reader checks it before its values are used: its size, its header (magic,
+version, rank, step), each block's place inside the file and the tensor, and, where Python has
+`xxhash` (Debian's python3-xxhash, which ci/setup.sh installs), the file's and each block's XXH64.
+Before, a flipped byte or another rank's shard read as values, silently. A damaged checkpoint raises
+ValueError naming the file (and the tensor)."""
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
 
+try:
+    import xxhash
+except ImportError:  # the GPU machine's Python: sizes, headers and bounds are still checked
+    xxhash = None
+
 KINDS = ("param", "adam_m", "adam_v")
+ELEMENT_BYTES = {"bf16": 2, "fp32": 4, "fp64": 8}
+HEADER = struct.Struct("<8sIIq40x")  # magic, version, rank, step, zeros: 64 bytes
 
 
 def checkpoint_dir(path):
-    """The step directory `path` names: itself, or a root's latest."""
+    """The step directory `path` names: itself, a root's latest, or the root's `latest` file itself."""
     path = Path(path)
+    if path.name == "latest" and path.is_file():
+        path = path.parent
     if (path / "manifest.json").exists():
         return path
     latest = path / "latest"
     if not latest.exists():
         raise FileNotFoundError(f"{path} is neither a checkpoint (manifest.json) nor a checkpoint root (latest)")
     return path / latest.read_text().strip()
+
+
+def _checked_shard(directory, entry, manifest):
+    """The bytes of one shard file, after the checks the C++ reader makes (ValueError names it)."""
+    path = directory / entry["name"]
+    data = path.read_bytes()
+    if len(data) != entry["bytes"]:
+        raise ValueError(f"{path}: {len(data)} bytes, the manifest records {entry['bytes']}")
+    magic, version, rank, step = HEADER.unpack_from(data)
+    if (magic, version, rank, step) != (b"TRIPODCK", manifest["version"], entry["rank"], manifest["step"]):
+        raise ValueError(f"{path}: its header ({magic!r}, version {version}, rank {rank}, step {step}) is not "
+                         f"rank {entry['rank']}'s shard of step {manifest['step']}")
+    for block in entry["blocks"]:
+        where = f"{path}: tensor '{block['tensor']}' ({block['kind']})"
+        if block["tensor"] not in manifest["tensors"] or block["kind"] not in KINDS:
+            raise ValueError(f"{where}: not a tensor of the manifest")
+        size = block["length"] * block["count"] * ELEMENT_BYTES[block["dtype"]]
+        if block["offset"] < HEADER.size or block["offset"] + size > len(data):
+            raise ValueError(f"{where}: bytes {block['offset']}..{block['offset'] + size} lie outside the file")
+        last = block["start"] + block["stride"] * (block["count"] - 1) + block["length"]
+        if block["start"] < 0 or last > int(np.prod(manifest["tensors"][block["tensor"]])):
+            raise ValueError(f"{where}: elements {block['start']}..{last} lie outside the tensor")
+        if xxhash is not None and xxhash.xxh64(data[block["offset"]:block["offset"] + size]).hexdigest() != block["xxh64"]:
+            raise ValueError(f"{where}: damaged (bytes {block['offset']}..{block['offset'] + size})")
+    # Last, so that damage inside a block is named by its tensor; this catches the rest (the padding).
+    if xxhash is not None and xxhash.xxh64(data).hexdigest() != entry["xxh64"]:
+        raise ValueError(f"{path}: XXH64 {xxhash.xxh64(data).hexdigest()}, the manifest records {entry['xxh64']}")
+    return data
 
 
 def _values(data, block):
@@ -43,7 +86,7 @@ def read_checkpoint(path):
     written = {kind: {name: np.zeros(values.size, dtype=bool) for name, values in tensors.items()}
                for kind, tensors in flat.items()}
     for entry in manifest["files"]:
-        data = (directory / entry["name"]).read_bytes()
+        data = _checked_shard(directory, entry, manifest)
         for block in entry["blocks"]:
             rows = block["start"] + block["stride"] * np.arange(block["count"])[:, None]
             index = (rows + np.arange(block["length"])[None, :]).ravel()

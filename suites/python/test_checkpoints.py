@@ -408,6 +408,32 @@ def test_bad_checkpoint_is_refused_and_the_previous_one_untouched(corpus, tmp_pa
         assert "OK" in ok(tripod("ckpt", "verify", older)).stdout
 
 
+def test_the_numpy_reader_refuses_what_the_cpp_reader_refuses(corpus, tmp_path):
+    # reports/tripod_ckpt.py read a flipped byte, a shard header of another rank and another rank's
+    # file as values, silently; a truncated file was a bare numpy error naming no file.
+    root, newest, _ = saved_root(corpus, tmp_path, steps=(2,))
+    _, good = read_checkpoint(root / "latest")  # ROOT/latest names the root's newest, as for the C++ reader
+    shard, other = newest / "shard-00001.bin", newest / "shard-00000.bin"
+    pristine = shard.read_bytes()
+    for damage, expected in (("flip-payload", "damaged"), ("flip-header", "header"), ("truncate", "bytes, the manifest"),
+                             ("another-ranks-file", "shard-00001.bin")):
+        shard.write_bytes(pristine)
+        if damage == "flip-payload":
+            flip(shard, shard.stat().st_size - 20)
+        elif damage == "flip-header":
+            flip(shard, 13)
+        elif damage == "truncate":
+            shard.write_bytes(pristine[:-100])
+        else:
+            shard.write_bytes(other.read_bytes())
+        with pytest.raises(ValueError, match=expected) as raised:
+            read_checkpoint(newest)
+        assert str(shard) in str(raised.value), (damage, raised.value)
+    shard.write_bytes(pristine)
+    _, again = read_checkpoint(newest)
+    assert all(np.array_equal(good[kind][name], again[kind][name]) for kind in good for name in good[kind])
+
+
 def test_missing_and_empty_checkpoints(corpus, tmp_path):
     (tmp_path / "empty").mkdir()
     for path, words in [(tmp_path / "nothing", "does not exist"), (tmp_path / "empty", "holds no complete checkpoint")]:
