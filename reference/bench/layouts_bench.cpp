@@ -15,11 +15,13 @@
 #include "core/build_info.h"
 #include "core/output_file.h"
 #include "data/random_batch.h"
+#include "perf/backend_peak.h"
 #include "perf/device_peak.h"
 #include "perf/flops.h"
 #include "perf/gemm_rate.h"
 #include "perf/process_memory.h"
 #include "train/distributed_trainer.h"
+#include "train/world_peak.h"
 
 namespace tripod::bench {
 
@@ -155,13 +157,18 @@ void run_layouts(const LayoutsOptions& o) {
     overrides.push_back(s);
   const RunConfig config = parse_run_config(load_config_json(o.config, overrides));
   const FlopCount flops = count_flops(config.model, o.seq_len);
-  const PeakFlops peak = resolve_peak(o.peak_tflops, config.train.dtype);
+  // The backend's peak at the step's precision, shared hardware counted once (train/world_peak.h):
+  // the CPU's nominal peak was taken whatever the backend (a CUDA run's MFU about 5000x too high),
+  // and the sgemm baseline measured before the precision policy (bf16-mixed's GEMMs against fp32's).
+  const PeakFlops rank_peak = backend_peak(backend->name(), gemm_peak_precision(config.train), o.peak_tflops);
+  const WorldPeak peak = world_peak(world.get(), *backend, rank_peak, o.peak_tflops > 0);
+  apply_precision_policy(config.train, *backend);
   const double measured_flops =  // the sum of every rank's sgemm rate
       all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
   const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
   const bool root = world->rank() == 0;
   // A step's model FLOP/s against the nominal peak of every rank, and against their measured sgemm.
-  auto mfu_at = [&](double step) { return mfu(flops.model_flops_per_token * tokens, step, peak.flops * n); };
+  auto mfu_at = [&](double step) { return mfu(flops.model_flops_per_token * tokens, step, peak.flops); };
   auto sgemm_fraction_at = [&](double step) { return mfu(flops.model_flops_per_token * tokens, step, measured_flops); };
   auto print_header = [&](const char* range) {
     std::printf("  %-40s %10s %12s %8s %14s %10s %10s %10s %10s %10s %12s%s\n", "layout", "step (s)", "tokens/s", "MFU",
@@ -177,10 +184,10 @@ void run_layouts(const LayoutsOptions& o) {
   if (root) {
     std::printf(
         "tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
-        "  peak per rank: %.3f TFLOP/s (%s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
+        "  peak: %s (per rank: %s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
         o.config.c_str(), static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
-        static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.flops / 1e12,
-        peak.source.c_str(), measured_flops / 1e12);
+        static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.text.c_str(),
+        rank_peak.source.c_str(), measured_flops / 1e12);
     if (const auto share = process_core_share())
       std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
   }
@@ -242,8 +249,9 @@ void run_layouts(const LayoutsOptions& o) {
                                      {"n_params", flops.n_params_total},
                                      {"ranks", n},
                                      {"threads_per_rank", omp_get_max_threads()},
-                                     {"peak_flops_per_rank", peak.flops},
-                                     {"peak_source", peak.source},
+                                     {"peak_flops_per_rank", rank_peak.flops},
+                                     {"peak_flops", peak.flops},
+                                     {"peak_source", rank_peak.source},
                                      {"measured_sgemm_flops_all_ranks", measured_flops},
                                      {"model_flops_per_token", flops.model_flops_per_token},
                                      {"rounds", o.rounds},

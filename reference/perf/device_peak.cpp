@@ -85,8 +85,9 @@ namespace {
 
 // Dense peaks, TFLOP/s: {match, name, bf16, tf32, fp32 (non-tensor), fp64 (matrix), datasheet}.
 // NVIDIA's tensor-core figures are printed "with sparsity"; the bf16 and tf32 columns are half
-// of those. Order matters: the first match wins, so variants precede their family name, and
-// "A100" precedes "A10", "L40S" precedes "L4".
+// of those. A match is whole words of the driver's name ("NVIDIA L40" is not an L4, "NVIDIA A10G"
+// not an A10: both took the smaller card's peaks by a plain substring test); the first match wins,
+// so variants ("H100 PCIe") precede their family name ("H100").
 constexpr std::array kDevicePeaks{
     DevicePeakSpec{"H100 PCIe", "NVIDIA H100 PCIe", 756.5, 378, 51, 51,
                    "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,513 / TF32 756 TFLOPS with sparsity)"},
@@ -104,6 +105,8 @@ constexpr std::array kDevicePeaks{
                    "NVIDIA A10 Tensor Core GPU datasheet (BF16 250 / TF32 125 TFLOPS with sparsity)"},
     DevicePeakSpec{"L40S", "NVIDIA L40S", 362.05, 183, 91.6, 0,
                    "NVIDIA L40S datasheet (BF16 733 / TF32 366 TFLOPS with sparsity)"},
+    DevicePeakSpec{"L40", "NVIDIA L40", 181.05, 90.5, 90.5, 0,
+                   "NVIDIA L40 datasheet (BF16 362.1 / TF32 181 TFLOPS with sparsity, FP32 90.5)"},
     DevicePeakSpec{"L4", "NVIDIA L4", 121, 60, 30.3, 0,
                    "NVIDIA L4 Tensor Core GPU datasheet (BF16 242 / TF32 120 TFLOPS with sparsity)"},
     DevicePeakSpec{"MI300X", "AMD Instinct MI300X", 1307.4, 653.7, 163.4, 163.4,
@@ -133,8 +136,12 @@ bool is_mig_slice(std::string_view device_name) {
 std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
   if (is_mig_slice(device_name)) return std::nullopt;  // a share of the SMs: the whole GPU's peak would flatter it
   const std::string name = lowercase(device_name);
-  for (const DevicePeakSpec& spec : kDevicePeaks)
-    if (name.find(lowercase(spec.match)) != std::string::npos) return spec;
+  auto word_edge = [&](std::size_t at) { return at == 0 || at >= name.size() || !std::isalnum(static_cast<unsigned char>(name[at])); };
+  for (const DevicePeakSpec& spec : kDevicePeaks) {
+    const std::string match = lowercase(spec.match);
+    for (std::size_t at = name.find(match); at != std::string::npos; at = name.find(match, at + 1))
+      if ((at == 0 || word_edge(at - 1)) && word_edge(at + match.size())) return spec;
+  }
   return std::nullopt;
 }
 

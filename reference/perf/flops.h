@@ -8,7 +8,9 @@
 //   6 = 2 (multiply-add) x 3 (forward, backward w.r.t. inputs, backward w.r.t. weights);
 //   12 * L * d_model * T = attention scores (QK^T) and the weighted sum (PV), forward and backward,
 //              counted for full T x T attention as the convention does (causal masking does not halve it).
-// Hardware FLOPs also count recomputation (none in the reference trainer: HFU = MFU).
+// Hardware FLOPs would also count the forward recomputed under train.recompute (selective: the
+// attention probabilities and GELU; full: the whole forward, 2 N_matmul + 4 L d_model T more per
+// token); MFU counts model FLOPs only, and no HFU is reported.
 #pragma once
 #include <cstdint>
 

@@ -30,6 +30,7 @@
 #include "train/rank_timing.h"
 #include "train/run_checkpoints.h"
 #include "train/trainer.h"
+#include "train/world_peak.h"
 
 namespace tripod {
 using nlohmann::json;
@@ -129,6 +130,7 @@ class TrainingRun {
     loader_.emplace(data_.train, t.seq_len, t.seed);
     // train.eval_batches = 0 turns evaluation off (a mean over no batches is not a loss of 0).
     if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, kHeldOutOrderSeed);
+    world_peak_ = world_peak(world(), backend_, peak_, t.peak_tflops > 0);
     make_engine();
     engine_->initialise();
     checkpoints_.emplace(config_, options_, backend_, world(), root_, *engine_, [this] { return checkpoint_meta(); });
@@ -202,7 +204,7 @@ class TrainingRun {
     summary_.steps = engine_->step() - first_step;
     summary_.seconds = seconds_;
     summary_.tokens_per_second = seconds_ > 0 ? static_cast<double>(tokens_) / seconds_ : 0;
-    summary_.mfu = mfu(flops_.model_flops_per_token * static_cast<double>(tokens_), seconds_, peak_.flops * ranks_);
+    summary_.mfu = mfu(flops_.model_flops_per_token * static_cast<double>(tokens_), seconds_, world_peak_.flops);
     return summary_;
   }
 
@@ -229,8 +231,8 @@ class TrainingRun {
                 static_cast<long long>(data_.train.size()), static_cast<long long>(data_.train.vocab_size()),
                 !data_.val ? " (no held-out split: no eval loss)"
                 : t.eval_batches == 0 ? " (train.eval_batches = 0: no eval loss)" : "");
-    std::printf("  %.3g model FLOPs/token; MFU against %d x %.3f TFLOP/s (%s)\n", flops_.model_flops_per_token, ranks_,
-                peak_.flops / 1e12, peak_.source.c_str());
+    std::printf("  %.3g model FLOPs/token; MFU against %s (%s)\n", flops_.model_flops_per_token,
+                world_peak_.text.c_str(), peak_.source.c_str());
     const std::string declined =
         backend_.attention_declined(t.dtype, t.seq_len, config_.model.d_model, config_.model.n_head);
     if (!declined.empty()) std::printf("  note: %s\n", declined.c_str());
@@ -272,7 +274,7 @@ class TrainingRun {
     write_metrics(json{{"event", "start"}, {"step", engine_->step()}, {"build", build_info_json()},
                        {"config", config_.json}, {"ranks", ranks_},
                        {"layout", layout_text()}, {"n_params", flops_.n_params_total},
-                       {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", peak_.flops * ranks_},
+                       {"model_flops_per_token", flops_.model_flops_per_token}, {"peak_flops", world_peak_.flops},
                        {"peak_source", peak_.source}});
   }
 
@@ -284,7 +286,7 @@ class TrainingRun {
     tokens_ += r.tokens;
     ++summary_.steps_taken;
     const double tok_s = static_cast<double>(r.tokens) / r.seconds;
-    const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, peak_.flops * ranks_);
+    const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, world_peak_.flops);
     if (r.verdict == StepVerdict::Apply) {  // an anomalous loss is not the run's
       if (r.step == first_step) summary_.first_loss = r.loss;
       summary_.final_loss = r.loss;
@@ -417,7 +419,8 @@ class TrainingRun {
   int ranks_;
   Datasets data_;
   FlopCount flops_;
-  PeakFlops peak_;
+  PeakFlops peak_;        // this rank's
+  WorldPeak world_peak_;  // every rank's together, shared hardware counted once
   std::unique_ptr<TrainingEngine> engine_;
   DistributedTrainer* distributed_ = nullptr;  // engine_, when the run is parallel
   std::optional<data::BatchLoader> loader_, val_loader_;  // the training split's; the held-out split's

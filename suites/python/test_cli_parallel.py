@@ -1,6 +1,8 @@
 """`tripod train` under mpirun: data-parallel runs with every ZeRO stage give the single-process
 losses, and bad layouts fail on every rank with a clear message and a non-zero exit, never a hang."""
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -171,6 +173,23 @@ def test_batch_not_dividing_among_ranks(corpus):
     result = mpirun(3, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL)
     assert result.returncode != 0
     assert "does not divide among 3 data-parallel ranks" in result.stderr
+
+
+def test_ranks_that_outnumber_the_cpus_are_held_against_the_cpus_peak(corpus, tmp_path):
+    # Each rank's nominal peak counted a core of its own: 4 one-thread ranks on 2 CPUs were held
+    # against 4 cores' peak, halving the MFU (3.54 % printed of 7.07 %).
+    cpus = len(os.sched_getaffinity(0))
+    if cpus > 4:
+        pytest.skip(f"{cpus} CPUs: the test runs twice as many ranks as CPUs, at most 8")
+    metrics = tmp_path / "m.jsonl"
+    result = mpirun(2 * cpus, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                    "--set", "train.steps=1", "--set", "train.batch_size=8", "--set", f"train.metrics={metrics}")
+    assert result.returncode == 0, result.stderr
+    assert "sharing their machines' CPUs" in result.stdout, result.stdout
+    per_rank = float(re.search(r"ranks of ([0-9.]+) TFLOP/s each", result.stdout).group(1)) * 1e12
+    start = json.loads(metrics.read_text().splitlines()[0])
+    # Half a core's peak each; the ranks measure their own clocks, so not to the digit.
+    assert 0.3 < start["peak_flops"] / (2 * cpus * per_rank) < 0.7, (start["peak_flops"], per_rank, result.stdout)
 
 
 def test_ranks_reading_different_corpora_fail_on_every_rank(tmp_path):

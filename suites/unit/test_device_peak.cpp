@@ -31,6 +31,13 @@ TEST(DevicePeak, MostSpecificRowWins) {
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 NVL", PeakPrecision::BF16), 835.5);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40S", PeakPrecision::BF16), 362.05);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L4", PeakPrecision::BF16), 121);
+  // Whole words: a plain substring test gave the L40 the L4's peaks (a third of its fp32) and the
+  // A10G the A10's.
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40", PeakPrecision::FP32), 90.5);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40", PeakPrecision::BF16), 181.05);
+  EXPECT_FALSE(find_device_peak("NVIDIA A10G").has_value());
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A10", PeakPrecision::FP32), 31.2);
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 80GB HBM3", PeakPrecision::BF16), 989.5);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A10", PeakPrecision::BF16), 125);
   EXPECT_EQ(find_device_peak("NVIDIA A100-PCIE-40GB")->name, "NVIDIA A100 (SXM4 and PCIe)");
 }
