@@ -360,12 +360,12 @@ def test_data_prepare_and_inspect(tmp_path):
     before = {p.name: p.read_bytes() for p in (tmp_path / "prep").iterdir()}
     text.write_text(text.read_text() + "".join(chr(0x4e00 + i) for i in range(100)))
     expect_error("data", "prepare", "--input", text, "--out", tmp_path / "prep", "--vocab-size", 300,
-                 contains="Vocabulary size is smaller than required_chars")
+                 contains="holds more distinct characters than --vocab-size 300")
     assert {p.name: p.read_bytes() for p in (tmp_path / "prep").iterdir()} == before
     assert "checksum" in tripod("data", "inspect", tmp_path / "prep").stdout.lower()
     # A failed first preparation leaves no empty folder behind (it did).
     expect_error("data", "prepare", "--input", text, "--out", tmp_path / "fresh", "--vocab-size", 300,
-                 contains="Vocabulary size is smaller than required_chars")
+                 contains="holds more distinct characters than --vocab-size 300")
     assert not (tmp_path / "fresh").exists()
 
 
