@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -22,6 +23,7 @@ struct ArmedFault {
   bool nan = false;        // a loss fault: NaN, else a spike
   int64_t delay_ms = 0;    // slow-snapshot
   int signal = SIGKILL;    // kill, kill-in-save: SIGKILL; segv: SIGSEGV
+  bool bad_alloc = false;  // bad-alloc: throws std::bad_alloc instead of a signal
 };
 ArmedFault fault;
 
@@ -53,9 +55,10 @@ void arm_fault_injection(bool resumed, const FaultReach& reach) {
   const std::string kind = text.substr(0, first);
   ArmedFault f;
   const bool loss_fault = kind == "nan-loss" || kind == "spike-loss", slow = kind == "slow-snapshot";
-  check(kind == "kill" || kind == "segv" || kind == "kill-in-save" || kind == "inf-update" || loss_fault || slow,
+  check(kind == "kill" || kind == "segv" || kind == "bad-alloc" || kind == "kill-in-save" || kind == "inf-update" ||
+            loss_fault || slow,
         "TRIPOD_FAULT='", text, "': unknown fault '", kind,
-        "' (expected kill, segv, kill-in-save, inf-update, nan-loss, spike-loss or slow-snapshot)");
+        "' (expected kill, segv, bad-alloc, kill-in-save, inf-update, nan-loss, spike-loss or slow-snapshot)");
   // Whole numbers only: std::stoll read "3x" as 3, " 3" as 3 and "1e3" as 1.
   const auto whole = [](const std::string& part) {
     int64_t n = 0;
@@ -79,18 +82,19 @@ void arm_fault_injection(bool resumed, const FaultReach& reach) {
       f.step = whole(text.substr(second + 1));
     }
   } catch (...) {
-    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, segv:RANK:STEP, kill-in-save:RANK:STEP, "
+    fail("TRIPOD_FAULT='", text, "': expected kill:RANK:STEP, segv:RANK:STEP, bad-alloc:RANK:STEP, kill-in-save:RANK:STEP, "
          "inf-update:RANK:STEP, nan-loss:STEP, spike-loss:STEP or slow-snapshot:MS");
   }
   check(f.rank >= 0 && f.step >= 1 && f.delay_ms >= 0, "TRIPOD_FAULT='", text,
         "': the rank must be >= 0, the step >= 1 and the delay >= 0");
-  f.point = kind == "kill" || kind == "segv" ? FaultPoint::StepStart
+  f.point = kind == "kill" || kind == "segv" || kind == "bad-alloc" ? FaultPoint::StepStart
             : kind == "kill-in-save" ? FaultPoint::DuringSave
             : kind == "inf-update"   ? FaultPoint::Update
             : slow                   ? FaultPoint::Snapshot
                                      : FaultPoint::Loss;
   f.nan = kind == "nan-loss";
   f.signal = kind == "segv" ? SIGSEGV : SIGKILL;
+  f.bad_alloc = kind == "bad-alloc";
   f.armed = !resumed;
   if (f.armed) check_reachable(text, f, reach);
   fault = f;
@@ -99,11 +103,12 @@ void arm_fault_injection(bool resumed, const FaultReach& reach) {
 void maybe_inject_fault(FaultPoint point, int world_rank, int64_t step) {
   if (!fault.armed || fault.point != point || fault.rank != world_rank || fault.step != step) return;
   std::fprintf(stderr, "tripod: TRIPOD_FAULT: rank %d %s %s step %lld\n", world_rank,
-               fault.signal == SIGSEGV ? "raises SIGSEGV" : "kills itself",
+               fault.bad_alloc ? "throws std::bad_alloc" : fault.signal == SIGSEGV ? "raises SIGSEGV" : "kills itself",
                point == FaultPoint::StepStart ? "at the start of" : "in the save after", static_cast<long long>(step));
   std::fflush(stderr);
   // SIGSEGV goes through the crash report's handler (core/crash_report.h), which prints the stack
   // and dies of the signal: a crash in Tripod's own code, where the stack unwinds to main.
+  if (fault.bad_alloc) throw std::bad_alloc();
   std::raise(fault.signal);
 }
 

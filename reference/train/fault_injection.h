@@ -3,6 +3,8 @@
 //
 //   kill:R:S           world rank R kills itself (SIGKILL, as a crashed node) as it starts step S
 //   segv:R:S           ... raises SIGSEGV instead (a crash in Tripod's code: the crash report's stack)
+//   bad-alloc:R:S      ... throws std::bad_alloc instead (an allocation that fails on one node: an
+//                      exception that is not a tripod::Error, which once hung the job, comm/rank_errors.h)
 //   kill-in-save:R:S   rank R kills itself during the save after step S, once its shard is written
 //                      and before the manifest is (the save is left unfinished)
 //   inf-update:R:S     rank R's update at step S leaves its first saved parameter element

@@ -3,6 +3,7 @@
 // barrier afterwards proves nobody was left inside a collective.
 #include <gtest/gtest.h>
 
+#include "comm/rank_errors.h"
 #include "support/test_backend.h"
 #include "mpi_test_util.h"
 
@@ -29,6 +30,19 @@ class CommErrors : public ::testing::Test {
   int r = world->rank();
   std::string where(const std::string& op) const { return str_cat(op, " on mpi:world (rank ", r, " of ", n, ")"); }
 };
+
+// A check that fails on one rank only (a memory check on one node) ends every rank: the failing
+// ranks waited at a barrier while the others went on into collectives of their own, and the job
+// hung until the watchdog.
+TEST_F(CommErrors, ACheckThatFailsOnOneRankEndsEveryRank) {
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(check_on_every_rank(*world, [&] { check(r != n - 1, "only the last rank fails"); }), Error);
+  const std::string reported = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(reported.find("only the last rank fails") != std::string::npos, r == n - 1) << reported;
+  // A check that passes everywhere returns on every rank.
+  EXPECT_NO_THROW(check_on_every_rank(*world, [] {}));
+}
 
 TEST_F(CommErrors, SizeMismatchesNameOpRankAndSizes) {
   expect_error([&] { world->all_reduce(host_tensor(7, DType::F32), host_tensor(8, DType::F32), ReduceOp::Sum); },

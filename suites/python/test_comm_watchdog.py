@@ -17,9 +17,9 @@ SMALL = ["--set", "model.n_layer=1", "--set", "model.d_model=32", "--set", "mode
          "--set", "optim.warmup_steps=1"]
 
 
-def run(cmd, timeout=60):
+def run(cmd, timeout=60, env=MPI_ENV):
     require_tripod()
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,20 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout(corpus, tmp_path):
     assert "waited 3 s for its peers without completing (--comm-timeout 3)" in err, err
     assert re.search(r"rank [01] of 2: \w+ on mpi:world\S* \(rank [01] of 2\) waited", err), err
     assert waited < 30, f"the job ended {waited:.1f} s after the stop (timeout 3 s)"
+
+
+def test_an_exception_that_is_not_tripods_on_one_rank_ends_the_job_at_once(corpus):
+    # A std::bad_alloc on one rank (an allocation that fails on one node) unwound to main through
+    # MPI_Finalize, which waited for a peer that waited in a collective for it: the job hung for the
+    # whole --comm-timeout (exit 124, the peer blaming "a peer rank is stopped, hung") and the
+    # failing rank's error was never printed.
+    started = time.monotonic()
+    result = run(mpirun_command(2, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL,
+                                "--set", "train.steps=5", "--comm-timeout", "60", timeout=90),
+                 timeout=120, env={**MPI_ENV, "TRIPOD_FAULT": "bad-alloc:1:2"})
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "tripod: internal error: rank 1 of 2: std::bad_alloc" in result.stderr, result.stderr
+    assert "waited" not in result.stderr and time.monotonic() - started < 40, result.stderr
 
 
 def test_timeout_must_not_be_negative():
