@@ -8,7 +8,12 @@
 // are accepted by every communicator, so reports and timings need no device round trip.
 //
 // Every operation has a blocking form and an `_async` form that returns a CommRequest; the
-// blocking form is the async one followed by wait(). No wait is endless: past the communication
+// blocking form computes what the async one followed by wait() does, but every rank must use the
+// same form for one call (MPI matches a blocking collective with a blocking one only: one rank's
+// all_reduce_async()->wait() against another's all_reduce() hangs). Wait for requests in the same
+// order on every rank: an all_reduce or reduce_scatter larger than --mpi-chunk-mb moves in pieces,
+// and a rank issues its next piece only inside its own wait (rank 0 waiting for it before a
+// barrier, rank 1 after the barrier, deadlocks). No wait is endless: past the communication
 // timeout (comm/comm_watchdog.h, default 300 s) the job ends with the operation, group and rank named. Requests keep their tensors' storage alive
 // until they complete, so a caller may drop its own references early. Calls are collective over
 // the group (except send/recv) and, as in MPI and NCCL, every member must issue the same
@@ -29,7 +34,10 @@
 //   all_to_all      in: n*k          out: n*k        block j of rank i goes to block i of rank j
 //   send / recv     t: k, equal on both sides; tags 0..32767 (the least MPI promises)
 // k may be 0 everywhere. ReduceOp::Avg is Sum followed by division by size(), floating dtypes only.
-// bf16 reduces in fp32 (each contribution widened exactly, the result rounded once to nearest even).
+// bf16 reduces in fp32 (each contribution widened exactly, the partial sums in fp32, the result
+// rounded once to bf16 to nearest even). Max and Min of a NaN follow MPI's (a > b ? a : b): whether
+// the NaN survives depends on its rank and the algorithm, so callers that must see one check
+// finiteness themselves (the trainer's loss, a sum, does).
 #pragma once
 #include <memory>
 #include <string>

@@ -75,6 +75,8 @@ void check_comm_settings(const CommSettings& settings) {
         " (seconds, 0-1e9; 0 turns the timeout off)");
   check(chunk >= 0 && chunk <= 1048576, "--mpi-chunk-mb: ", chunk, " ", what(chunk),
         " (MiB, 0-1048576; 0: whole messages)");
+  // Below a byte it became 0 bytes, which means whole messages: the opposite of what was asked.
+  check(chunk == 0 || chunk * 1048576.0 >= 1, "--mpi-chunk-mb: ", chunk, " MiB is less than a byte (0: whole messages)");
   check(settings.progress_us >= 0, "--mpi-progress-us: ", settings.progress_us, " is negative (0: no progress thread)");
 }
 

@@ -565,6 +565,7 @@ def test_context_shorter_than_sequence(corpus):
     (["--comm-timeout", "nan"], "--comm-timeout: nan s is not a number"),
     (["--comm-timeout", "-1"], "--comm-timeout: -1 s is out of range"),
     (["--mpi-chunk-mb", "inf"], "--mpi-chunk-mb: inf is out of range"),
+    (["--mpi-chunk-mb", "1e-7"], "--mpi-chunk-mb: 1e-07 MiB is less than a byte"),  # it meant whole messages
     (["--mpi-progress-us", "-5"], "--mpi-progress-us: -5 is negative"),
     (["--zero3-prefetch", "-1"], "--zero3-prefetch) must be 0-64 buckets (got -1)"),
     (["--receives-ahead", "-5"], "--receives-ahead) must be 0-1024 (got -5)"),
