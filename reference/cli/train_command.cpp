@@ -103,7 +103,8 @@ void add_train_command(CLI::App& app) {
                   " the per-rank timing report, or with a large MS a stalled rank for --comm-timeout)");
   cmd->add_option("--tp", l.tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", l.pp, "pipeline-parallel size")->capture_default_str();
-  cmd->add_option("--dp", l.dp, "data-parallel size (default: ranks / (tp * pp))");
+  // 0 is "not given" inside; given, it must be positive (--dp 0 trained with the derived size).
+  require_positive(cmd->add_option("--dp", l.dp, "data-parallel size (default: ranks / (tp * pp))"));
   cmd->add_option("--zero", l.zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
   cmd->add_flag("--sequence-parallel", l.sequence_parallel, "with --tp: split LayerNorm regions along the sequence");
   cmd->add_option("--bucket-mb", o->bucket_mb, "gradient bucket size in MiB")->capture_default_str();
@@ -118,7 +119,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--grid-order", l.grid_order, "rank order of the grid axes, fastest first")->capture_default_str();
   cmd->add_option("--schedule", o->schedule, "pipeline schedule: afab (GPipe), 1f1b or interleaved")
       ->capture_default_str();
-  cmd->add_option("--microbatches", o->microbatches, "micro-batches per step (default: train.micro_batches)");
+  require_positive(
+      cmd->add_option("--microbatches", o->microbatches, "micro-batches per step (default: train.micro_batches)"));
   cmd->add_option("--virtual-stages", l.virtual_stages, "model chunks per pipeline rank (interleaved schedule)")
       ->capture_default_str();
   cmd->add_option("--pipeline-split", o->pipeline_split,
@@ -132,8 +134,9 @@ void add_train_command(CLI::App& app) {
                   "as Megatron-LM's option of this name (e.g. 128: GPT-2's 50257 -> 50304 at tp=1); the padding "
                   "is never a token nor in the softmax, and checkpoints keep the real vocabulary")
       ->capture_default_str();
-  cmd->add_option("--pipeline-trace", o->job.pipeline_trace,
-                  "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
+  // Checked now: a path that cannot be written failed after the whole run, on rank 0 alone.
+  add_output_option(*cmd, "--pipeline-trace", o->job.pipeline_trace,
+                    "write the last step's pipeline timeline (every action's start and end per rank) as JSON here");
   add_backend_option(*cmd, o->job.backend);
   add_comm_options(*cmd, o->job.comm);
   cmd->callback([o]() { run_train_command(*o); });

@@ -152,6 +152,7 @@ void ParallelLayout::validate(const ModelConfig& model, const StepShape& step) c
   check(tp >= 1 && pp >= 1 && dp >= 1, "layout ", name(), ": every dimension must be at least 1");
   tp::validate_tensor_parallel(model, tp);  // heads and d_ff divisible, tp <= heads
   check(!sequence_parallel || tp > 1, "sequence parallelism (--sequence-parallel) needs tensor parallelism (tp > 1)");
+  check(virtual_stages >= 1, "virtual stages (--virtual-stages) must be >= 1 (got ", virtual_stages, ")");
   check(virtual_stages == 1 || pp > 1, "virtual stages (--virtual-stages ", virtual_stages,
         ") need pipeline parallelism (pp > 1)");
   check(micro_batches >= 1 && micro_batches <= 1 << 20, "train.micro_batches must be in [1, 2^20] (got ", micro_batches,

@@ -161,8 +161,9 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   // Token counts (batch x sequence, and their products with d_model) must not overflow int64.
   check(train.batch_size <= (int64_t{1} << 40) / train.seq_len, "train.batch_size x train.seq_len (", train.batch_size,
         " x ", train.seq_len, ") is more than 2^40 tokens a step");
-  check(train.micro_batches >= 1 && train.batch_size % train.micro_batches == 0, "train.micro_batches (",
-        train.micro_batches, ") must divide train.batch_size (", train.batch_size, ")");
+  check(train.micro_batches >= 1, "train.micro_batches must be >= 1 (got ", train.micro_batches, ")");
+  check(train.batch_size % train.micro_batches == 0, "train.micro_batches (", train.micro_batches,
+        ") must divide train.batch_size (", train.batch_size, ")");
   check(train.steps >= 1, "train.steps must be >= 1");
   check(train.log_every >= 1, "train.log_every must be >= 1");
   check(train.eval_every >= 0 && train.eval_batches >= 0, "train.eval_every and train.eval_batches must be >= 0");

@@ -35,10 +35,16 @@ void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backen
   MpiRuntime mpi;
   auto world = make_world(backend, job.comm);  // --comm: device tensors staged through the host, or NCCL
   ParallelLayout layout = job.layout;
-  if (layout.dp == 0) layout.dp = std::max(1, world->size() / std::max(1, layout.tp * layout.pp));
+  // dp not given: the ranks left after tp x pp, which must divide the world (3 ranks at --tp 2 were
+  // "layout tp=2 pp=1 dp=1 needs 2 ranks but the world has 3": dp rounded down without a word).
+  const bool dp_derived = layout.dp == 0;
+  if (dp_derived) layout.dp = std::max(1, world->size() / std::max(1, layout.tp * layout.pp));
   const StepShape step = step_shape(job.config);
   check_on_every_rank(*world, [&] {
     check_launch_matches(launch, *world);
+    check(!dp_derived || layout.tp < 1 || layout.pp < 1 || world->size() % (layout.tp * layout.pp) == 0,
+          "the world's ", world->size(), " ranks are not a multiple of tp x pp = ", layout.tp * layout.pp,
+          " (--tp ", layout.tp, " --pp ", layout.pp, "): launch a multiple of it, or give --dp");
     layout.validate(job.config.model, step, world->size());
   });
   run_or_abort_job(*world, [&] {

@@ -572,6 +572,13 @@ def test_context_shorter_than_sequence(corpus):
     (["--exit-after", "-1"], "--exit-after: -1 is negative"),
     (["--pipeline-split", "2,2"], "pipeline split lists 2 layer counts but the pipeline has 1 chunks"),
     (["--pipeline-trace", "trace.json"], "--pipeline-trace trace.json: this layout has no pipeline to trace (pp = 1"),
+    # Found after the whole run, on rank 0 alone (a pipelined job trained to its end, then failed).
+    (["--pipeline-trace", "/nonexistent/dir/t.json"], "--pipeline-trace /nonexistent/dir/t.json: the folder"),
+    # 0 doubled as "not given": --dp 0 trained with the derived size, --microbatches 0 with the config's.
+    (["--dp", "0"], "--dp: 0 is not a finite number > 0"),
+    (["--microbatches", "0"], "--microbatches: 0 is not a finite number > 0"),
+    (["--virtual-stages", "0"], "virtual stages (--virtual-stages) must be >= 1 (got 0)"),
+    (["--set", "train.micro_batches=-2"], "train.micro_batches must be >= 1 (got -2)"),
 ])
 def test_options_one_process_does_not_use_are_still_checked(corpus, option, message):
     # One process trains without a communicator, buckets or a pipeline; before, these ran silently.

@@ -169,6 +169,13 @@ def test_heads_not_dividing_by_tp_fails_on_every_rank(corpus):
     assert result.stderr.count("rank ") >= 4 and "head" in result.stderr, result.stderr
 
 
+def test_a_world_that_is_no_multiple_of_tp_times_pp_is_named(corpus):
+    # dp was rounded down without a word: "layout tp=2 pp=1 dp=1 needs 2 ranks but the world has 3".
+    result = mpirun(3, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL, "--tp", "2")
+    assert result.returncode != 0
+    assert "the world's 3 ranks are not a multiple of tp x pp = 2" in result.stderr, result.stderr
+
+
 def test_batch_not_dividing_among_ranks(corpus):
     result = mpirun(3, "train", "--config", "tiny", "--set", f"data.dir={corpus}", *SMALL)
     assert result.returncode != 0
