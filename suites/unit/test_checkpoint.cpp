@@ -315,6 +315,7 @@ TEST(Checkpoint, ResumeRefusesAnotherOptimizerSetting) {
   EXPECT_NO_THROW(check_resume_compatible(m, config, /*allow_changes=*/false));
 }
 
+// GPT2LMHeadModel's names: the body under "transformer.", the untied head as "lm_head.weight".
 TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   const RunConfig config = testing::tiny_run_config("fp64", false);
   auto backend = testing::make_test_backend();
@@ -325,12 +326,13 @@ TEST(HfExport, Conv1DWeightsAreTransposedAndNamesKept) {
   ExportReport report = export_hf_checkpoint(ckpt_dir, out, DType::F64, *backend);
   EXPECT_EQ(report.tensors, static_cast<int64_t>(trainer.params().size()));
   ckpt::SafetensorsFile file = ckpt::SafetensorsFile::read(out / "model.safetensors");
-  const ckpt::HostTensor& c_fc = file.get("h.1.mlp.c_fc.weight");
+  const ckpt::HostTensor& c_fc = file.get("transformer.h.1.mlp.c_fc.weight");
   EXPECT_EQ(c_fc.shape, (Shape{8, 16}));  // [in, out]
   const std::vector<double> ours = to_host_f64(*backend, trainer.params()["h.1.mlp.c_fc.weight"]);  // [16, 8]
   EXPECT_EQ(c_fc.as<double>()[3 * 16 + 5], ours[5 * 8 + 3]);
-  EXPECT_EQ(file.get("wte.weight").shape, (Shape{11, 8}));
+  EXPECT_EQ(file.get("transformer.wte.weight").shape, (Shape{11, 8}));
   EXPECT_TRUE(file.contains("lm_head.weight"));
+  EXPECT_FALSE(file.contains("wte.weight") || file.contains("transformer.lm_head.weight"));
   EXPECT_TRUE(fs::exists(out / "config.json"));
   fs::remove_all(ckpt_dir);
   fs::remove_all(out);
