@@ -21,7 +21,7 @@ void add_bench_layouts_command(CLI::App& bench) {
   require_positive(cmd->add_option("--steps", o->steps, "timed steps per layout (after one warm-up)")->capture_default_str());
   require_positive(cmd->add_option("--rounds", o->rounds, "time the whole list this many times, in alternating order, "
                                    "and report each layout's median round with the range")->capture_default_str());
-  require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: nominal CPU peak of its threads)"));
+  require_non_negative(cmd->add_option("--peak-tflops", o->peak_tflops, "peak per rank (default: the backend's at the step's precision: a GPU's datasheet peak, the CPU's nominal peak of its threads)"));
   add_output_option(*cmd, "--json", o->json_out, "write the results as JSON here");
   add_backend_option(*cmd, o->backend);
   add_comm_options(*cmd, o->comm);

@@ -66,13 +66,18 @@ void check_same_synthetic(const SweepSpec& spec, const fs::path& dir) {
 CorpusInfo describe_corpus(const SweepSpec& spec, const fs::path& out_dir) {
   if (!spec.corpus.synthetic) {
     const fs::path dir = resolve_data_dir(spec.corpus.dir);
-    // The two corpora the repository's scripts prepare; it named the KJV's script for both.
-    const std::string script = dir.string().find("natural-text") != std::string::npos ? "ci/prepare-natural-corpus.sh"
+    // The two corpora the repository's scripts prepare; it named the KJV's script for both, and the
+    // natural-text script for natural-gpu's data/natural-text-large, which that script does not write.
+    const bool large = dir.string().find("natural-text-large") != std::string::npos;
+    const std::string script = large ? ""
+                               : dir.string().find("natural-text") != std::string::npos ? "ci/prepare-natural-corpus.sh"
                                : dir.string().find("kjv") != std::string::npos       ? "ci/prepare-data.sh"
                                                                                      : "";
     TRIPOD_CHECK(fs::exists(dir / "meta.json"), spec.file.string(), ": corpus directory ", dir.string(),
                  " is not prepared (no meta.json)",
-                 script.empty() ? "; prepare it with tripod data prepare" : "; prepare it with: bash " + script);
+                 large ? "; it is a corpus of >= 0.4 G tokens of your own: prepare it with tripod data prepare "
+                         "(ci/prepare-natural-corpus.sh writes the 14 M-token data/natural-text)"
+                 : script.empty() ? "; prepare it with tripod data prepare" : "; prepare it with: bash " + script);
     return from_meta(dir);
   }
   const SyntheticCorpusSpec& s = *spec.corpus.synthetic;

@@ -398,3 +398,12 @@ def test_a_sweep_trains_on_the_backend_it_is_given(tripod, tmp_path):
     assert "1 at a time" in result.stdout, result.stdout  # a device's sweep runs one at a time by default
     [log] = out.glob("runs/*/train.log")
     assert "backend emulated" in log.read_text(), log.read_text()
+
+
+def test_the_gpu_presets_missing_corpus_is_not_sent_to_a_script_that_does_not_write_it(tripod, tmp_path):
+    # The hint named ci/prepare-natural-corpus.sh, which writes data/natural-text, not the
+    # data/natural-text-large natural-gpu reads.
+    result = run([tripod, "scale", "run", "natural-gpu", "--dry-run", "--out", str(tmp_path / "out")], check=False,
+                 cwd=tmp_path)
+    assert result.returncode == 1 and "natural-text-large/tokens is not prepared" in result.stderr, result.stderr
+    assert "prepare it with tripod data prepare" in result.stderr and "bash ci/" not in result.stderr, result.stderr
