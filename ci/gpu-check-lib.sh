@@ -198,9 +198,13 @@ run_step() {  # name limit function
       bash -c 'set -euo pipefail; source "$ROOT/ci/gpu-check-steps.sh"; '"$fn" >"$dir/log.txt" 2>&1 || rc=$?
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   kill_step_leftovers "$marker" "$name"
-  # The step's last words (an empty log is no reason to stop the whole run under pipefail).
+  # The step's last words (an empty log is no reason to stop the whole run under pipefail): the
+  # last error a program reported (tripod's, a Python exception's), else the last line that is not
+  # a rule of Open MPI's banner (an MPI step's failure read "exit 1: -------", the banner mpirun
+  # prints after a rank's error).
   local last crash
-  last=$({ grep -v '^[[:space:]]*$' "$dir/log.txt" || true; } | tail -1)
+  last=$({ grep -E '^(tripod: (internal )?error: |[A-Za-z_.]*(Error|Exception): )' "$dir/log.txt" || true; } | tail -1)
+  [ -n "$last" ] || last=$({ grep -Ev '^[[:space:]]*$|^-+$' "$dir/log.txt" || true; } | tail -1)
   # A program killed by a fatal signal printed its stack first (reference/core/crash_report.h):
   # that, not whatever the step printed after it, is the reason.
   crash=$({ grep -m1 ': fatal signal ' "$dir/log.txt" || true; } | sed 's/; its stack follows.*//')

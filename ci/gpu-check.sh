@@ -257,8 +257,9 @@ case "${TRIPOD_GPU_CHECK_FAKE_STEP:-}" in
   orphan) PLAN+=("fake-orphan 10 0 0") ;;
   exit124) PLAN+=("fake-exit124 10 0 0") ;;
   crash) PLAN+=("fake-crash 10 0 0") ;;
+  mpi-error) PLAN+=("fake-mpi-error 10 0 0") ;;
   "") ;;
-  *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang, fail, orphan, exit124 or crash, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
+  *) echo "gpu-check: TRIPOD_GPU_CHECK_FAKE_STEP is hang, fail, orphan, exit124, crash or mpi-error, not $TRIPOD_GPU_CHECK_FAKE_STEP" >&2; exit 2 ;;
 esac
 
 # The summary and the export, written again after every step: a run killed from outside (the

@@ -442,6 +442,17 @@ def targets(out_dir, steps):
     return rows
 
 
+def readable_targets(out_dir, steps):
+    """targets(), or one row saying why they could not be read: a result of an unexpected shape (a
+    missing key, a null where a number was) stopped the script before summary.json was written, and
+    the export kept the previous step's summary."""
+    try:
+        return targets(out_dir, steps)
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+        return [{"target": "the issue's targets", "measured": f"(unreadable: {e!r}; the steps' rows above stand)",
+                 "met": None}]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="summarise a ci/gpu-check.sh run")
     p.add_argument("out_dir")
@@ -475,7 +486,7 @@ def main(argv=None):
     summary = {"mode": "dry-run" if args.dry_run else "gpu", "overall": overall, "counts": counts,
                "bundle": bundle,
                "elapsed_seconds": args.elapsed, "budget_seconds": args.budget, "steps": steps,
-               "targets": [] if args.dry_run else targets(out_dir, steps)}
+               "targets": [] if args.dry_run else readable_targets(out_dir, steps)}
     with open(out_dir / "summary.json", "w") as f:
         json.dump(summary, f, indent=1)
 

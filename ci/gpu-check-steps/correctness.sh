@@ -139,7 +139,11 @@ train_tiny() {
   dry && small=(--set train.batch_size=4 --set train.seq_len="${TINY_DRY_SEQ:-32}")
   echo "== $name: tripod train --backend $backend, $dtype, $steps steps"
   rm -rf "${WORK:?}/ckpt-$name"  # a rerun into the same --out starts over (train refuses a root holding checkpoints)
-  tripod train --backend "$backend" --config tiny --set data.dir="$WORK/data" --set train.dtype="$dtype" \
+  # The preset by its path: the fusion bisection runs this from $STEP_DIR, where a name is looked up
+  # under ./reference/configs and then the build machine's source tree, absent on a GPU node (every
+  # fusion read "fail": "config 'tiny' is neither a file nor a preset").
+  tripod train --backend "$backend" --config "$ROOT/reference/configs/tiny.json" --set data.dir="$WORK/data" \
+      --set train.dtype="$dtype" \
       --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 "${small[@]}" \
       --set train.metrics="$STEP_DIR/$name.jsonl" --save "$WORK/ckpt-$name"
 }

@@ -5,6 +5,13 @@
 step_fake-hang() { echo "sleeping past the limit"; sleep 60; }
 step_fake-fail() { echo "a step that fails"; exit 3; }
 step_fake-exit124() { exit 124; }  # silent: an empty log
+step_fake-mpi-error() {  # a rank's error, then the banner mpirun prints after it
+  echo "tripod: error: rank 1 of 2: the ranks read different training tokens from data.dir data"
+  printf -- '--------------------------------------------------------------------------\n'
+  echo "Primary job  terminated normally, but 1 process returned a non-zero exit code."
+  printf -- '--------------------------------------------------------------------------\n'
+  exit 1
+}
 step_fake-crash() {  # a program's crash report, then the step's own words, as `tripod ... || return 1` leaves them
   local main_at  # a frame inside tripod's main, by its symbol table
   main_at=$(nm "$TRIPOD_BIN" | awk '$3 == "main" && !found { print $1; found = 1 }')  # read to the end: no SIGPIPE under pipefail

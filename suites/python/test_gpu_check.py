@@ -147,6 +147,13 @@ def test_a_crashed_program_is_the_reason_not_the_steps_last_words(tmp_path):
     assert "its stack is in fake-crash/log.txt" in step["reason"] and "check-backend failed" not in step["reason"]
 
 
+def test_a_failed_mpi_steps_reason_is_the_ranks_error_not_mpiruns_banner(tmp_path):
+    # MPI steps' failures read "exit 1: -------...", a rule of the banner mpirun prints after a rank's error.
+    out, result, step = run_fake_step(tmp_path, "mpi-error")
+    assert step["reason"] == "exit 1: tripod: error: rank 1 of 2: the ranks read different training tokens from " \
+                             "data.dir data", step
+
+
 def test_a_step_cut_by_the_budget_is_unrun_not_a_timeout(tmp_path):
     # its own limit is 16 s; a 12 s budget gives it what is left, and reaching that is not its fault.
     # (A step starts only with 5 s of the budget left: the budget leaves gpu-check's start-up 7 s,
@@ -425,6 +432,19 @@ def test_summary_names_the_failed_operations_of_a_check_whose_error_is_not_finit
     key = summary(tmp_path)["steps"][0]["key"]
     assert key.startswith("2 cases, 1 failed") and "worst inf/NaN rel = inf/NaN of bound (gelu_operand fp32)" in key, key
     assert "FAILED: gelu_operand fp32" in key, key
+
+
+def test_a_result_of_an_unexpected_shape_leaves_the_summary_written(tmp_path):
+    # bench.json without tokens_per_second: targets() raised KeyError before summary.json was
+    # written, and the export kept the previous step's summary.
+    (tmp_path / "bench-train").mkdir()
+    (tmp_path / "bench-train" / "bench.json").write_text(json.dumps({"dtype": "bf16-mixed", "mfu": 0.3}))
+    (tmp_path / "steps.tsv").write_text("bench-train\tpass\t20.0\t\t\n")
+    result = run_summary(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    s = summary(tmp_path)
+    assert s["steps"][0]["name"] == "bench-train"
+    assert any("unreadable" in t["measured"] and "tokens_per_second" in t["measured"] for t in s["targets"]), s["targets"]
 
 
 def test_summary_reads_the_key_figures_and_judges_the_gemm_target(tmp_path):
