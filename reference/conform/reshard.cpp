@@ -16,7 +16,7 @@ fs::path replica_root(const fs::path& root, int replica) { return root / ("repli
 }  // namespace
 
 Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run, Communicator& world, int steps,
-                                  Backend& backend, const fs::path& root) {
+                                  Backend& backend, const fs::path& root, const FaultPlan& faults) {
   const int half = steps / 2;
   Trajectory t;
   double seconds = 0;
@@ -25,7 +25,7 @@ Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run
     ParallelLayout layout = *run.saved;
     layout.bucket_bytes = 4096;  // as conform's straight runs
     ProcessGrid grid(*run.save_group, layout.grid(), layout.grid_order);
-    DistributedTrainer trainer(saved_config, backend, grid, layout);
+    DistributedTrainer trainer(saved_config, backend, grid, layout, faults);
     trainer.initialise();
     seconds += run_conformance_steps(trainer, saved_config, 0, half, t);
     const CheckpointMeta meta{half, &saved_config, layout.name(), half * saved_config.train.batch_size,
@@ -38,15 +38,11 @@ Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run
     ParallelLayout layout = *run.loaded;
     layout.bucket_bytes = 4096;
     ProcessGrid grid(*run.load_group, layout.grid(), layout.grid_order);
-    DistributedTrainer trainer(loaded_config, backend, grid, layout);
+    DistributedTrainer trainer(loaded_config, backend, grid, layout, faults);
     trainer.initialise();  // a fresh initialisation, entirely overwritten by the checkpoint
-    // The suite may run more steps than the model's schedule length (train.steps): the check of
-    // the step against it is the only one relaxed here, by a config that is not trained with.
-    nlohmann::json check = loaded_config.json;
-    check["train"]["steps"] = std::max<int64_t>(loaded_config.train.steps, steps);
+    // train.steps is the suite's --steps (suite_config), so the checkpoint's step is within it.
     const fs::path dir = replica_root(root, 0) / ckpt::step_dir_name(half);
-    resume_from_checkpoint(run.load_group, dir, trainer.state_regions(), backend, parse_run_config(check),
-                           /*allow_changes=*/true);
+    resume_from_checkpoint(run.load_group, dir, trainer.state_regions(), backend, loaded_config, /*allow_changes=*/true);
     trainer.set_step(half);
     seconds += run_conformance_steps(trainer, loaded_config, half, steps, t);
     t.params = trainer.gather_params();

@@ -21,7 +21,9 @@ struct ReshardRun {
 
 // Collective over `world` (every rank is in one group of each layout). Checkpoints go under
 // `root`, which every rank must see (a shared folder across nodes).
+// `faults` as the straight rows take them (planted faults, released buffers filled with NaN): the
+// checkpoint rows ran without, so a fault or a read after release on the save/resume path passed.
 Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run, Communicator& world, int steps,
-                                  Backend& backend, const std::filesystem::path& root);
+                                  Backend& backend, const std::filesystem::path& root, const FaultPlan& faults);
 
 }  // namespace tripod::conform

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -73,8 +74,13 @@ double seconds_since(SteadyClock::time_point start) {
 // The layout's own timeout reports first (a timeout row in the reports): a wait for peers is
 // watched only past it.
 CommSettings suite_comm(const SuiteOptions& o) {
+  // Checked first (this runs before the world exists): 1e20 overflowed the watchdog's clock and it
+  // spun forever, and 1e30 was refused under --comm-timeout's name, as the timeout raised from it.
+  check(o.timeout_seconds > 0 && o.timeout_seconds <= 1e9, "--timeout: ", o.timeout_seconds,
+        " s is out of range (seconds, (0, 1e9])");
   CommSettings comm = o.comm;
-  if (comm.timeout_seconds > 0) comm.timeout_seconds = std::max(comm.timeout_seconds, o.timeout_seconds + 10);
+  if (comm.timeout_seconds > 0)
+    comm.timeout_seconds = std::min(1e9, std::max(comm.timeout_seconds, o.timeout_seconds + 10));
   return comm;
 }
 
@@ -86,7 +92,8 @@ class Suite {
     check(o.steps >= 2, "--steps must be at least 2 (got ", o.steps,
           "): at one step zero-initialised biases hide bugs that a second step shows");
     check_heads_choice(o.heads);
-    check(o.timeout_seconds > 0, "--timeout must be positive");
+    check(o.checkpoint_dir.empty() || o.reshard, "--checkpoint-dir is where --reshard's checkpoints go: give "
+          "--reshard too (without it there are none)");
     std::vector<Fault> active;
     for (const std::string& name : o.faults) active.push_back(parse_fault(name));
     faults_ = FaultPlan(active, /*poison_released=*/true);
@@ -94,6 +101,9 @@ class Suite {
   }
 
   void run() {
+    // Before any row: a bad --checkpoint-dir was found after every straight row, and the reports
+    // then read as all-green with the command failed.
+    const std::filesystem::path reshard_dir = o_.reshard ? reshard_root() : std::filesystem::path();
     reference_tied_ = run_single_device(tied_, o_.steps, *backend_);
     reference_untied_ = run_single_device(untied_, o_.steps, *backend_);
     if (tied_.train.dtype != DType::F64) {
@@ -119,7 +129,7 @@ class Suite {
     if (root_) print_header();
     run_operator_checks();
     for (const ParallelLayout& layout : layouts_) run_one(layout);
-    if (o_.reshard) run_reshard_rows();
+    if (o_.reshard) run_reshard_rows(reshard_dir);
     finish();
   }
 
@@ -172,6 +182,9 @@ class Suite {
       body();
     } catch (const Error& e) {
       out.errors.pass = false;
+      // No error was measured: infinitely far (null in the JSON), not the 0.0 that read as a pass to
+      // a consumer of "error_over_bound <= 1 passes" (a NaN loss, a replicated parameter refused).
+      out.errors.error_over_bound = std::numeric_limits<double>::infinity();
       my_failure = e.what();
       set_row_error(my_failure);  // for the watchdog's message, should the other ranks not get here
       left_early = true;
@@ -257,8 +270,7 @@ class Suite {
   }
 
   // Layout i saves, layout i+1 loads: every layout is saved once and loaded once.
-  void run_reshard_rows() {
-    const std::filesystem::path root = reshard_root();
+  void run_reshard_rows(const std::filesystem::path& root) {
     for (std::size_t i = 0; i < layouts_.size(); ++i) {
       const ParallelLayout& saved = layouts_[i];
       const ParallelLayout& loaded = layouts_[(i + 1) % layouts_.size()];
@@ -273,7 +285,7 @@ class Suite {
       run_row(out, [&] {
         const RunConfig& config = tied ? tied_ : untied_;
         const ReshardRun run{&saved, save_group.get(), world_->rank() / saved.ranks(), &loaded, load_group.get()};
-        const Trajectory got = run_through_checkpoint(config, run, *world_, o_.steps, *backend_, row_root);
+        const Trajectory got = run_through_checkpoint(config, run, *world_, o_.steps, *backend_, row_root, faults_);
         out.errors = compare(got, tied ? reference_tied_ : reference_untied_, config, tied ? floor_tied_ : floor_untied_);
         out.seconds_per_step = got.seconds_per_step;
         out.fingerprint = fingerprint(got);

@@ -208,9 +208,42 @@ def test_reshard_rows_go_through_a_checkpoint_into_the_next_layout(tmp_path):
 
 def test_reshard_refuses_a_checkpoint_dir_that_holds_something(tmp_path):
     (tmp_path / "mine.txt").write_text("keep")
-    r = conform(2, "--reshard", "--checkpoint-dir", tmp_path, "--layouts", "tp2-pp1-dp1-z0-mb1")
+    r = conform(2, "--reshard", "--checkpoint-dir", tmp_path, "--layouts", "tp2-pp1-dp1-z0-mb1",
+                "--junit", tmp_path / "c.xml")
     assert r.returncode != 0 and "exists and is not an empty folder" in r.stderr, r.stdout + r.stderr
     assert (tmp_path / "mine.txt").read_text() == "keep"
+    # Refused before any row: it was found after every straight row, and the reports read all-green.
+    assert "PASS" not in r.stdout and not (tmp_path / "c.xml").exists(), r.stdout
+
+
+def test_reshard_rows_run_the_planted_faults_too():
+    # The checkpoint rows trained without the fault plan (no faults, released buffers not filled
+    # with NaN): both ckpt rows passed while both straight rows failed.
+    r = conform(2, "--reshard", "--layouts", "tp1-pp1-dp2-z3-mb1", "tp1-pp1-dp2-z0-mb1",
+                "--inject-fault", "skip-grad-reduction")
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("tp1-", "ckpt:"))]
+    assert len(rows) == 4 and all("FAIL" in row for row in rows), r.stdout
+
+
+def test_a_row_that_ends_in_an_error_is_infinitely_far_not_zero(tmp_path):
+    # A NaN loss (a read after release) ended the row with error_over_bound 0.0, which reads as a
+    # pass to a consumer of "error_over_bound <= 1 passes".
+    r = conform(2, "--layouts", "tp1-pp1-dp2-z3-mb1", "--inject-fault", "use-after-release",
+                "--json", tmp_path / "c.json")
+    assert r.returncode != 0, r.stdout + r.stderr
+    [row] = [x for x in json.loads((tmp_path / "c.json").read_text())["layouts"] if x["layout"].startswith("tp1-")]
+    assert row["pass"] is False and row["error_over_bound"] is None, row  # null: infinite
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--timeout", "1e20", "--comm-timeout", "0"], "--timeout: 1e+20 s is out of range"),  # it spun forever
+    (["--timeout", "1e30"], "--timeout: 1e+30 s is out of range"),  # refused under --comm-timeout's name
+    (["--checkpoint-dir", "somewhere"], "--checkpoint-dir is where --reshard's checkpoints go"),  # ignored
+])
+def test_timeouts_and_checkpoint_dirs_that_cannot_work_are_refused(args, message):
+    r = subprocess.run([str(TRIPOD), "conform", "--layouts", "tp1-pp1-dp1-z0-mb1", *args], capture_output=True,
+                       text=True, timeout=60, env=MPI_ENV)
+    assert r.returncode != 0 and message in r.stderr, r.stdout + r.stderr
 
 
 def test_an_oversubscribed_run_needs_no_environment_variables():

@@ -7,6 +7,7 @@
 
 #include "conform/conformance.h"
 #include "conform/op_checks.h"
+#include "conform/suite_layouts.h"
 #include "model/param_spec.h"
 #include "support/test_backend.h"
 
@@ -32,6 +33,16 @@ std::size_t index_of(const RunConfig& config, const std::string& name) {
     if (specs[i].name == name) return i;
   ADD_FAILURE() << "no tensor " << name;
   return 0;
+}
+
+// The learning-rate schedule spans the steps the suite runs: train.steps was fixed at 5, so
+// --steps 60 trained 55 steps at min_lr (1/100 of the lr) while the fp32 bound's slack grew with K.
+TEST(ConformanceCompare, TheScheduleSpansTheStepsTheSuiteRuns) {
+  conform::SuiteOptions o;
+  o.steps = 60;
+  const RunConfig config = conform::suite_config(o, true);
+  EXPECT_EQ(config.train.steps, 60);
+  EXPECT_GT(config.schedule.at(40), 10 * config.schedule.min_lr);  // still well above min_lr
 }
 
 TEST(ConformanceCompare, Fp64IsOneInTenToTheTenRelative) {
