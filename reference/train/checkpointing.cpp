@@ -267,6 +267,16 @@ void check_resume_compatible(const ckpt::Manifest& manifest, const RunConfig& co
     const std::string before = value(saved, section, key), after = value(now, section, key);
     if (before != after) changes += str_cat("\n  ", section, ".", key, ": ", before, " in the checkpoint, ", after, " now");
   }
+  // The precision policy: fp32 and bf16-mixed both save fp32 state, so the state's dtype agreed
+  // and a resume under another policy (other GEMM operands, other rounding) passed without a word.
+  // By the policy, not the text: "float32" is "fp32".
+  if (saved.contains("train") && saved.at("train").contains("dtype") && saved.at("train").at("dtype").is_string()) {
+    const std::string before = saved.at("train").at("dtype").get<std::string>();
+    const std::string policy = before == "float32" ? "fp32" : before == "float64" ? "fp64" : before;
+    if (policy != precision_name(config.train))
+      changes += str_cat("\n  train.dtype: \"", before, "\" in the checkpoint, \"", precision_name(config.train),
+                         "\" now (another precision policy)");
+  }
   if (tokens_known && saved_tokens != train_tokens_xxh64)
     changes += str_cat("\n  the training tokens: XXH64 ", saved_tokens, " in the checkpoint (data.dir ",
                        value(saved, "data", "dir"), "), ", train_tokens_xxh64, " in data.dir ",

@@ -456,6 +456,16 @@ def test_resume_refuses_another_model_or_a_changed_run(corpus, tmp_path):
     ok(train(corpus, 1, "--resume", root, "--set", "train.seed=7", "--allow-resume-changes"))
 
 
+def test_resume_refuses_another_precision_policy(corpus, tmp_path):
+    # fp32 and bf16-mixed both save fp32 state, so a resume under the other policy passed without a word.
+    root = tmp_path / "ckpt"
+    ok(train(corpus, 1, "--set", "train.dtype=fp32", "--save", root, "--exit-after", 2))
+    policy = train(corpus, 1, "--resume", root, "--set", "train.dtype=bf16-mixed")
+    assert policy.returncode != 0 and 'train.dtype: "fp32" in the checkpoint, "bf16-mixed" now' in policy.stderr, \
+        policy.stderr
+    ok(train(corpus, 1, "--resume", root, "--set", "train.dtype=float32"))  # the same policy, spelled otherwise
+
+
 def test_resume_knows_the_corpus_by_its_tokens(tmp_path):
     # Another corpus written into the run's data folder resumed without a word (only data.dir's text
     # was compared); the same corpus moved to another folder was refused as a change.
