@@ -42,9 +42,9 @@ void run_parallel(const TrainJob& job, const LaunchInfo& launch, Backend& backen
   const StepShape step = step_shape(job.config);
   check_on_every_rank(*world, [&] {
     check_launch_matches(launch, *world);
-    check(!dp_derived || layout.tp < 1 || layout.pp < 1 || world->size() % (layout.tp * layout.pp) == 0,
-          "the world's ", world->size(), " ranks are not a multiple of tp x pp = ", layout.tp * layout.pp,
-          " (--tp ", layout.tp, " --pp ", layout.pp, "): launch a multiple of it, or give --dp");
+    TRIPOD_CHECK(!dp_derived || layout.tp < 1 || layout.pp < 1 || world->size() % (layout.tp * layout.pp) == 0,
+                 "the world's ", world->size(), " ranks are not a multiple of tp x pp = ", layout.tp * layout.pp,
+                 " (--tp ", layout.tp, " --pp ", layout.pp, "): launch a multiple of it, or give --dp");
     layout.validate(job.config.model, step, world->size());
   });
   run_or_abort_job(*world, [&] {
