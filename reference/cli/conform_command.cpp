@@ -1,6 +1,8 @@
 // tripod conform: every parallel layout of the launched ranks (or those named with --layouts)
 // against the single-device reference (conform/suite.h).
 //   mpirun -np 8 tripod conform --dtype fp64 --json conform.json --junit conform.xml
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "conform/suite.h"
 
@@ -34,7 +36,14 @@ void add_conform_command(CLI::App& app) {
                   "--heads, --layouts, --config and --set as given), each with its LM head, and exit; needs no MPI")
       ->type_name("N")
       ->check(CLI::Range(1, 4096));
-  cmd->callback([o]() { conform::run_suite(*o); });
+  cmd->callback([o]() {
+    // One file for both: the XML replaced the JSON, and the run exited 0.
+    namespace fs = std::filesystem;
+    check(o->json_out.empty() || o->junit_out.empty() ||
+              fs::weakly_canonical(o->json_out) != fs::weakly_canonical(o->junit_out),
+          "--json and --junit name the same file (", o->json_out, "): give each its own");
+    conform::run_suite(*o);
+  });
 }
 
 }  // namespace tripod::cli

@@ -239,6 +239,7 @@ def test_a_row_that_ends_in_an_error_is_infinitely_far_not_zero(tmp_path):
     (["--timeout", "1e20", "--comm-timeout", "0"], "--timeout: 1e+20 s is out of range"),  # it spun forever
     (["--timeout", "1e30"], "--timeout: 1e+30 s is out of range"),  # refused under --comm-timeout's name
     (["--checkpoint-dir", "somewhere"], "--checkpoint-dir is where --reshard's checkpoints go"),  # ignored
+    (["--json", "out", "--junit", "./out"], "--json and --junit name the same file"),  # the XML replaced the JSON
 ])
 def test_timeouts_and_checkpoint_dirs_that_cannot_work_are_refused(args, message):
     r = subprocess.run([str(TRIPOD), "conform", "--layouts", "tp1-pp1-dp1-z0-mb1", *args], capture_output=True,
