@@ -120,11 +120,17 @@ void check_omp_num_threads() {
 
 // For "A subcommand is required" when a word was given that is none: CLI11 did not name the word.
 // Returns "" when the error is not that one.
-std::string unknown_subcommand_message(CLI::App& app) {
+// `commands_optional`: the command also runs without a subcommand (`bench`, `golden`), so a
+// mistyped one reached CLI11 as an unexpected argument ("The following argument was not expected:
+// comms", exit 109) instead of this list.
+std::string unknown_subcommand_message(CLI::App& app, bool commands_optional = false) {
   CLI::App* at = &app;
   while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
   const std::vector<std::string> extra = at->remaining();
-  if (at->get_require_subcommand_min() == 0 || extra.empty()) return "";
+  if (extra.empty() || extra.front().starts_with("-")) return "";
+  if (at->get_require_subcommand_min() == 0 &&
+      (!commands_optional || at->get_subcommands([](const CLI::App*) { return true; }).empty()))
+    return "";
   std::string names;
   for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
     names += (names.empty() ? "" : ", ") + sub->get_name();
@@ -161,6 +167,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::RequiredError& e) {
     const std::string unknown = unknown_subcommand_message(app);
+    if (unknown.empty()) return app.exit(e);
+    std::fprintf(stderr, "%s\n", unknown.c_str());
+    return e.get_exit_code();
+  } catch (const CLI::ExtrasError& e) {
+    const std::string unknown = unknown_subcommand_message(app, /*commands_optional=*/true);
     if (unknown.empty()) return app.exit(e);
     std::fprintf(stderr, "%s\n", unknown.c_str());
     return e.get_exit_code();

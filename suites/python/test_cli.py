@@ -812,6 +812,9 @@ def test_the_held_out_windows_do_not_depend_on_the_training_seed(corpus, tmp_pat
     (["ckpt", "convert", "a", "b"], "convert", "tripod ckpt", "one of verify, info, upgrade"),
     (["data", "prepar"], "prepar", "tripod data", "one of prepare, synthetic, inspect"),
     (["trian"], "trian", "tripod", "one of train, data, export, ckpt, bench"),
+    # Commands that also run without a subcommand: CLI11 said "The following argument was not expected".
+    (["bench", "comms"], "comms", "tripod bench", "one of train, gemm, kernels, overlap, comm"),
+    (["golden", "chek", "a", "b"], "chek", "tripod golden", "one of run, check"),
 ])
 def test_a_mistyped_command_is_named(args, word, command, names):
     # CLI11 said only "A subcommand is required", as if none had been typed.
