@@ -39,9 +39,9 @@ void add_conform_command(CLI::App& app) {
   cmd->callback([o]() {
     // One file for both: the XML replaced the JSON, and the run exited 0.
     namespace fs = std::filesystem;
-    check(o->json_out.empty() || o->junit_out.empty() ||
-              fs::weakly_canonical(fs::absolute(o->json_out)) != fs::weakly_canonical(fs::absolute(o->junit_out)),
-          "--json and --junit name the same file (", o->json_out, "): give each its own");
+    TRIPOD_CHECK(o->json_out.empty() || o->junit_out.empty() ||
+                     fs::weakly_canonical(fs::absolute(o->json_out)) != fs::weakly_canonical(fs::absolute(o->junit_out)),
+                 "--json and --junit name the same file (", o->json_out, "): give each its own");
     conform::run_suite(*o);
   });
 }
