@@ -448,7 +448,7 @@ def readable_targets(out_dir, steps):
     the export kept the previous step's summary."""
     try:
         return targets(out_dir, steps)
-    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, AttributeError) as e:
         return [{"target": "the issue's targets", "measured": f"(unreadable: {e!r}; the steps' rows above stand)",
                  "met": None}]
 

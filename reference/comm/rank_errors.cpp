@@ -29,6 +29,10 @@ void check_on_every_rank(Communicator& world, const std::function<void()>& check
     if (*e.what() == '\0') throw;  // reported already
     report(world, e);
     failed = true;
+  } catch (const std::exception& e) {  // any other (a filesystem_error): reported, and agreed on too
+    std::fprintf(stderr, "tripod: error: %s%s\n", rank_prefix(world).c_str(), e.what());
+    std::fflush(stderr);
+    failed = true;
   }
   // Every rank learns whether any failed (and waits for its report): a barrier on the failing ranks
   // alone let the others go on into collectives of their own, and the job hung until the watchdog

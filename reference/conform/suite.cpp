@@ -180,7 +180,7 @@ class Suite {
     bool left_early = false;  // an error may have left the others waiting in the layout's collectives
     try {
       body();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // tripod::Error or any other (std::bad_alloc): the row fails
       out.errors.pass = false;
       // No error was measured: infinitely far (null in the JSON), not the 0.0 that read as a pass to
       // a consumer of "error_over_bound <= 1 passes" (a NaN loss, a replicated parameter refused).

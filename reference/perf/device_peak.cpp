@@ -95,6 +95,8 @@ constexpr std::array kDevicePeaks{
                    "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,671 / TF32 835 TFLOPS with sparsity)"},
     DevicePeakSpec{"H100", "NVIDIA H100 SXM5", 989.5, 494.5, 67, 67,
                    "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / TF32 989 TFLOPS with sparsity)"},
+    DevicePeakSpec{"GH200", "NVIDIA GH200 Grace Hopper Superchip", 989.5, 494.5, 67, 67,
+                   "NVIDIA GH200 Grace Hopper Superchip datasheet (BF16 1,979 / TF32 989 TFLOPS with sparsity)"},
     DevicePeakSpec{"H200 NVL", "NVIDIA H200 NVL", 835.5, 417.5, 60, 60,
                    "NVIDIA H200 Tensor Core GPU datasheet (BF16 1,671 / TF32 835 TFLOPS with sparsity)"},
     DevicePeakSpec{"H200", "NVIDIA H200 SXM", 989.5, 494.5, 67, 67,

@@ -143,6 +143,9 @@ json make_record(const SweepSpec& spec, const PlannedRun& run, const RunOutcome&
       {"wall_seconds", outcome.wall_seconds},
       {"train_seconds", m.train_seconds},
       {"config_hash", config_hash(run.config)},
+      // The held-out windows' order: fixed since 2026-12-07 (train/train_loop.cpp), before that the
+      // run's train.seed. A sweep must not mix the two (sweep_runner.cpp refuses it).
+      {"held_out_order", "fixed"},
   };
   r.update(counting_fields(spec, run));
   if (!outcome.error.empty()) r["error"] = outcome.error;

@@ -169,6 +169,18 @@ std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::ve
       pending.push_back(&run);
     }
   }
+  // Records finished before the held-out windows took one fixed order measured their eval loss on
+  // windows chosen by the run's seed; the runs still to train would use the fixed order, and the fit
+  // would mix the two. A finished old sweep (nothing left to train) is consistent and stays as it is.
+  int old_windows = 0;
+  for (const PlannedRun& run : grid)
+    if (const std::optional<json> result = read_json_file(run_paths(out, run.name).result))
+      old_windows += is_final(*result) && !result->contains("held_out_order");
+  TRIPOD_CHECK(old_windows == 0 || pending.empty(), spec.file.string(), ": ", old_windows, " finished run",
+               old_windows == 1 ? "" : "s", " in ", (out / "runs").string(), " measured the eval loss on held-out windows ",
+               "chosen by train.seed (a Tripod before 2026-12-07), the ", pending.size(), " still to train would use ",
+               "one fixed order, and the fit would mix the two: delete ", (out / "runs").string(),
+               " to train the sweep again, or give another --out");
   std::stable_sort(pending.begin(), pending.end(), [](const PlannedRun* a, const PlannedRun* b) { return a->budget > b->budget; });
   return pending;
 }

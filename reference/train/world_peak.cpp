@@ -41,7 +41,10 @@ double shared_cpu_peak(double rank_flops, int counted_cores, int machine_cpus, i
 WorldPeak world_peak(Communicator* world, const Backend& backend, const PeakFlops& rank_peak, bool stated) {
   const int ranks = world ? world->size() : 1;
   const WorldPeak each{rank_peak.flops * ranks, std::to_string(ranks) + " x " + tflops_text(rank_peak.flops)};
-  if (!world || ranks == 1 || stated || rank_peak.flops <= 0) return each;
+  if (!world || ranks == 1 || stated) return each;
+  // Agreed, as every branch below is collective: a rank on a device the peak table lacks (peak 0)
+  // returning alone left the others waiting in the collective.
+  if (all_reduce_value(*world, rank_peak.flops > 0 ? 0.0 : 1.0, ReduceOp::Max) != 0) return each;
   const std::string device = backend.device_bus_id();
   // Every rank runs the same backend, so all take the same branch (the collectives match).
   if (!device.empty()) {

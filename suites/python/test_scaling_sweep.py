@@ -407,3 +407,21 @@ def test_the_gpu_presets_missing_corpus_is_not_sent_to_a_script_that_does_not_wr
                  cwd=tmp_path)
     assert result.returncode == 1 and "natural-text-large/tokens is not prepared" in result.stderr, result.stderr
     assert "prepare it with tripod data prepare" in result.stderr and "bash ci/" not in result.stderr, result.stderr
+
+
+def test_a_sweep_does_not_mix_eval_losses_over_two_orders_of_held_out_windows(tripod, tmp_path):
+    # Records finished before the held-out windows took one fixed order measured their eval loss on
+    # windows chosen by train.seed; resumed, the sweep trained the rest on the fixed order and the
+    # fit mixed the two.
+    spec = small_spec(budgets=[4e9], models={"shapes": [one_shape(), {**one_shape(), "n_layer": 2}]})
+    spec_path, out = write_spec(tmp_path / "spec.json", spec), tmp_path / "out"
+    run([tripod, "scale", "run", spec_path, "--out", str(out), "--progress-every", "0"])
+    first, second = sorted(out.glob("runs/*/result.json"))
+    old = json.loads(first.read_text())
+    del old["held_out_order"]  # as a Tripod before 2026-12-07 wrote it
+    first.write_text(json.dumps(old))
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--progress-every", "0"])  # nothing to train
+    assert "2 already finished, 0 to train" in result.stdout, result.stdout
+    second.unlink()  # one run left to train beside the old record
+    result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--progress-every", "0"], check=False)
+    assert result.returncode == 1 and "would mix the two" in result.stderr, result.stdout + result.stderr

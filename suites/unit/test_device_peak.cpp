@@ -36,6 +36,7 @@ TEST(DevicePeak, MostSpecificRowWins) {
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40", PeakPrecision::FP32), 90.5);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA L40", PeakPrecision::BF16), 181.05);
   EXPECT_FALSE(find_device_peak("NVIDIA A10G").has_value());
+  EXPECT_DOUBLE_EQ(table_tflops("NVIDIA GH200 480GB", PeakPrecision::BF16), 989.5);  // not a word of "H200"
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A10", PeakPrecision::FP32), 31.2);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA H100 80GB HBM3", PeakPrecision::BF16), 989.5);
   EXPECT_DOUBLE_EQ(table_tflops("NVIDIA A10", PeakPrecision::BF16), 125);
