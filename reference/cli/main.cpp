@@ -165,18 +165,16 @@ int main(int argc, char** argv) {
   try {
     check_omp_num_threads();
     app.parse(argc, argv);
-  } catch (const CLI::RequiredError& e) {
-    const std::string unknown = unknown_subcommand_message(app);
-    if (unknown.empty()) return app.exit(e);
-    std::fprintf(stderr, "%s\n", unknown.c_str());
-    return e.get_exit_code();
-  } catch (const CLI::ExtrasError& e) {
-    const std::string unknown = unknown_subcommand_message(app, /*commands_optional=*/true);
-    if (unknown.empty()) return app.exit(e);
-    std::fprintf(stderr, "%s\n", unknown.c_str());
-    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // A required subcommand missing, or (commands that also run without one) an unexpected word:
+    // when it is a mistyped command, name it and list the commands.
+    const bool extra = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    const std::string unknown = extra || dynamic_cast<const CLI::RequiredError*>(&e)
+                                    ? unknown_subcommand_message(app, /*commands_optional=*/extra)
+                                    : "";
+    if (unknown.empty()) return app.exit(e);
+    std::fprintf(stderr, "%s\n", unknown.c_str());
+    return e.get_exit_code();
   } catch (const tripod::ReportedFailure& e) {
     return e.exit_status;
   } catch (const tripod::Error& e) {

@@ -11,8 +11,9 @@
 
 namespace tripod {
 namespace {
-void report(const Communicator& world, const Error& e) {
-  std::fprintf(stderr, "tripod: error: %s%s\n", rank_prefix(world).c_str(), e.what());
+// "tripod: error: rank r of n: ..." (or "internal error").
+void report(const Communicator& world, const char* message, const char* kind = "error") {
+  std::fprintf(stderr, "tripod: %s: %s%s\n", kind, rank_prefix(world).c_str(), message);
   std::fflush(stderr);
 }
 }  // namespace
@@ -27,11 +28,10 @@ void check_on_every_rank(Communicator& world, const std::function<void()>& check
     checks();
   } catch (const Error& e) {
     if (*e.what() == '\0') throw;  // reported already
-    report(world, e);
+    report(world, e.what());
     failed = true;
   } catch (const std::exception& e) {  // any other (a filesystem_error): reported, and agreed on too
-    std::fprintf(stderr, "tripod: error: %s%s\n", rank_prefix(world).c_str(), e.what());
-    std::fflush(stderr);
+    report(world, e.what());
     failed = true;
   }
   // Every rank learns whether any failed (and waits for its report): a barrier on the failing ranks
@@ -44,7 +44,7 @@ void run_or_abort_job(Communicator& world, const std::function<void()>& work) {
   try {
     work();
   } catch (const Error& e) {
-    if (*e.what() != '\0') report(world, e);
+    if (*e.what() != '\0') report(world, e.what());
     if (world.size() > 1) abort_job(1);
     throw Error("");  // one rank: already reported; the program exits 1
   } catch (const std::exception& e) {
@@ -53,7 +53,7 @@ void run_or_abort_job(Communicator& world, const std::function<void()>& work) {
     // --comm-timeout and this rank's error was never printed. One rank: main reports it.
     if (world.size() == 1) throw;
     const bool input = dynamic_cast<const std::filesystem::filesystem_error*>(&e) != nullptr;  // as main says
-    std::fprintf(stderr, "tripod: %s: %s%s\n", input ? "error" : "internal error", rank_prefix(world).c_str(), e.what());
+    report(world, e.what(), input ? "error" : "internal error");
     abort_job(input ? 1 : 2);
   }
 }

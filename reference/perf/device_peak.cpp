@@ -138,7 +138,8 @@ bool is_mig_slice(std::string_view device_name) {
 std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
   if (is_mig_slice(device_name)) return std::nullopt;  // a share of the SMs: the whole GPU's peak would flatter it
   const std::string name = lowercase(device_name);
-  auto word_edge = [&](std::size_t at) { return at == 0 || at >= name.size() || !std::isalnum(static_cast<unsigned char>(name[at])); };
+  // Past either end, or a character that is no letter or digit.
+  auto word_edge = [&](std::size_t at) { return at >= name.size() || !std::isalnum(static_cast<unsigned char>(name[at])); };
   for (const DevicePeakSpec& spec : kDevicePeaks) {
     const std::string match = lowercase(spec.match);
     for (std::size_t at = name.find(match); at != std::string::npos; at = name.find(match, at + 1))

@@ -149,10 +149,15 @@ void check_same_corpus(const SweepSpec& spec, const fs::path& out, const CorpusI
 std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::vector<PlannedRun>& grid,
                                             const fs::path& out, int& already_finished) {
   std::deque<const PlannedRun*> pending;
+  // Records finished before the held-out windows took one fixed order measured their eval loss on
+  // windows chosen by the run's seed; the runs still to train would use the fixed order, and the fit
+  // would mix the two. A finished old sweep (nothing left to train) is consistent and stays as it is.
+  int old_windows = 0;
   for (const PlannedRun& run : grid) {
     const RunPaths paths = run_paths(out, run.name);
     check_same_config(spec, run, paths);
     const std::optional<json> result = read_json_file(paths.result);
+    old_windows += result && is_final(*result) && !result->contains("held_out_order");
     if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config)) {
       ++already_finished;
       json recounted = *result;
@@ -169,13 +174,6 @@ std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::ve
       pending.push_back(&run);
     }
   }
-  // Records finished before the held-out windows took one fixed order measured their eval loss on
-  // windows chosen by the run's seed; the runs still to train would use the fixed order, and the fit
-  // would mix the two. A finished old sweep (nothing left to train) is consistent and stays as it is.
-  int old_windows = 0;
-  for (const PlannedRun& run : grid)
-    if (const std::optional<json> result = read_json_file(run_paths(out, run.name).result))
-      old_windows += is_final(*result) && !result->contains("held_out_order");
   TRIPOD_CHECK(old_windows == 0 || pending.empty(), spec.file.string(), ": ", old_windows, " finished run",
                old_windows == 1 ? "" : "s", " in ", (out / "runs").string(), " measured the eval loss on held-out windows ",
                "chosen by train.seed (a Tripod before 2026-12-07), the ", pending.size(), " still to train would use ",
