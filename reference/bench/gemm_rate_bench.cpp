@@ -207,6 +207,11 @@ void run_gemm_rate(const GemmRateOptions& o) {
   const PeakFlops peak = o.peak_device.empty() || o.peak_tflops > 0
                              ? backend_peak(backend->name(), peak_dtype, o.peak_tflops)
                              : table_peak_or_unknown(o.peak_device, peak_dtype);
+  // A device the user names must be one the table knows: percentages of an unknown peak read "n/a"
+  // in every row, and a misspelt name would look like a measurement without a peak.
+  TRIPOD_CHECK(o.peak_device.empty() || o.peak_tflops > 0 || peak.flops > 0, "gemm-rate: --peak-device \"",
+               o.peak_device, "\": ", peak.source.substr(peak.source.find(':') + 2), ". Known devices: ",
+               known_device_names());
   const std::string ab_text = precision.bf16_operands ? "fp32 rounded to bf16 by the backend (bf16-mixed)" : dtype_name(ab);
   std::printf("tripod bench gemm-rate: backend %s, A/B %s, C %s, accumulate %s, %d timed regions of >= %.1f ms\n",
               backend->name().c_str(), ab_text.c_str(), dtype_name(c_dtype).c_str(),

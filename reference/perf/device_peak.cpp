@@ -148,6 +148,12 @@ std::optional<DevicePeakSpec> find_device_peak(std::string_view device_name) {
   return std::nullopt;
 }
 
+std::string known_device_names() {
+  std::string names;
+  for (const DevicePeakSpec& spec : known_device_peaks()) names += (names.empty() ? "" : ", ") + std::string(spec.name);
+  return names;
+}
+
 PeakFlops device_peak(std::string_view device_name, PeakPrecision precision) {
   const std::optional<DevicePeakSpec> spec = find_device_peak(device_name);
   check(spec.has_value(), "device \"", device_name, "\" ",

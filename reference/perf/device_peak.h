@@ -46,6 +46,8 @@ struct DevicePeakSpec {
 
 // Every known device, most specific match first ("H100 PCIe" before "H100").
 std::span<const DevicePeakSpec> known_device_peaks();
+// The table's products, comma-separated ("NVIDIA H100 PCIe, ..."), for an error naming what is known.
+std::string known_device_names();
 // True for a MIG instance's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"): a slice of the GPU's SMs.
 bool is_mig_slice(std::string_view device_name);
 // The first row whose `match` occurs in `device_name` (case-insensitive), or none; none for a MIG

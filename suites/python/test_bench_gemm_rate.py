@@ -125,13 +125,22 @@ def test_a_gpu_is_held_against_its_datasheet_peak_for_the_precision(tmp_path, dt
     assert j["peak"]["precision"] == dtype and "H200" in j["peak"]["source"]
 
 
-def test_an_unknown_device_gives_peak_unknown_not_a_crash(tmp_path):
-    result, j = gemm_rate(tmp_path, "--dtype", "bf16", "--sizes", "32", "--peak-device", "NVIDIA Imaginary 9000")
-    assert result.returncode == 0, result.stderr
-    assert "peak unknown: NVIDIA Imaginary 9000 is not in the peak table" in result.stdout
-    assert " n/a" in result.stdout
-    assert j["peak"] == {"known": False, "flops": None, "precision": "bf16", "source": j["peak"]["source"]}
-    assert all(r["pct_of_peak_median"] is None and r["pct_of_peak_best"] is None for r in j["results"])
+@pytest.mark.parametrize("device,why", [("NVIDIA Imaginary 9000", "is not in the peak table"),
+                                        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "is a MIG slice")])
+def test_a_device_the_table_lacks_is_refused_before_timing(tmp_path, device, why):
+    # The flag's only use is to name a peak: a misspelt device would have printed every row's share
+    # of the peak as n/a and exited 0, a run that looks measured against nothing.
+    result, j = gemm_rate(tmp_path, "--dtype", "bf16", "--sizes", "32", "--peak-device", device)
+    assert result.returncode != 0 and j is None
+    assert f'--peak-device "{device}": {device} {why}' in result.stderr
+    assert "Known devices: NVIDIA H100 PCIe," in result.stderr and "--peak-tflops" in result.stderr
+    assert "square 32" not in result.stdout
+
+
+def test_a_device_without_a_datasheet_figure_for_the_precision_is_refused(tmp_path):
+    result, j = gemm_rate(tmp_path, "--dtype", "fp64", "--sizes", "32", "--peak-device", "NVIDIA L4")
+    assert result.returncode != 0 and j is None
+    assert "NVIDIA L4 has no datasheet figure for fp64" in result.stderr
 
 
 def test_a_stated_peak_wins(tmp_path):
