@@ -117,6 +117,7 @@ std::string describe_checkpoint(const fs::path& path) {
       << "  saved by " << m.layout << " (" << m.world_size << (m.world_size == 1 ? " rank" : " ranks") << ")\n"
       << "  data: next sample " << m.data.next_sample << ", seed " << m.data.seed << ", batch " << m.data.batch_size
       << " x " << m.data.seq_len << " tokens"
+      << (m.data.tokens_trained < 0 ? "" : ", " + std::to_string(m.data.tokens_trained) + " tokens trained")
       << (m.data.train_tokens_xxh64.empty() ? "" : ", training tokens XXH64 " + m.data.train_tokens_xxh64) << "\n"
       << "  model: " << m.tensors.size() << " tensors, " << params << " parameters";
   if (m.config.contains("model")) out << ", " << m.config["model"].dump();

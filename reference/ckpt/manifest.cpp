@@ -44,6 +44,7 @@ json body_json(const Manifest& m) {
   json data = {{"next_sample", m.data.next_sample}, {"seed", m.data.seed}, {"batch_size", m.data.batch_size},
                {"seq_len", m.data.seq_len}};
   if (!m.data.train_tokens_xxh64.empty()) data["train_tokens_xxh64"] = m.data.train_tokens_xxh64;
+  if (m.data.tokens_trained >= 0) data["tokens_trained"] = m.data.tokens_trained;
   return {{"format", kCheckpointFormat},
           {"version", m.version},
           {"step", m.step},
@@ -178,6 +179,7 @@ Manifest parse_manifest(std::string_view text, const std::string& origin) {
   m.data.seed = static_cast<uint64_t>(data.integer("seed", 0));
   m.data.batch_size = data.integer("batch_size", 1);
   m.data.seq_len = data.integer("seq_len", 1);
+  if (top.at("data").contains("tokens_trained")) m.data.tokens_trained = data.integer("tokens_trained", 0);
   if (top.at("data").contains("train_tokens_xxh64")) {
     m.data.train_tokens_xxh64 = data.text("train_tokens_xxh64");
     check(m.data.train_tokens_xxh64.size() == 16 &&

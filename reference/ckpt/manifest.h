@@ -58,6 +58,9 @@ struct DataPosition {
   // The training split's TokenDataset::tokens_xxh64: which corpus next_sample counts into. Empty
   // where not recorded (checkpoints written before 2026-12-06, and saves that read no corpus).
   std::string train_tokens_xxh64;
+  // The tokens the steps so far trained on (the metrics' cumulative "tokens"), which a batch changed
+  // at a resume makes more than step x batch x seq_len. -1 where not recorded (before 2026-12-08).
+  int64_t tokens_trained = -1;
 };
 
 struct Manifest {

@@ -45,15 +45,19 @@ void GpuHealthLog::step_begin() {
   }
 }
 
-void GpuHealthLog::add_to(nlohmann::json& record, int64_t step_tokens, int ranks) {
+void GpuHealthLog::step_end() {
+  at_end_.reset();
   if (!nvml_ || !nvml_->available() || !error_.empty()) return;
-  GpuHealth h;
   try {
-    h = nvml_->read_bus_id(bus_id_);
+    at_end_ = nvml_->read_bus_id(bus_id_);
   } catch (const Error& e) {
     stop_reading(e);
-    return;
   }
+}
+
+void GpuHealthLog::add_to(nlohmann::json& record, int64_t step_tokens, int ranks) {
+  if (!at_end_ || !error_.empty()) return;
+  const GpuHealth& h = *at_end_;
   // A reading this GPU refuses (NaN: a MIG slice, a container) is left out; the others are kept.
   nlohmann::json gpu = nlohmann::json::object();
   const std::pair<const char*, double> readings[] = {{"temperature_c", h.temperature_c},

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,7 +27,10 @@ class GpuHealthLog {
   // For the start-up report: "" (host backend), the GPU NVML reads, or why there is no reading.
   std::string startup_line() const;
   void step_begin();
-  void add_to(nlohmann::json& record, int64_t step_tokens, int ranks);
+  // Reads the GPU as the step ends, before any evaluation or save that follows it: those are no part
+  // of the step's energy (an evaluation's forward passes doubled it on evaluation steps).
+  void step_end();
+  void add_to(nlohmann::json& record, int64_t step_tokens, int ranks);  // step_end's reading
   double total_energy_joules() const { return total_energy_; }  // rank 0's GPU over the recorded steps
 
  private:
@@ -36,6 +40,7 @@ class GpuHealthLog {
   std::string gpu_name_, error_;
   std::string refused_;  // the queries the GPU refused at start-up, for the start-up line
   double energy_at_begin_ = -1, total_energy_ = 0;
+  std::optional<GpuHealth> at_end_;  // step_end's reading; none when it failed
 };
 
 }  // namespace tripod

@@ -19,6 +19,11 @@ RunCheckpoints::RunCheckpoints(const RunConfig& config, const TrainOptions& opti
       local_{options.save_local_dir, "--save-local", config.train.local_save_every} {
   check(local_.root.empty() || enabled(), "--save-local is the fast tier beside --save's durable one: give --save too");
   check(local_.every == 0 || !local_.root.empty(), "train.local_save_every saves to --save-local ROOT: give it");
+  // As the fast tier's: a save interval without a root saved nothing, and said nothing, a whole run long.
+  check(durable_.every == 0 || enabled(), "train.save_every saves to --save ROOT: give it (without --save the run "
+        "writes no checkpoint)");
+  check(!config.train.async_save || enabled(), "train.async_save writes --save's checkpoints in the background: give "
+        "--save ROOT");
   check(local_.root.empty() || local_.every > 0, "--save-local needs train.local_save_every (steps between its saves)");
   // "./ck/" and "ck" are one folder whether or not it exists yet: made absolute first (weakly_canonical
   // leaves a relative path relative when none of it exists), and without a trailing '/'.

@@ -22,7 +22,10 @@ void print_summary(const TrainSummary& s) {
                 static_cast<long long>(s.steps_taken));
     return;
   }
-  std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);
+  if (s.steps_applied > 0)
+    std::printf("done: %lld steps, loss %.4f -> %.4f", static_cast<long long>(s.steps), s.first_loss, s.final_loss);
+  else  // anomaly.policy=skip skipped every step: no loss of the run to show
+    std::printf("done: %lld steps, every update skipped", static_cast<long long>(s.steps));
   if (s.final_val_loss >= 0) std::printf(", val loss %.4f", s.final_val_loss);
   std::printf(", %.0f tok/s, MFU %.2f%%, %.1f s\n", s.tokens_per_second, 100 * s.mfu, s.seconds);
 }

@@ -89,6 +89,12 @@ double evaluate(TrainingEngine& engine, const data::BatchLoader& val, int64_t ba
   return batches > 0 ? sum / static_cast<double>(batches) : 0.0;
 }
 
+// The tokens of the steps before a checkpoint: its manifest's count. Checkpoints written before
+// 2026-12-08 record none; their steps are counted at the checkpoint's own batch and context.
+int64_t tokens_trained_at(const ckpt::Manifest& m) {
+  return m.data.tokens_trained >= 0 ? m.data.tokens_trained : m.step * m.data.batch_size * m.data.seq_len;
+}
+
 // Prints every rank's memory (gathered to all ranks; rank 0 prints). ZeRO's and the pipeline's
 // parts of the transient column (buckets, message buffers) are the peaks so far, so at start-up
 // they are 0 (`tripod bench layouts` and the suites measure them in use).
@@ -130,6 +136,11 @@ class TrainingRun {
     loader_.emplace(data_.train, t.seq_len, t.seed);
     // train.eval_batches = 0 turns evaluation off (a mean over no batches is not a loss of 0).
     if (data_.val && t.eval_batches > 0) val_loader_.emplace(*data_.val, t.seq_len, kHeldOutOrderSeed);
+    // A straggler that never sleeps would let a test of the rank report pass for the wrong reason.
+    TRIPOD_CHECK(options_.slow_rank < 0 || (parallel_ && options_.slow_rank < ranks_), "--slow-rank ",
+                 options_.slow_rank, ": ",
+                 parallel_ ? "the job's ranks are 0 to " + std::to_string(ranks_ - 1)
+                           : std::string("a single-process run has no rank to slow down"));
     world_peak_ = world_peak(world(), backend_, peak_, t.peak_tflops > 0);
     make_engine();
     engine_->initialise();
@@ -171,6 +182,7 @@ class TrainingRun {
               world_rank(), " writes no parameter to a checkpoint (its parameters are replicas of other ranks'); "
               "name a rank that does, such as rank 0");
       rank_timer_.step_end();
+      if (root_) gpu_health_.step_end();  // before any evaluation: the energy is the step's alone
       // Decided before the update is judged: a run that ends now saves now, and that save is checked.
       const bool interrupted = interrupts && any_rank(interrupts->interrupted());
       const bool time_is_up = !interrupted && out_of_time();
@@ -236,6 +248,10 @@ class TrainingRun {
     const std::string declined =
         backend_.attention_declined(t.dtype, t.seq_len, config_.model.d_model, config_.model.n_head);
     if (!declined.empty()) std::printf("  note: %s\n", declined.c_str());
+    if (config_.schedule.warmup_steps >= t.steps)
+      std::printf("  note: optim.warmup_steps %lld >= train.steps %lld: the run ends in its warm-up (LR %.3g at the "
+                  "last step, never optim.lr %.3g; no decay)\n", static_cast<long long>(config_.schedule.warmup_steps),
+                  static_cast<long long>(t.steps), config_.schedule.at(t.steps - 1), config_.schedule.max_lr);
     if (t.recompute == Recompute::Selective)
       std::printf("  selective activation recomputation: attention probabilities and GELU outputs recomputed in "
                   "backward (MFU counts model FLOPs, not the recomputed ones)\n");
@@ -288,18 +304,26 @@ class TrainingRun {
     const double tok_s = static_cast<double>(r.tokens) / r.seconds;
     const double step_mfu = mfu(flops_.model_flops_per_token * static_cast<double>(r.tokens), r.seconds, world_peak_.flops);
     if (r.verdict == StepVerdict::Apply) {  // an anomalous loss is not the run's
-      if (r.step == first_step) summary_.first_loss = r.loss;
+      // The first applied step's, not the first step's: a skipped first step printed "loss 0.0000 -> ...".
+      if (summary_.steps_applied++ == 0) summary_.first_loss = r.loss;
       summary_.final_loss = r.loss;
     }
     json record = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                   {"tokens", (r.step + 1) * r.tokens}, {"step_seconds", r.seconds}, {"tokens_per_second", tok_s},
+                   {"tokens", tokens_trained_ += r.tokens}, {"step_seconds", r.seconds}, {"tokens_per_second", tok_s},
                    {"mfu", step_mfu}};
     const bool last = engine_->step() == t.steps;
-    if (val_loader_ && ((t.eval_every > 0 && engine_->step() % t.eval_every == 0) || last)) {
+    // A rolled-back step left the state of the checkpoint it went back to, whose step is not advanced:
+    // evaluating it again (at a step eval_every divides) measured an unchanged model at a step that
+    // is no evaluation step.
+    if (val_loader_ && r.verdict != StepVerdict::Rollback &&
+        ((t.eval_every > 0 && engine_->step() % t.eval_every == 0) || last)) {
       summary_.final_val_loss = evaluate(*engine_, *val_loader_, t.batch_size, t.eval_batches);
       record["val_loss"] = summary_.final_val_loss;
     }
-    if (root_ && (r.step % t.log_every == 0 || last)) {
+    // Every log_every-th step as the log counts them (from 1), as eval_every and save_every count:
+    // the line of an evaluation is printed (counted from 0, the two never met, and no val loss
+    // before the last reached the console); also the run's first step and its last.
+    if (root_ && ((r.step + 1) % t.log_every == 0 || r.step == first_step || last || record.contains("val_loss"))) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %8.0f tok/s | MFU %5.2f%%",
                   static_cast<long long>(r.step + 1), static_cast<long long>(t.steps), r.loss, r.lr, r.grad_norm,
                   tok_s, 100.0 * step_mfu);
@@ -349,6 +373,7 @@ class TrainingRun {
                          checkpoints_->saves_in_background()});
     if (!loaded) return;
     next_sample_ = loaded->manifest.data.next_sample;
+    tokens_trained_ = tokens_trained_at(loaded->manifest);
     resumed_from_ = loaded->dir.string();
   }
 
@@ -385,6 +410,7 @@ class TrainingRun {
     const RunCheckpoints::Loaded loaded = checkpoints_->load_last_checkpoint();
     const ckpt::Manifest& m = loaded.manifest;
     next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
+    tokens_trained_ = tokens_trained_at(m);
     if (root_) {
       std::printf("  step %lld: %s: rolled back to step %lld (%s); the data continues at sample %lld, skipping "
                   "samples %lld to %lld (anomaly %lld of at most %lld)\n",
@@ -398,7 +424,7 @@ class TrainingRun {
   }
 
   CheckpointMeta checkpoint_meta() const {
-    return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64()};
+    return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64(), tokens_trained_};
   }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).
@@ -434,7 +460,8 @@ class TrainingRun {
   StepGuard guard_{config_.anomaly};         // the anomaly policy's verdict on each step
   std::string resumed_from_;
   double seconds_ = 0;
-  int64_t tokens_ = 0;
+  int64_t tokens_ = 0;          // this run's steps' tokens (its throughput)
+  int64_t tokens_trained_ = 0;  // the steps' tokens since step 0, across resumes (the metrics' "tokens")
 };
 
 }  // namespace

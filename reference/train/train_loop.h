@@ -36,6 +36,7 @@ struct TrainOptions {
 struct TrainSummary {
   int64_t steps = 0;        // net: the step reached less the step started from
   int64_t steps_taken = 0;  // every step run, skipped and rolled-back ones included
+  int64_t steps_applied = 0;  // the steps whose update was applied (first_loss and final_loss are theirs)
   double first_loss = 0, final_loss = 0, final_val_loss = -1;  // -1: no held-out data
   double tokens_per_second = 0, mfu = 0, seconds = 0;
 };

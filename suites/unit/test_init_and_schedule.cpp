@@ -102,5 +102,19 @@ TEST(LrSchedule, LinearDecayAndConstant) {
   EXPECT_THROW(parse_lr_decay("exponential"), Error);
 }
 
+TEST(LrSchedule, AWarmUpEndingAtTheStepBeforeTheLastStillEndsAtTheMinimum) {
+  // 6 steps, warm-up 5: the last step is the decay's only one. It stayed at max_lr (a decay of
+  // max(1, 0) steps had made no progress), so the run never reached min_lr.
+  for (const LrDecay decay : {LrDecay::Cosine, LrDecay::Linear}) {
+    LrSchedule s{3e-3, 3e-4, 5, 6, decay};
+    EXPECT_DOUBLE_EQ(s.at(4), 3e-3);
+    EXPECT_DOUBLE_EQ(s.at(5), 3e-4);
+  }
+  // With no warm-up a one-step run has neither phase: max_lr, as before.
+  EXPECT_DOUBLE_EQ((LrSchedule{3e-3, 3e-4, 0, 1, LrDecay::Cosine}.at(0)), 3e-3);
+  // A warm-up as long as the run: the run ends warming up (train_loop says so at start-up).
+  EXPECT_DOUBLE_EQ((LrSchedule{3e-3, 3e-4, 10, 4, LrDecay::Cosine}.at(3)), 1.2e-3);
+}
+
 }  // namespace
 }  // namespace tripod
