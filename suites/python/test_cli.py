@@ -115,7 +115,10 @@ def test_a_second_run_writing_the_same_metrics_file_is_refused(corpus, tmp_path)
     metrics = tmp_path / "metrics.jsonl"
     args = [str(TRIPOD), "train", "--config", "tiny", "--set", f"data.dir={corpus}", "--set",
             f"train.metrics={metrics}", *SMALL, "--set", "train.log_every=1"]
-    first = subprocess.Popen([*args, "--set", "train.steps=1000000", "--exit-after", "400"],
+    # Batches of 256: its 400 steps take seconds, where at 4 rows they could end before the second
+    # run started (0.1 s on an idle machine), and the second then rightly ran.
+    first = subprocess.Popen([*args, "--set", "train.steps=1000000", "--exit-after", "400",
+                              "--set", "train.batch_size=256"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in first.stdout:
@@ -628,6 +631,9 @@ def test_bench_comm_sizes_are_checked(sizes, message):
     (["golden", "--steps", "0"], "--steps: 0 is not a finite number > 0"),  # was CLI11's "not in range 0.000000 to 1.79769e+308"
     (["bench", "gemm-rate", "--sizes", "32", "--peak-tflops", "nan"], "--peak-tflops: nan is not a finite number >= 0"),
     (["bench", "kernel-rate", "--min-time-ms", "nan"], "--min-time-ms: nan is not a finite number >= 0"),
+    # A region is cut at its call cap: --min-time-ms 1e12 ran short regions under a header saying 1e12 ms.
+    (["bench", "kernel-rate", "--min-time-ms", "1e12"], "kernel-rate: --min-time-ms must be 0 to 60000"),
+    (["bench", "gemm-rate", "--min-time-ms", "70000"], "gemm-rate: --min-time-ms must be 0 to 60000"),
     (["launch", "--restart-delay", "inf", "--", "false"], "--restart-delay: inf is not a finite number >= 0"),
     (["scale", "fit", "nowhere", "--bootstrap", "-5"], "--bootstrap: -5 is not a finite number >= 0"),
     # bench gemm built a [1024, -1] tensor, and took --batch -1 for "the preset's".
