@@ -41,22 +41,15 @@ double mean_seconds_per_call(std::vector<float>& send, std::vector<float>& recv,
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   SizeSweep sweep{8, 32 << 20, 2};
-  int iters = 20, warmup = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (read_sweep_flag(flag, argv[i + 1], sweep)) continue;
-    if (flag == "-n") iters = std::atoi(argv[i + 1]);
-    else if (flag == "-w") warmup = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "tripod_bare_mpi_allreduce: unknown flag %s\n", argv[i]);
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-  const auto [min_bytes, max_bytes, factor] = sweep;
-  if (min_bytes < 1 || factor < 2 || iters < 1) {
-    std::fprintf(stderr, "tripod_bare_mpi_allreduce: need -b >= 1, -f >= 2, -n >= 1\n");
+  std::map<std::string, long long> flags = {{"-n", 20}, {"-w", 1}};
+  std::string error = read_command_line(argc, argv, sweep, flags, 4);
+  if (error.empty() && flags["-n"] < 1) error = "-n must be at least 1";
+  if (!error.empty()) {
+    std::fprintf(stderr, "tripod_bare_mpi_allreduce: %s\n", error.c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  const auto [min_bytes, max_bytes, factor] = sweep;
+  const int iters = static_cast<int>(flags["-n"]), warmup = static_cast<int>(flags["-w"]);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<float> send(max_bytes / 4 + 1, 1.0f), recv(max_bytes / 4 + 1, 1.0f);

@@ -40,24 +40,18 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   SizeSweep sweep{1 << 20, 32 << 20, 4};
-  int repeats = 9;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (read_sweep_flag(flag, argv[i + 1], sweep)) continue;
-    if (flag == "-r") repeats = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "tripod_bare_nonblocking_reductions: unknown flag %s\n", argv[i]);
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-  const auto [min_bytes, max_bytes, factor] = sweep;
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (min_bytes < 4 * ranks || factor < 2 || repeats < 1) {
-    std::fprintf(stderr, "tripod_bare_nonblocking_reductions: need -b >= 4 * ranks, -f >= 2, -r >= 1\n");
+  std::map<std::string, long long> flags = {{"-r", 9}};
+  std::string error = read_command_line(argc, argv, sweep, flags, 4LL * ranks);
+  if (error.empty() && flags["-r"] < 1) error = "-r must be at least 1";
+  if (!error.empty()) {
+    std::fprintf(stderr, "tripod_bare_nonblocking_reductions: %s\n", error.c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  const auto [min_bytes, max_bytes, factor] = sweep;
+  const int repeats = static_cast<int>(flags["-r"]);
   std::vector<float> data(static_cast<std::size_t>(max_bytes / 4), 1.0f);
   if (rank == 0)
     std::printf("# %d ranks, in place, float sum, medians of %d (slowest rank)\n"
@@ -99,7 +93,8 @@ int main(int argc, char** argv) {
       c.push_back(slowest_rank_seconds(all_reduce));
     }
     if (rank == 0)
-      std::printf("%lld %.1f %.1f %.2f %.1f\n", bytes, 1e6 * median(a), 1e6 * median(b), median(b) / median(a),
+      // The bytes reduced: whole blocks of a float per rank (the size asked for, rounded down to them).
+      std::printf("%lld %.1f %.1f %.2f %.1f\n", 4LL * block * ranks, 1e6 * median(a), 1e6 * median(b), median(b) / median(a),
                   1e6 * median(c));
   }
   MPI_Finalize();

@@ -132,8 +132,8 @@ void register_kernel_benchmarks(const BenchSetup& setup, Backend& be, BenchCatal
   });
   // Attention forward, this rank's H/tp heads (C/tp channels): read qkv[B,T,3C'], write out[B,T,C']
   // and probs[B,H',T,T]: 4NC' + B H' T^2 elements. FLOPs: QK^T and PV over the full T x T, the
-  // nominal count (the CPU's GEMMs compute all of it; the CUDA backend's causal row blocks 5/8 at
-  // T = 1024, so its rate reads as nominal FLOPs per second): 2 * 2 * B * T^2 * C'.
+  // nominal count (the CPU's products skip the masked key blocks, about 9/16 of the square at
+  // T = 1024, so its rate reads as nominal FLOPs per second; the summary says so): 2 * 2 * B * T^2 * C'.
   const double probs = dB * dH * dT * dT;
   reg.add("attention_fwd", dims({B, T, H, m.head_dim()}), s * (4 * dN * dCa + probs), 4 * dB * dT * dT * dCa,
           [&be, dt, B, T, H, Ca] {

@@ -162,8 +162,8 @@ void run_bench_ckpt(const BenchCkptOptions& o) {
   // The slower-steps term is a difference of step times: on a noisy machine it can come out below
   // zero, which is not a gain but a sign that the stall is under the noise. Say so next to it.
   if (median(stalls) < 0)
-    std::printf("    (a negative stall: the steps during the save ran faster than the median step; the stall is "
-                "below this machine's noise: raise --repeats)\n");
+    std::printf("    (a negative stall: the steps during the save ran faster than the mean step without a save; "
+                "the stall is below this machine's noise: raise --repeats)\n");
   if (!o.json_out.empty()) {
     const nlohmann::json j = {{"benchmark", "checkpoint"}, {"config", o.config}, {"bytes", bytes},
                               {"repeats", o.repeats}, {"disk_write_seconds", median(disk)},

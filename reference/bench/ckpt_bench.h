@@ -6,7 +6,8 @@
 //               fraction of the disk's rate
 //   async save  training steps go on while the save is written (train/async_save.h); its stall is
 //               the snapshot + the publication + whatever the steps during the write lost against
-//               the median step without a save, as a fraction of the synchronous save's time
+//               the mean step without a save (a median would count the steps' ordinary noise as
+//               stall), as a fraction of the synchronous save's time
 //               (target: under 10%)
 //
 // Single process; every figure is the median of --repeats.

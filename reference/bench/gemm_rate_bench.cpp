@@ -194,7 +194,10 @@ void run_gemm_rate(const GemmRateOptions& o) {
   check(o.shapes.empty() || o.shapes == "gpt2", "gemm-rate: --shapes knows only gpt2, not '", o.shapes, "'");
   check(o.tokens > 0, "gemm-rate: --tokens must be positive, got ", o.tokens);
   check(o.vocab > 0, "gemm-rate: --vocab must be positive, got ", o.vocab);
-  check(o.min_time_ms >= 0, "gemm-rate: --min-time-ms must not be negative");
+  // A region is at most kMaxCallsPerRegion calls: a longer --min-time-ms was cut short while the header
+  // still promised it.
+  check(o.min_time_ms >= 0 && o.min_time_ms <= kMaxRegionMs, "gemm-rate: --min-time-ms must be 0 to ", kMaxRegionMs,
+        " (got ", o.min_time_ms, ")");
   std::vector<int64_t> sizes = o.sizes;
   if (sizes.empty() && o.shapes.empty()) sizes = {1024, 4096, 8192};
   std::vector<GemmCase> cases = square_gemm_cases(sizes);

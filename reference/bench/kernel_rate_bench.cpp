@@ -11,6 +11,7 @@
 #include "backend/backend_factory.h"
 #include "backend/transfer.h"
 #include "bench/timed_cases.h"
+#include "bench/timed_regions.h"
 #include "core/error.h"
 #include "core/output_file.h"
 
@@ -22,7 +23,10 @@ void run_kernel_rate(const KernelRateOptions& o) {
   const DType dt = parse_dtype(o.dtype);
   check(dt == DType::F32 || dt == DType::F64, "kernel-rate: --dtype fp32 or fp64, not ", o.dtype);
   check(o.tokens > 0 && o.channels > 0 && o.vocab > 0, "kernel-rate: --tokens, --channels and --vocab must be positive");
-  check(o.min_time_ms >= 0, "kernel-rate: --min-time-ms must not be negative");
+  // A region is at most kMaxCallsPerRegion calls: a longer --min-time-ms was cut short while the header
+  // still promised it.
+  check(o.min_time_ms >= 0 && o.min_time_ms <= kMaxRegionMs, "kernel-rate: --min-time-ms must be 0 to ", kMaxRegionMs,
+        " (got ", o.min_time_ms, ")");
   const int64_t n = o.tokens, c = o.channels, v = o.vocab;
   // Attention's shape: B sequences of T tokens, H heads.
   check(o.context > 0 && o.heads >= 0, "kernel-rate: --context must be positive and --heads not negative");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <mpi.h>
@@ -46,6 +47,9 @@ void run_overlap(const OverlapOptions& o) {
   auto backend = make_backend(o.backend);
   MpiRuntime mpi;
   auto world = make_world(*backend, o.comm);
+  // On one rank nothing is communicated, and "hidden" shares of nothing read 100 % (exit 0).
+  check(world->size() >= 2, "bench overlap measures data-parallel communication: run it on 2 or more ranks "
+        "(mpirun -np 2 tripod bench overlap ...)");
   check(o.comm.progress_us == 0 || o.progress_us == 0,
         "bench overlap measures the progress thread itself (--progress-us); leave --mpi-progress-us at 0");
   std::vector<std::string> overrides = o.overrides;
@@ -150,8 +154,9 @@ void run_overlap(const OverlapOptions& o) {
       gathers[i] = median(rows[i].gathers);
     }
   auto exposed = [&](std::size_t i) { return std::max(0.0, med[i] - med[0]); };
-  // The share of the reference's communication time a mechanism no longer shows.
-  auto hidden_share = [](double with, double reference) { return reference > 0 ? 1.0 - with / reference : 0.0; };
+  // The share of the reference's communication time a mechanism no longer shows; NaN (printed n/a,
+  // null in the JSON) where the reference shows none, which a share of 0 % had misstated.
+  auto hidden_share = [](double with, double reference) { return reference > 0 ? 1.0 - with / reference : NAN; };
   auto hidden = [&](std::size_t i, std::size_t reference) { return hidden_share(exposed(i), exposed(reference)); };
   auto hidden_in_calls = [&](std::size_t i, std::size_t reference) { return hidden_share(calls[i], calls[reference]); };
   const double hidden_bucketed = hidden(2, 1), hidden_progress = progress ? hidden(4, 1) : 0.0;
@@ -168,9 +173,13 @@ void run_overlap(const OverlapOptions& o) {
       static_cast<double>(bucketed_split->last_split_elements()) / static_cast<double>(layout.total());
   if (world->rank() != 0) return;
   const double grad_mib = layout.total() * dtype_size(config.train.dtype) / 1048576.0;
-  std::printf("tripod bench overlap: %d ranks, %s, %s (GEMMs: %s), %.1f MiB of gradients, %zu buckets of <= %.2f "
-              "MiB, medians of %lld\n", world->size(), o.config.c_str(), precision_name(config.train).c_str(),
-              fp32_matmul_name(backend->fp32_matmul()).c_str(), grad_mib, layout.buckets().size(), o.bucket_mb,
+  // A bucket closes once it holds --bucket-mb: most hold more (the largest is printed).
+  int64_t largest_bucket = 0;
+  for (const auto& b : layout.buckets()) largest_bucket = std::max(largest_bucket, b.size);
+  std::printf("tripod bench overlap: %d ranks, %s, %s (GEMMs: %s), %.1f MiB of gradients, %zu buckets (closed at >= "
+              "%.2f MiB, the largest %.2f MiB), medians of %lld\n", world->size(), o.config.c_str(),
+              precision_name(config.train).c_str(), fp32_matmul_name(backend->fp32_matmul()).c_str(), grad_mib,
+              layout.buckets().size(), o.bucket_mb, largest_bucket * dtype_size(config.train.dtype) / 1048576.0,
               static_cast<long long>(o.repeats));
   if (gathers_gemm_weights_as_bf16(data_parallel(3), config.train))
     std::printf("  ZeRO-3 gathers the GEMM weights as bf16 (the same bits as fp32 gathers, half their bytes)\n");
@@ -193,17 +202,23 @@ void run_overlap(const OverlapOptions& o) {
               "  calls, the rank with least (no wait for a slower peer; a progress thread's own work is not in it);\n"
               "  gathers = of those calls, ZeRO-3's parameter gathers (the rest: gradient buckets, allocated and\n"
               "  zeroed when first written under ZeRO-2/3, and reduced)\n");
-  std::printf("  hidden by bucketing: %.0f%% (in calls: %.0f%%)", 100 * hidden_bucketed, 100 * hidden_in_calls(2, 1));
-  std::printf("; with the %s gradient split: %.0f%% (in calls: %.0f%%)", tied ? "tied" : "untied", 100 * hidden_split,
-              100 * hidden_in_calls(3, 1));
+  const auto pct = [](double share) {
+    return std::isnan(share) ? std::string("n/a") : str_cat(static_cast<long long>(std::llround(100 * share)), "%");
+  };
+  std::printf("  hidden by bucketing: %s (in calls: %s)", pct(hidden_bucketed).c_str(), pct(hidden_in_calls(2, 1)).c_str());
+  std::printf("; with the %s gradient split: %s (in calls: %s)", tied ? "tied" : "untied", pct(hidden_split).c_str(),
+              pct(hidden_in_calls(3, 1)).c_str());
   if (progress)
-    std::printf("; with a progress thread every %d us: %.0f%% (in calls: %.0f%%)", o.progress_us,
-                100 * hidden_progress, 100 * hidden_in_calls(4, 1));
-  std::printf("; ZeRO-3 gathers hidden by prefetching %d: %.0f%% (in calls: %.0f%%)", o.prefetch,
-              100 * hidden_prefetch, 100 * hidden_in_calls(6, 5));
+    std::printf("; with a progress thread every %d us: %s (in calls: %s)", o.progress_us, pct(hidden_progress).c_str(),
+                pct(hidden_in_calls(4, 1)).c_str());
+  std::printf("; ZeRO-3 gathers hidden by prefetching %d: %s (in calls: %s)", o.prefetch, pct(hidden_prefetch).c_str(),
+              pct(hidden_in_calls(6, 5)).c_str());
   if (progress)
-    std::printf(", with the progress thread: %.0f%% (in calls: %.0f%%)", 100 * hidden(7, 5), 100 * hidden_in_calls(7, 5));
+    std::printf(", with the progress thread: %s (in calls: %s)", pct(hidden(7, 5)).c_str(),
+                pct(hidden_in_calls(7, 5)).c_str());
   std::printf("\n");
+  if (std::isnan(hidden_bucketed) || std::isnan(hidden_prefetch))
+    std::printf("  n/a: the reference row exposed no communication (all of it overlapped or too short to time)\n");
   std::printf("  the last bucket (%.2f MiB, %.0f%% of the gradient bytes) is reduced after backward's last "
               "computation: bucketing can hide at most about %.0f%%\n",
               layout.buckets().back().size * dtype_size(config.train.dtype) / 1048576.0, 100 * last_bucket_share,

@@ -100,7 +100,9 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
                          {"virtual_stages", v}, {"theoretical_bubble", theory}, {"measured_bubble", measured},
                          {"ratio", ratio}, {"within_20_percent", within}, {"step_seconds", step},
                          {"forward_ms", o.forward_ms}});
-      if (kind == ScheduleKind::OneFOneB) trace = timeline_json(schedule, median.timings);
+      // The largest m's, as --trace promises (the last m given was taken, whatever its size).
+      if (kind == ScheduleKind::OneFOneB && m == *std::max_element(o.microbatches.begin(), o.microbatches.end()))
+        trace = timeline_json(schedule, median.timings);
     }
   if (root) write_outputs(o, p, records, trace);
 }

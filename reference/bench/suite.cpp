@@ -168,8 +168,20 @@ std::vector<Step> plan_steps(const SuiteOptions& o, const fs::path& out, const f
   return steps;
 }
 
+// The result files a step writes: its --json and --trace values, bench.json aside (the CPU's GEMM and
+// kernel sweeps add their sections to it, and run_suite starts it afresh).
+std::vector<fs::path> result_files(const Step& s) {
+  std::vector<fs::path> files;
+  for (std::size_t i = 0; i + 1 < s.args.size(); ++i)
+    if ((s.args[i] == "--json" || s.args[i] == "--trace") && fs::path(s.args[i + 1]).filename() != "bench.json")
+      files.emplace_back(s.args[i + 1]);
+  return files;
+}
+
 // Runs every step, even after one fails (the others' results are still worth having); returns
 // what became of each: bench.json's "steps", so that a failed step's empty section is explained.
+// A step's result files go before it runs, and stay gone if it fails: merge_results reads whatever
+// is there, and a previous suite's comm.json had stood in the summary for a sweep that failed.
 json run_steps(const std::vector<Step>& steps, const fs::path& out) {
   json record = json::array();
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -177,10 +189,13 @@ json run_steps(const std::vector<Step>& steps, const fs::path& out) {
     std::printf("[%zu/%zu] %-18s ... ", i + 1, steps.size(), s.label.c_str());
     std::fflush(stdout);
     fs::remove(out / s.log);
+    for (const fs::path& file : result_files(s)) fs::remove(file);
     const auto start = std::chrono::steady_clock::now();
     const process::ChildExit exit = process::wait_child(process::spawn_logged(s.program, s.args, out / s.log, s.env));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const bool ok = !exit.signaled && exit.code == 0;
+    if (!ok)
+      for (const fs::path& file : result_files(s)) fs::remove(file);
     std::printf("%s in %.0f s (%s)\n", ok ? "done" : "FAILED", seconds,
                 ok ? (out / s.log).string().c_str() : (process::describe_exit(exit) + ", see " + (out / s.log).string()).c_str());
     std::fflush(stdout);

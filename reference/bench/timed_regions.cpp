@@ -23,7 +23,7 @@ RegionTiming time_regions(Backend& backend, const std::function<void()>& call, i
   call();
   backend.synchronize();
   const double one = std::max(seconds_since(start), 1e-9);
-  RegionTiming timing{static_cast<int>(std::clamp(std::ceil(min_time_ms * 1e-3 / one), 1.0, 10000.0)), 0, 0};
+  RegionTiming timing{static_cast<int>(std::clamp(std::ceil(min_time_ms * 1e-3 / one), 1.0, static_cast<double>(kMaxCallsPerRegion))), 0, 0};
   std::vector<double> per_call;
   for (int r = 0; r < repeat; ++r) {
     backend.synchronize();  // a device runs asynchronously: time from idle to done

@@ -13,6 +13,11 @@
 
 namespace tripod::bench {
 
+// Bounds of a region: --min-time-ms up to a minute; the calls up to a million, a guard against a
+// warm-up call timed near 0 (a region of 10 us kernels reaches 10 s first).
+constexpr double kMaxRegionMs = 60000;
+constexpr int kMaxCallsPerRegion = 1000000;
+
 struct RegionTiming {
   int calls_per_region = 1;
   double median_seconds = 0, best_seconds = 0;  // per call

@@ -125,3 +125,23 @@ def test_a_second_suite_into_a_folder_another_is_writing_is_refused(tmp_path):
         assert result.returncode == 1 and (f"bench --out {out}: another `tripod bench` is writing its results into "
                                            "this folder") in result.stderr, result.stderr
         assert sorted(p.name for p in out.iterdir()) == ["bench.json"] and (out / "bench.json").read_text() == "{}"
+
+
+def test_a_failed_steps_section_is_empty_not_an_earlier_suites(tmp_path):
+    # The summary read comm.json and layouts.json whatever their age: a rerun into the same --out
+    # whose sweeps failed printed the previous suite's bandwidth and MFU as its own.
+    require_tripod()
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "comm.json").write_text(json.dumps({"results": [{"collective": "all_reduce", "busbw": 999.0,
+                                                            "size": 1048576, "on_cpu": 1.0}]}))
+    (out / "layouts.json").write_text(json.dumps({"layouts": [{"layout": "STALE-dp2", "mfu": 0.5,
+                                                               "tokens_per_second": 12345}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "PMIX_"))}
+    result = subprocess.run([str(TRIPOD), "bench", "--quick", "--out", str(out), "--mpirun", "/bin/false"],
+                            capture_output=True, text=True, timeout=300, env={**env, "BENCHMARK_FILTER": "none_such"})
+    assert result.returncode == 1 and "3 benchmark step(s) failed" in result.stderr, result.stdout + result.stderr
+    assert "999.00" not in result.stdout and "STALE" not in result.stdout, result.stdout
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["comm"] == {} and bench["layouts"] == {} and bench["pipeline"] == {}
+    assert not (out / "comm.json").exists() and not (out / "layouts.json").exists()

@@ -95,6 +95,12 @@ def test_bench_overlap_reports_each_mechanism(tmp_path):
     assert set(gathers) == {"zero3_on_use", "zero3_prefetch", "zero3_prefetch_progress"}
     assert all(0 < gathers[row] < calls[row] for row in gathers), (gathers, calls)
     assert "gathers = of those calls" in result.stdout
+    # A bucket closes once it holds --bucket-mb (1 MiB by default): the header said "<=" of buckets
+    # that hold more; it names the largest now.
+    header = result.stdout.split("tripod bench overlap: ")[1].split("\n")[0]
+    buckets = int(header.split(" buckets (")[0].split()[-1])
+    largest = float(header.split("the largest ")[1].split(" MiB")[0])
+    assert "closed at >= 1.00 MiB" in header and buckets >= 2 and largest >= 1.0, header
     assert "with the progress thread:" in result.stdout  # ZeRO-3's prefetch with the thread advancing it
     assert set(report["hidden_in_calls_by_mechanism"]) == set(report["hidden_by_mechanism"])
     assert 0 < report["last_bucket_share"] < 1
@@ -145,6 +151,34 @@ def test_bare_reduction_comparison_prints_each_size():
     assert all(len(row) == 5 and float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
 
 
+@pytest.mark.parametrize("program", ["tripod_bare_nonblocking_reductions", "tripod_bare_mpi_allreduce"])
+@pytest.mark.parametrize("args, message", [
+    (["-b", "8K", "-e", "32K", "-f"], "-f needs a value"),  # was ignored, and the default factor ran
+    (["-b", "8X"], "-b 8X: not a size"),                     # was 8 bytes
+    (["-b", "2", "-e", "8"], "-b must be at least"),         # a 0-float reduction
+    (["-b", "64K", "-e", "8K"], "-e must be at least -b"),   # no row, exit 0
+    (["-b", "8K", "-e", "8K", "-f", "two"], "-f two: not a whole number"),
+    (["-q", "1"], "unknown flag -q"),
+])
+def test_the_bare_baselines_refuse_a_bad_command_line(program, args, message):
+    require_tripod()
+    result = subprocess.run([MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "60", "-np", "2",
+                             str(BUILD_DIR / "microbench" / program), *args],
+                            capture_output=True, text=True, timeout=90, env=MPI_ENV)
+    assert result.returncode != 0 and f"{program}: {message}" in result.stderr, result.stdout + result.stderr
+
+
+def test_the_bare_comparison_prints_the_bytes_it_reduced():
+    # 3 ranks cannot split 8 KiB into whole floats per rank: 8184 bytes are reduced, and printed.
+    require_tripod()
+    result = subprocess.run([MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader", "--timeout", "60", "-np", "3",
+                             str(BUILD_DIR / "microbench" / "tripod_bare_nonblocking_reductions"), "-b", "8K", "-e",
+                             "8K", "-r", "1"], capture_output=True, text=True, timeout=90, env=MPI_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert [int(row[0]) for row in rows] == [8184]
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", "--config", "tiny", "--mpi-progress-us", "-5"], "--mpi-progress-us: -5 is negative"),
     (["train", "--config", "tiny", "--zero", "3", "--zero3-prefetch", "-1"], "--zero3-prefetch"),
@@ -156,3 +190,13 @@ def test_bad_settings_fail_clearly(args, message):
     result = mpirun(2, *args)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_bench_overlap_on_one_rank_is_refused(tmp_path):
+    # Nothing is communicated on one rank: its "hidden" shares read 100 % (and -65 %), exit 0.
+    result = mpirun(1, "bench", "overlap", "--config", "tiny", "--batch", "1", "--seq-len", "16", "--vocab", "64",
+                    "--repeats", "1", "--json", tmp_path / "o.json")
+    assert result.returncode != 0
+    assert "bench overlap measures data-parallel communication: run it on 2 or more ranks" in result.stderr, \
+        result.stderr
+    assert not (tmp_path / "o.json").exists()
