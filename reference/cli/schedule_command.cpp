@@ -25,6 +25,10 @@ struct ScheduleOptions {
 void run_schedule(const ScheduleOptions& o) {
   const PipelineSchedule s = make_schedule(parse_schedule_kind(o.schedule), o.stages, o.microbatches, o.virtual_stages);
   const ScheduleStats stats = validate_schedule(s);  // throws naming the first violation
+  // What `tripod train` refuses is refused here too: "valid" was printed for schedules it cannot run.
+  check(o.virtual_stages == 1 || o.stages > 1, "virtual stages (--virtual-stages ", o.virtual_stages,
+        ") need pipeline parallelism (--pp > 1); tripod train refuses them on one stage");
+  check_executable(s);
   std::printf("%s", describe(s).c_str());
   if (o.actions)
     for (std::size_t r = 0; r < s.ranks.size(); ++r) {
@@ -33,7 +37,10 @@ void run_schedule(const ScheduleOptions& o) {
       std::printf("\n");
     }
   std::printf("valid: one forward and one backward per micro-batch and chunk, dependencies respected, every message "
-              "matched, no deadlock\nmicro-batches in flight per rank:");
+              "matched, no deadlock, runnable by tripod train\n");
+  // With v chunks a rank holds chunks' activations, each 1/v of its layers': counted as chunks.
+  if (o.virtual_stages == 1) std::printf("micro-batches in flight per rank:");
+  else std::printf("micro-batch chunks in flight per rank (each 1/%d of the rank's layers):", o.virtual_stages);
   for (int n : stats.max_in_flight) std::printf(" %d", n);
   std::printf("\nsimulated bubble %.4f (theory %.4f), makespan %d units of one chunk's forward\n",
               stats.bubble_fraction, theoretical_bubble_fraction(s), stats.makespan);

@@ -56,7 +56,7 @@ class Simulation {
       const double reached = t;  // a blocked action is retried later with the clock unchanged
       const bool compute = a.kind == ActionKind::Forward || a.kind == ActionKind::Backward;
       if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) {
-        mailbox_[{a.peer, a.kind == ActionKind::SendActivation ? 0 : 1, a.microbatch, a.chunk}] = t;
+        send(r, a, t);
       } else if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) {
         if (!receive(r, a, t)) break;  // blocks until the message arrives
       } else if (!run_compute(r, a, t)) {
@@ -78,6 +78,19 @@ class Simulation {
         stuck += " rank " + std::to_string(r) + " at " + describe(s_.ranks[ri][next_[ri]]);
     }
     check(stuck.empty(), "schedule ", schedule_kind_name(s_.kind), " deadlocks:", stuck);
+    // A message nobody received: the sender's buffer would never be taken (and the step's data lost).
+    if (!mailbox_.empty()) {
+      const auto& [from, to, kind, mb, chunk] = mailbox_.begin()->first;
+      fail("schedule ", schedule_kind_name(s_.kind), ": ", mailbox_.size(), " message(s) sent and never received, the "
+           "first rank ", from, "'s ", kind == 0 ? "activation" : "gradient", " of micro-batch ", mb, " chunk ", chunk,
+           " to rank ", to);
+    }
+    // 1F1B's memory promise: at most p - rank micro-batches in flight (and never more than m).
+    if (s_.kind == ScheduleKind::OneFOneB)
+      for (int r = 0; r < p_; ++r)
+        check(stats_.max_in_flight[static_cast<std::size_t>(r)] <= std::min(p_ - r, s_.microbatches), "schedule 1f1b: ",
+              "rank ", r, " holds ", stats_.max_in_flight[static_cast<std::size_t>(r)], " micro-batches in flight, more "
+              "than 1F1B's ", std::min(p_ - r, s_.microbatches));
     const double makespan = *std::max_element(clock_.begin(), clock_.end());
     stats_.makespan = static_cast<int>(makespan * s_.virtual_stages + 0.5);
     stats_.bubble_fraction = 1.0 - busy_ / (p_ * makespan);
@@ -85,12 +98,31 @@ class Simulation {
   }
 
  private:
-  // False while the message has not been sent; otherwise rank r's clock moves to its arrival.
+  // The rank a chunk's neighbour lives on: where an activation of `chunk` goes (chunk + 1) and a
+  // gradient comes back from; -1 past either end of the model.
+  int rank_of_chunk(int chunk) const { return chunk < 0 || chunk >= chunks_ ? -1 : chunk % p_; }
+
+  // A message is known by its sender too, and must go to the rank of the chunk that takes it.
+  void send(int r, const PipelineAction& a, double t) {
+    const bool act = a.kind == ActionKind::SendActivation;
+    const int to = rank_of_chunk(act ? a.chunk + 1 : a.chunk - 1);
+    TRIPOD_CHECK(a.peer == to, "schedule: rank ", r, "'s ", describe(a), " goes to rank ", a.peer, ", but chunk ",
+                 act ? a.chunk + 1 : a.chunk - 1, " lives on rank ", to);
+    const bool fresh = mailbox_.emplace(std::make_tuple(r, a.peer, act ? 0 : 1, a.microbatch, a.chunk), t).second;
+    TRIPOD_CHECK(fresh, "schedule: rank ", r, " sends ", describe(a), " twice");
+  }
+
+  // False while the message has not been sent; otherwise rank r's clock moves to its arrival and the
+  // message is taken (a second receive of it waits for a message that never comes: a deadlock).
   bool receive(int r, const PipelineAction& a, double& t) {
     const bool act = a.kind == ActionKind::RecvActivation;
-    auto it = mailbox_.find({r, act ? 0 : 1, a.microbatch, act ? a.chunk - 1 : a.chunk + 1});
+    const int sending_chunk = act ? a.chunk - 1 : a.chunk + 1;
+    TRIPOD_CHECK(a.peer == rank_of_chunk(sending_chunk), "schedule: rank ", r, "'s ", describe(a), " waits on rank ",
+                 a.peer, ", but chunk ", sending_chunk, " lives on rank ", rank_of_chunk(sending_chunk));
+    auto it = mailbox_.find({a.peer, r, act ? 0 : 1, a.microbatch, sending_chunk});
     if (it == mailbox_.end()) return false;
     t = std::max(t, it->second);
+    mailbox_.erase(it);
     return true;
   }
 
@@ -123,7 +155,8 @@ class Simulation {
   const int p_, chunks_;
   const double unit_;
   std::map<Key, double> done_;                                // finish time of each compute
-  std::map<std::tuple<int, int, int, int>, double> mailbox_;  // (to, kind, mb, chunk) -> arrival
+  // (from, to, kind: 0 activation 1 gradient, mb, sending chunk) -> arrival; a receive takes its message
+  std::map<std::tuple<int, int, int, int, int>, double> mailbox_;
   ScheduleStats stats_;
   std::vector<std::size_t> next_;
   std::vector<double> clock_;

@@ -137,3 +137,25 @@ def test_schedule_command_prints_checks_and_draws(tmp_path):
     bad = subprocess.run([str(TRIPOD), "schedule", "--pp", "4", "--microbatches", "6", "--schedule", "interleaved",
                           "--virtual-stages", "2"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "multiple of the pipeline stages" in bad.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pp", "2", "--microbatches", "8200"], "8200 micro-batches x 2 chunks need 32800 message tags"),
+    (["--pp", "1", "--microbatches", "2", "--schedule", "interleaved", "--virtual-stages", "2"],
+     "virtual stages (--virtual-stages 2) need pipeline parallelism (--pp > 1)"),
+])
+def test_schedule_refuses_what_train_refuses(args, message):
+    # Both were "valid" here while `tripod train` refused them.
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "schedule", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and message in result.stderr, result.stdout + result.stderr
+
+
+def test_interleaved_in_flight_counts_are_chunks():
+    # 2 micro-batches on 2 stages of 4 chunks: 8 and 7 activations in flight, each a quarter of a
+    # rank's layers; "micro-batches in flight: 8 7" read as more micro-batches than the step has.
+    require_tripod()
+    result = subprocess.run([str(TRIPOD), "schedule", "--pp", "2", "--microbatches", "2", "--schedule", "interleaved",
+                             "--virtual-stages", "4"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "micro-batch chunks in flight per rank (each 1/4 of the rank's layers): 8 7" in result.stdout

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "backend/backend_factory.h"
 #include "backend/check/backend_check.h"
@@ -86,6 +87,48 @@ TEST(BackendCheck, AnOutputMarkedNotComparableIsLeftOutAndTheRestCompared) {
   };
   EXPECT_TRUE(backend_check::check_backend(*emulated, *cpu, {marked_case(0)}).at(0).pass);
   EXPECT_FALSE(backend_check::check_backend(*emulated, *cpu, {marked_case(1e-9)}).at(0).pass);
+}
+
+// The row reports the output nearest its own bound, with that bound. The case dtype's bound was
+// printed beside the largest relative error of any output: an fp32 case whose bf16 operand (bound
+// 2^-8) was off by 3e-3 read "3e-3, bound 1e-5, PASS", and a failing fp32 loss beside a bf16
+// gradient within its bound was reported as the gradient.
+TEST(BackendCheck, TheRowNamesTheOutputNearestItsBoundWithThatBound) {
+  auto cpu = make_backend("cpu"), emulated = make_backend("emulated");
+  auto run = [&](const OpCase& c) { return backend_check::check_backend(*emulated, *cpu, {c}).at(0); };
+  auto two_outputs = [](double operand_error, double loss_error) {
+    return OpCase{"two", DType::F32, "2", [=](Backend& be) {
+                    const bool tested = be.name().find("emulated") != std::string::npos;
+                    return std::vector<Output>{{"operand", DType::BF16, {1.0, tested ? 1.0 + operand_error : 1.0}},
+                                               {"loss", DType::F32, {2.0, tested ? 2.0 + loss_error : 2.0}}};
+                  }};
+  };
+  auto r = run(two_outputs(3e-3, 0));  // within bf16's 2^-8
+  EXPECT_TRUE(r.pass);
+  EXPECT_EQ(r.worst_output, "operand");
+  EXPECT_DOUBLE_EQ(r.bound, 1.0 / 256);
+  EXPECT_NEAR(r.max_rel, 3e-3, 1e-12);
+  r = run(two_outputs(3e-3, 1e-3));  // the loss, 5e-4 relative, is 50 times fp32's bound
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.worst_output, "loss");
+  EXPECT_DOUBLE_EQ(r.bound, 1e-5);
+  EXPECT_NEAR(r.max_rel, 5e-4, 1e-12);
+  EXPECT_NEAR(r.error_over_bound, 50, 1e-6);
+}
+
+// Any exception fails its case and the next cases still run (only tripod::Error was caught: a
+// std::out_of_range ended the whole check without its --json).
+TEST(BackendCheck, AnyExceptionFailsItsCaseOnly) {
+  auto cpu = make_backend("cpu"), emulated = make_backend("emulated");
+  const OpCase throws{"throws", DType::F64, "1", [](Backend& be) -> std::vector<Output> {
+                        if (be.name().find("emulated") != std::string::npos) throw std::out_of_range("index 9");
+                        return {};
+                      }};
+  const auto results = backend_check::check_backend(*emulated, *cpu, {throws, offset_case(0)});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_FALSE(results[0].pass);
+  EXPECT_EQ(results[0].error, "index 9");
+  EXPECT_TRUE(results[1].pass);
 }
 
 }  // namespace

@@ -95,5 +95,47 @@ TEST(PipelineSchedule, ADeadlockIsFound) {
   EXPECT_THROW(validate_schedule(s), Error);
 }
 
+std::string validation_error(const PipelineSchedule& s) {
+  return error_of([&] { validate_schedule(s); });
+}
+
+bool names(const PipelineSchedule& s, const std::string& text) {
+  return validation_error(s).find(text) != std::string::npos;
+}
+
+// The simulator's "every message matched" and "in-flight bound", which it stated and did not check:
+// messages were known without their sender, a receive left its message for another, a message
+// nobody received went unnoticed and 1F1B's bound was only measured.
+TEST(PipelineSchedule, MessagesAndTheInFlightBoundAreChecked) {
+  const auto first = [](std::vector<PipelineAction>& actions, ActionKind kind) {
+    return std::find_if(actions.begin(), actions.end(), [kind](const PipelineAction& a) { return a.kind == kind; });
+  };
+  PipelineSchedule unreceived = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  PipelineAction extra = *first(unreceived.ranks[0], ActionKind::SendActivation);
+  extra.microbatch = 7;
+  unreceived.ranks[0].push_back(extra);
+  EXPECT_TRUE(names(unreceived, "1 message(s) sent and never received, the first rank 0's activation of micro-batch "
+                                "7 chunk 0 to rank 1")) << validation_error(unreceived);
+
+  PipelineSchedule wrong_peer = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  first(wrong_peer.ranks[1], ActionKind::RecvActivation)->peer = 1;
+  EXPECT_TRUE(names(wrong_peer, "waits on rank 1, but chunk 0 lives on rank 0")) << validation_error(wrong_peer);
+
+  PipelineSchedule wrong_destination = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  first(wrong_destination.ranks[0], ActionKind::SendActivation)->peer = 0;
+  EXPECT_TRUE(names(wrong_destination, "goes to rank 0, but chunk 1 lives on rank 1"))
+      << validation_error(wrong_destination);
+
+  PipelineSchedule twice = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  const auto receive = first(twice.ranks[1], ActionKind::RecvActivation);
+  twice.ranks[1].insert(receive + 1, *receive);  // the second waits for a message already taken
+  EXPECT_TRUE(names(twice, "deadlocks")) << validation_error(twice);
+
+  PipelineSchedule afab_as_1f1b = make_schedule(ScheduleKind::AllForwardAllBackward, 2, 4);
+  afab_as_1f1b.kind = ScheduleKind::OneFOneB;
+  EXPECT_TRUE(names(afab_as_1f1b, "rank 0 holds 4 micro-batches in flight, more than 1F1B's 2"))
+      << validation_error(afab_as_1f1b);
+}
+
 }  // namespace
 }  // namespace tripod

@@ -64,6 +64,7 @@ namespace {
 void compare(const std::vector<Output>& got, const std::vector<Output>& ref, OpResult& r) {
   check(got.size() == ref.size(), r.op, ": the backends returned ", got.size(), " and ", ref.size(), " outputs");
   r.max_rel = 0;
+  bool chosen = false;  // an output is reported yet
   for (std::size_t i = 0; i < ref.size(); ++i) {
     if (got[i].not_comparable || ref[i].not_comparable) continue;
     const std::vector<double>& a = got[i].values;
@@ -79,15 +80,21 @@ void compare(const std::vector<Output>& got, const std::vector<Output>& ref, OpR
       const double d = same ? 0.0 : (std::isfinite(a[k]) && std::isfinite(b[k]) ? std::fabs(a[k] - b[k]) : INFINITY);
       worst = std::max(worst, d);
     }
-    const double bound = (ref[i].bound > 0 ? ref[i].bound : output_bound(ref[i].dtype)) * (scale > 0 ? scale : 1.0);
+    const double relative_bound = ref[i].bound > 0 ? ref[i].bound : output_bound(ref[i].dtype);
+    const double bound = relative_bound * (scale > 0 ? scale : 1.0);
     const double rel = worst / (scale > 0 ? scale : 1.0);
-    r.max_abs = std::max(r.max_abs, worst);
-    if (rel >= r.max_rel) {
+    const double ratio = bound > 0 ? worst / bound : (worst > 0 ? INFINITY : 0.0);
+    // The row is the output nearest its bound, with that output's bound: the case dtype's bound beside
+    // the largest relative error printed 3e-3 against 1e-5 as PASS (a bf16 operand of an fp32 case)
+    // and named a bf16 gradient within its bound where an fp32 loss failed.
+    if (!chosen || ratio > r.error_over_bound || (ratio == r.error_over_bound && rel > r.max_rel)) {
+      chosen = true;
+      r.error_over_bound = ratio;
       r.max_rel = rel;
+      r.max_abs = worst;
+      r.bound = relative_bound;
       r.worst_output = ref[i].name;
     }
-    const double ratio = bound > 0 ? worst / bound : (worst > 0 ? INFINITY : 0.0);
-    r.error_over_bound = std::max(r.error_over_bound, ratio);
     if (!(worst <= bound)) r.pass = false;
   }
 }
@@ -107,7 +114,7 @@ std::vector<OpResult> check_backend(Backend& tested, Backend& reference, const s
       const std::vector<Output> ref = c.run(reference);
       const std::vector<Output> got = c.run(tested);
       compare(got, ref, r);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // any exception fails the case, not the whole check
       r.pass = false;
       r.bit_identical = false;
       r.error = e.what();

@@ -40,8 +40,10 @@ struct OpCase {
 struct OpResult {
   std::string op, shape, worst_output;
   DType dtype;
-  double max_abs = 0, max_rel = 0, bound = 0;  // max_rel: over the output's largest |reference| element
-  double error_over_bound = 0;                 // the worst output's error / its bound: <= 1 passes
+  // Of the output nearest its bound (`worst_output`): its largest error, that error over the output's
+  // largest |reference| element, and its relative bound.
+  double max_abs = 0, max_rel = 0, bound = 0;
+  double error_over_bound = 0;  // the worst output's error / its bound: <= 1 passes
   bool bit_identical = true, pass = true;
   std::string error;  // an exception from either backend (the case fails)
 };
