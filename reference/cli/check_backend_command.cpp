@@ -56,7 +56,10 @@ void run_check(const CheckOptions& o) {
     only_text += part;
     only_text += "'";
   }
-  check(!cases.empty(), "--only ", only_text, " matches no operation");
+  std::string dtype_text;
+  for (const DType t : dtypes) dtype_text += (dtype_text.empty() ? "" : ", ") + dtype_name(t);
+  // adamw exists in the fp32 and fp64 groups, not bf16's: "matches no operation" sent users looking.
+  TRIPOD_CHECK(!cases.empty(), "--only ", only_text, " matches no operation of the --dtype group(s) ", dtype_text);
   const auto tested = make_backend(o.backend);
   const auto reference = make_backend(o.against);
   std::printf("tripod check-backend: %s against %s, %zu cases\n", tested->name().c_str(), reference->name().c_str(),

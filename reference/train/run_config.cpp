@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "core/bounded_json.h"
 #include "core/error.h"
@@ -70,6 +71,12 @@ void merge_checked(json& base, const json& update, const std::string& where, con
     } else {
       check(same_kind(target, it.value()), origin, ": config key '", key, "' should be ", kind_in_words(target),
             ", got ", kind_in_words(it.value()), " (", it.value().dump(), ")");
+      // Integers past int64 are read as unsigned and wrapped when taken as int64: train.steps
+      // 2^63 said "must be >= 1", n_layer 2^64-1 "-1 layers". train.seed alone is unsigned.
+      TRIPOD_CHECK(!it.value().is_number_unsigned() ||
+                       it.value().get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+                       key == "train.seed",
+                   origin, ": config key '", key, "' is ", it.value().dump(), ", past the largest integer (2^63 - 1)");
       target = it.value().is_number_integer() && target.is_number_float() ? json(it.value().get<double>())
                                                                           : it.value();
     }
@@ -108,7 +115,11 @@ ModelConfig parse_model_section(const json& m) {
   model.context = m.at("context");
   model.tie_embeddings = m.at("tie_embeddings");
   model.layernorm_eps = m.at("layernorm_eps");
-  if (model.vocab_size != 0) model.validate();  // 0: resolved from the data, validated then
+  // vocab_size 0 is resolved from the data and validated then; the other keys are checked now, with a
+  // stand-in vocabulary (skipped, n_head 0 surfaced as "tensor parallel size 1 exceeds model.n_head").
+  ModelConfig checked = model;
+  if (checked.vocab_size == 0) checked.vocab_size = 2;
+  checked.validate();
   return model;
 }
 
@@ -161,7 +172,9 @@ TrainSettings parse_train_section(const json& t, int64_t context) {
   // Token counts (batch x sequence, and their products with d_model) must not overflow int64.
   check(train.batch_size <= (int64_t{1} << 40) / train.seq_len, "train.batch_size x train.seq_len (", train.batch_size,
         " x ", train.seq_len, ") is more than 2^40 tokens a step");
-  check(train.micro_batches >= 1, "train.micro_batches must be >= 1 (got ", train.micro_batches, ")");
+  // Bounded here, before any int takes it: 4294967298 passed as 2 micro-batches of a 2^32 batch.
+  check(train.micro_batches >= 1 && train.micro_batches <= 1 << 20, "train.micro_batches must be in [1, 2^20] (got ",
+        train.micro_batches, ")");
   check(train.batch_size % train.micro_batches == 0, "train.micro_batches (", train.micro_batches,
         ") must divide train.batch_size (", train.batch_size, ")");
   check(train.steps >= 1, "train.steps must be >= 1");

@@ -126,6 +126,9 @@ def test_check_backend_only_takes_several_names():
     assert ops == {"layernorm_forward/backward", "layernorm_operand", "adamw", "adamw_runs"}, result.stdout
     result = run([TRIPOD, "check-backend", "--only", "no-such-op", "nor-this"])
     assert result.returncode == 1 and "--only 'no-such-op', 'nor-this' matches no operation" in result.stderr
+    # adamw exists, in the fp32 and fp64 groups: the message says which groups were searched
+    result = run([TRIPOD, "check-backend", "--dtype", "bf16", "--only", "adamw"])
+    assert result.returncode == 1 and "--only 'adamw' matches no operation of the --dtype group(s) bf16" in result.stderr
 
 
 def test_check_backend_runs_the_bf16_cases_as_a_group_of_their_own():

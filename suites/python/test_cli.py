@@ -558,6 +558,22 @@ def test_heads_not_dividing_d_model(corpus):
                  contains="does not divide")
 
 
+@pytest.mark.parametrize("setting, message", [
+    # integers past int64 were wrapped: "must be >= 1" for 2^63, "only -1 layers" for 2^64 - 1
+    ("train.steps=9223372036854775808", "config key 'train.steps' is 9223372036854775808, past the largest integer"),
+    ("model.n_layer=18446744073709551615", "config key 'model.n_layer' is 18446744073709551615, past the largest"),
+    # 2^32 + 2 micro-batches of a 2^32 + 2 batch passed as 2, then ran out of memory (internal error)
+    ("train.micro_batches=4294967298", "train.micro_batches must be in [1, 2^20] (got 4294967298)"),
+    # with the presets' vocab_size 0 (from the data) the model was not checked until the layout was:
+    # "tensor parallel size 1 exceeds model.n_head = 0" on one process
+    ("model.n_head=0", "model.n_head must be >= 1 (got 0)"),
+    ("model.n_layer=0", "model.n_layer must be >= 1 (got 0)"),
+])
+def test_config_values_are_checked_as_given(setting, message):
+    expect_error("train", "--config", "tiny", "--set", "train.batch_size=4294967298", "--set", setting,
+                 contains=message)
+
+
 def test_context_shorter_than_sequence(corpus):
     expect_error("train", "--config", "tiny", "--set", "model.context=8", contains="model.context")
 
