@@ -1,5 +1,6 @@
 #include "ckpt/manifest.h"
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -45,16 +46,18 @@ json body_json(const Manifest& m) {
                {"seq_len", m.data.seq_len}};
   if (!m.data.train_tokens_xxh64.empty()) data["train_tokens_xxh64"] = m.data.train_tokens_xxh64;
   if (m.data.tokens_trained >= 0) data["tokens_trained"] = m.data.tokens_trained;
-  return {{"format", kCheckpointFormat},
-          {"version", m.version},
-          {"step", m.step},
-          {"dtype", dtype_name(m.dtype)},
-          {"config", m.config},
-          {"layout", m.layout},
-          {"world_size", m.world_size},
-          {"data", data},
-          {"tensors", tensors},
-          {"files", files}};
+  json body = {{"format", kCheckpointFormat},
+               {"version", m.version},
+               {"step", m.step},
+               {"dtype", dtype_name(m.dtype)},
+               {"config", m.config},
+               {"layout", m.layout},
+               {"world_size", m.world_size},
+               {"data", data},
+               {"tensors", tensors},
+               {"files", files}};
+  if (!m.recent_losses.empty()) body["anomaly"] = {{"recent_losses", m.recent_losses}};
+  return body;
 }
 
 // Typed field access that names the manifest and the field on any mismatch.
@@ -185,6 +188,17 @@ Manifest parse_manifest(std::string_view text, const std::string& origin) {
     check(m.data.train_tokens_xxh64.size() == 16 &&
               m.data.train_tokens_xxh64.find_first_not_of("0123456789abcdef") == std::string::npos,
           origin, ": data.train_tokens_xxh64 is not 16 hex digits");
+  }
+
+  if (j.contains("anomaly")) {
+    const json& losses = Fields(top.at("anomaly"), "anomaly", origin).at("recent_losses");
+    check(losses.is_array() && losses.size() <= (std::size_t{1} << 20), origin,
+          ": anomaly.recent_losses is not a list of at most 2^20 losses");
+    for (const json& loss : losses) {
+      TRIPOD_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), origin, ": anomaly.recent_losses holds ",
+                   loss.dump(), ", not a finite loss");
+      m.recent_losses.push_back(loss.get<double>());
+    }
   }
 
   const json& tensors = top.at("tensors");

@@ -71,6 +71,9 @@ struct Manifest {
   std::string layout;     // "single process" or the parallel layout's description
   int world_size = 1;
   DataPosition data;
+  // The anomaly guard's window of accepted losses (train/step_guard.h), oldest first, so that spike
+  // detection goes on across a resume; empty where not recorded (before 2026-12-08) or not kept.
+  std::vector<double> recent_losses;
   std::map<std::string, Shape> tensors;  // logical shapes
   std::vector<ShardFile> files;
 };

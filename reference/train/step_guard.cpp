@@ -64,6 +64,11 @@ StepJudgement StepGuard::judge(double loss, double grad_norm) {
   return anomaly(why.str());
 }
 
+void StepGuard::restore(const std::vector<double>& losses) {
+  const std::size_t keep = std::min(losses.size(), static_cast<std::size_t>(settings_.spike_window));
+  window_.assign(losses.end() - static_cast<std::ptrdiff_t>(keep), losses.end());
+}
+
 StepJudgement StepGuard::judge_applied_update(const std::string& why) {
   // An applied update cannot be skipped: only a rollback undoes it.
   if (settings_.policy != AnomalyPolicy::Rollback) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,11 @@ class StepGuard {
   StepJudgement judge_applied_update(const std::string& why);
 
   int64_t anomalies() const { return anomalies_; }
+  // The window of accepted losses, oldest first, for a checkpoint; restore() takes it back (its
+  // newest spike_window), so that a resumed or rolled-back run judges spikes from its first step
+  // (the window had to fill again, spike_window steps without detection after every resume).
+  std::vector<double> recent_losses() const { return {window_.begin(), window_.end()}; }
+  void restore(const std::vector<double>& losses);
   const AnomalySettings& settings() const { return settings_; }
 
  private:

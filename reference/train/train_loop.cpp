@@ -374,6 +374,7 @@ class TrainingRun {
     if (!loaded) return;
     next_sample_ = loaded->manifest.data.next_sample;
     tokens_trained_ = tokens_trained_at(loaded->manifest);
+    guard_.restore(loaded->manifest.recent_losses);
     resumed_from_ = loaded->dir.string();
   }
 
@@ -411,6 +412,7 @@ class TrainingRun {
     const ckpt::Manifest& m = loaded.manifest;
     next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
     tokens_trained_ = tokens_trained_at(m);
+    guard_.restore(m.recent_losses);  // the accepted losses of the state gone back to
     if (root_) {
       std::printf("  step %lld: %s: rolled back to step %lld (%s); the data continues at sample %lld, skipping "
                   "samples %lld to %lld (anomaly %lld of at most %lld)\n",
@@ -424,7 +426,8 @@ class TrainingRun {
   }
 
   CheckpointMeta checkpoint_meta() const {
-    return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64(), tokens_trained_};
+    return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64(), tokens_trained_,
+            guard_.recent_losses()};
   }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).

@@ -122,6 +122,25 @@ def test_rollback_reloads_the_newest_checkpoint_and_skips_the_bad_batches(corpus
     assert "checkpoint: step 0 saved" in result.stdout  # a checkpoint to go back to from the start
 
 
+def test_spike_detection_goes_on_across_a_resume(corpus, tmp_path):
+    # The guard's window of accepted losses is saved with the checkpoint: it came back empty, and the
+    # first spike_window steps after every resume went unjudged. A resumed run now judges as the
+    # uninterrupted one: step 11 rises 0.3-1 % over the median of steps 9 and 10, a spike at 1.003.
+    guard = ["--set", "train.steps=12", "--set", "anomaly.policy=skip", "--set", "anomaly.spike_factor=1.003",
+             "--set", "anomaly.spike_window=2"]
+    ok(train(corpus, *guard, "--set", f"train.metrics={tmp_path / 'whole.jsonl'}"))
+    whole = [r for r in records(tmp_path / "whole.jsonl") if "loss" in r]
+    assert [r["step"] + 1 for r in whole if r.get("update") == "skipped"] == [11]
+    resumed = ["--save", tmp_path / "ck", "--set", f"train.metrics={tmp_path / 'parts.jsonl'}"]
+    ok(train(corpus, *guard, *resumed, "--exit-after", 10))
+    manifest, _ = read_checkpoint(tmp_path / "ck")
+    assert manifest["anomaly"]["recent_losses"] == [r["loss"] for r in whole[8:10]]
+    result = ok(train(corpus, *guard, *resumed, "--resume", "auto"))
+    assert "step 11: the loss" in result.stdout and "update skipped" in result.stdout, result.stdout
+    parts = [r for r in records(tmp_path / "parts.jsonl") if "loss" in r]
+    assert [(r["loss"], r.get("update")) for r in parts] == [(r["loss"], r.get("update")) for r in whole]
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["sync-save", "async-save"])
 def test_rollback_under_mpirun_agrees_on_every_rank(corpus, tmp_path, background):
     result = rollback_run(corpus, tmp_path, "--dp", 2, "--zero", 3, "--set", f"train.async_save={str(background).lower()}",
