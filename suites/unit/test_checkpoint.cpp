@@ -1,9 +1,11 @@
 // Checkpoints: round trip, exact resume, corruption detection; HF export layout.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "support/error_text.h"
 #include "support/test_backend.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_root.h"
@@ -259,6 +261,34 @@ TEST(CheckpointManifest, TheTrainingTokensDigestIsOptionalAndChecked) {
         }
       },
       Error);
+}
+
+// The tokens trained and the anomaly guard's window go round the manifest; without them (written
+// before 2026-12-08) it still reads, and a window holding what is no finite loss is refused.
+TEST(CheckpointManifest, TokensTrainedAndTheGuardsWindowAreOptionalAndChecked) {
+  ckpt::Manifest m;
+  m.config = nlohmann::json::object();
+  m.layout = "single process";
+  m.data = {0, 1, 8, 16, "", 240};
+  m.recent_losses = {4.25, 4.125};
+  m.tensors["w"] = {4};
+  m.files.push_back({"shard-00000.bin", 0, 64 + 16, "0", {{"w", "param", DType::F32, 0, 4, 4, 1, 64, "0"}}});
+  const ckpt::Manifest read = ckpt::parse_manifest(ckpt::manifest_text(m), "m.json");
+  EXPECT_EQ(read.data.tokens_trained, 240);
+  EXPECT_EQ(read.recent_losses, (std::vector<double>{4.25, 4.125}));
+  ckpt::Manifest older = m;
+  older.data.tokens_trained = -1;
+  older.recent_losses.clear();
+  const std::string older_text = ckpt::manifest_text(older);
+  EXPECT_EQ(older_text.find("tokens_trained"), std::string::npos);
+  EXPECT_EQ(older_text.find("recent_losses"), std::string::npos);
+  EXPECT_EQ(ckpt::parse_manifest(older_text, "m.json").data.tokens_trained, -1);
+  EXPECT_TRUE(ckpt::parse_manifest(older_text, "m.json").recent_losses.empty());
+  ckpt::Manifest bad = m;
+  bad.recent_losses = {4.25, NAN};  // written as null
+  EXPECT_NE(error_of([&] { ckpt::parse_manifest(ckpt::manifest_text(bad), "m.json"); })
+                .find("m.json: anomaly.recent_losses holds null, not a finite loss"),
+            std::string::npos);
 }
 
 // A resume checks the corpus by its tokens where both sides know them: another corpus under the same
