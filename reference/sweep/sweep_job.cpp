@@ -1,5 +1,6 @@
 #include "sweep/sweep_job.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "core/folder_writer_lock.h"
 #include "core/output_file.h"
@@ -130,6 +132,10 @@ void run_sweep_job(const SweepRunOptions& o) {
     const SweepSpec spec = load_sweep_spec(o.spec);
     const fs::path out = o.out.empty() ? fs::path("runs") / ("scale-" + spec.name) : fs::path(o.out);
     check(o.jobs >= 0, "--jobs must be >= 1, or 0 for one per core (got ", o.jobs, ")");
+    // Each run is a child `tripod train --backend B`: a misspelt B failed every run, one after another.
+    const std::vector<std::string> backends = backend_names();
+    check(std::find(backends.begin(), backends.end(), o.backend) != backends.end(), "--backend: unknown backend '",
+          o.backend, "' (this build has: ", backend_names_text(), ")");
     if (o.dry_run) {
       const CorpusInfo corpus = describe_corpus(spec, out);
       const std::vector<PlannedRun> grid = expand_grid(spec, corpus);

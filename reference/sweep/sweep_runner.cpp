@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint_root.h"
 #include "core/error.h"
 #include "core/host_cpus.h"
+#include "core/output_file.h"
 #include "process/child_process.h"
 #include "sweep/run_record.h"
 #include "sweep/sweep_progress.h"
@@ -39,13 +40,7 @@ namespace {
 
 // Written beside and renamed into place, so a reader never sees half a file.
 void write_json_file(const fs::path& path, const json& j, int indent = 2) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(indent) << "\n";
-    TRIPOD_CHECK(out.good(), "cannot write ", tmp.string());
-  }
-  fs::rename(tmp, path);
+  write_output_file(path.string(), j.dump(indent) + "\n", "the sweep's record");
 }
 
 std::optional<json> read_json_file(const fs::path& path) {
@@ -55,9 +50,12 @@ std::optional<json> read_json_file(const fs::path& path) {
   return j.is_discarded() ? std::nullopt : std::optional<json>(j);
 }
 
-void append_line(const fs::path& path, const std::string& line) {
+// False when the line did not reach the file (a full disk): the caller says so.
+bool append_line(const fs::path& path, const std::string& line) {
   std::ofstream out(path, std::ios::app);
   out << line << "\n";
+  out.flush();
+  return out.good();
 }
 
 bool is_final(const json& result) {
@@ -149,6 +147,7 @@ void check_same_corpus(const SweepSpec& spec, const fs::path& out, const CorpusI
 std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::vector<PlannedRun>& grid,
                                             const fs::path& out, int& already_finished) {
   std::deque<const PlannedRun*> pending;
+  std::vector<std::pair<const PlannedRun*, json>> finished;  // recounted after every check passed
   // Records finished before the held-out windows took one fixed order measured their eval loss on
   // windows chosen by the run's seed; the runs still to train would use the fixed order, and the fit
   // would mix the two. A finished old sweep (nothing left to train) is consistent and stays as it is.
@@ -158,40 +157,40 @@ std::deque<const PlannedRun*> runs_to_train(const SweepSpec& spec, const std::ve
     check_same_config(spec, run, paths);
     const std::optional<json> result = read_json_file(paths.result);
     old_windows += result && is_final(*result) && !result->contains("held_out_order");
-    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config)) {
-      ++already_finished;
-      json recounted = *result;
-      recounted.update(counting_fields(spec, run));
-      if (recounted != *result) {
-        write_json_file(paths.result, recounted);
-        std::printf("tripod scale: %s: its record recounted under the spec's conventions (param_count %s, flops %s: "
-                    "N %s, C %s); the run itself is the same\n",
-                    run.name.c_str(), recounted["param_count"].get<std::string>().c_str(),
-                    recounted["flops_convention"].get<std::string>().c_str(), recounted["N"].dump().c_str(),
-                    recounted["C"].dump().c_str());
-      }
-    } else {
+    if (result && is_final(*result) && result->value("config_hash", "") == config_hash(run.config))
+      finished.emplace_back(&run, *result);
+    else
       pending.push_back(&run);
-    }
   }
   TRIPOD_CHECK(old_windows == 0 || pending.empty(), spec.file.string(), ": ", old_windows, " finished run",
                old_windows == 1 ? "" : "s", " in ", (out / "runs").string(), " measured the eval loss on held-out windows ",
                "chosen by train.seed (a Tripod before 2026-12-07), the ", pending.size(), " still to train would use ",
                "one fixed order, and the fit would mix the two: delete ", (out / "runs").string(),
                " to train the sweep again, or give another --out");
+  // Only now, every check passed, are records rewritten: a refusal leaves the folder as it was.
+  for (const auto& [run, result] : finished) {
+    ++already_finished;
+    json recounted = result;
+    recounted.update(counting_fields(spec, *run));
+    if (recounted == result) continue;
+    write_json_file(run_paths(out, run->name).result, recounted);
+    std::printf("tripod scale: %s: its record recounted under the spec's conventions (param_count %s, flops %s: "
+                "N %s, C %s); the run itself is the same\n",
+                run->name.c_str(), recounted["param_count"].get<std::string>().c_str(),
+                recounted["flops_convention"].get<std::string>().c_str(), recounted["N"].dump().c_str(),
+                recounted["C"].dump().c_str());
+  }
   std::stable_sort(pending.begin(), pending.end(), [](const PlannedRun* a, const PlannedRun* b) { return a->budget > b->budget; });
   return pending;
 }
 
 // runs.jsonl in grid order, one record per run with a result (redone runs appear once).
 void rewrite_runs_jsonl(const fs::path& out, const std::vector<PlannedRun>& grid) {
-  const fs::path jsonl = out / "runs.jsonl", tmp = out / "runs.jsonl.tmp";
-  {
-    std::ofstream rewrite(tmp);
-    for (const PlannedRun& run : grid)
-      if (const auto result = read_json_file(run_paths(out, run.name).result)) rewrite << result->dump() << "\n";
-  }
-  fs::rename(tmp, jsonl);
+  std::string lines;
+  for (const PlannedRun& run : grid)
+    if (const auto result = read_json_file(run_paths(out, run.name).result)) lines += result->dump() + "\n";
+  write_output_file((out / "runs.jsonl").string(), lines, "the sweep's runs.jsonl (each run's record is in "
+                    "runs/<name>/result.json)");
 }
 
 // The scheduling loop's state: the runs waiting, the children training, and the tallies the
@@ -251,7 +250,10 @@ class Scheduler {
     const RunOutcome result = judge_exit(exit, done.paths, *done.run, seconds);
     const json record = make_record(spec_, *done.run, result);
     write_json_file(done.paths.result, record);
-    append_line(out_ / "runs.jsonl", record.dump());
+    // The file is rewritten whole at the end; a line lost now (a full disk) is said, not silent.
+    if (!append_line(out_ / "runs.jsonl", record.dump()))
+      say(str_cat("tripod scale: warning: ", done.run->name, "'s record did not reach ", (out_ / "runs.jsonl").string(),
+                  " (it is in ", done.paths.result.string(), "; runs.jsonl is rewritten when the sweep ends)"));
     ++finished_;
     if (result.status == RunStatus::Ok) ++outcome_.ok;
     if (result.status == RunStatus::Diverged) ++outcome_.diverged;
@@ -352,11 +354,12 @@ SweepOutcome run_sweep(const SweepSpec& spec, const CorpusInfo& corpus, const st
   std::map<std::string, std::string> child_env = {{"OMP_NUM_THREADS", std::to_string(threads)},
                                                   {"OPENBLAS_NUM_THREADS", std::to_string(threads)}};
   check_same_corpus(spec, out, corpus, grid);
-  write_manifest(out, spec, corpus, grid);
-
   SweepOutcome outcome;
   outcome.runs = static_cast<int>(grid.size());
+  // Before sweep.json is written: a spec refused for its finished runs left sweep.json describing
+  // the refused spec's grid, which `scale fit` then read beside the old runs.
   std::deque<const PlannedRun*> pending = runs_to_train(spec, grid, out, outcome.already_finished);
+  write_manifest(out, spec, corpus, grid);
   std::printf("tripod scale: %d runs, %d already finished, %zu to train; %d at a time, %d thread%s each -> %s\n",
               outcome.runs, outcome.already_finished, pending.size(), jobs, threads, threads == 1 ? "" : "s", out.c_str());
   if (pending.empty()) std::printf("tripod scale: nothing to train (delete runs/<name>/result.json to redo a run)\n");

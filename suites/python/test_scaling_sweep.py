@@ -425,3 +425,32 @@ def test_a_sweep_does_not_mix_eval_losses_over_two_orders_of_held_out_windows(tr
     second.unlink()  # one run left to train beside the old record
     result = run([tripod, "scale", "run", spec_path, "--out", str(out), "--progress-every", "0"], check=False)
     assert result.returncode == 1 and "would mix the two" in result.stderr, result.stdout + result.stderr
+
+
+def test_a_refused_spec_change_leaves_the_sweep_as_it_was(tripod, tmp_path):
+    # sweep.json was rewritten with the refused spec's grid (what `scale fit` reads), and a finished
+    # run's record recounted under its conventions, before another run's changed config was refused.
+    # (FLOPs counted by the model: the parameter count's convention changes no run's training)
+    spec = small_spec(budgets=[4e9], conventions={"param_count": "total", "flops": "6N+attention"},
+                      models={"shapes": [one_shape(), {**one_shape(), "n_layer": 2}]})
+    out = tmp_path / "out"
+    run([tripod, "scale", "run", write_spec(tmp_path / "spec.json", spec), "--out", str(out), "--progress-every", "0"])
+    before = {p: p.read_bytes() for p in [out / "sweep.json", *out.glob("runs/*/result.json")]}
+    second = sorted(p.parent.name for p in out.glob("runs/*/result.json"))[1]
+    spec["conventions"]["param_count"] = "non_embedding"
+    spec["overrides"] = [{"runs": second, "set": {"optim.lr": 0.03}}]
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "changed.json", spec), "--out", str(out),
+                  "--progress-every", "0"], check=False)
+    assert result.returncode == 1 and second in result.stderr, result.stdout + result.stderr
+    assert "recounted" not in result.stdout
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_an_unknown_backend_is_refused_before_the_grid(tripod, tmp_path):
+    # Each run was a child `tripod train --backend nosuch`: every one failed in turn.
+    spec = small_spec(budgets=[4e9], models={"shapes": [one_shape()]})
+    result = run([tripod, "scale", "run", write_spec(tmp_path / "spec.json", spec), "--out", str(tmp_path / "out"),
+                  "--backend", "nosuch"], check=False)
+    assert result.returncode == 1 and "--backend: unknown backend 'nosuch' (this build has: " in result.stderr, \
+        result.stderr
+    assert not (tmp_path / "out").exists()
