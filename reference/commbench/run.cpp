@@ -91,11 +91,14 @@ void measure(CollectiveBench& bench, const CollectiveCall& call, const CommBench
   bench.fill(call, outcome.seed);  // the timed calls move real numbers, not the -1 sentinels
   for (int i = 0; i < plan.settings.warmup_iters; ++i) bench.run(call);
   world.barrier();
-  const double cpu_start = process_cpu_seconds();
+  // The CPU clock read inside the wall clock's interval, so that the share is at most 1 (but for the
+  // two clocks' rounding, clamped).
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_seconds();
   for (int i = 0; i < plan.settings.iters; ++i) bench.run(call);
+  const double cpu_seconds = thread_cpu_seconds() - cpu_start;
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double local_on_cpu = local > 0 ? (process_cpu_seconds() - cpu_start) / local : 1;
+  const double local_on_cpu = local > 0 ? std::min(1.0, cpu_seconds / local) : 1;
   const double seconds = across_ranks(local / plan.settings.iters, plan.average, world);
   const Bandwidth bw = collective_bandwidth(plan.collective, bench.counts().bytes, seconds, group_size);
 

@@ -16,9 +16,9 @@ int available_cores() {
   return online > 0 ? static_cast<int>(online) : 1;
 }
 
-double process_cpu_seconds() {
+double thread_cpu_seconds() {
   timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 

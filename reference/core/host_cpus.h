@@ -9,11 +9,11 @@ namespace tripod {
 
 int available_cores();
 
-// CPU seconds this process's threads have run so far (CLOCK_PROCESS_CPUTIME_ID). Over a timed
-// region, CPU time / wall time is the share of it the process was on a CPU: about 1 for one
-// thread that busy-waits (an MPI rank in a collective), less where the scheduler gave its core to
-// another process.
-double process_cpu_seconds();
+// CPU seconds the calling thread has run so far (CLOCK_THREAD_CPUTIME_ID). Over a timed region,
+// CPU time / wall time is the share of it the thread was on a CPU: about 1 for a thread that
+// busy-waits (an MPI rank in a collective), less where the scheduler gave its core to another
+// process. The process's time counted its other threads too (OpenMP's, MPI's) and read above 1.
+double thread_cpu_seconds();
 // Below this share of a CPU over a timed region, a busy-waiting process was held off its core by
 // other processes: `bench comm` warns, and the bench summaries say "cores shared" (reports/
 // main_summary.py states the same number).

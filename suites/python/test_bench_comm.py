@@ -166,7 +166,9 @@ def test_ranks_sharing_a_core_are_reported_and_the_output_stays_nccl_tests(tmp_p
     free = mpirun(2, "all_reduce", "-b", "1M", "-e", "1M", "-n", "20", "--json", out)
     assert free.returncode == 0, free.stderr
     shares = [r["on_cpu"] for r in json.loads(out.read_text())["results"]]
-    assert all(share > 0 for share in shares), shares
+    # A share of a CPU: the calling thread's CPU time, read inside the timed interval. The process's
+    # time (its other threads too, and read outside the interval) gave 1.002 and 1.003.
+    assert all(0 < share <= 1 for share in shares), shares
     if min(shares) >= 0.9:
         assert "a rank was on a CPU for only" not in free.stderr
 
