@@ -113,7 +113,9 @@ std::string describe_checkpoint(const fs::path& path) {
   uint64_t bytes = 0;
   for (const ShardFile& f : m.files) bytes += f.bytes;
   out << "checkpoint " << dir.string() << "\n"
-      << "  step " << m.step << ", format version " << m.version << ", " << dtype_name(m.dtype) << "\n"
+      << "  step " << m.step
+      << (m.updates == m.step ? "" : " (" + std::to_string(m.updates) + " updates applied, the rest skipped)")
+      << ", format version " << m.version << ", " << dtype_name(m.dtype) << "\n"
       << "  saved by " << m.layout << " (" << m.world_size << (m.world_size == 1 ? " rank" : " ranks") << ")\n"
       << "  data: next sample " << m.data.next_sample << ", seed " << m.data.seed << ", batch " << m.data.batch_size
       << " x " << m.data.seq_len << " tokens"

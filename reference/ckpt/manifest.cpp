@@ -57,6 +57,7 @@ json body_json(const Manifest& m) {
                {"tensors", tensors},
                {"files", files}};
   if (!m.recent_losses.empty()) body["anomaly"] = {{"recent_losses", m.recent_losses}};
+  if (m.updates >= 0 && m.updates != m.step) body["updates"] = m.updates;
   return body;
 }
 
@@ -172,6 +173,7 @@ Manifest parse_manifest(std::string_view text, const std::string& origin) {
   check(actual == recorded, origin, " is damaged: its checksum is ", actual, " but it records ", recorded);
 
   m.step = top.integer("step", 0);
+  m.updates = j.contains("updates") ? top.integer("updates", 0, m.step) : m.step;
   m.dtype = parse_state_dtype(top.text("dtype"), "the manifest", origin);
   m.config = top.at("config");
   check(m.config.is_object(), origin, ": config is not an object");

@@ -66,6 +66,9 @@ struct DataPosition {
 struct Manifest {
   int version = kManifestVersion;
   int64_t step = 0;  // optimizer steps taken; training resumes at this step
+  // Of those, the updates applied (AdamW's bias correction counts them; a skipped step is none).
+  // Written only where it differs from step; -1 read: as many as steps (every step applied).
+  int64_t updates = -1;
   DType dtype = DType::F32;
   nlohmann::json config;  // the resolved run configuration
   std::string layout;     // "single process" or the parallel layout's description

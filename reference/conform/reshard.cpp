@@ -43,7 +43,7 @@ Trajectory run_through_checkpoint(const RunConfig& config, const ReshardRun& run
     // train.steps is the suite's --steps (suite_config), so the checkpoint's step is within it.
     const fs::path dir = replica_root(root, 0) / ckpt::step_dir_name(half);
     resume_from_checkpoint(run.load_group, dir, trainer.state_regions(), backend, loaded_config, /*allow_changes=*/true);
-    trainer.set_step(half);
+    trainer.set_step(half, half);
     seconds += run_conformance_steps(trainer, loaded_config, half, steps, t);
     t.params = trainer.gather_params();
   }

@@ -134,6 +134,7 @@ void publish_manifest(const fs::path& root, const fs::path& staged, const std::v
     m.data = {meta.next_sample, meta.config->train.seed, meta.config->train.batch_size, meta.config->train.seq_len,
               meta.train_tokens_xxh64, meta.tokens_trained};
     m.recent_losses = meta.recent_losses;
+    m.updates = meta.updates;
     for (const std::string& e : entries) {
       const json f = json::parse(e);
       for (const auto& [name, shape] : f.at("tensors").items()) m.tensors[name] = shape.get<Shape>();

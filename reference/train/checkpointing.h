@@ -29,6 +29,7 @@ struct CheckpointMeta {
   int64_t next_sample = 0;   // the data loader's position
   std::string train_tokens_xxh64;  // the corpus it counts into (TokenDataset::tokens_xxh64); empty: none read
   int64_t tokens_trained = -1;     // the steps' tokens since step 0; -1: not counted
+  int64_t updates = -1;            // the updates applied (TrainingEngine::updates); -1: as many as steps
   std::vector<double> recent_losses = {};  // the anomaly guard's window (train/step_guard.h)
 };
 

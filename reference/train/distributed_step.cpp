@@ -182,8 +182,10 @@ StepResult DistributedTrainer::train_step(const data::Batch& batch, const StepGa
   r.grad_norm = std::sqrt(host[1]);
   // The loss and the norm are all-reduced, so every rank takes the same decision here.
   r.lr = config_.schedule.at(step_);
-  if (judge_step(gate, step_, r, [&] { return nonfinite_grads() + " (this rank's view)"; }))
-    for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+  if (judge_step(gate, step_, r, [&] { return nonfinite_grads() + " (this rank's view)"; })) {
+    ++updates_;
+    for (Chunk& c : chunks_) c.engine->optimizer_step(r.lr, updates_, clip_coefficient(r.grad_norm, config_.grad_clip));
+  }
   if (r.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

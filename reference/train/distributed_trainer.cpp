@@ -164,7 +164,7 @@ void DistributedTrainer::reserve_activations() {
 
 void DistributedTrainer::initialise() {
   for (Chunk& c : chunks_) c.engine->initialise(config_.train.seed);
-  step_ = 0;
+  step_ = updates_ = 0;
 }
 
 std::vector<std::vector<double>> DistributedTrainer::gather_params() {

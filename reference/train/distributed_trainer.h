@@ -57,7 +57,11 @@ class DistributedTrainer final : public TrainingEngine {
   std::vector<std::vector<double>> gather_params();
 
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) override { step_ = step; }
+  int64_t updates() const override { return updates_; }
+  void set_step(int64_t step, int64_t updates) override {
+    step_ = step;
+    updates_ = updates;
+  }
   const ParallelLayout& layout() const { return layout_; }
   const ZeroEngine& engine() const { return *chunks_.front().engine; }  // of this rank's first chunk
   int64_t param_gathered_bytes() const;  // ZeroEngine::gathered_bytes over this rank's chunks
@@ -104,7 +108,7 @@ class DistributedTrainer final : public TrainingEngine {
   PipelineSplit split_;
   PipelineSchedule schedule_;
   std::vector<Chunk> chunks_;
-  int64_t step_ = 0;
+  int64_t step_ = 0, updates_ = 0;
   std::vector<ActionTiming> timings_;
   // The pipeline's message buffers of a pass (its pool, freed when the pass ends), the most of
   // any pass so far: part of memory()'s transient, as ZeRO's buckets are.

@@ -107,7 +107,7 @@ std::optional<RunCheckpoints::Loaded> RunCheckpoints::resume() {
   Loaded loaded{*dir, resume_from_checkpoint(world_, *dir, engine_.state_regions(), backend_, config_,
                                              options_.allow_resume_changes, meta_().train_tokens_xxh64)};
   if (own != nullptr) take_up_the_timeline_of(*own, loaded.manifest.step);
-  engine_.set_step(loaded.manifest.step);
+  engine_.set_step(loaded.manifest.step, loaded.manifest.updates);
   // This step counts as saved in a tier only if the checkpoint is that tier's.
   if (own != nullptr) own->last_saved = loaded.manifest.step;
   last_checkpoint_ = loaded.dir;
@@ -168,7 +168,7 @@ RunCheckpoints::Loaded RunCheckpoints::load_last_checkpoint() {
                local_.root.empty() ? "" : " or " + local_.root.string());
   Loaded loaded{*last_checkpoint_, resume_from_checkpoint(world_, *last_checkpoint_, engine_.state_regions(), backend_,
                                                           config_, /*allow_changes=*/true)};
-  engine_.set_step(loaded.manifest.step);
+  engine_.set_step(loaded.manifest.step, loaded.manifest.updates);
   return loaded;
 }
 

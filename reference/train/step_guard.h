@@ -5,7 +5,7 @@
 //   anomaly.policy = stop      the run stops with an error naming the step (the default)
 //                    skip      the step's update is skipped (parameters and AdamW moments are left
 //                              as they were); the step still counts, so the schedule and the data
-//                              move on
+//                              move on, but it is no update to AdamW's bias correction
 //                    rollback  the training loop reloads the newest checkpoint under --save and
 //                              continues from the batch after the bad one, plus
 //                              anomaly.skip_batches more: replaying the batches since the

@@ -427,7 +427,7 @@ class TrainingRun {
 
   CheckpointMeta checkpoint_meta() const {
     return {engine_->step(), &config_, layout_text(), next_sample_, data_.train.tokens_xxh64(), tokens_trained_,
-            guard_.recent_losses()};
+            engine_->updates(), guard_.recent_losses()};
   }
 
   // Every train.rank_stats_every steps and at the last one: who worked longest (train/rank_timing.h).

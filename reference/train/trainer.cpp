@@ -20,7 +20,7 @@ void Trainer::initialise() {
   initialise_params(params_, backend_, config_.train.seed);
   backend_.fill(optimizer_.m().flat(), 0.0);
   backend_.fill(optimizer_.v().flat(), 0.0);
-  step_ = 0;
+  step_ = updates_ = 0;
 }
 
 LossSum Trainer::accumulate_gradients(const data::Batch& batch) {
@@ -62,7 +62,7 @@ StepResult Trainer::train_step(const data::Batch& batch, const StepGate& gate) {
   r.grad_norm = std::sqrt(host[1]);
   r.lr = config_.schedule.at(step_);
   if (judge_step(gate, step_, r, [&] { return nonfinite_tensors(backend_, grads_); }))
-    optimizer_.update(params_, grads_, r.lr, step_ + 1, clip_coefficient(r.grad_norm, config_.grad_clip));
+    optimizer_.update(params_, grads_, r.lr, ++updates_, clip_coefficient(r.grad_norm, config_.grad_clip));
   if (r.verdict != StepVerdict::Rollback) ++step_;  // a skipped step still counts
   backend_.synchronize();  // the step's time includes the device's work, not just its launch
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -34,7 +34,11 @@ class Trainer final : public TrainingEngine {
   std::vector<StateRegion> state_regions() override;  // every tensor whole
 
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) override { step_ = step; }
+  int64_t updates() const override { return updates_; }
+  void set_step(int64_t step, int64_t updates) override {
+    step_ = step;
+    updates_ = updates;
+  }
   const RunConfig& config() const { return config_; }
   Gpt& model() { return model_; }
   const ParamSet& params() const { return params_; }
@@ -51,7 +55,7 @@ class Trainer final : public TrainingEngine {
   Gpt model_;
   ParamSet params_, grads_;
   AdamW optimizer_;
-  int64_t step_ = 0;
+  int64_t step_ = 0, updates_ = 0;
 };
 
 }  // namespace tripod

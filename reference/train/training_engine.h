@@ -53,6 +53,10 @@ class TrainingEngine {
   }
   virtual double eval_loss(const data::Batch& global_batch) = 0;
   virtual int64_t step() const = 0;
+  // The updates applied so far: step() less the skipped steps. AdamW's bias correction counts
+  // these, as torch's and Megatron-LM's optimizers do (a step they skip never calls the optimizer),
+  // while the learning-rate schedule follows step().
+  virtual int64_t updates() const = 0;
   // Allocates the activations of one micro-batch now, so memory() can be reported before step 1.
   virtual void reserve_activations() = 0;
   virtual MemoryReport memory() const = 0;
@@ -60,7 +64,7 @@ class TrainingEngine {
   // state, in logical coordinates, so that any layout can read what any layout wrote. Views of
   // the engine's own buffers; loading into them and set_step() resume the run exactly.
   virtual std::vector<StateRegion> state_regions() = 0;
-  virtual void set_step(int64_t step) = 0;
+  virtual void set_step(int64_t step, int64_t updates) = 0;
 };
 
 }  // namespace tripod

@@ -56,7 +56,7 @@ TEST(Checkpoint, ResumeIsBitIdentical) {
   Trainer resumed(config, *backend);
   resumed.initialise();
   const ckpt::Manifest m = resume_from_checkpoint(nullptr, dir, resumed.state_regions(), *backend, config, false);
-  resumed.set_step(m.step);
+  resumed.set_step(m.step, m.updates);
   EXPECT_EQ(m.step, 2);
   EXPECT_EQ(m.data.next_sample, 2 * config.train.batch_size);
   for (int64_t s = 2; s < 5; ++s) EXPECT_EQ(resumed.train_step(batch_for(config, s)).loss, straight_losses[s]) << s;

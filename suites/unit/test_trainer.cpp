@@ -179,5 +179,37 @@ TEST(Trainer, SkippedAndRolledBackStepsLeaveTheStateUntouched) {
   EXPECT_NE(before, state());
 }
 
+// AdamW's bias correction counts the updates applied, as torch's and Megatron-LM's optimizers do
+// (a skipped step never reaches them): after a skipped step, the next update is the second, not the
+// third. Under a constant learning rate, "apply, skip, apply B" leaves the state of "apply, apply B";
+// the skipped step still advanced the step (and the schedule).
+TEST(Trainer, ASkippedStepIsNoUpdateToAdamWsBiasCorrection) {
+  RunConfig config = testing::tiny_run_config("fp64", true);
+  config.schedule.decay = LrDecay::Constant;
+  config.schedule.warmup_steps = 0;
+  auto backend = testing::make_test_backend();
+  const auto state = [&](Trainer& trainer) {
+    std::vector<double> all;
+    for (const StateRegion& r : trainer.state_regions()) {
+      const std::vector<double> v = to_host_f64(*backend, r.local);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  Trainer skipping(config, *backend), straight(config, *backend);
+  skipping.initialise();
+  straight.initialise();
+  skipping.train_step(testing::random_batch(4, 5, 11, 1));
+  straight.train_step(testing::random_batch(4, 5, 11, 1));
+  skipping.train_step(testing::random_batch(4, 5, 11, 2),
+                      [](double, double) { return StepJudgement{StepVerdict::Skip, "test"}; });
+  EXPECT_EQ(skipping.step(), 2);
+  EXPECT_EQ(skipping.updates(), 1);
+  skipping.train_step(testing::random_batch(4, 5, 11, 3));
+  straight.train_step(testing::random_batch(4, 5, 11, 3));
+  EXPECT_EQ(skipping.updates(), 2);
+  EXPECT_EQ(state(skipping), state(straight));
+}
+
 }  // namespace
 }  // namespace tripod
