@@ -72,28 +72,38 @@ def strip_launcher_prefix(text):
     return _LAUNCHER_PREFIX.sub("", text, count=1)
 
 
-def read_lines(path):
+def read_lines(path, is_whole=None):
     """(line number, text) for each line, colour codes and line endings removed. Undecodable bytes
     become U+FFFD rather than stopping the import: logs of long runs do contain stray bytes.
 
-    A last line without a newline at its end is cut off (a log still being written, or a truncated
-    copy) and is left out with a warning on stderr naming it: "elapsed time per iteration (ms): 17"
-    of a line cut inside "1786.4" reads as a number, only the wrong one."""
+    A last line without a newline at its end may be cut off (a log still being written, or a
+    truncated copy): "elapsed time per iteration (ms): 17" of a line cut inside "1786.4" reads as a
+    number, only the wrong one. It is yielded only when is_whole(text) says its format shows it
+    complete (text as yielded but with its trailing whitespace, which some formats print last);
+    otherwise, or without is_whole, it is left out with a warning on stderr naming it. It is judged
+    after the lines before it were read, so is_whole may use what they set up (a table's columns)."""
     try:
         with open(path, encoding="utf-8", errors="replace", newline="") as handle:
             text = handle.read()
     except OSError as error:
         raise ImportFormatError(path, 0, f"cannot read the file: {error.strerror or error}") from None
     lines = text.split("\n")
-    if strip_ansi(lines[-1]).strip():
-        print(f"{path}:{len(lines)}: cut off: no newline at its end; left out", file=sys.stderr)
-    lines.pop()  # after the last newline: empty, or the cut-off line
-    # A progress bar rewrites its line with "\r"; only what was last on the line matters.
+    last = lines.pop()  # after the last newline: empty, or a line without a newline
     for number, raw in enumerate(lines, start=1):
-        line = strip_ansi(raw.rstrip("\r"))
-        if "\r" in line:
-            line = line.rsplit("\r", 1)[-1]
-        yield number, line.rstrip()
+        yield number, _clean(raw).rstrip()
+    if strip_ansi(last).strip():
+        if is_whole is not None and is_whole(_clean(last)):
+            yield len(lines) + 1, _clean(last).rstrip()
+        else:
+            print(f"{path}:{len(lines) + 1}: cut off: no newline at its end; left out", file=sys.stderr)
+
+
+def _clean(raw):
+    line = strip_ansi(raw.rstrip("\r"))
+    # A progress bar rewrites its line with "\r"; only what was last on the line matters.
+    if "\r" in line:
+        line = line.rsplit("\r", 1)[-1]
+    return line
 
 
 def parse_float(text, file, line, what):

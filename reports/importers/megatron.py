@@ -27,8 +27,14 @@ TFLOP/s before 2024, no grad norm with some optimizers, no loss on an iteration 
 skipped), any order of fields, and interleaved lines of any kind (warnings, timers, NCCL). A
 line with "iteration N/M |" whose fields do not read as "name: value", whose known field does not
 hold a number, or that does not end with "|" (cut off inside its last field, which might still read
-as a wrong number) is an error naming the line. A last line without a newline is left out with a
-warning (common.read_lines).
+as a wrong number) is an error naming the line.
+
+A last line without a newline at its end is kept when it shows its end: an iteration line ending
+with its version's last field, "number of nan iterations: N |" (Megatron-LM since 2020) or
+"TFLOPs: X |" (Megatron-DeepSpeed), or a validation line ending with "|". Any other is left out
+with a warning (common.read_lines): one cut inside a field can read as a wrong number, one cut
+right after an earlier field's "|" would lack the fields after it, and a memory report ends with
+its last number.
 """
 import re
 
@@ -41,6 +47,9 @@ _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations?\) memory \((MB|GB)\)(.*)$")
 # "validation loss at iteration 30 |" and, since 2024, "... at iteration 30 on validation set |".
 _VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)(?: on validation set)?\s*\|(.*)$")
+
+# The field an iteration line ends with: Megatron-LM's (every version since 2020), Megatron-DeepSpeed's.
+LAST_FIELDS = ("number of nan iterations", "TFLOPs")
 
 # Printed name -> (row key, divisor to the row's unit).
 KNOWN_FIELDS = {
@@ -67,6 +76,17 @@ def split_fields(text, path, number):
     return fields
 
 
+def is_whole(text):
+    """Whether a last line without a newline is complete (see the module's docstring)."""
+    line = text.rstrip()
+    if not line.endswith("|"):
+        return False
+    if _VALIDATION.search(line):
+        return True
+    last_field = line[:-1].rsplit("|", 1)[-1].partition(":")[0].strip()
+    return _ITERATION.search(line) is not None and last_field in LAST_FIELDS
+
+
 class MegatronParser:
     def __init__(self, path):
         self.path = path
@@ -76,7 +96,7 @@ class MegatronParser:
         self.skipped = 0
 
     def parse(self):
-        for number, line in read_lines(self.path):
+        for number, line in read_lines(self.path, is_whole=is_whole):
             if not line.strip():
                 continue
             if match := _ITERATION.search(line):

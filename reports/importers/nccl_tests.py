@@ -32,6 +32,13 @@ header name rather than read as another:
   refused, listing the known ones).
 Lines that are neither a "#" line nor a row (NCCL INFO/WARN from NCCL_DEBUG, launcher chatter) are
 skipped; a line that starts like a row (a number) but does not fit the column header is an error.
+
+A last line without a newline at its end is kept when it shows its end: a footer whose value is
+followed by a space or a word, as nccl-tests prints them ("0 OK", "40.4183 " and a verdict or
+nothing); any other "#" line (nothing read from one matters once no row follows it); a row with
+all its columns whose last is the data check's holding a value nothing longer starts with ("0",
+"0e+00", "N/A"). Any other is left out with a warning (common.read_lines): a row cut inside its
+last column still has all its columns ("12" of 1234 wrong elements, "2e-0" of "2e-07" reads as 2).
 """
 import os
 import re
@@ -70,6 +77,7 @@ _RANK_LINE = re.compile(r"^#\s+Rank\s+\d+(?:\s+Group\s+(\d+))?")
 _OUT_OF_BOUNDS = re.compile(r"^#?\s*Out of bounds values\s*:\s*(.*)$")
 _AVG_BUSBW = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(.*)$")
 _ROW_START = re.compile(r"^\s*\d+\s")
+_CHECK_COLUMNS = ("#wrong", "error", "res")
 
 
 def collective_of_program(program):
@@ -156,7 +164,7 @@ class NcclTestsParser:
         return ImportFormatError(self.path, line, message)
 
     def parse(self):
-        for number, raw in read_lines(self.path):
+        for number, raw in read_lines(self.path, is_whole=self.is_whole):
             line = strip_launcher_prefix(raw)
             if not line.strip():
                 continue
@@ -174,6 +182,20 @@ class NcclTestsParser:
                                     {"comm": {"results": self.rows, "summaries": self.summaries}})
         notes = [f"{self.printed_rows} sizes x in/out-of-place", "collectives: " + ", ".join(collectives)]
         return ImportResult(document, len(self.rows), self.skipped, notes)
+
+    def is_whole(self, text):
+        """Whether a last line without a newline is complete (see the module's docstring)."""
+        line = strip_launcher_prefix(text).lstrip()
+        if footer := _OUT_OF_BOUNDS.match(line) or _AVG_BUSBW.match(line):
+            return re.match(r"\S+\s", footer.group(1)) is not None
+        if line.startswith("#"):
+            return True
+        header, tokens = self.header, line.split()
+        if header is None or not _ROW_START.match(line) or header.trailing:
+            return False
+        full = len(header.prefix) + len(header.half) * header.halves
+        return (header.half[-1].lower() in _CHECK_COLUMNS and tokens[-1] in ("0", "0e+00", "N/A")
+                and len(tokens) in (full, len(header.prefix) + len(header.half)))
 
     def hash_line(self, number, line):
         tokens = line[1:].split()

@@ -18,8 +18,10 @@ logger prefix or none (before 2025), launcher prefixes ("[rank0]:", "0: "), "wps
 no tflops or grad_norm (2024), thousands separators, extra pairs, interleaved lines of any kind.
 When several ranks log (LOG_RANK=0,1,...), only the first rank that logged a step line is read.
 A step line whose step is not a whole number or whose known value does not parse (a cut-off
-"memory: 40.1") is an error naming the line. A last line without a newline is cut off ("tps: 22,1"
-of 22,134 reads as 221) and is left out with a warning (common.read_lines).
+"memory: 40.1") is an error naming the line. A last line without a newline at its end is kept when
+it is a step line ending with "mfu: X%", the pair every version prints last; any other is left out
+with a warning (common.read_lines), since a cut one can read as a wrong number ("tps: 22,1" of
+22,134 reads as 221).
 """
 import re
 
@@ -34,11 +36,18 @@ _STEP_LINE = re.compile(r"(?:^|\s-\s)\s*(validate\s+)?step:\s*(.*)$", re.IGNOREC
 _PAIR = re.compile(r"([A-Za-z_][\w()/%]*):\s*(\S+)")
 _MEMORY = re.compile(r"^([0-9.]+)GiB(?:\(([0-9.]+)%\))?$")
 _VERSION = re.compile(r"torchtitan version:\s*(\S+)")
+_ENDS_WITH_MFU = re.compile(r"\bmfu:\s*[0-9.,]+%$")
 
 _NO_RANK_YET = object()
 
 _PLAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "tps": "tokens_per_second_per_gpu",
                  "wps": "tokens_per_second_per_gpu", "tflops": "tflops_per_gpu"}
+
+
+def is_whole(text):
+    """Whether a last line without a newline is complete (see the module's docstring)."""
+    match = _STEP_LINE.search(strip_launcher_prefix(text))
+    return match is not None and not match.group(1) and _ENDS_WITH_MFU.search(text.rstrip()) is not None
 
 
 class TorchtitanParser:
@@ -52,7 +61,7 @@ class TorchtitanParser:
         self.skipped = 0
 
     def parse(self):
-        for number, raw in read_lines(self.path):
+        for number, raw in read_lines(self.path, is_whole=is_whole):
             if not raw.strip():
                 continue
             line = strip_launcher_prefix(raw)

@@ -17,8 +17,9 @@ step's "anomaly" text and "update" ("skipped", "rolled back") go to extra.
 
 Tolerated: "#" comment lines and blank lines, events of any kind (skipped), a run resumed into the
 same file (a second start record; repeated steps keep their last record, as after a rollback),
-records without some fields, a killed run's cut-off last line (no newline at its end: left out with a
-warning, common.read_lines). A line that is not JSON or a step record whose step is not a whole
+records without some fields, a last line without a newline at its end: kept when it reads as a whole
+JSON object (a record cut off by a killed run cannot: its braces do not close), else left out with a
+warning (common.read_lines). A line that is not JSON or a step record whose step is not a whole
 number, whose copied field is not a number, or whose other field is neither a number nor a text (nor
 the "gpu" object of numbers) is an error naming the line.
 """
@@ -29,6 +30,13 @@ from .common import ImportFormatError, ImportResult, finish_steps, read_lines, r
 TOOL = "tripod"
 
 COPIED = ("loss", "lr", "grad_norm", "step_seconds", "tokens_per_second", "mfu")
+
+
+def _is_json_object(text):
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _is_number(value):
@@ -44,7 +52,7 @@ class TripodMetricsParser:
         self.skipped = 0
 
     def parse(self):
-        for number, line in read_lines(self.path):
+        for number, line in read_lines(self.path, is_whole=_is_json_object):
             if not line.strip() or line.lstrip().startswith("#"):
                 self.skipped += bool(line.strip())
                 continue

@@ -362,6 +362,63 @@ def test_a_cut_off_last_line_is_left_out_with_a_warning(tmp_path, capsys, kind, 
     assert capsys.readouterr().err == ""
 
 
+def ending_without_newline(tmp_path, name, last, end=None):
+    """A copy of a fixture that ends with its first line holding LAST, cut right after END in it if
+    given, and no newline after it; and that line's number."""
+    lines = (FIXTURES / name).read_text().split("\n")
+    number = next(i for i, line in enumerate(lines, start=1) if last in line)
+    if end is not None:
+        lines[number - 1] = lines[number - 1][:lines[number - 1].index(end) + len(end)]
+    path = tmp_path / name
+    path.write_text("\n".join(lines[:number]))
+    return path, number
+
+
+@pytest.mark.parametrize("kind, name, last, kept", [
+    ("tripod-metrics", "tripod_metrics_4ranks.jsonl", '"val_loss":7.125', lambda doc: doc["steps"][-1]["step"] == 5),
+    ("megatron", "megatron_core_2025.log", "iteration       40/", lambda doc: doc["steps"][-1]["step"] == 40),
+    ("megatron", "megatron_core_2025.log", "validation loss at iteration 30",
+     lambda doc: doc["steps"][-1]["extra"]["val_loss"] == 8.012345),
+    ("torchtitan", "torchtitan_2024_wps_resumed.log", "step: 30", lambda doc: doc["steps"][-1]["step"] == 30),
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "# Collective test concluded",
+     lambda doc: len(doc["comm"]["results"]) == 10),
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "# Avg bus bandwidth",
+     lambda doc: doc["comm"]["summaries"][0]["avg_busbw"] == 40.4183),
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "    67108864",
+     lambda doc: doc["comm"]["results"][-1]["time_us"] == 1001.8),
+    ("nccl-tests", "nccl_alltoall_check_off_2.13.txt", "    16777216", lambda doc: len(doc["comm"]["results"]) == 6),
+    ("nccl-tests", "nccl_all_reduce_2017.txt", "     4194304", lambda doc: len(doc["comm"]["results"]) == 6),
+])
+def test_a_whole_last_line_without_a_newline_is_kept(tmp_path, capsys, kind, name, last, kept):
+    # A complete file whose last line only lacks its newline (an edited copy) lost that line, with a
+    # "cut off" warning: Megatron's last step, nccl-tests' average bus bandwidth.
+    path, _ = ending_without_newline(tmp_path, name, last)
+    assert kept(import_file(kind, path).document)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kind, name, last, end, dropped", [
+    # Cut right after a "|": the fields after it (grad norm, ...) would have been null.
+    ("megatron", "megatron_core_2025.log", "iteration       40/", "loss scale: 1.0 |",
+     lambda doc: doc["steps"][-1]["step"] == 30),
+    ("megatron", "megatron_core_2025.log", "[Rank 2] (after 10", "max reserved: 4096",
+     lambda doc: doc["steps"][0]["memory_gib"] == 38.0),
+    ("torchtitan", "torchtitan_2025_colour.log", "step: 30", "mfu: 14.8", lambda doc: doc["steps"][-1]["step"] == 20),
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "# Avg bus bandwidth", ": 40.41",
+     lambda doc: doc["comm"]["summaries"][0]["avg_busbw"] is None),
+    # Every column is there, the last one cut (as "2e-0" of "2e-07", which reads as 2).
+    ("nccl-tests", "nccl_2019_root_column.txt", "    67108864", "29.18  0e+0",
+     lambda doc: len(doc["comm"]["results"]) == 4),
+    ("nccl-tests", "nccl_per_iteration_and_timestamps_2.19.txt", "2025-11-03 14:02:12", "14:02:1",
+     lambda doc: len(doc["comm"]["results"]) == 6),
+])
+def test_a_last_line_that_may_be_cut_off_is_left_out(tmp_path, capsys, kind, name, last, end, dropped):
+    path, number = ending_without_newline(tmp_path, name, last, end)
+    options = {"collective": "broadcast"} if "2019" in name else {}
+    assert dropped(import_file(kind, path, **options).document)
+    assert f"{path}:{number}: cut off: no newline at its end; left out" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kind, other_tools_file, contains", [
     ("megatron", "torchtitan_2025_colour.log", "no Megatron-LM training lines found"),
     ("torchtitan", "megatron_core_2025.log", "no torchtitan step lines found"),
