@@ -20,7 +20,9 @@ header name rather than read as another:
   time (-C);
 - "#wrong" as "N/A" when the data check is off (-c 0, and always for alltoall in place): wrong is
   null; before 2022 the last column was "error" (2017: "res"), the largest deviation rather than a
-  count: it goes to extra.max_error and wrong is null;
+  count: it goes to extra.max_error and wrong is null; rccl-tests (AMD's fork, 2019 until its
+  2023-24 resync with nccl-tests) prints a "*" right after a deviation past the check's threshold
+  ("2e-02*"): extra.max_error_over_threshold is then true;
 - per-iteration columns (-I 1: i_min i_max i_p99 i_cv%) and a trailing timestamp (two tokens,
   date and time), kept in extra;
 - times in milliseconds (2017, or a "(ms)" unit) converted to microseconds; numbers printed in
@@ -319,6 +321,11 @@ class NcclTestsParser:
             elif lower == "#wrong":
                 row["wrong"] = None if token == "N/A" else parse_int(token, self.path, number, what)
             elif lower in ("error", "res"):
+                # rccl-tests marks a deviation past the data check's threshold with a "*" right after
+                # it ("2e-02*"): those are the ones its "Out of bounds values" counts.
+                if token.endswith("*"):
+                    token = token[:-1]
+                    extra["max_error_over_threshold"] = True
                 extra["max_error"] = None if token == "N/A" else parse_float(token, self.path, number, what)
             else:
                 extra[name] = number_or_text(token)

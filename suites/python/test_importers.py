@@ -109,6 +109,20 @@ def test_nccl_tests_2019_error_column_and_root_in_place_of_redop(tmp_path):
     assert rows[0]["group_size"] == 2
 
 
+def test_rccl_tests_deviation_past_its_threshold_marked_with_an_asterisk():
+    # rccl-tests prints "*" right after a deviation past the data check's threshold ("2e-02*"); the
+    # row was refused ("column error (out-of-place): expected a number, found '2e-02*'").
+    document = comm("rccl_all_reduce_2022.txt")
+    rows = document["comm"]["results"]
+    assert len(rows) == 10 and rows[0]["collective"] == "all_reduce" and rows[0]["group_size"] == 8
+    flagged = rows[6]
+    assert (flagged["size"], flagged["in_place"], flagged["time_us"], flagged["busbw"], flagged["wrong"]) == \
+        (4194304, False, 190.2, 38.59, None)
+    assert flagged["extra"] == {"max_error": 0.02, "max_error_over_threshold": True}
+    assert rows[7]["extra"] == {"max_error": 0.0}
+    assert document["comm"]["summaries"] == [{"collective": "all_reduce", "avg_busbw": 28.169, "out_of_bounds": 1}]
+
+
 def test_nccl_tests_2017_milliseconds_and_footer_without_hash():
     document = comm("nccl_all_reduce_2017.txt")
     rows = document["comm"]["results"]
