@@ -10,11 +10,12 @@ The format: every log interval the last rank prints one line of "name: value |" 
 (one line in the log), whose values are averages over the interval. A row takes step from
 "iteration N/M", loss from "lm loss" ("loss" when a fork prints no "lm loss"), lr from
 "learning rate", grad_norm from "grad norm", step_seconds from "elapsed time per iteration (ms)",
-tflops_per_gpu from "throughput per GPU (TFLOP/s/GPU)" and tokens_per_second_per_gpu from
-"tokens per GPU (tokens/s/GPU)" where printed. Every other field (consumed samples, global batch
-size, loss scale, skipped and nan iterations, num zeros, params norm, MoE and MTP losses, ...) is
-kept in the row's extra under its printed name. Megatron prints no MFU and no whole-job token rate:
-those stay null.
+tflops_per_gpu from "throughput per GPU (TFLOP/s/GPU)" (on a line without it, from
+Megatron-DeepSpeed's "TFLOPs", also per GPU: the iteration's FLOPs over its time and the world
+size) and tokens_per_second_per_gpu from "tokens per GPU (tokens/s/GPU)" where printed. Every
+other field (consumed samples, global batch size, loss scale, skipped and nan iterations, num
+zeros, params norm, MoE and MTP losses, ...) is kept in the row's extra under its printed name.
+Megatron prints no MFU and no whole-job token rate: those stay null.
 
 Also read: the first interval's memory report "[Rank R] (after N iterations) memory (MB) | ... |
 max reserved: X" (per data-parallel group; memory_gib of step N is the largest max reserved of the
@@ -135,6 +136,10 @@ class MegatronParser:
             known = KNOWN_FIELDS.get(name)
             if name == "loss" and "lm loss" not in names:
                 known = ("loss", 1.0)
+            # Megatron-DeepSpeed's TFLOPs are per GPU (its throughput_calculator divides by the world
+            # size); where Megatron-LM's own figure is printed too, that one is read.
+            if name == "TFLOPs" and "throughput per GPU (TFLOP/s/GPU)" not in names:
+                known = ("tflops_per_gpu", 1.0)
             if known is None:
                 row["extra"][name] = number_or_text(value)
                 continue

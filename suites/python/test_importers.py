@@ -232,6 +232,22 @@ def test_megatron_2021_without_throughput_and_with_a_skipped_iteration():
     assert steps[30]["loss"] == 8.765432 and steps[30]["step_seconds"] == 0.851
 
 
+def test_megatron_deepspeed_tflops_are_per_gpu(tmp_path):
+    # Megatron-DeepSpeed's "TFLOPs: X |" is per GPU (its throughput_calculator divides the
+    # iteration's FLOPs by the world size); it was kept in extra and tflops_per_gpu stayed null.
+    steps = by_step(train("megatron", "megatron_deepspeed_2023.log"))
+    assert list(steps) == [10, 20]
+    assert (steps[10]["tflops_per_gpu"], steps[20]["tflops_per_gpu"]) == (35.63, 35.94)
+    assert "TFLOPs" not in steps[10]["extra"]
+    assert (steps[10]["loss"], steps[10]["memory_gib"]) == (10.51234, 26.0)
+    assert steps[10]["step_seconds"] == pytest.approx(4.1012)
+    # A line that also prints Megatron-LM's own per-GPU figure keeps that one; the other stays in extra.
+    path, _ = fixture_with(tmp_path, "megatron_core_2025.log", "grad norm: 4.567 |",
+                           "grad norm: 4.567 | TFLOPs: 99.0 |")
+    twenty = by_step(import_file("megatron", path).document)[20]
+    assert twenty["tflops_per_gpu"] == 219.5 and twenty["extra"]["TFLOPs"] == 99.0
+
+
 @pytest.mark.parametrize("old, new, contains", [
     ("lm loss: 9.234567E+00", "lm loss: 9.23x567E+00", "lm loss: expected a number, found '9.23x567E+00'"),
     # Cut inside its last field: "grad norm: 4.5" of 4.567 was imported as 4.5.
@@ -391,6 +407,7 @@ def ending_without_newline(tmp_path, name, last, end=None):
 @pytest.mark.parametrize("kind, name, last, kept", [
     ("tripod-metrics", "tripod_metrics_4ranks.jsonl", '"val_loss":7.125', lambda doc: doc["steps"][-1]["step"] == 5),
     ("megatron", "megatron_core_2025.log", "iteration       40/", lambda doc: doc["steps"][-1]["step"] == 40),
+    ("megatron", "megatron_deepspeed_2023.log", "iteration       20/", lambda doc: doc["steps"][-1]["step"] == 20),
     ("megatron", "megatron_core_2025.log", "validation loss at iteration 30",
      lambda doc: doc["steps"][-1]["extra"]["val_loss"] == 8.012345),
     ("torchtitan", "torchtitan_2024_wps_resumed.log", "step: 30", lambda doc: doc["steps"][-1]["step"] == 30),
