@@ -28,8 +28,12 @@ namespace tripod::bench {
 namespace {
 
 // The layouts to measure, with the names the report uses: the ones named on the command line, or
-// else pure data parallelism over all ranks at each ZeRO stage.
-std::vector<std::pair<std::string, ParallelLayout>> layouts_to_run(const LayoutsOptions& o, int n) {
+// else pure data parallelism over all ranks at each ZeRO stage; each in every --recompute mode, or
+// else in its own (a name's -rsel / -rfull, or train.recompute). Every layout is checked against the
+// model, batch and world here, before any timing (a bad one was found when reached, after the
+// others' timings, and they were lost with it).
+std::vector<std::pair<std::string, ParallelLayout>> layouts_to_run(const LayoutsOptions& o, int n,
+                                                                    const RunConfig& config) {
   std::vector<std::pair<std::string, ParallelLayout>> layouts;  // (reported name, layout)
   for (int zero : o.zero) {
     ParallelLayout l;
@@ -43,14 +47,27 @@ std::vector<std::pair<std::string, ParallelLayout>> layouts_to_run(const Layouts
     check(l.ranks() == n, "layout ", name, " needs ", l.ranks(), " ranks, launched with ", n);
     layouts.push_back({l.name(), l});
   }
+  const auto suffix = [](Recompute r) {
+    return r == Recompute::Selective ? "-rsel" : r == Recompute::Full ? "-rfull" : "";
+  };
   std::vector<std::pair<std::string, ParallelLayout>> modes;  // each layout in each recomputation mode
-  for (const auto& [name, layout] : layouts)
-    for (const std::string& mode : o.recompute) {
+  for (const auto& [name, layout] : layouts) {
+    // A name's own mode was replaced by --recompute's default (none) and the row kept the name.
+    check(o.recompute.empty() || layout.recompute == Recompute::None, "bench layouts: layout ", name, " names its ",
+          "recomputation (", recompute_name(layout.recompute), "): leave --recompute out, or name the layout without it");
+    std::vector<Recompute> wanted;
+    for (const std::string& mode : o.recompute) wanted.push_back(parse_recompute(mode));
+    if (wanted.empty()) wanted.push_back(layout.recompute != Recompute::None ? layout.recompute : config.train.recompute);
+    for (const Recompute mode : wanted) {
       ParallelLayout l = layout;
-      l.recompute = parse_recompute(mode);
-      const char* suffix = l.recompute == Recompute::Selective ? "-rsel" : l.recompute == Recompute::Full ? "-rfull" : "";
-      modes.push_back({name + (layout.recompute == Recompute::None ? suffix : ""), l});
+      l.recompute = mode;
+      modes.push_back({name + (layout.recompute == Recompute::None ? suffix(mode) : ""), l});
     }
+  }
+  for (const auto& [name, layout] : modes) {
+    const RunConfig run = layout_run_config(config, layout);
+    layout.validate(config.model, {run.train.batch_size, run.train.seq_len, run.train.pipeline_split}, n);
+  }
   return modes;
 }
 
@@ -163,6 +180,8 @@ void run_layouts(const LayoutsOptions& o) {
   const PeakFlops rank_peak = backend_peak(backend->name(), gemm_peak_precision(config.train), o.peak_tflops);
   const WorldPeak peak = world_peak(world.get(), *backend, rank_peak, o.peak_tflops > 0);
   apply_precision_policy(config.train, *backend);
+  // Checked before the sgemm baseline and any timing.
+  const std::vector<std::pair<std::string, ParallelLayout>> planned = layouts_to_run(o, n, config);
   const double measured_flops =  // the sum of every rank's sgemm rate
       all_reduce_value(*world, measure_square_gemm(*backend, 1024, config.train.dtype, 3).median_flops, ReduceOp::Sum);
   const double tokens = static_cast<double>(config.train.batch_size * o.seq_len);
@@ -183,16 +202,18 @@ void run_layouts(const LayoutsOptions& o) {
   };
   if (root) {
     std::printf(
-        "tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, batch %lld x %lld per rank\n"
+        "tripod bench layouts: %s, %lld parameters, %d ranks x %d threads, global batch %lld x %lld (--batch %lld "
+        "per rank of the world; a tp or pp group shares its data-parallel rank's part)\n"
         "  peak: %s (per rank: %s); measured sgemm 1024^3, all ranks: %.3f TFLOP/s\n",
         o.config.c_str(), static_cast<long long>(flops.n_params_total), n, omp_get_max_threads(),
-        static_cast<long long>(o.batch_per_rank), static_cast<long long>(o.seq_len), peak.text.c_str(),
+        static_cast<long long>(config.train.batch_size), static_cast<long long>(o.seq_len),
+        static_cast<long long>(o.batch_per_rank), peak.text.c_str(),
         rank_peak.source.c_str(), measured_flops / 1e12);
     if (const auto share = process_core_share())
       std::printf("  threads: %s\n", describe(*share).c_str());  // the words train and conform print
   }
   std::vector<LayoutRow> rows;
-  for (const auto& [name, shape] : layouts_to_run(o, n)) rows.push_back({name, shape, {}});
+  for (const auto& [name, shape] : planned) rows.push_back({name, shape, {}});
   // Rounds alternate the order (first to last, then last to first), so that on a machine whose
   // speed drifts every layout is timed early and late alike.
   for (int64_t round = 0; round < o.rounds; ++round) {

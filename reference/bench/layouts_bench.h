@@ -22,7 +22,9 @@ struct LayoutsOptions {
   std::vector<std::string> overrides;
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> layouts;  // conform names; replaces --zero
-  std::vector<std::string> recompute = {"none"};  // each layout once per mode (model/recompute.h)
+  // Each layout once per mode (model/recompute.h); empty: once, in the layout name's own mode, or
+  // else train.recompute's.
+  std::vector<std::string> recompute;
   int64_t batch_per_rank = 4, seq_len = 128, vocab = 8192, steps = 3, rounds = 1;
   double peak_tflops = 0;
   std::string json_out, backend = "cpu";

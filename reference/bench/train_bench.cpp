@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <malloc.h>
 #include <fstream>
 #include <omp.h>
 
 #include "backend/backend_factory.h"
+#include "core/block_cache.h"
 #include "comm/self_communicator.h"
 #include "core/build_info.h"
 #include "core/output_file.h"
@@ -49,6 +51,12 @@ void run_bench_train(const BenchTrainOptions& o) {
   const GemmRate gemm = measure_square_gemm(*backend, o.gemm_size, config.train.dtype, 5);
   const std::size_t baseline_rss = peak_resident_bytes();  // the program, its libraries and the sgemm
   backend->reset_peak_memory();  // the allocator's peak below is then the training's own
+  // And the host's: the kernel's high-water mark kept the sgemm's matrices (3 x 16 MiB at 2048), more
+  // than a small model's whole step, and the "training's" peak RSS moved with --gemm-size.
+  host_block_cache().trim();
+  malloc_trim(0);
+  const std::size_t base_rss = resident_bytes();
+  const bool rss_reset = reset_peak_resident();
   // A padded vocabulary lives in TP shards (of one rank here): the distributed trainer's storage.
   std::unique_ptr<SelfCommunicator> world;
   std::unique_ptr<ProcessGrid> grid;
@@ -90,7 +98,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const std::size_t act_bytes = held.activations;
   const std::size_t transient_bytes = held.transient;  // ZeRO's and the pipeline's buffers in flight: 0 here
   const std::size_t by_hand = state_bytes + act_bytes + transient_bytes;
-  const std::size_t rss = peak_resident_bytes();
+  const std::size_t rss = std::max(base_rss, peak_resident_bytes());  // (the kernel's mark is kept lazily)
   // The backend's own high-water mark, where its tensors live: on a GPU the host's RSS holds none of
   // them (set against the accounting, it printed "that + -12037.9 MiB" on an H200).
   const std::size_t allocator_peak = backend->memory_stats().peak;
@@ -109,11 +117,12 @@ void run_bench_train(const BenchTrainOptions& o) {
               "          transient buffers (none on one device) = %.1f MiB by hand;\n"
               "          the %s backend's allocator peak %.1f MiB = that %c %.1f MiB (the backend's scratch: GEMM\n"
               "          operand copies, attention buffers; the trainer's gradient and step buffers);\n"
-              "          host peak RSS %.1f MiB (before the model, with the sgemm baseline: %.1f MiB)\n",
+              "          host peak RSS %.1f MiB%s (%.1f MiB before the model; the sgemm baseline's peak %.1f MiB)\n",
               state_bytes / 1048576.0, act_bytes / 1048576.0, transient_bytes / 1048576.0, by_hand / 1048576.0,
               o.backend.c_str(), allocator_peak / 1048576.0, allocator_peak >= by_hand ? '+' : '-',
               std::abs(static_cast<double>(allocator_peak) - static_cast<double>(by_hand)) / 1048576.0,
-              rss / 1048576.0, baseline_rss / 1048576.0);
+              rss / 1048576.0, rss_reset ? "" : " (the kernel kept the sgemm's: its mark cannot be reset here)",
+              base_rss / 1048576.0, baseline_rss / 1048576.0);
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"benchmark", "train_step"}, {"build", build_info_json()}, {"config", o.config}, {"batch", o.batch},
                         {"seq_len", o.seq_len}, {"threads", omp_get_max_threads()}, {"blas", cpu_blas_version()},
@@ -122,7 +131,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                         {"model_flops_per_second", achieved}, {"sgemm_flops_per_second", gemm.median_flops},
                         {"ratio_to_sgemm", ratio}, {"state_bytes", state_bytes}, {"activation_bytes", act_bytes},
                         {"transient_bytes", transient_bytes},
-                        {"peak_rss_bytes", rss}, {"baseline_rss_bytes", baseline_rss},
+                        {"peak_rss_bytes", rss}, {"base_rss_bytes", base_rss}, {"baseline_rss_bytes", baseline_rss},
                         {"allocator_peak_bytes", allocator_peak}, {"backend", o.backend},
                         {"vocab_multiple", o.vocab_multiple},
                         {"padded_vocab", padded_vocab},

@@ -139,6 +139,45 @@ def test_schedule_command_prints_checks_and_draws(tmp_path):
     assert bad.returncode != 0 and "multiple of the pipeline stages" in bad.stderr
 
 
+def test_bench_layouts_times_a_layout_in_the_recomputation_its_name_gives(tmp_path):
+    # --recompute's default (none) replaced a name's -rsel/-rfull, and the row kept the name: memory
+    # and time without recomputation under a recomputing layout's name. train.recompute was dropped too.
+    require_tripod()
+    small = ["--config", "tiny", "--set", "model.n_layer=2", "--seq-len", 16, "--batch", 4, "--vocab", 64,
+             "--steps", 1]
+    names = ["tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z1-mb1-rsel", "tp1-pp1-dp2-z1-mb1-rfull"]
+    result = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", *names,
+                                           "--json", tmp_path / "l.json"),
+                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "l.json").read_text())["layouts"]
+    assert [(r["layout"], r["recompute"]) for r in records] == list(zip(names, ["none", "selective", "full"]))
+    none, selective, full = (r["activation_mib_max_rank"] for r in records)
+    assert full < selective < none, records
+    configured = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--zero", 1, "--set",
+                                               "train.recompute=full", "--json", tmp_path / "c.json"),
+                                capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    (row,) = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    assert (row["layout"], row["recompute"]) == ("dp2-z1-rfull", "full")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layouts", "tp1-pp1-dp2-z1-mb1-rsel", "--recompute", "none"],
+     "layout tp1-pp1-dp2-z1-mb1-rsel names its recomputation (selective): leave --recompute out"),
+    # found when reached, after the other layouts' timings (lost with them)
+    (["--zero", "0", "7"], "ZeRO stage (--zero) must be 0, 1, 2 or 3 (got 7)"),
+    (["--layouts", "tp1-pp1-dp2-z1-mb1", "tp1-pp2-dp1-z0-mb3-1f1b"], "micro"),
+])
+def test_bench_layouts_refuses_a_bad_layout_before_timing_any(args, message):
+    require_tripod()
+    result = subprocess.run(mpirun_command(P, "bench", "layouts", "--config", "tiny", "--seq-len", 16, "--batch", 4,
+                                           "--vocab", 64, "--steps", 1, *args),
+                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert result.returncode != 0 and message in result.stderr, result.stdout + result.stderr
+    assert "measured sgemm" not in result.stdout and "step (s)" not in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--pp", "2", "--microbatches", "8200"], "8200 micro-batches x 2 chunks need 32800 message tags"),
     (["--pp", "1", "--microbatches", "2", "--schedule", "interleaved", "--virtual-stages", "2"],
