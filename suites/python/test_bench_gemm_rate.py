@@ -191,3 +191,16 @@ def test_bench_train_reports_mfu_against_the_backend_peak(tmp_path, precision):
     assert "the cpu backend's allocator peak" in result.stdout and "+ -" not in result.stdout
     # the baseline GEMM runs under the step's own precision policy
     assert f"threads, {precision} GEMMs:" in result.stdout
+
+
+def test_bench_trains_peak_rss_is_the_trainings_not_the_sgemm_baselines(tmp_path):
+    # The kernel's high-water mark kept the 2048^3 baseline's three 16 MiB matrices, more than this
+    # model's whole step: the "training's" peak RSS moved with --gemm-size. It is reset after them.
+    require_tripod()
+    out = tmp_path / "bench.json"
+    result = subprocess.run([str(TRIPOD), "bench", "train", "--config", "tiny", "--set", "model.vocab_size=256",
+                             "--batch", "1", "--seq-len", "8", "--steps", "1", "--gemm-size", "2048", "--json",
+                             str(out)], capture_output=True, text=True, timeout=300, env=MPI_ENV)
+    assert result.returncode == 0, result.stderr
+    j = json.loads(out.read_text())
+    assert j["base_rss_bytes"] <= j["peak_rss_bytes"] < j["baseline_rss_bytes"], j
