@@ -31,9 +31,14 @@ InspectReport inspect_dataset(const std::filesystem::path& dir, std::size_t prev
     report.splits.push_back(r);
   }
   const auto& splits = report.meta["splits"];
-  if (report.meta["tokenizer"].is_string() && splits.contains("train") && !splits["train"].empty()) {
-    const auto tokenizer = Tokenizer::load(dir / report.meta["tokenizer"].get<std::string>());
-    check(tokenizer.vocab_size() == meta_vocab, dir / report.meta["tokenizer"].get<std::string>(), " has ",
+  // `tripod train` refuses a directory without training tokens: inspect said "checksums OK".
+  check(splits.contains("train") && !splits["train"].empty(), dir / "meta.json",
+        ": no training split (\"splits\": {\"train\": [...]}): tripod train cannot use this directory");
+  // Read, not indexed: a missing "tokenizer" was printed as null, a key meta.json does not have.
+  const nlohmann::json tokenizer_name = report.meta.value("tokenizer", nlohmann::json());
+  if (tokenizer_name.is_string()) {
+    const auto tokenizer = Tokenizer::load(dir / tokenizer_name.get<std::string>());
+    check(tokenizer.vocab_size() == meta_vocab, dir / tokenizer_name.get<std::string>(), " has ",
           tokenizer.vocab_size(), " pieces but ", dir / "meta.json", " says vocab_size ", meta_vocab,
           " (a tokenizer from another preparation?)");
     const auto first_shard = read_shard(dir / splits["train"][0].get<std::string>());

@@ -1,6 +1,7 @@
 #include "data/prepare.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
@@ -89,9 +90,16 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   check(text.find_first_not_of(" \t\r\n") != std::string::npos, "input text ", options.input,
         " is empty (no non-whitespace characters)");
   const bool own_val = !options.val_input.empty();
+  // The training text as its own held-out text: every "val loss" would be measured on training data.
+  std::error_code same_error;
+  TRIPOD_CHECK(!own_val || !std::filesystem::equivalent(options.input, options.val_input, same_error),
+               "data prepare: --val-input ", options.val_input, " is the training text ", options.input,
+               " itself: the validation loss would be measured on training data");
   const std::string val_text = own_val ? read_text_file(options.val_input) : std::string();
   check(!own_val || val_text.find_first_not_of(" \t\r\n") != std::string::npos, "held-out text ",
         options.val_input, " is empty (no non-whitespace characters)");
+  check(!own_val || val_text != text, "data prepare: --val-input ", options.val_input, " holds the same text as ",
+        options.input, ": the validation loss would be measured on training data");
 
   // What can fail on the input (training the tokenizer, encoding) runs before the directory's
   // dataset is touched: a failed re-preparation leaves the previous one usable. A folder made here
@@ -109,8 +117,12 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
   report.val_tokens = own_val ? static_cast<int64_t>(val_tokens.size())
                               : std::llround(static_cast<double>(total) * options.val_fraction);
   report.train_tokens = total - report.val_tokens;
-  check(report.train_tokens >= 2, "data prepare for ", options.input, ": val_fraction ", options.val_fraction,
-        " of ", total, " tokens leaves ", report.train_tokens, " for training (at least 2: a token and its successor)");
+  // (with --val-input no fraction is taken: the training text alone is too short)
+  check(own_val || report.train_tokens >= 2, "data prepare for ", options.input, ": val_fraction ",
+        options.val_fraction, " of ", total, " tokens leaves ", report.train_tokens,
+        " for training (at least 2: a token and its successor)");
+  check(!own_val || report.train_tokens >= 2, "data prepare: the training text ", options.input, " gives ",
+        report.train_tokens, " token", report.train_tokens == 1 ? "" : "s", " (at least 2: a token and its successor)");
   // A fraction so small that it rounds to no held-out tokens made a dataset without validation,
   // silently ("val tokens 0").
   check(!own_val || report.val_tokens >= 2, "data prepare: the held-out text ", options.val_input, " gives ",

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <iterator>
 
 #include "core/bounded_json.h"
@@ -43,10 +44,19 @@ nlohmann::json TokenDataset::parse_meta(const std::string& text, const fs::path&
         meta_path, ": \"vocab_size\" must be a positive integer");
   check(meta.contains("splits") && meta["splits"].is_object(), meta_path,
         ": \"splits\" must be an object of split name -> shard file list");
+  // A shard in two splits (or twice in one) is data measured where it was trained on, or counted
+  // twice: a meta.json listing a training shard as the held-out split gave "val loss" on training data.
+  std::map<std::string, std::string> split_of;
   for (const auto& [name, shards] : meta["splits"].items()) {
     check(shards.is_array(), meta_path, ": split \"", name, "\" must be a list of shard files");
-    for (const auto& shard : shards)
+    for (const auto& shard : shards) {
       check(shard.is_string(), meta_path, ": split \"", name, "\" lists a non-string shard");
+      const auto [at, fresh] = split_of.emplace(shard.get<std::string>(), name);
+      TRIPOD_CHECK(fresh, meta_path, ": shard ", shard.get<std::string>(), " is listed ",
+                   at->second == name ? "twice in split \"" + name + "\""
+                                      : "in split \"" + at->second + "\" and in split \"" + name + "\"",
+                   " (each shard belongs to one split, once)");
+    }
   }
   return meta;
 }

@@ -103,6 +103,11 @@ void train_bpe_tokenizer(std::string_view text, const fs::path& source, const fs
     fail("training the tokenizer on ", source, " failed: its text holds more distinct characters than --vocab-size ",
          vocab_size, " can give a piece each (every character is kept, so that the tokens decode to the exact text): "
          "give --vocab-size ", needed[1].str(), " or more (the characters, 256 byte pieces and <unk>)");
+  // And too large: the text cannot give that many pieces (SentencePiece's internal error, as it was).
+  static const std::regex too_large(R"(Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+))");
+  if (std::regex_search(message, needed, too_large))
+    fail("training the tokenizer on ", source, " failed: its text supports at most --vocab-size ", needed[1].str(),
+         " (asked: ", vocab_size, "); give a smaller one, or more text");
   fail("training the tokenizer on ", source, " (vocab_size ", vocab_size, ") failed: ", message);
 }
 

@@ -248,6 +248,14 @@ class TrainingRun {
     const std::string declined =
         backend_.attention_declined(t.dtype, t.seq_len, config_.model.d_model, config_.model.n_head);
     if (!declined.empty()) std::printf("  note: %s\n", declined.c_str());
+    // The evaluation reads eval_batches x batch_size windows: past the split's, windows come round
+    // again from the next epoch's order, some counted twice, and the val loss moves with batch_size.
+    if (val_loader_ && t.eval_batches * t.batch_size > val_loader_->num_windows())
+      std::printf("  note: the held-out split has %lld windows of %lld tokens, fewer than train.eval_batches x "
+                  "train.batch_size = %lld: the evaluation counts some of them twice (fewer eval batches, or a "
+                  "larger split, measure each once)\n",
+                  static_cast<long long>(val_loader_->num_windows()), static_cast<long long>(t.seq_len),
+                  static_cast<long long>(t.eval_batches * t.batch_size));
     if (config_.schedule.warmup_steps >= t.steps)
       std::printf("  note: optim.warmup_steps %lld >= train.steps %lld: the run ends in its warm-up (LR %.3g at the "
                   "last step, never optim.lr %.3g; no decay)\n", static_cast<long long>(config_.schedule.warmup_steps),

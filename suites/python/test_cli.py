@@ -947,3 +947,66 @@ def test_bench_comm_buffers_beyond_the_free_memory_are_refused_before_allocating
     # -b 20G -e 20G on 2 ranks was ended by the OOM killer with no message.
     expect_error("bench", "comm", "all_reduce", "-b", "16384G", "-e", "16384G", "-n", "1", "-w", "0",
                  contains="bench comm -e 17592186044416: each rank's buffers take 32768 GiB (send, receive, scratch)")
+
+
+def test_data_prepare_refuses_training_text_as_held_out_text_and_names_vocab_limits(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("In the beginning God created the heaven and the earth.\nAnd the earth was without form.\n")
+    (tmp_path / "copy.txt").write_text(text.read_text())
+    (tmp_path / "one.txt").write_text("a")
+    # the training text as its own held-out text: every val loss measured on training data (exit 0)
+    expect_error("data", "prepare", "--input", text, "--val-input", text, "--out", tmp_path / "a", "--vocab-size", 300,
+                 contains="is the training text")
+    expect_error("data", "prepare", "--input", text, "--val-input", tmp_path / "copy.txt", "--out", tmp_path / "b",
+                 "--vocab-size", 300, contains="holds the same text as")
+    # SentencePiece's "Internal: ./src/trainer_interface.cc(660) ... Vocabulary size too high"
+    expect_error("data", "prepare", "--input", text, "--out", tmp_path / "c", "--vocab-size", 100000,
+                 contains="its text supports at most --vocab-size")
+    # "val_fraction 0.05 of 116 tokens leaves 1": no fraction is taken with --val-input
+    expect_error("data", "prepare", "--input", tmp_path / "one.txt", "--val-input", text, "--out", tmp_path / "d",
+                 "--vocab-size", 258, contains="the training text")
+    assert not any((tmp_path / name).exists() for name in "abcd")
+
+
+@pytest.mark.parametrize("splits, message", [
+    ({"train": ["train_000000.bin"], "val": ["train_000000.bin"]},
+     'is listed in split "train" and in split "val"'),
+    ({"train": ["train_000000.bin", "train_000000.bin"]}, 'is listed twice in split "train"'),
+])
+def test_a_shard_in_two_splits_is_refused(corpus, tmp_path, splits, message):
+    # A held-out split naming a training shard gave "val loss" on training data; inspect said OK.
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    meta = json.loads((data / "meta.json").read_text())
+    meta["splits"] = splits
+    meta.pop("train_tokens", None)
+    meta.pop("val_tokens", None)
+    (data / "meta.json").write_text(json.dumps(meta))
+    expect_error("data", "inspect", data, contains=message)
+    expect_error("train", "--config", "tiny", "--set", f"data.dir={data}", *SMALL, "--set", "train.steps=1",
+                 "--set", "train.metrics=", contains=message)
+
+
+def test_inspect_refuses_a_directory_without_training_tokens_and_prints_only_what_meta_holds(corpus, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    meta = json.loads((data / "meta.json").read_text())
+    meta.pop("tokenizer", None)  # a synthetic corpus has none
+    (data / "meta.json").write_text(json.dumps(meta))
+    assert '"tokenizer": null' not in tripod("data", "inspect", data).stdout
+    meta["splits"]["train"] = []
+    meta.pop("train_tokens", None)
+    (data / "meta.json").write_text(json.dumps(meta))
+    expect_error("data", "inspect", data, contains="no training split")
+
+
+def test_an_evaluation_past_the_held_out_windows_says_so(tmp_path):
+    # 40 held-out tokens are 2 windows of 16: batches of 4 count each twice, and the val loss moved
+    # with train.batch_size (2.7401 at 2, 4 or 6; 2.7597 at 3) for the same weights.
+    data = tmp_path / "small"
+    tripod("data", "synthetic", "--out", data, "--vocab-size", 16, "--order", 1, "--tokens", 1000,
+           "--val-fraction", 0.04)
+    result = tripod("train", "--config", "tiny", "--set", f"data.dir={data}", *SMALL, "--set", "train.steps=1",
+                    "--set", "train.metrics=")
+    assert ("note: the held-out split has 2 windows of 16 tokens, fewer than train.eval_batches x train.batch_size "
+            "= 4: the evaluation counts some of them twice") in result.stdout, result.stdout
