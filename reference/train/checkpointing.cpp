@@ -177,6 +177,18 @@ fs::path save_checkpoint(Communicator* world, const fs::path& root, const std::v
   return root / ckpt::step_dir_name(meta.step);
 }
 
+void record_data_position(Communicator* world, const fs::path& dir, int64_t next_sample) {
+  const bool root_rank = !world || world->rank() == 0;
+  agree(world, str_cat("recording the data position in ", (dir / ckpt::kManifestFile).string()),
+        !root_rank ? "" : attempt([&] {
+          const fs::path file = dir / ckpt::kManifestFile;
+          ckpt::Manifest m = ckpt::parse_manifest(ckpt::read_text(file), file.string());
+          if (m.data.next_sample == next_sample) return;
+          m.data.next_sample = next_sample;
+          ckpt::write_text_durably(file, ckpt::manifest_text(m));  // the state files are untouched
+        }));
+}
+
 fs::path upgrade_legacy_checkpoint(const fs::path& old_dir, const fs::path& new_root, Backend& backend) {
   const ckpt::LegacyCheckpoint old = ckpt::read_legacy_checkpoint(old_dir);
   RunConfig config;

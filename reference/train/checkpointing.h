@@ -33,6 +33,11 @@ struct CheckpointMeta {
   std::vector<double> recent_losses = {};  // the anomaly guard's window (train/step_guard.h)
 };
 
+// anomaly.policy=rollback: the checkpoint `dir` a run went back to records where its data continues
+// now (after the bad batch and anomaly.skip_batches), so that a restart from it does not replay the
+// bad batch (it did, and met the anomaly again). Collective; rank 0 rewrites the manifest durably.
+void record_data_position(Communicator* world, const std::filesystem::path& dir, int64_t next_sample);
+
 // Collective over `world` (null: one process). Returns the published checkpoint directory.
 std::filesystem::path save_checkpoint(Communicator* world, const std::filesystem::path& root,
                                       const std::vector<StateRegion>& regions, Backend& backend,

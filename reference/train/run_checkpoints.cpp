@@ -172,6 +172,10 @@ RunCheckpoints::Loaded RunCheckpoints::load_last_checkpoint() {
   return loaded;
 }
 
+void RunCheckpoints::record_rollback_position(const fs::path& dir, int64_t next_sample) {
+  if (tier_holding(dir) != nullptr) record_data_position(world_, dir, next_sample);
+}
+
 void RunCheckpoints::after_step(bool last_step) {
   if (!enabled()) return;
   if (pending_ && pending_->poll()) finish_pending();

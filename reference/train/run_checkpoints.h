@@ -52,6 +52,9 @@ class RunCheckpoints {
   // into the engine (a rollback). Not the newest of the roots: a run resumed from an older
   // checkpoint of its root goes back on its own timeline, never forward to another's.
   Loaded load_last_checkpoint();
+  // After a rollback to `dir`: it records where the data continues (train/checkpointing.h), when it
+  // is one of this run's checkpoints (one of another root, that this run resumed from, is left alone).
+  void record_rollback_position(const std::filesystem::path& dir, int64_t next_sample);
 
   // Collective, after each step: moves a background save on, then saves if a tier is due.
   void after_step(bool last_step);

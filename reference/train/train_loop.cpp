@@ -419,6 +419,7 @@ class TrainingRun {
     const RunCheckpoints::Loaded loaded = checkpoints_->load_last_checkpoint();
     const ckpt::Manifest& m = loaded.manifest;
     next_sample_ += config_.anomaly.skip_batches * config_.train.batch_size;
+    checkpoints_->record_rollback_position(loaded.dir, next_sample_);
     tokens_trained_ = tokens_trained_at(m);
     guard_.restore(m.recent_losses);  // the accepted losses of the state gone back to
     if (root_) {

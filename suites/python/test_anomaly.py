@@ -141,6 +141,25 @@ def test_spike_detection_goes_on_across_a_resume(corpus, tmp_path):
     assert [(r["loss"], r.get("update")) for r in parts] == [(r["loss"], r.get("update")) for r in whole]
 
 
+def test_a_restart_after_a_rollback_does_not_replay_the_bad_batch(corpus, tmp_path):
+    # Step 11 spikes (a real spike: 0.3-1 % over the median of steps 9 and 10 at factor 1.003): back to
+    # step 10, the data continues after the bad batch. A crash before the next save restarted from
+    # step 10's checkpoint at its own position, replayed the bad batch and met the spike again.
+    guard = ["--set", "train.steps=12", "--set", "train.save_every=5", "--set", "anomaly.policy=rollback",
+             "--set", "anomaly.spike_factor=1.003", "--set", "anomaly.spike_window=2", "--save", tmp_path / "ck",
+             "--set", f"train.metrics={tmp_path / 'm.jsonl'}"]
+    crashed = train(corpus, *guard, fault="kill:0:12")
+    assert crashed.returncode != 0
+    assert "step 11: the loss" in crashed.stdout and "rolled back to step 10" in crashed.stdout, crashed.stdout
+    manifest, _ = read_checkpoint(tmp_path / "ck" / "step-00000010")
+    assert manifest["data"]["next_sample"] == 11 * BATCH  # after samples 80-87, the bad batch
+    verified = subprocess.run([str(TRIPOD), "ckpt", "verify", str(tmp_path / "ck")], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    resumed = ok(train(corpus, *guard, "--resume", "auto"))
+    assert f"at step 10 (next sample {11 * BATCH})" in resumed.stdout, resumed.stdout
+    assert "rolled back" not in resumed.stdout, resumed.stdout
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["sync-save", "async-save"])
 def test_rollback_under_mpirun_agrees_on_every_rank(corpus, tmp_path, background):
     result = rollback_run(corpus, tmp_path, "--dp", 2, "--zero", 3, "--set", f"train.async_save={str(background).lower()}",
