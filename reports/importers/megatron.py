@@ -12,7 +12,8 @@ The format: every log interval the last rank prints one line of "name: value |" 
 "learning rate", grad_norm from "grad norm", step_seconds from "elapsed time per iteration (ms)",
 tflops_per_gpu from "throughput per GPU (TFLOP/s/GPU)" (on a line without it, from
 Megatron-DeepSpeed's "TFLOPs", also per GPU: the iteration's FLOPs over its time and the world
-size) and tokens_per_second_per_gpu from "tokens per GPU (tokens/s/GPU)" where printed. Every
+size) and tokens_per_second_per_gpu from "tokens per GPU (tokens/s/GPU)" where printed (else from
+Megatron-DeepSpeed's "tokens per gpu per second (tgs)", per GPU too). Every
 other field (consumed samples, global batch size, loss scale, skipped and nan iterations, num
 zeros, params norm, MoE and MTP losses, ...) is kept in the row's extra under its printed name.
 Megatron prints no MFU and no whole-job token rate: those stay null.
@@ -140,6 +141,8 @@ class MegatronParser:
             # size); where Megatron-LM's own figure is printed too, that one is read.
             if name == "TFLOPs" and "throughput per GPU (TFLOP/s/GPU)" not in names:
                 known = ("tflops_per_gpu", 1.0)
+            if name == "tokens per gpu per second (tgs)" and "tokens per GPU (tokens/s/GPU)" not in names:
+                known = ("tokens_per_second_per_gpu", 1.0)
             if known is None:
                 row["extra"][name] = number_or_text(value)
                 continue

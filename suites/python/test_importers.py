@@ -239,6 +239,9 @@ def test_megatron_deepspeed_tflops_are_per_gpu(tmp_path):
     assert list(steps) == [10, 20]
     assert (steps[10]["tflops_per_gpu"], steps[20]["tflops_per_gpu"]) == (35.63, 35.94)
     assert "TFLOPs" not in steps[10]["extra"]
+    # and its tokens per GPU per second (tgs) fill tokens_per_second_per_gpu (they stayed in extra)
+    assert steps[10]["tokens_per_second_per_gpu"] == 3994.928
+    assert "tokens per gpu per second (tgs)" not in steps[10]["extra"]
     assert (steps[10]["loss"], steps[10]["memory_gib"]) == (10.51234, 26.0)
     assert steps[10]["step_seconds"] == pytest.approx(4.1012)
     # A line that also prints Megatron-LM's own per-GPU figure keeps that one; the other stays in extra.
