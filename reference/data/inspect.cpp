@@ -37,10 +37,12 @@ InspectReport inspect_dataset(const std::filesystem::path& dir, std::size_t prev
   // Read, not indexed: a missing "tokenizer" was printed as null, a key meta.json does not have.
   const nlohmann::json tokenizer_name = report.meta.value("tokenizer", nlohmann::json());
   if (tokenizer_name.is_string()) {
-    const auto tokenizer = Tokenizer::load(dir / tokenizer_name.get<std::string>());
+    const std::filesystem::path tokenizer_file = dir / tokenizer_name.get<std::string>();
+    const auto tokenizer = Tokenizer::load(tokenizer_file);
     check(tokenizer.vocab_size() == meta_vocab, dir / tokenizer_name.get<std::string>(), " has ",
           tokenizer.vocab_size(), " pieces but ", dir / "meta.json", " says vocab_size ", meta_vocab,
           " (a tokenizer from another preparation?)");
+    check_tokenizer_identity(tokenizer_file, report.meta);  // same size, another preparation's
     const auto first_shard = read_shard(dir / splits["train"][0].get<std::string>());
     report.preview_tokens = std::min(preview_tokens, first_shard.size());
     report.preview = tokenizer.decode({first_shard.data(), report.preview_tokens});

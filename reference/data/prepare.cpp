@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/digest.h"
 #include "core/error.h"
 #include "data/dataset_writer_lock.h"
 #include "data/token_dataset.h"
@@ -146,6 +147,9 @@ PrepareReport prepare_text_corpus(const PrepareOptions& options) {
                                        {"version", kDatasetVersion},
                                        {"vocab_size", report.vocab_size},
                                        {"tokenizer", "tokenizer.model"},
+                                       // which tokenizer: another preparation's of the same vocabulary
+                                       // decoded the ids into other text, and passed every check
+                                       {"tokenizer_xxh64", file_xxh64(options.out_dir / "tokenizer.model")},
                                        {"splits", splits},
                                        {"source", fs::absolute(options.input).string()},
                                        {"input_bytes", text.size() + val_text.size()},

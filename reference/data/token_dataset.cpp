@@ -110,6 +110,14 @@ std::string split_tokens_xxh64(const fs::path& dir, const std::string& split) {
   return hash.hex();
 }
 
+void check_tokenizer_identity(const fs::path& tokenizer_file, const nlohmann::json& meta) {
+  const nlohmann::json recorded = meta.value("tokenizer_xxh64", nlohmann::json());
+  if (!recorded.is_string()) return;  // prepared before the digest was recorded
+  const std::string actual = file_xxh64(tokenizer_file);
+  check(actual == recorded.get<std::string>(), tokenizer_file, " has XXH64 ", actual, " but meta.json records ",
+        recorded.get<std::string>(), ": a tokenizer from another preparation (its ids decode into other text)");
+}
+
 void check_shard_vocab(const fs::path& dir, const fs::path& shard, uint64_t shard_vocab, int64_t meta_vocab) {
   check(meta_vocab >= 0 && shard_vocab == static_cast<uint64_t>(meta_vocab), "token shard ", shard, " has vocab_size ",
         shard_vocab, " but ", dir / "meta.json", " says ", meta_vocab);

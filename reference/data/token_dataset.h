@@ -56,6 +56,11 @@ class TokenDataset {
 // shard checked as open checks it.
 std::string split_tokens_xxh64(const std::filesystem::path& dir, const std::string& split);
 
+// The tokenizer file meta.json names is the one its preparation wrote, when meta.json records its
+// XXH64 ("tokenizer_xxh64", since 2026-12-08): another preparation's of the same vocabulary
+// decodes the ids into other text. Throws naming both digests.
+void check_tokenizer_identity(const std::filesystem::path& tokenizer_file, const nlohmann::json& meta);
+
 // A shard's header against meta.json's vocab_size: an Error naming both files when they differ.
 void check_shard_vocab(const std::filesystem::path& dir, const std::filesystem::path& shard, uint64_t shard_vocab,
                        int64_t meta_vocab);

@@ -191,6 +191,7 @@ RunTokenizer run_tokenizer(const RunConfig& run, const std::string& saved_tokens
                               " and the model's ", run.model.vocab_size);
       return none;
     }
+    data::check_tokenizer_identity(file, meta);  // same size, another preparation's
   } catch (const Error& e) {
     none.why_none = e.what();
     return none;

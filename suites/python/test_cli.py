@@ -1010,3 +1010,18 @@ def test_an_evaluation_past_the_held_out_windows_says_so(tmp_path):
                     "--set", "train.metrics=")
     assert ("note: the held-out split has 2 windows of 16 tokens, fewer than train.eval_batches x train.batch_size "
             "= 4: the evaluation counts some of them twice") in result.stdout, result.stdout
+
+
+def test_a_tokenizer_from_another_preparation_is_refused(tmp_path):
+    # Both vocabularies have 300 pieces: inspect passed the other's tokenizer (its preview decoded into
+    # other text), and export hf would have shipped it. meta.json records the tokenizer's XXH64 now.
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
+    for name, shift in [("a", 1), ("b", 3)]:
+        text = tmp_path / f"{name}.txt"
+        text.write_text("\n".join(" ".join(words[(i * j + shift) % 8] for j in range(12)) for i in range(3000)))
+        tripod("data", "prepare", "--input", text, "--out", tmp_path / name, "--vocab-size", 300)
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert len(meta["tokenizer_xxh64"]) == 16
+    assert (tmp_path / "a" / "tokenizer.model").read_bytes() != (tmp_path / "b" / "tokenizer.model").read_bytes()
+    shutil.copy(tmp_path / "b" / "tokenizer.model", tmp_path / "a" / "tokenizer.model")
+    expect_error("data", "inspect", tmp_path / "a", contains="a tokenizer from another preparation")
