@@ -32,8 +32,9 @@ hold a number, or that does not end with "|" (cut off inside its last field, whi
 as a wrong number) is an error naming the line.
 
 A last line without a newline at its end is kept when it shows its end: an iteration line ending
-with its version's last field, "number of nan iterations: N |" (Megatron-LM since 2020) or
-"TFLOPs: X |" (Megatron-DeepSpeed), or a validation line ending with "|". Any other is left out
+with the field the log's earlier iteration lines end with (without one, a version's last field:
+"number of nan iterations: N |", Megatron-LM since 2020, or "TFLOPs: X |", Megatron-DeepSpeed),
+or a validation line ending with "|". Any other is left out
 with a warning (common.read_lines): one cut inside a field can read as a wrong number, one cut
 right after an earlier field's "|" would lack the fields after it, and a memory report ends with
 its last number.
@@ -78,27 +79,17 @@ def split_fields(text, path, number):
     return fields
 
 
-def is_whole(text):
-    """Whether a last line without a newline is complete (see the module's docstring)."""
-    line = text.rstrip()
-    if not line.endswith("|"):
-        return False
-    if _VALIDATION.search(line):
-        return True
-    last_field = line[:-1].rsplit("|", 1)[-1].partition(":")[0].strip()
-    return _ITERATION.search(line) is not None and last_field in LAST_FIELDS
-
-
 class MegatronParser:
     def __init__(self, path):
         self.path = path
+        self.last_field = None  # the field the log's iteration lines end with, once one was read
         self.rows = []
         self.memory_gib = {}  # step -> peak max reserved over the ranks that reported
         self.val_loss = {}
         self.skipped = 0
 
     def parse(self):
-        for number, line in read_lines(self.path, is_whole=is_whole):
+        for number, line in read_lines(self.path, is_whole=self.is_whole):
             if not line.strip():
                 continue
             if match := _ITERATION.search(line):
@@ -122,10 +113,25 @@ class MegatronParser:
         document = results_document("train", TOOL, self.path, None, {"steps": rows})
         return ImportResult(document, len(rows), self.skipped, notes)
 
+    def is_whole(self, text):
+        """Whether a last line without a newline is complete (see the module's docstring): it ends
+        with the field the log's earlier iteration lines end with, or, without one, with a version's
+        last field (a Megatron-DeepSpeed line cut after its nan count, before its TFLOPs, read whole)."""
+        line = text.rstrip()
+        if not line.endswith("|"):
+            return False
+        if _VALIDATION.search(line):
+            return True
+        last_field = line[:-1].rsplit("|", 1)[-1].partition(":")[0].strip()
+        expected = (self.last_field,) if self.last_field else LAST_FIELDS
+        return _ITERATION.search(line) is not None and last_field in expected
+
     def iteration_line(self, number, match):
         row = train_row(int(match.group(1)))
         row["extra"]["train_iters"] = int(match.group(2))
         fields = split_fields(match.group(3), self.path, number)
+        if fields:
+            self.last_field = fields[-1][0]
         # Megatron-LM ends every field with " |" (each version's training_log), so a line that does not
         # end so was cut inside its last field, whose value can still read as a number ("grad norm: 4.5"
         # of 4.567) and would be imported wrong.

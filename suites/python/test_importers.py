@@ -445,6 +445,12 @@ def test_a_whole_last_line_without_a_newline_is_kept(tmp_path, capsys, kind, nam
      lambda doc: len(doc["comm"]["results"]) == 4),
     ("nccl-tests", "nccl_per_iteration_and_timestamps_2.19.txt", "2025-11-03 14:02:12", "14:02:1",
      lambda doc: len(doc["comm"]["results"]) == 6),
+    # Cut after the out-of-place half's check: it read as an out-of-place-only row, the in-place lost.
+    ("nccl-tests", "nccl_all_reduce_2.19.txt", "    67108864", "117.07       0",
+     lambda doc: len(doc["comm"]["results"]) == 8),  # the 4 whole sizes, out of and in place
+    # Cut after the nan count, a field Megatron-LM ends with, before the TFLOPs this log's lines end with.
+    ("megatron", "megatron_deepspeed_2023.log", "iteration       20/", "number of nan iterations:   0 |",
+     lambda doc: doc["steps"][-1]["step"] == 10),
 ])
 def test_a_last_line_that_may_be_cut_off_is_left_out(tmp_path, capsys, kind, name, last, end, dropped):
     path, number = ending_without_newline(tmp_path, name, last, end)
