@@ -176,9 +176,9 @@ GemmRows time_gemm_cases(Backend& backend, const std::vector<GemmCase>& cases, D
     rows.timings.push_back(t);
     rows.results.push_back(timing_json(t, peak));
     const double rate = g.flops() / t.median_seconds;
-    std::printf("%-18s %7lld %7lld %7lld %-3s %6d %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
+    std::printf("%-18s %7lld %7lld %7lld %-3s %6lld %11.4f %9.3f %9.3f %8s\n", g.name.c_str(),
                 static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k), op,
-                t.calls_per_region, 1e3 * t.median_seconds, rate / 1e12, g.flops() / t.best_seconds / 1e12,
+                static_cast<long long>(t.calls_per_region), 1e3 * t.median_seconds, rate / 1e12, g.flops() / t.best_seconds / 1e12,
                 percent_of_peak_text(rate, peak).c_str());
     std::fflush(stdout);
   }

@@ -64,7 +64,7 @@ std::vector<GemmCase> square_gemm_cases(const std::vector<int64_t>& sizes);
 
 struct GemmTiming {
   GemmCase gemm;
-  int calls_per_region = 1;
+  int64_t calls_per_region = 1;
   double median_seconds = 0, best_seconds = 0;  // per GEMM call
 };
 

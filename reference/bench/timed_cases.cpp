@@ -37,8 +37,8 @@ TimedCases time_kernel_cases(Backend& b, const std::vector<KernelCase>& cases, i
     const double tflops = k.flops / t.median_seconds / 1e12;
     char tflops_text[32] = "-";
     if (k.flops > 0) std::snprintf(tflops_text, sizeof tflops_text, "%.3f", tflops);
-    std::printf("%-*s %12.4g %6d %11.4f %9.1f %9.1f %8.1f%% %9s\n", name_width, k.name.c_str(), k.bytes,
-                t.calls_per_region, 1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy,
+    std::printf("%-*s %12.4g %6lld %11.4f %9.1f %9.1f %8.1f%% %9s\n", name_width, k.name.c_str(), k.bytes,
+                static_cast<long long>(t.calls_per_region), 1e3 * t.median_seconds, rate / 1e9, k.bytes / t.best_seconds / 1e9, of_copy,
                 tflops_text);
     std::fflush(stdout);
     nlohmann::json r = {{"name", k.name}, {"bytes", k.bytes}, {"calls_per_region", t.calls_per_region},

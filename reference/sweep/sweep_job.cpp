@@ -132,17 +132,17 @@ void run_sweep_job(const SweepRunOptions& o) {
     const SweepSpec spec = load_sweep_spec(o.spec);
     const fs::path out = o.out.empty() ? fs::path("runs") / ("scale-" + spec.name) : fs::path(o.out);
     check(o.jobs >= 0, "--jobs must be >= 1, or 0 for one per core (got ", o.jobs, ")");
-    // Each run is a child `tripod train --backend B`: a misspelt B failed every run, one after another.
-    const std::vector<std::string> backends = backend_names();
-    check(std::find(backends.begin(), backends.end(), o.backend) != backends.end(), "--backend: unknown backend '",
-          o.backend, "' (this build has: ", backend_names_text(), ")");
-    if (o.dry_run) {
+    if (o.dry_run) {  // plans without training: a CPU-only login node may plan a GPU sweep
       const CorpusInfo corpus = describe_corpus(spec, out);
       const std::vector<PlannedRun> grid = expand_grid(spec, corpus);
       print_grid(spec, corpus, grid);
       check_epochs(spec, corpus, grid);
       return;
     }
+    // Each run is a child `tripod train --backend B`: a misspelt B failed every run, one after another.
+    const std::vector<std::string> backends = backend_names();
+    check(std::find(backends.begin(), backends.end(), o.backend) != backends.end(), "--backend: '", o.backend,
+          "' is not a backend of this build (it has: ", backend_names_text(), ")");
     // The grid is checked before a corpus is generated: a bad spec fails in a second, not minutes in.
     const CorpusInfo described = describe_corpus(spec, out);
     check_epochs(spec, described, expand_grid(spec, described));

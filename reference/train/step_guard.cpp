@@ -22,7 +22,9 @@ AnomalySettings parse_anomaly_settings(const nlohmann::json& a) {
   s.max = a.at("max");
   check(s.spike_factor == 0 || s.spike_factor > 1, "anomaly.spike_factor must be 0 (off) or above 1, not ",
         s.spike_factor);
-  check(s.spike_window >= 1, "anomaly.spike_window must be >= 1");
+  // Bounded as the checkpoint that keeps the window reads it (ckpt/manifest.cpp).
+  check(s.spike_window >= 1 && s.spike_window <= (int64_t{1} << 20), "anomaly.spike_window must be in [1, 2^20] (got ",
+        s.spike_window, ")");
   // Bounded: times the batch size, 2^63 - 1 batches wrapped the data position to sample 0.
   check(s.skip_batches >= 0 && s.skip_batches <= (int64_t{1} << 20), "anomaly.skip_batches must be in [0, 2^20] ",
         "(got ", s.skip_batches, ")");

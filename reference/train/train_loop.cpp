@@ -256,10 +256,13 @@ class TrainingRun {
                   "larger split, measure each once)\n",
                   static_cast<long long>(val_loader_->num_windows()), static_cast<long long>(t.seq_len),
                   static_cast<long long>(t.eval_batches * t.batch_size));
-    if (config_.schedule.warmup_steps >= t.steps)
-      std::printf("  note: optim.warmup_steps %lld >= train.steps %lld: the run ends in its warm-up (LR %.3g at the "
+    if (config_.schedule.warmup_steps > t.steps)
+      std::printf("  note: optim.warmup_steps %lld > train.steps %lld: the run ends in its warm-up (LR %.3g at the "
                   "last step, never optim.lr %.3g; no decay)\n", static_cast<long long>(config_.schedule.warmup_steps),
                   static_cast<long long>(t.steps), config_.schedule.at(t.steps - 1), config_.schedule.max_lr);
+    else if (config_.schedule.warmup_steps == t.steps)
+      std::printf("  note: optim.warmup_steps %lld = train.steps: the warm-up reaches optim.lr at the last step, and "
+                  "the run has no decay\n", static_cast<long long>(t.steps));
     if (t.recompute == Recompute::Selective)
       std::printf("  selective activation recomputation: attention probabilities and GELU outputs recomputed in "
                   "backward (MFU counts model FLOPs, not the recomputed ones)\n");

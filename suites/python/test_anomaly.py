@@ -270,6 +270,8 @@ def test_too_many_anomalies_stop_the_run(corpus):
 @pytest.mark.parametrize("setting, expected", [
     ("anomaly.policy=retry", "anomaly.policy: stop, skip or rollback, not 'retry'"),
     ("anomaly.spike_factor=0.5", "anomaly.spike_factor must be 0 (off) or above 1"),
+    # as a checkpoint reads the window back: a larger one wrote checkpoints that resume refused
+    ("anomaly.spike_window=1048577", "anomaly.spike_window must be in [1, 2^20] (got 1048577)"),
     ("anomaly.policy=rollback", "anomaly.policy=rollback rolls back to the run's last checkpoint under --save"),
 ])
 def test_bad_anomaly_settings_are_refused(corpus, setting, expected):

@@ -97,9 +97,14 @@ def test_a_warm_up_ending_before_the_last_step_still_decays_to_the_minimum(corpu
 def test_a_run_shorter_than_its_warm_up_says_so(corpus, tmp_path):
     result, steps = train(corpus, tmp_path, "--set", "train.steps=3", "--set", "optim.warmup_steps=10",
                           "--set", "optim.lr=3e-3")
-    assert "note: optim.warmup_steps 10 >= train.steps 3: the run ends in its warm-up (LR 0.0009 at the last step" \
+    assert "note: optim.warmup_steps 10 > train.steps 3: the run ends in its warm-up (LR 0.0009 at the last step" \
            in result.stdout
     assert steps[-1]["lr"] == pytest.approx(9e-4)
+    # as long as the run: it reaches optim.lr at the last step (the note said it never did)
+    result, steps = train(corpus, tmp_path, "--set", "train.steps=3", "--set", "optim.warmup_steps=3",
+                          "--set", "optim.lr=3e-3")
+    assert "note: optim.warmup_steps 3 = train.steps: the warm-up reaches optim.lr at the last step" in result.stdout
+    assert steps[-1]["lr"] == pytest.approx(3e-3)
 
 
 @pytest.mark.parametrize("args,message", [
