@@ -597,7 +597,7 @@ def test_context_shorter_than_sequence(corpus):
     (["--dp", "0"], "--dp: 0 is not a finite number > 0"),
     (["--microbatches", "0"], "--microbatches: 0 is not a finite number > 0"),
     (["--virtual-stages", "0"], "virtual stages (--virtual-stages) must be >= 1 (got 0)"),
-    (["--set", "train.micro_batches=-2"], "train.micro_batches must be >= 1 (got -2)"),
+    (["--set", "train.micro_batches=-2"], "train.micro_batches must be in [1, 2^20] (got -2)"),
 ])
 def test_options_one_process_does_not_use_are_still_checked(corpus, option, message):
     # One process trains without a communicator, buckets or a pipeline; before, these ran silently.
