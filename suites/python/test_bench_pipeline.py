@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -96,17 +95,25 @@ def test_plots_of_the_timeline_and_of_a_pipeline_only_bench_json(bench, tmp_path
     assert "no 'comm' results" in result.stderr  # the missing sections are skipped, not fatal
 
 
+SMALL_LAYOUTS = ["--config", "tiny", "--set", "model.n_layer=2", "--seq-len", 16, "--batch", 4, "--vocab", 64,
+                 "--steps", 1]
+
+
+def bench_layouts(*args, json_out=None):
+    """`bench layouts` of the small model on P ranks: (the completed process, its --json rows or None)."""
+    require_tripod()
+    result = subprocess.run(mpirun_command(P, "bench", "layouts", *SMALL_LAYOUTS, *args,
+                                           *(["--json", json_out] if json_out else [])),
+                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    rows = json.loads(json_out.read_text())["layouts"] if json_out and result.returncode == 0 else None
+    return result, rows
+
+
 def test_bench_layouts_times_pipelined_layouts(tmp_path):
     # end-to-end MFU of named layouts, pipelined ones included; a layout of the wrong size is refused
-    require_tripod()
-    small = ["--config", "tiny", "--set", "model.n_layer=2", "--seq-len", 16, "--batch", 4, "--vocab", 64,
-             "--steps", 1]
     layouts = ["tp1-pp2-dp1-z0-mb4-1f1b", "tp1-pp2-dp1-z1-mb2-afab", "tp1-pp1-dp2-z0-mb1"]
-    result = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", *layouts,
-                                           "--json", tmp_path / "l.json"),
-                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    result, records = bench_layouts("--layouts", *layouts, json_out=tmp_path / "l.json")
     assert result.returncode == 0, result.stdout + result.stderr
-    records = json.loads((tmp_path / "l.json").read_text())["layouts"]
     assert [r["layout"] for r in records] == layouts
     assert [r["pp"] for r in records] == [2, 2, 1] and records[0]["schedule"] == "1f1b"
     assert all(0 < r["mfu"] < 1 and r["tokens_per_second"] > 0 for r in records)
@@ -115,8 +122,7 @@ def test_bench_layouts_times_pipelined_layouts(tmp_path):
     # the accounting's transient part (in flight: pipeline messages, buckets) given apart, within it
     assert all(0 <= r["transient_mib_max_rank"] < r["accounted_mib_max_rank"] for r in records)
     assert records[0]["transient_mib_max_rank"] > 0  # the pipeline's messages
-    wrong = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", "tp1-pp4-dp1-z0-mb4-1f1b"),
-                           capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    wrong, _ = bench_layouts("--layouts", "tp1-pp4-dp1-z0-mb4-1f1b")
     assert wrong.returncode != 0 and "needs 4 ranks, launched with 2" in wrong.stderr
 
 
@@ -142,23 +148,15 @@ def test_schedule_command_prints_checks_and_draws(tmp_path):
 def test_bench_layouts_times_a_layout_in_the_recomputation_its_name_gives(tmp_path):
     # --recompute's default (none) replaced a name's -rsel/-rfull, and the row kept the name: memory
     # and time without recomputation under a recomputing layout's name. train.recompute was dropped too.
-    require_tripod()
-    small = ["--config", "tiny", "--set", "model.n_layer=2", "--seq-len", 16, "--batch", 4, "--vocab", 64,
-             "--steps", 1]
     names = ["tp1-pp1-dp2-z1-mb1", "tp1-pp1-dp2-z1-mb1-rsel", "tp1-pp1-dp2-z1-mb1-rfull"]
-    result = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--layouts", *names,
-                                           "--json", tmp_path / "l.json"),
-                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    result, records = bench_layouts("--layouts", *names, json_out=tmp_path / "l.json")
     assert result.returncode == 0, result.stdout + result.stderr
-    records = json.loads((tmp_path / "l.json").read_text())["layouts"]
     assert [(r["layout"], r["recompute"]) for r in records] == list(zip(names, ["none", "selective", "full"]))
     none, selective, full = (r["activation_mib_max_rank"] for r in records)
     assert full < selective < none, records
-    configured = subprocess.run(mpirun_command(P, "bench", "layouts", *small, "--zero", 1, "--set",
-                                               "train.recompute=full", "--json", tmp_path / "c.json"),
-                                capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    configured, rows = bench_layouts("--zero", 1, "--set", "train.recompute=full", json_out=tmp_path / "c.json")
     assert configured.returncode == 0, configured.stdout + configured.stderr
-    (row,) = json.loads((tmp_path / "c.json").read_text())["layouts"]
+    (row,) = rows
     assert (row["layout"], row["recompute"]) == ("dp2-z1-rfull", "full")
 
 
@@ -170,10 +168,7 @@ def test_bench_layouts_times_a_layout_in_the_recomputation_its_name_gives(tmp_pa
     (["--layouts", "tp1-pp1-dp2-z1-mb1", "tp1-pp2-dp1-z0-mb3-1f1b"], "micro"),
 ])
 def test_bench_layouts_refuses_a_bad_layout_before_timing_any(args, message):
-    require_tripod()
-    result = subprocess.run(mpirun_command(P, "bench", "layouts", "--config", "tiny", "--seq-len", 16, "--batch", 4,
-                                           "--vocab", 64, "--steps", 1, *args),
-                            capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    result, _ = bench_layouts(*args)
     assert result.returncode != 0 and message in result.stderr, result.stdout + result.stderr
     assert "measured sgemm" not in result.stdout and "step (s)" not in result.stdout, result.stdout
 
