@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <malloc.h>
 #include <omp.h>
 
 #include "backend/backend_factory.h"
 #include "comm/core_sharing.h"
 #include "comm/mpi_communicator.h"
-#include "core/block_cache.h"
 #include "comm/world.h"
 #include "comm/host_collectives.h"
 #include "core/build_info.h"
@@ -89,10 +87,8 @@ LayoutTiming time_layout(const RunConfig& config, const ParallelLayout& shape, B
   const RunConfig run = layout_run_config(config, shape);
   backend.reset_peak_memory();
   const std::size_t before = backend.memory_stats().live;
-  host_block_cache().trim();  // the previous layout's kept blocks would count as this one's base
-  malloc_trim(0);
-  const std::size_t base_resident = resident_bytes();
-  reset_peak_resident();
+  // (the previous layout's kept blocks would count as this one's base)
+  const std::size_t base_resident = start_resident_measurement().base_bytes;
   ProcessGrid grid(world, shape.grid(), shape.grid_order);
   DistributedTrainer trainer(run, backend, grid, shape);
   trainer.initialise();

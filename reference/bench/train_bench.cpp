@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <malloc.h>
 #include <fstream>
 #include <omp.h>
 
 #include "backend/backend_factory.h"
-#include "core/block_cache.h"
 #include "comm/self_communicator.h"
 #include "core/build_info.h"
 #include "core/output_file.h"
@@ -53,10 +51,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   backend->reset_peak_memory();  // the allocator's peak below is then the training's own
   // And the host's: the kernel's high-water mark kept the sgemm's matrices (3 x 16 MiB at 2048), more
   // than a small model's whole step, and the "training's" peak RSS moved with --gemm-size.
-  host_block_cache().trim();
-  malloc_trim(0);
-  const std::size_t base_rss = resident_bytes();
-  const bool rss_reset = reset_peak_resident();
+  const ResidentStart resident = start_resident_measurement();
+  const std::size_t base_rss = resident.base_bytes;
+  const bool rss_reset = resident.mark_reset;
   // A padded vocabulary lives in TP shards (of one rank here): the distributed trainer's storage.
   std::unique_ptr<SelfCommunicator> world;
   std::unique_ptr<ProcessGrid> grid;

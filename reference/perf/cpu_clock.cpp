@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <ctime>
+
+#include "core/host_cpus.h"
 
 namespace tripod {
 namespace {
@@ -16,23 +17,18 @@ constexpr int64_t kOpsPerIteration = 256;
 
 enum class Chain { RegisterAdd, Multiply };
 
-// The thread's CPU time, not the wall clock: a run the scheduler interrupts (another process on the
-// core) is not charged the time it waited, which on a loaded 2-core VM read 1665 MHz of ~2950.
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
+// Timed on the thread's CPU clock, not the wall clock: a run the scheduler interrupts (another
+// process on the core) is not charged the time it waited, which on a loaded 2-core VM read 1665 MHz
+// of ~2950.
 double one_run_mhz(Chain chain, int64_t iterations) {
   uint64_t value = 3;
   const uint64_t one = 1;
-  const double start = thread_seconds();
+  const double start = thread_cpu_seconds();
   for (int64_t i = 0; i < iterations; ++i) {
     if (chain == Chain::RegisterAdd) asm volatile(TRIPOD_TIMES256("add %1, %0\n\t") : "+r"(value) : "r"(one));
     else asm volatile(TRIPOD_TIMES256("imul %0, %0\n\t") : "+r"(value));
   }
-  const double seconds = thread_seconds() - start;
+  const double seconds = thread_cpu_seconds() - start;
   const double cycles_per_op = chain == Chain::RegisterAdd ? 1 : 3;
   return seconds > 0 ? static_cast<double>(iterations * kOpsPerIteration) * cycles_per_op / seconds / 1e6 : 0;
 }

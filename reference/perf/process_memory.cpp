@@ -1,7 +1,11 @@
 #include "perf/process_memory.h"
 
+#include <malloc.h>
+
 #include <fstream>
 #include <string>
+
+#include "core/block_cache.h"
 
 namespace tripod {
 namespace {
@@ -26,6 +30,15 @@ bool reset_peak_resident() {
   clear << "5";
   clear.flush();
   return static_cast<bool>(clear);
+}
+
+ResidentStart start_resident_measurement() {
+  host_block_cache().trim();
+  malloc_trim(0);
+  ResidentStart start;
+  start.base_bytes = resident_bytes();
+  start.mark_reset = reset_peak_resident();
+  return start;
 }
 
 }  // namespace tripod
